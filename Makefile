@@ -1,0 +1,45 @@
+# The two set-up commands of the README are `make run` and `make test`; each creates .venv when missing.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PIP_FLAGS := --disable-pip-version-check -q
+# Re-install only when the package metadata changes.
+STAMP := $(VENV)/.installed-$(shell cksum setup.cfg | cut -d' ' -f1)
+PYTEST_ARGS ?=
+
+.PHONY: install run test test-slow test-all docs bench clean
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install $(PIP_FLAGS) --upgrade pip setuptools wheel
+
+$(STAMP): $(VENV)/bin/python setup.cfg pyproject.toml
+	$(PY) -m pip install $(PIP_FLAGS) -e ".[dev,data,docs]"
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## The main job: FSGP on a real dataset across simulated clients (LocalRuntime), outputs under runs/.
+run: $(STAMP)
+	$(VENV)/bin/gpflow-fed fsgp --logdir runs/fsgp
+
+## The default test suite (slow tests excluded), two workers.
+test: $(STAMP)
+	$(PY) -m pytest -n 2 -m "not slow" $(PYTEST_ARGS)
+
+## Only the slow tests (integration runs, large reproductions).
+test-slow: $(STAMP)
+	$(PY) -m pytest -n 2 -m slow $(PYTEST_ARGS)
+
+test-all: $(STAMP)
+	$(PY) -m pytest -n 2 $(PYTEST_ARGS)
+
+docs: $(STAMP)
+	$(VENV)/bin/sphinx-build -W --keep-going -b html docs docs/_build/html
+
+bench: $(STAMP)
+	$(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf docs/_build runs .pytest_cache

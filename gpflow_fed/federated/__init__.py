@@ -1,0 +1,35 @@
+"""The federated core: messages, the ledger, clients, the Algorithm protocol, runtimes and ``run``."""
+
+from . import algorithms
+from .algorithm import Aggregate, Algorithm, FederationInfo, reduce_messages
+from .api import run
+from .client import Client
+from .ledger import Channel, CommunicationLedger, LedgerEntry
+from .messages import SERVER, Message
+from .result import FederatedResult
+from .runtimes import ClientUpdateError, LocalRuntime, Runtime
+from .sampling import num_sampled_clients, sample_clients
+from .state import SharedState, resolve_path
+
+__all__ = [
+    "Aggregate",
+    "Algorithm",
+    "Channel",
+    "Client",
+    "ClientUpdateError",
+    "CommunicationLedger",
+    "FederatedResult",
+    "FederationInfo",
+    "LedgerEntry",
+    "LocalRuntime",
+    "Message",
+    "Runtime",
+    "SERVER",
+    "SharedState",
+    "algorithms",
+    "num_sampled_clients",
+    "reduce_messages",
+    "resolve_path",
+    "run",
+    "sample_clients",
+]

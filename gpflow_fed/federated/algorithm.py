@@ -1,0 +1,225 @@
+"""The Algorithm protocol: configure a round, update on clients, aggregate a weighted sum, return a model.
+
+A round is one or more *phases* (exchanges). In each phase the server broadcasts named arrays to the
+round's clients, each client answers with a :class:`Message`, the runtime reduces the answers, and the
+server updates its state from the reduction. Reductions are always weighted sums (DESIGN.md §3):
+
+* ``"sum"``: ``Σ_k a_k`` (sufficient statistics);
+* ``"mean"``: ``Σ_k w_k a_k / Σ_k w_k`` with ``w_k`` the message weight (FedAvg);
+* ``"collect"``: the messages themselves, for algorithms whose server step needs each client's message
+  (these cannot use secure aggregation).
+
+This mirrors Flower's strategy (configure → client work → aggregate), so runtimes are thin adapters.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import gpflow
+import numpy as np
+
+from .client import Client
+from .messages import Message
+from .sampling import sample_clients
+
+AGGREGATIONS = ("sum", "mean", "collect")
+
+
+@dataclass(frozen=True)
+class FederationInfo:
+    """What the server knows about the federation before training: no data, only its shape."""
+
+    client_ids: Tuple[str, ...]
+    client_sizes: Mapping[str, int]
+    input_dim: int
+    output_dim: int
+    seed: int
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.client_ids)
+
+    @property
+    def num_data(self) -> int:
+        return int(sum(self.client_sizes.values()))
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """The server's view of one phase: the reduced arrays, never the individual payloads (unless collected).
+
+    :param arrays: the reduction per array name (a sum or a weighted mean, per the phase's aggregation).
+    :param total_weight: ``Σ_k w_k``.
+    :param senders: the clients that answered.
+    :param metrics: weight-averaged scalar metrics of the messages.
+    :param messages: the messages themselves, only for ``"collect"`` phases.
+    """
+
+    round: int
+    phase: str
+    arrays: Mapping[str, np.ndarray]
+    total_weight: float
+    senders: Tuple[str, ...]
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    messages: Optional[Tuple[Message, ...]] = None
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.arrays[name]
+
+
+def reduce_messages(messages: Sequence[Message], aggregation: str) -> Aggregate:
+    """Reduce client messages of one phase by the given aggregation (``sum``, ``mean`` or ``collect``).
+
+    :raises ValueError: for an unknown aggregation, no messages, or messages with different array names
+        or shapes (a malformed payload is reported with its sender).
+    """
+    if aggregation not in AGGREGATIONS:
+        raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
+    if not messages:
+        raise ValueError("cannot aggregate an empty round: no client answered")
+    first = messages[0]
+    names = tuple(first.arrays)
+    for m in messages[1:]:
+        if tuple(m.arrays) != names:
+            raise ValueError(f"message from {m.sender} has arrays {tuple(m.arrays)}, expected {names}")
+        for n in names:
+            if m.arrays[n].shape != first.arrays[n].shape:
+                raise ValueError(
+                    f"message from {m.sender}: array {n!r} has shape {m.arrays[n].shape}, "
+                    f"expected {first.arrays[n].shape}"
+                )
+    total_weight = float(sum(m.weight for m in messages))
+    metric_names = sorted({k for m in messages for k in m.metrics})
+    if total_weight > 0:
+        metrics = {
+            k: sum(m.weight * m.metrics[k] for m in messages if k in m.metrics)
+            / sum(m.weight for m in messages if k in m.metrics)
+            if sum(m.weight for m in messages if k in m.metrics) > 0
+            else float("nan")
+            for k in metric_names
+        }
+    else:
+        metrics = {k: float(np.mean([m.metrics[k] for m in messages if k in m.metrics])) for k in metric_names}
+    arrays: Dict[str, np.ndarray] = {}
+    if aggregation in ("sum", "mean"):
+        for n in names:
+            if aggregation == "sum":
+                arrays[n] = np.sum([m.arrays[n] for m in messages], axis=0)
+            else:
+                if total_weight <= 0:
+                    raise ValueError("a 'mean' aggregation needs a positive total weight")
+                arrays[n] = np.sum([m.weight * m.arrays[n] for m in messages], axis=0) / total_weight
+    return Aggregate(
+        round=first.round,
+        phase=first.phase,
+        arrays=arrays,
+        total_weight=total_weight,
+        senders=tuple(m.sender for m in messages),
+        metrics=metrics,
+        messages=tuple(messages) if aggregation == "collect" else None,
+    )
+
+
+class Algorithm(abc.ABC):
+    """A federated algorithm as a strategy: the runtime owns the loop, the algorithm owns the maths.
+
+    Subclasses implement :meth:`initial_state`, :meth:`broadcast`, :meth:`client_update`,
+    :meth:`server_update` and :meth:`result`; they may override :meth:`phases`, :meth:`final_phases`,
+    :meth:`aggregation`, :meth:`select_clients`, :meth:`setup_client` and :meth:`validate`.
+
+    Contract: :meth:`client_update` is the only method that sees a client's data, and what it returns is
+    all that leaves the client. :meth:`server_update` returns the new state and must leave the old state
+    untouched if it raises.
+
+    :param rounds: number of communication rounds R (≥ 0).
+    :param client_fraction: ρ ∈ (0, 1]; each round asks ``max(⌈Kρ⌉, 1)`` clients.
+    """
+
+    name: str = "algorithm"
+
+    def __init__(self, rounds: int, client_fraction: float = 1.0) -> None:
+        if isinstance(rounds, bool) or not isinstance(rounds, (int, np.integer)) or rounds < 0:
+            raise ValueError(f"rounds must be a non-negative integer, got {rounds!r}")
+        from .sampling import validate_client_fraction
+
+        validate_client_fraction(client_fraction)
+        self.rounds = int(rounds)
+        self.client_fraction = float(client_fraction)
+
+    # --- configuration -------------------------------------------------------------------------------
+    def validate(self, dataset: Any) -> None:
+        """Raise ``ValueError``/``TypeError`` for data this algorithm cannot use, before any training."""
+
+    def phases(self, round: int) -> Tuple[str, ...]:
+        """The exchanges of one training round, in order."""
+        return ("train",)
+
+    def final_phases(self) -> Tuple[str, ...]:
+        """Exchanges with every client after the last round, to build the returned model."""
+        return ()
+
+    def aggregation(self, phase: str) -> str:
+        """How the runtime reduces the messages of ``phase``: ``"sum"``, ``"mean"`` or ``"collect"``."""
+        return "mean"
+
+    def select_clients(self, round: int, client_ids: Sequence[str], rng: np.random.Generator) -> List[str]:
+        """The clients asked in ``round`` (the same for all its phases); default ``max(⌈Kρ⌉, 1)``."""
+        return sample_clients(client_ids, self.client_fraction, rng)
+
+    def setup_client(self, client: Client, state: Any) -> None:
+        """Called once per client before its first update (create its model copy and optimizer here)."""
+
+    # --- the round -----------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def initial_state(self, info: FederationInfo) -> Any:
+        """The server's state before round 0."""
+
+    @abc.abstractmethod
+    def broadcast(self, state: Any, round: int, phase: str) -> Mapping[str, np.ndarray]:
+        """The arrays the server sends to every client of this phase."""
+
+    @abc.abstractmethod
+    def client_update(self, client: Client, broadcast: Message) -> Message:
+        """The client's work for one phase; returns the only thing that leaves the client."""
+
+    @abc.abstractmethod
+    def server_update(self, state: Any, aggregate: Aggregate) -> Any:
+        """The server's new state from the reduced messages of one phase."""
+
+    @abc.abstractmethod
+    def result(self, state: Any) -> gpflow.models.GPModel:
+        """A GPflow model ready for ``predict_f`` / ``predict_y``, built from the server state alone."""
+
+    def round_metrics(self, state: Any, aggregates: Sequence[Aggregate]) -> Dict[str, float]:
+        """Scalars to record for a round (default: the weight-averaged client metrics of each phase)."""
+        out: Dict[str, float] = {}
+        for agg in aggregates:
+            for k, v in agg.metrics.items():
+                out[k if len(aggregates) == 1 else f"{agg.phase}/{k}"] = v
+        return out
+
+    def copy_state(self, state: Any) -> Any:
+        """A deep copy of the state (used to evaluate mid-training without disturbing it)."""
+        return gpflow.utilities.deepcopy(state)
+
+    # --- helper for subclasses -----------------------------------------------------------------------
+    @staticmethod
+    def reply(
+        client: Client,
+        broadcast: Message,
+        arrays: Mapping[str, Any],
+        weight: float = 1.0,
+        metrics: Optional[Mapping[str, float]] = None,
+    ) -> Message:
+        """Build the client's answer to ``broadcast``."""
+        return Message(
+            sender=client.id,
+            round=broadcast.round,
+            phase=broadcast.phase,
+            arrays=dict(arrays),
+            weight=weight,
+            metrics=dict(metrics or {}),
+        )

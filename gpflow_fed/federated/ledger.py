@@ -1,0 +1,119 @@
+"""Channel and CommunicationLedger: every message is recorded (round, sender, names, shapes, bytes)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, List, Optional, Tuple
+
+from .messages import SERVER, Message
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One recorded message.
+
+    ``purpose`` is ``"train"`` for the algorithm's rounds, ``"final"`` for the exchanges that build the
+    returned model, and ``"evaluate"`` for exchanges made only to monitor test metrics during training.
+    """
+
+    round: int
+    phase: str
+    purpose: str
+    sender: str
+    receiver: str
+    names: Tuple[str, ...]
+    shapes: Tuple[Tuple[int, ...], ...]
+    dtypes: Tuple[str, ...]
+    nbytes: int
+
+    @property
+    def direction(self) -> str:
+        """``"up"`` for client → server, ``"down"`` for server → client."""
+        return "down" if self.sender == SERVER else "up"
+
+
+class CommunicationLedger:
+    """The audit of everything that crossed a channel.
+
+    :param keep_payloads: also keep the messages themselves (for privacy tests); off by default because
+        payloads can be large.
+    """
+
+    def __init__(self, keep_payloads: bool = False) -> None:
+        self.keep_payloads = keep_payloads
+        self._entries: List[LedgerEntry] = []
+        self._messages: List[Message] = []
+
+    def record(self, message: Message, receiver: str, purpose: str) -> None:
+        names = tuple(message.arrays)
+        self._entries.append(
+            LedgerEntry(
+                round=message.round,
+                phase=message.phase,
+                purpose=purpose,
+                sender=message.sender,
+                receiver=receiver,
+                names=names,
+                shapes=tuple(tuple(message.arrays[n].shape) for n in names),
+                dtypes=tuple(str(message.arrays[n].dtype) for n in names),
+                nbytes=message.nbytes,
+            )
+        )
+        if self.keep_payloads:
+            self._messages.append(message)
+
+    @property
+    def entries(self) -> Tuple[LedgerEntry, ...]:
+        return tuple(self._entries)
+
+    @property
+    def messages(self) -> Tuple[Message, ...]:
+        """The kept messages (empty unless ``keep_payloads=True``)."""
+        return tuple(self._messages)
+
+    def __iter__(self) -> Iterator[LedgerEntry]:
+        return iter(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def select(
+        self,
+        *,
+        direction: Optional[str] = None,
+        sender: Optional[str] = None,
+        round: Optional[int] = None,
+        phase: Optional[str] = None,
+        purpose: Optional[str] = None,
+    ) -> List[LedgerEntry]:
+        """Entries matching every given filter."""
+        if direction not in (None, "up", "down"):
+            raise ValueError(f"direction must be 'up', 'down' or None, got {direction!r}")
+        return [
+            e
+            for e in self._entries
+            if (direction is None or e.direction == direction)
+            and (sender is None or e.sender == sender)
+            and (round is None or e.round == round)
+            and (phase is None or e.phase == phase)
+            and (purpose is None or e.purpose == purpose)
+        ]
+
+    def total_bytes(self, **filters: object) -> int:
+        """Total bytes of the entries matching ``filters`` (same keywords as :meth:`select`)."""
+        return sum(e.nbytes for e in self.select(**filters))  # type: ignore[arg-type]
+
+
+class Channel:
+    """A transport that records every message in a ledger before delivering it.
+
+    In-process runtimes deliver the (already immutable) message object itself.
+    """
+
+    def __init__(self, ledger: CommunicationLedger) -> None:
+        self.ledger = ledger
+        self.purpose = "train"
+
+    def send(self, message: Message, receiver: str) -> Message:
+        self.ledger.record(message, receiver, self.purpose)
+        return message

@@ -1,0 +1,31 @@
+"""FederatedResult: what a run returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List
+
+import gpflow
+
+from .ledger import CommunicationLedger
+
+
+@dataclass
+class FederatedResult:
+    """The outcome of :func:`gpflow_fed.federated.run`.
+
+    :param model: a GPflow model built from the server state alone, ready for ``predict_f``/``predict_y``.
+    :param history: one dict per round (``round``, ``clients``, ``bytes_up``, ``bytes_down``, ``seconds``,
+        the algorithm's metrics, and ``test_rmse``/``test_nlpd`` where evaluated).
+    :param ledger: every message that crossed the channel.
+    :param state: the server's final state.
+    :param metrics: test metrics of ``model`` when the dataset has a test set.
+    :param seconds: wall time of the whole run.
+    """
+
+    model: gpflow.models.GPModel
+    history: List[Dict[str, Any]]
+    ledger: CommunicationLedger
+    state: Any
+    metrics: Dict[str, float] = field(default_factory=dict)
+    seconds: float = 0.0

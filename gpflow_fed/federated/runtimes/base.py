@@ -1,0 +1,64 @@
+"""What every runtime shares: the Runtime interface, client construction and seeding, evaluation."""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, Dict, List, Optional, Tuple
+
+import gpflow
+import numpy as np
+
+from ... import metrics as _metrics
+from ...data.dataset import FederatedDataset
+from ..algorithm import Algorithm
+from ..client import Client
+from ..result import FederatedResult
+
+
+class ClientUpdateError(RuntimeError):
+    """A client's update failed; the server state was not changed by the failed phase."""
+
+    def __init__(self, client_id: str, round: int, phase: str, cause: BaseException) -> None:
+        super().__init__(f"client {client_id!r} failed in round {round}, phase {phase!r}: {type(cause).__name__}: {cause}")
+        self.client_id = client_id
+        self.round = round
+        self.phase = phase
+        self.cause = cause
+
+
+class Runtime(abc.ABC):
+    """Executes an :class:`~gpflow_fed.federated.Algorithm` over a :class:`FederatedDataset`."""
+
+    @abc.abstractmethod
+    def execute(
+        self, algorithm: Algorithm, dataset: FederatedDataset, *, monitor: Optional[Any] = None, seed: int = 0
+    ) -> FederatedResult:
+        """Run every round and return the result."""
+
+
+def make_clients(dataset: FederatedDataset, seed: int) -> Tuple[List[Client], np.random.Generator]:
+    """Build ``Client("client_k")`` objects with seeds derived from ``seed``, and the server's sampling RNG.
+
+    Seeds come from ``numpy.random.SeedSequence(seed).spawn(K + 1)``: the first child drives client
+    sampling, child ``k + 1`` is client k's, so the same seed gives the same run on every runtime.
+    """
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    children = np.random.SeedSequence(int(seed)).spawn(dataset.num_clients + 1)
+    sampling_rng = np.random.default_rng(children[0])
+    clients = [
+        Client(f"client_{k}", data, int(children[k + 1].generate_state(1)[0]))
+        for k, data in enumerate(dataset.clients)
+    ]
+    return clients, sampling_rng
+
+
+def evaluate_model(model: gpflow.models.GPModel, test: Tuple[np.ndarray, np.ndarray]) -> Dict[str, float]:
+    """``test_rmse``, ``test_mae`` and ``test_nlpd`` (per point) of ``model.predict_y`` on ``test``."""
+    X, Y = test
+    mean, var = (t.numpy() for t in model.predict_y(X))
+    return {
+        "test_rmse": _metrics.rmse(Y, mean),
+        "test_mae": _metrics.mae(Y, mean),
+        "test_nlpd": _metrics.nlpd(Y, mean, var),
+    }

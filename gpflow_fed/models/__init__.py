@@ -1,0 +1,3 @@
+"""GPflow models of gpflow-fed."""
+
+__all__: list = []
