@@ -92,17 +92,12 @@ def reduce_messages(messages: Sequence[Message], aggregation: str) -> Aggregate:
                     f"expected {first.arrays[n].shape}"
                 )
     total_weight = float(sum(m.weight for m in messages))
-    metric_names = sorted({k for m in messages for k in m.metrics})
-    if total_weight > 0:
-        metrics = {
-            k: sum(m.weight * m.metrics[k] for m in messages if k in m.metrics)
-            / sum(m.weight for m in messages if k in m.metrics)
-            if sum(m.weight for m in messages if k in m.metrics) > 0
-            else float("nan")
-            for k in metric_names
-        }
-    else:
-        metrics = {k: float(np.mean([m.metrics[k] for m in messages if k in m.metrics])) for k in metric_names}
+    metrics = {}
+    for k in sorted({k for m in messages for k in m.metrics}):
+        reporting = [m for m in messages if k in m.metrics]
+        weights = np.array([m.weight for m in reporting])
+        weights = weights if weights.sum() > 0 else np.ones(len(reporting))
+        metrics[k] = float(np.dot(weights, [m.metrics[k] for m in reporting]) / weights.sum())
     arrays: Dict[str, np.ndarray] = {}
     if aggregation in ("sum", "mean"):
         for n in names:
