@@ -6,6 +6,7 @@ PIP_FLAGS := --disable-pip-version-check -q
 # Re-install only when the package metadata changes.
 STAMP := $(VENV)/.installed-$(shell cksum setup.cfg | cut -d' ' -f1)
 PYTEST_ARGS ?=
+export TF_CPP_MIN_LOG_LEVEL ?= 2
 
 .PHONY: install run test test-slow test-all docs bench clean
 

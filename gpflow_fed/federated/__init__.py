@@ -7,7 +7,7 @@ from .client import Client
 from .ledger import Channel, CommunicationLedger, LedgerEntry
 from .messages import SERVER, Message
 from .result import FederatedResult
-from .runtimes import ClientUpdateError, LocalRuntime, Runtime
+from .runtimes import ClientUpdateError, FaultPolicy, LocalRuntime, RoundFailedError, Runtime
 from .sampling import num_sampled_clients, sample_clients
 from .state import SharedState, resolve_path
 
@@ -19,10 +19,12 @@ __all__ = [
     "ClientUpdateError",
     "CommunicationLedger",
     "FederatedResult",
+    "FaultPolicy",
     "FederationInfo",
     "LedgerEntry",
     "LocalRuntime",
     "Message",
+    "RoundFailedError",
     "Runtime",
     "SERVER",
     "SharedState",

@@ -1,3 +1,5 @@
 """Federated algorithms (each an :class:`~gpflow_fed.federated.Algorithm`)."""
 
-__all__: list = []
+from .fsgp import FSGP, FSGPState, initial_inducing_inputs
+
+__all__: list = ["FSGP", "FSGPState", "initial_inducing_inputs"]

@@ -1,6 +1,7 @@
 """Runtimes that execute federated algorithms."""
 
 from .base import ClientUpdateError, Runtime, evaluate_model, make_clients
+from .faults import FaultPolicy, RoundFailedError
 from .local import LocalRuntime
 
-__all__ = ["ClientUpdateError", "LocalRuntime", "Runtime", "evaluate_model", "make_clients"]
+__all__ = ["ClientUpdateError", "FaultPolicy", "LocalRuntime", "RoundFailedError", "Runtime", "evaluate_model", "make_clients"]

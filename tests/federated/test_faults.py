@@ -1,0 +1,94 @@
+"""Client faults under LocalRuntime: raise by default, exclude with a logged reason, or fail the round."""
+
+import logging
+import time
+
+import numpy as np
+import pytest
+
+from gpflow_fed.federated import ClientUpdateError, FaultPolicy, LocalRuntime, RoundFailedError, run
+
+from .test_core import FederatedMean, dataset  # noqa: F401  (fixture)
+
+
+class Faulty(FederatedMean):
+    """Client ``bad`` misbehaves in the way named by ``kind``."""
+
+    def __init__(self, rounds, kind, bad=("client_1",), **kwargs):
+        super().__init__(rounds, **kwargs)
+        self.kind, self.bad = kind, bad
+
+    def client_update(self, client, broadcast):
+        reply = super().client_update(client, broadcast)
+        if client.id not in self.bad:
+            return reply
+        if self.kind == "raise":
+            raise RuntimeError("out of memory")
+        if self.kind == "nan":
+            return self.reply(client, broadcast, {"sum_y": np.array([np.nan]), "n": np.array([1.0])})
+        if self.kind == "shape":
+            return self.reply(client, broadcast, {"sum_y": np.zeros(3), "n": np.array([1.0])})
+        if self.kind == "slow":
+            time.sleep(0.3)
+            return reply
+        if self.kind == "not-a-message":
+            return {"sum_y": 1.0}
+        raise AssertionError(self.kind)
+
+
+def _expected_mean(ds, bad):
+    keep = [k for k in range(ds.num_clients) if f"client_{k}" not in bad]
+    return sum(ds.clients[k][1].sum() for k in keep) / sum(ds.client_sizes[k] for k in keep)
+
+
+@pytest.mark.parametrize("kind, reason", [
+    ("raise", "raised RuntimeError: out of memory"),
+    ("nan", "NaN or inf"),
+    ("shape", "payload shapes differ"),
+    ("slow", "timed out"),
+    ("not-a-message", "not a Message"),
+])
+def test_faulty_client_is_excluded_with_its_reason(dataset, kind, reason, caplog):  # noqa: F811
+    runtime = LocalRuntime(faults=FaultPolicy(on_error="exclude", timeout=0.2))
+    with caplog.at_level(logging.WARNING, logger="gpflow_fed.federated"):
+        result = run(Faulty(2, kind), dataset, runtime=runtime)
+    assert result.state["mean"] == pytest.approx(_expected_mean(dataset, ("client_1",)), rel=1e-12)
+    for entry in result.history:
+        assert entry["clients"] == 3 and reason in entry["excluded"]["client_1"]
+    assert any("client_1" in r.getMessage() and reason in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("kind", ["raise", "nan", "shape"])
+def test_default_policy_raises_naming_the_client(dataset, kind):  # noqa: F811
+    with pytest.raises(ClientUpdateError, match="client_1"):
+        run(Faulty(1, kind), dataset)
+
+
+def test_too_few_good_clients_fails_the_round(dataset):  # noqa: F811
+    runtime = LocalRuntime(faults=FaultPolicy(on_error="exclude", min_clients=3))
+    with pytest.raises(RoundFailedError, match="2 of 4 clients.*min_clients=3"):
+        run(Faulty(1, "raise", bad=("client_0", "client_3")), dataset, runtime=runtime)
+
+
+def test_excluded_client_is_dropped_from_later_phases(dataset):  # noqa: F811
+    class TwoPhase(Faulty):
+        def phases(self, round):
+            return ("first", "second")
+
+        def client_update(self, client, broadcast):
+            if broadcast.phase == "second":
+                return FederatedMean.client_update(self, client, broadcast)
+            return super().client_update(client, broadcast)
+
+    runtime = LocalRuntime(faults=FaultPolicy(on_error="exclude"), keep_payloads=True)
+    result = run(TwoPhase(1, "raise"), dataset, runtime=runtime)
+    second = {m.sender for m in result.ledger.messages if m.phase == "second" and m.sender != "server"}
+    assert second == {"client_0", "client_2", "client_3"}
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"on_error": "ignore"}, "on_error"), ({"min_clients": 0}, "min_clients"), ({"timeout": -1.0}, "timeout"),
+])
+def test_fault_policy_validation(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        FaultPolicy(**kwargs)
