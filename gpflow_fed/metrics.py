@@ -62,6 +62,7 @@ def interval_coverage(
     """Empirical coverage of the central predictive intervals at each confidence level.
 
     For level p the central interval is ``mean ± z·sqrt(var)`` with ``z = Φ⁻¹((1 + p)/2)``.
+
     :return: ``(levels, coverage)``, both ``[L]``.
     """
     y_arr, m_arr = _pair(y, mean)

@@ -1,5 +1,68 @@
 """Data: FederatedDataset, synthetic generators from the papers, offline real datasets, partitioners."""
 
 from .dataset import FederatedDataset, validate_regression_data
+from .satellite import SatelliteData, orbit_constants, satellite_data, satellite_trajectory
+from .fedbnr_tasks import FedBNRTask, fedbnr_function, fedbnr_real_task, new_client_task, step_function_data, two_range_clients
+from .partition import (
+    PARTITIONS,
+    group_partition,
+    iid_partition,
+    make_federated,
+    most_correlated_feature,
+    partition_indices,
+    random_size_partition,
+    size_imbalance,
+    sorted_chunk_partition,
+    spatial_partition,
+    split_indices,
+    train_test_split,
+)
+from .pvi_tasks import pvi_five_partition_toy
+from .real import RealDataset, available_datasets, load_dataset
+from .recyclable_tasks import banana, digit_pixels, distributed_segments, quadrant_tasks, smooth_function, smooth_function_bias, toy_concatenation
+from .standardize import Standardizer, client_moments, combine_moments
+from .synthetic import (
+    SegmentedRegression,
+    SyntheticRegression,
+    fsgp_latent_1,
+    fsgp_latent_2,
+    fsgp_synthetic_1,
+    fsgp_synthetic_2,
+    recyclable_latent,
+    recyclable_segments,
+)
 
-__all__ = ["FederatedDataset", "validate_regression_data"]
+__all__ = [
+    "SatelliteData", "orbit_constants", "satellite_data", "satellite_trajectory",
+    "banana", "digit_pixels", "distributed_segments", "quadrant_tasks", "smooth_function", "smooth_function_bias", "toy_concatenation",
+    "FedBNRTask", "fedbnr_function", "fedbnr_real_task", "new_client_task", "step_function_data", "two_range_clients",
+    "FederatedDataset",
+    "PARTITIONS",
+    "RealDataset",
+    "SegmentedRegression",
+    "Standardizer",
+    "SyntheticRegression",
+    "available_datasets",
+    "client_moments",
+    "combine_moments",
+    "fsgp_latent_1",
+    "fsgp_latent_2",
+    "fsgp_synthetic_1",
+    "fsgp_synthetic_2",
+    "group_partition",
+    "iid_partition",
+    "load_dataset",
+    "make_federated",
+    "most_correlated_feature",
+    "partition_indices",
+    "pvi_five_partition_toy",
+    "random_size_partition",
+    "recyclable_latent",
+    "recyclable_segments",
+    "size_imbalance",
+    "sorted_chunk_partition",
+    "spatial_partition",
+    "split_indices",
+    "train_test_split",
+    "validate_regression_data",
+]

@@ -8,6 +8,8 @@ from typing import Optional, Sequence, Tuple
 import gpflow
 import numpy as np
 
+from .standardize import Standardizer, client_moments, combine_moments
+
 RegressionArrays = Tuple[np.ndarray, np.ndarray]
 
 
@@ -115,6 +117,23 @@ class FederatedDataset:
         X = np.concatenate([X for X, _ in self.clients], axis=0)
         Y = np.concatenate([Y for _, Y in self.clients], axis=0)
         return X, Y
+
+    def standardized(self) -> Tuple["FederatedDataset", Standardizer]:
+        """Standardise inputs and outputs with global statistics computed without pooling raw data.
+
+        Each client contributes only ``(N_k, column means, column sums of squared deviations)`` of its
+        ``[X_k, Y_k]``; the server combines them into the pooled mean and standard deviation exactly (see
+        :mod:`gpflow_fed.data.standardize`). Every client and the test set are then transformed with them.
+
+        :return: the standardised dataset and the :class:`~gpflow_fed.data.standardize.Standardizer` (use its
+            ``inverse_mean`` / ``inverse_variance`` to report predictions in data units).
+        """
+        mean, std = combine_moments([client_moments(np.concatenate([X, Y], axis=1)) for X, Y in self.clients])
+        D = self.input_dim
+        scaler = Standardizer(X_mean=mean[:D], X_std=std[:D], Y_mean=mean[D:], Y_std=std[D:])
+        clients = [(scaler.transform_X(X), scaler.transform_Y(Y)) for X, Y in self.clients]
+        test = None if self.test is None else (scaler.transform_X(self.test[0]), scaler.transform_Y(self.test[1]))
+        return FederatedDataset(clients=clients, test=test, name=self.name), scaler
 
     def __repr__(self) -> str:
         test = "none" if self.test is None else str(self.test[0].shape[0])

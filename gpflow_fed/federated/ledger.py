@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, List, Optional, Tuple
+from typing import Iterable, Iterator, List, Optional, Tuple
 
 from .messages import SERVER, Message
 
@@ -61,6 +61,10 @@ class CommunicationLedger:
         )
         if self.keep_payloads:
             self._messages.append(message)
+
+    def extend(self, entries: Iterable[LedgerEntry]) -> None:
+        """Append entries recorded earlier (used when a run resumes from a checkpoint)."""
+        self._entries.extend(entries)
 
     @property
     def entries(self) -> Tuple[LedgerEntry, ...]:

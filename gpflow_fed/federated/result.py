@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import gpflow
 
@@ -21,6 +21,8 @@ class FederatedResult:
     :param state: the server's final state.
     :param metrics: test metrics of ``model`` when the dataset has a test set.
     :param seconds: wall time of the whole run.
+    :param privacy: with differential privacy, the spent ``epsilon`` at ``delta`` and the mechanism's
+        settings (see :class:`gpflow_fed.privacy.DifferentialPrivacy`); None otherwise.
     """
 
     model: gpflow.models.GPModel
@@ -29,3 +31,4 @@ class FederatedResult:
     state: Any
     metrics: Dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
+    privacy: Optional[Dict[str, Any]] = None

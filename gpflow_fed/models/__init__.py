@@ -1,3 +1,14 @@
 """GPflow models of gpflow-fed."""
 
-__all__: list = []
+from .bayesian_linear_regression import BayesianLinearRegression, blr_log_marginal_likelihood, blr_posterior, blr_statistics
+from .aggregated_sgpr import AggregatedSGPR, collapsed_sgpr_bound
+from .dpo_svgp import DPOSVGP
+from .ensemble_svgp import EnsembleSVGP, RecyclableWarning, as_recyclable, fit_pyramid
+from .privacy_aware_gpr import PrivacyAwareGPR, PrivacyRelease, fit_hyperparameters, release
+from .recyclable import RecyclableModel, export_svgp, load_recyclable, save_recyclable, train_local_svgp
+
+__all__: list = ["PrivacyAwareGPR", "PrivacyRelease", "fit_hyperparameters", "release",
+    "BayesianLinearRegression", "blr_log_marginal_likelihood", "blr_posterior", "blr_statistics",
+    "EnsembleSVGP", "RecyclableModel", "RecyclableWarning", "as_recyclable", "export_svgp", "fit_pyramid",
+    "load_recyclable", "save_recyclable", "train_local_svgp",
+    "DPOSVGP", "AggregatedSGPR", "collapsed_sgpr_bound"]

@@ -19,33 +19,11 @@ from ..algorithm import Aggregate, Algorithm, FederationInfo
 from ..client import Client
 from ..state import SharedState, resolve_path
 from .fsgp_statistics import ADJOINT_NAMES, STATISTIC_NAMES, sgpr_statistics, statistics_vjp
+from .fsgp_utils import compiled_adam_loop, initial_inducing_inputs
 
-__all__ = ["FSGP", "FSGPState", "initial_inducing_inputs"]
+__all__ = ["FSGP", "FSGPState", "compiled_adam_loop", "initial_inducing_inputs"]
 
 MODES = ("fedavg", "exact")
-
-
-def initial_inducing_inputs(X: np.ndarray, num_inducing: int, seed: int = 0) -> np.ndarray:
-    """Z as a random subset of M rows of X, without replacement (the paper's initialisation, §4).
-
-    Privacy note: this needs training inputs at the server (the paper draws Z from the pooled X); in a
-    real federation either a client volunteers these M points or Z is drawn from public knowledge of the
-    input domain (e.g. uniformly in a known box).
-
-    :param X: ``[N, D]`` inputs.
-    :param num_inducing: M, with ``1 ≤ M ≤ N``.
-    :param seed: seed of the draw.
-    :return: ``[M, D]`` array of ``gpflow.default_float()``.
-    """
-    X = np.asarray(X, dtype=gpflow.default_float())
-    if X.ndim != 2:
-        raise ValueError(f"initial_inducing_inputs: X must have shape [N, D], got {X.shape}")
-    if isinstance(num_inducing, bool) or not isinstance(num_inducing, (int, np.integer)) or num_inducing < 1:
-        raise ValueError(f"initial_inducing_inputs: num_inducing must be a positive integer, got {num_inducing!r}")
-    if num_inducing > X.shape[0]:
-        raise ValueError(f"initial_inducing_inputs: M = {num_inducing} exceeds the number of inputs N = {X.shape[0]}")
-    rows = np.random.default_rng(seed).choice(X.shape[0], size=int(num_inducing), replace=False)
-    return X[np.sort(rows)].copy()
 
 
 @dataclass(frozen=True)
@@ -262,29 +240,31 @@ class FSGP(Algorithm):
         variables = self._unconstrained(model)
         fns = _ClientFunctions(variables=variables)
         num_data = tf.constant(float(client.num_data), gpflow.default_float())
-        fns.functions["statistics"] = tf.function(
-            lambda: sgpr_statistics(model.kernel, model.inducing_variable, X, Y)
-        )
+        def statistics() -> Any:
+            return sgpr_statistics(model.kernel, model.inducing_variable, X, Y)
+
+        # fedavg computes statistics once (final phase): eager is cheaper than tracing
+        fns.functions["statistics"] = tf.function(statistics, autograph=False) if self.mode == "exact" else statistics
         if self.mode == "fedavg":
             optimizer = tf_keras.optimizers.Adam(learning_rate=self.learning_rate)
             trainable = model.trainable_variables
             optimizer.build(trainable)
             client.optimizer = optimizer
-            steps = self.local_steps
 
             def local_loss() -> tf.Tensor:
                 return model.training_loss() / num_data
 
-            @tf.function
+            loop = compiled_adam_loop(local_loss, trainable, optimizer, self.local_steps)
+
+            @tf.function(autograph=False)
             def train() -> tf.Tensor:
-                for _ in tf.range(steps):
-                    optimizer.minimize(local_loss, trainable)
+                loop()  # automatic control dependencies order the bound after the steps
                 return model.elbo() / num_data
 
             fns.functions["train"] = train
         else:
 
-            @tf.function
+            @tf.function(autograph=False)
             def vjp(adjoints: Dict[str, tf.Tensor]) -> List[tf.Tensor]:
                 return statistics_vjp(model.kernel, model.inducing_variable, X, Y, adjoints, variables)
 
@@ -295,7 +275,11 @@ class FSGP(Algorithm):
     def tracing_counts(self) -> Dict[str, Dict[str, int]]:
         """How many times each client's compiled functions were traced (1 each: no retracing per round)."""
         return {
-            cid: {name: int(fn.experimental_get_tracing_count()) for name, fn in fns.functions.items()}
+            cid: {
+                name: int(fn.experimental_get_tracing_count())
+                for name, fn in fns.functions.items()
+                if hasattr(fn, "experimental_get_tracing_count")
+            }
             for cid, fns in self._client_functions.items()
         }
 

@@ -20,7 +20,7 @@ checkable at the statistics level).
 
 from __future__ import annotations
 
-from typing import Mapping, NamedTuple, Sequence
+from typing import List, Mapping, NamedTuple, Sequence
 
 import gpflow
 import tensorflow as tf
@@ -107,7 +107,7 @@ def statistics_vjp(
     Y: tf.Tensor,
     adjoints: Mapping[str, tf.Tensor],
     variables: Sequence[tf.Variable],
-) -> list:
+) -> List[tf.Tensor]:
     """``Σ_s ⟨adjoint_s, ∂s/∂v⟩`` for each variable v: the client's share of the exact-mode gradient.
 
     The global bound ``F`` depends on the data only through the summed statistics ``S = Σ_k S_k``, so

@@ -1,0 +1,195 @@
+"""FedAvg and FedProx neural-network regression baselines (thesis §3.2.2; McMahan et al. 2017, Li et al. 2020).
+
+The network (the same feature extractor as FedBNR's, plus a linear output layer) is trained by mean squared
+error. Each round, every asked client copies the global weights, takes ``local_steps`` Adam steps on
+
+    ``MSE_c(w) + μ/2 ‖w − w_global‖²``  (μ = 0: FedAvg; μ > 0: FedProx's proximal term),
+
+and the server takes the N_c-weighted mean. A final exchange sums the clients' squared residuals so the
+returned model has the maximum-likelihood noise variance ``σ² = Σ_c SSE_c / N``, which ``predict_y`` uses
+(a homoscedastic Gaussian predictive, needed for NLPD and calibration metrics).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Mapping, Optional, Tuple
+
+import gpflow
+import numpy as np
+import tensorflow as tf
+from check_shapes import inherit_check_shapes
+from gpflow.keras import tf_keras
+from gpflow.models.training_mixins import InternalDataTrainingLossMixin
+
+from ..federated.algorithm import Aggregate, Algorithm, FederationInfo
+from ..federated.client import Client
+from ..federated.messages import Message
+from ..federated.state import SharedState
+
+__all__ = ["FedAvgNN", "FedAvgNNState", "NetworkMean", "NeuralRegression"]
+
+
+class NetworkMean(gpflow.functions.MeanFunction):
+    """A ``tf_keras`` network as a GPflow mean function; its output is cast to ``gpflow.default_float()``."""
+
+    def __init__(self, network: tf_keras.Model) -> None:
+        super().__init__()
+        if not callable(network):
+            raise TypeError(f"network must be a tf_keras model, got {type(network).__name__}")
+        self.network = network
+
+    def __call__(self, X: tf.Tensor) -> tf.Tensor:
+        return tf.cast(self.network(X), gpflow.default_float())
+
+
+class NeuralRegression(gpflow.models.GPModel, InternalDataTrainingLossMixin):
+    """A deterministic network ``f(x) = net(x)`` with Gaussian noise, as a GPflow model.
+
+    ``predict_f`` returns the network output with zero variance; ``predict_y`` adds the likelihood variance.
+    The training objective is ``−MSE`` (the thesis trains the baselines by MSE); :meth:`fit_noise_variance`
+    sets σ² to the training MSE afterwards.
+
+    :param data: ``(X, Y)`` or ``None`` for a server-side model that only predicts.
+    :param network: ``[N, D] → [N, P]``.
+    :param noise_variance: σ² > 0.
+    :param num_outputs: P.
+    """
+
+    def __init__(self, data: Optional[Tuple[Any, Any]], network: tf_keras.Model, noise_variance: float = 1.0, num_outputs: int = 1) -> None:
+        if not (np.isfinite(noise_variance) and noise_variance > 0):
+            raise ValueError(f"noise_variance must be positive, got {noise_variance!r}")
+        super().__init__(None, gpflow.likelihoods.Gaussian(noise_variance), NetworkMean(network), num_latent_gps=num_outputs)
+        self.data = None if data is None else gpflow.models.util.data_input_to_tensor(data)
+        if self.data is not None:
+            self.mean_function(self.data[0][:1])  # build the network's weights
+
+    def maximum_log_likelihood_objective(self) -> tf.Tensor:
+        if self.data is None:
+            raise ValueError("this NeuralRegression has no data; build it with data=(X, Y) to train it")
+        X, Y = self.data
+        return -tf.reduce_mean(tf.square(Y - self.mean_function(X)))
+
+    def fit_noise_variance(self) -> None:
+        """σ² ← the training mean squared error (its maximum-likelihood value)."""
+        self.likelihood.variance.assign(-self.maximum_log_likelihood_objective())
+
+    @inherit_check_shapes
+    def predict_f(self, Xnew: tf.Tensor, full_cov: bool = False, full_output_cov: bool = False) -> Tuple[tf.Tensor, tf.Tensor]:
+        mean = self.mean_function(Xnew)
+        if full_cov:
+            n = tf.shape(mean)[0]
+            return mean, tf.zeros([self.num_latent_gps, n, n], dtype=mean.dtype)
+        return mean, tf.zeros_like(mean)
+
+
+@dataclass(frozen=True)
+class FedAvgNNState:
+    """The global network weights and, after the final exchange, the noise variance."""
+
+    values: Mapping[str, np.ndarray]
+    noise_variance: Optional[float] = None
+
+
+class FedAvgNN(Algorithm):
+    """FedAvg (``proximal_mu=0``) or FedProx (``proximal_mu > 0``) on a regression network trained by MSE.
+
+    :param network_factory: builds a fresh ``tf_keras`` network ``[N, D] → [N, P]`` (one per party; the
+        server's initial weights are broadcast, so every party starts from the same network).
+    :param rounds: R.
+    :param local_steps: Adam steps per client per round.
+    :param learning_rate: Adam step size.
+    :param proximal_mu: μ ≥ 0 of FedProx.
+    """
+
+    name = "fedavg_nn"
+
+    def __init__(
+        self,
+        network_factory: Callable[[], tf_keras.Model],
+        rounds: int = 10,
+        local_steps: int = 10,
+        learning_rate: float = 0.01,
+        proximal_mu: float = 0.0,
+        client_fraction: float = 1.0,
+    ) -> None:
+        super().__init__(rounds, client_fraction)
+        if not callable(network_factory):
+            raise TypeError("network_factory must be a callable that returns a new tf_keras model")
+        if not (np.isfinite(proximal_mu) and proximal_mu >= 0):
+            raise ValueError(f"proximal_mu must be non-negative, got {proximal_mu!r}")
+        if not (np.isfinite(learning_rate) and learning_rate > 0):
+            raise ValueError(f"learning_rate must be positive, got {learning_rate!r}")
+        if isinstance(local_steps, bool) or not isinstance(local_steps, int) or local_steps < 1:
+            raise ValueError(f"local_steps must be a positive integer, got {local_steps!r}")
+        self.network_factory = network_factory
+        self.local_steps = local_steps
+        self.learning_rate = float(learning_rate)
+        self.proximal_mu = float(proximal_mu)
+        self.shared = SharedState({"network": "mean_function.network"}, space="constrained")
+        self._server: Optional[NeuralRegression] = None
+
+    def _network(self, input_dim: int) -> tf_keras.Model:
+        net = self.network_factory()
+        net(tf.zeros([1, input_dim], dtype=gpflow.default_float()))  # build the weights
+        return net
+
+    def final_phases(self) -> Tuple[str, ...]:
+        return ("noise",)
+
+    def aggregation(self, phase: str) -> str:
+        return "mean" if phase == "train" else "sum"
+
+    def initial_state(self, info: FederationInfo) -> FedAvgNNState:
+        self._server = NeuralRegression(None, self._network(info.input_dim), num_outputs=info.output_dim)
+        out = self._server.mean_function(tf.zeros([1, info.input_dim], dtype=gpflow.default_float()))
+        if out.shape.rank != 2 or out.shape[1] != info.output_dim:
+            raise ValueError(f"the network must map [N, D] to [N, P={info.output_dim}], got output shape {out.shape}")
+        return FedAvgNNState(values=self.shared.read(self._server))
+
+    def setup_client(self, client: Client, state: FedAvgNNState) -> None:
+        client.model = NeuralRegression(client.data, self._network(client.data[0].shape[1]), num_outputs=client.data[1].shape[1])
+        client.optimizer = tf_keras.optimizers.Adam(learning_rate=self.learning_rate)
+        network = client.model.mean_function.network
+        anchors = [tf.Variable(w, trainable=False) for w in network.trainable_weights]
+        client.state["anchors"] = anchors
+
+        def step() -> tf.Tensor:
+            with tf.GradientTape() as tape:
+                loss = client.model.training_loss()
+                if self.proximal_mu > 0:
+                    proximal = tf.add_n([tf.reduce_sum(tf.square(tf.cast(w - a, gpflow.default_float()))) for w, a in zip(network.trainable_weights, anchors)])
+                    loss = loss + 0.5 * self.proximal_mu * proximal
+            grads = tape.gradient(loss, network.trainable_weights)
+            client.optimizer.apply_gradients(zip(grads, network.trainable_weights))
+            return loss
+
+        client.state["step"] = tf.function(step, autograph=False)
+
+    def broadcast(self, state: FedAvgNNState, round: int, phase: str) -> Mapping[str, np.ndarray]:
+        return dict(state.values)
+
+    def client_update(self, client: Client, broadcast: Message) -> Message:
+        self.shared.assign(client.model, dict(broadcast.arrays))
+        if broadcast.phase == "noise":
+            X, Y = client.data
+            sse = float(tf.reduce_sum(tf.square(Y - client.model.mean_function(X))))
+            return self.reply(client, broadcast, {"sse": np.array(sse), "num_data": np.array(float(client.num_data))})
+        for anchor, w in zip(client.state["anchors"], client.model.mean_function.network.trainable_weights):
+            anchor.assign(w)
+        for _ in range(self.local_steps):
+            loss = client.state["step"]()
+        return self.reply(client, broadcast, self.shared.read(client.model), weight=client.num_data, metrics={"loss": float(loss)})
+
+    def server_update(self, state: FedAvgNNState, aggregate: Aggregate) -> FedAvgNNState:
+        if aggregate.phase == "noise":
+            return replace(state, noise_variance=float(aggregate["sse"] / aggregate["num_data"]))
+        return replace(state, values={k: np.array(v) for k, v in aggregate.arrays.items()})
+
+    def result(self, state: FedAvgNNState) -> NeuralRegression:
+        if self._server is None:
+            raise ValueError("FedAvgNN.result needs initial_state to have run (use gpflow_fed.federated.run)")
+        self.shared.assign(self._server, dict(state.values))
+        if state.noise_variance is not None:
+            self._server.likelihood.variance.assign(max(state.noise_variance, 1e-6))
+        return gpflow.utilities.deepcopy(self._server)

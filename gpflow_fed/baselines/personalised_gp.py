@@ -1,0 +1,201 @@
+"""A pFedGP-style baseline (Achituve et al. 2021, as compared in thesis §3.2.2): personalised GPs.
+
+All clients share the (deep-)kernel hyperparameters, the noise variance and M inducing inputs Z, learnt by
+FedAvg over local steps on each client's collapsed SGPR bound (Titsias 2009; pFedGP uses an inducing-point
+approximation for scale); each client keeps its *own* GP posterior on its own data. The final exchange
+asks every client for its SGPR statistics at Z (``kuf_kfu = K_uf K_fu [M, M]``, ``kuf_y = K_uf y [M, P]``,
+sizes independent of N_c), so the server can evaluate each personal model:
+
+    ``A_c = K_uu + σ⁻² K_uf K_fu``,  ``μ_c(x) = σ⁻² k_xu A_c⁻¹ K_uf y``,
+    ``v_c(x) = k_xx − k_xu K_uu⁻¹ k_ux + k_xu A_c⁻¹ k_ux``.
+
+:meth:`PersonalisedGPs.predict_client` is client c's model; ``predict_f`` is the moment-matched equal mixture
+of the client models (a global read-out of personalised models, which is what they lack).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Mapping, Optional, Sequence, Tuple
+
+import gpflow
+import numpy as np
+import tensorflow as tf
+from check_shapes import check_shapes, inherit_check_shapes
+from gpflow.keras import tf_keras
+
+from ..federated.algorithm import Aggregate, Algorithm, FederationInfo
+from ..federated.client import Client
+from ..federated.messages import Message
+from ..federated.state import SharedState
+
+__all__ = ["PersonalisedGP", "PersonalisedGPState", "PersonalisedGPs"]
+
+
+class PersonalisedGPs(gpflow.models.GPModel):
+    """K personal SGPR posteriors sharing a kernel, Z and σ², built from each client's statistics.
+
+    :param kernel: the shared kernel.
+    :param inducing_points: Z ``[M, D]``.
+    :param noise_variance: σ².
+    :param client_statistics: one ``(kuf_kfu [M, M], kuf_y [M, P])`` pair per client.
+    """
+
+    def __init__(
+        self,
+        kernel: gpflow.kernels.Kernel,
+        inducing_points: np.ndarray,
+        noise_variance: float,
+        client_statistics: Sequence[Tuple[np.ndarray, np.ndarray]],
+    ) -> None:
+        if not client_statistics:
+            raise ValueError("PersonalisedGPs needs the statistics of at least one client")
+        super().__init__(kernel, gpflow.likelihoods.Gaussian(noise_variance), None, num_latent_gps=int(client_statistics[0][1].shape[1]))
+        self.inducing_variable = gpflow.inducing_variables.InducingPoints(inducing_points)
+        self.client_statistics = [(tf.constant(a), tf.constant(b)) for a, b in client_statistics]
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.client_statistics)
+
+    def maximum_log_likelihood_objective(self, *args: Any) -> tf.Tensor:
+        raise NotImplementedError("PersonalisedGPs is trained federatedly by PersonalisedGP; it has no objective of its own")
+
+    @check_shapes("Xnew: [N, D]", "return[0]: [N, P]", "return[1]: [N, P]")
+    def predict_client(self, client: int, Xnew: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+        """Client ``client``'s personal predictive ``f*`` (mean, marginal variance)."""
+        if not 0 <= client < self.num_clients:
+            raise ValueError(f"client must be in [0, {self.num_clients}), got {client}")
+        kuf_kfu, kuf_y = self.client_statistics[client]
+        noise = self.likelihood.variance
+        Kuu = gpflow.covariances.Kuu(self.inducing_variable, self.kernel, jitter=gpflow.config.default_jitter())
+        Kux = gpflow.covariances.Kuf(self.inducing_variable, self.kernel, Xnew)
+        chol_Kuu = tf.linalg.cholesky(Kuu)
+        chol_A = tf.linalg.cholesky(Kuu + kuf_kfu / noise)
+        mean = tf.linalg.matmul(Kux, tf.linalg.cholesky_solve(chol_A, kuf_y / noise), transpose_a=True)
+        a = tf.linalg.triangular_solve(chol_Kuu, Kux, lower=True)
+        b = tf.linalg.triangular_solve(chol_A, Kux, lower=True)
+        var = self.kernel(Xnew, full_cov=False) - tf.reduce_sum(a**2, 0) + tf.reduce_sum(b**2, 0)
+        return mean, tf.tile(var[:, None], [1, self.num_latent_gps])
+
+    @inherit_check_shapes
+    def predict_f(self, Xnew: tf.Tensor, full_cov: bool = False, full_output_cov: bool = False) -> Tuple[tf.Tensor, tf.Tensor]:
+        """The equal mixture of the personal models, moment matched: mean of means, mean of second moments minus
+        the squared mean."""
+        if full_cov or full_output_cov:
+            raise NotImplementedError("PersonalisedGPs predicts marginal variances only")
+        preds = [self.predict_client(c, Xnew) for c in range(self.num_clients)]
+        means = tf.stack([m for m, _ in preds])
+        second = tf.stack([v + m**2 for m, v in preds])
+        mean = tf.reduce_mean(means, 0)
+        return mean, tf.reduce_mean(second, 0) - mean**2
+
+
+@dataclass(frozen=True)
+class PersonalisedGPState:
+    """Shared values (unconstrained) and, after the final exchange, every client's statistics."""
+
+    values: Mapping[str, np.ndarray]
+    client_statistics: Optional[Tuple[Tuple[np.ndarray, np.ndarray], ...]] = None
+
+
+class PersonalisedGP(Algorithm):
+    """pFedGP-style personalised GPs: FedAvg of shared kernel hyperparameters, local GP posteriors.
+
+    :param kernel: the shared kernel (e.g. a :class:`~gpflow_fed.kernels.DeepKernel`).
+    :param inducing_points: initial shared Z ``[M, D]`` (trained with the kernel).
+    :param noise_variance: initial σ² > 0.
+    :param rounds, local_steps, learning_rate: FedAvg schedule and Adam step size.
+    """
+
+    name = "personalised_gp"
+
+    def __init__(
+        self,
+        kernel: gpflow.kernels.Kernel,
+        inducing_points: Any,
+        noise_variance: float = 1.0,
+        rounds: int = 10,
+        local_steps: int = 10,
+        learning_rate: float = 0.01,
+        client_fraction: float = 1.0,
+    ) -> None:
+        super().__init__(rounds, client_fraction)
+        if not isinstance(kernel, gpflow.kernels.Kernel):
+            raise TypeError(f"kernel must be a gpflow kernel, got {type(kernel).__name__}")
+        Z = np.asarray(inducing_points, dtype=gpflow.default_float())
+        if Z.ndim != 2 or Z.shape[0] == 0:
+            raise ValueError(f"inducing_points must be [M, D] with M ≥ 1, got shape {Z.shape}")
+        if not (np.isfinite(noise_variance) and noise_variance > 0):
+            raise ValueError(f"noise_variance must be positive, got {noise_variance!r}")
+        if isinstance(local_steps, bool) or not isinstance(local_steps, int) or local_steps < 1:
+            raise ValueError(f"local_steps must be a positive integer, got {local_steps!r}")
+        self.kernel, self.Z = kernel, Z
+        self.noise_variance, self.local_steps, self.learning_rate = float(noise_variance), local_steps, float(learning_rate)
+        template = self._model((Z[:1], np.zeros((1, 1))))
+        keras = {f"kernel.{n}": f"kernel.{n}" for n in ("feature_extractor",) if isinstance(getattr(kernel, n, None), tf_keras.layers.Layer)}
+        self.shared = SharedState({**SharedState.from_module(template, exclude=tuple(keras)).paths, **keras})
+        self._template = template
+
+    def _model(self, data: Tuple[np.ndarray, np.ndarray]) -> gpflow.models.SGPR:
+        return gpflow.models.SGPR(data, gpflow.utilities.deepcopy(self.kernel), self.Z.copy(), noise_variance=self.noise_variance)
+
+    def validate(self, dataset: Any) -> None:
+        if dataset.input_dim != self.Z.shape[1]:
+            raise ValueError(f"inducing_points have D={self.Z.shape[1]} columns, the dataset has D={dataset.input_dim}")
+
+    def final_phases(self) -> Tuple[str, ...]:
+        return ("personal",)
+
+    def aggregation(self, phase: str) -> str:
+        return "mean" if phase == "train" else "collect"
+
+    def initial_state(self, info: FederationInfo) -> PersonalisedGPState:
+        return PersonalisedGPState(values=self.shared.read(self._template))
+
+    def setup_client(self, client: Client, state: PersonalisedGPState) -> None:
+        client.model = self._model(client.data)
+        client.optimizer = tf_keras.optimizers.Adam(learning_rate=self.learning_rate)
+        model, optimizer, n = client.model, client.optimizer, float(client.num_data)
+
+        def step() -> tf.Tensor:
+            with tf.GradientTape() as tape:
+                loss = model.training_loss() / n
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            return loss
+
+        client.state["step"] = tf.function(step, autograph=False)
+
+    def broadcast(self, state: PersonalisedGPState, round: int, phase: str) -> Mapping[str, np.ndarray]:
+        return dict(state.values)
+
+    def client_update(self, client: Client, broadcast: Message) -> Message:
+        model = client.model
+        self.shared.assign(model, dict(broadcast.arrays))
+        if broadcast.phase == "personal":
+            X, Y = client.data
+            kuf = gpflow.covariances.Kuf(model.inducing_variable, model.kernel, X)
+            return self.reply(client, broadcast, {
+                "kuf_kfu": tf.linalg.matmul(kuf, kuf, transpose_b=True).numpy(),
+                "kuf_y": tf.linalg.matmul(kuf, Y).numpy(),
+            })
+        for _ in range(self.local_steps):
+            loss = client.state["step"]()
+        return self.reply(client, broadcast, self.shared.read(model), weight=client.num_data, metrics={"neg_elbo_per_point": float(loss)})
+
+    def server_update(self, state: PersonalisedGPState, aggregate: Aggregate) -> PersonalisedGPState:
+        if aggregate.phase == "personal":
+            stats = tuple((np.array(m["kuf_kfu"]), np.array(m["kuf_y"])) for m in aggregate.messages or ())
+            return replace(state, client_statistics=stats)
+        return replace(state, values={k: np.array(v) for k, v in aggregate.arrays.items()})
+
+    def result(self, state: PersonalisedGPState) -> PersonalisedGPs:
+        if state.client_statistics is None:
+            raise ValueError("PersonalisedGP.result needs the final 'personal' exchange")
+        self.shared.assign(self._template, dict(state.values))
+        t = self._template
+        return PersonalisedGPs(
+            gpflow.utilities.deepcopy(t.kernel), t.inducing_variable.Z.numpy(), float(t.likelihood.variance.numpy()),
+            list(state.client_statistics),
+        )

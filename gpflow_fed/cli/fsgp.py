@@ -1,0 +1,439 @@
+"""``gpflow-fed fsgp``: federated sparse GP regression across simulated clients, compared with its baselines.
+
+The main job of the package (``make run``): load a dataset (default: Mauna Loa CO₂ from statsmodels,
+nothing downloaded), split it among K simulated clients, train FSGP (Guo et al., FedAvg on the per-client
+collapsed bound, eq. 9; prediction from summed statistics, eqs. 14–15) on the :class:`LocalRuntime` with a
+progress bar, and print a table comparing
+
+* FSGP (``mode="fedavg"``, the paper) and exact federated SGPR (``mode="exact"``: one Adam step per round on
+  the global bound, from client sums); ``--mode`` picks the headline one (first row, plotted),
+* centralized SGPR on the pooled data (the oracle; its "bytes" are the raw data a client would upload),
+* local-only SGPR (each client alone; the mean over clients, no bytes),
+* FGP (FedAvg on per-client exact-GP marginal likelihoods, rBCM prediction),
+
+by test RMSE, NLPD, wall time and bytes sent. Every model gets the same kernel, initial (θ, σ, Z) and the
+same number of gradient steps. TensorBoard events go to ``<logdir>/<method>`` and a PNG to
+``<logdir>/fsgp.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+import gpflow
+import numpy as np
+
+DATASETS = ("co2", "diabetes", "synthetic1", "synthetic2")
+PARTITIONS = ("iid", "random_sizes", "sorted_chunks", "spatial")
+MODES = ("fedavg", "exact")
+#: the defaults of ``make run`` (a few minutes on 2 CPU cores) and of ``--quick`` (seconds).
+DEFAULTS = dict(clients=5, rounds=50, local_steps=3, learning_rate=0.05, client_fraction=1.0, inducing=30)
+QUICK = dict(clients=3, rounds=5, local_steps=2, inducing=8)
+QUICK_MAX_TRAIN = 300
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+    if not (np.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must lie in (0, 1] (the fraction ρ of clients per round), got {text}")
+    return value
+
+
+def _open_fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must lie in (0, 1), got {text}")
+    return value
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``fsgp`` subcommand to the ``gpflow-fed`` parser."""
+    d = DEFAULTS
+    parser = subparsers.add_parser(
+        "fsgp",
+        help="federated sparse GP regression (FSGP) across simulated clients, with baselines",
+        description=(
+            "Split a dataset among K simulated clients, train FSGP (FedAvg on per-client Titsias bounds) and exact\n"
+            "federated SGPR on the local runtime, and compare them with centralized SGPR, local-only SGPR and FGP\n"
+            "(test RMSE, NLPD, time, bytes sent). Writes TensorBoard events and fsgp.png under --logdir."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--dataset", choices=DATASETS, default="co2", help="co2: Mauna Loa CO₂ from statsmodels (default co2)")
+    parser.add_argument("--partition", choices=PARTITIONS, default="random_sizes", help="how rows go to clients (default random_sizes)")
+    parser.add_argument("--clients", type=_positive_int, default=None, help=f"K (default {d['clients']})")
+    parser.add_argument("--rounds", type=_positive_int, default=None, help=f"R (default {d['rounds']})")
+    parser.add_argument(
+        "--local-steps", type=_positive_int, default=None, help=f"P, Adam steps per round (default {d['local_steps']})"
+    )
+    parser.add_argument("--learning-rate", type=_positive_float, default=d["learning_rate"], help=f"Adam learning rate λ (default {d['learning_rate']})")
+    parser.add_argument(
+        "--client-fraction", type=_fraction, default=d["client_fraction"], help="ρ ∈ (0, 1]: max(⌈Kρ⌉, 1) clients per round (default 1)"
+    )
+    parser.add_argument("--inducing", "-M", type=_positive_int, default=None, help=f"M (default {d['inducing']})")
+    parser.add_argument("--mode", choices=MODES, default="fedavg", help="the headline FSGP mode (default fedavg)")
+    parser.add_argument("--test-fraction", type=_open_fraction, default=0.2, help="rows of a real dataset held out for testing (default 0.2)")
+    parser.add_argument("--seed", type=_non_negative_int, default=0, help="seed of split, Z and sampling (default 0)")
+    parser.add_argument("--logdir", default="runs/fsgp", help="TensorBoard events and the PNG plot go here (default runs/fsgp)")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=(
+            f"tiny settings for a smoke test (K={QUICK['clients']}, R={QUICK['rounds']}, P={QUICK['local_steps']}, "
+            f"M={QUICK['inducing']} unless given; at most {QUICK_MAX_TRAIN} rows)"
+        ),
+    )
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.set_defaults(func=main)
+
+
+@dataclass
+class MethodResult:
+    """One row of the comparison table."""
+
+    method: str
+    rmse: float
+    nlpd: float
+    seconds: float
+    bytes_sent: int
+
+
+def resolve_settings(args: argparse.Namespace) -> Dict[str, Any]:
+    """The effective settings: explicit options, else ``--quick`` values, else :data:`DEFAULTS`."""
+    settings: Dict[str, Any] = {}
+    for key in ("clients", "rounds", "local_steps", "inducing"):
+        value = getattr(args, key)
+        if value is None:
+            value = QUICK[key] if args.quick else DEFAULTS[key]
+        settings[key] = int(value)
+    settings.update(
+        dataset=args.dataset,
+        partition=args.partition,
+        learning_rate=float(args.learning_rate),
+        client_fraction=float(args.client_fraction),
+        mode=args.mode,
+        test_fraction=float(args.test_fraction),
+        seed=int(args.seed),
+        quick=bool(args.quick),
+    )
+    return settings
+
+
+def _raw_data(name: str, seed: int) -> Tuple[np.ndarray, np.ndarray, Optional[Tuple[np.ndarray, np.ndarray]]]:
+    """``(X, Y, test)``; ``test`` is ``None`` when a random fraction is to be held out."""
+    from ..data import real, synthetic
+
+    if name == "synthetic1":
+        data = synthetic.fsgp_synthetic_1(seed=seed)
+        return data.X_train, data.Y_train, (data.X_test, data.Y_test)
+    if name == "synthetic2":
+        data = synthetic.fsgp_synthetic_2(seed=seed)
+        return data.X_train, data.Y_train, (data.X_test, data.Y_test)
+    loaded = real.load_dataset(name)
+    return loaded.X, loaded.Y, None
+
+
+def standardize_by_sums(dataset: Any) -> Tuple[Any, Any]:
+    """Standardize inputs and outputs with statistics the server gets from client summaries alone.
+
+    Each client sends ``(N_k, column means, sums of squared deviations)`` of its X and y
+    (:func:`gpflow_fed.data.standardize.client_moments`); the server combines them exactly into the pooled
+    means and standard deviations (:func:`~gpflow_fed.data.standardize.combine_moments`), and the same affine
+    map is applied to every client and to the test set. Metrics are then in standardized output units.
+
+    :return: the standardized dataset and the :class:`~gpflow_fed.data.standardize.Standardizer` used.
+    """
+    from ..data import FederatedDataset
+    from ..data.standardize import Standardizer, client_moments, combine_moments
+
+    X_mean, X_std = combine_moments([client_moments(X) for X, _ in dataset.clients])
+    Y_mean, Y_std = combine_moments([client_moments(Y) for _, Y in dataset.clients])
+    scaler = Standardizer(X_mean, X_std, Y_mean, Y_std)
+
+    def scale(X: np.ndarray, Y: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+        return scaler.transform_X(X), scaler.transform_Y(Y)
+
+    test = None if dataset.test is None else scale(*dataset.test)
+    return FederatedDataset([scale(X, Y) for X, Y in dataset.clients], test=test, name=dataset.name), scaler
+
+
+def build_dataset(settings: Dict[str, Any]) -> Tuple[Any, Any]:
+    """The standardized :class:`~gpflow_fed.data.FederatedDataset` of the settings, and its standardizer.
+
+    Real datasets hold out a random ``test_fraction``; the synthetic ones come with their own test grid.
+    ``quick`` keeps at most :data:`QUICK_MAX_TRAIN` random training and test rows.
+    """
+    from ..data.partition import make_federated, split_indices
+
+    X, Y, test = _raw_data(settings["dataset"], settings["seed"])
+    if test is None:
+        train, held_out = split_indices(X.shape[0], settings["test_fraction"], seed=settings["seed"])
+        X, Y, test = X[train], Y[train], (X[held_out], Y[held_out])
+    if settings["quick"]:
+        rng = np.random.default_rng(settings["seed"])
+
+        def cap(A: np.ndarray, B: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+            if A.shape[0] <= QUICK_MAX_TRAIN:
+                return A, B
+            keep = np.sort(rng.choice(A.shape[0], QUICK_MAX_TRAIN, replace=False))
+            return A[keep], B[keep]
+
+        X, Y = cap(X, Y)
+        test = cap(*test)
+    dataset = make_federated(
+        X,
+        Y,
+        partition=settings["partition"],
+        num_clients=settings["clients"],
+        test=test,
+        seed=settings["seed"],
+        name=settings["dataset"],
+    )
+    return standardize_by_sums(dataset)
+
+
+def make_kernel(dataset: str, scaler: Any) -> gpflow.kernels.Kernel:
+    """The shared kernel, with θ initialised to ones as in the FSGP paper (§4).
+
+    Squared exponential with ARD lengthscales; for ``co2`` plus a periodic component
+    ``Periodic(SquaredExponential)`` whose period is fixed (not trained) at one year in standardized input
+    units, ``1 / σ_X``: the seasonal cycle is known, and an exactly periodic component is captured by a few
+    inducing points spread over the decades.
+
+    :param dataset: the dataset name (see :data:`DATASETS`).
+    :param scaler: the standardizer of the inputs (its ``X_std`` gives the period for ``co2``).
+    """
+    input_dim = int(np.size(scaler.X_std))
+    kernel = gpflow.kernels.SquaredExponential(variance=1.0, lengthscales=np.ones(input_dim))
+    if dataset != "co2":
+        return kernel
+    seasonal = gpflow.kernels.Periodic(
+        gpflow.kernels.SquaredExponential(variance=1.0, lengthscales=1.0), period=1.0 / float(scaler.X_std[0])
+    )
+    gpflow.set_trainable(seasonal.period, False)
+    return kernel + seasonal
+
+
+#: initial noise variance σ² (the paper initialises σ = 0.1 on its own scale; on standardized data σ² = 0.1).
+INITIAL_NOISE_VARIANCE = 0.1
+
+
+def _fsgp_row(label: str, result: Any) -> MethodResult:
+    return MethodResult(
+        method=label,
+        rmse=float(result.metrics["test_rmse"]),
+        nlpd=float(result.metrics["test_nlpd"]),
+        seconds=float(result.seconds),
+        bytes_sent=int(result.ledger.total_bytes()),
+    )
+
+
+def run_federated(
+    settings: Dict[str, Any],
+    dataset: Any,
+    kernel: gpflow.kernels.Kernel,
+    mode: str,
+    Z: np.ndarray,
+    logdir: Path,
+    progress: bool,
+) -> Any:
+    """Train FSGP in ``mode`` on the LocalRuntime, logging every round to ``logdir/fsgp-<mode>``."""
+    from ..federated import LocalRuntime, run
+    from ..federated.algorithms import FSGP
+    from ..monitor import federated_monitor
+
+    algorithm = FSGP(
+        kernel,
+        Z,
+        INITIAL_NOISE_VARIANCE,
+        rounds=settings["rounds"],
+        local_steps=settings["local_steps"],
+        learning_rate=settings["learning_rate"],
+        client_fraction=settings["client_fraction"] if mode == "fedavg" else 1.0,
+        mode=mode,
+    )
+    monitor = federated_monitor(str(logdir / f"fsgp-{mode}"))
+    return run(algorithm, dataset, runtime=LocalRuntime(progress=progress), monitor=monitor, seed=settings["seed"])
+
+
+def _fgp_bytes(result: Any, dataset: Any, settings: Dict[str, Any]) -> int:
+    """Bytes FGP sends, counted as the ledger counts a message (8 bytes per number, plus 8 for the weight).
+
+    Training: each round every sampled client receives and returns the shared (θ, σ²) with its weight.
+    Prediction by rBCM: every client receives the test inputs and returns its predictive mean and variance
+    at each test point (this grows with the test set, unlike FSGP's prediction from summed statistics).
+    """
+    from ..federated import num_sampled_clients
+
+    num_params = sum(int(np.size(p.numpy())) for p in result.models[0].trainable_parameters)
+    per_exchange = 2 * (8 * num_params + 8)
+    sampled = num_sampled_clients(dataset.num_clients, settings["client_fraction"])
+    training = settings["rounds"] * sampled * per_exchange
+    X_test = dataset.test[0]
+    prediction = dataset.num_clients * (X_test.nbytes + 8 + 2 * X_test.shape[0] * 8 + 8)
+    return int(training + prediction)
+
+
+def compare(settings: Dict[str, Any], logdir: Path, progress: bool) -> Tuple[List[MethodResult], Dict[str, Any]]:
+    """Run FSGP (both modes) and the baselines on the same data and initial values; return the table rows
+    (headline mode first) and what the plot needs.
+
+    Every method gets T = rounds × local_steps gradient steps: FSGP-fedavg R rounds of P local steps,
+    exact federated SGPR T rounds of one Adam step, centralized and local-only SGPR T Adam steps, FGP R
+    rounds of P local steps.
+    """
+    from ..baselines import centralized_sgpr, fgp, local_only_sgpr
+    from ..federated.algorithms import initial_inducing_inputs
+
+    dataset, scaler = build_dataset(settings)
+    steps = settings["rounds"] * settings["local_steps"]
+    M = settings["inducing"]
+    Z = initial_inducing_inputs(np.concatenate([X for X, _ in dataset.clients]), M, seed=settings["seed"])
+    kernel = make_kernel(settings["dataset"], scaler)
+
+    runs = {}
+    exact_settings = dict(settings, rounds=steps)
+    for mode in (settings["mode"], "exact" if settings["mode"] == "fedavg" else "fedavg"):
+        mode_settings = settings if mode == "fedavg" else exact_settings
+        runs[mode] = run_federated(mode_settings, dataset, kernel, mode, Z, logdir, progress)
+    labels = {"fedavg": "FSGP (fedavg)", "exact": "exact federated SGPR"}
+    rows = [_fsgp_row(labels[mode], result) for mode, result in runs.items()]
+
+    central = centralized_sgpr(dataset, kernel, Z, INITIAL_NOISE_VARIANCE, steps, settings["learning_rate"])
+    raw_bytes = int(sum(X.nbytes + Y.nbytes for X, Y in dataset.clients))
+    rows.append(
+        MethodResult("centralized SGPR", central.metrics["test_rmse"], central.metrics["test_nlpd"], central.seconds, raw_bytes)
+    )
+    local = local_only_sgpr(dataset, kernel, Z, INITIAL_NOISE_VARIANCE, steps, settings["learning_rate"])
+    rows.append(
+        MethodResult(
+            f"local-only SGPR (mean of {dataset.num_clients})",
+            local.metrics["test_rmse"],
+            local.metrics["test_nlpd"],
+            local.seconds,
+            0,
+        )
+    )
+    fgp_result = fgp(
+        dataset,
+        kernel,
+        INITIAL_NOISE_VARIANCE,
+        settings["rounds"],
+        settings["local_steps"],
+        settings["learning_rate"],
+        settings["client_fraction"],
+        seed=settings["seed"],
+    )
+    rows.append(
+        MethodResult(
+            "FGP (rBCM)",
+            fgp_result.metrics["test_rmse"],
+            fgp_result.metrics["test_nlpd"],
+            fgp_result.seconds,
+            _fgp_bytes(fgp_result, dataset, settings),
+        )
+    )
+    extras = {
+        "dataset": dataset,
+        "history": runs[settings["mode"]].history,
+        "models": {labels[settings["mode"]]: runs[settings["mode"]].model, "centralized SGPR": central.model},
+        "inducing": runs[settings["mode"]].model.inducing_variable.Z.numpy(),
+    }
+    return rows, extras
+
+
+def format_table(rows: List[MethodResult]) -> str:
+    """A Markdown table of the rows."""
+    lines = [
+        "| method | test RMSE | test NLPD | time (s) | bytes sent |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(f"| {r.method} | {r.rmse:.4f} | {r.nlpd:.4f} | {r.seconds:.2f} | {r.bytes_sent:,} |")
+    return "\n".join(lines)
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run the ``fsgp`` subcommand; prints a table (or JSON with ``--json``) and returns 0."""
+    settings = resolve_settings(args)
+    logdir = Path(args.logdir)
+    logdir.mkdir(parents=True, exist_ok=True)
+    from ..monitor import write_scalars
+    from ..plotting import plot_run
+
+    rows, extras = compare(settings, logdir, progress=not (args.no_progress or args.json))
+    comparison = {f"{r.method}/{k}": float(getattr(r, k)) for r in rows for k in ("rmse", "nlpd", "seconds")}
+    comparison.update({f"{r.method}/bytes_sent": float(r.bytes_sent) for r in rows})
+    write_scalars(str(logdir / "comparison"), comparison, step=settings["rounds"])
+    dataset = extras["dataset"]
+    metric = "local_bound" if settings["mode"] == "fedavg" else "bound"
+    plot = plot_run(
+        logdir / "fsgp.png",
+        extras["history"],
+        extras["models"],
+        dataset.test,
+        metric=metric,
+        title=f"FSGP on {dataset.name}: K={dataset.num_clients}, M={settings['inducing']}, mode={settings['mode']}",
+        inducing=extras["inducing"] if dataset.input_dim == 1 else None,
+    )
+    if args.json:
+        payload = {
+            "settings": settings,
+            "dataset": {
+                "name": dataset.name,
+                "num_clients": dataset.num_clients,
+                "client_sizes": list(dataset.client_sizes),
+                "input_dim": dataset.input_dim,
+                "num_test": int(dataset.test[0].shape[0]),
+            },
+            "results": [asdict(r) for r in rows],
+            "logdir": str(logdir),
+            "plot": str(plot),
+        }
+        print(json.dumps(payload, indent=2))
+    else:
+        print(f"{dataset!r}; metrics in standardized units; T = {settings['rounds'] * settings['local_steps']} steps each")
+        print(format_table(rows))
+        print(f"TensorBoard: tensorboard --logdir {logdir}    plot: {plot}")
+    return 0

@@ -1,0 +1,332 @@
+"""FedBNR: Federated Bayesian Neural Regression (thesis §3.1.3, Algorithm 1).
+
+Phase 1, kernel learning (``rounds`` rounds, phase ``"kernel"``): every asked client copies the global
+(θ, σ², λ²), takes ``local_steps`` Adam steps on its own negative BLR log marginal likelihood per point
+(eq. 3.3), and sends back its parameters. The server aggregates them
+
+* ``aggregation="fedavg"``: the N_c-weighted mean, in the unconstrained space (so σ², λ², ℓ stay positive);
+* ``aggregation="kd"``: knowledge distillation (eq. 3.4): starting from the FedAvg mean, ``kd_steps`` Adam
+  steps on ``−log p(y_kd)/N_kd + α·MSE(θ(X_kd)ᵀθ(X_kd), mean_c θ_c(X_kd)ᵀθ_c(X_kd))`` over the server-held
+  ``distillation_data``.
+
+Phase 2, exact global last layer (final phases, every client): with the global kernel fixed, each client
+sends its statistics; the server sums them (eqs. 3.5–3.6), so the returned
+:class:`~gpflow_fed.models.BayesianLinearRegression` equals the BLR on the pooled data:
+
+* ``protocol="statistics"`` (one exchange, phase ``"scatter"``): ``phi_t_phi = Φ_cᵀΦ_c [L, L]``,
+  ``phi_t_y = Φ_cᵀy_c [L, P]``, ``y_t_y [P]``, ``num_data []``;
+* ``protocol="two_step"`` (the thesis' Algorithm 1): ``"scatter"`` sends ``phi_t_phi``, ``y_t_y``,
+  ``num_data``; the server broadcasts ``A⁻¹``; ``"weights"`` sends ``w_c = σ⁻²A⁻¹Φ_cᵀy_c [L, P]`` and the
+  server sums ``w̄ = Σ_c w_c``.
+
+What leaves a client: its kernel/hyperparameter values (phase 1, the same sizes as the model), then arrays of
+sizes L×L, L×P, P and 1 — none depends on N_c, and no row of Φ_c, X_c or y_c is sent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+import gpflow
+import numpy as np
+import tensorflow as tf
+from gpflow.keras import tf_keras
+
+from ...data.dataset import FederatedDataset, validate_regression_data
+from ...kernels.urk import URK
+from ...models.bayesian_linear_regression import BayesianLinearRegression, blr_statistics
+from ..algorithm import Aggregate, Algorithm, FederationInfo
+from ..client import Client
+from ..messages import Message
+from ..state import SharedState
+from .distillation import distillation_loss, mean_client_gram
+
+__all__ = ["FedBNR", "FedBNRState", "fedbnr_shared_state"]
+
+AGGREGATIONS = ("fedavg", "kd")
+PROTOCOLS = ("statistics", "two_step")
+
+
+def _keras_paths(kernel: gpflow.kernels.Kernel) -> Dict[str, str]:
+    paths = {}
+    for name in ("feature_extractor", "distribution_shifter"):
+        if isinstance(getattr(kernel, name, None), tf_keras.layers.Layer):
+            paths[f"kernel.{name}"] = f"kernel.{name}"
+    feature_map = getattr(kernel, "feature_map", None)
+    if isinstance(getattr(feature_map, "function", None), tf_keras.layers.Layer):
+        paths["kernel.feature_map.function"] = "kernel.feature_map.function"
+    return paths
+
+
+def fedbnr_shared_state(model: BayesianLinearRegression) -> SharedState:
+    """The wire map of FedBNR's phase 1: every public trainable GPflow parameter of ``model`` (kernel
+    hyperparameters, σ², λ²) plus each ``tf_keras`` network of the kernel under one stable key
+    (``"kernel.feature_extractor"``, ``"kernel.distribution_shifter"``, ``"kernel.feature_map.function"``)."""
+    keras = _keras_paths(model.kernel)
+    try:
+        params = SharedState.from_module(model, exclude=tuple(keras)).paths
+    except ValueError:  # every GPflow parameter frozen: only the networks are shared
+        params = {}
+    return SharedState({**params, **keras}, space="unconstrained")
+
+
+@dataclass(frozen=True)
+class FedBNRState:
+    """The server's state: the global shared values and, after phase 2, the summed statistics.
+
+    :param values: wire key → unconstrained value of the global kernel, σ² and λ².
+    :param statistics: ``{phi_t_phi, phi_t_y, y_t_y, num_data}`` summed over clients (after ``"scatter"``).
+    :param a_inverse: ``A⁻¹`` (two-step protocol, broadcast in ``"weights"``).
+    """
+
+    values: Mapping[str, np.ndarray]
+    statistics: Optional[Mapping[str, np.ndarray]] = None
+    a_inverse: Optional[np.ndarray] = None
+
+
+def _positive(value: Any, what: str) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{what} must be a number, got {type(value).__name__}") from exc
+    if not (np.isfinite(v) and v > 0):
+        raise ValueError(f"{what} must be positive, got {value!r}")
+    return v
+
+
+def _count(value: Any, what: str, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{what} must be an integer ≥ {minimum}, got {value!r}")
+    return int(value)
+
+
+class FedBNR(Algorithm):
+    """Federated Bayesian Neural Regression: a global GP with a URK kernel, in two phases.
+
+    :param kernel: the template :class:`~gpflow_fed.kernels.URK` (copied for the server and every client; its
+        seed makes every party's random features identical).
+    :param noise_variance: initial σ² > 0.
+    :param prior_variance: initial λ² > 0.
+    :param rounds: phase-1 rounds R (0: no kernel learning; phase 2 alone equals the pooled BLR).
+    :param local_steps: Adam steps per client per round (≥ 1).
+    :param aggregation: ``"fedavg"`` or ``"kd"`` (then ``distillation_data`` is required).
+    :param distillation_data: the server's ``(X_kd, y_kd)`` for ``"kd"``.
+    :param alpha: α ≥ 0 of eq. 3.4.
+    :param kd_steps: server Adam steps per round for ``"kd"``.
+    :param learning_rate: Adam step size of clients and server.
+    :param protocol: ``"statistics"`` or ``"two_step"`` (see the module docstring).
+    :param client_fraction: ρ of the phase-1 rounds (phase 2 always asks every client).
+    :param compile: wrap the local and distillation steps in ``tf.function``.
+    """
+
+    name = "fedbnr"
+
+    def __init__(
+        self,
+        kernel: URK,
+        noise_variance: float = 1.0,
+        prior_variance: float = 1.0,
+        rounds: int = 10,
+        local_steps: int = 10,
+        aggregation: str = "fedavg",
+        distillation_data: Optional[Tuple[Any, Any]] = None,
+        alpha: float = 1.0,
+        kd_steps: int = 10,
+        learning_rate: float = 0.01,
+        protocol: str = "statistics",
+        client_fraction: float = 1.0,
+        compile: bool = True,
+    ) -> None:
+        super().__init__(rounds, client_fraction)
+        if not isinstance(kernel, URK):
+            raise TypeError(f"kernel must be a gpflow_fed.kernels.URK, got {type(kernel).__name__}")
+        if aggregation not in AGGREGATIONS:
+            raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
+        if protocol not in PROTOCOLS:
+            raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
+        self.noise_variance = _positive(noise_variance, "noise_variance")
+        self.prior_variance = _positive(prior_variance, "prior_variance")
+        self.learning_rate = _positive(learning_rate, "learning_rate")
+        try:
+            alpha = float(alpha)
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"alpha must be a number, got {type(alpha).__name__}") from exc
+        if not (np.isfinite(alpha) and alpha >= 0):
+            raise ValueError(f"alpha must be non-negative (the weight of the distillation MSE), got {alpha!r}")
+        self.alpha = alpha
+        self.local_steps = _count(local_steps, "local_steps", 1)
+        self.kd_steps = _count(kd_steps, "kd_steps", 1)
+        if aggregation == "kd" and distillation_data is None:
+            raise ValueError('aggregation="kd" needs distillation_data=(X_kd, y_kd) held by the server')
+        if distillation_data is not None:
+            distillation_data = validate_regression_data(distillation_data[0], distillation_data[1], "distillation_data")
+            if distillation_data[0].shape[1] != kernel.input_dim:
+                raise ValueError(
+                    f"distillation_data has {distillation_data[0].shape[1]} input columns, the kernel expects {kernel.input_dim}"
+                )
+        self.kernel = kernel
+        self.aggregation_method = aggregation
+        self.distillation_data = distillation_data
+        self.protocol = protocol
+        self.compile = bool(compile)
+        self._template = BayesianLinearRegression(
+            (np.zeros((1, kernel.input_dim)), np.zeros((1, 1))), gpflow.utilities.deepcopy(kernel),
+            self.noise_variance, self.prior_variance,
+        )
+        self.shared = fedbnr_shared_state(self._template)
+        self._kd_model: Optional[BayesianLinearRegression] = None
+        self._kd_scratch: List[gpflow.kernels.Kernel] = []
+        self._kd_step: Any = None
+
+    # --- configuration -------------------------------------------------------------------------------
+    def validate(self, dataset: FederatedDataset) -> None:
+        if dataset.input_dim != self.kernel.input_dim:
+            raise ValueError(f"the dataset has D={dataset.input_dim} inputs, the kernel expects input_dim={self.kernel.input_dim}")
+        if self.distillation_data is not None and self.distillation_data[1].shape[1] != dataset.output_dim:
+            raise ValueError(
+                f"distillation_data has P={self.distillation_data[1].shape[1]} outputs, the clients have {dataset.output_dim}"
+            )
+
+    def phases(self, round: int) -> Tuple[str, ...]:
+        return ("kernel",)
+
+    def final_phases(self) -> Tuple[str, ...]:
+        return ("scatter",) if self.protocol == "statistics" else ("scatter", "weights")
+
+    def aggregation(self, phase: str) -> str:
+        if phase == "kernel":
+            return "collect" if self.aggregation_method == "kd" else "mean"
+        return "sum"
+
+    def initial_state(self, info: FederationInfo) -> FedBNRState:
+        if self.aggregation_method == "kd":
+            X_kd, Y_kd = self.distillation_data  # type: ignore[misc]
+            self._kd_model = BayesianLinearRegression(
+                (X_kd, Y_kd), gpflow.utilities.deepcopy(self.kernel), self.noise_variance, self.prior_variance
+            )
+            self._kd_scratch = []
+            optimizer = tf_keras.optimizers.Adam(learning_rate=self.learning_rate)
+            kd_model = self._kd_model
+            self._kd_step = self._make_step(kd_model, optimizer, lambda target: distillation_loss(kd_model, target, self.alpha))
+        return FedBNRState(values=self.shared.read(self._template))
+
+    def _make_step(self, model: BayesianLinearRegression, optimizer: Any, loss_fn: Any) -> Any:
+        variables = model.trainable_variables
+
+        def step(*args: tf.Tensor) -> tf.Tensor:
+            with tf.GradientTape() as tape:
+                loss = loss_fn(*args)
+            grads = tape.gradient(loss, variables)
+            optimizer.apply_gradients(
+                [(g, v) for g, v in zip(grads, variables) if g is not None]
+            )
+            return loss
+
+        return tf.function(step, autograph=False) if self.compile else step
+
+    def setup_client(self, client: Client, state: FedBNRState) -> None:
+        model = BayesianLinearRegression(
+            client.data, gpflow.utilities.deepcopy(self.kernel), self.noise_variance, self.prior_variance
+        )
+        client.model = model
+        client.optimizer = tf_keras.optimizers.Adam(learning_rate=self.learning_rate)
+        num_data = float(client.num_data)
+        client.state["step"] = self._make_step(model, client.optimizer, lambda: -model.log_marginal_likelihood() / num_data)
+
+    # --- the round -----------------------------------------------------------------------------------
+    def broadcast(self, state: FedBNRState, round: int, phase: str) -> Mapping[str, np.ndarray]:
+        if phase == "weights":
+            return {"a_inverse": state.a_inverse}  # type: ignore[dict-item]
+        return dict(state.values)
+
+    def client_update(self, client: Client, broadcast: Message) -> Message:
+        model: BayesianLinearRegression = client.model
+        if broadcast.phase == "kernel":
+            self.shared.assign(model, dict(broadcast.arrays))
+            step = client.state["step"]
+            for _ in range(self.local_steps):
+                loss = step()
+            return self.reply(
+                client, broadcast, self.shared.read(model), weight=client.num_data,
+                metrics={"neg_log_marginal_likelihood_per_point": float(loss)},
+            )
+        X, Y = client.data
+        if broadcast.phase == "scatter":
+            self.shared.assign(model, dict(broadcast.arrays))
+            stats = {k: v.numpy() for k, v in blr_statistics(model.kernel.features(X), Y).items()}
+            if self.protocol == "two_step":
+                del stats["phi_t_y"]
+            return self.reply(client, broadcast, stats)
+        if broadcast.phase == "weights":
+            phi_t_y = tf.linalg.matmul(model.kernel.features(X), tf.constant(Y), transpose_a=True)
+            w_c = tf.linalg.matmul(tf.constant(broadcast["a_inverse"]), phi_t_y) / model.likelihood.variance
+            return self.reply(client, broadcast, {"w_mean": w_c.numpy()})
+        raise ValueError(f"unknown FedBNR phase {broadcast.phase!r}")
+
+    def server_update(self, state: FedBNRState, aggregate: Aggregate) -> FedBNRState:
+        if aggregate.phase == "kernel":
+            if self.aggregation_method == "fedavg":
+                return replace(state, values={k: np.array(v) for k, v in aggregate.arrays.items()})
+            return replace(state, values=self._distil(aggregate))
+        if aggregate.phase == "scatter":
+            stats = {k: np.array(v) for k, v in aggregate.arrays.items()}
+            a_inverse = None
+            if self.protocol == "two_step":
+                model = self._server_model(state.values, None)
+                noise = model.likelihood.variance
+                prior = model.prior_variance
+                eye = tf.eye(stats["phi_t_phi"].shape[0], dtype=gpflow.default_float())
+                chol_A = tf.linalg.cholesky(tf.constant(stats["phi_t_phi"]) / noise + eye / prior)
+                a_inverse = tf.linalg.cholesky_solve(chol_A, eye).numpy()
+            return replace(state, statistics=stats, a_inverse=a_inverse)
+        if aggregate.phase == "weights":
+            # Φᵀy = σ² A w̄ (eq. 3.6), so the model below is the same BLR as with the one-step protocol.
+            model = self._server_model(state.values, None)
+            noise = float(model.likelihood.variance.numpy())
+            A = np.linalg.inv(state.a_inverse)
+            stats = dict(state.statistics or {})
+            stats["phi_t_y"] = noise * A @ np.asarray(aggregate["w_mean"])
+            return replace(state, statistics=stats)
+        raise ValueError(f"unknown FedBNR phase {aggregate.phase!r}")
+
+    def _distil(self, aggregate: Aggregate) -> Dict[str, np.ndarray]:
+        """Eq. 3.4: start from the FedAvg mean of the collected client values, then distil on (X_kd, y_kd)."""
+        messages = aggregate.messages or ()
+        weights = np.array([m.weight for m in messages], dtype=float)
+        mean = {k: sum(w * np.asarray(m[k]) for w, m in zip(weights, messages)) / weights.sum() for k in messages[0].arrays}
+        while len(self._kd_scratch) < len(messages):
+            self._kd_scratch.append(
+                BayesianLinearRegression(
+                    (np.zeros((1, self.kernel.input_dim)), np.zeros((1, 1))), gpflow.utilities.deepcopy(self.kernel)
+                )
+            )
+        X_kd = tf.constant(self.distillation_data[0])  # type: ignore[index]
+        for scratch, message in zip(self._kd_scratch, messages):
+            self.shared.assign(scratch, dict(message.arrays))
+        target = mean_client_gram([s.kernel for s in self._kd_scratch[: len(messages)]], X_kd)
+        self.shared.assign(self._kd_model, mean)
+        for _ in range(self.kd_steps):
+            self._kd_step(target)
+        return self.shared.read(self._kd_model)
+
+    def _server_model(self, values: Mapping[str, np.ndarray], statistics: Optional[Mapping[str, Any]]) -> BayesianLinearRegression:
+        self.shared.assign(self._template, dict(values))
+        if statistics is None:
+            return self._template
+        model = BayesianLinearRegression.from_statistics(
+            statistics,
+            gpflow.utilities.deepcopy(self._template.kernel),
+            float(self._template.likelihood.variance.numpy()),
+            float(self._template.prior_variance.numpy()),
+        )
+        return model
+
+    def result(self, state: FedBNRState) -> BayesianLinearRegression:
+        """The global BLR from the server state alone (the summed statistics and the global kernel)."""
+        if state.statistics is None or "phi_t_y" not in state.statistics:
+            raise ValueError("FedBNR.result needs the phase-2 statistics; run the final phases first")
+        return self._server_model(state.values, state.statistics)
+
+    def copy_state(self, state: FedBNRState) -> FedBNRState:
+        return replace(state, values={k: np.array(v) for k, v in state.values.items()})

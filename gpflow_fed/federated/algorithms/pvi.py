@@ -1,0 +1,424 @@
+"""PVI for sparse GPs with a distribution over inducing inputs and DPO factors (paper Alg. 2; spec §3).
+
+What crosses the network (per client update; ``H = D + 2`` hyperparameters, or ``D + 1`` for a
+non-Gaussian likelihood; arrays absent when the corresponding quantity is not learned):
+
+====================  ==============================================  ===================================
+direction             arrays                                          size (floats)
+====================  ==============================================  ===================================
+server → client       ``versions`` (accepted updates per client)      K
+                      ``qZ_nu, qZ_lam`` (q(Z), "distribution")        2MD
+                      ``Z`` ("fixed" / "fedavg")                      MD
+                      ``qrho_nu, qrho_lam`` (q(log β))                2H
+                      DPO: ``V, m, s, sizes`` (other clients' sets)   Σ_{j≠k} M_j (D + 2) + K
+                      CPO: ``eta, Lam`` (Σ_j natural params on u)     M + M(M+1)/2
+client → server       ``dZ_nu, dZ_lam`` (Δ natural params of q(Z))    2MD
+                      ``Z`` ("fedavg": the locally moved Z_k)         MD
+                      ``drho_nu, drho_lam``                           2H
+                      DPO: ``V, m, s`` (the new pseudo-set)           M_k (D + 2)
+                      CPO: ``d_eta, d_Lam`` (Δ natural params on u)   M + M(M+1)/2
+====================  ==============================================  ===================================
+
+**Privacy:** DPO pseudo-inputs ``V_k`` leave the client; they are initialised at a random subset of the
+client's own inputs (``pseudo_init="data"``, the default) and may stay close to them. Use
+``pseudo_init="prior"`` (N(0, I) draws) to avoid starting from real inputs.
+"""
+
+from __future__ import annotations
+
+import copy
+import warnings
+from dataclasses import dataclass, field, replace
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+import gpflow
+import numpy as np
+import tensorflow as tf
+
+from ..algorithm import Aggregate, Algorithm, FederationInfo
+from ..client import Client
+from ..messages import Message
+from .pvi_factors import NaturalGaussian, pack_lower, unpack_lower
+from .pvi_local import S_FLOOR, LocalProblem, stack_sets
+from .pvi_model import PVIPosteriorModel
+from .pvi_objective import HyperModel, PseudoSets
+
+PARAMETERISATIONS = ("dpo", "cpo")
+SCHEDULES = ("sequential", "synchronous")
+INDUCING_MODES = ("distribution", "fixed", "fedavg")
+
+
+@dataclass
+class PVIState:
+    """The server state (spec §3.1): accepted-update counters, global q(Z)/q(log β) in natural parameters
+    (or a point Z), every client's DPO pseudo-set (or the summed CPO natural parameters over u)."""
+
+    versions: np.ndarray
+    qZ: Optional[NaturalGaussian]
+    Z: np.ndarray
+    qrho: Optional[NaturalGaussian]
+    sets: Dict[str, Dict[str, np.ndarray]] = field(default_factory=dict)
+    eta: Optional[np.ndarray] = None
+    Lam: Optional[np.ndarray] = None
+    rejected: int = 0
+
+
+def _inducing_init(inducing_variable: Any) -> tuple:
+    from ...inducing_variables import GaussianInducingPoints
+
+    if isinstance(inducing_variable, GaussianInducingPoints):
+        return inducing_variable.Z_mean.numpy(), inducing_variable.Z_var.numpy()
+    if isinstance(inducing_variable, gpflow.inducing_variables.InducingPoints):
+        return inducing_variable.Z.numpy(), None
+    Z = np.asarray(inducing_variable, dtype=gpflow.default_float())
+    if Z.ndim != 2 or not np.all(np.isfinite(Z)):
+        raise ValueError("inducing_variable must be a finite [M, D] array, InducingPoints or GaussianInducingPoints")
+    return Z, None
+
+
+class PVI(Algorithm):
+    """Partitioned variational inference for a sparse GP with q(Z) and DPO (or CPO) u-factors.
+
+    Each client update maximises the local free energy (paper eq. 7, α-scaled Z-KL; spec §2.1) over its own
+    u-factor, q(Z) and q(log β) by Adam with early stopping; the new Z/β factors come by division, and the
+    server adds ``(1 − damping)·Δ`` to the global natural parameters (spec §3.2–3.4). A communication is one
+    client update: the sequential schedule asks client ``r mod K`` in round r; the synchronous one asks every
+    sampled client and sums their deltas. A synchronous update that would make q(Z) or q(log β) improper
+    (a non-positive precision) is rejected: the state is kept and a warning issued. A cavity with a
+    non-positive precision is clipped to 1e-6 on the client (spec P5), counted in the ``cavity_clipped`` metric.
+
+    Damping applies to the natural parameters of the Z, β and CPO u-factors; DPO pseudo-sets are replaced.
+
+    :param kernel: SE-ARD ``gpflow.kernels.SquaredExponential`` when hyperparameters are learned (its values
+        initialise the mean of q(log β)); any GPflow kernel otherwise.
+    :param inducing_variable: the initial Z ``[M, D]`` (array or ``InducingPoints``) or a
+        ``GaussianInducingPoints`` (initial mean and variance of q(Z)).
+    :param likelihood: any GPflow likelihood (Gaussian: closed-form ELL and learned noise).
+    :param parameterisation: ``"dpo"`` (paper eq. 12) or ``"cpo"`` (paper §5.1, full S_k).
+    :param schedule: ``"sequential"`` (paper Alg. 2) or ``"synchronous"``.
+    :param rounds: number of communications.
+    :param damping: δ ∈ [0, 1); the server applies ρ = 1 − δ of each delta (spec §3.3).
+    :param alpha: α ∈ [0, 1], the weight of the Z-KL (paper eq. 14; 0.1 in the paper).
+    :param learn_inducing: ``"distribution"`` (q(Z)), ``"fixed"`` (Z fixed, spec §6.2) or ``"fedavg"``
+        (paper Alg. 1: point Z, J joint steps, server averages Z weighted by N_k/N).
+    :param learn_hyperparameters: log-normal q(β) with LogNormal(0, 1) priors (spec §1.2); else fixed.
+    :param pseudo_fraction, max_pseudo: M_k = min(⌊pseudo_fraction·N_k⌋, max_pseudo) (paper §6.2: 0.8, 500).
+    :param local_steps, patience: Adam step cap and early-stopping patience per client update (spec §5).
+    :param fedavg_steps: J of Alg. 1.
+    :param local_solver: ``"auto"`` solves the conjugate case (Gaussian likelihood, fixed Z and β, CPO, or
+        DPO with M_k = N_k) exactly; ``"adam"`` always optimises.
+    """
+
+    name = "pvi"
+
+    def __init__(
+        self,
+        kernel: gpflow.kernels.Kernel,
+        inducing_variable: Any,
+        likelihood: gpflow.likelihoods.Likelihood,
+        parameterisation: str = "dpo",
+        schedule: str = "sequential",
+        rounds: int = 100,
+        damping: float = 0.0,
+        alpha: float = 0.1,
+        learn_inducing: str = "distribution",
+        learn_hyperparameters: bool = True,
+        *,
+        client_fraction: float = 1.0,
+        pseudo_fraction: float = 0.8,
+        max_pseudo: int = 500,
+        pseudo_init: str = "data",
+        init_Z_var: float = 0.01,
+        init_rho_var: float = 0.01,
+        init_S: float = 1e-2,
+        num_samples: int = 1,
+        num_predict_samples: int = 100,
+        learning_rate: float = 1e-2,
+        local_steps: int = 5000,
+        patience: int = 50,
+        fedavg_steps: int = 1000,
+        local_solver: str = "auto",
+        jitter: float = 1e-6,
+    ) -> None:
+        super().__init__(rounds, client_fraction)
+        checks = [
+            (parameterisation in PARAMETERISATIONS, f"parameterisation must be one of {PARAMETERISATIONS}, got {parameterisation!r}"),
+            (schedule in SCHEDULES, f"schedule must be one of {SCHEDULES}, got {schedule!r}"),
+            (learn_inducing in INDUCING_MODES, f"learn_inducing must be one of {INDUCING_MODES}, got {learn_inducing!r}"),
+            (0.0 <= float(damping) < 1.0, f"damping must lie in [0, 1) (0 = no damping), got {damping}"),
+            (0.0 <= float(alpha) <= 1.0, f"alpha must lie in [0, 1], got {alpha}"),
+            (0.0 < float(pseudo_fraction) <= 1.0, f"pseudo_fraction must lie in (0, 1], got {pseudo_fraction}"),
+            (int(max_pseudo) >= 1, f"max_pseudo (the cap on M_k) must be ≥ 1, got {max_pseudo}"),
+            (pseudo_init in ("data", "prior"), f"pseudo_init must be 'data' or 'prior', got {pseudo_init!r}"),
+            (min(init_Z_var, init_rho_var, init_S) > 0, "init_Z_var, init_rho_var and init_S must be positive"),
+            (min(num_samples, num_predict_samples, local_steps, patience, fedavg_steps) >= 1, "sample counts and step counts must be ≥ 1"),
+            (learning_rate > 0 and jitter > 0, "learning_rate and jitter must be positive"),
+            (local_solver in ("auto", "adam"), f"local_solver must be 'auto' or 'adam', got {local_solver!r}"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(message)
+        if not isinstance(kernel, gpflow.kernels.Kernel):
+            raise TypeError(f"kernel must be a gpflow Kernel, got {type(kernel).__name__}")
+        if not isinstance(likelihood, gpflow.likelihoods.Likelihood):
+            raise TypeError(f"likelihood must be a gpflow Likelihood, got {type(likelihood).__name__}")
+        if learn_hyperparameters and not isinstance(kernel, gpflow.kernels.SquaredExponential):
+            raise TypeError("learn_hyperparameters=True needs a gpflow.kernels.SquaredExponential (SE-ARD) kernel")
+        self.Z0, Z0_var = _inducing_init(inducing_variable)
+        self.Z0_var = np.full_like(self.Z0, init_Z_var) if Z0_var is None else Z0_var
+        self.kernel, self.likelihood = kernel, likelihood
+        self.parameterisation, self.schedule, self.learn_inducing = parameterisation, schedule, learn_inducing
+        self.rho_step = 1.0 - float(damping)
+        self.damping, self.alpha = float(damping), float(alpha)
+        self.learn_hyperparameters = bool(learn_hyperparameters)
+        self.pseudo_fraction, self.max_pseudo, self.pseudo_init = float(pseudo_fraction), int(max_pseudo), pseudo_init
+        self.init_rho_var, self.init_S = float(init_rho_var), float(init_S)
+        self.num_samples, self.num_predict_samples = int(num_samples), int(num_predict_samples)
+        self.learning_rate, self.local_steps, self.patience = float(learning_rate), int(local_steps), int(patience)
+        self.fedavg_steps, self.local_solver, self.jitter = int(fedavg_steps), local_solver, float(jitter)
+        self.hyper = HyperModel(kernel, likelihood, self.Z0.shape[1], self.learn_hyperparameters)
+
+    # --- configuration -------------------------------------------------------------------------------
+    def num_pseudo(self, num_data: int) -> int:
+        """M_k = min(⌊pseudo_fraction·N_k⌋, max_pseudo) (paper §6.2)."""
+        return min(int(np.floor(self.pseudo_fraction * num_data)), self.max_pseudo)
+
+    def validate(self, dataset: Any) -> None:
+        if dataset.output_dim != 1:
+            raise ValueError(f"PVI is single-output: Y must have one column, got P = {dataset.output_dim}")
+        if dataset.input_dim != self.Z0.shape[1]:
+            raise ValueError(f"inducing inputs have D = {self.Z0.shape[1]} but the data have D = {dataset.input_dim}")
+        for k, n in enumerate(dataset.client_sizes):
+            if self.num_pseudo(n) < 1:
+                raise ValueError(
+                    f"client {k} has N_k = {n}: M_k = ⌊{self.pseudo_fraction}·N_k⌋ < 1 pseudo-point; "
+                    "raise pseudo_fraction or merge small clients"
+                )
+
+    def select_clients(self, round: int, client_ids: Sequence[str], rng: np.random.Generator) -> List[str]:
+        if self.schedule == "sequential":
+            return [client_ids[round % len(client_ids)]]
+        return super().select_clients(round, client_ids, rng)
+
+    def aggregation(self, phase: str) -> str:
+        return "collect"
+
+    def copy_state(self, state: PVIState) -> PVIState:
+        return copy.deepcopy(state)
+
+    def _conjugate(self, num_data: int) -> bool:
+        return (
+            self.local_solver == "auto"
+            and isinstance(self.likelihood, gpflow.likelihoods.Gaussian)
+            and not self.learn_hyperparameters
+            and self.learn_inducing == "fixed"
+            and (self.parameterisation == "cpo" or self.num_pseudo(num_data) == num_data)
+        )
+
+    # --- server --------------------------------------------------------------------------------------
+    def initial_state(self, info: FederationInfo) -> PVIState:
+        self._ids = list(info.client_ids)
+        self._sizes = dict(info.client_sizes)
+        self._N = float(info.num_data)
+        M, D = self.Z0.shape
+        H = self.hyper.num_hyper
+        state = PVIState(
+            versions=np.zeros(len(self._ids), dtype=np.int64),
+            qZ=NaturalGaussian.standard((M, D)) if self.learn_inducing == "distribution" else None,
+            Z=self.Z0.copy(),
+            qrho=NaturalGaussian.standard((H,)) if H else None,
+        )
+        if self.parameterisation == "cpo":
+            state.eta, state.Lam = np.zeros((M, 1)), np.zeros((M, M))
+        return state
+
+    def broadcast(self, state: PVIState, round: int, phase: str) -> Mapping[str, np.ndarray]:
+        arrays: Dict[str, np.ndarray] = {"versions": state.versions}
+        if state.qZ is not None:
+            arrays.update(qZ_nu=state.qZ.nu, qZ_lam=state.qZ.lam)
+        else:
+            arrays["Z"] = state.Z
+        if state.qrho is not None:
+            arrays.update(qrho_nu=state.qrho.nu, qrho_lam=state.qrho.lam)
+        if self.parameterisation == "dpo":
+            skip = self._ids[round % len(self._ids)] if self.schedule == "sequential" else None
+            included = [cid for cid in self._ids if cid in state.sets and cid != skip]
+            arrays.update(stack_sets([state.sets[c] for c in included], self.Z0.shape[1]))
+            arrays["sizes"] = np.array([state.sets[c]["m"].shape[0] if c in included else 0 for c in self._ids], dtype=np.int64)
+        else:
+            arrays.update(eta=state.eta, Lam=pack_lower(state.Lam))
+        return arrays
+
+    def server_update(self, state: PVIState, aggregate: Aggregate) -> PVIState:
+        messages = aggregate.messages or ()
+        qZ, qrho = state.qZ, state.qrho
+        for msg in messages:
+            if qZ is not None:
+                qZ = qZ + NaturalGaussian(msg["dZ_nu"], msg["dZ_lam"]).scale(self.rho_step)
+            if qrho is not None:
+                qrho = qrho + NaturalGaussian(msg["drho_nu"], msg["drho_lam"]).scale(self.rho_step)
+        improper = [name for name, q in (("q(Z)", qZ), ("q(log β)", qrho)) if q is not None and not q.is_proper]
+        if improper:
+            warnings.warn(
+                f"round {aggregate.round}: rejected the update of {list(aggregate.senders)}: it makes {', '.join(improper)} "
+                "improper (non-positive precision); increase damping (e.g. 1 − 1/K) or use the sequential schedule",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return replace(state, rejected=state.rejected + 1)
+        new = replace(state, versions=state.versions.copy(), qZ=qZ, qrho=qrho, sets=dict(state.sets), Z=state.Z.copy())
+        M = self.Z0.shape[0]
+        for msg in messages:
+            if self.parameterisation == "dpo":
+                new.sets[msg.sender] = {k: np.array(msg[k]) for k in ("V", "m", "s")}
+            else:
+                new.eta = new.eta + self.rho_step * msg["d_eta"]
+                new.Lam = new.Lam + self.rho_step * unpack_lower(msg["d_Lam"], M)
+            if self.learn_inducing == "fedavg":
+                new.Z = new.Z + self._sizes[msg.sender] / self._N * (msg["Z"] - state.Z)
+            new.versions[self._ids.index(msg.sender)] += 1
+        return new
+
+    def round_metrics(self, state: PVIState, aggregates: Sequence[Aggregate]) -> Dict[str, float]:
+        out = super().round_metrics(state, aggregates)
+        out["rejected_updates"] = float(state.rejected)
+        return out
+
+    def result(self, state: PVIState) -> PVIPosteriorModel:
+        if self.parameterisation == "dpo":
+            stacked = stack_sets([state.sets[c] for c in self._ids if c in state.sets], self.Z0.shape[1])
+            sets = [PseudoSets(**{k: tf.constant(v) for k, v in stacked.items()})]
+        else:
+            sets = [PseudoSets(eta=tf.constant(state.eta), Lam=tf.constant(state.Lam))]
+        Z, Z_var = (state.Z, None) if state.qZ is None else state.qZ.moments()
+        rho = None if state.qrho is None else state.qrho.moments()
+        return PVIPosteriorModel(
+            self.hyper, sets, Z, Z_var, rho, alpha=self.alpha, num_samples=self.num_predict_samples, jitter=self.jitter
+        )
+
+    # --- client --------------------------------------------------------------------------------------
+    def setup_client(self, client: Client, state: PVIState) -> None:
+        M, D = self.Z0.shape
+        client.state.update(
+            num_pseudo=self.num_pseudo(client.num_data), factor=None, counter=0, jitter=self.jitter,
+            version=0, pending=None,
+            tZ=NaturalGaussian.unit((M, D)), trho=NaturalGaussian.unit((self.hyper.num_hyper,)),
+            t_eta=np.zeros((M, 1)), t_Lam=np.zeros((M, M)),
+        )
+
+    def local_problem(self, num_pseudo: int) -> LocalProblem:
+        """The worker shared by every client with M_k = ``num_pseudo`` (one compiled step per shape signature,
+        reused across clients and rounds; see :class:`~.pvi_local.LocalProblem`)."""
+        key = num_pseudo if self.parameterisation == "dpo" else 0
+        workers = self.__dict__.setdefault("_workers", {})
+        if key not in workers:
+            workers[key] = LocalProblem(
+                self.hyper, self.Z0.shape[1], M=self.Z0.shape[0], num_pseudo=num_pseudo,
+                mode="distribution" if self.learn_inducing == "distribution" else "point",
+                param=self.parameterisation, alpha=self.alpha, num_samples=self.num_samples,
+                learning_rate=self.learning_rate,
+            )
+        return workers[key]
+
+    def client_update(self, client: Client, broadcast: Message) -> Message:
+        st, idx = client.state, self._ids.index(client.id)
+        if st["factor"] is None:
+            st["factor"] = self._init_factor(client)
+        problem = self.local_problem(st["num_pseudo"])
+        problem.load(client.data, st["factor"], seed=client.seed, counter=st["counter"], jitter=st["jitter"])
+        versions = broadcast["versions"]
+        pending = st["pending"]
+        if pending is not None and versions[idx] == pending["version"]:
+            st.update(pending)
+        st["pending"] = None
+        clipped = 0
+        # cavities over Z and log β (spec §2.1): q / t_k^old in natural parameters
+        qZ = NaturalGaussian(broadcast["qZ_nu"], broadcast["qZ_lam"]) if "qZ_nu" in broadcast.arrays else None
+        qrho = NaturalGaussian(broadcast["qrho_nu"], broadcast["qrho_lam"]) if "qrho_nu" in broadcast.arrays else None
+        first = int(np.sum(versions)) == 0
+        if qZ is not None:
+            cav, n = (qZ - st["tZ"]).clipped()
+            clipped += n
+            problem.cavZ_nu.assign(cav.nu), problem.cavZ_lam.assign(cav.lam)
+            mean, var = (self.Z0, self.Z0_var) if first else qZ.moments()
+            problem.Z_mean.assign(mean), problem.Z_logvar.assign(np.log(var))
+        else:
+            problem.Z_mean.assign(broadcast["Z"])
+        if qrho is not None:
+            cav, n = (qrho - st["trho"]).clipped()
+            clipped += n
+            problem.cavR_nu.assign(cav.nu), problem.cavR_lam.assign(cav.lam)
+            mean, var = (self.hyper.initial_log_beta(), np.full(qrho.nu.shape, self.init_rho_var)) if first else qrho.moments()
+            problem.rho_mean.assign(mean), problem.rho_logvar.assign(np.log(var))
+        # cavity over u: every other client's factor
+        if self.parameterisation == "dpo":
+            sizes = broadcast["sizes"]
+            start = int(np.sum(sizes[:idx]))
+            keep = np.ones(int(np.sum(sizes)), dtype=bool)
+            keep[start : start + int(sizes[idx])] = False
+            others = {k: broadcast[k][keep] for k in ("V", "m", "s")}
+            # clients not yet heard from contribute t ≡ 1 (the cavity variables have a dynamic size)
+            problem.set_cavity_sets(others)
+        else:
+            problem.set_cavity_sets({"eta": broadcast["eta"] - st["t_eta"], "Lam": unpack_lower(broadcast["Lam"], self.Z0.shape[0]) - st["t_Lam"]})
+        # local optimisation
+        steps, free_energy = 0, float("nan")
+        if self._conjugate(client.num_data):
+            factor = self._conjugate_factor(client, problem)
+        else:
+            which = "all" if self.learn_inducing == "distribution" else "factor"
+            free_energy, steps = problem.fit(which, self.local_steps, self.patience)
+            if self.learn_inducing == "fedavg":
+                free_energy, joint = problem.fit("joint", self.fedavg_steps, self.fedavg_steps + 1)
+                steps += joint
+            factor = problem.own_factor_arrays()
+        st.update(factor=problem.snapshot(), counter=int(problem.counter.numpy()), jitter=float(problem.jitter.numpy()))
+        st["q_moments"] = {"Z": problem.q_Z_moments(), "rho": problem.q_rho_moments()}
+        arrays: Dict[str, np.ndarray] = {}
+        new_state: Dict[str, Any] = {"version": int(versions[idx]) + 1}
+        if qZ is not None:
+            delta = NaturalGaussian.from_moments(*problem.q_Z_moments()) - qZ
+            arrays.update(dZ_nu=delta.nu, dZ_lam=delta.lam)
+            new_state["tZ"] = st["tZ"] + delta.scale(self.rho_step)
+        if self.learn_inducing == "fedavg":
+            arrays["Z"] = problem.Z_mean.numpy()
+        if qrho is not None:
+            delta = NaturalGaussian.from_moments(*problem.q_rho_moments()) - qrho
+            arrays.update(drho_nu=delta.nu, drho_lam=delta.lam)
+            new_state["trho"] = st["trho"] + delta.scale(self.rho_step)
+        if self.parameterisation == "dpo":
+            arrays.update(factor)
+        else:
+            d_eta, d_Lam = factor["eta"] - st["t_eta"], factor["Lam"] - st["t_Lam"]
+            arrays.update(d_eta=d_eta, d_Lam=pack_lower(0.5 * (d_Lam + d_Lam.T)))
+            new_state.update(t_eta=st["t_eta"] + self.rho_step * d_eta, t_Lam=st["t_Lam"] + self.rho_step * d_Lam)
+        st["pending"] = new_state
+        metrics = {"local_steps": float(steps), "cavity_clipped": float(clipped)}
+        if np.isfinite(free_energy):  # not computed by the conjugate solver
+            metrics["free_energy"] = free_energy
+        return self.reply(client, broadcast, arrays, weight=float(client.num_data), metrics=metrics)
+
+    def _init_factor(self, client: Client) -> Dict[str, np.ndarray]:
+        """Initial own factor (spec §5): m = 0, S = init_S·I; DPO V_k = a random subset of X_k (or N(0, I))."""
+        M, D = self.Z0.shape
+        if self.parameterisation == "dpo":
+            Mk = self.num_pseudo(client.num_data)
+            X = client.data[0]
+            V = X[client.rng.choice(X.shape[0], size=Mk, replace=False)] if self.pseudo_init == "data" else client.rng.standard_normal((Mk, D))
+            return {"V": np.array(V), "m": np.zeros((Mk, 1)), "log_s": np.full(Mk, np.log(self.init_S - S_FLOOR))}
+        return {"m": np.zeros((M, 1)), "S_raw": np.diag(np.full(M, 0.5 * np.log(self.init_S)))}
+
+    def _conjugate_factor(self, client: Client, problem: LocalProblem) -> Dict[str, np.ndarray]:
+        """The exact optimum of the local free energy in the conjugate case (Gaussian likelihood, fixed Z and β):
+        the factor equals the client's own likelihood projected on u (paper eq. 11; spec T6)."""
+        X, Y = client.data
+        noise = float(self.likelihood.variance.numpy())
+        if self.parameterisation == "dpo":
+            problem.load(client.data, {"V": X, "m": Y, "log_s": np.full(X.shape[0], np.log(noise - S_FLOOR))},
+                         seed=client.seed, counter=0, jitter=self.jitter)
+            return problem.own_factor_arrays()
+        Z = problem.Z_mean.numpy()
+        Kzz = self.kernel(Z).numpy() + self.jitter * np.eye(Z.shape[0])
+        Kzx = self.kernel(Z, X).numpy()
+        A = np.linalg.solve(Kzz, Kzx)  # K_ZZ⁻¹ K_ZX (natural parameters over u; the client's own data)
+        return {"eta": A @ Y / noise, "Lam": A @ A.T / noise}

@@ -1,0 +1,112 @@
+"""Recycle: federated Recyclable GPs — every client fits and sends its recyclable model once; the server
+fits the ensemble without any data (Moreno-Muñoz et al., *Recyclable Gaussian Processes*, eqs. 1 and 6).
+
+What leaves client k (one message, round 0, phase ``"fit"``): ``q_mu [M_k, 1]``, ``q_sqrt [M_k, M_k]``,
+``Z [M_k, D]`` and a JSON spec of the local kernel and likelihood hyperparameters — ``O(M_k² + M_kD)`` numbers,
+independent of N_k. The inducing inputs are a random subset of the client's own inputs moved by training,
+so an honest-but-curious server learns M_k locations near the client's data and its local posterior there.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Mapping, Optional
+
+import gpflow
+import numpy as np
+
+from ...models.ensemble_svgp import EnsembleSVGP
+from ...models.recyclable import RecyclableModel, export_svgp, train_local_svgp
+from ..algorithm import Aggregate, Algorithm, FederationInfo
+from ..client import Client
+from ..messages import Message
+
+__all__ = ["Recycle"]
+
+
+class Recycle(Algorithm):
+    """One round: clients train a local unwhitened SVGP (paper eq. 1) and send it; the server fits
+    :class:`~gpflow_fed.models.EnsembleSVGP` over the collected models (eq. 6) and returns it.
+
+    :param kernel: the ensemble's initial kernel ψ. :param Z: ``[M, D]`` initial global inducing inputs Z_*.
+    :param num_local_inducing: M_k (capped at N_k).
+    :param local_kernel: template copied for every client (default: ``kernel``).
+    :param local_likelihood: template copied for every client (default ``Gaussian()``).
+    :param likelihood: the ensemble's likelihood (default: from the local models).
+    :param local_maxiter: L-BFGS iterations per client. :param maxiter: for the ensemble fit.
+    :param method: ensemble training, see :meth:`EnsembleSVGP.fit`.
+    """
+
+    name = "recycle"
+
+    def __init__(
+        self,
+        kernel: gpflow.kernels.Kernel,
+        Z: np.ndarray,
+        *,
+        num_local_inducing: int = 10,
+        local_kernel: Optional[gpflow.kernels.Kernel] = None,
+        local_likelihood: Optional[gpflow.likelihoods.Likelihood] = None,
+        likelihood: Optional[gpflow.likelihoods.Likelihood] = None,
+        local_maxiter: int = 200,
+        maxiter: int = 200,
+        method: str = "collapsed",
+    ) -> None:
+        super().__init__(rounds=1)
+        if not isinstance(kernel, gpflow.kernels.Kernel):
+            raise TypeError(f"kernel must be a gpflow Kernel, got {type(kernel).__name__}")
+        Z = np.asarray(Z, dtype=gpflow.default_float())
+        if Z.ndim != 2 or Z.shape[0] == 0:
+            raise ValueError(f"Z must be [M, D] with M > 0, got shape {Z.shape}")
+        if isinstance(num_local_inducing, bool) or not isinstance(num_local_inducing, int) or num_local_inducing < 1:
+            raise ValueError(f"num_local_inducing must be a positive integer, got {num_local_inducing!r}")
+        if method not in ("collapsed", "alternate", "joint"):
+            raise ValueError(f"method must be 'collapsed', 'alternate' or 'joint', got {method!r}")
+        self.kernel, self.Z, self.num_local_inducing = kernel, Z, num_local_inducing
+        self.local_kernel = local_kernel if local_kernel is not None else kernel
+        self.local_likelihood = local_likelihood if local_likelihood is not None else gpflow.likelihoods.Gaussian()
+        self.likelihood, self.local_maxiter, self.maxiter, self.method = likelihood, local_maxiter, maxiter, method
+
+    def validate(self, dataset: Any) -> None:
+        if dataset.input_dim != self.Z.shape[1]:
+            raise ValueError(f"Z has D = {self.Z.shape[1]} but the clients' inputs have D = {dataset.input_dim}")
+        if dataset.output_dim != 1:
+            raise ValueError(f"Recycle fits single-output models; the clients have P = {dataset.output_dim}")
+
+    def phases(self, round: int) -> tuple:
+        return ("fit",)
+
+    def aggregation(self, phase: str) -> str:
+        return "collect"
+
+    def initial_state(self, info: FederationInfo) -> Dict[str, Any]:
+        return {"models": {}, "ensemble": None}
+
+    def broadcast(self, state: Any, round: int, phase: str) -> Mapping[str, np.ndarray]:
+        return {}
+
+    def client_update(self, client: Client, broadcast: Message) -> Message:
+        X, Y = client.data
+        M = min(self.num_local_inducing, client.num_data)
+        Z = X[np.sort(client.rng.choice(client.num_data, size=M, replace=False))]
+        model = train_local_svgp(
+            X, Y, Z,
+            gpflow.utilities.deepcopy(self.local_kernel), gpflow.utilities.deepcopy(self.local_likelihood),
+            maxiter=self.local_maxiter,
+        )  # fmt: skip
+        elbo = float(model.elbo((X, Y)).numpy())
+        rec = export_svgp(model, name=client.id)
+        return self.reply(client, broadcast, rec.to_arrays(), weight=client.num_data, metrics={"local_elbo": elbo})
+
+    def server_update(self, state: Any, aggregate: Aggregate) -> Dict[str, Any]:
+        models = {m.sender: RecyclableModel.from_arrays(m.arrays) for m in aggregate.messages or ()}
+        ensemble = EnsembleSVGP(
+            models, gpflow.utilities.deepcopy(self.kernel), self.Z.copy(),
+            likelihood=None if self.likelihood is None else gpflow.utilities.deepcopy(self.likelihood),
+        )  # fmt: skip
+        ensemble.fit(maxiter=self.maxiter, method=self.method)
+        return {"models": models, "ensemble": ensemble}
+
+    def result(self, state: Any) -> gpflow.models.GPModel:
+        if state["ensemble"] is None:
+            raise ValueError("no ensemble yet: Recycle needs its single round to run")
+        return state["ensemble"]

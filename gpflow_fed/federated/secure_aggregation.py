@@ -1,0 +1,230 @@
+"""The server's reduction seam (DESIGN.md §3): encode on the client, reduce on the server.
+
+Every exchange ends in ``update(state, Σ_k payload_k)``. :class:`Aggregator` is the one place where that
+sum is protected, in this order::
+
+    client k:  a_k ──clip to C (DP)──▶ ā_k ──×w̄_k ("mean")──▶ ──fixed point + pairwise masks──▶ y_k
+    server:    Σ_k y_k (masks cancel) ──decode──▶ Σ_k w̄_k ā_k ──+ N(0, σ²) (DP)──▶ ÷ Σ_k w̄_k ("mean")
+
+Only ``"sum"`` and ``"mean"`` phases can be protected; a ``"collect"`` phase needs each client's message,
+so asking for secure aggregation or DP on an algorithm with one raises ``ValueError`` before the run.
+
+Threat model (secure aggregation): an honest-but-curious server that follows the protocol, sees every
+message (the ledger records only masked payloads) and does not know the run's seed. Clients that fail
+(raise, time out, send NaN or wrongly shaped payloads) are excluded *before* masking: the runtime first
+collects which clients have a valid payload, then those clients mask against exactly that cohort. A client
+that vanished after masking would leave its pairwise masks in the sum; :meth:`Aggregator.reduce` refuses
+such a sum with ``ValueError`` (recovering from it needs the secret-sharing layer of Bonawitz et al. or
+Flower's SecAgg+, not implemented here).
+
+DP (see :mod:`gpflow_fed.privacy.dp`) is *central*: the server adds the noise, so the (ε, δ) protects what
+is released (the model, the history, the server state) against everyone but the aggregator itself. Client
+metrics are not clipped or noised, so they are dropped from DP messages; under secure aggregation they are
+masked and only their weighted mean is revealed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Optional, Sequence, Tuple, Union
+
+import gpflow
+import numpy as np
+
+from ..privacy.dp import DifferentialPrivacy, PrivacyAccountant, clip_payload
+from ..privacy.secure_aggregation import SecureAggregation, pair_seed
+from .algorithm import Aggregate, Algorithm, reduce_messages
+from .messages import Message
+
+__all__ = ["Aggregator", "ExchangeContext"]
+
+WEIGHT_KEY = "secagg/weight"
+METRIC_PREFIX = "secagg/metric/"
+
+
+@dataclass(frozen=True)
+class ExchangeContext:
+    """What identifies one exchange: masks and noise are derived from it, so runs are reproducible.
+
+    :param seed: the run's seed.
+    :param purpose: ``"train"``, ``"evaluate"`` or ``"final"`` (the ledger's purposes).
+    :param round: the round number.
+    :param phase: the phase name.
+    :param aggregation: the phase's aggregation.
+    :param cohort: the clients whose messages are summed, in a fixed order.
+    """
+
+    seed: int
+    purpose: str
+    round: int
+    phase: str
+    aggregation: str
+    cohort: Tuple[str, ...]
+
+    @property
+    def tag(self) -> Tuple[object, ...]:
+        return (self.purpose, self.round, self.phase)
+
+
+class Aggregator:
+    """Client-side encoding and server-side reduction of one phase's messages.
+
+    :param secure: ``True`` or a :class:`~gpflow_fed.privacy.SecureAggregation` for pairwise masking.
+    :param dp: a :class:`~gpflow_fed.privacy.DifferentialPrivacy` for clipping and Gaussian noise.
+
+    With neither, :meth:`reduce` is :func:`~gpflow_fed.federated.reduce_messages` and :meth:`encode` the
+    identity.
+    """
+
+    def __init__(
+        self,
+        secure: Union[bool, SecureAggregation, None] = None,
+        dp: Optional[DifferentialPrivacy] = None,
+    ) -> None:
+        if secure is True:
+            secure = SecureAggregation()
+        if secure is not None and secure is not False and not isinstance(secure, SecureAggregation):
+            raise TypeError(f"secure_aggregation must be a bool or SecureAggregation, got {type(secure).__name__}")
+        if dp is not None and not isinstance(dp, DifferentialPrivacy):
+            raise TypeError(f"differential_privacy must be a DifferentialPrivacy, got {type(dp).__name__}")
+        self.secure: Optional[SecureAggregation] = secure or None
+        self.dp = dp
+
+    @property
+    def active(self) -> bool:
+        """Whether any protection is on."""
+        return self.secure is not None or self.dp is not None
+
+    def noised(self, phase: str, aggregation: str) -> bool:
+        """Whether DP clips and noises the sums of ``phase``."""
+        return self.dp is not None and aggregation in ("sum", "mean") and self.dp.applies(phase)
+
+    def protects(self, phase: str, aggregation: str) -> bool:
+        """Whether messages of ``phase`` are encoded and reduced by this aggregator (else: plain sums)."""
+        return aggregation in ("sum", "mean") and (self.secure is not None or self.noised(phase, aggregation))
+
+    def check(self, algorithm: Algorithm) -> None:
+        """Before the run: no protected ``"collect"`` phase, and DP's ``phases`` exist in ``algorithm``.
+
+        :raises ValueError: naming the phase and the fix.
+        """
+        if not self.active:
+            return
+        phases = set(algorithm.final_phases())
+        for r in range(algorithm.rounds):
+            phases.update(algorithm.phases(r))
+        if self.dp is not None and self.dp.phases is not None:
+            unknown = sorted(set(self.dp.phases) - phases)
+            if unknown:
+                raise ValueError(
+                    f"{algorithm.name}: DifferentialPrivacy(phases=...) names {unknown}, which this run never "
+                    f"executes; its phases are {sorted(phases)}"
+                )
+        collected = sorted(
+            p for p in phases
+            if algorithm.aggregation(p) == "collect" and (self.secure is not None or (self.dp and self.dp.applies(p)))
+        )
+        if collected:
+            what = " and ".join(n for n, on in (("secure aggregation", self.secure), ("differential privacy", self.dp)) if on)
+            raise ValueError(
+                f"{algorithm.name}: {what} protects only 'sum' and 'mean' phases, but phase(s) {collected} "
+                "collect each client's message; run this algorithm without them"
+            )
+
+    # --- client side ---------------------------------------------------------------------------------
+    def prepare(self, message: Message, aggregation: str, cohort_size: int) -> Message:
+        """Client-side steps that can fail, before the cohort is fixed: clip (DP), weight, fixed point.
+
+        The result stays on the client; only :meth:`mask`'s output is sent.
+
+        :raises ValueError: a payload outside the fixed-point range (see :class:`SecureAggregation`).
+        """
+        if not self.protects(message.phase, aggregation):
+            return message
+        arrays = {k: np.asarray(v, dtype=np.float64) for k, v in message.arrays.items()}
+        weight = message.weight
+        metrics = dict(message.metrics)
+        if self.dp is not None and self.noised(message.phase, aggregation):
+            arrays, _ = clip_payload(arrays, self.dp.clip_norm)
+            if aggregation == "mean":
+                weight = min(weight, self.dp.weight_bound)
+            metrics = {}
+        if self.secure is None:
+            return Message(message.sender, message.round, message.phase, arrays, weight=weight)
+        if aggregation == "mean":
+            arrays = {k: weight * v for k, v in arrays.items()}
+        arrays[WEIGHT_KEY] = np.array([weight])
+        arrays.update({METRIC_PREFIX + k: np.array([weight * v]) for k, v in metrics.items()})
+        encoded = {k: self.secure.encode(k, v, cohort_size) for k, v in arrays.items()}
+        return Message(message.sender, message.round, message.phase, encoded, weight=0.0)
+
+    def mask(self, prepared: Message, context: ExchangeContext) -> Message:
+        """What the client sends: its prepared message plus its pairwise masks with ``context.cohort``."""
+        if self.secure is None or not self.protects(context.phase, context.aggregation):
+            return prepared
+        masked = self.secure.mask(prepared.sender, prepared.arrays, context.cohort, context.seed, context.tag)
+        return Message(prepared.sender, prepared.round, prepared.phase, masked, weight=0.0)
+
+    def encode(self, message: Message, context: ExchangeContext) -> Message:
+        """:meth:`prepare` then :meth:`mask`: what client ``message.sender`` sends instead of ``message``."""
+        return self.mask(self.prepare(message, context.aggregation, len(context.cohort)), context)
+
+    # --- server side ---------------------------------------------------------------------------------
+    def noise_rng(self, context: ExchangeContext) -> np.random.Generator:
+        """The server's noise generator for one exchange (derived from the run's seed and the exchange)."""
+        return np.random.default_rng(pair_seed(context.seed, ("dp-noise", *context.tag), "server", "server"))
+
+    def reduce(self, messages: Sequence[Message], context: ExchangeContext) -> Aggregate:
+        """The server's view of one phase: plain, masked-and-summed, and/or noised.
+
+        :raises ValueError: a protected phase whose senders are not exactly the cohort (masks would not
+            cancel), or messages whose array names or shapes differ.
+        """
+        if not self.protects(context.phase, context.aggregation):
+            return reduce_messages(messages, context.aggregation)
+        senders = tuple(m.sender for m in messages)
+        if sorted(senders) != sorted(context.cohort):
+            missing = sorted(set(context.cohort) - set(senders))
+            raise ValueError(
+                f"round {context.round}, phase {context.phase!r}: messages from {senders} do not match the "
+                f"masking cohort {context.cohort} (missing {missing}); the pairwise masks would not cancel"
+            )
+        plain = reduce_messages(messages, "sum")  # checks names and shapes
+        sums: Dict[str, np.ndarray]
+        metrics: Dict[str, float] = {}
+        if self.secure is not None:
+            decoded = {k: self.secure.decode(v) for k, v in plain.arrays.items()}
+            total_weight = float(decoded.pop(WEIGHT_KEY)[0])
+            for key in [k for k in decoded if k.startswith(METRIC_PREFIX)]:
+                value = float(decoded.pop(key)[0])
+                if total_weight > 0:
+                    metrics[key[len(METRIC_PREFIX):]] = value / total_weight
+            sums = decoded
+        else:
+            total_weight = plain.total_weight
+            if context.aggregation == "mean":
+                sums = {k: np.sum([m.weight * m.arrays[k] for m in messages], axis=0) for k in plain.arrays}
+            else:
+                sums = dict(plain.arrays)
+            metrics = dict(plain.metrics)
+        if self.dp is not None and self.noised(context.phase, context.aggregation):
+            rng = self.noise_rng(context)
+            std = self.dp.noise_std(context.aggregation)
+            sums = {k: v + rng.normal(0.0, std, size=np.shape(v)) for k, v in sorted(sums.items())}
+        if context.aggregation == "mean":
+            if total_weight <= 0:
+                raise ValueError("a 'mean' aggregation needs a positive total weight")
+            sums = {k: v / total_weight for k, v in sums.items()}
+        dtype = gpflow.default_float()
+        return Aggregate(
+            round=plain.round,
+            phase=plain.phase,
+            arrays={k: np.asarray(v, dtype=dtype) for k, v in sums.items()},
+            total_weight=total_weight,
+            senders=tuple(c for c in context.cohort),
+            metrics=metrics,
+        )
+
+    def accountant(self) -> Optional[PrivacyAccountant]:
+        """A fresh accountant for a run (None without DP)."""
+        return PrivacyAccountant(self.dp) if self.dp is not None else None

@@ -1,0 +1,5 @@
+"""Likelihoods of gpflow-fed."""
+
+from .heterogeneous import HeterogeneousLikelihood
+
+__all__ = ["HeterogeneousLikelihood"]

@@ -1,0 +1,463 @@
+"""EnsembleSVGP: the Recyclable-GP ensemble of already fitted sparse GPs, without revisiting their data.
+
+Paper: Moreno-Muñoz, Artés-Rodríguez & Álvarez, *Recyclable Gaussian Processes* (arXiv:2010.02554); formulas
+as reconstructed in ``shared/spec/recyclable-gp.md`` (section numbers below refer to that spec).
+
+Given recyclable models ``M_k = {μ_k, S_k = L_kL_kᵀ, Z_k, θ_k}`` (:class:`RecyclableModel`) and a global sparse
+GP ``q(u_*) = N(μ_*, S_*)`` at ``Z_*`` with kernel ψ, the ensemble bound (paper eq. 6 = App. eq. 14) is
+
+    L_E = Σ_k E_{q_C(u_k)}[log q_k(u_k) − log p_k(u_k)] − KL(q(u_*) ‖ p(u_*)),
+
+with the contrastive predictive ``q_C(u_k) = N(A_kμ_*, K^ψ_kk + A_k(S_* − K_**)A_kᵀ)``, ``A_k = K^ψ_{k*}K_**⁻¹``
+(eq. 17) and ``p_k(u_k) = N(0, K_k)`` under the **local** kernel (eq. 18). With ``Λ_k = S_k⁻¹ − K_k⁻¹``,
+``h_k = S_k⁻¹μ_k`` and the constant ``c_k`` (§2.3b), and in whitened coordinates ``L = chol(K_**)``,
+``W_k = L⁻¹K^ψ_{*k}``, ``α = L⁻¹μ_*``, ``R = L⁻¹L_*`` (§2.5):
+
+    Σ_k E[·] = −½ tr(G(RRᵀ + ααᵀ)) + cᵀα + κ,   G = Σ_k W_kΛ_kW_kᵀ,  c = Σ_k W_kh_k,
+    κ = −½ Σ_k tr(Λ_k K^ψ_kk) + ½ tr G + Σ_k c_k,
+
+so one evaluation costs ``O(M_*³ + Σ_k M_*²M_k)``, independent of N (§7). The closed-form optimum for fixed
+``(Z_*, ψ)`` is ``S̃ = (I + G)⁻¹``, ``α = S̃c`` with the collapsed bound ``½cᵀS̃c − ½log|I + G| + κ`` (§2.3c).
+Local parameters are constants here (pitfall P9). ``kl="reverse"`` reproduces the authors' code, which uses
+``KL(p‖q)`` (§2.2, pitfall P2); the default is the paper's ``KL(q‖p)``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import gpflow
+import numpy as np
+import tensorflow as tf
+from check_shapes import check_shapes, inherit_check_shapes
+from gpflow.base import Parameter
+from gpflow.conditionals import base_conditional
+from gpflow.kullback_leiblers import gauss_kl
+from gpflow.models.model import GPModel, MeanAndVariance
+from gpflow.models.training_mixins import InternalDataTrainingLossMixin
+from gpflow.utilities import triangular
+
+from .recyclable import RecyclableModel, export_svgp, likelihood_from_spec, likelihood_spec
+
+__all__ = ["EnsembleSVGP", "RecyclableWarning", "as_recyclable", "fit_pyramid"]
+
+
+class RecyclableWarning(UserWarning):
+    """A local model is wider than its own prior (``S_k ⋠ K_k``), so the ensemble bound may be unbounded (§2.4)."""
+
+
+def as_recyclable(model: Any, index: int = 0) -> RecyclableModel:
+    """Accept a :class:`RecyclableModel`, an unwhitened ``SVGP`` or an :class:`EnsembleSVGP` (pyramids, §3.2).
+
+    :raises ValueError: for a whitened SVGP (convert it explicitly with :func:`export_svgp`, pitfall P6).
+    :raises TypeError: for anything else.
+    """
+    if isinstance(model, RecyclableModel):
+        return model
+    if isinstance(model, gpflow.models.SVGP):
+        if model.whiten:
+            raise ValueError(
+                f"local model {index} is a whitened SVGP; its q(u) is not in the unwhitened form the ensemble needs. "
+                "Convert it with gpflow_fed.models.export_svgp(model) or train it with whiten=False"
+            )
+        return export_svgp(model)
+    if isinstance(model, EnsembleSVGP):
+        return model.to_recyclable()
+    raise TypeError(f"local model {index} is a {type(model).__name__}; expected RecyclableModel, SVGP or EnsembleSVGP")
+
+
+class _Group:
+    """Constants of the local models that share one M_k, stacked along a leading axis B."""
+
+    def __init__(self, Z: np.ndarray, P_S: np.ndarray, P_K: np.ndarray, h: np.ndarray, offset: int) -> None:
+        self.B, self.M = Z.shape[0], Z.shape[1]
+        self.Z, self.h, self.offset = tf.constant(Z), tf.constant(h), offset
+        self.P_S, self.P_K = tf.constant(P_S), tf.constant(P_K)  # L_S⁻¹ and L_K⁻¹: Λ = P_SᵀP_S − P_KᵀP_K
+
+
+class EnsembleSVGP(GPModel, InternalDataTrainingLossMixin):
+    """Recyclable-GP ensemble over a dictionary of fitted sparse GPs (paper eq. 6), single latent function.
+
+    :param local_models: non-empty sequence or mapping of :class:`RecyclableModel`, unwhitened ``SVGP`` or
+        ``EnsembleSVGP`` (ensembles of ensembles).
+    :param kernel: the global kernel ψ (trained).
+    :param inducing_variable: ``InducingPoints`` or ``[M, D]`` array Z_* (trained).
+    :param likelihood: used for ``predict_y`` / ``predict_log_density`` and the data term; ``None`` takes the
+        local models' common likelihood (Gaussian: the mean of their noise variances, pitfall P13).
+    :param q_mu: ``[M, 1]`` initial μ_* (default zeros). :param q_sqrt: ``[1, M, M]`` initial L_* (default prior).
+    :param data: optional new ``(X, Y)`` whose likelihood term is kept exact (combined bound, App. C eq. 19).
+    :param whiten: parameterise q in whitened coordinates (``α, R``); the bound is the same.
+    :param kl: ``"forward"`` (paper, KL(q‖p)) or ``"reverse"`` (authors' code, KL(p‖q)).
+    :param jitter: added to ``K_**`` and every local ``K_k`` (default GPflow's).
+    """
+
+    def __init__(
+        self,
+        local_models: Union[Sequence[Any], Mapping[str, Any]],
+        kernel: gpflow.kernels.Kernel,
+        inducing_variable: Any,
+        likelihood: Optional[gpflow.likelihoods.Likelihood] = None,
+        q_mu: Optional[np.ndarray] = None,
+        q_sqrt: Optional[np.ndarray] = None,
+        *,
+        data: Optional[Tuple[np.ndarray, np.ndarray]] = None,
+        whiten: bool = False,
+        kl: str = "forward",
+        jitter: Optional[float] = None,
+    ) -> None:
+        dtype = gpflow.default_float()
+        if not isinstance(kernel, gpflow.kernels.Kernel):
+            raise TypeError(f"kernel must be a gpflow Kernel, got {type(kernel).__name__}")
+        if kl not in ("forward", "reverse"):
+            raise ValueError(f"kl must be 'forward' (paper) or 'reverse' (authors' code), got {kl!r}")
+        if not isinstance(inducing_variable, gpflow.inducing_variables.InducingPoints):
+            Z = np.asarray(inducing_variable, dtype=dtype)
+            if Z.ndim != 2 or Z.shape[0] == 0 or not np.all(np.isfinite(Z)):
+                raise ValueError(f"inducing_variable must be a finite [M, D] array, got shape {Z.shape}")
+            inducing_variable = gpflow.inducing_variables.InducingPoints(Z)
+        M, D = inducing_variable.Z.shape
+        models = list(local_models.values()) if isinstance(local_models, Mapping) else list(local_models or [])
+        if not models:
+            raise ValueError("EnsembleSVGP needs at least one local model; the dictionary is empty")
+        self.local_models: Tuple[RecyclableModel, ...] = tuple(as_recyclable(m, i) for i, m in enumerate(models))
+        for i, m in enumerate(self.local_models):
+            if m.input_dim != D:
+                raise ValueError(f"local model {i} has input dimension {m.input_dim}, but Z_* has D = {D}")
+        self.jitter = float(gpflow.config.default_jitter() if jitter is None else jitter)
+        if likelihood is None:
+            likelihood = self._common_likelihood()
+        if data is not None:
+            data = self._check_data(data, D, likelihood)
+        super().__init__(kernel, likelihood, None, num_latent_gps=1)
+        self.inducing_variable = inducing_variable
+        self.data = data
+        self.whiten = bool(whiten)
+        self.kl = kl
+        self._precompute()
+        if q_mu is None:
+            q_mu = np.zeros((M, 1), dtype=dtype)
+        if q_sqrt is None:
+            q_sqrt = np.eye(M, dtype=dtype)
+            if not whiten:
+                q_sqrt = np.linalg.cholesky(self._Kuu().numpy())
+        q_mu, q_sqrt = np.asarray(q_mu, dtype=dtype), np.asarray(q_sqrt, dtype=dtype)
+        q_sqrt = q_sqrt[None] if q_sqrt.ndim == 2 else q_sqrt
+        if q_mu.shape != (M, 1) or q_sqrt.shape != (1, M, M):
+            raise ValueError(f"q_mu must be [{M}, 1] and q_sqrt [1, {M}, {M}], got {q_mu.shape} and {q_sqrt.shape}")
+        self.q_mu = Parameter(q_mu, dtype=dtype)
+        self.q_sqrt = Parameter(q_sqrt, transform=triangular())
+
+    # --- set-up ----------------------------------------------------------------------------------------
+    def _common_likelihood(self) -> gpflow.likelihoods.Likelihood:
+        specs = [m.likelihood for m in self.local_models]
+        if specs and all(s is not None and s["class"] == "Gaussian" for s in specs):
+            return gpflow.likelihoods.Gaussian(variance=float(np.mean([s["variance"] for s in specs])))
+        if specs[0] is not None and all(s == specs[0] for s in specs):
+            return likelihood_from_spec(specs[0])
+        raise ValueError(
+            "local models have different or unknown likelihoods; pass likelihood= explicitly "
+            "(e.g. gpflow_fed.likelihoods.HeterogeneousLikelihood or the likelihood of the output to predict)"
+        )
+
+    @staticmethod
+    def _check_data(data: Any, D: int, likelihood: Any) -> Tuple[tf.Tensor, tf.Tensor]:
+        X, Y = (np.asarray(a, dtype=gpflow.default_float()) for a in data)
+        if X.ndim != 2 or X.shape[1] != D or Y.ndim != 2 or Y.shape[0] != X.shape[0] or X.shape[0] == 0:
+            raise ValueError(f"data must be (X [N, {D}], Y [N, P]) with N > 0, got {X.shape} and {Y.shape}")
+        if not (np.all(np.isfinite(X)) and np.all(np.isfinite(Y))):
+            raise ValueError("data contains NaN or inf")
+        if hasattr(likelihood, "check_index"):
+            likelihood.check_index(Y)
+        return tf.constant(X), tf.constant(Y)
+
+    def _precompute(self) -> None:
+        """Constants of every recyclable model, once (§2.2 table): Λ_k, h_k, c_k and the width check (§2.4)."""
+        dtype = gpflow.default_float()
+        per_size: Dict[int, List[Tuple[np.ndarray, ...]]] = {}
+        total_c, ratios = 0.0, []
+        self._local_chol: List[Tuple[np.ndarray, np.ndarray]] = []
+        for i, m in enumerate(self.local_models):
+            K_k = m.build_kernel().K(m.Z).numpy() + self.jitter * np.eye(m.num_inducing, dtype=dtype)
+            S_k = m.q_sqrt @ m.q_sqrt.T
+            try:
+                L_K, L_S = np.linalg.cholesky(K_k), np.linalg.cholesky(S_k)
+            except np.linalg.LinAlgError as exc:
+                raise ValueError(f"local model {i}: K_k or S_k is not positive definite (singular q_sqrt?)") from exc
+            self._local_chol.append((L_S, L_K))
+            P_S = np.linalg.solve(L_S, np.eye(m.num_inducing))
+            P_K = np.linalg.solve(L_K, np.eye(m.num_inducing))
+            h = (P_S.T @ (P_S @ m.q_mu))[:, 0]
+            total_c += float(
+                -0.5 * m.q_mu[:, 0] @ h - np.sum(np.log(np.abs(np.diag(L_S)))) + np.sum(np.log(np.diag(L_K)))
+            )
+            A = np.linalg.solve(L_K, L_S)
+            ratios.append(float(np.linalg.svd(A, compute_uv=False)[0] ** 2))
+            per_size.setdefault(m.num_inducing, []).append((m.Z, P_S, P_K, h))
+        self.prior_width_ratios = np.array(ratios)
+        wide = np.flatnonzero(self.prior_width_ratios > 1.0 + 1e-3)
+        if wide.size:
+            warnings.warn(
+                f"local models {wide.tolist()} are wider than their own prior (max eigenvalue of L_K⁻¹S_kL_K⁻ᵀ up to "
+                f"{self.prior_width_ratios.max():.4g} > 1); the ensemble bound may be unbounded (spec §2.4)",
+                RecyclableWarning,
+                stacklevel=3,
+            )
+        self._sum_c = tf.constant(total_c, dtype=dtype)
+        self._groups: List[_Group] = []
+        offset, Z_all = 0, []
+        for Mk, items in per_size.items():
+            Z, P_S, P_K, h = (np.stack(parts) for parts in zip(*items))
+            self._groups.append(_Group(Z, P_S, P_K, h, offset))
+            Z_all.append(Z.reshape(-1, Z.shape[-1]))
+            offset += Z.shape[0] * Mk
+        self._Z_all = tf.constant(np.concatenate(Z_all, axis=0))
+
+    # --- the bound -------------------------------------------------------------------------------------
+    def _Kuu(self) -> tf.Tensor:
+        return gpflow.covariances.Kuu(self.inducing_variable, self.kernel, jitter=self.jitter)
+
+    def _statistics(self, with_data: bool) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
+        """``(L, G, c, κ)`` of the module docstring; with Gaussian data also its exact terms (closed form)."""
+        Z = self.inducing_variable.Z
+        L = tf.linalg.cholesky(self._Kuu())
+        W = tf.linalg.triangular_solve(L, self.kernel.K(Z, self._Z_all), lower=True)  # [M*, ΣM_k]
+        M = tf.shape(L)[0]
+        G = tf.zeros_like(L)
+        c = tf.zeros([M], dtype=L.dtype)
+        trace = tf.constant(0.0, dtype=L.dtype)
+        for g in self._groups:
+            Wg = tf.reshape(W[:, g.offset : g.offset + g.B * g.M], [M, g.B, g.M])
+            V_S, V_K = tf.einsum("mbi,bji->mbj", Wg, g.P_S), tf.einsum("mbi,bji->mbj", Wg, g.P_K)
+            G += tf.einsum("mbj,nbj->mn", V_S, V_S) - tf.einsum("mbj,nbj->mn", V_K, V_K)
+            c += tf.einsum("mbi,bi->m", Wg, g.h)
+            K_kk = self.kernel.K(g.Z)
+            trace += tf.reduce_sum(tf.matmul(g.P_S, K_kk) * g.P_S) - tf.reduce_sum(tf.matmul(g.P_K, K_kk) * g.P_K)
+        kappa = -0.5 * trace + 0.5 * tf.linalg.trace(G) + self._sum_c
+        if with_data and self.data is not None:
+            if not isinstance(self.likelihood, gpflow.likelihoods.Gaussian):
+                raise ValueError("the closed form and collapsed bound need a Gaussian likelihood for the new data")
+            X, Y = self.data
+            s2 = self.likelihood.variance
+            Wn = tf.linalg.triangular_solve(L, self.kernel.K(Z, X), lower=True)
+            G += tf.matmul(Wn, Wn, transpose_b=True) / s2
+            c += tf.linalg.matvec(Wn, Y[:, 0]) / s2
+            n = tf.cast(tf.shape(X)[0], L.dtype)
+            kappa += (
+                -0.5 * tf.reduce_sum(self.kernel.K_diag(X)) / s2
+                + 0.5 * tf.reduce_sum(tf.square(Wn)) / s2
+                - 0.5 * n * tf.math.log(2 * np.pi * s2)
+                - 0.5 * tf.reduce_sum(tf.square(Y)) / s2
+            )
+        return L, G, c[:, None], kappa
+
+    def _whitened_q(self, L: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+        if self.whiten:
+            return self.q_mu, self.q_sqrt[0]
+        return (
+            tf.linalg.triangular_solve(L, self.q_mu, lower=True),
+            tf.linalg.triangular_solve(L, self.q_sqrt[0], lower=True),
+        )
+
+    @check_shapes("return: []")
+    def prior_kl(self) -> tf.Tensor:
+        """``KL(q(u_*)‖p(u_*))`` (paper) or, with ``kl="reverse"``, the code's ``KL(p‖q)`` (§2.2)."""
+        alpha, R = self._whitened_q(tf.linalg.cholesky(self._Kuu()))
+        if self.kl == "forward":
+            return gauss_kl(alpha, R[None], K=None)
+        # KL(N(0, I) ‖ N(α, RRᵀ)) in whitened coordinates (KL is invariant under the map L·).
+        M = tf.cast(tf.shape(R)[0], R.dtype)
+        Rinv = tf.linalg.triangular_solve(R, tf.eye(tf.shape(R)[0], dtype=R.dtype), lower=True)
+        Rinv_alpha = tf.linalg.triangular_solve(R, alpha, lower=True)
+        logdet = 2.0 * tf.reduce_sum(tf.math.log(tf.abs(tf.linalg.diag_part(R))))
+        return 0.5 * (tf.reduce_sum(tf.square(Rinv)) + tf.reduce_sum(tf.square(Rinv_alpha)) - M + logdet)
+
+    @check_shapes("return: []")
+    def elbo(self) -> tf.Tensor:
+        """The ensemble bound ``L_E`` (paper eq. 6 / App. eq. 14), plus the exact data term of App. C (eq. 19)
+        when ``data`` was given (computed with the likelihood's ``variational_expectations``)."""
+        L, G, c, kappa = self._statistics(with_data=False)
+        alpha, R = self._whitened_q(L)
+        GR = tf.matmul(G, R)
+        expected = (
+            -0.5 * (tf.reduce_sum(R * GR) + tf.reduce_sum(alpha * tf.matmul(G, alpha)))
+            + tf.reduce_sum(c * alpha)
+            + kappa
+        )
+        bound = expected - self.prior_kl()
+        if self.data is not None:
+            X, Y = self.data
+            f_mean, f_var = self.predict_f(X)
+            bound += tf.reduce_sum(self.likelihood.variational_expectations(X, f_mean, f_var, Y))
+        return bound
+
+    def maximum_log_likelihood_objective(self) -> tf.Tensor:  # type: ignore[override]
+        return self.elbo()
+
+    @check_shapes("return: []")
+    def collapsed_elbo(self) -> tf.Tensor:
+        """``max_q L_E`` for the current ``(Z_*, ψ)``: ``½cᵀ(I+G)⁻¹c − ½log|I+G| + κ`` (§2.3c, whitened form).
+
+        Needs ``kl="forward"`` and no data or Gaussian data. Fails (Cholesky error) where ``I + G`` is not
+        positive definite, i.e. where the bound is unbounded (§2.4).
+        """
+        self._check_closed_form()
+        _, G, c, kappa = self._statistics(with_data=True)
+        LA = tf.linalg.cholesky(tf.eye(tf.shape(G)[0], dtype=G.dtype) + G)
+        v = tf.linalg.triangular_solve(LA, c, lower=True)
+        return 0.5 * tf.reduce_sum(tf.square(v)) - tf.reduce_sum(tf.math.log(tf.linalg.diag_part(LA))) + kappa
+
+    def _check_closed_form(self) -> None:
+        if self.kl != "forward":
+            raise ValueError("the closed-form optimum exists only for kl='forward' (the paper's bound)")
+        if self.data is not None and not isinstance(self.likelihood, gpflow.likelihoods.Gaussian):
+            raise ValueError("the closed-form optimum needs a Gaussian likelihood for the new data; use fit(method='joint')")
+
+    def precision_min_eigenvalue(self) -> float:
+        """``λ_min(I + G)``; the bound is concave and bounded in q iff it is positive (§2.4 monitor)."""
+        _, G, _, _ = self._statistics(with_data=True)
+        return float(np.linalg.eigvalsh(np.eye(G.shape[0]) + G.numpy())[0])
+
+    def set_optimal_q(self) -> None:
+        """Assign the closed-form optimum ``S_* = (K_**⁻¹ + B)⁻¹``, ``μ_* = S_*b`` for the current ``(Z_*, ψ)``.
+
+        :raises ValueError: if ``K_**⁻¹ + B`` is not positive definite (unbounded bound, §2.4); q is unchanged.
+        """
+        self._check_closed_form()
+        L, G, c, _ = (t.numpy() for t in self._statistics(with_data=True))
+        A = np.eye(G.shape[0]) + G
+        if np.linalg.eigvalsh(A)[0] <= 0:
+            raise ValueError(
+                "K_**⁻¹ + B is not positive definite: some local models are wider than their prior and overlap, so "
+                "the ensemble bound is unbounded in S_* (spec §2.4); refit those local models or drop them"
+            )
+        S_tilde = np.linalg.inv(A)
+        alpha, R = S_tilde @ c, np.linalg.cholesky(0.5 * (S_tilde + S_tilde.T))
+        if not self.whiten:
+            alpha, R = L @ alpha, L @ R
+        self.q_mu.assign(alpha)
+        self.q_sqrt.assign(R[None])
+
+    # --- diagnostics -----------------------------------------------------------------------------------
+    def contrastive_predictive(self, k: int) -> Tuple[np.ndarray, np.ndarray]:
+        """``(m_C,k [M_k, 1], Σ_C,k [M_k, M_k])`` of eq. 17, via GPflow's ``base_conditional``."""
+        Z_k = tf.constant(self.local_models[k].Z)
+        Z = self.inducing_variable.Z
+        mean, cov = base_conditional(
+            self.kernel.K(Z, Z_k), self._Kuu(), self.kernel.K(Z_k), self.q_mu,
+            full_cov=True, q_sqrt=self.q_sqrt, white=self.whiten,
+        )  # fmt: skip
+        return mean.numpy(), cov.numpy()[0]
+
+    def expected_log_densities(self) -> np.ndarray:
+        """``[K, 2]``: ``E_{q_C}[log q_k]`` and ``E_{q_C}[log p_k]`` per local model (App. B eq. 18)."""
+        out = []
+        for k, m in enumerate(self.local_models):
+            m_C, S_C = self.contrastive_predictive(k)
+            row = []
+            for chol, mean in zip(self._local_chol[k], (m.q_mu, np.zeros_like(m.q_mu))):
+                Li_S = np.linalg.solve(chol, S_C)
+                Li_d = np.linalg.solve(chol, m_C - mean)
+                trace = np.trace(np.linalg.solve(chol.T, Li_S))
+                logdet = 2 * np.sum(np.log(np.abs(np.diag(chol))))
+                row.append(-0.5 * (m.num_inducing * np.log(2 * np.pi) + logdet + trace + float(Li_d.T @ Li_d)))
+            out.append(row)
+        return np.array(out)
+
+    # --- prediction, export, training ----------------------------------------------------------------
+    @inherit_check_shapes
+    def predict_f(self, Xnew: Any, full_cov: bool = False, full_output_cov: bool = False) -> MeanAndVariance:
+        """``q(f_⋆) = N(k_{⋆*}K_**⁻¹μ_*, k_⋆⋆ − k_{⋆*}(K_**⁻¹ − K_**⁻¹S_*K_**⁻¹)k_{*⋆})`` (paper §2.3, spec §4.1)."""
+        Z = self.inducing_variable.Z
+        Knn = self.kernel.K(Xnew) if full_cov else self.kernel.K_diag(Xnew)
+        return base_conditional(
+            self.kernel.K(Z, Xnew), self._Kuu(), Knn, self.q_mu,
+            full_cov=full_cov, q_sqrt=self.q_sqrt, white=self.whiten,
+        )  # fmt: skip
+
+    def to_recyclable(self, name: str = "") -> RecyclableModel:
+        """This ensemble as a recyclable model ``{μ_*, L_*, Z_*, ψ}`` for the next pyramid level (§3.2)."""
+        from .recyclable import kernel_spec
+
+        q_mu, q_sqrt = self.q_mu.numpy(), self.q_sqrt.numpy()[0]
+        if self.whiten:
+            L = np.linalg.cholesky(self._Kuu().numpy())
+            q_mu, q_sqrt = L @ q_mu, L @ q_sqrt
+        try:
+            lik = likelihood_spec(self.likelihood)
+        except TypeError:
+            lik = None
+        return RecyclableModel(q_mu, q_sqrt, self.inducing_variable.Z.numpy(), kernel_spec(self.kernel), lik, name)
+
+    def fit(self, maxiter: int = 200, method: str = "collapsed", iterations: int = 3) -> float:
+        """Train ``(Z_*, ψ)`` (and the likelihood when data is given) and q; returns the final ``L_E``.
+
+        * ``"collapsed"``: L-BFGS on the collapsed bound, then :meth:`set_optimal_q` (§2.3c);
+        * ``"alternate"``: ``iterations`` × (VE: closed form; VM: L-BFGS on ``L_E`` with q fixed) (App. A.3);
+        * ``"joint"``: L-BFGS on ``L_E`` over everything (any likelihood, either KL).
+
+        :raises ValueError: for an unknown method, or if the closed form is unbounded at the start (§2.4).
+        """
+        if method not in ("collapsed", "alternate", "joint"):
+            raise ValueError(f"method must be 'collapsed', 'alternate' or 'joint', got {method!r}")
+        if isinstance(maxiter, bool) or not isinstance(maxiter, (int, np.integer)) or maxiter < 0:
+            raise ValueError(f"maxiter must be a non-negative integer, got {maxiter!r}")
+        hyper = list(self.kernel.trainable_variables) + list(self.inducing_variable.trainable_variables)
+        if self.data is not None:
+            hyper += list(self.likelihood.trainable_variables)
+        q_vars = list(self.q_mu.trainable_variables) + list(self.q_sqrt.trainable_variables)
+        opt = gpflow.optimizers.Scipy()
+        if method != "joint":
+            self._check_closed_form()
+            if self.precision_min_eigenvalue() <= 0:
+                self.set_optimal_q()  # raises the §2.4 error
+        if method == "collapsed":
+            if hyper and maxiter:
+                opt.minimize(lambda: -self.collapsed_elbo(), hyper, options={"maxiter": int(maxiter)})
+            self.set_optimal_q()
+        elif method == "alternate":
+            for _ in range(int(iterations)):
+                self.set_optimal_q()
+                if hyper and maxiter:
+                    opt.minimize(self.training_loss, hyper, options={"maxiter": int(maxiter)})
+            self.set_optimal_q()
+        elif maxiter:
+            opt.minimize(self.training_loss, hyper + q_vars, options={"maxiter": int(maxiter)})
+        return float(self.elbo().numpy())
+
+
+def fit_pyramid(
+    local_models: Sequence[Any],
+    group_size: int,
+    kernel: gpflow.kernels.Kernel,
+    Z: np.ndarray,
+    *,
+    likelihood: Optional[gpflow.likelihoods.Likelihood] = None,
+    maxiter: int = 100,
+    method: str = "collapsed",
+) -> EnsembleSVGP:
+    """Ensembles of ensembles (§3.2): ensemble consecutive groups of ``group_size`` models, export each fitted
+    ensemble as a recyclable model, and repeat until one ensemble remains (every node starts from a copy of
+    ``kernel`` and the inducing inputs ``Z``, as in the paper's 1M experiment).
+
+    :raises ValueError: for an empty list or ``group_size < 2``.
+    """
+    level = [as_recyclable(m, i) for i, m in enumerate(local_models)]
+    if not level:
+        raise ValueError("fit_pyramid needs at least one local model")
+    if isinstance(group_size, bool) or not isinstance(group_size, (int, np.integer)) or group_size < 2:
+        raise ValueError(f"group_size must be an integer ≥ 2, got {group_size!r}")
+    while True:
+        nodes = []
+        for start in range(0, len(level), group_size):
+            node = EnsembleSVGP(
+                level[start : start + group_size],
+                gpflow.utilities.deepcopy(kernel),
+                np.array(Z, copy=True),
+                likelihood=None if likelihood is None else gpflow.utilities.deepcopy(likelihood),
+            )
+            node.fit(maxiter=maxiter, method=method)
+            nodes.append(node)
+        if len(nodes) == 1:
+            return nodes[0]
+        level = [n.to_recyclable(name=f"node_{i}") for i, n in enumerate(nodes)]

@@ -1,0 +1,364 @@
+"""Recyclable models: fitted sparse GPs exported in unwhitened form and persisted without their data.
+
+A *recyclable model* (Moreno-Muñoz et al., *Recyclable Gaussian Processes*, §2 and eq. 1; spec
+``recyclable-gp.md`` §0) is the tuple ``M_k = {μ_k, L_k, Z_k, θ_k}`` of a fitted single-output SVGP
+``q_k(u_k) = N(μ_k, S_k)``, ``S_k = L_k L_kᵀ``, ``u_k = f(Z_k)`` with the local kernel ``k_{θ_k}``, plus the spec of
+the likelihood it was trained with. The ensemble bound (:class:`~gpflow_fed.models.EnsembleSVGP`) needs
+only these arrays, never ``X_k`` or ``y_k``.
+
+GPflow's ``SVGP`` is whitened by default (``u = L_K v`` with ``L_K = chol(K_k + εI)``); :func:`export_svgp`
+converts to the paper's unwhitened form ``μ_k = L_K m̃``, ``L_k = L_K L̃`` (spec §2.5, pitfall P6).
+
+Persistence is a single ``.npz`` file holding only numeric arrays and JSON strings (no pickled code):
+``save_recyclable(path, {"name": model, ...})`` and ``load_recyclable(path)``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, replace
+from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Union
+
+import gpflow
+import numpy as np
+import tensorflow as tf
+from check_shapes import check_shapes
+
+__all__ = [
+    "FORMAT",
+    "RecyclableModel",
+    "export_svgp",
+    "kernel_from_spec",
+    "kernel_spec",
+    "likelihood_from_spec",
+    "likelihood_spec",
+    "load_recyclable",
+    "save_recyclable",
+    "train_local_svgp",
+]
+
+FORMAT = "gpflow-fed-recyclable/1"
+KERNELS = ("SquaredExponential", "Matern12", "Matern32", "Matern52")
+LINKS = {"logistic": tf.sigmoid, "probit": gpflow.likelihoods.utils.inv_probit, "exp": tf.exp}
+
+
+def kernel_spec(kernel: gpflow.kernels.Kernel) -> Dict[str, Any]:
+    """A JSON-able description of a stationary kernel ``θ = (σ², ℓ)``.
+
+    :raises TypeError: for kernels other than SquaredExponential / Matern12 / Matern32 / Matern52, or with
+        ``active_dims`` set (wrap such kernels yourself and persist them by other means).
+    """
+    name = type(kernel).__name__
+    if name not in KERNELS or not isinstance(kernel, gpflow.kernels.Stationary):
+        raise TypeError(f"cannot export kernel {name}: supported kernels are {', '.join(KERNELS)}")
+    if not isinstance(kernel.active_dims, slice) or kernel.active_dims != slice(None, None, None):
+        raise TypeError(f"cannot export kernel {name} with active_dims={kernel.active_dims}; use all input dimensions")
+    lengthscales = np.atleast_1d(kernel.lengthscales.numpy()).astype(float)
+    return {"class": name, "variance": float(kernel.variance.numpy()), "lengthscales": lengthscales.tolist()}
+
+
+def kernel_from_spec(spec: Mapping[str, Any]) -> gpflow.kernels.Kernel:
+    """Rebuild a kernel from :func:`kernel_spec` output; raises ``ValueError`` for an invalid spec."""
+    try:
+        name, variance, lengthscales = spec["class"], float(spec["variance"]), spec["lengthscales"]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"invalid kernel spec {spec!r}: needs class, variance and lengthscales") from exc
+    if name not in KERNELS:
+        raise ValueError(f"unknown kernel class {name!r} in saved model; supported: {', '.join(KERNELS)}")
+    ell = np.asarray(lengthscales, dtype=gpflow.default_float())
+    if ell.ndim != 1 or ell.size == 0 or variance <= 0 or np.any(ell <= 0) or not np.all(np.isfinite(ell)):
+        raise ValueError(f"invalid kernel hyperparameters in saved model: variance={variance}, lengthscales={ell}")
+    return getattr(gpflow.kernels, name)(variance=variance, lengthscales=ell if ell.size > 1 else float(ell[0]))
+
+
+def _link_name(invlink: Any) -> str:
+    for name, fn in LINKS.items():
+        if invlink is fn:
+            return name
+    raise TypeError(f"cannot export likelihood link {invlink!r}: supported links are {', '.join(LINKS)}")
+
+
+def likelihood_spec(likelihood: Optional[gpflow.likelihoods.Likelihood]) -> Optional[Dict[str, Any]]:
+    """A JSON-able description of a Gaussian, Bernoulli or Poisson likelihood (``None`` passes through).
+
+    :raises TypeError: for other likelihoods or links.
+    """
+    if likelihood is None:
+        return None
+    if isinstance(likelihood, gpflow.likelihoods.Gaussian):
+        return {"class": "Gaussian", "variance": float(likelihood.variance.numpy())}
+    if isinstance(likelihood, (gpflow.likelihoods.Bernoulli, gpflow.likelihoods.Poisson)):
+        return {"class": type(likelihood).__name__, "invlink": _link_name(likelihood.invlink)}
+    raise TypeError(f"cannot export likelihood {type(likelihood).__name__}: supported are Gaussian, Bernoulli, Poisson")
+
+
+def likelihood_from_spec(spec: Optional[Mapping[str, Any]]) -> Optional[gpflow.likelihoods.Likelihood]:
+    """Rebuild a likelihood from :func:`likelihood_spec` output; raises ``ValueError`` for an invalid spec."""
+    if spec is None:
+        return None
+    name = spec.get("class") if isinstance(spec, Mapping) else None
+    if name == "Gaussian":
+        variance = float(spec.get("variance", -1.0))
+        if not variance > 0:
+            raise ValueError(f"invalid Gaussian likelihood variance {variance} in saved model")
+        return gpflow.likelihoods.Gaussian(variance=variance)
+    if name in ("Bernoulli", "Poisson"):
+        link = spec.get("invlink")
+        if link not in LINKS:
+            raise ValueError(f"unknown likelihood link {link!r} in saved model; supported: {', '.join(LINKS)}")
+        return getattr(gpflow.likelihoods, name)(invlink=LINKS[link])
+    raise ValueError(f"unknown likelihood spec {spec!r} in saved model")
+
+
+@dataclass(frozen=True)
+class RecyclableModel:
+    """A fitted local sparse GP in unwhitened form: ``q_k(u_k) = N(q_mu, q_sqrt q_sqrtᵀ)`` at ``Z`` (spec §0).
+
+    :param q_mu: ``[M, 1]`` variational mean μ_k.
+    :param q_sqrt: ``[M, M]`` lower-triangular ``L_k`` (the upper triangle is ignored and zeroed).
+    :param Z: ``[M, D]`` inducing inputs Z_k.
+    :param kernel: :func:`kernel_spec` of the local kernel θ_k.
+    :param likelihood: :func:`likelihood_spec` of the likelihood the model was trained with (or ``None``).
+    :param name: a label.
+    :raises ValueError: for inconsistent shapes or non-finite values.
+    """
+
+    q_mu: np.ndarray
+    q_sqrt: np.ndarray
+    Z: np.ndarray
+    kernel: Mapping[str, Any]
+    likelihood: Optional[Mapping[str, Any]] = None
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        dtype = gpflow.default_float()
+        q_mu, q_sqrt, Z = (np.array(a, dtype=dtype) for a in (self.q_mu, self.q_sqrt, self.Z))
+        if Z.ndim != 2 or Z.shape[0] == 0:
+            raise ValueError(f"recyclable model {self.name!r}: Z must be [M, D] with M > 0, got shape {Z.shape}")
+        M = Z.shape[0]
+        if q_mu.shape != (M, 1):
+            raise ValueError(f"recyclable model {self.name!r}: q_mu must be [{M}, 1], got {q_mu.shape}")
+        if q_sqrt.shape == (1, M, M):
+            q_sqrt = q_sqrt[0]
+        if q_sqrt.shape != (M, M):
+            raise ValueError(f"recyclable model {self.name!r}: q_sqrt must be [{M}, {M}], got {q_sqrt.shape}")
+        for label, a in (("q_mu", q_mu), ("q_sqrt", q_sqrt), ("Z", Z)):
+            if not np.all(np.isfinite(a)):
+                raise ValueError(f"recyclable model {self.name!r}: {label} contains NaN or inf")
+        kernel_from_spec(self.kernel)  # validates
+        likelihood_from_spec(self.likelihood)
+        lengthscales = self.kernel["lengthscales"]
+        if len(lengthscales) not in (1, Z.shape[1]):
+            raise ValueError(
+                f"recyclable model {self.name!r}: kernel has {len(lengthscales)} lengthscales but D = {Z.shape[1]}"
+            )
+        for name, a in (("q_mu", q_mu), ("q_sqrt", np.tril(q_sqrt)), ("Z", Z)):
+            a.setflags(write=False)
+            object.__setattr__(self, name, a)
+        object.__setattr__(self, "kernel", dict(self.kernel))
+        object.__setattr__(self, "likelihood", None if self.likelihood is None else dict(self.likelihood))
+
+    @property
+    def num_inducing(self) -> int:
+        """M_k."""
+        return int(self.Z.shape[0])
+
+    @property
+    def input_dim(self) -> int:
+        """D."""
+        return int(self.Z.shape[1])
+
+    def build_kernel(self) -> gpflow.kernels.Kernel:
+        """A fresh GPflow kernel with the local hyperparameters θ_k."""
+        return kernel_from_spec(self.kernel)
+
+    def build_likelihood(self) -> Optional[gpflow.likelihoods.Likelihood]:
+        """A fresh GPflow likelihood of the local model (``None`` if none was recorded)."""
+        return likelihood_from_spec(self.likelihood)
+
+    def to_svgp(self) -> gpflow.models.SVGP:
+        """An unwhitened ``gpflow.models.SVGP`` with these parameters, e.g. to predict with one local model."""
+        likelihood = self.build_likelihood() or gpflow.likelihoods.Gaussian()
+        return gpflow.models.SVGP(
+            self.build_kernel(),
+            likelihood,
+            gpflow.inducing_variables.InducingPoints(self.Z.copy()),
+            q_mu=self.q_mu.copy(),
+            q_sqrt=self.q_sqrt[None].copy(),
+            whiten=False,
+        )
+
+    @check_shapes("offset: [D]")
+    def shifted(self, offset: np.ndarray, name: Optional[str] = None) -> "RecyclableModel":
+        """The same posterior moved to ``Z_k + offset`` (stationary kernels only; the "compositional number").
+
+        For a stationary kernel, ``q_k`` over ``f(Z_k + δ)`` is the fitted posterior of ``x ↦ f(x − δ)``.
+        """
+        return replace(self, Z=self.Z + np.asarray(offset, dtype=self.Z.dtype)[None, :], name=name or self.name)
+
+    def to_arrays(self, prefix: str = "") -> Dict[str, np.ndarray]:
+        """Numeric arrays only (the JSON spec as a unicode array), for messages and ``.npz`` files."""
+        spec = json.dumps({"kernel": self.kernel, "likelihood": self.likelihood, "name": self.name})
+        return {
+            f"{prefix}q_mu": self.q_mu,
+            f"{prefix}q_sqrt": self.q_sqrt,
+            f"{prefix}Z": self.Z,
+            f"{prefix}spec": np.array(spec),
+        }
+
+    @classmethod
+    def from_arrays(cls, arrays: Mapping[str, np.ndarray], prefix: str = "") -> "RecyclableModel":
+        """Inverse of :meth:`to_arrays`; raises ``ValueError`` naming what is missing or corrupt."""
+        missing = [k for k in ("q_mu", "q_sqrt", "Z", "spec") if f"{prefix}{k}" not in arrays]
+        if missing:
+            raise ValueError(f"corrupt recyclable model {prefix!r}: missing arrays {missing}")
+        try:
+            spec = json.loads(str(np.asarray(arrays[f"{prefix}spec"])))
+            kernel, likelihood, name = spec["kernel"], spec["likelihood"], spec["name"]
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise ValueError(f"corrupt recyclable model {prefix!r}: unreadable spec ({exc})") from exc
+        return cls(
+            q_mu=arrays[f"{prefix}q_mu"],
+            q_sqrt=arrays[f"{prefix}q_sqrt"],
+            Z=arrays[f"{prefix}Z"],
+            kernel=kernel,
+            likelihood=likelihood,
+            name=str(name),
+        )
+
+
+def export_svgp(model: Any, name: str = "") -> RecyclableModel:
+    """Export a fitted single-output ``gpflow.models.SVGP`` (or a fitted :class:`EnsembleSVGP`) as a
+    :class:`RecyclableModel` in unwhitened form (spec §2.5).
+
+    For ``whiten=True``: ``μ_k = L_K m̃``, ``L_k = L_K L̃`` with ``L_K = chol(Kuu(Z_k) + εI)`` from the **local**
+    kernel (pitfall P6), ``ε`` GPflow's default jitter.
+
+    :raises TypeError: for other model types, kernels or likelihoods, or non-``InducingPoints`` inducing variables.
+    :raises ValueError: for multi-output models.
+    """
+    from .ensemble_svgp import EnsembleSVGP
+
+    if isinstance(model, EnsembleSVGP):
+        return model.to_recyclable(name=name)
+    if not isinstance(model, gpflow.models.SVGP):
+        raise TypeError(f"export_svgp needs a gpflow.models.SVGP or an EnsembleSVGP, got {type(model).__name__}")
+    iv = model.inducing_variable
+    if type(iv) is not gpflow.inducing_variables.InducingPoints:
+        raise TypeError(f"export_svgp needs InducingPoints, got {type(iv).__name__}")
+    if model.num_latent_gps != 1 or model.q_mu.shape[1] != 1:
+        raise ValueError(f"export_svgp needs a single-output SVGP, got {model.q_mu.shape[1]} latent GPs")
+    if model.q_sqrt.shape.ndims != 3:
+        raise ValueError("export_svgp needs a full-covariance SVGP (q_diag=False)")
+    q_mu = model.q_mu.numpy()
+    q_sqrt = model.q_sqrt.numpy()[0]
+    if model.whiten:
+        L_K = np.linalg.cholesky(
+            gpflow.covariances.Kuu(iv, model.kernel, jitter=gpflow.config.default_jitter()).numpy()
+        )
+        q_mu, q_sqrt = L_K @ q_mu, L_K @ q_sqrt
+    return RecyclableModel(
+        q_mu=q_mu,
+        q_sqrt=q_sqrt,
+        Z=iv.Z.numpy(),
+        kernel=kernel_spec(model.kernel),
+        likelihood=likelihood_spec(model.likelihood),
+        name=name,
+    )
+
+
+ModelsLike = Union[Mapping[str, RecyclableModel], Sequence[RecyclableModel]]
+
+
+def _as_named(models: ModelsLike) -> Dict[str, RecyclableModel]:
+    if isinstance(models, Mapping):
+        named = {str(k): v for k, v in models.items()}
+    elif isinstance(models, Iterable) and not isinstance(models, (str, bytes)):
+        named = {(m.name if isinstance(m, RecyclableModel) and m.name else f"model_{i}"): m for i, m in enumerate(models)}
+    else:
+        raise TypeError(f"expected a mapping or sequence of RecyclableModel, got {type(models).__name__}")
+    if not named:
+        raise ValueError("the dictionary of recyclable models is empty; save at least one model")
+    for key, m in named.items():
+        if not isinstance(m, RecyclableModel):
+            raise TypeError(f"model {key!r} is a {type(m).__name__}; convert it with export_svgp(model) first")
+    return named
+
+
+def save_recyclable(path: Union[str, os.PathLike], models: ModelsLike) -> None:
+    """Write a dictionary of recyclable models to one ``.npz`` file (numeric arrays and JSON text only).
+
+    :param path: the file to write (``.npz`` is appended by numpy if missing).
+    :param models: ``{name: RecyclableModel}`` or a sequence (named ``model_i`` unless the model has a name).
+    """
+    named = _as_named(models)
+    arrays: Dict[str, np.ndarray] = {"format": np.array(FORMAT), "names": np.array(list(named))}
+    for i, m in enumerate(named.values()):
+        arrays.update(m.to_arrays(prefix=f"{i}/"))
+    np.savez(path, **arrays)
+
+
+def load_recyclable(path: Union[str, os.PathLike]) -> Dict[str, RecyclableModel]:
+    """Read a dictionary written by :func:`save_recyclable` (never unpickles anything).
+
+    :raises FileNotFoundError: if ``path`` does not exist.
+    :raises ValueError: for a corrupt or incompatible file (wrong format tag, missing or malformed arrays).
+    """
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            arrays = {k: f[k] for k in f.files}
+    except FileNotFoundError:
+        raise
+    except Exception as exc:  # zipfile / numpy format errors vary
+        raise ValueError(f"{path}: not a readable recyclable-model file ({type(exc).__name__}: {exc})") from exc
+    tag = str(arrays.get("format", ""))
+    if tag != FORMAT:
+        raise ValueError(f"{path}: incompatible file format {tag!r}, expected {FORMAT!r}")
+    names = [str(n) for n in np.atleast_1d(arrays.get("names", np.array([], dtype=str)))]
+    if not names:
+        raise ValueError(f"{path}: the file holds no models")
+    return {n: RecyclableModel.from_arrays(arrays, prefix=f"{i}/") for i, n in enumerate(names)}
+
+
+@check_shapes("X: [N, D]", "Y: [N, P]", "Z: [M, D]")
+def train_local_svgp(
+    X: np.ndarray,
+    Y: np.ndarray,
+    Z: np.ndarray,
+    kernel: Optional[gpflow.kernels.Kernel] = None,
+    likelihood: Optional[gpflow.likelihoods.Likelihood] = None,
+    *,
+    maxiter: int = 200,
+    train_inducing: bool = True,
+    whiten: bool = True,
+) -> gpflow.models.SVGP:
+    """Fit one local model: a stock ``gpflow.models.SVGP`` maximising ``L_k`` (paper eq. 1) with L-BFGS on the
+    full batch (GPflow's Gauss–Hermite ``variational_expectations`` for non-Gaussian terms). Whitening (the
+    default) converges faster; pass the result through :func:`export_svgp` before recycling it.
+
+    :param kernel: defaults to a SquaredExponential with unit variance and lengthscale.
+    :param likelihood: defaults to ``Gaussian()``; for classification use
+        ``gpflow.likelihoods.Bernoulli(invlink=tf.sigmoid)`` (the paper's logit link, pitfall P7).
+    :param maxiter: L-BFGS iterations.
+    :param train_inducing: optimise Z_k too.
+    """
+    if X.shape[0] == 0:
+        raise ValueError("train_local_svgp: no data")
+    if isinstance(maxiter, bool) or not isinstance(maxiter, (int, np.integer)) or maxiter < 0:
+        raise ValueError(f"maxiter must be a non-negative integer, got {maxiter!r}")
+    dtype = gpflow.default_float()
+    X, Y, Z = (np.asarray(a, dtype=dtype) for a in (X, Y, Z))
+    model = gpflow.models.SVGP(
+        kernel if kernel is not None else gpflow.kernels.SquaredExponential(),
+        likelihood if likelihood is not None else gpflow.likelihoods.Gaussian(),
+        gpflow.inducing_variables.InducingPoints(Z.copy()),
+        num_data=X.shape[0],
+        whiten=whiten,
+    )
+    gpflow.set_trainable(model.inducing_variable, train_inducing)
+    if maxiter:
+        gpflow.optimizers.Scipy().minimize(
+            model.training_loss_closure((X, Y)), model.trainable_variables, options={"maxiter": int(maxiter)}
+        )
+    return model

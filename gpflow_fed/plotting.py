@@ -1,0 +1,111 @@
+"""PNG plots of federated runs: a metric per round and the predictions of several models on a test set."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence, Tuple
+
+import gpflow
+import numpy as np
+from check_shapes import check_shapes
+
+__all__ = ["plot_predictions", "plot_run"]
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+@check_shapes("X_test: [N, D]", "Y_test: [N, 1]")
+def plot_predictions(
+    ax: Any,
+    models: Mapping[str, gpflow.models.GPModel],
+    X_test: np.ndarray,
+    Y_test: np.ndarray,
+    *,
+    inducing: Optional[np.ndarray] = None,
+) -> None:
+    """Draw each model's ``predict_y`` on the test set into the matplotlib axes ``ax``.
+
+    For one input dimension (D = 1): the test points and each model's mean ± 2 standard deviations over
+    sorted inputs (and ``inducing`` locations as ticks on the x-axis). For D > 1: predicted mean against the
+    observed value, with error bars of 2 standard deviations, and the identity line.
+
+    :param models: ``{label: model}``, each with ``predict_y``.
+    :param inducing: optional ``[M, 1]`` inducing inputs to mark (D = 1 only).
+    :raises ValueError: if ``models`` is empty.
+    """
+    if not models:
+        raise ValueError("plot_predictions needs at least one model")
+    X = np.asarray(X_test, dtype=gpflow.default_float())
+    Y = np.asarray(Y_test, dtype=gpflow.default_float())
+    if X.shape[1] == 1:
+        order = np.argsort(X[:, 0])
+        ax.plot(X[order, 0], Y[order, 0], ".", color="0.6", markersize=3, label="test data")
+        for label, model in models.items():
+            mean, var = (t.numpy()[order, 0] for t in model.predict_y(X))
+            line = ax.plot(X[order, 0], mean, label=label)[0]
+            std = np.sqrt(var)
+            ax.fill_between(X[order, 0], mean - 2 * std, mean + 2 * std, color=line.get_color(), alpha=0.15)
+        if inducing is not None:
+            Z = np.asarray(inducing)[:, 0]
+            ax.plot(Z, np.full_like(Z, ax.get_ylim()[0]), "k|", markersize=12, label="inducing inputs Z")
+        ax.set_xlabel("x")
+        ax.set_ylabel("y")
+    else:
+        low, high = float(Y.min()), float(Y.max())
+        ax.plot([low, high], [low, high], "k--", linewidth=1)
+        for label, model in models.items():
+            mean, var = (t.numpy()[:, 0] for t in model.predict_y(X))
+            ax.errorbar(Y[:, 0], mean, yerr=2 * np.sqrt(var), fmt=".", markersize=3, alpha=0.5, label=label)
+        ax.set_xlabel("observed y")
+        ax.set_ylabel("predicted mean (± 2 sd)")
+    ax.legend(fontsize="small")
+
+
+def plot_run(
+    path: str | Path,
+    history: Sequence[Mapping[str, Any]],
+    models: Mapping[str, gpflow.models.GPModel],
+    test: Tuple[np.ndarray, np.ndarray],
+    *,
+    metric: str,
+    title: str = "",
+    inducing: Optional[np.ndarray] = None,
+) -> Path:
+    """Save a two-panel PNG: ``metric`` per round from ``history``, and :func:`plot_predictions`.
+
+    :param path: the PNG file to write (parent directories are created).
+    :param history: per-round records (``FederatedResult.history``); rounds without ``metric`` are skipped.
+    :param metric: the history key to plot per round (e.g. FSGP's local bound).
+    :return: the path written.
+    :raises ValueError: if no round of ``history`` has ``metric``.
+    """
+    points = [(h["round"], float(h[metric])) for h in history if metric in h and np.isfinite(float(h[metric]))]
+    if not points:
+        keys = sorted({k for h in history for k in h})
+        raise ValueError(f"no round of the history has metric {metric!r}; available keys: {keys}")
+    plt = _pyplot()
+    fig, (ax_curve, ax_pred) = plt.subplots(1, 2, figsize=(12, 4.5))
+    try:
+        rounds, values = zip(*points)
+        ax_curve.plot(rounds, values, "-")
+        ax_curve.set_xlabel("round")
+        ax_curve.set_ylabel(metric)
+        ax_curve.set_title(f"{metric} per round")
+        plot_predictions(ax_pred, models, test[0], test[1], inducing=inducing)
+        ax_pred.set_title("test predictions")
+        if title:
+            fig.suptitle(title)
+        fig.tight_layout()
+        out = Path(path)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(out, dpi=110)
+    finally:
+        plt.close(fig)
+    return out

@@ -1,0 +1,101 @@
+"""DPOPosterior: the sparse-GP posterior whose q(u) is the prior times DPO pseudo-likelihood factors.
+
+Registered through ``gpflow.posteriors.get_posterior_class`` for :class:`PseudoObservations`, so
+``gpflow.conditionals.conditional`` and the stock ``SVGP.predict_f`` route to it; ``prior_kl`` is registered
+too, so a stock ``gpflow.models.SVGP`` with a :class:`PseudoObservations` inducing variable optimises the
+DPO-parameterised ELBO (its own ``q_mu``/``q_sqrt`` are then unused: q(u) is fixed by ``(V, m, S)``).
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+import gpflow
+import tensorflow as tf
+from check_shapes import check_shapes
+from gpflow.base import MeanAndVariance
+from gpflow.config import default_jitter
+from gpflow.posteriors import IndependentPosteriorSingleOutput, PrecomputeCacheType, PrecomputedValue
+
+from ..inducing_variables import PseudoObservations
+from .whitened import whitened_posterior, whitened_precision, whitened_prior_kl
+
+
+@check_shapes("Z: [M, D]", "return[0]: [M, M]", "return[1]: [M, 1]", "return[2]: [M, M]")
+def dpo_whitened_posterior(
+    kernel: gpflow.kernels.Kernel, Z: tf.Tensor, pseudo: PseudoObservations, jitter: Optional[float] = None
+) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    """``(L, μ_w, L_B)`` of q(u | Z) ∝ p(u | Z) N(m; K_VZ K_ZZ⁻¹ u, S) at the inducing inputs ``Z``.
+
+    Paper eqs. (12), (22), (25) in the stable whitened form of spec §1.4: ``P = L⁻¹ K_ZV``,
+    ``B = I + P S⁻¹ Pᵀ``, ``μ_w = B⁻¹ P S⁻¹ m``; then ``q(u) = N(L μ_w, L B⁻¹ Lᵀ)``.
+    """
+    jitter = default_jitter() if jitter is None else jitter
+    Kzz = kernel(Z) + jitter * tf.eye(tf.shape(Z)[0], dtype=Z.dtype)
+    L = tf.linalg.cholesky(Kzz)
+    P = tf.linalg.triangular_solve(L, kernel(Z, tf.convert_to_tensor(pseudo.V)), lower=True)
+    Ps, r = pseudo.noise_whiten(P)
+    mu_w, LB = whitened_posterior(*whitened_precision(Ps, r))
+    return L, mu_w, LB
+
+
+class DPOPosterior(IndependentPosteriorSingleOutput):
+    """Predictive ``f* | data`` for q(u) assembled from the prior and a :class:`PseudoObservations` factor.
+
+    With ``α = K_ZZ⁻¹ μ_u = L⁻ᵀ μ_w`` and ``Q⁻¹ = K_ZZ⁻¹ − K_ZZ⁻¹ Σ_u K_ZZ⁻¹ = L⁻ᵀ(I − B⁻¹)L⁻¹``, the
+    prediction is GPflow's ``mean = K_{*Z} α``, ``cov = K_** − K_{*Z} Q⁻¹ K_{Z*}`` (spec §4).
+
+    The constructor keeps GPflow's positional signature (``create_posterior`` and ``conditional()`` call it
+    so); ``q_mu``/``q_sqrt`` are accepted for that reason and not used, because q(u) is determined by the
+    pseudo-observations.
+    """
+
+    def __init__(
+        self,
+        kernel: gpflow.kernels.Kernel,
+        inducing_variable: PseudoObservations,
+        q_mu: Optional[tf.Tensor] = None,
+        q_sqrt: Optional[tf.Tensor] = None,
+        whiten: bool = True,
+        mean_function: Optional[gpflow.mean_functions.MeanFunction] = None,
+        *,
+        precompute_cache: Optional[PrecomputeCacheType] = None,
+    ) -> None:
+        if not isinstance(inducing_variable, PseudoObservations):
+            raise TypeError(f"DPOPosterior needs a PseudoObservations inducing variable, got {type(inducing_variable).__name__}")
+        gpflow.posteriors.AbstractPosterior.__init__(self, kernel, inducing_variable, mean_function=mean_function)
+        self.whiten = whiten
+        if precompute_cache is not None:
+            self.update_cache(precompute_cache)
+
+    def q_u(self) -> Tuple[tf.Tensor, tf.Tensor]:
+        """``(μ_u [M, 1], Σ_u [M, M])`` of q(u | Z) (paper eq. 22 with eq. 25, computed as in spec §1.4)."""
+        L, mu_w, LB = dpo_whitened_posterior(self.kernel, self.X_data.inducing_inputs, self.X_data)
+        LLBinvT = tf.linalg.adjoint(tf.linalg.triangular_solve(LB, tf.linalg.adjoint(L), lower=True))
+        return tf.matmul(L, mu_w), tf.matmul(LLBinvT, LLBinvT, transpose_b=True)
+
+    def _precompute(self) -> Tuple[PrecomputedValue, ...]:
+        L, mu_w, LB = dpo_whitened_posterior(self.kernel, self.X_data.inducing_inputs, self.X_data)
+        alpha = tf.linalg.triangular_solve(L, mu_w, lower=True, adjoint=True)
+        Linv = tf.linalg.triangular_solve(L, tf.eye(tf.shape(L)[0], dtype=L.dtype), lower=True)
+        W = tf.linalg.triangular_solve(LB, Linv, lower=True)
+        Qinv = tf.matmul(Linv, Linv, transpose_a=True) - tf.matmul(W, W, transpose_a=True)
+        return PrecomputedValue(alpha, (False, False)), PrecomputedValue(Qinv[None], (False, False, False))
+
+    def _conditional_fused(self, Xnew: tf.Tensor, full_cov: bool = False, full_output_cov: bool = False) -> MeanAndVariance:
+        cache = tuple(c.value for c in self._precompute())
+        return self._conditional_with_precompute(cache, Xnew, full_cov=full_cov, full_output_cov=full_output_cov)
+
+
+@gpflow.posteriors.get_posterior_class.register(gpflow.kernels.Kernel, PseudoObservations)
+def _get_dpo_posterior_class(kernel: gpflow.kernels.Kernel, inducing_variable: PseudoObservations) -> type:
+    return DPOPosterior
+
+
+@gpflow.kullback_leiblers.prior_kl.register(PseudoObservations, gpflow.kernels.Kernel, object, object)
+def _prior_kl_pseudo_observations(
+    inducing_variable: PseudoObservations, kernel: gpflow.kernels.Kernel, q_mu: object, q_sqrt: object, whiten: bool = False
+) -> tf.Tensor:
+    """KL[q(u) ‖ p(u)] for the DPO q(u); whitening makes it independent of K_ZZ (spec §2.3 with cavity = prior)."""
+    _, mu_w, LB = dpo_whitened_posterior(kernel, inducing_variable.inducing_inputs, inducing_variable)
+    return whitened_prior_kl(mu_w, LB)

@@ -1,0 +1,80 @@
+"""Whitened linear-Gaussian algebra for q(u | Z, β) built from the prior and pseudo-likelihood factors.
+
+Spec §1.4: with ``u = L w`` (``L = chol K_ZZ``) the prior is N(0, I) and each factor j is a linear-Gaussian
+observation ``m_j ~ N(H_j w, S_j)``. Writing ``Ps_j = H_jᵀ S_j^{-½ᵀ}`` and ``r_j = S_j^{-½} m_j``:
+
+    B = I + Σ_j Ps_j Ps_jᵀ,    μ_w = B⁻¹ Σ_j Ps_j r_j,    q(w) = N(μ_w, B⁻¹).
+
+DPO (paper eq. 12): ``H_jᵀ = L⁻¹ K_{Z V_j}``. CPO (paper §5.1): ``H_j = L``. Nothing here inverts K_ZZ or
+forms the DPO "mean" Λ̃⁻¹η̃ of paper eq. (25), which does not exist when M_k < M (spec P2).
+"""
+
+from __future__ import annotations
+
+from typing import Tuple
+
+import gpflow
+import tensorflow as tf
+from check_shapes import check_shapes
+
+JITTER = 1e-6
+
+
+@check_shapes("K: [M, M]", "return: [M, M]")
+def jittered_cholesky(K: tf.Tensor, jitter: float = JITTER) -> tf.Tensor:
+    """``chol(K + εI)`` (spec P1: the same ε must be used for q and its cavity within one step)."""
+    return tf.linalg.cholesky(K + tf.cast(jitter, K.dtype) * tf.eye(tf.shape(K)[0], dtype=K.dtype))
+
+
+@check_shapes("Ps: [M, J]", "r: [J, 1]", "return[0]: [M, M]", "return[1]: [M, 1]")
+def whitened_precision(Ps: tf.Tensor, r: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+    """``(B, b) = (I + Ps Psᵀ, Ps r)``: the whitened precision and precision-adjusted mean of one pseudo-set
+    combined with the N(0, I) prior."""
+    M = tf.shape(Ps)[0]
+    return tf.eye(M, dtype=Ps.dtype) + tf.matmul(Ps, Ps, transpose_b=True), tf.matmul(Ps, r)
+
+
+@check_shapes("B: [M, M]", "b: [M, 1]", "return[0]: [M, 1]", "return[1]: [M, M]")
+def whitened_posterior(B: tf.Tensor, b: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+    """``(μ_w, L_B)`` with ``L_B = chol(B)``, ``μ_w = L_B⁻ᵀ L_B⁻¹ b`` (spec §1.4, as in paper eq. 22)."""
+    LB = tf.linalg.cholesky(B)
+    c = tf.linalg.triangular_solve(LB, b, lower=True)
+    return tf.linalg.triangular_solve(LB, c, lower=True, adjoint=True), LB
+
+
+@check_shapes(
+    "A: [M, N]", "Kdiag: [N]", "mu_w: [M, 1]", "LB: [M, M]", "return[0]: [N, 1]", "return[1]: [N, 1]"
+)
+def whitened_marginals(A: tf.Tensor, Kdiag: tf.Tensor, mu_w: tf.Tensor, LB: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+    """Marginals of q(f_n) with ``a_n = L⁻¹ k_{Z x_n}`` (spec §2.2):
+    ``μ_n = a_nᵀ μ_w``, ``v_n = k_nn − a_nᵀ a_n + ‖L_B⁻¹ a_n‖²``."""
+    mean = tf.matmul(A, mu_w, transpose_a=True)
+    LBinvA = tf.linalg.triangular_solve(LB, A, lower=True)
+    var = Kdiag - tf.reduce_sum(A**2, axis=0) + tf.reduce_sum(LBinvA**2, axis=0)
+    return mean, var[:, None]
+
+
+@check_shapes("mu: [M, 1]", "LB: [M, M]", "mu_c: [M, 1]", "LBc: [M, M]", "return: []")
+def whitened_kl(mu: tf.Tensor, LB: tf.Tensor, mu_c: tf.Tensor, LBc: tf.Tensor) -> tf.Tensor:
+    """KL[N(μ, B⁻¹) ‖ N(μ_c, B_c⁻¹)] in whitened coordinates (spec §2.3):
+
+    ``½[tr(B_c B⁻¹) + (μ − μ_c)ᵀ B_c (μ − μ_c) − M + log|B| − log|B_c|]``; K_ZZ drops out.
+    """
+    M = tf.cast(tf.shape(mu)[0], mu.dtype)
+    trace = tf.reduce_sum(tf.linalg.triangular_solve(LB, LBc, lower=True) ** 2)
+    maha = tf.reduce_sum(tf.matmul(LBc, mu - mu_c, transpose_a=True) ** 2)
+    logdet = 2.0 * (tf.reduce_sum(tf.math.log(tf.linalg.diag_part(LB))) - tf.reduce_sum(tf.math.log(tf.linalg.diag_part(LBc))))
+    return 0.5 * (trace + maha - M + logdet)
+
+
+@check_shapes("mu: [M, 1]", "LB: [M, M]", "return: []")
+def whitened_prior_kl(mu: tf.Tensor, LB: tf.Tensor) -> tf.Tensor:
+    """KL[N(μ_w, B⁻¹) ‖ N(0, I)] = ½[tr(B⁻¹) + μ_wᵀμ_w − M + log|B|] (whitened form of KL[q(u) ‖ p(u)])."""
+    return whitened_kl(mu, LB, tf.zeros_like(mu), tf.eye(tf.shape(mu)[0], dtype=mu.dtype))
+
+
+def meanfield_gaussian_kl(mean_q: object, var_q: object, mean_p: object, var_p: object) -> tf.Tensor:
+    """Σ_i KL[N(μ_q,i, σ²_q,i) ‖ N(μ_p,i, σ²_p,i)] (spec §2.4, §2.5; arguments broadcast)."""
+    dtype = gpflow.default_float()
+    mq, vq, mp, vp = (tf.cast(tf.convert_to_tensor(a), dtype) for a in (mean_q, var_q, mean_p, var_p))
+    return tf.reduce_sum(0.5 * (tf.math.log(vp) - tf.math.log(vq)) + (vq + (mq - mp) ** 2) / (2.0 * vp) - 0.5)

@@ -1,0 +1,52 @@
+"""Privacy: privacy-aware GP release by synthetic correlated noise (Tuo & Bhattacharya)."""
+
+from .dp import DifferentialPrivacy, PrivacyAccountant, clip_payload
+from .lowrank import LowRankCovariance
+from .obfuscation import (
+    METHODS,
+    PrivacyCheck,
+    obfuscate,
+    posterior_covariance,
+    prior_variance,
+    synthetic_noise_covariance,
+    verify_privacy,
+)
+from .regions import (
+    Box,
+    Interval,
+    Region,
+    RegionRefinement,
+    RegionUnion,
+    refine_region,
+    region_noise_covariance,
+    uniform_privacy_covariance,
+)
+from .sdp import SDPInfo, solve_privacy_sdp
+from .secure_aggregation import SecureAggregation
+from .tolerance import ProportionalKernel, check_tolerance_kernel, gaussian_tolerance_kernel, resolve_tolerance
+
+__all__ = [
+    "DifferentialPrivacy", "PrivacyAccountant", "SecureAggregation", "clip_payload",
+    "Box",
+    "Interval",
+    "LowRankCovariance",
+    "METHODS",
+    "PrivacyCheck",
+    "ProportionalKernel",
+    "Region",
+    "RegionRefinement",
+    "RegionUnion",
+    "SDPInfo",
+    "check_tolerance_kernel",
+    "gaussian_tolerance_kernel",
+    "obfuscate",
+    "posterior_covariance",
+    "prior_variance",
+    "refine_region",
+    "region_noise_covariance",
+    "resolve_tolerance",
+    "solve_privacy_sdp",
+    "synthetic_noise_covariance",
+    "uniform_privacy_covariance",
+    "verify_privacy",
+]

@@ -1,0 +1,171 @@
+"""Client-level differential privacy of summed messages: clipping, the Gaussian mechanism, the accountant.
+
+Mechanism (DP-FedAvg, McMahan et al., "Learning Differentially Private Recurrent Language Models", ICLR
+2018, Algorithm 1 with the fixed-denominator estimator): each client clips its whole payload ``a_k`` (all
+arrays of the phase, as one vector) to L2 norm ``C``,
+
+    ā_k = a_k · min(1, C / ‖a_k‖₂),
+
+and the server adds Gaussian noise to the sum: ``Σ_k ā_k + N(0, (z C)² I)`` for ``"sum"`` phases, and
+``(Σ_k w̄_k ā_k + N(0, (z B C)² I)) / Σ_k w̄_k`` with weights capped at ``B``, ``w̄_k = min(w_k, B)``, for
+``"mean"`` phases. The weights are public (they are client sizes, which the server already knows from
+``FederationInfo``); ``z`` is the noise multiplier.
+
+Accounting: neighbouring federations differ in one client's entire data (*replace one client*; the number
+of clients K is public). Replacing one client moves a clipped sum by at most ``2C`` (``2BC``), so each
+release is a Gaussian mechanism with noise multiplier ``z / 2`` relative to its sensitivity. A round that
+samples m of K clients without replacement and releases P sums of the same sample is one
+``SampledWithoutReplacementDpEvent(K, m, P × Gaussian(z/2))`` (Wang, Balle & Kasiviswanathan, AISTATS
+2019, Thm. 27); a release with every client is ``Gaussian(z/2)``. Rounds compose; ``dp_accounting``'s RDP
+accountant (or, without sampling, its PLD accountant) converts the composition to (ε, δ).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+import dp_accounting
+import numpy as np
+
+__all__ = ["ACCOUNTANTS", "DifferentialPrivacy", "PrivacyAccountant", "clip_payload"]
+
+ACCOUNTANTS = ("rdp", "pld")
+
+
+def clip_payload(arrays: Mapping[str, np.ndarray], clip_norm: float) -> Tuple[Dict[str, np.ndarray], float]:
+    """Scale every array by ``min(1, C / ‖a‖₂)``, ``‖a‖₂`` the L2 norm of all arrays together.
+
+    :param arrays: a client's payload for one phase.
+    :param clip_norm: C > 0.
+    :return: the clipped arrays and the norm before clipping.
+    """
+    if not clip_norm > 0:
+        raise ValueError(f"clip_norm must be positive, got {clip_norm!r}")
+    norm = float(math.sqrt(sum(float(np.sum(np.square(np.asarray(a, dtype=np.float64)))) for a in arrays.values())))
+    factor = min(1.0, clip_norm / norm) if norm > 0 else 1.0
+    return {k: np.asarray(a, dtype=np.float64) * factor for k, a in arrays.items()}, norm
+
+
+@dataclass(frozen=True)
+class DifferentialPrivacy:
+    """Client-level (ε, δ)-DP of every protected sum (module docstring for the mechanism and accounting).
+
+    :param noise_multiplier: z > 0; the noise std is ``z C`` on a sum (``z B C`` on a weighted sum).
+    :param clip_norm: C > 0, the bound on the L2 norm of each client's payload in a phase.
+    :param delta: δ ∈ (0, 1) at which ε is reported.
+    :param weight_bound: B > 0, the cap on a message's weight in ``"mean"`` phases (1 gives each client the
+        same weight; e.g. ``max N_k`` keeps FedAvg's size weights).
+    :param accountant: ``"rdp"`` (any sampling) or ``"pld"`` (tighter, only when every client takes part).
+    :param phases: the phases whose sums are clipped and noised (e.g. ``("predict",)`` for FSGP's final
+        statistics only); None: every ``"sum"``/``"mean"`` phase. Only these releases are accounted.
+    """
+
+    noise_multiplier: float
+    clip_norm: float
+    delta: float = 1e-5
+    weight_bound: float = 1.0
+    accountant: str = "rdp"
+    phases: Optional[Tuple[str, ...]] = None
+
+    def __post_init__(self) -> None:
+        for name in ("noise_multiplier", "clip_norm", "delta", "weight_bound"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
+                raise TypeError(f"DifferentialPrivacy: {name} must be a number, got {type(value).__name__}")
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"DifferentialPrivacy: {name} must be positive and finite, got {value!r}")
+        if not self.delta < 1:
+            raise ValueError(f"DifferentialPrivacy: delta must lie in (0, 1), got {self.delta!r}")
+        if self.accountant not in ACCOUNTANTS:
+            raise ValueError(f"DifferentialPrivacy: accountant must be one of {ACCOUNTANTS}, got {self.accountant!r}")
+        if self.phases is not None:
+            if isinstance(self.phases, str) or not all(isinstance(p, str) for p in self.phases) or not self.phases:
+                raise TypeError(f"DifferentialPrivacy: phases must be a non-empty tuple of phase names, got {self.phases!r}")
+            object.__setattr__(self, "phases", tuple(self.phases))
+
+    def applies(self, phase: str) -> bool:
+        """Whether ``phase``'s sums are clipped and noised."""
+        return self.phases is None or phase in self.phases
+
+    def noise_std(self, aggregation: str) -> float:
+        """``z C`` for a ``"sum"`` phase, ``z B C`` for a ``"mean"`` phase (before dividing by Σ w̄_k)."""
+        scale = self.weight_bound if aggregation == "mean" else 1.0
+        return float(self.noise_multiplier * self.clip_norm * scale)
+
+
+class PrivacyAccountant:
+    """Composes the releases of a run and reports the spent (ε, δ) with ``dp_accounting``.
+
+    :param dp: the mechanism's settings.
+    """
+
+    def __init__(self, dp: DifferentialPrivacy) -> None:
+        self.dp = dp
+        self._releases: List[Tuple[int, int, int]] = []
+        self._accountant = self._new_accountant()
+
+    def _new_accountant(self) -> dp_accounting.PrivacyAccountant:
+        if self.dp.accountant == "rdp":
+            return dp_accounting.rdp.RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
+        # Without sampling, replacing one client is a Gaussian mechanism with sensitivity 2C: its privacy loss
+        # distribution equals add/remove's at noise multiplier z / 2 (the same dominating pair).
+        return dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-4)
+
+    @property
+    def releases(self) -> Tuple[Tuple[int, int, int], ...]:
+        """``(K, m, P)`` per recorded exchange group: P sums over the same m of K clients."""
+        return tuple(self._releases)
+
+    def record(self, num_clients: int, sample_size: int, num_sums: int) -> None:
+        """Record ``num_sums`` noised sums over one sample of ``sample_size`` of ``num_clients`` clients.
+
+        :raises ValueError: sizes out of range, or sampling with the PLD accountant.
+        """
+        if not 1 <= sample_size <= num_clients or num_sums < 0:
+            raise ValueError(f"invalid release: {sample_size} of {num_clients} clients, {num_sums} sums")
+        if sample_size < num_clients and self.dp.accountant == "pld":
+            raise ValueError(
+                "the PLD accountant does not support sampling clients without replacement; "
+                "use DifferentialPrivacy(accountant='rdp') or client_fraction=1"
+            )
+        if num_sums:
+            release = (int(num_clients), int(sample_size), int(num_sums))
+            self._releases.append(release)
+            self._accountant.compose(self.release_event(*release))
+
+    def restore(self, releases: Sequence[Sequence[int]]) -> None:
+        """Replace the recorded releases (used when resuming from a checkpoint)."""
+        self._releases = [tuple(int(v) for v in r) for r in releases]  # type: ignore[misc]
+        self._accountant = self._new_accountant()
+        for (K, m, P), count in Counter(self._releases).items():
+            self._accountant.compose(self.release_event(K, m, P), count)
+
+    def release_event(self, num_clients: int, sample_size: int, num_sums: int) -> dp_accounting.DpEvent:
+        """One round's releases as a ``dp_accounting`` event: P Gaussians(z/2) over a sample of m of K."""
+        gaussian = dp_accounting.GaussianDpEvent(self.dp.noise_multiplier / 2.0)  # sensitivity 2C: replace one
+        inner = dp_accounting.SelfComposedDpEvent(gaussian, num_sums) if num_sums > 1 else gaussian
+        if sample_size < num_clients:
+            inner = dp_accounting.SampledWithoutReplacementDpEvent(num_clients, sample_size, inner)
+        return inner
+
+    def epsilon(self) -> float:
+        """ε spent so far at the configured δ (0 before any release)."""
+        if not self._releases:
+            return 0.0
+        return float(self._accountant.get_epsilon(self.dp.delta))
+
+    def report(self) -> Dict[str, object]:
+        """What a run exposes as ``result.privacy``."""
+        return {
+            "epsilon": self.epsilon(),
+            "delta": self.dp.delta,
+            "noise_multiplier": self.dp.noise_multiplier,
+            "clip_norm": self.dp.clip_norm,
+            "weight_bound": self.dp.weight_bound,
+            "accountant": self.dp.accountant,
+            "neighbouring": "replace one client's data (K public)",
+            "releases": int(sum(P for _, _, P in self._releases)),
+        }

@@ -1,0 +1,223 @@
+r"""Continuous sensitive regions (Tuo & Bhattacharya §4.4): boxes, intervals and unions, discretised.
+
+For a kernel tolerance H with ``K − H`` positive definite, ``Σ_opt(S) = (G(S) − K_XX − V)⁺`` (eq. 13) with
+``G(S)ᵢⱼ = ⟨K(·,xᵢ), K(·,xⱼ)⟩_{N_{K−H}(S)}``; for a finite S this is ``K_XS (K_SS − H_SS)⁻¹ K_SX`` (eq. 12).
+``G`` grows with S (Theorem 3) and ``G(Sₙ) → G(S̄)`` for grids filling a compact region (Theorem 4), so a
+region is handled by refining its grid until ``tr Σ`` stops changing (:func:`refine_region`). For
+``H = αK`` the uniformly privacy-aware solution ``(G(ℝᵈ) − K_XX − V)⁺`` with ``G(ℝᵈ) = (1 − α)⁻¹ K_XX``
+protects every input at once (:func:`uniform_privacy_covariance`).
+
+Numerics: on dense grids ``K_SS − H_SS`` is numerically singular; G(S) is then computed with the
+pseudo-inverse (eigenvalues below 1e-13 of the largest dropped), which is the quantity the refinement
+converges to.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Union
+
+import gpflow
+import numpy as np
+
+from ._linalg import as_inputs, kernel_matrix, noise_vector, psd_factor
+from .lowrank import LowRankCovariance
+from .obfuscation import Covariance, positive_part_of_difference, strong_factor
+from .tolerance import ProportionalKernel, check_tolerance_kernel
+
+
+class Region(abc.ABC):
+    """A compact sensitive region that can be discretised on a grid."""
+
+    @property
+    @abc.abstractmethod
+    def input_dim(self) -> int:
+        """D, the input dimension."""
+
+    @abc.abstractmethod
+    def discretise(self, density: float) -> np.ndarray:
+        """``[M, D]`` grid points with about ``density`` points per unit length along each axis."""
+
+
+class Box(Region):
+    """The axis-aligned box ``[lower₁, upper₁] × … × [lower_D, upper_D]`` (a point along a zero-width side).
+
+    :raises ValueError: mismatched lengths, non-finite bounds or ``lower > upper``.
+    """
+
+    def __init__(self, lower: Sequence[float], upper: Sequence[float]) -> None:
+        lo = np.atleast_1d(np.asarray(lower, dtype=gpflow.default_float()))
+        hi = np.atleast_1d(np.asarray(upper, dtype=gpflow.default_float()))
+        if lo.ndim != 1 or lo.shape != hi.shape:
+            raise ValueError(f"Box bounds must be two vectors of one length, got {lo.shape} and {hi.shape}")
+        if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
+            raise ValueError("Box bounds must be finite")
+        if np.any(lo > hi):
+            raise ValueError(f"Box needs lower ≤ upper in every dimension, got lower={lo}, upper={hi}")
+        self.lower, self.upper = lo, hi
+
+    @property
+    def input_dim(self) -> int:
+        return int(self.lower.shape[0])
+
+    def discretise(self, density: float) -> np.ndarray:
+        """A tensor grid with ``⌈density·width⌉ + 1`` points per side (one for a zero-width side).
+
+        Doubling an integer density on an integer-width box gives nested grids (Theorem 3's monotonicity).
+        """
+        if not (np.isfinite(density) and density > 0):
+            raise ValueError(f"density must be a positive number of points per unit length, got {density}")
+        axes = []
+        for lo, hi in zip(self.lower, self.upper):
+            count = 1 if hi == lo else int(math.ceil(round(density * (hi - lo), 9))) + 1
+            axes.append(np.linspace(lo, hi, count))
+        mesh = np.meshgrid(*axes, indexing="ij")
+        return np.stack([m.reshape(-1) for m in mesh], axis=1)
+
+    def __repr__(self) -> str:
+        return f"Box(lower={self.lower.tolist()}, upper={self.upper.tolist()})"
+
+
+class Interval(Box):
+    """The interval ``[low, high]`` of a 1-D input space."""
+
+    def __init__(self, low: float, high: float) -> None:
+        super().__init__([low], [high])
+
+
+class RegionUnion(Region):
+    """The union of regions of one input dimension; duplicated grid points are merged."""
+
+    def __init__(self, *regions: Region) -> None:
+        if not regions:
+            raise ValueError("RegionUnion needs at least one region")
+        dims = {r.input_dim for r in regions}
+        if len(dims) != 1:
+            raise ValueError(f"RegionUnion needs regions of one input dimension, got {sorted(dims)}")
+        self.regions = tuple(regions)
+
+    @property
+    def input_dim(self) -> int:
+        return self.regions[0].input_dim
+
+    def discretise(self, density: float) -> np.ndarray:
+        points = np.concatenate([r.discretise(density) for r in self.regions], axis=0)
+        _, index = np.unique(np.round(points, 12), axis=0, return_index=True)
+        return points[np.sort(index)]
+
+
+def _check_region(region: Region, X: np.ndarray, tolerance: object) -> None:
+    if not isinstance(region, Region):
+        raise TypeError(f"region must be a Box, Interval or RegionUnion, got {type(region).__name__}")
+    if region.input_dim != X.shape[1]:
+        raise ValueError(f"the region has {region.input_dim} dimensions but X has {X.shape[1]} columns; "
+                         "give the region in X's input space")
+    if not isinstance(tolerance, gpflow.kernels.Kernel):
+        raise TypeError("a continuous region needs a kernel tolerance H (e.g. ProportionalKernel(kernel, alpha)): "
+                        "a scalar ξ at infinitely many points gives Ξ = ξI, which K_SS − Ξ ≻ 0 rules out")
+
+
+def region_noise_covariance(
+    kernel: gpflow.kernels.Kernel,
+    X: np.ndarray,
+    region: Region,
+    tolerance: gpflow.kernels.Kernel,
+    *,
+    density: float,
+    noise_variance: Union[float, np.ndarray] = 0.0,
+    low_rank: bool = False,
+) -> Covariance:
+    r"""``Σ_opt(Sₙ) = (G(Sₙ) − K_XX − V)⁺`` (eq. 12–13) for the region's grid ``Sₙ`` at ``density``.
+
+    :param tolerance: the kernel H (``K − H`` is checked positive definite on the grid's coarsest level).
+    :raises TypeError: for a non-kernel tolerance or an unknown region type.
+    :raises ValueError: dimension mismatch or ``K − H`` not positive definite.
+    """
+    Xa = as_inputs(X, "X")
+    _check_region(region, Xa, tolerance)
+    S = region.discretise(density)
+    if not isinstance(tolerance, ProportionalKernel):
+        coarse = region.discretise(max(1.0, density / 8.0))
+        check_tolerance_kernel(kernel, tolerance, coarse[: min(coarse.shape[0], 400)])
+    B = strong_factor(kernel_matrix(kernel, Xa, S), kernel_matrix(kernel, S), kernel_matrix(tolerance, S),
+                      allow_singular=True)
+    return positive_part_of_difference(B, kernel_matrix(kernel, Xa), noise_vector(noise_variance, Xa.shape[0]),
+                                       low_rank=low_rank)
+
+
+@dataclass(frozen=True)
+class RegionRefinement:
+    """The refinement history of :func:`refine_region`.
+
+    :param densities: the grid densities tried.
+    :param num_points: the grid sizes.
+    :param traces: ``tr Σ_opt(Sₙ)`` at each density.
+    :param converged: whether the last relative change was ≤ ``rtol``.
+    :param Sigma: Σ at the last density.
+    """
+
+    densities: List[float]
+    num_points: List[int]
+    traces: List[float]
+    converged: bool
+    Sigma: Covariance
+
+
+def refine_region(
+    kernel: gpflow.kernels.Kernel,
+    X: np.ndarray,
+    region: Region,
+    tolerance: gpflow.kernels.Kernel,
+    *,
+    density: float = 4.0,
+    noise_variance: Union[float, np.ndarray] = 0.0,
+    rtol: float = 1e-3,
+    max_refinements: int = 6,
+    low_rank: bool = False,
+) -> RegionRefinement:
+    r"""Double the grid density until ``tr Σ_opt(Sₙ)`` changes by ≤ ``rtol`` (relative) — Theorem 4.
+
+    :return: the history (densities, grid sizes, traces), whether it converged, and the last Σ.
+    """
+    if not (0 < rtol < 1) or int(max_refinements) < 1:
+        raise ValueError("need 0 < rtol < 1 and max_refinements ≥ 1")
+    densities: List[float] = []
+    sizes: List[int] = []
+    traces: List[float] = []
+    Sigma: Optional[Covariance] = None
+    converged = False
+    for level in range(int(max_refinements) + 1):
+        d = float(density) * 2**level
+        Sigma = region_noise_covariance(kernel, X, region, tolerance, density=d, noise_variance=noise_variance,
+                                        low_rank=low_rank)
+        trace = Sigma.trace() if isinstance(Sigma, LowRankCovariance) else float(np.trace(Sigma))
+        densities.append(d)
+        sizes.append(int(region.discretise(d).shape[0]))
+        traces.append(trace)
+        if level > 0 and abs(traces[-1] - traces[-2]) <= rtol * max(abs(traces[-1]), np.finfo(float).tiny):
+            converged = True
+            break
+    assert Sigma is not None
+    return RegionRefinement(densities=densities, num_points=sizes, traces=traces, converged=converged, Sigma=Sigma)
+
+
+def uniform_privacy_covariance(
+    kernel: gpflow.kernels.Kernel, X: np.ndarray, alpha: float, *, noise_variance: Union[float, np.ndarray] = 0.0
+) -> np.ndarray:
+    r"""The uniformly privacy-aware solution for ``H = αK``: ``(G(ℝᵈ) − K_XX − V)⁺ = (α/(1 − α)·K_XX − V)⁺``.
+
+    With it, ``Var[f(x) | W] ≥ α K(x, x)`` at every input x (and for every finite set, in the strong sense).
+
+    :raises ValueError: unless ``0 < α < 1``.
+    """
+    alpha = float(alpha)
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"the uniform solution needs H = αK with 0 < α < 1, got α = {alpha}")
+    Xa = as_inputs(X, "X")
+    A = alpha / (1.0 - alpha) * kernel_matrix(kernel, Xa)
+    A[np.diag_indices(Xa.shape[0])] -= noise_vector(noise_variance, Xa.shape[0])
+    lam, vecs = psd_factor(A)
+    Sigma = (vecs * lam[None, :]) @ vecs.T
+    return 0.5 * (Sigma + Sigma.T)

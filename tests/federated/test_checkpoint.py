@@ -1,0 +1,124 @@
+"""Checkpoint/resume: a run stopped after round r and resumed ends exactly where an uninterrupted run ends."""
+
+from dataclasses import dataclass
+
+import gpflow
+import numpy as np
+import pytest
+
+from gpflow_fed.data import FederatedDataset
+from gpflow_fed.federated import LocalRuntime, run
+from gpflow_fed.federated.algorithms import FSGP
+from gpflow_fed.federated.checkpoint import decode_tree, encode_tree, latest_checkpoint
+from gpflow_fed.privacy.dp import DifferentialPrivacy
+
+from .test_core import FederatedMean, dataset  # noqa: F401  (fixture)
+
+
+class Stop(Exception):
+    """Simulates a crash after a round (the checkpoint of that round is already written)."""
+
+
+def stop_after(round_):
+    def monitor(r, **kwargs):
+        if r == round_:
+            raise Stop
+
+    return monitor
+
+
+def interrupted_then_resumed(algorithm_factory, data, tmp_path, stop, **runtime_kwargs):
+    directory = tmp_path / "ckpt"
+    with pytest.raises(Stop):
+        run(algorithm_factory(), data, runtime=LocalRuntime(checkpoint_dir=directory, **runtime_kwargs),
+            monitor=stop_after(stop), seed=5)
+    assert latest_checkpoint(str(directory)).endswith(f"round-{stop}")
+    resumed = LocalRuntime(checkpoint_dir=directory, resume=True, **runtime_kwargs)
+    return run(algorithm_factory(), data, runtime=resumed, seed=5)
+
+
+def without_timing(history):
+    return [{k: v for k, v in h.items() if k != "seconds"} for h in history]
+
+
+@dataclass(frozen=True)
+class Inner:
+    values: np.ndarray
+    label: str
+
+
+def test_state_tree_round_trips():
+    state = {"a": (1, 2.5, None, "x"), "b": [np.arange(3.0), np.float64(np.nan)], "c": Inner(np.eye(2), "z")}
+    arrays = {}
+    back = decode_tree(encode_tree(state, arrays), arrays)
+    assert back["a"] == state["a"] and isinstance(back["a"], tuple)
+    np.testing.assert_array_equal(back["b"][0], state["b"][0]) and np.isnan(back["b"][1])
+    assert isinstance(back["c"], Inner) and back["c"].label == "z"
+    np.testing.assert_array_equal(back["c"].values, np.eye(2))
+    with pytest.raises(TypeError, match="cannot save a set"):
+        encode_tree({"bad": {1, 2}}, {})
+
+
+def test_toy_resume_equals_uninterrupted_run(dataset, tmp_path):  # noqa: F811
+    factory = lambda: FederatedMean(5, client_fraction=0.5)  # noqa: E731  (sampling RNG state matters)
+    full = run(factory(), dataset, seed=5)
+    resumed = interrupted_then_resumed(factory, dataset, tmp_path, stop=2)
+    assert resumed.state == full.state
+    assert without_timing(resumed.history) == without_timing(full.history)
+    assert resumed.ledger.entries == full.ledger.entries
+
+
+def test_resume_with_dp_and_secure_aggregation(dataset, tmp_path):  # noqa: F811
+    options = dict(differential_privacy=DifferentialPrivacy(1.0, 50.0), secure_aggregation=True)
+    factory = lambda: FederatedMean(4, client_fraction=0.5)  # noqa: E731
+    full = run(factory(), dataset, runtime=LocalRuntime(**options), seed=5)
+    resumed = interrupted_then_resumed(factory, dataset, tmp_path, stop=1, **options)
+    assert resumed.state == full.state
+    assert resumed.privacy == full.privacy
+
+
+def test_checkpoint_of_another_run_is_refused(dataset, tmp_path):  # noqa: F811
+    run(FederatedMean(2), dataset, runtime=LocalRuntime(checkpoint_dir=tmp_path), seed=1)
+    with pytest.raises(ValueError, match="different run: seed"):
+        run(FederatedMean(2), dataset, runtime=LocalRuntime(checkpoint_dir=tmp_path, resume=True), seed=2)
+    with pytest.raises(ValueError, match="checkpoint_dir"):
+        LocalRuntime(resume=True)
+    with pytest.raises(ValueError, match="checkpoint_every"):
+        LocalRuntime(checkpoint_dir=tmp_path, checkpoint_every=0)
+
+
+def test_resume_without_checkpoint_starts_afresh(dataset, tmp_path):  # noqa: F811
+    fresh = run(FederatedMean(2), dataset, runtime=LocalRuntime(checkpoint_dir=tmp_path / "new", resume=True), seed=1)
+    assert fresh.state == run(FederatedMean(2), dataset, seed=1).state
+
+
+@pytest.fixture
+def fsgp_data():
+    rng = np.random.default_rng(3)
+    clients = []
+    for k in range(2):
+        X = rng.uniform(-3, 3, size=(20, 1))
+        clients.append((X, np.sin(2 * X) + 0.1 * rng.normal(size=X.shape)))
+    Xt = np.linspace(-3, 3, 11)[:, None]
+    return FederatedDataset(clients=clients, test=(Xt, np.sin(2 * Xt)), name="sine")
+
+
+@pytest.mark.parametrize(
+    "mode, fraction",
+    [("fedavg", 0.5), pytest.param("exact", 1.0, marks=pytest.mark.slow)],  # exact: restores the server Adam
+)
+def test_fsgp_resume_is_identical(fsgp_data, tmp_path, mode, fraction):
+    Z = np.linspace(-2.5, 2.5, 4)[:, None]
+
+    def factory():
+        return FSGP(gpflow.kernels.SquaredExponential(), Z, 0.1, rounds=3, local_steps=2, learning_rate=0.05,
+                    client_fraction=fraction, mode=mode)
+
+    full = run(factory(), fsgp_data, seed=5)
+    resumed = interrupted_then_resumed(factory, fsgp_data, tmp_path, stop=0)
+    for key, value in full.state.params.items():
+        np.testing.assert_array_equal(resumed.state.params[key], value)
+    Xt = fsgp_data.test[0]
+    for a, b in zip(full.model.predict_f(Xt), resumed.model.predict_f(Xt)):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert without_timing(resumed.history) == without_timing(full.history)

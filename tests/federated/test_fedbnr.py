@@ -1,0 +1,124 @@
+"""FedBNR: phase 2 equals the pooled BLR, the ledger's sizes, FedAvg phase 1 against a centralized oracle,
+knowledge distillation, bad input."""
+
+from __future__ import annotations
+
+import gpflow
+import numpy as np
+import pytest
+import tensorflow as tf
+from gpflow.keras import tf_keras
+
+from gpflow_fed.data import FederatedDataset
+from gpflow_fed.federated import LocalRuntime, run
+from gpflow_fed.federated.algorithms import FedBNR
+from gpflow_fed.federated.algorithms.distillation import distillation_loss, mean_client_gram
+from gpflow_fed.kernels import URK
+from gpflow_fed.models import BayesianLinearRegression
+
+RNG = np.random.default_rng(3)
+X = RNG.uniform(-5, 5, size=(90, 1))
+Y = np.sin(X) + 0.3 * RNG.normal(size=X.shape)
+
+
+def _dataset(sizes=(20, 30, 40)) -> FederatedDataset:
+    cuts = np.cumsum((0,) + tuple(sizes))
+    return FederatedDataset([(X[a:b], Y[a:b]) for a, b in zip(cuts[:-1], cuts[1:])], test=(X, Y))
+
+
+@pytest.mark.parametrize("protocol", ["statistics", "two_step"])
+def test_rounds_zero_equals_pooled_blr(protocol: str) -> None:
+    net = tf_keras.Sequential([tf_keras.layers.Dense(4, activation="tanh")])
+    kernel = URK(1, num_samples=25, seed=5, feature_extractor=net)
+    dataset = _dataset()
+    result = run(FedBNR(kernel, noise_variance=0.2, prior_variance=1.5, rounds=0, protocol=protocol), dataset)
+    pooled = BayesianLinearRegression(dataset.pooled(), kernel, noise_variance=0.2, prior_variance=1.5)
+    X_new = np.linspace(-6, 6, 13)[:, None]
+    for a, b in zip(result.model.predict_f(X_new, full_cov=True), pooled.predict_f(X_new, full_cov=True)):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-8)
+    np.testing.assert_allclose(result.model.log_marginal_likelihood().numpy(), pooled.log_marginal_likelihood().numpy(), atol=1e-8)
+
+
+def test_ledger_sizes_are_L_by_L_and_L_independent_of_client_sizes() -> None:
+    L = 2 * 12
+    shapes = []
+    for sizes in [(10, 10, 70), (30, 30, 30)]:
+        result = run(FedBNR(URK(1, num_samples=12, seed=0), rounds=1, local_steps=1, compile=False), _dataset(sizes))
+        up = result.ledger.select(direction="up", phase="scatter")
+        assert len(up) == 3
+        for entry in up:
+            by_name = dict(zip(entry.names, entry.shapes))
+            assert by_name == {"phi_t_phi": (L, L), "phi_t_y": (L, 1), "y_t_y": (1,), "num_data": ()}
+        shapes.append([(e.shapes, e.nbytes) for e in up] + [(e.shapes, e.nbytes) for e in result.ledger.select(direction="up", phase="kernel")])
+    assert shapes[0] == shapes[1]
+
+
+def test_two_step_ledger() -> None:
+    result = run(FedBNR(URK(1, num_samples=8), rounds=0, protocol="two_step"), _dataset())
+    up = result.ledger.select(direction="up", phase="weights")
+    assert [dict(zip(e.names, e.shapes)) for e in up] == [{"w_mean": (16, 1)}] * 3
+    down = result.ledger.select(direction="down", phase="weights")
+    assert [dict(zip(e.names, e.shapes)) for e in down] == [{"a_inverse": (16, 16)}] * 3
+
+
+def test_single_client_fedavg_equals_centralized_adam() -> None:
+    """With one client, R rounds of S local steps are R·S Adam steps on −log p(y)/N (the client keeps its optimizer)."""
+    kernel = URK(1, num_samples=10, seed=1)
+    data = (X[:30], Y[:30])
+    result = run(FedBNR(kernel, 0.5, 1.0, rounds=3, local_steps=4, learning_rate=0.05), FederatedDataset([data]))
+    central = BayesianLinearRegression(data, gpflow.utilities.deepcopy(kernel), 0.5, 1.0)
+    optimizer = tf_keras.optimizers.Adam(learning_rate=0.05)
+    for _ in range(12):
+        optimizer.minimize(lambda: -central.log_marginal_likelihood() / 30.0, central.trainable_variables)
+    np.testing.assert_allclose(result.model.kernel.feature_map.lengthscales.numpy(), central.kernel.feature_map.lengthscales.numpy(), rtol=1e-9)
+    np.testing.assert_allclose(result.model.likelihood.variance.numpy(), central.likelihood.variance.numpy(), rtol=1e-9)
+    np.testing.assert_allclose(result.model.prior_variance.numpy(), central.prior_variance.numpy(), rtol=1e-9)
+    assert result.history[-1]["neg_log_marginal_likelihood_per_point"] < result.history[0]["neg_log_marginal_likelihood_per_point"]
+
+
+def test_fedavg_is_the_size_weighted_mean_of_client_values() -> None:
+    kernel = URK(1, num_samples=10, seed=1)
+    algo = FedBNR(kernel, rounds=1, local_steps=2, learning_rate=0.05, compile=False)
+    result = run(algo, _dataset(), runtime=LocalRuntime(keep_payloads=True))
+    ups = [m for m in result.ledger.messages if m.phase == "kernel" and m.sender != "server"]
+    key = "likelihood.variance"
+    expected = sum(m.weight * m[key] for m in ups) / sum(m.weight for m in ups)
+    np.testing.assert_allclose(result.state.values[key], expected, rtol=1e-12)
+
+
+def test_distillation_loss_eq_3_4_and_kd_run() -> None:
+    X_kd, Y_kd = X[::6], Y[::6]
+    kernels = [URK(1, num_samples=10, seed=2, feature_map_options={"lengthscales": ls}) for ls in (0.5, 2.0)]
+    target = mean_client_gram(kernels, tf.constant(X_kd))
+    np.testing.assert_allclose(target.numpy(), 0.5 * (kernels[0].K(X_kd) + kernels[1].K(X_kd)).numpy(), rtol=1e-12)
+    server = BayesianLinearRegression((X_kd, Y_kd), URK(1, num_samples=10, seed=2), 0.3)
+    expected = -server.log_marginal_likelihood().numpy() / len(X_kd) + 2.0 * np.mean((server.kernel.K(X_kd).numpy() - target.numpy()) ** 2)
+    np.testing.assert_allclose(distillation_loss(server, target, 2.0).numpy(), expected, rtol=1e-12)
+
+    algo = FedBNR(URK(1, num_samples=10, seed=2), rounds=2, local_steps=3, aggregation="kd",
+                  distillation_data=(X_kd, Y_kd), alpha=1.0, kd_steps=5, learning_rate=0.05, compile=False)
+    result = run(algo, _dataset(), runtime=LocalRuntime(keep_payloads=True))
+    ups = [m for m in result.ledger.messages if m.phase == "kernel" and m.round == 1 and m.sender != "server"]
+    fedavg = sum(m.weight * m["kernel.feature_map.lengthscales"] for m in ups) / sum(m.weight for m in ups)
+    assert not np.allclose(result.state.values["kernel.feature_map.lengthscales"], fedavg)  # the server distilled
+    assert np.isfinite(result.metrics["test_rmse"])
+
+
+def test_bad_input() -> None:
+    kernel = URK(1, num_samples=5)
+    with pytest.raises(ValueError, match="distillation_data"):
+        FedBNR(kernel, aggregation="kd")
+    with pytest.raises(ValueError, match="alpha"):
+        FedBNR(kernel, aggregation="kd", distillation_data=(X, Y), alpha=-1.0)
+    with pytest.raises(ValueError, match="noise_variance"):
+        FedBNR(kernel, noise_variance=0.0)
+    with pytest.raises(ValueError, match="prior_variance"):
+        FedBNR(kernel, prior_variance=-2.0)
+    with pytest.raises(ValueError, match="aggregation"):
+        FedBNR(kernel, aggregation="median")
+    with pytest.raises(TypeError, match="URK"):
+        FedBNR(gpflow.kernels.SquaredExponential())
+    with pytest.raises(ValueError, match="input columns"):
+        FedBNR(kernel, aggregation="kd", distillation_data=(np.ones((3, 2)), np.ones((3, 1))))
+    with pytest.raises(ValueError, match="input_dim"):
+        run(FedBNR(URK(2, num_samples=5), rounds=0), _dataset())

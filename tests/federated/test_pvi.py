@@ -1,0 +1,147 @@
+"""PVI: exactness in the conjugate case (spec T6), sequential q = client q (T9), messages (T11), guards (T10)."""
+
+import warnings
+
+import gpflow
+import numpy as np
+import pytest
+
+from gpflow_fed.data import FederatedDataset
+from gpflow_fed.federated import LocalRuntime, run
+from gpflow_fed.federated.algorithm import Aggregate
+from gpflow_fed.federated.algorithms import PVI
+from gpflow_fed.federated.algorithms.pvi_factors import NaturalGaussian
+
+
+@pytest.fixture
+def dataset():
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-2, 2, (60, 1))
+    Y = np.sin(3 * X) + 0.1 * rng.standard_normal((60, 1))
+    return FederatedDataset([(X[i::3], Y[i::3]) for i in range(3)], test=(X[:10], Y[:10]))
+
+
+Z = np.linspace(-2, 2, 6)[:, None]
+
+
+@pytest.mark.parametrize("param", ["cpo", "dpo"])
+def test_one_sequential_sweep_reproduces_pooled_sgpr(dataset, param):
+    kernel, lik = gpflow.kernels.SquaredExponential(lengthscales=0.5), gpflow.likelihoods.Gaussian(0.01)
+    alg = PVI(kernel, Z, lik, param, rounds=3, learn_inducing="fixed", learn_hyperparameters=False, pseudo_fraction=1.0)
+    result = run(alg, dataset)
+    sgpr = gpflow.models.SGPR(dataset.pooled(), kernel, Z, noise_variance=0.01)
+    X = dataset.test[0]
+    for a, b in zip(result.model.predict_f(X), sgpr.predict_f(X)):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(result.model.elbo(dataset.pooled()).numpy(), sgpr.elbo().numpy(), rtol=1e-9)
+
+
+@pytest.mark.slow
+def test_dpo_distribution_run_messages_and_sequential_equality(dataset):
+    kernel, lik = gpflow.kernels.SquaredExponential(lengthscales=0.5), gpflow.likelihoods.Gaussian(0.05)
+    alg = PVI(kernel, Z, lik, rounds=4, local_steps=30, patience=5, num_predict_samples=4)
+    result = run(alg, dataset, runtime=LocalRuntime(keep_payloads=True))
+    M, D, H = 6, 1, 3
+    ups = [m for m in result.ledger.messages if m.sender != "server"]
+    assert [m.sender for m in ups] == ["client_0", "client_1", "client_2", "client_0"]
+    for msg in ups:
+        Mk = alg.num_pseudo(20)
+        assert {k: v.shape for k, v in msg.arrays.items()} == {
+            "dZ_nu": (M, D), "dZ_lam": (M, D), "drho_nu": (H,), "drho_lam": (H,),
+            "V": (Mk, D), "m": (Mk, 1), "s": (Mk,),
+        }
+        X_k, Y_k = dataset.clients[int(msg.sender[-1])]
+        assert not np.any(np.isin(msg["m"], Y_k))  # pseudo-targets are not the client's outputs
+    downs = [m for m in result.ledger.messages if m.sender == "server"]
+    assert downs[0]["sizes"].tolist() == [0, 0, 0] and downs[3]["sizes"].tolist() == [0, 16, 16]  # own set not sent
+    mean, var = result.state.qZ.moments()
+    assert np.all(var > 0) and np.isfinite(result.metrics["test_nlpd"])
+    fe = [h["free_energy"] for h in result.history]
+    assert all(np.isfinite(fe))
+    assert result.model.predict_f(dataset.test[0])[0].shape == (10, 1)
+
+
+def test_sequential_global_q_equals_client_q(dataset):
+    kernel, lik = gpflow.kernels.SquaredExponential(lengthscales=0.5), gpflow.likelihoods.Gaussian(0.05)
+    alg = PVI(kernel, Z, lik, rounds=2, local_steps=30, patience=5)
+    from gpflow_fed.federated.runtimes.base import make_clients
+    from gpflow_fed.federated.algorithm import FederationInfo, reduce_messages
+    from gpflow_fed.federated.messages import Message
+
+    clients, _ = make_clients(dataset, 0)
+    info = FederationInfo(tuple(c.id for c in clients), {c.id: c.num_data for c in clients}, 1, 1, 0)
+    state = alg.initial_state(info)
+    for r in range(2):
+        c = clients[r]
+        alg.setup_client(c, state)
+        down = Message("server", r, "train", alg.broadcast(state, r, "train"), weight=0.0)
+        reply = alg.client_update(c, down)
+        state = alg.server_update(state, reduce_messages([reply], "collect"))
+        mean, var = c.state["q_moments"]["Z"]
+        np.testing.assert_allclose(state.qZ.moments()[0], mean, rtol=1e-9)
+        np.testing.assert_allclose(state.qZ.moments()[1], var, rtol=1e-9)
+        np.testing.assert_allclose(state.qrho.moments()[0], c.state["q_moments"]["rho"][0], rtol=1e-9, atol=1e-12)
+
+
+def test_improper_synchronous_update_is_rejected(dataset):
+    kernel, lik = gpflow.kernels.SquaredExponential(), gpflow.likelihoods.Gaussian(0.05)
+    alg = PVI(kernel, Z, lik, schedule="synchronous", rounds=1, learn_hyperparameters=False)
+    from gpflow_fed.federated.algorithm import FederationInfo
+    from gpflow_fed.federated.messages import Message
+
+    state = alg.initial_state(FederationInfo(("client_0",), {"client_0": 20}, 1, 1, 0))
+    bad = Message("client_0", 0, "train", {"dZ_nu": np.zeros((6, 1)), "dZ_lam": np.full((6, 1), -2.0),
+                                           "V": np.zeros((2, 1)), "m": np.zeros((2, 1)), "s": np.ones(2)})
+    with pytest.warns(RuntimeWarning, match="improper"):
+        new = alg.server_update(state, Aggregate(0, "train", {}, 1.0, ("client_0",), messages=(bad,)))
+    assert new.rejected == 1 and new.versions.tolist() == [0] and new.sets == {}
+    np.testing.assert_array_equal(new.qZ.lam, state.qZ.lam)
+
+
+def test_cavity_clipping_and_natural_parameters():
+    q = NaturalGaussian.from_moments(np.array([1.0, 2.0]), np.array([0.5, 0.25]))
+    cav, n = (q - NaturalGaussian(np.zeros(2), np.array([1.0, 5.0]))).clipped()
+    assert n == 1 and cav.lam[1] == 1e-6 and cav.lam[0] == 1.0
+    with pytest.raises(ValueError, match="improper"):
+        NaturalGaussian(np.zeros(1), np.array([-1.0])).moments()
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(damping=1.0), "damping"),
+        (dict(damping=-0.1), "damping"),
+        (dict(alpha=1.5), "alpha"),
+        (dict(parameterisation="x"), "parameterisation"),
+        (dict(learn_inducing="x"), "learn_inducing"),
+        (dict(schedule="x"), "schedule"),
+        (dict(max_pseudo=0), "max_pseudo"),
+    ],
+)
+def test_bad_configuration(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        PVI(gpflow.kernels.SquaredExponential(), Z, gpflow.likelihoods.Gaussian(), **kwargs)
+
+
+def test_bad_data_is_rejected_before_training(dataset):
+    alg = PVI(gpflow.kernels.SquaredExponential(), Z, gpflow.likelihoods.Gaussian(), rounds=1)
+    tiny = FederatedDataset([(np.zeros((1, 1)), np.zeros((1, 1))), (np.ones((5, 1)), np.ones((5, 1)))])
+    with pytest.raises(ValueError, match="M_k"):
+        run(alg, tiny)
+    with pytest.raises(ValueError, match="D = 1"):
+        run(alg, FederatedDataset([(np.zeros((5, 2)), np.zeros((5, 1)))]))
+    with pytest.raises(TypeError, match="SquaredExponential"):
+        PVI(gpflow.kernels.Matern32(), Z, gpflow.likelihoods.Gaussian())
+
+
+def test_local_step_is_traced_once_across_clients_and_rounds():
+    """One compiled step per own-factor shape, reused by clients with different N_k and cavity sizes."""
+    rng = np.random.default_rng(1)
+    sizes = [20, 21, 22]  # M_k = ⌊0.8 N_k⌋ = 16, 16, 17
+    clients = [(x, np.sin(3 * x)) for x in (rng.uniform(-2, 2, (n, 1)) for n in sizes)]
+    data = FederatedDataset(clients, test=clients[0])
+    kernel, lik = gpflow.kernels.SquaredExponential(lengthscales=0.5), gpflow.likelihoods.Gaussian(0.05)
+    alg = PVI(kernel, Z, lik, rounds=6, local_steps=25, patience=5, num_predict_samples=2)
+    run(alg, data)
+    counts = {Mk: alg.local_problem(Mk).step_function("all").experimental_get_tracing_count() for Mk in (16, 17)}
+    assert counts == {16: 1, 17: 1}

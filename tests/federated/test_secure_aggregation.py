@@ -1,0 +1,150 @@
+"""Secure aggregation by pairwise masking: exact cancellation, masked ledger, exclusion before masking."""
+
+import numpy as np
+import pytest
+
+from gpflow_fed.federated import ClientUpdateError, FaultPolicy, LocalRuntime, Message, run
+from gpflow_fed.federated.secure_aggregation import Aggregator, ExchangeContext
+from gpflow_fed.privacy.secure_aggregation import SecureAggregation
+
+from .test_core import FederatedMean, dataset  # noqa: F401  (fixture)
+from .test_faults import Faulty
+
+
+class WeightedMean(FederatedMean):
+    """The same estimate through a 'mean' phase: Σ_k N_k ȳ_k / Σ_k N_k."""
+
+    def aggregation(self, phase):
+        return "mean"
+
+    def client_update(self, client, broadcast):
+        X, Y = client.data
+        return self.reply(client, broadcast, {"mean_y": Y.mean(0)}, weight=len(Y), metrics={"local_mean": float(Y.mean())})
+
+    def server_update(self, state, aggregate):
+        return {"mean": float(aggregate["mean_y"][0]), "seen": state["seen"] + (aggregate.senders,)}
+
+
+class Collecting(FederatedMean):
+    calls = 0
+
+    def aggregation(self, phase):
+        return "collect"
+
+    def client_update(self, client, broadcast):
+        Collecting.calls += 1
+        return super().client_update(client, broadcast)
+
+
+def test_masks_cancel_exactly_in_fixed_point():
+    secure = SecureAggregation(fractional_bits=30)
+    rng = np.random.default_rng(1)
+    cohort = tuple(f"client_{k}" for k in range(5))
+    values = {c: {"a": rng.normal(size=(3, 4)), "b": rng.normal(size=7) * 100} for c in cohort}
+    encoded = {c: {n: secure.encode(n, v, len(cohort)) for n, v in values[c].items()} for c in cohort}
+    masked = {c: secure.mask(c, encoded[c], cohort, seed=3, context=("train", 0, "p")) for c in cohort}
+    for name in ("a", "b"):
+        total = secure.sum_masked([masked[c][name] for c in cohort])
+        np.testing.assert_array_equal(total, secure.sum_masked([encoded[c][name] for c in cohort]))
+        plain = np.sum([values[c][name] for c in cohort], axis=0)
+        np.testing.assert_allclose(secure.decode(total), plain, rtol=0, atol=len(cohort) * 2.0**-31)
+        for c in cohort:  # each masked payload alone decodes to garbage
+            assert np.all(masked[c][name] != encoded[c][name])
+            assert np.max(np.abs(secure.decode(masked[c][name]) - values[c][name])) > 1.0
+    # a different exchange draws different masks
+    again = secure.mask(cohort[0], encoded[cohort[0]], cohort, seed=3, context=("train", 1, "p"))
+    assert np.all(again["a"] != masked[cohort[0]]["a"])
+
+
+def test_fixed_point_range_and_bad_settings_are_rejected():
+    with pytest.raises(ValueError, match="fractional_bits"):
+        SecureAggregation(fractional_bits=63)
+    with pytest.raises(ValueError, match="lower SecureAggregation"):
+        SecureAggregation(fractional_bits=40).encode("big", np.array([2.0**23]), cohort_size=1)
+    with pytest.raises(ValueError, match="NaN"):
+        SecureAggregation().encode("x", np.array([np.nan]), cohort_size=2)
+    with pytest.raises(TypeError, match="secure_aggregation"):
+        LocalRuntime(secure_aggregation="yes")
+
+
+@pytest.mark.parametrize("algorithm_class", [FederatedMean, WeightedMean])
+def test_server_sees_only_masks_and_the_exact_sum(dataset, algorithm_class):  # noqa: F811
+    plain = run(algorithm_class(rounds=2), dataset, runtime=LocalRuntime(), seed=4)
+    secure = run(algorithm_class(rounds=2), dataset, runtime=LocalRuntime(secure_aggregation=True, keep_payloads=True), seed=4)
+    assert secure.state["mean"] == pytest.approx(plain.state["mean"], abs=1e-9)
+    assert secure.state["seen"] == plain.state["seen"]
+    assert secure.history[0]["local_mean"] == pytest.approx(plain.history[0]["local_mean"], abs=1e-8)
+    codec = SecureAggregation()
+    by_id = {f"client_{k}": data for k, data in enumerate(dataset.clients)}
+    ups = [m for m in secure.ledger.messages if m.sender != "server"]
+    assert len(ups) == 2 * dataset.num_clients
+    for m in ups:
+        assert m.weight == 0.0 and all(a.dtype == np.uint64 for a in m.arrays.values())
+        Y = by_id[m.sender][1]
+        truth = {"sum_y": Y.sum(0), "n": np.array([len(Y)], float), "mean_y": len(Y) * Y.mean(0),
+                 "secagg/weight": np.array([len(Y)], float)}
+        for name, masked in m.arrays.items():
+            if name in truth:
+                assert np.all(masked != codec.encode(name, truth[name], dataset.num_clients))
+
+
+def test_aggregate_equals_sum_of_fixed_point_encodings():
+    aggregator = Aggregator(secure=SecureAggregation(fractional_bits=20))
+    cohort = ("client_0", "client_1", "client_2")
+    context = ExchangeContext(seed=0, purpose="train", round=0, phase="p", aggregation="sum", cohort=cohort)
+    values = [np.array([0.1, -2.3]), np.array([1e-7, 4.0]), np.array([3.3, 0.0])]
+    messages = [aggregator.encode(Message(c, 0, "p", {"a": v}), context) for c, v in zip(cohort, values)]
+    aggregate = aggregator.reduce(messages, context)
+    codec = aggregator.secure
+    exact = codec.decode(codec.sum_masked([codec.encode("a", v, 3) for v in values]))
+    np.testing.assert_array_equal(aggregate["a"], exact)
+    np.testing.assert_allclose(aggregate["a"], np.sum(values, axis=0), atol=3 * 2.0**-21)
+    assert aggregate.total_weight == 3.0
+    with pytest.raises(ValueError, match="would not cancel"):
+        aggregator.reduce(messages[:2], context)
+
+
+def test_faulty_client_is_excluded_before_masking(dataset):  # noqa: F811
+    runtime = LocalRuntime(secure_aggregation=True, faults=FaultPolicy(on_error="exclude"))
+    result = run(Faulty(2, "nan"), dataset, runtime=runtime)
+    keep = [k for k in range(4) if k != 1]
+    expected = sum(dataset.clients[k][1].sum() for k in keep) / sum(dataset.client_sizes[k] for k in keep)
+    assert result.state["mean"] == pytest.approx(expected, abs=1e-9)
+    assert "client_1" in result.history[0]["excluded"]
+
+
+def test_fixed_point_overflow_is_a_client_fault(dataset):  # noqa: F811
+    # 2^(63-59) / 4 clients = 4 < N_k, so every "n" payload is out of range
+    with pytest.raises(ClientUpdateError, match="fractional_bits"):
+        run(FederatedMean(1), dataset, runtime=LocalRuntime(secure_aggregation=SecureAggregation(fractional_bits=59)))
+
+
+def test_collect_phase_with_protection_fails_before_training(dataset):  # noqa: F811
+    Collecting.calls = 0
+    with pytest.raises(ValueError, match="collect"):
+        run(Collecting(2), dataset, runtime=LocalRuntime(secure_aggregation=True))
+    assert Collecting.calls == 0
+
+
+def test_fsgp_with_secure_aggregation_matches_plain_fsgp():
+    import gpflow
+
+    from gpflow_fed.data import FederatedDataset
+    from gpflow_fed.federated.algorithms import FSGP
+
+    rng = np.random.default_rng(0)
+    clients = [(X, np.sin(X) + 0.1 * rng.normal(size=X.shape)) for X in (rng.uniform(-3, 3, (12, 1)) for _ in range(2))]
+    data = FederatedDataset(clients=clients, test=(np.linspace(-3, 3, 7)[:, None], np.zeros((7, 1))), name="sine")
+
+    def fsgp():
+        return FSGP(gpflow.kernels.SquaredExponential(), np.linspace(-2, 2, 3)[:, None], 0.1, rounds=2,
+                    local_steps=2, learning_rate=0.05)
+
+    plain = run(fsgp(), data, seed=1)
+    secure = run(fsgp(), data, runtime=LocalRuntime(secure_aggregation=True), seed=1)
+    for key, value in plain.state.params.items():  # averaged w: mean phase; statistics: sum phase
+        np.testing.assert_allclose(secure.state.params[key], value, rtol=0, atol=1e-8)
+    for key, value in plain.state.statistics.items():
+        np.testing.assert_allclose(secure.state.statistics[key], value, rtol=0, atol=1e-8)
+    for a, b in zip(plain.model.predict_f(data.test[0]), secure.model.predict_f(data.test[0])):
+        np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=0, atol=1e-6)

@@ -1,0 +1,101 @@
+"""AggregatedSGPR: predictions and bound from summed statistics equal gpflow SGPR on the pooled data."""
+
+import gpflow
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from gpflow_fed.federated.algorithms.fsgp_statistics import sgpr_statistics
+from gpflow_fed.models import AggregatedSGPR
+
+RTOL = 1e-8
+
+
+@pytest.fixture(name="problem")
+def _problem():
+    rng = np.random.default_rng(3)
+    X = rng.uniform(-2, 2, (90, 2))
+    Y = np.concatenate([np.sin(2 * X[:, :1]) * X[:, 1:], np.cos(X[:, :1])], axis=1) + 0.1 * rng.normal(size=(90, 2))
+    Z = rng.uniform(-2, 2, (12, 2))
+    kernel = gpflow.kernels.Matern52(variance=1.3, lengthscales=[0.7, 1.1])
+    return X, Y, Z, kernel
+
+
+def _aggregated(X, Y, Z, kernel, noise, chunks=(0, 25, 60, 90), with_bound=True):
+    iv = gpflow.inducing_variables.InducingPoints(Z)
+    parts = [sgpr_statistics(kernel, iv, tf.constant(X[a:b]), tf.constant(Y[a:b])) for a, b in zip(chunks, chunks[1:])]
+    total = {k: sum(getattr(p, k).numpy() for p in parts) for k in parts[0]._fields}
+    extra = dict(num_data=total["num_data"], y_squared_sum=total["y_squared_sum"], trace_kff=total["trace_kff"])
+    return AggregatedSGPR(
+        gpflow.utilities.deepcopy(kernel), Z, noise, total["kuf_kfu"], total["kuf_y"], **(extra if with_bound else {})
+    )
+
+
+def _close(a, b):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=RTOL, atol=0)
+
+
+def test_matches_pooled_sgpr(problem):
+    X, Y, Z, kernel = problem
+    model = _aggregated(X, Y, Z, kernel, 0.05)
+    oracle = gpflow.models.SGPR((X, Y), gpflow.utilities.deepcopy(kernel), Z, noise_variance=0.05)
+    Xs = np.random.default_rng(4).uniform(-3, 3, (15, 2))
+    for full_cov in (False, True):
+        for ours, ref in zip(model.predict_f(Xs, full_cov=full_cov), oracle.predict_f(Xs, full_cov=full_cov)):
+            assert ours.shape == ref.shape
+            _close(ours, ref)
+    for ours, ref in zip(model.predict_y(Xs), oracle.predict_y(Xs)):
+        _close(ours, ref)
+    Ys = np.random.default_rng(5).normal(size=(15, 2))
+    _close(model.predict_log_density((Xs, Ys)), oracle.predict_log_density((Xs, Ys)))
+    _close(model.elbo(), oracle.elbo())
+    _close(model.training_loss(), oracle.training_loss())
+
+
+def test_bound_gradients_match_sgpr_at_fixed_statistics(problem):
+    """∂ELBO/∂σ² through the aggregated form equals SGPR's (σ² does not enter the statistics)."""
+    X, Y, Z, kernel = problem
+    model = _aggregated(X, Y, Z, kernel, 0.05)
+    oracle = gpflow.models.SGPR((X, Y), gpflow.utilities.deepcopy(kernel), Z, noise_variance=0.05)
+    grads = []
+    for m in (model, oracle):
+        with tf.GradientTape() as tape:
+            loss = m.training_loss()
+        grads.append(tape.gradient(loss, m.likelihood.variance.unconstrained_variable).numpy())
+    _close(grads[0], grads[1])
+
+
+def test_predicts_without_bound_statistics_but_elbo_says_what_is_missing(problem):
+    X, Y, Z, kernel = problem
+    model = _aggregated(X, Y, Z, kernel, 0.05, with_bound=False)
+    assert not model.has_bound_statistics
+    assert model.predict_f(X[:3])[0].shape == (3, 2)
+    with pytest.raises(ValueError, match="num_data, y_squared_sum and trace_kff"):
+        model.elbo()
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (dict(kuf_kfu=np.eye(5)), "kuf_kfu has shape"),
+        (dict(kuf_y=np.zeros((5, 1))), "kuf_y has 5 rows"),
+        (dict(kuf_kfu=np.triu(np.ones((12, 12)))), "symmetric"),
+        (dict(kuf_y=np.full((12, 1), np.nan)), "NaN or inf"),
+        (dict(kuf_y=np.zeros(12)), "rank 2"),
+        (dict(noise_variance=0.0), "noise_variance must be positive"),
+        (dict(num_data=10.0), "give all of num_data"),
+    ],
+)
+def test_bad_input(problem, change, message):
+    _, _, Z, kernel = problem
+    args = dict(kuf_kfu=np.eye(12), kuf_y=np.zeros((12, 1)), noise_variance=0.1)
+    args.update(change)
+    extra = {"num_data": args.pop("num_data")} if "num_data" in args else {}
+    with pytest.raises(ValueError, match=message):
+        AggregatedSGPR(kernel, Z, args["noise_variance"], args["kuf_kfu"], args["kuf_y"], **extra)
+
+
+def test_kernel_type_is_checked(problem):
+    _, _, Z, _ = problem
+    with pytest.raises(TypeError, match="gpflow.kernels.Kernel"):
+        AggregatedSGPR("rbf", Z, 0.1, np.eye(12), np.zeros((12, 1)))

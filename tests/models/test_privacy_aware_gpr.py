@@ -1,0 +1,102 @@
+"""PrivacyAwareGPR (eq. 3–4), the release workflow, save/load, and the satellite application (§5)."""
+
+import pickle
+
+import gpflow
+import numpy as np
+import pytest
+
+from gpflow_fed.data import orbit_constants, satellite_data
+from gpflow_fed.models import PrivacyAwareGPR, release
+from gpflow_fed.privacy import ProportionalKernel, posterior_covariance, synthetic_noise_covariance
+
+
+def test_predictions_match_eq_3_4_oracle():
+    rng = np.random.default_rng(0)
+    X = np.sort(rng.uniform(0, 1, (20, 1)), 0)
+    W = np.sin(6 * X) + 0.1 * rng.standard_normal((20, 1))
+    k = gpflow.kernels.SquaredExponential(lengthscales=0.2)
+    Sigma = synthetic_noise_covariance(k, X, [[0.5]], 0.4, noise_variance=0.01)
+    model = PrivacyAwareGPR((X, W), k, Sigma, gpflow.mean_functions.Constant(0.3), noise_variance=0.01)
+    Xs = np.linspace(-0.2, 1.2, 15)[:, None]
+    mean, var = model.predict_f(Xs)
+    C = k.K(X).numpy() + 0.01 * np.eye(20) + Sigma
+    expected_mean = 0.3 + k.K(Xs, X).numpy() @ np.linalg.solve(C, W - 0.3)
+    np.testing.assert_allclose(mean.numpy(), expected_mean, rtol=1e-9, atol=1e-10)
+    np.testing.assert_allclose(var.numpy()[:, 0], np.diag(posterior_covariance(k, X, Xs, Sigma, 0.01)), atol=1e-10)
+    _, full = model.predict_f(Xs, full_cov=True)
+    np.testing.assert_allclose(full.numpy()[0], posterior_covariance(k, X, Xs, Sigma, 0.01), atol=1e-10)
+    assert float(model.predict_f(np.array([[0.5]]))[1]) >= 0.4 - 1e-8
+    from scipy.stats import multivariate_normal
+
+    lml = multivariate_normal(mean=np.full(20, 0.3), cov=C).logpdf(W[:, 0])
+    assert float(model.maximum_log_likelihood_objective()) == pytest.approx(lml, rel=1e-10)
+
+
+def test_release_save_load_without_raw_y(tmp_path):
+    rng = np.random.default_rng(1)
+    X = np.linspace(0, 1, 30)[:, None]
+    Y = np.cos(5 * X) + 0.05 * rng.standard_normal((30, 1))
+    k = gpflow.kernels.SquaredExponential(lengthscales=0.3)
+    out = release((X, Y), [[0.4], [0.45]], ProportionalKernel(k, 0.5), kernel=k, seed=3)
+    assert np.all(out.model.data[1].numpy() == out.W) and not np.allclose(out.W, Y)
+    path = out.model.save(tmp_path / "model.pkl")
+    assert Y.astype(np.float64).tobytes()[:64] not in path.read_bytes()
+    loaded = PrivacyAwareGPR.load(path)
+    Xs = np.linspace(0, 1, 11)[:, None]
+    np.testing.assert_allclose(loaded.predict_f(Xs)[0].numpy(), out.model.predict_f(Xs)[0].numpy(), rtol=1e-12)
+    var = out.model.predict_f(out.sensitive, full_cov=True)[1].numpy()[0]
+    Xi = 0.5 * k.K(out.sensitive).numpy()
+    assert np.linalg.eigvalsh(var - Xi)[0] >= -1e-8
+    with open(tmp_path / "other.pkl", "wb") as fh:
+        pickle.dump({"not": "a model"}, fh)
+    with pytest.raises(TypeError, match="does not hold a PrivacyAwareGPR"):
+        PrivacyAwareGPR.load(tmp_path / "other.pkl")
+
+
+def test_release_rejects_bad_input_before_fitting():
+    X = np.linspace(0, 1, 10)[:, None]
+    k = gpflow.kernels.SquaredExponential()
+    before = k.lengthscales.numpy()
+    for kwargs, match in [
+        (dict(sensitive=[[0.5]], tolerance=-1.0), "negative tolerance"),
+        (dict(sensitive=[[0.5, 0.1]], tolerance=0.1), "2 columns but X has 1"),
+        (dict(sensitive=[[0.5]], tolerance=0.1, method="fast"), "unknown method"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            release((X, np.sin(X)), kernel=k, **kwargs)
+    assert k.lengthscales.numpy() == before
+
+
+def test_satellite_constants_and_trajectory():
+    c = orbit_constants()
+    assert c.R0 == pytest.approx(1.0533071, rel=1e-7)
+    assert c.T_orb == pytest.approx(5480.046, rel=1e-6)
+    assert c.mu_bar == pytest.approx(46.13439, rel=1e-6)
+    assert c.J2_bar == pytest.approx(0.0499459, rel=1e-5)
+    data = satellite_data("theta")
+    assert data.X.shape == (61, 1) and data.private.sum() == 21
+    # θ advances by about 2π per orbital period (μ̄ = 4π² R₀³ makes the unperturbed orbit circular).
+    assert data.Y[20, 0] == pytest.approx(2 * np.pi, rel=1e-2)
+    assert c.mu_bar == pytest.approx(4 * np.pi**2 * c.R0**3, rel=1e-9)
+
+
+@pytest.mark.parametrize("alpha", [0.1, 0.5])
+def test_satellite_release(alpha):
+    data = satellite_data("r")
+    k = gpflow.kernels.SquaredExponential(lengthscales=0.05)  # exp(−200 t²)
+    gpflow.set_trainable(k.lengthscales, False)
+    out = release((data.X, data.Y), data.sensitive, ProportionalKernel(k, alpha), kernel=k, noise_variance=0.0)
+    # MLE of constant mean and variance under a fixed correlation R has a closed form.
+    R = np.exp(-200.0 * (data.X - data.X.T) ** 2)
+    one = np.ones((61, 1))
+    mu = float(one.T @ np.linalg.solve(R, data.Y) / (one.T @ np.linalg.solve(R, one)))
+    s2 = float((data.Y - mu).T @ np.linalg.solve(R, data.Y - mu) / 61)
+    assert float(out.model.mean_function.c.numpy()) == pytest.approx(mu, rel=1e-6)
+    assert float(k.variance.numpy()) == pytest.approx(s2, rel=1e-3)
+    _, var = out.model.predict_f(data.sensitive)
+    assert np.all(var.numpy()[:, 0] >= alpha * s2 - 1e-6 * s2)  # s2 ≈ 1e-7: far tighter than 1e-8 absolute
+    # Only the private segment is affected: far from it the released variance stays at the raw level.
+    raw = posterior_covariance(k, data.X, data.X[:10], np.zeros((61, 61)), 0.0)
+    _, var_far = out.model.predict_f(data.X[:10])
+    np.testing.assert_allclose(var_far.numpy()[:, 0], np.diag(raw), atol=1e-6 * s2)

@@ -1,0 +1,135 @@
+"""The ``gpflow-fed fsgp`` command, in process: a tiny end-to-end run with ``--json``, and bad arguments."""
+
+import json
+from pathlib import Path
+
+import gpflow
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from gpflow_fed.cli import SUBCOMMANDS, build_parser, main
+from gpflow_fed.cli.fsgp import MethodResult, format_table, make_kernel, standardize_by_sums
+from gpflow_fed.data import FederatedDataset
+from gpflow_fed.data.standardize import Standardizer
+
+METHODS = [
+    "FSGP (fedavg)",
+    "exact federated SGPR",
+    "centralized SGPR",
+    "local-only SGPR (mean of 2)",
+    "FGP (rBCM)",
+]
+
+
+def test_fsgp_is_registered() -> None:
+    assert "fsgp" in SUBCOMMANDS
+    args = build_parser().parse_args(["fsgp"])
+    assert (args.dataset, args.partition, args.mode, args.logdir) == ("co2", "random_sizes", "fedavg", "runs/fsgp")
+
+
+def test_fsgp_json_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    logdir = tmp_path / "runs"
+    argv = [
+        "fsgp", "--quick", "--dataset", "synthetic1", "--partition", "iid", "--clients", "2", "--rounds", "2",
+        "--local-steps", "2", "-M", "5", "--learning-rate", "0.05", "--seed", "3", "--logdir", str(logdir), "--json",
+    ]
+    assert main(argv) == 0
+    payload = json.loads(capsys.readouterr().out)
+
+    settings = payload["settings"]
+    assert (settings["clients"], settings["rounds"], settings["local_steps"], settings["inducing"]) == (2, 2, 2, 5)
+    assert payload["dataset"]["num_clients"] == 2
+    assert sum(payload["dataset"]["client_sizes"]) == 300  # --quick keeps 300 training rows
+    rows = {r["method"]: r for r in payload["results"]}
+    assert list(rows) == METHODS
+    for row in rows.values():
+        assert np.isfinite(row["rmse"]) and row["rmse"] > 0 and np.isfinite(row["nlpd"]) and row["seconds"] > 0
+    # exact federated SGPR is centralized SGPR trained by the same Adam steps, computed from client sums
+    np.testing.assert_allclose(rows["exact federated SGPR"]["rmse"], rows["centralized SGPR"]["rmse"], rtol=1e-6)
+    np.testing.assert_allclose(rows["exact federated SGPR"]["nlpd"], rows["centralized SGPR"]["nlpd"], rtol=1e-6)
+    # centralized "sends" the raw training data: 300 rows of (x, y) in float64
+    assert rows["centralized SGPR"]["bytes_sent"] == 300 * 2 * 8
+    assert rows["local-only SGPR (mean of 2)"]["bytes_sent"] == 0
+    assert rows["FSGP (fedavg)"]["bytes_sent"] > 0
+
+    plot = Path(payload["plot"])
+    assert plot == logdir / "fsgp.png" and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    event_dirs = {p.parent.name for p in logdir.rglob("events.out.tfevents.*")}
+    assert event_dirs == {"fsgp-fedavg", "fsgp-exact", "comparison"}
+    tags = set()
+    for path in (logdir / "comparison").glob("events.out.tfevents.*"):
+        for event in tf.compat.v1.train.summary_iterator(str(path)):
+            for value in event.summary.value:
+                tags.add(value.tag)
+                if value.tag == "FSGP (fedavg)/rmse":
+                    np.testing.assert_allclose(float(tf.make_ndarray(value.tensor)), rows["FSGP (fedavg)"]["rmse"], rtol=1e-6)
+    assert {f"{m}/{k}" for m in METHODS for k in ("rmse", "nlpd", "seconds", "bytes_sent")} == tags
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--clients", "0"], "argument --clients: must be a positive integer, got 0"),
+        (["--rounds", "0"], "argument --rounds: must be a positive integer, got 0"),
+        (["--seed", "-1"], "argument --seed: must be a non-negative integer, got -1"),
+        (["--learning-rate", "-0.1"], "argument --learning-rate: must be a positive finite number"),
+        (["--client-fraction", "1.5"], "argument --client-fraction: must lie in (0, 1]"),
+        (["-M", "many"], "argument --inducing/-M: expected a positive integer, got 'many'"),
+        (["--mode", "sgd"], "argument --mode: invalid choice: 'sgd'"),
+        (["--dataset", "kin40k"], "argument --dataset: invalid choice: 'kin40k'"),
+    ],
+)
+def test_bad_arguments_exit_2(argv: list, message: str, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["fsgp", *argv])
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_value_errors_exit_2_before_training(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    # 400 inducing points cannot be drawn from 300 training rows: a clear error, no training, exit 2
+    code = main(["fsgp", "--quick", "--dataset", "synthetic1", "-M", "400", "--logdir", str(tmp_path), "--json"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "gpflow-fed fsgp: error:" in err and "M = 400" in err
+    assert not list(tmp_path.rglob("events.out.tfevents.*"))
+
+
+def test_standardize_by_sums_matches_pooled_statistics() -> None:
+    rng = np.random.default_rng(0)
+    clients = [(rng.normal(3.0, 2.0, size=(n, 2)), rng.normal(-1.0, 5.0, size=(n, 1))) for n in (4, 9, 17)]
+    test = (rng.normal(size=(6, 2)), rng.normal(size=(6, 1)))
+    out, scaler = standardize_by_sums(FederatedDataset(clients, test=test, name="toy"))
+    X = np.concatenate([X for X, _ in clients])
+    Y = np.concatenate([Y for _, Y in clients])
+    X_std, Y_std = out.pooled()
+    np.testing.assert_allclose(X_std, (X - X.mean(0)) / X.std(0), rtol=1e-12)
+    np.testing.assert_allclose(Y_std, (Y - Y.mean(0)) / Y.std(0), rtol=1e-12)
+    np.testing.assert_allclose(out.test[0], (test[0] - X.mean(0)) / X.std(0), rtol=1e-12)
+    np.testing.assert_allclose(out.test[1], (test[1] - Y.mean(0)) / Y.std(0), rtol=1e-12)
+    assert out.client_sizes == (4, 9, 17) and out.name == "toy"
+    np.testing.assert_allclose(scaler.X_std, X.std(0), rtol=1e-12)
+
+
+def test_kernels() -> None:
+    scaler = Standardizer(np.array([1980.0]), np.array([12.5]), np.array([340.0]), np.array([17.0]))
+    seasonal = make_kernel("co2", scaler)
+    assert isinstance(seasonal, gpflow.kernels.Sum)
+    smooth, periodic = seasonal.kernels
+    assert isinstance(smooth, gpflow.kernels.SquaredExponential) and isinstance(periodic, gpflow.kernels.Periodic)
+    np.testing.assert_allclose(periodic.period.numpy(), 1.0 / 12.5)  # one year in standardized units
+    assert not periodic.period.trainable
+    ard = make_kernel("synthetic2", Standardizer(np.zeros(2), np.ones(2), np.zeros(1), np.ones(1)))
+    assert isinstance(ard, gpflow.kernels.SquaredExponential)
+    np.testing.assert_array_equal(ard.lengthscales.numpy(), [1.0, 1.0])
+
+
+def test_format_table() -> None:
+    rows = [MethodResult("FSGP (fedavg)", 0.12345, -0.5, 1.234, 1234567), MethodResult("local", 1.0, 2.0, 0.5, 0)]
+    assert format_table(rows).splitlines() == [
+        "| method | test RMSE | test NLPD | time (s) | bytes sent |",
+        "|---|---:|---:|---:|---:|",
+        "| FSGP (fedavg) | 0.1235 | -0.5000 | 1.23 | 1,234,567 |",
+        "| local | 1.0000 | 2.0000 | 0.50 | 0 |",
+    ]
