@@ -6,7 +6,7 @@ summed statistics ``Σ_k (C_k C_kᵀ, C_k y_k, ‖y_k‖², tr K_ff,k, N_k)`` ar
 released with Gaussian noise ``N(0, (zC)²)`` (``DifferentialPrivacy(phases=("predict",))``); ε at δ = 1e-5 is
 from dp_accounting's PLD accountant (one release, replace-one-client adjacency). C is a public constant,
 chosen here from a non-private pilot run (the largest client payload norm, rounded up to two significant digits), which the table
-prints. The same seed gives the same training, so rows differ only in the noise. The server projects the noised
+prints. The same seed gives the same training, so rows differ only in the noise. FSGP's server projects the noised
 ``Σ C Cᵀ`` onto the symmetric PSD cone (post-processing, free under DP) before building the model.
 
 Usage: ``python benchmarks/dp_utility.py [--clients K] [--rounds R] [--seed S]``; prints a Markdown table.
@@ -25,29 +25,11 @@ import numpy as np  # noqa: E402
 
 from gpflow_fed.data import FederatedDataset, fsgp_synthetic_1  # noqa: E402
 from gpflow_fed.data.partition import iid_partition  # noqa: E402
-from gpflow_fed.federated import Aggregate, LocalRuntime, run  # noqa: E402
+from gpflow_fed.federated import LocalRuntime, run  # noqa: E402
 from gpflow_fed.federated.algorithms import FSGP, initial_inducing_inputs  # noqa: E402
 from gpflow_fed.privacy.dp import DifferentialPrivacy  # noqa: E402
 
 NOISE_MULTIPLIERS = (0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
-
-
-class SymmetrizedFSGP(FSGP):
-    """FSGP that projects the noised ``Σ_k C_k C_kᵀ`` onto the symmetric PSD matrices before building the model.
-
-    Symmetrizing ``(A + Aᵀ)/2`` and clipping negative eigenvalues at 0 are post-processing of the DP release,
-    so they cost no privacy; without them the independent noise on each entry makes the matrix asymmetric
-    or indefinite, and AggregatedSGPR refuses it or predicts negative variances.
-    """
-
-    def server_update(self, state, aggregate: Aggregate):
-        if aggregate.phase == "predict":
-            arrays = dict(aggregate.arrays)
-            symmetric = 0.5 * (arrays["kuf_kfu"] + arrays["kuf_kfu"].T)
-            eigenvalues, eigenvectors = np.linalg.eigh(symmetric)
-            arrays["kuf_kfu"] = (eigenvectors * np.maximum(eigenvalues, 0.0)) @ eigenvectors.T
-            aggregate = Aggregate(aggregate.round, aggregate.phase, arrays, aggregate.total_weight, aggregate.senders)
-        return super().server_update(state, aggregate)
 
 
 def main() -> None:
@@ -66,7 +48,7 @@ def main() -> None:
     Z = initial_inducing_inputs(data.X_train, args.inducing, seed=args.seed)
 
     def algorithm() -> FSGP:
-        return SymmetrizedFSGP(gpflow.kernels.SquaredExponential(), Z, 0.1, rounds=args.rounds, local_steps=3, learning_rate=0.1)
+        return FSGP(gpflow.kernels.SquaredExponential(), Z, 0.1, rounds=args.rounds, local_steps=3, learning_rate=0.1)
 
     pilot = run(algorithm(), dataset, runtime=LocalRuntime(keep_payloads=True), seed=args.seed)
     norms = [

@@ -29,6 +29,7 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=100)
     p.add_argument("--local-steps", type=int, default=5000)
     p.add_argument("--fedavg-steps", type=int, default=1000)
+    p.add_argument("--patience", type=int, default=50, help="early-stopping patience of each local update")
     p.add_argument("--predict-samples", type=int, default=100)
     p.add_argument("--init-noise", type=float, default=0.1, help="initial mean of q(σ_n²) (1.0 = the spec's literal log β = 0)")
     p.add_argument("--quick", action="store_true", help="M=20, 20 communications, 200 local steps, 20 prediction samples")
@@ -54,7 +55,7 @@ def main(argv=None) -> int:
             kw = dict(partition="spatial", coordinates=coords) if spatial else dict(partition="iid")
             fed = standardise(make_federated(Xr, Yr, num_clients=a.clients, test_fraction=0.1, seed=split, name=name, **kw))
             for m in methods:
-                out = run_method(m, fed, a.rounds, a.inducing, split, local_steps=a.local_steps, fedavg_steps=a.fedavg_steps,
+                out = run_method(m, fed, a.rounds, a.inducing, split, local_steps=a.local_steps, fedavg_steps=a.fedavg_steps, patience=a.patience,
                                  num_predict_samples=a.predict_samples, init_noise=a.init_noise)
                 res[m].append(out)
                 curves[(name, m, split)] = out["curve"]
@@ -62,7 +63,7 @@ def main(argv=None) -> int:
         for m in methods:
             ll = np.array([r["ll"] for r in res[m]])
             rm = np.array([r["rmse"] for r in res[m]])
-            se = lambda v: v.std(ddof=1) / np.sqrt(len(v)) if len(v) > 1 else float("nan")  # noqa: E731
+            pm = lambda v: f"{v.mean():.3f} ± {v.std(ddof=1) / np.sqrt(len(v)):.3f}" if len(v) > 1 else f"{v.mean():.3f}"  # noqa: E731
             reach = ""
             if m == "dpo" and "global" in res:
                 hits = []
@@ -72,7 +73,7 @@ def main(argv=None) -> int:
                     hits.append((idx[0] + 1) * a.clients if idx else None)
                 reach = ",".join("never" if h is None else str(h) for h in hits)
             secs = np.mean([r["seconds"] for r in res[m]])
-            rows.append(f"| {name} | {m} | {ll.mean():.3f} ± {se(ll):.3f} | {rm.mean():.3f} ± {se(rm):.3f} | {reach} | {secs:.0f} |")
+            rows.append(f"| {name} | {m} | {pm(ll)} | {pm(rm)} | {reach} | {secs:.0f} |")
     print("| dataset | method | test log-lik / point | RMSE (std. units) | comms to within 0.05 of global VI | seconds |")
     print("|---|---|---|---|---|---|")
     print("\n".join(rows))

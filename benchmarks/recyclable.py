@@ -143,7 +143,7 @@ def main(argv: List[str] | None = None) -> None:
     parser.add_argument("--peer-driver", default=None)
     args = parser.parse_args(argv)
     settings = args.settings.split(",")
-    rows: List[Row] = []
+    rows = _Printer()
     ten_k_models = None
     for name in settings:
         if name == "toy":
@@ -178,11 +178,25 @@ def main(argv: List[str] | None = None) -> None:
         if args.peer_python and name in ("toy", "10k"):
             rows.append(run_peer(args, name, list(clients), test, cfg["lo"], cfg["hi"]))
         print(f"[done {name}]", file=sys.stderr, flush=True)
-    print("| setting | method | NLPD | RMSE | MAE | ensemble fit (s) | local/expert fit (s) |")
-    print("|---|---|---|---|---|---|---|")
-    for r in rows:
+
+
+class _Printer(list):
+    """Collects rows and prints each as a Markdown table row as soon as it is added (header first)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        print("| setting | method | NLPD | RMSE | MAE | ensemble fit (s) | local/expert fit (s) |")
+        print("|---|---|---|---|---|---|---|", flush=True)
+
+    def append(self, r: Row) -> None:
+        super().append(r)
         print(f"| {r['setting']} | {r['method']} | {r['nlpd']:.3f} | {r['rmse']:.3f} | {r['mae']:.3f} | "
-              f"{r['fit_s']:.2f} | {r['local_s']:.1f} |")
+              f"{r['fit_s']:.2f} | {r['local_s']:.1f} |", flush=True)
+
+    def __iadd__(self, new: List[Row]) -> "_Printer":
+        for r in new:
+            self.append(r)
+        return self
 
 
 if __name__ == "__main__":

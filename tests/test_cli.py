@@ -9,8 +9,7 @@ import pytest
 import tensorflow as tf
 
 from gpflow_fed.cli import SUBCOMMANDS, build_parser, main
-from gpflow_fed.cli.fsgp import MethodResult, format_table, make_kernel, standardize_by_sums
-from gpflow_fed.data import FederatedDataset
+from gpflow_fed.cli.fsgp import MethodResult, build_dataset, format_table, make_kernel
 from gpflow_fed.data.standardize import Standardizer
 
 METHODS = [
@@ -31,8 +30,27 @@ def test_fsgp_is_registered() -> None:
 def test_fsgp_json_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     logdir = tmp_path / "runs"
     argv = [
-        "fsgp", "--quick", "--dataset", "synthetic1", "--partition", "iid", "--clients", "2", "--rounds", "2",
-        "--local-steps", "2", "-M", "5", "--learning-rate", "0.05", "--seed", "3", "--logdir", str(logdir), "--json",
+        "fsgp",
+        "--quick",
+        "--dataset",
+        "synthetic1",
+        "--partition",
+        "iid",
+        "--clients",
+        "2",
+        "--rounds",
+        "2",
+        "--local-steps",
+        "2",
+        "-M",
+        "5",
+        "--learning-rate",
+        "0.05",
+        "--seed",
+        "3",
+        "--logdir",
+        str(logdir),
+        "--json",
     ]
     assert main(argv) == 0
     payload = json.loads(capsys.readouterr().out)
@@ -63,7 +81,9 @@ def test_fsgp_json_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture) -> 
             for value in event.summary.value:
                 tags.add(value.tag)
                 if value.tag == "FSGP (fedavg)/rmse":
-                    np.testing.assert_allclose(float(tf.make_ndarray(value.tensor)), rows["FSGP (fedavg)"]["rmse"], rtol=1e-6)
+                    np.testing.assert_allclose(
+                        float(tf.make_ndarray(value.tensor)), rows["FSGP (fedavg)"]["rmse"], rtol=1e-6
+                    )
     assert {f"{m}/{k}" for m in METHODS for k in ("rmse", "nlpd", "seconds", "bytes_sent")} == tags
 
 
@@ -73,8 +93,13 @@ def test_fsgp_json_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture) -> 
         (["--clients", "0"], "argument --clients: must be a positive integer, got 0"),
         (["--rounds", "0"], "argument --rounds: must be a positive integer, got 0"),
         (["--seed", "-1"], "argument --seed: must be a non-negative integer, got -1"),
-        (["--learning-rate", "-0.1"], "argument --learning-rate: must be a positive finite number"),
-        (["--client-fraction", "1.5"], "argument --client-fraction: must lie in (0, 1]"),
+        (["--learning-rate", "-0.1"], "argument --learning-rate: must be a positive finite number, got -0.1"),
+        (["--learning-rate", "inf"], "argument --learning-rate: must be a positive finite number, got inf"),
+        (["--test-fraction", "1"], "argument --test-fraction: must be a number in (0, 1), got 1"),
+        (
+            ["--client-fraction", "1.5"],
+            "argument --client-fraction: must be a number in (0, 1] (the fraction ρ of clients per round), got 1.5",
+        ),
         (["-M", "many"], "argument --inducing/-M: expected a positive integer, got 'many'"),
         (["--mode", "sgd"], "argument --mode: invalid choice: 'sgd'"),
         (["--dataset", "kin40k"], "argument --dataset: invalid choice: 'kin40k'"),
@@ -96,20 +121,21 @@ def test_value_errors_exit_2_before_training(tmp_path: Path, capsys: pytest.Capt
     assert not list(tmp_path.rglob("events.out.tfevents.*"))
 
 
-def test_standardize_by_sums_matches_pooled_statistics() -> None:
-    rng = np.random.default_rng(0)
-    clients = [(rng.normal(3.0, 2.0, size=(n, 2)), rng.normal(-1.0, 5.0, size=(n, 1))) for n in (4, 9, 17)]
-    test = (rng.normal(size=(6, 2)), rng.normal(size=(6, 1)))
-    out, scaler = standardize_by_sums(FederatedDataset(clients, test=test, name="toy"))
-    X = np.concatenate([X for X, _ in clients])
-    Y = np.concatenate([Y for _, Y in clients])
-    X_std, Y_std = out.pooled()
-    np.testing.assert_allclose(X_std, (X - X.mean(0)) / X.std(0), rtol=1e-12)
-    np.testing.assert_allclose(Y_std, (Y - Y.mean(0)) / Y.std(0), rtol=1e-12)
-    np.testing.assert_allclose(out.test[0], (test[0] - X.mean(0)) / X.std(0), rtol=1e-12)
-    np.testing.assert_allclose(out.test[1], (test[1] - Y.mean(0)) / Y.std(0), rtol=1e-12)
-    assert out.client_sizes == (4, 9, 17) and out.name == "toy"
-    np.testing.assert_allclose(scaler.X_std, X.std(0), rtol=1e-12)
+def test_build_dataset_standardizes_with_pooled_statistics() -> None:
+    # the CLI uses FederatedDataset.standardized(): pooled mean/std from client summaries, test set mapped alike
+    settings = dict(
+        dataset="synthetic1", partition="random_sizes", clients=3, test_fraction=0.2, seed=0, quick=True
+    )
+    out, scaler = build_dataset(settings)
+    X, Y = out.pooled()
+    assert out.num_clients == 3 and out.num_data <= 300
+    np.testing.assert_allclose(X.mean(0), 0.0, atol=1e-12)
+    np.testing.assert_allclose(X.std(0), 1.0, rtol=1e-12)
+    np.testing.assert_allclose(Y.mean(0), 0.0, atol=1e-12)
+    np.testing.assert_allclose(Y.std(0), 1.0, rtol=1e-12)
+    X_raw = scaler.X_mean + scaler.X_std * X
+    np.testing.assert_allclose((X_raw - X_raw.mean(0)) / X_raw.std(0), X, atol=1e-12)
+    assert out.test is not None and out.test[0].shape[1] == X.shape[1]
 
 
 def test_kernels() -> None:

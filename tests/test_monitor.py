@@ -64,7 +64,9 @@ class MeanBySums(Algorithm):
     def client_update(self, client, broadcast):
         _, Y = client.data
         return self.reply(
-            client, broadcast, {"sum_y": Y.sum(axis=0), "n": np.array([float(len(Y))])},
+            client,
+            broadcast,
+            {"sum_y": Y.sum(axis=0), "n": np.array([float(len(Y))])},
             metrics={"local_mean": float(Y.mean())},
         )
 
@@ -86,8 +88,17 @@ def test_round_scalars_tags_and_cumulative_bytes() -> None:
     history = [
         {"round": 0, "clients": 2, "bytes_up": 100, "bytes_down": 40, "seconds": 0.5, "bound": -1.5},
         {
-            "round": 1, "clients": 3, "bytes_up": 150, "bytes_down": 60, "seconds": 0.25, "bound": -1.25,
-            "test_rmse": 0.3, "test_nlpd": 1.1, "flag": True, "note": "text", "bad": float("inf"),
+            "round": 1,
+            "clients": 3,
+            "bytes_up": 150,
+            "bytes_down": 60,
+            "seconds": 0.25,
+            "bound": -1.25,
+            "test_rmse": 0.3,
+            "test_nlpd": 1.1,
+            "flag": True,
+            "note": "text",
+            "bad": float("inf"),
         },
     ]
     assert round_scalars(history) == {
@@ -106,16 +117,22 @@ def test_round_scalars_tags_and_cumulative_bytes() -> None:
 
 def test_federated_monitor_writes_every_round(tmp_path: Path, dataset: FederatedDataset) -> None:
     rounds = 3
-    monitor = federated_monitor(
-        str(tmp_path), callbacks={"server/mean": lambda state, **_: state["mean"]}
-    )
+    monitor = federated_monitor(str(tmp_path), callbacks={"server/mean": lambda state, **_: state["mean"]})
     result = run(MeanBySums(rounds), dataset, runtime=LocalRuntime(eval_every=1), monitor=monitor, seed=0)
     events = read_events(tmp_path)
 
     steps = list(range(rounds))
     expected_tags = {
-        "communication/bytes_up", "communication/bytes_down", "communication/total_bytes", "round/clients",
-        "round/seconds", "test/rmse", "test/mae", "test/nlpd", "algorithm/local_mean", "server/mean",
+        "communication/bytes_up",
+        "communication/bytes_down",
+        "communication/total_bytes",
+        "round/clients",
+        "round/seconds",
+        "test/rmse",
+        "test/mae",
+        "test/nlpd",
+        "algorithm/local_mean",
+        "server/mean",
     }
     assert set(events) == expected_tags
     for tag in expected_tags:

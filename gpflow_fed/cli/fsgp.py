@@ -22,7 +22,7 @@ import argparse
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import gpflow
 import numpy as np
@@ -36,54 +36,26 @@ QUICK = dict(clients=3, rounds=5, local_steps=2, inducing=8)
 QUICK_MAX_TRAIN = 300
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return value
+def _checked(cast: Callable[[str], Any], expected: str, check: Callable[[Any], bool]) -> Callable[[str], Any]:
+    """An argparse ``type=``: ``cast(text)`` that must satisfy ``check``; errors say what was ``expected``."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = cast(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
+        if not check(value):
+            raise argparse.ArgumentTypeError(f"must be {expected}, got {text}")
+        return value
+
+    return parse
 
 
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a non-negative integer, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not (np.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a positive finite number, got {text}")
-    return value
-
-
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}") from None
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"must lie in (0, 1] (the fraction ρ of clients per round), got {text}")
-    return value
-
-
-def _open_fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number in (0, 1), got {text!r}") from None
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"must lie in (0, 1), got {text}")
-    return value
+_positive_int = _checked(int, "a positive integer", lambda v: v >= 1)
+_non_negative_int = _checked(int, "a non-negative integer", lambda v: v >= 0)
+_positive_float = _checked(float, "a positive finite number", lambda v: bool(np.isfinite(v) and v > 0))
+_fraction = _checked(float, "a number in (0, 1] (the fraction ρ of clients per round)", lambda v: 0 < v <= 1)
+_open_fraction = _checked(float, "a number in (0, 1)", lambda v: 0 < v < 1)
 
 
 def register(subparsers: Any) -> None:
@@ -99,22 +71,47 @@ def register(subparsers: Any) -> None:
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--dataset", choices=DATASETS, default="co2", help="co2: Mauna Loa CO₂ from statsmodels (default co2)")
-    parser.add_argument("--partition", choices=PARTITIONS, default="random_sizes", help="how rows go to clients (default random_sizes)")
+    parser.add_argument(
+        "--dataset", choices=DATASETS, default="co2", help="co2: Mauna Loa CO₂ from statsmodels (default co2)"
+    )
+    parser.add_argument(
+        "--partition",
+        choices=PARTITIONS,
+        default="random_sizes",
+        help="how rows go to clients (default random_sizes)",
+    )
     parser.add_argument("--clients", type=_positive_int, default=None, help=f"K (default {d['clients']})")
     parser.add_argument("--rounds", type=_positive_int, default=None, help=f"R (default {d['rounds']})")
     parser.add_argument(
-        "--local-steps", type=_positive_int, default=None, help=f"P, Adam steps per round (default {d['local_steps']})"
+        "--local-steps",
+        type=_positive_int,
+        default=None,
+        help=f"P, Adam steps per round (default {d['local_steps']})",
     )
-    parser.add_argument("--learning-rate", type=_positive_float, default=d["learning_rate"], help=f"Adam learning rate λ (default {d['learning_rate']})")
     parser.add_argument(
-        "--client-fraction", type=_fraction, default=d["client_fraction"], help="ρ ∈ (0, 1]: max(⌈Kρ⌉, 1) clients per round (default 1)"
+        "--learning-rate",
+        type=_positive_float,
+        default=d["learning_rate"],
+        help=f"Adam learning rate λ (default {d['learning_rate']})",
+    )
+    parser.add_argument(
+        "--client-fraction",
+        type=_fraction,
+        default=d["client_fraction"],
+        help="ρ ∈ (0, 1]: max(⌈Kρ⌉, 1) clients per round (default 1)",
     )
     parser.add_argument("--inducing", "-M", type=_positive_int, default=None, help=f"M (default {d['inducing']})")
     parser.add_argument("--mode", choices=MODES, default="fedavg", help="the headline FSGP mode (default fedavg)")
-    parser.add_argument("--test-fraction", type=_open_fraction, default=0.2, help="rows of a real dataset held out for testing (default 0.2)")
+    parser.add_argument(
+        "--test-fraction",
+        type=_open_fraction,
+        default=0.2,
+        help="rows of a real dataset held out for testing (default 0.2)",
+    )
     parser.add_argument("--seed", type=_non_negative_int, default=0, help="seed of split, Z and sampling (default 0)")
-    parser.add_argument("--logdir", default="runs/fsgp", help="TensorBoard events and the PNG plot go here (default runs/fsgp)")
+    parser.add_argument(
+        "--logdir", default="runs/fsgp", help="TensorBoard events and the PNG plot go here (default runs/fsgp)"
+    )
     parser.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
     parser.add_argument(
         "--quick",
@@ -174,30 +171,6 @@ def _raw_data(name: str, seed: int) -> Tuple[np.ndarray, np.ndarray, Optional[Tu
     return loaded.X, loaded.Y, None
 
 
-def standardize_by_sums(dataset: Any) -> Tuple[Any, Any]:
-    """Standardize inputs and outputs with statistics the server gets from client summaries alone.
-
-    Each client sends ``(N_k, column means, sums of squared deviations)`` of its X and y
-    (:func:`gpflow_fed.data.standardize.client_moments`); the server combines them exactly into the pooled
-    means and standard deviations (:func:`~gpflow_fed.data.standardize.combine_moments`), and the same affine
-    map is applied to every client and to the test set. Metrics are then in standardized output units.
-
-    :return: the standardized dataset and the :class:`~gpflow_fed.data.standardize.Standardizer` used.
-    """
-    from ..data import FederatedDataset
-    from ..data.standardize import Standardizer, client_moments, combine_moments
-
-    X_mean, X_std = combine_moments([client_moments(X) for X, _ in dataset.clients])
-    Y_mean, Y_std = combine_moments([client_moments(Y) for _, Y in dataset.clients])
-    scaler = Standardizer(X_mean, X_std, Y_mean, Y_std)
-
-    def scale(X: np.ndarray, Y: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-        return scaler.transform_X(X), scaler.transform_Y(Y)
-
-    test = None if dataset.test is None else scale(*dataset.test)
-    return FederatedDataset([scale(X, Y) for X, Y in dataset.clients], test=test, name=dataset.name), scaler
-
-
 def build_dataset(settings: Dict[str, Any]) -> Tuple[Any, Any]:
     """The standardized :class:`~gpflow_fed.data.FederatedDataset` of the settings, and its standardizer.
 
@@ -230,7 +203,7 @@ def build_dataset(settings: Dict[str, Any]) -> Tuple[Any, Any]:
         seed=settings["seed"],
         name=settings["dataset"],
     )
-    return standardize_by_sums(dataset)
+    return dataset.standardized()
 
 
 def make_kernel(dataset: str, scaler: Any) -> gpflow.kernels.Kernel:
@@ -340,40 +313,22 @@ def compare(settings: Dict[str, Any], logdir: Path, progress: bool) -> Tuple[Lis
     labels = {"fedavg": "FSGP (fedavg)", "exact": "exact federated SGPR"}
     rows = [_fsgp_row(labels[mode], result) for mode, result in runs.items()]
 
-    central = centralized_sgpr(dataset, kernel, Z, INITIAL_NOISE_VARIANCE, steps, settings["learning_rate"])
-    raw_bytes = int(sum(X.nbytes + Y.nbytes for X, Y in dataset.clients))
-    rows.append(
-        MethodResult("centralized SGPR", central.metrics["test_rmse"], central.metrics["test_nlpd"], central.seconds, raw_bytes)
-    )
-    local = local_only_sgpr(dataset, kernel, Z, INITIAL_NOISE_VARIANCE, steps, settings["learning_rate"])
-    rows.append(
-        MethodResult(
-            f"local-only SGPR (mean of {dataset.num_clients})",
-            local.metrics["test_rmse"],
-            local.metrics["test_nlpd"],
-            local.seconds,
-            0,
-        )
-    )
+    lr, noise = settings["learning_rate"], INITIAL_NOISE_VARIANCE
+    central = centralized_sgpr(dataset, kernel, Z, noise, steps, lr)
+    local = local_only_sgpr(dataset, kernel, Z, noise, steps, lr)
     fgp_result = fgp(
-        dataset,
-        kernel,
-        INITIAL_NOISE_VARIANCE,
-        settings["rounds"],
-        settings["local_steps"],
-        settings["learning_rate"],
-        settings["client_fraction"],
+        dataset, kernel, noise, settings["rounds"], settings["local_steps"], lr, settings["client_fraction"],
         seed=settings["seed"],
-    )
-    rows.append(
-        MethodResult(
-            "FGP (rBCM)",
-            fgp_result.metrics["test_rmse"],
-            fgp_result.metrics["test_nlpd"],
-            fgp_result.seconds,
-            _fgp_bytes(fgp_result, dataset, settings),
+    )  # fmt: skip
+    raw_bytes = int(sum(X.nbytes + Y.nbytes for X, Y in dataset.clients))
+    for label, baseline, sent in (
+        ("centralized SGPR", central, raw_bytes),
+        (f"local-only SGPR (mean of {dataset.num_clients})", local, 0),
+        ("FGP (rBCM)", fgp_result, _fgp_bytes(fgp_result, dataset, settings)),
+    ):
+        rows.append(
+            MethodResult(label, baseline.metrics["test_rmse"], baseline.metrics["test_nlpd"], baseline.seconds, sent)
         )
-    )
     extras = {
         "dataset": dataset,
         "history": runs[settings["mode"]].history,
@@ -433,7 +388,9 @@ def main(args: argparse.Namespace) -> int:
         }
         print(json.dumps(payload, indent=2))
     else:
-        print(f"{dataset!r}; metrics in standardized units; T = {settings['rounds'] * settings['local_steps']} steps each")
+        print(
+            f"{dataset!r}; metrics in standardized units; T = {settings['rounds'] * settings['local_steps']} steps each"
+        )
         print(format_table(rows))
         print(f"TensorBoard: tensorboard --logdir {logdir}    plot: {plot}")
     return 0

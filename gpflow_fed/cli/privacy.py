@@ -41,7 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--y", dest="y_column", default=None, help="output column (default: the last column)")
     p.add_argument("--sensitive", type=_floats, default=None, help="sensitive points (1-D inputs), e.g. 0.4,0.6")
     p.add_argument("--interval", type=_interval, action="append", default=None,
-                   help="a sensitive interval LOW:HIGH (1-D inputs; repeatable), discretised at --density")
+                   help="a sensitive interval LOW:HIGH (1-D inputs; repeatable; needs --alpha), discretised at --density "
+                        "(eq. 12–13, on a well-conditioned subset of the grid)")
     p.add_argument("--density", type=float, default=20.0, help="grid points per unit length for intervals")
     p.add_argument("--tolerance", type=float, default=None, help="variance tolerance ξ at each sensitive point")
     p.add_argument("--alpha", type=float, default=None, help="kernel tolerance H = αK, 0 < α < 1 (larger hides more)")
@@ -84,14 +85,17 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("give sensitive points with --sensitive or intervals with --interval (one of them)")
     if X.shape[1] != 1:
         raise ValueError(f"the CLI handles 1-D inputs (got {X.shape[1]} columns); use the Python API for more")
+    if args.interval is not None and args.alpha is None:
+        raise ValueError("a sensitive interval needs a kernel tolerance: use --alpha (H = αK) instead of --tolerance")
     if args.interval is not None:
-        S = RegionUnion(*[Interval(lo, hi) for lo, hi in args.interval]).discretise(args.density)
+        sensitive = RegionUnion(*[Interval(lo, hi) for lo, hi in args.interval])
+        S = sensitive.discretise(args.density)
     else:
-        S = np.asarray(args.sensitive, dtype=float)[:, None]
+        sensitive = S = np.asarray(args.sensitive, dtype=float)[:, None]
     kernel = gpflow.kernels.SquaredExponential(lengthscales=float(np.std(X)) or 1.0)
     tolerance = ProportionalKernel(kernel, args.alpha) if args.alpha is not None else args.tolerance
-    result = release((X, Y), S, tolerance, kernel=kernel, method=args.method, noise_variance=args.noise_variance,
-                     seed=args.seed)
+    result = release((X, Y), sensitive, tolerance, kernel=kernel, method=args.method,
+                     noise_variance=args.noise_variance, seed=args.seed, density=args.density)
     args.out.mkdir(parents=True, exist_ok=True)
     with open(args.out / "released.csv", "w", newline="") as fh:
         writer = csv.writer(fh)

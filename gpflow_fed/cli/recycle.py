@@ -16,13 +16,13 @@ import warnings
 from typing import Any
 
 
-def _dataset(name: str, seed: int) -> Any:
+def _dataset(name: str, seed: int, points: int = 0) -> Any:
     from ..data import distributed_segments, toy_concatenation
 
     if name == "toy":
-        return toy_concatenation(seed=seed)
+        return toy_concatenation(seed=seed, num_per_task=points or 500)
     if name == "10k":
-        return distributed_segments(seed=seed)
+        return distributed_segments(seed=seed, num_per_segment=points or 200)
     raise ValueError(f"unknown dataset {name!r}; choose 'toy' or '10k'")
 
 
@@ -34,7 +34,7 @@ def _locals(args: argparse.Namespace) -> int:
 
     if args.inducing < 1:
         raise ValueError(f"--inducing must be positive, got {args.inducing}")
-    data = _dataset(args.dataset, args.seed)
+    data = _dataset(args.dataset, args.seed, args.points)
     models = {}
     for k, (X, Y) in enumerate(data.clients):
         Z = np.linspace(X.min(), X.max(), args.inducing)[:, None]
@@ -85,6 +85,7 @@ def register(subparsers: Any) -> None:
     loc = sub.add_parser("locals", help="fit one SVGP per task and save the dictionary")
     loc.add_argument("--dataset", default="toy", choices=("toy", "10k"))
     loc.add_argument("--inducing", type=int, default=15, help="M_k per local model")
+    loc.add_argument("--points", type=int, default=0, help="points per task (default: the paper's 500 / 200)")
     loc.add_argument("--out", required=True)
     ens = sub.add_parser("ensemble", help="fit the ensemble from a saved dictionary (no data needed)")
     ens.add_argument("models", help="a .npz written by 'recycle locals' or save_recyclable")

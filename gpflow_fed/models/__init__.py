@@ -3,7 +3,8 @@
 from .bayesian_linear_regression import BayesianLinearRegression, blr_log_marginal_likelihood, blr_posterior, blr_statistics
 from .aggregated_sgpr import AggregatedSGPR, collapsed_sgpr_bound
 from .dpo_svgp import DPOSVGP
-from .ensemble_svgp import EnsembleSVGP, RecyclableWarning, as_recyclable, fit_pyramid
+from .ensemble_pyramid import fit_pyramid
+from .ensemble_svgp import EnsembleSVGP, RecyclableWarning, as_recyclable
 from .privacy_aware_gpr import PrivacyAwareGPR, PrivacyRelease, fit_hyperparameters, release
 from .recyclable import RecyclableModel, export_svgp, load_recyclable, save_recyclable, train_local_svgp
 

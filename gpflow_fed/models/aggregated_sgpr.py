@@ -30,7 +30,7 @@ from gpflow.covariances import Kuu
 from gpflow.models.training_mixins import InternalDataTrainingLossMixin
 from gpflow.models.util import inducingpoint_wrapper
 
-__all__ = ["AggregatedSGPR", "collapsed_sgpr_bound"]
+__all__ = ["AggregatedSGPR", "collapsed_sgpr_bound", "project_to_psd"]
 
 
 def _as_float_tensor(value: Any, name: str, ndim: int) -> tf.Tensor:
@@ -40,6 +40,33 @@ def _as_float_tensor(value: Any, name: str, ndim: int) -> tf.Tensor:
     if not np.all(np.isfinite(array)):
         raise ValueError(f"AggregatedSGPR: {name} contains NaN or inf values")
     return tf.constant(array)
+
+
+def project_to_psd(matrix: Any) -> np.ndarray:
+    """The nearest (Frobenius) symmetric positive semi-definite matrix to a noisy ``Σ_k C_k C_kᵀ``.
+
+    ``S = (A + Aᵀ)/2 = V diag(λ) Vᵀ`` and the projection is ``V diag(max(λ, 0)) Vᵀ`` (Higham 1988). The
+    exact sum ``Kuf Kfu = Σ_k C_{MN_k} C_{MN_k}ᵀ`` (FSGP eq. 12) is symmetric PSD; a differentially private
+    release adds independent noise to every entry, which breaks both. Projecting is post-processing of
+    the released sum, so it costs no privacy. When ``S`` already has no negative eigenvalue, ``S`` itself
+    is returned (no eigen-reconstruction round-off), so non-noisy sums are left as they are up to
+    symmetrization.
+
+    :param matrix: ``[M, M]`` finite array.
+    :return: ``[M, M]`` symmetric PSD array of ``gpflow.default_float()``.
+    :raises ValueError: a non-square or non-finite matrix.
+    """
+    A = np.asarray(matrix, dtype=gpflow.default_float())
+    if A.ndim != 2 or A.shape[0] != A.shape[1]:
+        raise ValueError(f"project_to_psd: expected a square [M, M] matrix, got shape {A.shape}")
+    if not np.all(np.isfinite(A)):
+        raise ValueError("project_to_psd: the matrix contains NaN or inf values")
+    symmetric = 0.5 * (A + A.T)
+    eigenvalues, eigenvectors = np.linalg.eigh(symmetric)
+    if eigenvalues.size == 0 or eigenvalues[0] >= 0.0:
+        return symmetric
+    projected = (eigenvectors * np.maximum(eigenvalues, 0.0)) @ eigenvectors.T
+    return 0.5 * (projected + projected.T)
 
 
 @check_shapes(
@@ -53,7 +80,7 @@ def _as_float_tensor(value: Any, name: str, ndim: int) -> tf.Tensor:
     "return: []",
 )
 def collapsed_sgpr_bound(
-    kuu: tf.Tensor,
+    kuu: Optional[tf.Tensor],
     kuf_kfu: tf.Tensor,
     kuf_y: tf.Tensor,
     y_squared_sum: tf.Tensor,
@@ -67,22 +94,27 @@ def collapsed_sgpr_bound(
 
     ``F·N = −½NP log(2πσ²) − P Σ log diag L_B − ½ yᵀy/σ² + ½‖L_B⁻¹ L⁻¹ Kuf y‖²/σ⁴ − ½P (tr Kff/σ² − tr AAᵀ)``.
 
-    :param kuu: ``Kuu`` including jitter.
-    :param kuf_kfu: ``Σ_k C_{MN_k} C_{MN_k}ᵀ``.
-    :param kuf_y: ``Σ_k C_{MN_k} y_k``.
+    :param kuu: ``Kuu`` including jitter; ``None`` when the statistics are whitened.
+    :param kuf_kfu: ``Σ_k C_{MN_k} C_{MN_k}ᵀ`` (whitened: ``L⁻¹ (Σ_k C C ᵀ) L⁻ᵀ``, ``L Lᵀ = Kuu``).
+    :param kuf_y: ``Σ_k C_{MN_k} y_k`` (whitened: ``L⁻¹ Σ_k C y``).
     :param y_squared_sum: ``Σ yᵀy`` over clients and outputs.
     :param trace_kff: ``Σ_n c(x_n, x_n)``.
     :param num_data: N.
     :param noise_variance: σ².
     """
-    output_dim = tf.cast(tf.shape(kuf_y)[1], kuu.dtype)
-    L = tf.linalg.cholesky(kuu)
-    LinvKufKfu = tf.linalg.triangular_solve(L, kuf_kfu, lower=True)
-    AAT = tf.linalg.triangular_solve(L, tf.transpose(LinvKufKfu), lower=True) / noise_variance
+    output_dim = tf.cast(tf.shape(kuf_y)[1], kuf_y.dtype)
+    if kuu is None:  # whitened statistics: already L⁻¹ Kuf Kfu L⁻ᵀ and L⁻¹ Kuf y
+        AAT = kuf_kfu / noise_variance
+        Linv_kuf_y = kuf_y
+    else:
+        L = tf.linalg.cholesky(kuu)
+        LinvKufKfu = tf.linalg.triangular_solve(L, kuf_kfu, lower=True)
+        AAT = tf.linalg.triangular_solve(L, tf.transpose(LinvKufKfu), lower=True) / noise_variance
+        Linv_kuf_y = tf.linalg.triangular_solve(L, kuf_y, lower=True)
     AAT = 0.5 * (AAT + tf.transpose(AAT))
     B = AAT + tf.eye(tf.shape(AAT)[0], dtype=AAT.dtype)
     LB = tf.linalg.cholesky(B)
-    Aerr = tf.linalg.triangular_solve(L, kuf_y, lower=True) / tf.sqrt(noise_variance)
+    Aerr = Linv_kuf_y / tf.sqrt(noise_variance)
     c = tf.linalg.triangular_solve(LB, Aerr, lower=True) / tf.sqrt(noise_variance)
     const = -0.5 * num_data * output_dim * tf.math.log(2.0 * np.pi * noise_variance)
     logdet = -output_dim * tf.reduce_sum(tf.math.log(tf.linalg.diag_part(LB)))
@@ -109,6 +141,8 @@ class AggregatedSGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
     :param num_data: N (for the bound).
     :param y_squared_sum: ``Σ_k ‖y_k‖²`` (for the bound).
     :param trace_kff: ``Σ_n c(x_n, x_n)`` (for the bound).
+    :param whitened: ``kuf_kfu`` and ``kuf_y`` are whitened, ``L⁻¹ Kuf Kfu L⁻ᵀ`` and ``L⁻¹ Kuf y`` with
+        ``L Lᵀ = Kuu + jitter`` at this kernel and Z (better conditioned; what ``FSGP(mode="exact")`` sends).
     :raises ValueError: shapes inconsistent with Z, a non-symmetric ``kuf_kfu``, non-finite statistics,
         or a non-positive noise variance.
     """
@@ -124,6 +158,7 @@ class AggregatedSGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
         num_data: Optional[float] = None,
         y_squared_sum: Optional[float] = None,
         trace_kff: Optional[float] = None,
+        whitened: bool = False,
     ) -> None:
         if not isinstance(kernel, gpflow.kernels.Kernel):
             raise TypeError(f"AggregatedSGPR: kernel must be a gpflow.kernels.Kernel, got {type(kernel).__name__}")
@@ -145,6 +180,7 @@ class AggregatedSGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
         likelihood = gpflow.likelihoods.Gaussian(float(noise_variance))
         super().__init__(kernel, likelihood, mean_function=None, num_latent_gps=int(kuf_y_t.shape[1]))
         self.inducing_variable = inducing_variable
+        self.whitened = bool(whitened)
         self.kuf_kfu = kuf_kfu_t
         self.kuf_y = kuf_y_t
         scalars = {"num_data": num_data, "y_squared_sum": y_squared_sum, "trace_kff": trace_kff}
@@ -165,11 +201,16 @@ class AggregatedSGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
         kuu = Kuu(self.inducing_variable, self.kernel, jitter=gpflow.config.default_jitter())
         sigma_sq = self.likelihood.variance
         L = tf.linalg.cholesky(kuu)
-        LinvKufKfu = tf.linalg.triangular_solve(L, self.kuf_kfu, lower=True)
-        AAT = tf.linalg.triangular_solve(L, tf.transpose(LinvKufKfu), lower=True) / sigma_sq
+        if self.whitened:
+            AAT = self.kuf_kfu / sigma_sq
+            Linv_kuf_y = self.kuf_y
+        else:
+            LinvKufKfu = tf.linalg.triangular_solve(L, self.kuf_kfu, lower=True)
+            AAT = tf.linalg.triangular_solve(L, tf.transpose(LinvKufKfu), lower=True) / sigma_sq
+            Linv_kuf_y = tf.linalg.triangular_solve(L, self.kuf_y, lower=True)
         AAT = 0.5 * (AAT + tf.transpose(AAT))
         LB = tf.linalg.cholesky(AAT + tf.eye(tf.shape(AAT)[0], dtype=AAT.dtype))
-        c = tf.linalg.triangular_solve(LB, tf.linalg.triangular_solve(L, self.kuf_y, lower=True), lower=True) / sigma_sq
+        c = tf.linalg.triangular_solve(LB, Linv_kuf_y, lower=True) / sigma_sq
         return L, LB, c
 
     @inherit_check_shapes
@@ -208,7 +249,7 @@ class AggregatedSGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
                 "AggregatedSGPR.elbo needs num_data, y_squared_sum and trace_kff; build the model with them "
                 "(FSGP's final phase sends them)"
             )
-        kuu = Kuu(self.inducing_variable, self.kernel, jitter=gpflow.config.default_jitter())
+        kuu = None if self.whitened else Kuu(self.inducing_variable, self.kernel, jitter=gpflow.config.default_jitter())
         return collapsed_sgpr_bound(
             kuu,
             self.kuf_kfu,

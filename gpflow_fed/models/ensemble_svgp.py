@@ -40,7 +40,7 @@ from gpflow.utilities import triangular
 
 from .recyclable import RecyclableModel, export_svgp, likelihood_from_spec, likelihood_spec
 
-__all__ = ["EnsembleSVGP", "RecyclableWarning", "as_recyclable", "fit_pyramid"]
+__all__ = ["EnsembleSVGP", "RecyclableWarning", "as_recyclable"]
 
 
 class RecyclableWarning(UserWarning):
@@ -425,39 +425,3 @@ class EnsembleSVGP(GPModel, InternalDataTrainingLossMixin):
             opt.minimize(self.training_loss, hyper + q_vars, options={"maxiter": int(maxiter)})
         return float(self.elbo().numpy())
 
-
-def fit_pyramid(
-    local_models: Sequence[Any],
-    group_size: int,
-    kernel: gpflow.kernels.Kernel,
-    Z: np.ndarray,
-    *,
-    likelihood: Optional[gpflow.likelihoods.Likelihood] = None,
-    maxiter: int = 100,
-    method: str = "collapsed",
-) -> EnsembleSVGP:
-    """Ensembles of ensembles (§3.2): ensemble consecutive groups of ``group_size`` models, export each fitted
-    ensemble as a recyclable model, and repeat until one ensemble remains (every node starts from a copy of
-    ``kernel`` and the inducing inputs ``Z``, as in the paper's 1M experiment).
-
-    :raises ValueError: for an empty list or ``group_size < 2``.
-    """
-    level = [as_recyclable(m, i) for i, m in enumerate(local_models)]
-    if not level:
-        raise ValueError("fit_pyramid needs at least one local model")
-    if isinstance(group_size, bool) or not isinstance(group_size, (int, np.integer)) or group_size < 2:
-        raise ValueError(f"group_size must be an integer ≥ 2, got {group_size!r}")
-    while True:
-        nodes = []
-        for start in range(0, len(level), group_size):
-            node = EnsembleSVGP(
-                level[start : start + group_size],
-                gpflow.utilities.deepcopy(kernel),
-                np.array(Z, copy=True),
-                likelihood=None if likelihood is None else gpflow.utilities.deepcopy(likelihood),
-            )
-            node.fit(maxiter=maxiter, method=method)
-            nodes.append(node)
-        if len(nodes) == 1:
-            return nodes[0]
-        level = [n.to_recyclable(name=f"node_{i}") for i, n in enumerate(nodes)]

@@ -24,8 +24,10 @@ import tensorflow as tf
 from check_shapes import check_shapes, inherit_check_shapes
 from gpflow.models.training_mixins import InternalDataTrainingLossMixin
 
+from ..privacy._linalg import as_inputs
 from ..privacy.lowrank import LowRankCovariance
 from ..privacy.obfuscation import Covariance, _check_method, _inputs, obfuscate, synthetic_noise_covariance
+from ..privacy.regions import Region, check_region, region_noise_covariance
 from ..privacy.tolerance import Tolerance
 
 
@@ -202,10 +204,11 @@ def fit_hyperparameters(
 
 def release(
     data: "tuple[np.ndarray, np.ndarray]",
-    sensitive: np.ndarray,
+    sensitive: Union[np.ndarray, Region],
     tolerance: Tolerance,
     *,
     kernel: Optional[gpflow.kernels.Kernel] = None,
+    density: Optional[float] = None,
     method: str = "strong",
     noise_variance: Optional[float] = None,
     seed: int = 0,
@@ -215,10 +218,14 @@ def release(
     r"""The owner's release workflow (§3.2): fit, compute Σ (eq. 8/10/11), obfuscate (§4.1), build the model.
 
     :param data: raw ``(X [N, D], Y [N, 1])`` — never stored in the result's model.
-    :param sensitive: ``[γ, D]`` sensitive inputs.
+    :param sensitive: ``[γ, D]`` sensitive inputs, or a :class:`~gpflow_fed.privacy.Region` (interval, box,
+        union) discretised at ``density`` and handled by
+        :func:`~gpflow_fed.privacy.region_noise_covariance` (eq. 12–13; needs a kernel tolerance H and
+        ``method="strong"``).
     :param tolerance: as for :func:`~gpflow_fed.privacy.synthetic_noise_covariance`; a kernel H may wrap
         ``kernel`` (e.g. ``ProportionalKernel(kernel, 0.5)``) and then follows the fitted hyperparameters.
     :param kernel: K (``SquaredExponential()`` if None); its hyperparameters are fitted in place.
+    :param density: grid points per unit length when ``sensitive`` is a region.
     :param method: ``"strong" | "weak" | "diagonal"``.
     :param noise_variance: σ² of V: None to estimate it, a number to fix it (0 for deterministic data).
     :param seed: seeds the obfuscation noise (§4.1), so W is reproducible.
@@ -227,8 +234,19 @@ def release(
     :raises ValueError: bad data or any of the tolerance errors, before any fitting.
     """
     _check_method(method)
-    X, Y = _inputs(data[0], sensitive)[0], np.asarray(data[1], dtype=gpflow.default_float())
-    S = _inputs(X, sensitive)[1]
+    region = sensitive if isinstance(sensitive, Region) else None
+    if region is not None:
+        if method != "strong":
+            raise ValueError(f"a sensitive region needs method='strong' (got {method!r}); discretise it yourself "
+                             "with region.discretise(density) for the SDP methods")
+        if density is None or not (np.isfinite(density) and density > 0):
+            raise ValueError(f"a sensitive region needs density > 0 (grid points per unit length), got {density}")
+        X = as_inputs(data[0], "X")
+        check_region(region, X, tolerance)
+        S = region.discretise(density)
+    else:
+        X, S = _inputs(data[0], sensitive)
+    Y = np.asarray(data[1], dtype=gpflow.default_float())
     if Y.ndim == 1:
         Y = Y[:, None]
     if Y.shape != (X.shape[0], 1) or not np.all(np.isfinite(Y)):
@@ -245,8 +263,12 @@ def release(
         sigma2 = 0.0 if noise_variance is None else float(noise_variance)
         mean_value = np.mean(Y, axis=0)
         lml = float("nan")
-    Sigma = synthetic_noise_covariance(kernel, X, S, tolerance, noise_variance=sigma2, method=method,
-                                       low_rank=low_rank)
+    if region is not None:
+        Sigma = region_noise_covariance(kernel, X, region, tolerance, density=float(density), noise_variance=sigma2,
+                                        low_rank=bool(low_rank))
+    else:
+        Sigma = synthetic_noise_covariance(kernel, X, S, tolerance, noise_variance=sigma2, method=method,
+                                           low_rank=low_rank)
     W = obfuscate(Y, Sigma, seed)
     released_kernel = gpflow.utilities.deepcopy(kernel)
     model = PrivacyAwareGPR((X, W), released_kernel, Sigma, gpflow.mean_functions.Constant(mean_value),

@@ -10,7 +10,7 @@ import numpy as np
 ArrayLike = Union[np.ndarray, float, list]
 
 #: Row block used when a kernel matrix is evaluated in pieces, to bound TensorFlow's temporaries.
-KERNEL_BLOCK_ROWS = 2048
+KERNEL_BLOCK_ROWS = 1024
 
 
 def as_inputs(value: object, what: str) -> np.ndarray:
@@ -37,15 +37,27 @@ def as_inputs(value: object, what: str) -> np.ndarray:
 
 
 def kernel_matrix(kernel: gpflow.kernels.Kernel, A: np.ndarray, B: Optional[np.ndarray] = None) -> np.ndarray:
-    """The Gram matrix ``k(A, B)`` as numpy, evaluated in row blocks so that large N fits in memory."""
+    """The Gram matrix ``k(A, B)`` as numpy, evaluated in row blocks so that large N fits in memory.
+
+    For ``B = None`` only the blocks on and above the diagonal are evaluated and mirrored, so the result is
+    exactly symmetric at half the kernel evaluations.
+    """
     dtype = gpflow.default_float()
-    other = A if B is None else B
-    out = np.empty((A.shape[0], other.shape[0]), dtype=dtype)
-    for start in range(0, A.shape[0], KERNEL_BLOCK_ROWS):
-        stop = min(start + KERNEL_BLOCK_ROWS, A.shape[0])
-        out[start:stop] = kernel.K(A[start:stop], other).numpy()
-    if B is None:
-        out = 0.5 * (out + out.T)
+    if B is not None:
+        out = np.empty((A.shape[0], B.shape[0]), dtype=dtype)
+        for start in range(0, A.shape[0], KERNEL_BLOCK_ROWS):
+            stop = min(start + KERNEL_BLOCK_ROWS, A.shape[0])
+            out[start:stop] = kernel.K(A[start:stop], B).numpy()
+        return out
+    N = A.shape[0]
+    out = np.empty((N, N), dtype=dtype)
+    for start in range(0, N, KERNEL_BLOCK_ROWS):
+        stop = min(start + KERNEL_BLOCK_ROWS, N)
+        block = kernel.K(A[start:stop], A[start:]).numpy()
+        diagonal = block[:, : stop - start]
+        block[:, : stop - start] = 0.5 * (diagonal + diagonal.T)
+        out[start:stop, start:] = block
+        out[stop:, start:stop] = block[:, stop - start :].T
     return out
 
 

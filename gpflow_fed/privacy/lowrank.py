@@ -126,7 +126,10 @@ def min_eigenvalue_lower_bound(KXX: np.ndarray, v: np.ndarray) -> float:
     """
     N = KXX.shape[0]
     diag = np.diag(KXX)
-    off = np.sum(np.abs(KXX), axis=1) - np.abs(diag)
+    rows = np.empty(N, dtype=KXX.dtype)
+    for start in range(0, N, 1024):  # row blocks: no N×N temporary
+        rows[start : start + 1024] = np.sum(np.abs(KXX[start : start + 1024]), axis=1)
+    off = rows - np.abs(diag)
     gershgorin = float(np.min(diag + v - off))
     rounding = N * np.finfo(KXX.dtype).eps * float(np.max(np.abs(diag)))
     return max(float(np.min(v)) - rounding, gershgorin)
@@ -166,8 +169,9 @@ def krylov_positive_part(
     :param KXX: ``[N, N]`` K.
     :param v: ``[N]`` the diagonal of V.
     :param max_basis: the largest Krylov dimension tried (default ``min(N − 1, max(40γ, 400))``).
-    :return: ``(Σ, info)``; Σ is None when the Ritz pairs did not converge within ``max_basis``. When
-        ``info.certified_margin`` is None the caller must certify Σ itself (no bound ``λ₋ > 0`` exists).
+    :return: ``(Σ, info)``; Σ is None when the Ritz pairs did not converge within ``max_basis``. Σ is proved
+        private only when ``info.certified_margin ≥ −CERTIFY_TOL``; when it is None (no bound ``λ₋ > 0``
+        exists) or below that, the caller must certify Σ another way or not use it.
     """
     N, gamma = B.shape
     dtype = gpflow.default_float()

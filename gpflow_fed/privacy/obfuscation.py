@@ -49,30 +49,25 @@ def _inputs(X: object, sensitive: object) -> "tuple[np.ndarray, np.ndarray]":
     return Xa, S
 
 
-def strong_factor(
-    KXS: np.ndarray, KSS: np.ndarray, Xi: np.ndarray, resolved_kind: str = "matrix", *, allow_singular: bool = False
-) -> np.ndarray:
-    r"""``B`` with ``BBᵀ = K_XS (K_SS − Ξ)⁻¹ K_SX`` (the positive term of eq. 11 / G(S) of eq. 13).
+def strong_factor(KXS: np.ndarray, KSS: np.ndarray, Xi: np.ndarray, resolved_kind: str = "matrix") -> np.ndarray:
+    r"""``B`` with ``BBᵀ = K_XS (K_SS − Ξ)⁻¹ K_SX`` (the positive term of eq. 11 / G(S) of eq. 12).
 
-    ``K_SS − Ξ = Q diag(m) Qᵀ`` and ``B = K_XS Q diag(m^{-1/2})``. With ``allow_singular`` (dense discretised
-    regions, where ``K_SS − H_SS`` is numerically singular) directions with ``m ≤ 1e-13·max m`` are dropped,
-    i.e. G(S) is computed by the pseudo-inverse, its limit under refinement (Theorem 4).
+    ``K_SS − Ξ = Q diag(m) Qᵀ`` and ``B = K_XS Q diag(m^{-1/2})``. (Dense region grids, where ``K_SS − H_SS``
+    is numerically singular, use the pivoted factor of :mod:`~gpflow_fed.privacy.regions` instead.)
 
-    :raises ValueError: if ``K_SS − Ξ`` is not positive definite (unless ``allow_singular``).
+    :raises ValueError: if ``K_SS − Ξ`` is not positive definite.
     """
     M = 0.5 * ((KSS - Xi) + (KSS - Xi).T)
-    if not allow_singular:
-        if resolved_kind in ("scalar", "vector") and M.shape[0] > 1:
-            fix = ("with several sensitive inputs a scalar or vector tolerance builds Ξ = diag(ξ), which is invalid "
-                   "here; pass a kernel tolerance H (e.g. ProportionalKernel(kernel, alpha)) or a matrix Ξ with "
-                   "K_SS − Ξ ≻ 0, lower the tolerances, or use method='weak'")
-        else:
-            fix = ("choose a smaller Ξ / H (e.g. H = αK with 0 < α < 1, or H within gaussian_tolerance_kernel's "
-                   "range), drop duplicated sensitive inputs, or use method='weak'")
-        psd_check(M, "K_SS − Ξ", fix, strict=True)
+    if resolved_kind in ("scalar", "vector") and M.shape[0] > 1:
+        fix = ("with several sensitive inputs a scalar or vector tolerance builds Ξ = diag(ξ), which is invalid "
+               "here; pass a kernel tolerance H (e.g. ProportionalKernel(kernel, alpha)) or a matrix Ξ with "
+               "K_SS − Ξ ≻ 0, lower the tolerances, or use method='weak'")
+    else:
+        fix = ("choose a smaller Ξ / H (e.g. H = αK with 0 < α < 1, or H within gaussian_tolerance_kernel's "
+               "range), drop duplicated sensitive inputs, or use method='weak'")
+    psd_check(M, "K_SS − Ξ", fix, strict=True)
     m, Q = np.linalg.eigh(M)
-    keep = m > (1e-13 * m[-1] if allow_singular else 0.0)
-    return KXS @ (Q[:, keep] / np.sqrt(m[keep])[None, :])
+    return KXS @ (Q / np.sqrt(m)[None, :])
 
 
 def _cholesky_margin(candidate: LowRankCovariance, B: np.ndarray, KXX: np.ndarray, v: np.ndarray) -> Optional[float]:
@@ -91,6 +86,7 @@ def _cholesky_margin(candidate: LowRankCovariance, B: np.ndarray, KXX: np.ndarra
     return float(np.linalg.eigvalsh(np.eye(B.shape[1]) - Y.T @ Y)[0])
 
 
+@check_shapes("B: [N, G]", "KXX: [N, N]", "v: [N]")
 def positive_part_of_difference(B: np.ndarray, KXX: np.ndarray, v: np.ndarray, *, low_rank: bool) -> Covariance:
     r"""``(BBᵀ − K_XX − V)⁺`` (eq. 8, 11, 13): dense eigh (O(N³)), or block Krylov when ``low_rank`` (O(N²γ)).
 

@@ -227,3 +227,50 @@ def test_validation_before_any_training(kwargs, message):
 def test_federated_dataset_rejects_bad_client_data(clients, message):
     with pytest.raises(ValueError, match=message):
         FederatedDataset(clients)
+
+
+def test_exact_mode_with_a_fixed_kernel_parameter_equals_centralized_baseline():
+    """Regression (CLI on CO₂): SE + Periodic with a non-trainable period, as ``make_kernel("co2")`` builds.
+
+    The fixed period must stay out of the shared state and of the server's Adam, and the CLI's centralized
+    baseline (``centralized_sgpr``: the same compiled Adam loop on ``training_loss()/N``) must be the oracle."""
+    from gpflow_fed.baselines import centralized_sgpr
+
+    dataset = _dataset(sizes=(30, 45, 25), D=1)
+    seasonal = gpflow.kernels.Periodic(gpflow.kernels.SquaredExponential(lengthscales=1.0), period=0.7)
+    gpflow.set_trainable(seasonal.period, False)
+    kernel = gpflow.kernels.SquaredExponential(lengthscales=[1.0]) + seasonal
+    Z, steps, lr = initial_inducing_inputs(dataset.pooled()[0], 10, seed=0), 12, 0.05
+    algorithm = FSGP(kernel, Z, 0.1, rounds=steps, local_steps=3, learning_rate=lr, mode="exact")
+    result = run(algorithm, dataset)
+    assert not any("period" in key for key in result.state.params)
+    central = centralized_sgpr(dataset, kernel, Z, 0.1, steps, lr)
+    ours = gpflow.utilities.read_values(result.model)
+    ref = gpflow.utilities.read_values(central.model)
+    assert ours.keys() == ref.keys()
+    np.testing.assert_allclose(ours[".kernel.kernels[1].period"], 0.7, rtol=0)
+    start = gpflow.utilities.read_values(_pooled_sgpr(dataset, kernel, Z, 0.1))
+    for key in ref:
+        np.testing.assert_allclose(ours[key], ref[key], rtol=1e-6, atol=1e-9)
+        if "period" not in key:
+            assert not np.allclose(ref[key], start[key])
+    Xs = dataset.test[0]
+    for a, b in zip(result.model.predict_y(Xs), central.model.predict_y(Xs)):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(result.metrics["test_nlpd"], central.metrics["test_nlpd"], rtol=1e-6)
+
+
+def test_predict_phase_projects_noised_statistics_to_psd():
+    """With DP noise on the final sums, the server's Σ C Cᵀ is symmetric PSD and variances stay positive."""
+    from gpflow_fed.privacy.dp import DifferentialPrivacy
+
+    dataset = _dataset()
+    kernel, Z = _kernel(), _Z()
+    dp = DifferentialPrivacy(noise_multiplier=4.0, clip_norm=50.0, phases=("predict",), accountant="pld")
+    algorithm = FSGP(kernel, Z, 0.1, rounds=1, local_steps=1, learning_rate=0.05)
+    result = run(algorithm, dataset, runtime=LocalRuntime(differential_privacy=dp), seed=0)
+    S = result.state.statistics["kuf_kfu"]
+    np.testing.assert_array_equal(S, S.T)
+    assert np.linalg.eigvalsh(S).min() >= -1e-9 * np.abs(S).max()
+    _, var = result.model.predict_f(dataset.test[0])
+    assert np.all(np.isfinite(var.numpy())) and np.all(var.numpy() > 0)

@@ -1,7 +1,5 @@
 """PVI: exactness in the conjugate case (spec T6), sequential q = client q (T9), messages (T11), guards (T10)."""
 
-import warnings
-
 import gpflow
 import numpy as np
 import pytest

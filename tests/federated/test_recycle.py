@@ -52,8 +52,9 @@ def test_cli_locals_then_ensemble_from_file(tmp_path, capsys):
     from gpflow_fed.cli import main
 
     path = tmp_path / "models.npz"
-    assert main(["recycle", "locals", "--dataset", "toy", "--inducing", "5", "--maxiter", "20", "--out", str(path)]) == 0
-    assert main(["recycle", "ensemble", str(path), "--inducing", "12", "--maxiter", "20",
+    assert main(["recycle", "locals", "--dataset", "toy", "--points", "40", "--inducing", "4", "--maxiter", "5",
+                 "--out", str(path)]) == 0
+    assert main(["recycle", "ensemble", str(path), "--inducing", "8", "--maxiter", "5",
                  "--out", str(tmp_path / "ens.npz"), "--evaluate", "toy"]) == 0
     import json
 

@@ -99,3 +99,27 @@ def test_kernel_type_is_checked(problem):
     _, _, Z, _ = problem
     with pytest.raises(TypeError, match="gpflow.kernels.Kernel"):
         AggregatedSGPR("rbf", Z, 0.1, np.eye(12), np.zeros((12, 1)))
+
+
+def test_project_to_psd_is_the_nearest_psd_matrix_and_leaves_psd_sums_alone():
+    from gpflow_fed.models.aggregated_sgpr import project_to_psd
+
+    rng = np.random.default_rng(3)
+    C = rng.normal(size=(6, 20))
+    psd = C @ C.T
+    np.testing.assert_array_equal(project_to_psd(psd), 0.5 * (psd + psd.T))
+    noisy = psd + rng.normal(scale=30.0, size=(6, 6))  # asymmetric and indefinite, like a DP release
+    sym = 0.5 * (noisy + noisy.T)
+    eigenvalues = np.linalg.eigvalsh(sym)
+    assert eigenvalues.min() < 0
+    projected = project_to_psd(noisy)
+    np.testing.assert_array_equal(projected, projected.T)
+    assert np.linalg.eigvalsh(projected).min() > -1e-10
+    # Frobenius distance to the PSD cone (Higham 1988): the norm of the negative eigenvalues
+    np.testing.assert_allclose(
+        np.linalg.norm(sym - projected), np.linalg.norm(np.minimum(eigenvalues, 0.0)), rtol=1e-10
+    )
+    with pytest.raises(ValueError, match="square"):
+        project_to_psd(np.ones((2, 3)))
+    with pytest.raises(ValueError, match="NaN"):
+        project_to_psd(np.full((2, 2), np.nan))

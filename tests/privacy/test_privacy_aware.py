@@ -23,6 +23,7 @@ from gpflow_fed.privacy import (
 )
 from gpflow_fed.privacy.lowrank import _galerkin_margin, krylov_positive_part, min_eigenvalue_lower_bound
 from gpflow_fed.privacy.obfuscation import strong_factor
+from gpflow_fed.privacy.regions import pivoted_region_factor
 
 X9 = (np.arange(1, 10) / 10.0)[:, None]
 
@@ -284,11 +285,19 @@ def test_regions_refinement_and_uniform_solution():
     k = example_kernel()
     H = ProportionalKernel(k, 0.5)
     result = refine_region(k, X9, Interval(0.3, 0.5), H, density=5.0, rtol=1e-4, max_refinements=5)
-    assert result.converged
-    # Nested grids: G(S) grows (Theorem 3) while K_SS is well conditioned; on the finest grids the
-    # pseudo-inverse truncation moves the trace by less than the convergence tolerance.
-    assert np.all(np.diff(result.traces[:4]) >= -1e-8)
-    assert abs(result.traces[-1] - result.traces[-2]) <= 1e-4 * result.traces[-1]
+    assert result.converged and result.num_points[:3] == [2, 3, 5]
+    # Nested pivot sets: the traces never decrease (Theorem 3) and stay below tr G(ℝ) − tr K = tr K_XX = 9.
+    assert np.all(np.diff(result.traces) >= -1e-10 * result.traces[-1])
+    assert result.traces[-1] <= 9.0
+    # While K_SS is well conditioned they equal the exact values (80-digit mpmath: 5 grid points → 7.70480663752).
+    assert result.traces[2] == pytest.approx(7.70480663752, rel=1e-9)
+    # On a well-conditioned grid the pivoted factor keeps every point and equals the closed form (eq. 12).
+    S3 = Interval(0.3, 0.5).discretise(10.0)
+    M3 = 0.5 * k.K(S3).numpy()
+    B3, P3 = pivoted_region_factor(k.K(X9, S3).numpy(), M3)
+    assert sorted(P3.tolist()) == [0, 1, 2]
+    G3 = k.K(X9, S3).numpy() @ np.linalg.solve(M3, k.K(S3, X9).numpy())
+    np.testing.assert_allclose(B3 @ B3.T, G3, rtol=1e-10, atol=1e-12)
     grid = Interval(0.3, 0.5).discretise(10.0)
     assert np.all(np.diag(posterior_covariance(k, X9, grid, result.Sigma)) >= 0.5 * 1.0 - 1e-6)
     # H = αK and S ⊇ X: G(S) = (1 − α)⁻¹ K_XX, the uniformly privacy-aware solution (end of §4.4).

@@ -14,7 +14,7 @@ import tensorflow as tf
 from gpflow.keras import tf_keras
 from gpflow.models.util import inducingpoint_wrapper
 
-from ...models.aggregated_sgpr import AggregatedSGPR, collapsed_sgpr_bound
+from ...models.aggregated_sgpr import AggregatedSGPR, collapsed_sgpr_bound, project_to_psd
 from ..algorithm import Aggregate, Algorithm, FederationInfo
 from ..client import Client
 from ..state import SharedState, resolve_path
@@ -74,10 +74,17 @@ class FSGP(Algorithm):
     ``∂F/∂w`` at fixed S, and the adjoints ``∂F/∂S``; phase ``"gradient"`` broadcasts the adjoints and the
     clients return the vector-Jacobian products ``(∂S_k/∂w)ᵀ ∂F/∂S``, summed. The server's Adam then
     takes one step, so R rounds equal R Adam steps of ``gpflow.models.SGPR`` on the pooled data with
-    ``training_loss() / N``. ``local_steps`` is not used; ``client_fraction`` must be 1.
+    ``training_loss() / N``. ``local_steps`` is not used; ``client_fraction`` must be 1. Exact mode sends
+    the *whitened* statistics ``L⁻¹ C Cᵀ L⁻ᵀ`` and ``L⁻¹ C y`` (``L Lᵀ = Kuu``, computed by every client from
+    the shared w; same sizes, same information), which is how SGPR itself computes: the unwhitened sums
+    lose accuracy when Kuu is ill-conditioned and σ² small (e.g. CO₂ with a periodic kernel), and Adam then
+    drifts away from pooled SGPR.
 
     Final phase ``"predict"`` (both modes, eqs. 14–15): every client sends its statistics at the final w;
-    the sum builds :class:`gpflow_fed.models.AggregatedSGPR`, which predicts without data.
+    the sum builds :class:`gpflow_fed.models.AggregatedSGPR`, which predicts without data. The server first
+    symmetrizes ``Σ C Cᵀ`` and projects it onto the PSD cone
+    (:func:`~gpflow_fed.models.aggregated_sgpr.project_to_psd`): a no-op up to round-off for exact sums, and
+    post-processing (no privacy cost) when the sums were released with differential-privacy noise.
 
     Messages (P outputs, ``|θ|`` kernel parameters, 8 bytes a number; none depends on ``N_k``):
 
@@ -162,6 +169,8 @@ class FSGP(Algorithm):
         self.local_steps = int(local_steps)
         self.learning_rate = float(learning_rate)
         self.mode = mode
+        #: exact mode sends whitened statistics (L⁻¹ C Cᵀ L⁻ᵀ, L⁻¹ C y): SGPR's own numerics, see sgpr_statistics
+        self.whiten = mode == "exact"
         self._shared: Optional[SharedState] = None
         self._server_model: Optional[AggregatedSGPR] = None
         self._server_optimizer: Any = None
@@ -241,7 +250,7 @@ class FSGP(Algorithm):
         fns = _ClientFunctions(variables=variables)
         num_data = tf.constant(float(client.num_data), gpflow.default_float())
         def statistics() -> Any:
-            return sgpr_statistics(model.kernel, model.inducing_variable, X, Y)
+            return sgpr_statistics(model.kernel, model.inducing_variable, X, Y, whiten=self.whiten)
 
         # fedavg computes statistics once (final phase): eager is cheaper than tracing
         fns.functions["statistics"] = tf.function(statistics, autograph=False) if self.mode == "exact" else statistics
@@ -266,7 +275,9 @@ class FSGP(Algorithm):
 
             @tf.function(autograph=False)
             def vjp(adjoints: Dict[str, tf.Tensor]) -> List[tf.Tensor]:
-                return statistics_vjp(model.kernel, model.inducing_variable, X, Y, adjoints, variables)
+                return statistics_vjp(
+                    model.kernel, model.inducing_variable, X, Y, adjoints, variables, whiten=self.whiten
+                )
 
             fns.functions["gradient"] = vjp
         client.state["fsgp"] = fns
@@ -322,7 +333,11 @@ class FSGP(Algorithm):
         with tf.GradientTape(watch_accessed_variables=False) as tape:
             tape.watch(variables)
             tape.watch([tensors[k] for k in ADJOINT_NAMES])
-            kuu = gpflow.covariances.Kuu(model.inducing_variable, model.kernel, jitter=gpflow.config.default_jitter())
+            kuu = (
+                None
+                if self.whiten
+                else gpflow.covariances.Kuu(model.inducing_variable, model.kernel, jitter=gpflow.config.default_jitter())
+            )
             bound = collapsed_sgpr_bound(
                 kuu,
                 tensors["kuf_kfu"],
@@ -346,6 +361,8 @@ class FSGP(Algorithm):
             return replace(state, params={k: np.array(aggregate[k]) for k in state.params}, steps=state.steps + 1)
         if phase == "predict":
             stats = {k: np.array(aggregate[k]) for k in STATISTIC_NAMES}
+            # post-processing (free under DP): a noised Σ C Cᵀ is made symmetric PSD again
+            stats["kuf_kfu"] = project_to_psd(stats["kuf_kfu"])
             bound, _, _ = self._objective(state, stats)
             return replace(state, statistics=stats, bound=bound)
         if phase == "statistics":
@@ -390,6 +407,7 @@ class FSGP(Algorithm):
             num_data=stats["num_data"],
             y_squared_sum=stats["y_squared_sum"],
             trace_kff=stats["trace_kff"],
+            whitened=self.whiten,
         )
         self._shared.assign(model, state.params)
         return model

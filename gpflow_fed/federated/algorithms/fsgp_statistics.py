@@ -88,15 +88,27 @@ def sgpr_statistics(
     inducing_variable: gpflow.inducing_variables.InducingVariables,
     X: tf.Tensor,
     Y: tf.Tensor,
+    whiten: bool = False,
 ) -> SGPRStatistics:
     """One client's sufficient statistics for the collapsed SGPR bound and posterior (see module table).
+
+    With ``whiten=True`` the client replaces ``C_{MN_k}`` by ``A_k = L⁻¹ C_{MN_k}``, ``L Lᵀ = Kuu + jitter``
+    (every client computes the same L from the shared θ, Z), and sends ``A_k A_kᵀ`` and ``A_k y_k``. This is
+    the same information (``C Cᵀ = L (A Aᵀ) Lᵀ``) but is what ``gpflow.models.SGPR`` computes internally:
+    forming ``C Cᵀ`` first and whitening afterwards loses accuracy when Kuu is ill-conditioned and σ² is
+    small (roughly squaring the condition number), which is what let exact federated SGPR drift from
+    pooled SGPR on Mauna Loa CO₂.
 
     :param kernel: the shared kernel ``c(·,·; θ)``.
     :param inducing_variable: the shared inducing inputs Z.
     :param X: the client's inputs ``X_k``.
     :param Y: the client's outputs ``Y_k``.
+    :param whiten: send the whitened statistics ``(L⁻¹ C Cᵀ L⁻ᵀ, L⁻¹ C y)``.
     """
     kuf = gpflow.covariances.Kuf(inducing_variable, kernel, X)
+    if whiten:
+        kuu = gpflow.covariances.Kuu(inducing_variable, kernel, jitter=gpflow.config.default_jitter())
+        kuf = tf.linalg.triangular_solve(tf.linalg.cholesky(kuu), kuf, lower=True)
     return statistics_from_cross_covariance(kuf, Y, kernel(X, full_cov=False))
 
 
@@ -107,6 +119,7 @@ def statistics_vjp(
     Y: tf.Tensor,
     adjoints: Mapping[str, tf.Tensor],
     variables: Sequence[tf.Variable],
+    whiten: bool = False,
 ) -> List[tf.Tensor]:
     """``Σ_s ⟨adjoint_s, ∂s/∂v⟩`` for each variable v: the client's share of the exact-mode gradient.
 
@@ -117,10 +130,11 @@ def statistics_vjp(
     :param adjoints: ``{"kuf_kfu": [M, M], "kuf_y": [M, P], "trace_kff": []}``.
     :param variables: the variables to differentiate (e.g. unconstrained θ and Z); a variable the
         statistics do not depend on gets a zero gradient.
+    :param whiten: differentiate the whitened statistics (see :func:`sgpr_statistics`).
     :return: one gradient per variable, in order.
     """
     with tf.GradientTape() as tape:
-        stats = sgpr_statistics(kernel, inducing_variable, X, Y)
+        stats = sgpr_statistics(kernel, inducing_variable, X, Y, whiten=whiten)
         targets = [getattr(stats, name) for name in ADJOINT_NAMES]
     grads = tape.gradient(
         targets,

@@ -177,6 +177,7 @@ class PVI(Algorithm):
         self.learning_rate, self.local_steps, self.patience = float(learning_rate), int(local_steps), int(patience)
         self.fedavg_steps, self.local_solver, self.jitter = int(fedavg_steps), local_solver, float(jitter)
         self.hyper = HyperModel(kernel, likelihood, self.Z0.shape[1], self.learn_hyperparameters)
+        self._workers: Dict[int, LocalProblem] = {}
 
     # --- configuration -------------------------------------------------------------------------------
     def num_pseudo(self, num_data: int) -> int:
@@ -310,15 +311,14 @@ class PVI(Algorithm):
         """The worker shared by every client with M_k = ``num_pseudo`` (one compiled step per shape signature,
         reused across clients and rounds; see :class:`~.pvi_local.LocalProblem`)."""
         key = num_pseudo if self.parameterisation == "dpo" else 0
-        workers = self.__dict__.setdefault("_workers", {})
-        if key not in workers:
-            workers[key] = LocalProblem(
+        if key not in self._workers:
+            self._workers[key] = LocalProblem(
                 self.hyper, self.Z0.shape[1], M=self.Z0.shape[0], num_pseudo=num_pseudo,
                 mode="distribution" if self.learn_inducing == "distribution" else "point",
                 param=self.parameterisation, alpha=self.alpha, num_samples=self.num_samples,
                 learning_rate=self.learning_rate,
             )
-        return workers[key]
+        return self._workers[key]
 
     def client_update(self, client: Client, broadcast: Message) -> Message:
         st, idx = client.state, self._ids.index(client.id)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Optional, Sequence, Tuple
 
-import gpflow
 import numpy as np
 import tensorflow as tf
 from check_shapes import inherit_check_shapes
