@@ -1,15 +1,35 @@
 """gpflow-fed: federated and privacy-aware Gaussian processes for GPflow 2.
 
-Importing the package activates its GPflow dispatch registrations (``Kuu``/``Kuf``, posteriors).
+Importing the package activates its GPflow dispatch registrations (``Kuu``/``Kuf``, posteriors, ``prior_kl``).
 """
 
 __version__ = "0.1.0"
 
-from . import data, federated, metrics, models  # noqa: E402
-from . import likelihoods  # noqa: E402
-from . import baselines  # noqa: E402
-from . import covariances, inducing_variables, posteriors  # noqa: E402
-from . import kernels  # noqa: E402
-from . import monitor  # noqa: E402
+from . import (  # noqa: E402
+    baselines,
+    covariances,
+    data,
+    federated,
+    inducing_variables,
+    kernels,
+    likelihoods,
+    metrics,
+    models,
+    monitor,
+    posteriors,
+)
 
-__all__ = ["monitor", "likelihoods", "kernels", "baselines", "covariances", "inducing_variables", "posteriors", "data", "federated", "metrics", "models", "__version__"]
+__all__ = [
+    "__version__",
+    "baselines",
+    "covariances",
+    "data",
+    "federated",
+    "inducing_variables",
+    "kernels",
+    "likelihoods",
+    "metrics",
+    "models",
+    "monitor",
+    "posteriors",
+]

@@ -9,7 +9,7 @@ import os
 import sys
 from typing import List, Optional, Sequence
 
-SUBCOMMANDS: List[str] = ["recycle", "datasets", "fedbnr", "fsgp", "pvi", "privacy"]
+SUBCOMMANDS: List[str] = ["datasets", "fedbnr", "fsgp", "privacy", "pvi", "recycle"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -6,7 +6,7 @@ import argparse
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("pvi", help="PVI for sparse GPs with q(Z) and DPO factors (issue 5)")
+    parser = subparsers.add_parser("pvi", help="PVI for sparse GPs with q(Z) and DPO factors")
     parser.add_argument("--dataset", default="toy", help="'toy' (five-partition task) or a name from `gpflow-fed datasets`")
     parser.add_argument("--method", default="dpo", choices=["dpo", "cpo", "fixed", "fedavg", "global"])
     parser.add_argument("--clients", type=int, default=10, help="K for real datasets (homogeneous split)")

@@ -74,12 +74,15 @@ def test_no_row_of_x_or_y_appears_in_any_payload(runs):
 
 
 def test_predict_message_is_the_statistics_of_cross_covariance_and_outputs(runs):
-    """What client_0 sends in the final phase is exactly (C Cᵀ, C y, ‖y‖², tr Kff, N_k) at the final w."""
+    """What client_0 sends in the final phase is exactly (C Cᵀ, C y, ‖y‖², tr Kff, N_k) at the final w
+    (exact mode: the whitened (L⁻¹ C Cᵀ L⁻ᵀ, L⁻¹ C y), with L Lᵀ = Kuu at the shared w)."""
     _, (dataset, small), _ = runs
     model = small.model
     X, Y = dataset.clients[0]
     (message,) = [m for m in small.ledger.messages if m.sender == "client_0" and m.phase == "predict"]
-    expected = sgpr_statistics(model.kernel, model.inducing_variable, tf.constant(X), tf.constant(Y))
+    expected = sgpr_statistics(
+        model.kernel, model.inducing_variable, tf.constant(X), tf.constant(Y), whiten=model.whitened
+    )
     for name, value in expected._asdict().items():
         np.testing.assert_allclose(message[name], value.numpy(), rtol=1e-12, atol=1e-14)
 

@@ -12,7 +12,7 @@ from gpflow_fed.models import EnsembleSVGP, RecyclableModel
 
 
 def _algorithm(**kw):
-    kw = {"num_local_inducing": 6, "local_maxiter": 40, "maxiter": 40, **kw}
+    kw = {"num_local_inducing": 6, "local_maxiter": 20, "maxiter": 20, **kw}
     return Recycle(gpflow.kernels.SquaredExponential(lengthscales=0.3), np.linspace(0, 5.5, 20)[:, None], **kw)
 
 
@@ -33,7 +33,7 @@ def test_recycle_messages_and_ensemble():
     models = [RecyclableModel.from_arrays(m.arrays) for m in messages]
     central = EnsembleSVGP(models, gpflow.kernels.SquaredExponential(lengthscales=0.3),
                            np.linspace(0, 5.5, 20)[:, None])
-    central.fit(maxiter=40)
+    central.fit(maxiter=20)
     np.testing.assert_allclose(result.model.elbo().numpy(), central.elbo().numpy(), rtol=1e-8)
     assert result.metrics["test_rmse"] < np.std(data.test[1])  # better than predicting the mean
 
@@ -48,6 +48,7 @@ def test_recycle_bad_input():
         run(_algorithm(), data)
 
 
+@pytest.mark.slow
 def test_cli_locals_then_ensemble_from_file(tmp_path, capsys):
     from gpflow_fed.cli import main
 

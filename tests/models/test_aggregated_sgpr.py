@@ -21,13 +21,17 @@ def _problem():
     return X, Y, Z, kernel
 
 
-def _aggregated(X, Y, Z, kernel, noise, chunks=(0, 25, 60, 90), with_bound=True):
+def _aggregated(X, Y, Z, kernel, noise, chunks=(0, 25, 60, 90), with_bound=True, whiten=False):
     iv = gpflow.inducing_variables.InducingPoints(Z)
-    parts = [sgpr_statistics(kernel, iv, tf.constant(X[a:b]), tf.constant(Y[a:b])) for a, b in zip(chunks, chunks[1:])]
+    parts = [
+        sgpr_statistics(kernel, iv, tf.constant(X[a:b]), tf.constant(Y[a:b]), whiten=whiten)
+        for a, b in zip(chunks, chunks[1:])
+    ]
     total = {k: sum(getattr(p, k).numpy() for p in parts) for k in parts[0]._fields}
     extra = dict(num_data=total["num_data"], y_squared_sum=total["y_squared_sum"], trace_kff=total["trace_kff"])
     return AggregatedSGPR(
-        gpflow.utilities.deepcopy(kernel), Z, noise, total["kuf_kfu"], total["kuf_y"], **(extra if with_bound else {})
+        gpflow.utilities.deepcopy(kernel), Z, noise, total["kuf_kfu"], total["kuf_y"], whitened=whiten,
+        **(extra if with_bound else {}),
     )
 
 
@@ -35,9 +39,10 @@ def _close(a, b):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=RTOL, atol=0)
 
 
-def test_matches_pooled_sgpr(problem):
+@pytest.mark.parametrize("whiten", [False, True])
+def test_matches_pooled_sgpr(problem, whiten):
     X, Y, Z, kernel = problem
-    model = _aggregated(X, Y, Z, kernel, 0.05)
+    model = _aggregated(X, Y, Z, kernel, 0.05, whiten=whiten)
     oracle = gpflow.models.SGPR((X, Y), gpflow.utilities.deepcopy(kernel), Z, noise_variance=0.05)
     Xs = np.random.default_rng(4).uniform(-3, 3, (15, 2))
     for full_cov in (False, True):

@@ -93,11 +93,14 @@ def test_closed_form_equals_optimiser_optimum(reference):
     model.set_optimal_q()
     other = _build(reference, whiten=True)
     q_vars = other.q_mu.trainable_variables + other.q_sqrt.trainable_variables
-    gpflow.optimizers.Scipy().minimize(other.training_loss, q_vars, options={"gtol": 1e-12, "maxiter": 2000})
+    # eager: L-BFGS converges in ~15 iterations here, far cheaper than tracing the bound
+    gpflow.optimizers.Scipy().minimize(other.training_loss, q_vars, options={"gtol": 1e-12, "maxiter": 2000},
+                                       compile=False)
     np.testing.assert_allclose(other.elbo().numpy(), -1.8938470614, atol=1e-8)
     np.testing.assert_allclose(other.q_mu.numpy(), model.q_mu.numpy(), atol=1e-5)
 
 
+@pytest.mark.slow
 def test_reverse_kl_numerical_optimum(reference):
     model = _build(reference, kl="reverse")
     gpflow.set_trainable(model.kernel, False)
@@ -121,7 +124,7 @@ def _fitted_svgp(seed=0, whiten=True):
     return model
 
 
-@pytest.mark.parametrize("whiten", [False, True])
+@pytest.mark.parametrize("whiten", [pytest.param(False, marks=pytest.mark.slow), True])
 def test_single_model_identity(whiten):
     """K = 1, Z_* = Z_1, ψ = θ_1: L_E = −KL(q‖q_1) ≤ 0 and the closed form recovers q_1 with bound 0 (§2.3d)."""
     local = _fitted_svgp(whiten=whiten)
@@ -162,6 +165,7 @@ def test_combined_bound_with_new_gaussian_data(reference):
         model.q_mu.assign(before)
 
 
+@pytest.mark.slow
 def test_fit_methods_agree_and_improve(reference):
     """Both VEM schedules improve on the closed-form optimum at the initial (Z_*, ψ) and end at a VE optimum."""
     for method in ("collapsed", "alternate"):
