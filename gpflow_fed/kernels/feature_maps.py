@@ -9,15 +9,13 @@ A feature map owns two things:
 Maps whose ω is continuous accept a *distribution shifter* h (a ``tf_keras`` model ``[m, Q] → [m, Q]``)
 applied to the base draw, ω = h(ω₀), which lets a kernel learn its spectral distribution (§3.1.2).
 
-=================  ========================================  ====================================  ======
-map                ω                                          g(ω, x)                               kernel
-=================  ========================================  ====================================  ======
-Fourier, Gaussian  N(0, I) / ℓ                                ``[cos ωᵀx, sin ωᵀx]``                SE (Thm 3)
-Fourier, Student   t_{2ν}(0, I/ℓ²)                            ``[cos ωᵀx, sin ωᵀx]``                Matérn-ν (Thm 3)
-exponential        N(0, I)                                    ``exp(ωᵀx)``                          exp(‖x+x'‖²/2) (Thm 4)
-polynomial         Multi(n, [½, 1/(2D), …])                   ``Π_i x̄_i^{ω_i}``, x̄=[√(2c), √(2D)x]  (xᵀx'+c)ⁿ (Thm 5)
-callable           N(0, I_Q)                                  user function                         any (Thm 6)
-=================  ========================================  ====================================  ======
+The maps (ω's distribution; g(ω, x); the kernel recovered as m → ∞):
+
+* Fourier, Gaussian: ω ~ N(0, I) / ℓ; ``[cos ωᵀx, sin ωᵀx]``; SE (Thm 3).
+* Fourier, Student: ω ~ t_{2ν}(0, I/ℓ²); ``[cos ωᵀx, sin ωᵀx]``; Matérn-ν (Thm 3).
+* exponential: ω ~ N(0, I); ``exp(ωᵀx)``; ``exp(‖x+x'‖²/2)`` (Thm 4).
+* polynomial: ω ~ Multi(n, [½, 1/(2D), …]); ``Π_i x̄_i^{ω_i}`` with ``x̄ = [√(2c), √(2D) x]``; ``(xᵀx'+c)ⁿ`` (Thm 5).
+* callable: ω ~ N(0, I_Q); a user function; any PSD kernel (Thm 6).
 """
 
 from __future__ import annotations

@@ -365,7 +365,13 @@ def train_local_svgp(
     if isinstance(model.likelihood, gpflow.likelihoods.Gaussian):
         # conjugate case: one natural-gradient step with γ = 1 lands exactly on the optimal q_k for the fitted
         # (Z_k, θ_k), S_k = K (K + σ⁻² K_uf K_fu)⁻¹ K ⪯ K_k, so the exported model passes the §2.4 width check
-        gpflow.optimizers.NaturalGradient(gamma=1.0).minimize(
-            model.training_loss_closure((X, Y), compile=False), [(model.q_mu, model.q_sqrt)]
-        )
+        # (skipped, q_k left as L-BFGS found it, if the fitted K_k is too ill-conditioned for the step)
+        before = (model.q_mu.numpy(), model.q_sqrt.numpy())
+        try:
+            gpflow.optimizers.NaturalGradient(gamma=1.0).minimize(
+                model.training_loss_closure((X, Y), compile=False), [(model.q_mu, model.q_sqrt)]
+            )
+        except tf.errors.InvalidArgumentError:
+            model.q_mu.assign(before[0])
+            model.q_sqrt.assign(before[1])
     return model

@@ -1,4 +1,4 @@
-"""The PVI free energy of one client for the sparse-GP HVM (paper eq. 7 with the α-scaling of §4.1).
+"""The PVI free energy of one client for the sparse-GP HVM (paper eq. 7 with the α-scaling of §4.1)::
 
     L_k,α = E_{q(Z)q(β)}[ ELL_k(Z, β) − KL[q(u|Z,β) ‖ q_\\k(u|Z,β)] ] − KL[q(β) ‖ q_\\k(β)] − α KL[q(Z) ‖ q_\\k(Z)]
 
