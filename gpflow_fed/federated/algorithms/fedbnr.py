@@ -35,7 +35,7 @@ from gpflow.keras import tf_keras
 
 from ...data.dataset import FederatedDataset, validate_regression_data
 from ...kernels.urk import URK
-from ...models.bayesian_linear_regression import BayesianLinearRegression, blr_statistics
+from ...models.bayesian_linear_regression import BayesianLinearRegression, _positive_value, blr_statistics
 from ..algorithm import Aggregate, Algorithm, FederationInfo
 from ..client import Client
 from ..messages import Message
@@ -83,16 +83,6 @@ class FedBNRState:
     values: Mapping[str, np.ndarray]
     statistics: Optional[Mapping[str, np.ndarray]] = None
     a_inverse: Optional[np.ndarray] = None
-
-
-def _positive(value: Any, what: str) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{what} must be a number, got {type(value).__name__}") from exc
-    if not (np.isfinite(v) and v > 0):
-        raise ValueError(f"{what} must be positive, got {value!r}")
-    return v
 
 
 def _count(value: Any, what: str, minimum: int) -> int:
@@ -145,9 +135,9 @@ class FedBNR(Algorithm):
             raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
         if protocol not in PROTOCOLS:
             raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
-        self.noise_variance = _positive(noise_variance, "noise_variance")
-        self.prior_variance = _positive(prior_variance, "prior_variance")
-        self.learning_rate = _positive(learning_rate, "learning_rate")
+        self.noise_variance = _positive_value(noise_variance, "noise_variance")
+        self.prior_variance = _positive_value(prior_variance, "prior_variance")
+        self.learning_rate = _positive_value(learning_rate, "learning_rate")
         try:
             alpha = float(alpha)
         except (TypeError, ValueError) as exc:
