@@ -2,7 +2,7 @@
 
 Reads a CSV (input columns and one output column), fits a GP by maximum likelihood (constant mean), computes
 the minimum-trace synthetic-noise covariance Σ for the sensitive points or intervals, obfuscates the outputs,
-and writes ``released.csv`` (inputs and obfuscated outputs), ``model.pkl`` (the released
+and writes ``released.csv`` (inputs and obfuscated outputs), ``model.npz`` (the released
 :class:`~gpflow_fed.models.PrivacyAwareGPR`, no raw outputs inside) and ``privacy.png`` (raw vs released
 posterior, 1-D inputs) into ``--out``.
 """
@@ -101,12 +101,12 @@ def run(args: argparse.Namespace) -> int:
         writer = csv.writer(fh)
         writer.writerow(names)
         writer.writerows(np.concatenate([X, result.W], axis=1).tolist())
-    result.model.save(args.out / "model.pkl")
+    result.model.save(args.out / "model.npz")
     _plot(X, result, args.out / "privacy.png")
     mean, var = result.model.predict_f(S)
     print(f"released {X.shape[0]} points, {S.shape[0]} sensitive; tr Σ = {np.trace(np.asarray(result.Sigma)):.6g}; "
           f"min predictive variance at sensitive inputs = {float(np.min(var)):.6g}")
-    print(f"wrote {args.out / 'released.csv'}, {args.out / 'model.pkl'}, {args.out / 'privacy.png'}")
+    print(f"wrote {args.out / 'released.csv'}, {args.out / 'model.npz'}, {args.out / 'privacy.png'}")
     return 0
 
 

@@ -13,10 +13,10 @@ constant mean), compute Σ, obfuscate, and build the released model, which holds
 
 from __future__ import annotations
 
-import pickle
+import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Union
+from typing import Any, Dict, Optional, Union
 
 import gpflow
 import numpy as np
@@ -29,6 +29,7 @@ from ..privacy.lowrank import LowRankCovariance
 from ..privacy.obfuscation import Covariance, _check_method, _inputs, obfuscate, synthetic_noise_covariance
 from ..privacy.regions import Region, check_region, region_noise_covariance
 from ..privacy.tolerance import Tolerance
+from .recyclable import kernel_from_spec, kernel_spec
 
 
 def _fixed_gaussian(noise_variance: float) -> gpflow.likelihoods.Gaussian:
@@ -45,6 +46,13 @@ def _noise_factor(Sigma: Covariance) -> np.ndarray:
     lam, vecs = np.linalg.eigh(0.5 * (np.asarray(Sigma) + np.asarray(Sigma).T))
     keep = lam > 0
     return vecs[:, keep] * np.sqrt(lam[keep])[None, :]
+
+
+def _covariance_from_factor(L: np.ndarray) -> LowRankCovariance:
+    """``Σ = L Lᵀ`` as a :class:`LowRankCovariance` (from the SVD of L)."""
+    U, s, _ = np.linalg.svd(L, full_matrices=False)
+    keep = s > 0
+    return LowRankCovariance(s[keep] ** 2, U[:, keep])
 
 
 class PrivacyAwareGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
@@ -83,10 +91,7 @@ class PrivacyAwareGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
     @property
     def Sigma(self) -> LowRankCovariance:
         """Σ as a :class:`LowRankCovariance`."""
-        L = self.noise_factor.numpy()
-        U, s, _ = np.linalg.svd(L, full_matrices=False)
-        keep = s > 0
-        return LowRankCovariance(s[keep] ** 2, U[:, keep])
+        return _covariance_from_factor(self.noise_factor.numpy())
 
     def _observation_cholesky(self) -> tf.Tensor:
         X = self.data[0]
@@ -125,21 +130,85 @@ class PrivacyAwareGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
         return mean, var[:, None]
 
     def save(self, path: Union[str, Path]) -> Path:
-        """Write the released model (X, W, Σ's factor, kernel, mean, σ²) to ``path`` (pickle); no raw Y inside."""
+        """Write the released model to an ``.npz`` of numbers and JSON only (no pickled code, no raw Y).
+
+        The file holds X, W, Σ's factor, σ², every kernel and mean-function parameter value under its GPflow
+        path (``.kernel.variance``, ...), and a JSON description of the kernel and mean function where
+        :func:`~gpflow_fed.models.recyclable.kernel_spec` can describe them (stationary kernels; ``Zero`` or
+        ``Constant`` means). Other kernels are saved by value only: pass a kernel of the same structure to
+        :meth:`load`.
+        """
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
+        X, W = (t.numpy() for t in self.data)
+        arrays = {f"param{key}": np.asarray(value.numpy()) for key, value in _saved_parameters(self).items()}
+        spec = {"kernel": _describe(kernel_spec, self.kernel), "mean_function": type(self.mean_function).__name__}
         with open(path, "wb") as fh:
-            pickle.dump(gpflow.utilities.freeze(self), fh)
+            np.savez(fh, format=np.array(SAVE_FORMAT), spec=np.array(json.dumps(spec)), X=X, W=W,
+                     noise_factor=self.noise_factor.numpy(),
+                     noise_variance=np.array(float(self.likelihood.variance.numpy())), **arrays)
         return path
 
     @staticmethod
-    def load(path: Union[str, Path]) -> "PrivacyAwareGPR":
-        """Read a model written by :meth:`save` (only load files you trust: pickle executes code)."""
-        with open(path, "rb") as fh:
-            model = pickle.load(fh)
-        if not isinstance(model, PrivacyAwareGPR):
-            raise TypeError(f"{path} does not hold a PrivacyAwareGPR (got {type(model).__name__})")
+    def load(
+        path: Union[str, Path],
+        kernel: Optional[gpflow.kernels.Kernel] = None,
+        mean_function: Optional[gpflow.mean_functions.MeanFunction] = None,
+    ) -> "PrivacyAwareGPR":
+        """Read a model written by :meth:`save` (never unpickles anything).
+
+        :param kernel: a kernel of the saved structure, needed only when the file could not describe it
+            (non-stationary or composite kernels); its parameter values are overwritten by the saved ones.
+        :param mean_function: likewise, for mean functions other than ``Zero`` and ``Constant``.
+        :raises ValueError: a file that is not a saved PrivacyAwareGPR, or whose parameters do not fit the
+            given kernel / mean function.
+        """
+        try:
+            with np.load(path, allow_pickle=False) as f:
+                if "format" not in f.files or str(f["format"]) != SAVE_FORMAT:
+                    raise ValueError(f"{path} does not hold a PrivacyAwareGPR saved by PrivacyAwareGPR.save")
+                arrays = {name: f[name] for name in f.files}
+        except FileNotFoundError:
+            raise
+        except (OSError, EOFError) as exc:  # not an npz at all
+            raise ValueError(f"{path} does not hold a PrivacyAwareGPR saved by PrivacyAwareGPR.save: {exc}") from exc
+        spec = json.loads(str(arrays["spec"]))
+        if kernel is None:
+            if spec["kernel"] is None:
+                raise ValueError(f"{path} holds a kernel that only its values describe: pass kernel= a kernel of the same structure")
+            kernel = kernel_from_spec(spec["kernel"])
+        if mean_function is None:
+            if spec["mean_function"] not in ("Zero", "Constant"):
+                raise ValueError(f"{path} holds a {spec['mean_function']} mean: pass mean_function= one of that class")
+            mean_function = getattr(gpflow.mean_functions, spec["mean_function"])()
+        model = PrivacyAwareGPR((arrays["X"], arrays["W"]), kernel, _covariance_from_factor(arrays["noise_factor"]),
+                                mean_function, float(arrays["noise_variance"]))
+        saved = {key[len("param"):]: value for key, value in arrays.items() if key.startswith("param.")}
+        expected = _saved_parameters(model)
+        if set(saved) != set(expected) or any(np.shape(expected[k].numpy()) != v.shape for k, v in saved.items()):
+            raise ValueError(
+                f"{path}: saved parameters {sorted(saved)} do not fit the kernel/mean function given "
+                f"({sorted(expected)})"
+            )
+        gpflow.utilities.multiple_assign(model, saved)
         return model
+
+
+SAVE_FORMAT = "gpflow-fed-privacy-aware/1"
+
+
+def _saved_parameters(model: PrivacyAwareGPR) -> Dict[str, Any]:
+    """The kernel's and mean function's parameters by GPflow path (what :meth:`PrivacyAwareGPR.save` stores)."""
+    params = gpflow.utilities.parameter_dict(model)
+    return {k: v for k, v in params.items() if k.startswith((".kernel.", ".mean_function."))}
+
+
+def _describe(describe: Any, obj: Any) -> Optional[Dict[str, Any]]:
+    """``describe(obj)``, or ``None`` when it cannot describe ``obj`` (then only its values are saved)."""
+    try:
+        return describe(obj)
+    except TypeError:
+        return None
 
 
 @dataclass

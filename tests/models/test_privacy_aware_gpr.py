@@ -1,6 +1,5 @@
 """PrivacyAwareGPR (eq. 3–4), the release workflow, save/load, and the satellite application (§5)."""
 
-import pickle
 
 import gpflow
 import numpy as np
@@ -40,18 +39,40 @@ def test_release_save_load_without_raw_y(tmp_path):
     k = gpflow.kernels.SquaredExponential(lengthscales=0.3)
     out = release((X, Y), [[0.4], [0.45]], ProportionalKernel(k, 0.5), kernel=k, seed=3)
     assert np.all(out.model.data[1].numpy() == out.W) and not np.allclose(out.W, Y)
-    path = out.model.save(tmp_path / "model.pkl")
+    path = out.model.save(tmp_path / "model.npz")
     assert Y.astype(np.float64).tobytes()[:64] not in path.read_bytes()
     loaded = PrivacyAwareGPR.load(path)
     Xs = np.linspace(0, 1, 11)[:, None]
     np.testing.assert_allclose(loaded.predict_f(Xs)[0].numpy(), out.model.predict_f(Xs)[0].numpy(), rtol=1e-12)
+    np.testing.assert_allclose(loaded.predict_f(Xs)[1].numpy(), out.model.predict_f(Xs)[1].numpy(), rtol=1e-10)
     var = out.model.predict_f(out.sensitive, full_cov=True)[1].numpy()[0]
     Xi = 0.5 * k.K(out.sensitive).numpy()
     assert np.linalg.eigvalsh(var - Xi)[0] >= -1e-8
-    with open(tmp_path / "other.pkl", "wb") as fh:
-        pickle.dump({"not": "a model"}, fh)
-    with pytest.raises(TypeError, match="does not hold a PrivacyAwareGPR"):
-        PrivacyAwareGPR.load(tmp_path / "other.pkl")
+    np.savez(tmp_path / "other.npz", x=np.zeros(3))
+    with pytest.raises(FileNotFoundError):
+        PrivacyAwareGPR.load(tmp_path / "missing.npz")
+    with pytest.raises(ValueError, match="does not hold a PrivacyAwareGPR"):
+        PrivacyAwareGPR.load(tmp_path / "other.npz")
+
+
+def test_save_load_composite_kernel_needs_a_template(tmp_path):
+    X = np.linspace(0, 1, 12)[:, None]
+    W = np.sin(3 * X)
+    kernel = gpflow.kernels.SquaredExponential(lengthscales=0.2) + gpflow.kernels.Linear(variance=0.7)
+    model = PrivacyAwareGPR((X, W), kernel, 0.01 * np.eye(12), gpflow.mean_functions.Linear(A=[[0.3]], b=[0.1]),
+                            noise_variance=1e-3)
+    path = model.save(tmp_path / "composite.npz")
+    with pytest.raises(ValueError, match="pass kernel="):
+        PrivacyAwareGPR.load(path)
+    template = gpflow.kernels.SquaredExponential() + gpflow.kernels.Linear()
+    with pytest.raises(ValueError, match="pass mean_function="):
+        PrivacyAwareGPR.load(path, kernel=template)
+    loaded = PrivacyAwareGPR.load(path, kernel=template, mean_function=gpflow.mean_functions.Linear())
+    Xs = np.linspace(-0.5, 1.5, 7)[:, None]
+    for a, b in zip(loaded.predict_f(Xs), model.predict_f(Xs)):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-10)
+    with pytest.raises(ValueError, match="do not fit"):
+        PrivacyAwareGPR.load(path, kernel=gpflow.kernels.Matern32(), mean_function=gpflow.mean_functions.Linear())
 
 
 def test_release_rejects_bad_input_before_fitting():

@@ -23,8 +23,8 @@ def test_privacy_cli_tiny_csv(tmp_path, capsys):
     rc = main(["privacy", str(path), "--interval", "0.4:0.6", "--density", "200", "--alpha", "0.5",
                "--noise-variance", "1e-4", "--out", str(out)])
     assert rc == 0
-    assert {p.name for p in out.iterdir()} == {"released.csv", "model.pkl", "privacy.png"}
-    model = PrivacyAwareGPR.load(out / "model.pkl")
+    assert {p.name for p in out.iterdir()} == {"released.csv", "model.npz", "privacy.png"}
+    model = PrivacyAwareGPR.load(out / "model.npz")
     released = np.loadtxt(out / "released.csv", delimiter=",", skiprows=1)
     np.testing.assert_allclose(released[:, 1:], model.data[1].numpy())
     prior = float(model.kernel.variance.numpy())
