@@ -15,7 +15,7 @@ $(VENV)/bin/python:
 	$(PY) -m pip install $(PIP_FLAGS) --upgrade pip setuptools wheel
 
 $(STAMP): $(VENV)/bin/python setup.cfg pyproject.toml
-	$(PY) -m pip install $(PIP_FLAGS) -e ".[dev,data,docs]"
+	$(PY) -m pip install $(PIP_FLAGS) -e ".[dev,data,docs,flower]"
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 

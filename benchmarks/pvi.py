@@ -12,10 +12,67 @@ global VI) and saves convergence plots.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 
 import numpy as np
+
+
+def report(curves: dict, datasets: list, methods: list, rounds: int, plot_prefix: str) -> None:
+    """Print the Markdown table (mean ± s.e. over the splits that ran) and save one convergence plot per dataset.
+
+    "comms to within 0.05" is, per split, the first evaluation (every K communications) at which a federated
+    method's test log-likelihood is within 0.05 nats/point of global VI on the same split."""
+    rows = []
+    for name in datasets:
+        for m in methods:
+            runs = {k[2]: v for k, v in curves.items() if k[0] == name and k[1] == m}
+            if not runs:
+                continue
+            ll = np.array([r["ll"] for r in runs.values()])
+            rm = np.array([r["rmse"] for r in runs.values()])
+            pm = lambda v: f"{v.mean():.3f} ± {v.std(ddof=1) / np.sqrt(len(v)):.3f}" if len(v) > 1 else f"{v.mean():.3f}"  # noqa: E731
+            hits = []
+            for split, r in runs.items():
+                g = curves.get((name, "global", split))
+                if m == "global" or g is None:
+                    continue
+                idx = [i for i, v in enumerate(r["curve"]) if v >= g["ll"] - 0.05]
+                hits.append("never" if not idx else str(min((idx[0] + 1) * r["every"], rounds)))
+            secs = np.mean([r["seconds"] for r in runs.values()])
+            rows.append(f"| {name} | {m} | {len(runs)} | {pm(ll)} | {pm(rm)} | {','.join(hits)} | {secs:.0f} |")
+    print("| dataset | method | splits | test log-lik / point | RMSE (std. units) | comms to within 0.05 of global VI (per split) | seconds |")
+    print("|---|---|---|---|---|---|---|")
+    print("\n".join(rows))
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:  # plotting is optional
+        print(f"# plot skipped: {exc}", file=sys.stderr)
+        return
+    for name in datasets:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        splits = sorted({k[2] for k in curves if k[0] == name})
+        for i, m in enumerate(methods):
+            runs = [v for (d, mm, _), v in curves.items() if d == name and mm == m]
+            if not runs:
+                continue
+            if m == "global":
+                g = np.mean([r["ll"] for r in runs])
+                ax.axhline(g, color="k", label="global VI")
+                ax.axhspan(g - 0.05, g, color="k", alpha=0.1, label="within 0.05 of global VI")
+                continue
+            c = np.mean([r["curve"] for r in runs], axis=0)
+            ax.plot(runs[0]["every"] * (1 + np.arange(len(c))), c, f"C{i}o-", ms=3, label=m)
+        ax.set_xlabel("communications")
+        ax.set_ylabel("test log-likelihood / point")
+        ax.set_title(f"{name} (mean over {len(splits)} split{'s' if len(splits) > 1 else ''})")
+        ax.legend(fontsize=7)
+        fig.savefig(f"{plot_prefix}_{name}.png", dpi=100, bbox_inches="tight")
+        plt.close(fig)
 
 
 def main(argv=None) -> int:
@@ -24,6 +81,7 @@ def main(argv=None) -> int:
     p.add_argument("--datasets", default="boston,concrete,ozone", help="comma-separated names (ozone/weather: spatial partition)")
     p.add_argument("--methods", default="dpo,cpo,fixed,fedavg,global")
     p.add_argument("--splits", type=int, default=5)
+    p.add_argument("--first-split", type=int, default=0, help="run splits first-split .. first-split + splits − 1")
     p.add_argument("--clients", type=int, default=10)
     p.add_argument("--inducing", type=int, default=100)
     p.add_argument("--rounds", type=int, default=100)
@@ -34,15 +92,27 @@ def main(argv=None) -> int:
     p.add_argument("--init-noise", type=float, default=0.1, help="initial mean of q(σ_n²) (1.0 = the spec's literal log β = 0)")
     p.add_argument("--quick", action="store_true", help="M=20, 20 communications, 200 local steps, 20 prediction samples")
     p.add_argument("--max-points", type=int, default=0, help="random subset of at most this many points per dataset (0: all)")
-    p.add_argument("--plot", default="benchmarks/pvi_convergence.png")
+    p.add_argument("--global-rounds", type=int, default=0,
+                   help="rounds of global VI (K = 1, each a local update of at most --local-steps Adam steps); 0: rounds // clients")
+    p.add_argument("--plot-prefix", default="benchmarks/pvi_convergence", help="one PNG per dataset: <prefix>_<dataset>.png")
+    p.add_argument("--json", default="", help="also write every run (curves included) to this JSON file")
+    p.add_argument("--from-json", default="", help="comma-separated JSON files of earlier runs: print the table and plots only")
     a = p.parse_args(argv)
+    if a.from_json:
+        curves = {}
+        for path in a.from_json.split(","):
+            with open(path) as fh:
+                curves.update({tuple(k.split("|")[:2]) + (int(k.split("|")[2]),): v for k, v in json.load(fh).items()})
+        names = list(dict.fromkeys(k[0] for k in curves))
+        report(curves, names, [m for m in a.methods.split(",") if any(k[1] == m for k in curves)], a.rounds, a.plot_prefix)
+        return 0
     if a.quick:
         a.inducing, a.rounds, a.local_steps, a.fedavg_steps, a.predict_samples = 20, 20, 200, 100, 20
     from gpflow_fed.data import load_dataset, make_federated
     from gpflow_fed.federated.algorithms.pvi_experiment import run_method, standardise
 
     methods = a.methods.split(",")
-    rows, curves = [], {}
+    curves = {}
     for name in a.datasets.split(","):
         real = load_dataset(name)
         Xr, Yr, coords = real.X, real.Y, real.coordinates
@@ -50,49 +120,19 @@ def main(argv=None) -> int:
             keep = np.sort(np.random.default_rng(0).choice(Xr.shape[0], a.max_points, replace=False))
             Xr, Yr, coords = Xr[keep], Yr[keep], None if coords is None else coords[keep]
         spatial = real.coordinates is not None and name in ("ozone", "weather")
-        res = {m: [] for m in methods}
-        for split in range(a.splits):
+        for split in range(a.first_split, a.first_split + a.splits):
             kw = dict(partition="spatial", coordinates=coords) if spatial else dict(partition="iid")
             fed = standardise(make_federated(Xr, Yr, num_clients=a.clients, test_fraction=0.1, seed=split, name=name, **kw))
             for m in methods:
-                out = run_method(m, fed, a.rounds, a.inducing, split, local_steps=a.local_steps, fedavg_steps=a.fedavg_steps, patience=a.patience,
+                rounds = (a.global_rounds or max(1, a.rounds // a.clients)) if m == "global" else a.rounds
+                out = run_method(m, fed, rounds, a.inducing, split, local_steps=a.local_steps, fedavg_steps=a.fedavg_steps, patience=a.patience,
                                  num_predict_samples=a.predict_samples, init_noise=a.init_noise)
-                res[m].append(out)
-                curves[(name, m, split)] = out["curve"]
+                curves[(name, m, split)] = out
+                if a.json:
+                    with open(a.json, "w") as fh:
+                        json.dump({f"{k[0]}|{k[1]}|{k[2]}": v for k, v in curves.items()}, fh)
                 print(f"# {name} split {split} {m}: ll {out['ll']:.4f} rmse {out['rmse']:.4f} {out['seconds']:.0f}s", file=sys.stderr, flush=True)
-        for m in methods:
-            ll = np.array([r["ll"] for r in res[m]])
-            rm = np.array([r["rmse"] for r in res[m]])
-            pm = lambda v: f"{v.mean():.3f} ± {v.std(ddof=1) / np.sqrt(len(v)):.3f}" if len(v) > 1 else f"{v.mean():.3f}"  # noqa: E731
-            reach = ""
-            if m == "dpo" and "global" in res:
-                hits = []
-                for s, r in enumerate(res["dpo"]):
-                    target = res["global"][s]["ll"] - 0.05
-                    idx = [i for i, v in enumerate(r["curve"]) if v >= target]
-                    hits.append((idx[0] + 1) * a.clients if idx else None)
-                reach = ",".join("never" if h is None else str(h) for h in hits)
-            secs = np.mean([r["seconds"] for r in res[m]])
-            rows.append(f"| {name} | {m} | {pm(ll)} | {pm(rm)} | {reach} | {secs:.0f} |")
-    print("| dataset | method | test log-lik / point | RMSE (std. units) | comms to within 0.05 of global VI | seconds |")
-    print("|---|---|---|---|---|---|")
-    print("\n".join(rows))
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, ax = plt.subplots(figsize=(6, 4))
-        for (name, m, split), c in curves.items():
-            if split == 0 and m != "global":
-                ax.plot(a.clients * (1 + np.arange(len(c))), c, label=f"{name} {m}")
-        ax.set_xlabel("communications")
-        ax.set_ylabel("test log-likelihood / point")
-        ax.legend(fontsize=7)
-        fig.savefig(a.plot, dpi=100, bbox_inches="tight")
-    except Exception as exc:  # plotting is optional
-        print(f"# plot skipped: {exc}", file=sys.stderr)
+    report(curves, a.datasets.split(","), methods, a.rounds, a.plot_prefix)
     return 0
 
 

@@ -5,15 +5,19 @@ Settings (spec ``recyclable-gp.md`` §6.2):
 
 * ``toy``: toy concatenation, K = 5 × 500 points, M_k = 15, M_* = 35;
 * ``10k``: distributed, K = 50 segments × 200 points, M_k = 3, M_* = 35;
-* ``pyramid``: the 50 local models of ``10k`` joined in groups of 10, then the 5 ensembles joined (§3.2);
+* ``pyramid``: ``--pyramid-replicas R`` overlapping replicas of the 10k data (N = R · 10 000, K = 50R local models)
+  joined in groups of 10 at every level (§3.2), next to one flat ensemble over all K local models;
+* ``speed``: the previous local fit (a new SVGP per task, L-BFGS, NatGrad step) against :class:`LocalSVGPTrainer`
+  on the toy tasks, and two ensemble fits, side by side in one process;
 * ``sunspots``: monthly sunspots, y = log(1 + s) mean-centred, x = linspace(0, 100, N), K = 50 segments of width 2,
   80/20 split per segment, M_k = 6, M_* = 90.
 
 NLPD is against noisy test targets; RMSE/MAE against the latent function (synthetic) or the targets (sunspots).
-``--peer-python PY --peer-src DIR`` also runs pmorenoz/RecyclableGP through a scratch driver
-(``--peer-driver``) on the same data and reports its NLPD (its fixed σ = 1) and ensemble-fit wall time.
+``--peer-python PY --peer-src DIR`` also runs pmorenoz/RecyclableGP through ``benchmarks/peer/recyclable_gp_driver.py``
+on the same data (its own local models, and separately ours) and reports its NLPD (with its fixed σ = 1 and with our
+noise) and its ensemble-fit wall time next to ours.
 
-Usage: ``python benchmarks/recyclable.py --settings toy,10k,pyramid,sunspots [--seed 0]``
+Usage: ``python benchmarks/recyclable.py --settings speed,toy,10k,pyramid,sunspots [--seed 0] [--pyramid-replicas R]``
 """
 
 from __future__ import annotations
@@ -37,7 +41,8 @@ from gpflow_fed import metrics  # noqa: E402
 from gpflow_fed.baselines import COMBINATION_RULES, ExpertCommittee, fit_gpr_experts  # noqa: E402
 from gpflow_fed.data import distributed_segments, load_dataset, smooth_function, smooth_function_bias  # noqa: E402
 from gpflow_fed.data import toy_concatenation  # noqa: E402
-from gpflow_fed.models import EnsembleSVGP, RecyclableWarning, export_svgp, fit_pyramid, train_local_svgp  # noqa: E402
+from gpflow_fed.models import EnsembleSVGP, LocalSVGPTrainer, RecyclableWarning, export_svgp, fit_pyramid  # noqa: E402
+from gpflow_fed.models import train_local_svgp  # noqa: E402
 
 Row = Dict[str, object]
 Clients = List[Tuple[np.ndarray, np.ndarray]]
@@ -52,13 +57,60 @@ def _scores(Y: np.ndarray, F: np.ndarray, mean: np.ndarray, var: np.ndarray) -> 
 
 
 def _local_models(clients: Clients, M_k: int, kernel: Tuple[float, float], noise: float, maxiter: int) -> Tuple[list, float]:
+    """All local models with one :class:`LocalSVGPTrainer` (one compiled L-BFGS loop for every task)."""
     t0 = time.perf_counter()
+    trainer = LocalSVGPTrainer(_se(*kernel), gpflow.likelihoods.Gaussian(noise), maxiter=maxiter)
     recs = []
     for k, (X, Y) in enumerate(clients):
         Z = np.linspace(X.min(), X.max(), M_k)[:, None]
-        model = train_local_svgp(X, Y, Z, _se(*kernel), gpflow.likelihoods.Gaussian(noise), maxiter=maxiter)
-        recs.append(export_svgp(model, name=f"task_{k}"))
+        recs.append(export_svgp(trainer.fit(X, Y, Z), name=f"task_{k}"))
     return recs, time.perf_counter() - t0
+
+
+def _stock_local_models(clients: Clients, M_k: int, kernel: Tuple[float, float], noise: float, maxiter: int) -> Tuple[list, float]:
+    """The previous local fit, for the speed comparison: a new ``gpflow.models.SVGP`` per task, L-BFGS on its ELBO
+    (``Scipy``, compiled per model), then GPflow's ``NaturalGradient`` step with γ = 1 (kept only if it succeeds)."""
+    t0 = time.perf_counter()
+    models = []
+    for X, Y in clients:
+        Z = np.linspace(X.min(), X.max(), M_k)[:, None]
+        model = gpflow.models.SVGP(_se(*kernel), gpflow.likelihoods.Gaussian(noise), gpflow.inducing_variables.InducingPoints(Z),
+                                   num_data=X.shape[0])
+        gpflow.optimizers.Scipy().minimize(model.training_loss_closure((X, Y)), model.trainable_variables,
+                                           options={"maxiter": maxiter})
+        before = (model.q_mu.numpy(), model.q_sqrt.numpy())
+        try:
+            gpflow.optimizers.NaturalGradient(gamma=1.0).minimize(
+                model.training_loss_closure((X, Y), compile=False), [(model.q_mu, model.q_sqrt)])
+        except Exception:  # noqa: BLE001 — GPflow raises InvalidArgumentError when the Cholesky fails
+            model.q_mu.assign(before[0])
+            model.q_sqrt.assign(before[1])
+        models.append(model)
+    return models, time.perf_counter() - t0
+
+
+def speed_rows(seed: int) -> List[Row]:
+    """Step-1 comparison on the toy task, side by side in one process: previous vs current local fits
+    (total seconds, mean local ELBO), and the ensemble fit (first fit includes tracing; the second is a
+    new model of the same shape)."""
+    d = toy_concatenation(seed=seed)
+    clients = list(d.clients)
+    kernel, M_k = (5.0, 0.3), 15
+    rows: List[Row] = []
+    stock, t_stock = _stock_local_models(clients, M_k, kernel, 1.0, 200)
+    recs, t_new = _local_models(clients, M_k, kernel, 1.0, 200)
+    elbo_stock = np.mean([float(m.elbo(c).numpy()) for m, c in zip(stock, clients)])
+    elbo_new = np.mean([float(r.to_svgp().elbo(c).numpy()) for r, c in zip(recs, clients)])
+    for label, t, e in (("previous: SVGP + L-BFGS per model, NatGrad step", t_stock, elbo_stock),
+                        ("LocalSVGPTrainer (one compiled loop, collapsed bound, closed-form q)", t_new, elbo_new)):
+        rows.append({"what": "5 local models (toy)", "method": label, "seconds": t, "value": e})
+    for attempt in ("first", "second"):
+        t0 = time.perf_counter()
+        ens = EnsembleSVGP(recs, _se(*kernel), np.linspace(0.0, 5.5, 35)[:, None])
+        bound = ens.fit(maxiter=200)
+        rows.append({"what": "ensemble fit (toy)", "method": f"EnsembleSVGP.fit, {attempt} model", "seconds":
+                     time.perf_counter() - t0, "value": bound})
+    return rows
 
 
 def run_setting(name: str, clients: Clients, test: Tuple[np.ndarray, np.ndarray, np.ndarray], cfg: dict) -> Tuple[List[Row], list]:
@@ -74,7 +126,26 @@ def run_setting(name: str, clients: Clients, test: Tuple[np.ndarray, np.ndarray,
     t_ens = time.perf_counter() - t0
     mean, var = (t.numpy() for t in ens.predict_y(X_test))
     rows.append({"setting": name, "method": "Recyclable ensemble (ours)", **_scores(Y_test, F_test, mean, var),
-                 "fit_s": t_ens, "local_s": t_local})
+                 "fit_s": t_ens, "local_s": t_local, "noise": float(ens.likelihood.variance.numpy()),
+                 "bound": float(ens.elbo().numpy())})
+    if cfg.get("fixed_local_kernel"):
+        # the same ensemble over local models whose kernel hyperparameters stay at their start (as the authors'
+        # local fits do in effect, with learning rate 1e-10); only Z_k, the noise and q_k are fitted
+        kernel = _se(*cfg["kernel"])
+        gpflow.set_trainable(kernel, False)
+        trainer = LocalSVGPTrainer(kernel, gpflow.likelihoods.Gaussian(cfg["noise"]), maxiter=cfg["local_maxiter"])
+        t0 = time.perf_counter()
+        fixed = [export_svgp(trainer.fit(X, Y, np.linspace(X.min(), X.max(), cfg["M_k"])[:, None])) for X, Y in clients]
+        t_fixed = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RecyclableWarning)
+            ens_fixed = EnsembleSVGP(fixed, _se(*cfg["kernel"]), Z_star)
+            ens_fixed.fit(maxiter=cfg["maxiter"], method="collapsed")
+        t_ens_fixed = time.perf_counter() - t0
+        mean, var = (t.numpy() for t in ens_fixed.predict_y(X_test))
+        rows.append({"setting": name, "method": "Recyclable ensemble (ours), local kernels fixed at their start",
+                     **_scores(Y_test, F_test, mean, var), "fit_s": t_ens_fixed, "local_s": t_fixed})
     # expert baselines: exact-GP experts and the SVGP local models as experts
     t0 = time.perf_counter()
     gpr = fit_gpr_experts(clients, _se(*cfg["kernel"]), cfg["noise"], maxiter=cfg["local_maxiter"])
@@ -102,19 +173,87 @@ def run_setting(name: str, clients: Clients, test: Tuple[np.ndarray, np.ndarray,
     return rows, recs
 
 
-def run_peer(args: argparse.Namespace, name: str, clients: Clients, test: tuple, lo: float, hi: float) -> Row:
+def run_peer(args: argparse.Namespace, name: str, clients: Clients, test: tuple, cfg: dict, recs: list,
+             ours: Row) -> List[Row]:
+    """The authors' code on the same data and, separately, on our local models (``benchmarks/peer/``); its
+    ensemble-fit wall time next to ours from the same process. Its NLPD is given with its fixed σ = 1 and
+    with our ensemble's noise variance."""
     X_test, Y_test, F_test = test
     with tempfile.TemporaryDirectory() as tmp:
         arrays = {f"X{k}": X for k, (X, _) in enumerate(clients)}
         arrays.update({f"Y{k}": Y for k, (_, Y) in enumerate(clients)})
-        np.savez(os.path.join(tmp, "data.npz"), K=len(clients), lo=lo, hi=hi, X_test=X_test, **arrays)
+        for k, r in enumerate(recs):
+            arrays.update({f"q_mu{k}": r.q_mu, f"q_sqrt{k}": r.q_sqrt, f"Z{k}": r.Z,
+                           f"variance{k}": r.kernel["variance"], f"lengthscale{k}": r.kernel["lengthscales"][0]})
+        np.savez(os.path.join(tmp, "data.npz"), K=len(clients), lo=cfg["lo"], hi=cfg["hi"], X_test=X_test, **arrays)
         out = os.path.join(tmp, "out.json")
-        subprocess.run([args.peer_python, args.peer_driver, args.peer_src, os.path.join(tmp, "data.npz"),
-                        "toy" if name == "toy" else "10k", out], check=True, capture_output=True)
-        res = json.load(open(out))
-    mean, var = np.array(res["mean"])[:, None], np.array(res["var"])[:, None] + res["sigma"] ** 2
-    return {"setting": name, "method": "pmorenoz/RecyclableGP (PyTorch, σ=1 fixed)", **_scores(Y_test, F_test, mean, var),
-            "fit_s": res["ensemble_seconds"], "local_s": res["local_seconds"]}
+        subprocess.run([args.peer_python, args.peer_driver, args.peer_src, os.path.join(tmp, "data.npz"), name, out,
+                        "--local-iters", str(args.peer_local_iters)], check=True)
+        with open(out) as f:
+            res = json.load(f)
+    # our ensemble fit once more, right after the peer's run, so that both are timed at about the same load
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RecyclableWarning)
+        EnsembleSVGP(recs, _se(*cfg["kernel"]), np.linspace(cfg["lo"], cfg["hi"], cfg["M"])[:, None]).fit(
+            maxiter=cfg["maxiter"], method="collapsed")
+    t_again = time.perf_counter() - t0
+    print(f"[{name}] our ensemble fit again after the peer: {t_again:.2f} s (before it: {ours['fit_s']:.2f} s)",
+          file=sys.stderr, flush=True)
+    ours = dict(ours, fit_s=max(ours["fit_s"], t_again))  # ratios below use the slower of our two fits
+    rows: List[Row] = []
+    for key, label, local_s in (("own", f"its own local VEM ({res['local_iters']} EM its)", res["local_seconds"]),
+                                ("ours", "our local models", float("nan"))):
+        if key not in res:
+            continue
+        if "error" in res[key]:
+            print(f"[{name}] peer ensemble fit on {label} failed after {res[key]['ensemble_seconds']:.2f} s: "
+                  f"{res[key]['error']}", file=sys.stderr, flush=True)
+            rows.append({"setting": name, "method": f"pmorenoz/RecyclableGP ensemble on {label}: failed",
+                         "nlpd": float("nan"), "rmse": float("nan"), "mae": float("nan"),
+                         "fit_s": res[key]["ensemble_seconds"], "local_s": local_s})
+            continue
+        mean, var = np.array(res[key]["mean"])[:, None], np.array(res[key]["var"])[:, None]
+        for s2, s2_label in ((res["sigma"] ** 2, "σ=1 fixed"), (ours["noise"], f"σ²={ours['noise']:.2f} as ours")):
+            rows.append({"setting": name, "method": f"pmorenoz/RecyclableGP ensemble on {label}, {s2_label}",
+                         **_scores(Y_test, F_test, mean, var + s2), "fit_s": res[key]["ensemble_seconds"],
+                         "local_s": local_s})
+        print(f"[{name}] peer ensemble fit on {label}: {res[key]['ensemble_seconds']:.2f} s vs ours "
+              f"{ours['fit_s']:.2f} s → ratio {res[key]['ensemble_seconds'] / ours['fit_s']:.1f}×; its final bound "
+              f"(its KL(p‖q)) {res[key]['bound']:.2f}, ours {ours['bound']:.2f}", file=sys.stderr, flush=True)
+    return rows
+
+
+def pyramid_rows(args: argparse.Namespace, cfg: dict, test: tuple, ten_k_models: list | None) -> List[Row]:
+    """The distributed task with ``--pyramid-replicas`` R (N = R · 50 · 200): local models, then the pyramid
+    (groups of 10 at every level, §3.2) and, for comparison, one flat ensemble over all local models."""
+    R = args.pyramid_replicas
+    if R == 1 and ten_k_models is not None:
+        recs, t_local = ten_k_models, float("nan")
+    else:
+        d = distributed_segments(replicas=R, seed=args.seed)
+        recs, t_local = _local_models(list(d.clients), cfg["M_k"], cfg["kernel"], cfg["noise"], cfg["local_maxiter"])
+    K, rows = len(recs), []
+    levels, n = [K], K
+    while n > 1:
+        n = -(-n // 10)
+        levels.append(n)
+    Z_star = np.linspace(cfg["lo"], cfg["hi"], cfg["M"])[:, None]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RecyclableWarning)
+        t0 = time.perf_counter()
+        top = fit_pyramid(recs, 10, _se(*cfg["kernel"]), Z_star, maxiter=cfg["maxiter"])
+        t_pyr = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        flat = EnsembleSVGP(recs, _se(*cfg["kernel"]), Z_star)
+        flat.fit(maxiter=cfg["maxiter"])
+        t_flat = time.perf_counter() - t0
+    setting = f"pyramid N={K * 200:,} (K={K})"
+    for model, label, t in ((top, f"Recyclable pyramid ({' → '.join(map(str, levels))})", t_pyr),
+                            (flat, f"flat ensemble over all {K}", t_flat)):
+        mean, var = (t_.numpy() for t_ in model.predict_y(test[0]))
+        rows.append({"setting": setting, "method": label, **_scores(test[1], test[2], mean, var), "fit_s": t, "local_s": t_local})
+    return rows
 
 
 def sunspots_tasks(seed: int) -> Tuple[Clients, tuple]:
@@ -140,9 +279,20 @@ def main(argv: List[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--peer-python", default=None)
     parser.add_argument("--peer-src", default=None)
-    parser.add_argument("--peer-driver", default=None)
+    parser.add_argument("--peer-driver", default=os.path.join(os.path.dirname(__file__), "peer", "recyclable_gp_driver.py"))
+    parser.add_argument("--peer-local-iters", type=int, default=15, help="the authors' local VEM iterations")
+    parser.add_argument("--pyramid-replicas", type=int, default=1,
+                        help="pyramid data: replicas × 50 segments × 200 points (1: the 10k models)")
     args = parser.parse_args(argv)
     settings = args.settings.split(",")
+    if "speed" in settings:
+        print("| step | method | seconds | mean local ELBO / ensemble bound |\n|---|---|---|---|", flush=True)
+        for r in speed_rows(args.seed):
+            print(f"| {r['what']} | {r['method']} | {r['seconds']:.2f} | {r['value']:.2f} |", flush=True)
+        settings = [s for s in settings if s != "speed"]
+        if not settings:
+            return
+        print()
     rows = _Printer()
     ten_k_models = None
     for name in settings:
@@ -153,22 +303,15 @@ def main(argv: List[str] | None = None) -> None:
         elif name in ("10k", "pyramid"):
             d = distributed_segments(seed=args.seed)
             test = (d.test[0], d.test[1], smooth_function(d.test[0]))
-            cfg = dict(M_k=3, M=35, lo=0.0, hi=5.0, kernel=(5.0, 0.3), noise=1.0, local_maxiter=200, maxiter=200)
+            cfg = dict(M_k=3, M=35, lo=0.0, hi=5.0, kernel=(5.0, 0.3), noise=1.0, local_maxiter=200, maxiter=200,
+                       fixed_local_kernel=True)
         elif name == "sunspots":
             clients, test = sunspots_tasks(args.seed)
             cfg = dict(M_k=6, M=90, lo=0.0, hi=100.0, kernel=(1.0, 0.2), noise=0.01, local_maxiter=200, maxiter=200)
         else:
             raise ValueError(f"unknown setting {name!r}")
         if name == "pyramid":
-            if ten_k_models is None:
-                ten_k_models = _local_models(d.clients, cfg["M_k"], cfg["kernel"], cfg["noise"], cfg["local_maxiter"])[0]
-            t0 = time.perf_counter()
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", RecyclableWarning)
-                top = fit_pyramid(ten_k_models, 10, _se(*cfg["kernel"]), np.linspace(0, 5, 35)[:, None], maxiter=200)
-            mean, var = (t.numpy() for t in top.predict_y(test[0]))
-            rows.append({"setting": "pyramid 10k (50 → 5 → 1)", "method": "Recyclable pyramid (ours)",
-                         **_scores(*test, mean, var), "fit_s": time.perf_counter() - t0, "local_s": float("nan")})
+            rows += pyramid_rows(args, cfg, test, ten_k_models)
             continue
         clients = d.clients if name != "sunspots" else clients
         new_rows, recs = run_setting(name, list(clients), test, cfg)
@@ -176,7 +319,7 @@ def main(argv: List[str] | None = None) -> None:
         if name == "10k":
             ten_k_models = recs
         if args.peer_python and name in ("toy", "10k"):
-            rows.append(run_peer(args, name, list(clients), test, cfg["lo"], cfg["hi"]))
+            rows += run_peer(args, name, list(clients), test, cfg, recs, new_rows[0])
         print(f"[done {name}]", file=sys.stderr, flush=True)
 
 

@@ -94,6 +94,14 @@ print(type(result.model).__name__, result.metrics)
 # In `exact` mode each round is one Adam step on the *global* bound `ELBO(w; D)/N`, whose value and gradient
 # the server assembles from client sums, so after T rounds it matches `gpflow.models.SGPR` trained on the
 # pooled data by T Adam steps. Both get T = R·P steps, the same number as the FedAvg clients took.
+#
+# What a client sends in `exact` mode are the *whitened* statistics `L⁻¹ C_k C_kᵀ L⁻ᵀ` and `L⁻¹ C_k y_k`,
+# where `C_k = c(Z, X_k)` and `L Lᵀ = Kuu + jitter` is computed by every client from the broadcast (θ, Z).
+# They have the same sizes and carry the same information as `C_k C_kᵀ` and `C_k y_k` (the server could
+# multiply by `L`), but they are what `gpflow.models.SGPR` itself computes: forming `C Cᵀ` first and whitening
+# afterwards roughly squares the condition number of `Kuu`, and with an ill-conditioned `Kuu` and a small σ²
+# (Mauna Loa CO₂ with a periodic kernel) the unwhitened sums lose enough digits for the exact-mode Adam steps
+# to drift away from pooled SGPR. The FedAvg run's final `"predict"` phase sends the unwhitened sums.
 
 # %%
 steps = ROUNDS * LOCAL_STEPS

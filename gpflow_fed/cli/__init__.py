@@ -9,7 +9,7 @@ import os
 import sys
 from typing import List, Optional, Sequence
 
-SUBCOMMANDS: List[str] = ["datasets", "fedbnr", "fsgp", "privacy", "pvi", "recycle"]
+SUBCOMMANDS: List[str] = ["datasets", "fedbnr", "flower", "fsgp", "privacy", "pvi", "recycle"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,7 +7,7 @@ from .client import Client
 from .ledger import Channel, CommunicationLedger, LedgerEntry
 from .messages import SERVER, Message
 from .result import FederatedResult
-from .runtimes import ClientUpdateError, FaultPolicy, LocalRuntime, RoundFailedError, Runtime
+from .runtimes import ClientUpdateError, DistributeRuntime, FaultPolicy, LocalRuntime, RoundFailedError, Runtime
 from .sampling import num_sampled_clients, sample_clients
 from .state import SharedState, resolve_path
 
@@ -18,6 +18,7 @@ __all__ = [
     "Client",
     "ClientUpdateError",
     "CommunicationLedger",
+    "DistributeRuntime",
     "FederatedResult",
     "FaultPolicy",
     "FederationInfo",
@@ -35,3 +36,14 @@ __all__ = [
     "run",
     "sample_clients",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """``FlowerRuntime`` is imported on first use: it needs the optional extra ``flower`` (flwr)."""
+    if name == "FlowerRuntime":
+        try:
+            from .runtimes.flower_runtime import FlowerRuntime
+        except ImportError as exc:
+            raise ImportError(f"FlowerRuntime needs Flower: pip install 'gpflow-fed[flower]' ({exc})") from exc
+        return FlowerRuntime
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -43,10 +43,15 @@ class CommunicationLedger:
         self.keep_payloads = keep_payloads
         self._entries: List[LedgerEntry] = []
         self._messages: List[Message] = []
+        self._bytes = {"up": 0, "down": 0}  # running totals, so per-round accounting stays O(1)
+
+    def _append(self, entry: LedgerEntry) -> None:
+        self._entries.append(entry)
+        self._bytes[entry.direction] += entry.nbytes
 
     def record(self, message: Message, receiver: str, purpose: str) -> None:
         names = tuple(message.arrays)
-        self._entries.append(
+        self._append(
             LedgerEntry(
                 round=message.round,
                 phase=message.phase,
@@ -64,7 +69,8 @@ class CommunicationLedger:
 
     def extend(self, entries: Iterable[LedgerEntry]) -> None:
         """Append entries recorded earlier (used when a run resumes from a checkpoint)."""
-        self._entries.extend(entries)
+        for entry in entries:
+            self._append(entry)
 
     @property
     def entries(self) -> Tuple[LedgerEntry, ...]:
@@ -105,6 +111,9 @@ class CommunicationLedger:
 
     def total_bytes(self, **filters: object) -> int:
         """Total bytes of the entries matching ``filters`` (same keywords as :meth:`select`)."""
+        if set(filters) <= {"direction"} and filters.get("direction") in (None, "up", "down"):
+            direction = filters.get("direction")
+            return sum(self._bytes.values()) if direction is None else self._bytes[direction]  # type: ignore[index]
         return sum(e.nbytes for e in self.select(**filters))  # type: ignore[arg-type]
 
 

@@ -7,9 +7,10 @@ from .ensemble_pyramid import fit_pyramid
 from .ensemble_svgp import EnsembleSVGP, RecyclableWarning, as_recyclable
 from .privacy_aware_gpr import PrivacyAwareGPR, PrivacyRelease, fit_hyperparameters, release
 from .recyclable import RecyclableModel, export_svgp, load_recyclable, save_recyclable, train_local_svgp
+from .recyclable_training import LocalSVGPTrainer
 
 __all__: list = ["PrivacyAwareGPR", "PrivacyRelease", "fit_hyperparameters", "release",
     "BayesianLinearRegression", "blr_log_marginal_likelihood", "blr_posterior", "blr_statistics",
     "EnsembleSVGP", "RecyclableModel", "RecyclableWarning", "as_recyclable", "export_svgp", "fit_pyramid",
-    "load_recyclable", "save_recyclable", "train_local_svgp",
+    "load_recyclable", "save_recyclable", "train_local_svgp", "LocalSVGPTrainer",
     "DPOSVGP", "AggregatedSGPR", "collapsed_sgpr_bound"]

@@ -25,6 +25,8 @@ import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes
 
+from .recyclable_training import train_local_svgp
+
 __all__ = [
     "FORMAT",
     "RecyclableModel",
@@ -319,59 +321,3 @@ def load_recyclable(path: Union[str, os.PathLike]) -> Dict[str, RecyclableModel]
     if not names:
         raise ValueError(f"{path}: the file holds no models")
     return {n: RecyclableModel.from_arrays(arrays, prefix=f"{i}/") for i, n in enumerate(names)}
-
-
-@check_shapes("X: [N, D]", "Y: [N, P]", "Z: [M, D]")
-def train_local_svgp(
-    X: np.ndarray,
-    Y: np.ndarray,
-    Z: np.ndarray,
-    kernel: Optional[gpflow.kernels.Kernel] = None,
-    likelihood: Optional[gpflow.likelihoods.Likelihood] = None,
-    *,
-    maxiter: int = 200,
-    train_inducing: bool = True,
-    whiten: bool = True,
-) -> gpflow.models.SVGP:
-    """Fit one local model: a stock ``gpflow.models.SVGP`` maximising ``L_k`` (paper eq. 1) with L-BFGS on the
-    full batch (GPflow's Gauss–Hermite ``variational_expectations`` for non-Gaussian terms). Whitening (the
-    default) converges faster; pass the result through :func:`export_svgp` before recycling it.
-
-    :param kernel: defaults to a SquaredExponential with unit variance and lengthscale.
-    :param likelihood: defaults to ``Gaussian()``; for classification use
-        ``gpflow.likelihoods.Bernoulli(invlink=tf.sigmoid)`` (the paper's logit link, pitfall P7).
-    :param maxiter: L-BFGS iterations. For a Gaussian likelihood q_k is then set to its exact optimum (one
-        natural-gradient step with γ = 1), so ``S_k ⪯ K_k`` even when L-BFGS stops early (spec §2.4).
-    :param train_inducing: optimise Z_k too.
-    """
-    if X.shape[0] == 0:
-        raise ValueError("train_local_svgp: no data")
-    if isinstance(maxiter, bool) or not isinstance(maxiter, (int, np.integer)) or maxiter < 0:
-        raise ValueError(f"maxiter must be a non-negative integer, got {maxiter!r}")
-    dtype = gpflow.default_float()
-    X, Y, Z = (np.asarray(a, dtype=dtype) for a in (X, Y, Z))
-    model = gpflow.models.SVGP(
-        kernel if kernel is not None else gpflow.kernels.SquaredExponential(),
-        likelihood if likelihood is not None else gpflow.likelihoods.Gaussian(),
-        gpflow.inducing_variables.InducingPoints(Z.copy()),
-        num_data=X.shape[0],
-        whiten=whiten,
-    )
-    gpflow.set_trainable(model.inducing_variable, train_inducing)
-    if maxiter:
-        gpflow.optimizers.Scipy().minimize(
-            model.training_loss_closure((X, Y)), model.trainable_variables, options={"maxiter": int(maxiter)}
-        )
-    if isinstance(model.likelihood, gpflow.likelihoods.Gaussian):
-        # conjugate case: one natural-gradient step with γ = 1 lands exactly on the optimal q_k for the fitted
-        # (Z_k, θ_k), S_k = K (K + σ⁻² K_uf K_fu)⁻¹ K ⪯ K_k, so the exported model passes the §2.4 width check
-        # (skipped, q_k left as L-BFGS found it, if the fitted K_k is too ill-conditioned for the step)
-        before = (model.q_mu.numpy(), model.q_sqrt.numpy())
-        try:
-            gpflow.optimizers.NaturalGradient(gamma=1.0).minimize(
-                model.training_loss_closure((X, Y), compile=False), [(model.q_mu, model.q_sqrt)]
-            )
-        except tf.errors.InvalidArgumentError:
-            model.q_mu.assign(before[0])
-            model.q_sqrt.assign(before[1])
-    return model

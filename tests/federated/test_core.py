@@ -114,6 +114,20 @@ def test_ledger_records_and_filters():
     assert len(ledger.messages) == 2
     with pytest.raises(ValueError):
         ledger.select(direction="sideways")
+    with pytest.raises(ValueError):
+        ledger.total_bytes(direction="sideways")
+
+
+def test_ledger_running_totals_match_the_entries_after_extend():
+    ledger = CommunicationLedger()
+    ledger.record(Message("client_1", 3, "train", {"a": np.zeros(5)}), "server", "train")
+    resumed = CommunicationLedger()
+    resumed.extend(ledger.entries)
+    resumed.record(Message("server", 4, "train", {"a": np.zeros(2)}), "client_1", "train")
+    for direction in ("up", "down", None):
+        expected = sum(e.nbytes for e in resumed.select(direction=direction))
+        assert resumed.total_bytes(direction=direction) == expected
+    assert resumed.total_bytes(direction="up", round=4) == 0 and resumed.total_bytes(round=3) == 40 + 8
 
 
 @pytest.mark.parametrize("K, rho, expected", [(10, 0.3, 3), (10, 0.25, 3), (5, 0.01, 1), (7, 1.0, 7), (3, 0.5, 2)])

@@ -122,3 +122,115 @@ def test_bad_input() -> None:
         FedBNR(kernel, aggregation="kd", distillation_data=(np.ones((3, 2)), np.ones((3, 1))))
     with pytest.raises(ValueError, match="input_dim"):
         run(FedBNR(URK(2, num_samples=5), rounds=0), _dataset())
+
+
+def _deep_kernel(seed: int = 0) -> URK:
+    from gpflow_fed.kernels import deep_urk
+
+    return deep_urk(1, hidden=(6,), feature_dim=2, num_samples=8, seed=seed)
+
+
+@pytest.mark.parametrize("aggregation", ["fedavg", pytest.param("kd", marks=pytest.mark.slow)])  # kd: also test_kd_target...
+def test_compiled_equals_eager_and_traces_once(aggregation: str) -> None:
+    """The compiled local and server loops (one tf.function for every client, data as arguments) take the same
+    steps as the eager loop, and are traced once although the clients have different sizes."""
+    kd = dict(distillation_data=(X[::5], Y[::5]), kd_steps=3) if aggregation == "kd" else {}
+    results, algos = [], []
+    for compile in (True, False):
+        algo = FedBNR(_deep_kernel(), 0.5, 1.0, rounds=2, local_steps=3, learning_rate=0.05, aggregation=aggregation, compile=compile, **kd)
+        results.append(run(algo, _dataset((20, 30, 40))))
+        algos.append(algo)
+    for key, value in results[0].state.values.items():
+        np.testing.assert_allclose(value, results[1].state.values[key], rtol=1e-10, atol=1e-10, err_msg=key)
+    for a, b in zip(results[0].model.predict_y(X), results[1].model.predict_y(X)):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-10, atol=1e-10)
+    assert algos[0]._local()[1]._compiled.experimental_get_tracing_count() == 1
+    if aggregation == "kd":
+        assert algos[0]._kd_trainer._compiled.experimental_get_tracing_count() == 1
+
+
+def test_kd_target_is_the_mean_client_gram() -> None:
+    """The server's distillation target, computed on its worker kernel, is mean_client_gram of the client kernels."""
+    X_kd = X[::6]
+    algo = FedBNR(URK(1, num_samples=10, seed=2), rounds=1, local_steps=2, aggregation="kd",
+                  distillation_data=(X_kd, Y[::6]), kd_steps=1, learning_rate=0.05)
+    result = run(algo, _dataset(), runtime=LocalRuntime(keep_payloads=True))
+    ups = [m for m in result.ledger.messages if m.phase == "kernel" and m.sender != "server"]
+    kernels = []
+    for m in ups:
+        model = BayesianLinearRegression((X[:1], Y[:1]), URK(1, num_samples=10, seed=2))
+        algo.shared.assign(model, dict(m.arrays))
+        kernels.append(model.kernel)
+    target = mean_client_gram(kernels, tf.constant(X_kd))
+    server = BayesianLinearRegression((X_kd, Y[::6]), URK(1, num_samples=10, seed=2))
+    mean = {k: sum(m.weight * m[k] for m in ups) / sum(m.weight for m in ups) for k in ups[0].arrays}
+    algo.shared.assign(server, mean)
+    optimizer = tf_keras.optimizers.Adam(learning_rate=0.05)
+    optimizer.minimize(lambda: distillation_loss(server, target, 1.0), server.trainable_variables)
+    for key, value in algo.shared.read(server).items():
+        np.testing.assert_allclose(result.state.values[key], value, rtol=1e-10, err_msg=key)
+
+
+def test_an_algorithm_can_run_again_and_start_from_a_model() -> None:
+    algo = FedBNR(URK(1, num_samples=10, seed=1), 0.5, 1.0, rounds=1, local_steps=2, learning_rate=0.05)
+    first, second = run(algo, _dataset()), run(algo, _dataset())
+    third = run(gpflow.utilities.deepcopy(algo), _dataset())  # a copy rebuilds its compiled worker
+    for key, value in first.state.values.items():
+        np.testing.assert_array_equal(value, second.state.values[key])
+        np.testing.assert_array_equal(value, third.state.values[key])
+    trained = first.model
+    algo.start_from(trained)
+    zero = FedBNR(URK(1, num_samples=10, seed=1), rounds=0)
+    zero.start_from(trained)
+    pooled = BayesianLinearRegression(_dataset().pooled(), trained.kernel, trained.likelihood.variance.numpy(), trained.prior_variance.numpy())
+    np.testing.assert_allclose(run(zero, _dataset()).model.predict_f(X)[0].numpy(), pooled.predict_f(X)[0].numpy(), atol=1e-8)
+    with pytest.raises(ValueError, match="architecture"):
+        zero.start_from(BayesianLinearRegression((X, Y), _deep_kernel()))
+
+
+@pytest.mark.parametrize("num_data", [5, 40])
+def test_local_objective_primal_and_dual_equal_gpr(num_data: int) -> None:
+    """The clients' objective (dual for N_c < L = 20, primal otherwise) and its gradients equal GPR's evidence
+    with the kernel λ²·URK and noise σ² (−log p / N)."""
+    from gpflow_fed.federated.algorithms.fedbnr import negative_log_marginal_likelihood_per_point
+
+    data = (X[:num_data], Y[:num_data])
+    model = BayesianLinearRegression(data, _deep_kernel(seed=3), 0.3, 1.7)
+    gpr_kernel = gpflow.kernels.Product([model.kernel, gpflow.kernels.Constant(1.7)])
+    gpflow.set_trainable(gpr_kernel.kernels[1], False)
+    gpr = gpflow.models.GPR(data, gpr_kernel, noise_variance=0.3)
+    variables = model.kernel.trainable_variables
+    with tf.GradientTape(persistent=True) as tape:
+        ours = negative_log_marginal_likelihood_per_point(model, tf.constant(data[0]), tf.constant(data[1]))
+        oracle = -gpr.log_marginal_likelihood() / num_data
+    np.testing.assert_allclose(ours.numpy(), oracle.numpy(), rtol=1e-10)
+    for a, b in zip(tape.gradient(ours, variables), tape.gradient(oracle, variables)):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-8, atol=1e-10)
+
+
+def test_concurrent_client_updates_equal_sequential_ones() -> None:
+    """Clients share one worker model; its lock makes threaded runtimes give the sequential answers."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from gpflow_fed.federated.algorithm import FederationInfo
+    from gpflow_fed.federated.messages import SERVER, Message
+    from gpflow_fed.federated.runtimes.base import make_clients
+
+    def answers(threaded: bool) -> list:
+        algo = FedBNR(URK(1, num_samples=10, seed=4), rounds=1, local_steps=5, learning_rate=0.05, compile=False)
+        dataset = _dataset((25, 30, 35))
+        clients, _ = make_clients(dataset, seed=0)
+        sizes = {c.id: c.num_data for c in clients}
+        state = algo.initial_state(FederationInfo(tuple(sizes), sizes, 1, 1, 0))
+        for c in clients:
+            algo.setup_client(c, state)
+        down = Message(SERVER, 0, "kernel", algo.broadcast(state, 0, "kernel"), weight=0.0)
+        if not threaded:
+            return [algo.client_update(c, down) for c in clients]
+        with ThreadPoolExecutor(len(clients)) as pool:
+            return list(pool.map(lambda c: algo.client_update(c, down), clients))
+
+    for sequential, threaded in zip(answers(False), answers(True)):
+        assert sequential.arrays.keys() == threaded.arrays.keys()
+        for name in sequential.arrays:
+            np.testing.assert_array_equal(sequential[name], threaded[name])

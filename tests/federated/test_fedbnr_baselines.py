@@ -46,6 +46,10 @@ def test_fedprox_large_mu_stays_at_the_initial_network() -> None:
     fedprox = run(FedAvgNN(_network, rounds=2, local_steps=5, learning_rate=0.02, proximal_mu=1e8), FederatedDataset(CLIENTS))
     fedavg = run(FedAvgNN(_network, rounds=2, local_steps=5, learning_rate=0.02), FederatedDataset(CLIENTS))
     initial = start(X).numpy()
+    algorithm = FedAvgNN(_network, rounds=2, local_steps=5, learning_rate=0.02, proximal_mu=1e8)
+    run(algorithm, FederatedDataset(CLIENTS))
+    again = run(gpflow.utilities.deepcopy(algorithm), FederatedDataset(CLIENTS))  # a copy rebuilds its compiled worker
+    np.testing.assert_array_equal(again.model.predict_f(X)[0].numpy(), fedprox.model.predict_f(X)[0].numpy())
     # Adam's first steps move each weight by ≈ the learning rate whatever μ is; the proximal term then pulls back
     assert np.max(np.abs(fedprox.model.predict_f(X)[0].numpy() - initial)) < np.max(np.abs(fedavg.model.predict_f(X)[0].numpy() - initial))
 

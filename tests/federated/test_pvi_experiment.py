@@ -36,3 +36,14 @@ def test_make_pvi_rejects_bad_input():
         make_pvi("dpo", 2, 1, 3, 0, init_noise=0.0)
     with pytest.raises(ValueError, match="method"):
         make_pvi("svgp", 2, 1, 3, 0)
+
+
+def test_run_method_curve_is_the_mixture_log_likelihood_after_each_sweep():
+    from gpflow_fed.federated.algorithms.pvi_experiment import run_method
+
+    data = _linear_task(D=2, K=3, n=15)
+    out = run_method("cpo", data, 6, 4, 0, local_steps=20, patience=5, num_predict_samples=5)
+    assert out["every"] == 3 and len(out["curve"]) == 2
+    assert out["curve"][-1] == out["ll"] and np.isfinite(out["curve"][0])
+    glob = run_method("global", data, 2, 4, 0, local_steps=20, patience=5, num_predict_samples=5)
+    assert glob["every"] == 2 and glob["curve"] == [glob["ll"]]

@@ -43,6 +43,8 @@ def test_recycle_bad_input():
         _algorithm(num_local_inducing=0)
     with pytest.raises(ValueError, match="method"):
         _algorithm(method="sgd")
+    with pytest.raises(ValueError, match="local_maxiter"):
+        _algorithm(local_maxiter=-5)
     data = FederatedDataset([(np.zeros((3, 2)), np.zeros((3, 1)))])
     with pytest.raises(ValueError, match="D = 1 but the clients' inputs have D = 2"):
         run(_algorithm(), data)

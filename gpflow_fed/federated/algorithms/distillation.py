@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence, Tuple
 
 import gpflow
 import tensorflow as tf
 from check_shapes import check_shapes
 
-from ...models.bayesian_linear_regression import BayesianLinearRegression
+from ...models.bayesian_linear_regression import BayesianLinearRegression, blr_log_marginal_likelihood, blr_statistics
 
 __all__ = ["distillation_loss", "mean_client_gram"]
 
@@ -23,15 +23,26 @@ def mean_client_gram(kernels: Sequence[gpflow.kernels.Kernel], X_kd: tf.Tensor) 
 
 
 @check_shapes("target_gram: [N, N]", "return: []")
-def distillation_loss(model: BayesianLinearRegression, target_gram: tf.Tensor, alpha: float) -> tf.Tensor:
+def distillation_loss(
+    model: BayesianLinearRegression,
+    target_gram: tf.Tensor,
+    alpha: float,
+    data: Optional[Tuple[tf.Tensor, tf.Tensor]] = None,
+) -> tf.Tensor:
     """The knowledge-distillation loss of eq. 3.4, per distillation point:
 
     ``L_KD = −log p_BLR(y_kd | θ(X_kd)) / N_kd + α · mean_{ij} (θ(X_kd)ᵀθ(X_kd) − K̄)_{ij}²``
 
     where ``model`` is the server's BLR on ``(X_kd, y_kd)`` (its kernel is the global θ) and K̄ the mean client
     Gram matrix (:func:`mean_client_gram`). The marginal-likelihood term is negated so the loss is minimised.
+    ``data=(X_kd, y_kd)`` evaluates the same loss on data passed as arguments instead of ``model.data`` (for a
+    compiled server step that does not capture the data).
     """
-    X_kd, _ = model.data
-    num_data = tf.cast(tf.shape(X_kd)[0], gpflow.default_float())
-    mse = tf.reduce_mean(tf.square(model.kernel.K(X_kd) - target_gram))
-    return -model.log_marginal_likelihood() / num_data + tf.cast(alpha, gpflow.default_float()) * mse
+    X_kd, Y_kd = model.data if data is None else data
+    Phi = model.kernel.features(X_kd)
+    s = blr_statistics(Phi, Y_kd)
+    lml = blr_log_marginal_likelihood(
+        s["phi_t_phi"], s["phi_t_y"], s["y_t_y"], s["num_data"], model.likelihood.variance, model.prior_variance
+    )
+    mse = tf.reduce_mean(tf.square(tf.linalg.matmul(Phi, Phi, transpose_b=True) - target_gram))
+    return -lml / s["num_data"] + tf.cast(alpha, gpflow.default_float()) * mse

@@ -31,18 +31,25 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 import gpflow
 import numpy as np
 import tensorflow as tf
+from check_shapes import check_shapes
 from gpflow.keras import tf_keras
 
 from ...data.dataset import FederatedDataset, validate_regression_data
 from ...kernels.urk import URK
-from ...models.bayesian_linear_regression import BayesianLinearRegression, _positive_value, blr_statistics
+from ...models.bayesian_linear_regression import (
+    BayesianLinearRegression,
+    _positive_value,
+    blr_log_marginal_likelihood,
+    blr_statistics,
+)
 from ..algorithm import Aggregate, Algorithm, FederationInfo
 from ..client import Client
 from ..messages import Message
 from ..state import SharedState
-from .distillation import distillation_loss, mean_client_gram
+from .compiled_training import CompiledAdam, deepcopy_without
+from .distillation import distillation_loss
 
-__all__ = ["FedBNR", "FedBNRState", "fedbnr_shared_state"]
+__all__ = ["FedBNR", "FedBNRState", "fedbnr_shared_state", "negative_log_marginal_likelihood_per_point"]
 
 AGGREGATIONS = ("fedavg", "kd")
 PROTOCOLS = ("statistics", "two_step")
@@ -85,6 +92,34 @@ class FedBNRState:
     a_inverse: Optional[np.ndarray] = None
 
 
+@check_shapes("X: [N, D]", "Y: [N, P]", "return: []")
+def negative_log_marginal_likelihood_per_point(model: BayesianLinearRegression, X: tf.Tensor, Y: tf.Tensor) -> tf.Tensor:
+    """A client's phase-1 objective ``−log p(y_c | X_c) / N_c`` (eq. 3.3) for ``model``'s kernel, σ² and λ², on
+    the data given as arguments (so one compiled step serves every client).
+
+    The evidence is ``Σ_p log N(y_p | 0, λ²ΦΦᵀ + σ²I)`` (eqs. 2.8–2.18). With ``N_c ≥ L`` it is computed in the
+    primal from the statistics of ``φ(X_c)`` (eq. 2.8, an L×L Cholesky factor); with ``N_c < L`` (many small
+    clients) in the dual, from the N_c×N_c Cholesky factor of ``λ²ΦΦᵀ + σ²I`` as in ``gpflow.models.GPR``. The
+    two are equal by the matrix determinant lemma and Woodbury; the dual costs O(N_c²L + N_c³) instead of
+    O(N_c L² + L³).
+    """
+    Phi = model.kernel.features(X)
+    Y = tf.cast(Y, Phi.dtype)
+    noise, prior = model.likelihood.variance, model.prior_variance
+    num_data = tf.shape(Phi)[0]
+
+    def primal() -> tf.Tensor:
+        s = blr_statistics(Phi, Y)
+        return blr_log_marginal_likelihood(s["phi_t_phi"], s["phi_t_y"], s["y_t_y"], s["num_data"], noise, prior)
+
+    def dual() -> tf.Tensor:
+        cov = prior * tf.linalg.matmul(Phi, Phi, transpose_b=True) + noise * tf.eye(num_data, dtype=Phi.dtype)
+        return tf.reduce_sum(gpflow.logdensities.multivariate_normal(Y, tf.zeros_like(Y), tf.linalg.cholesky(cov)))
+
+    lml = tf.cond(num_data < tf.shape(Phi)[1], dual, primal)
+    return -lml / tf.cast(num_data, Phi.dtype)
+
+
 def _count(value: Any, what: str, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ValueError(f"{what} must be an integer ≥ {minimum}, got {value!r}")
@@ -107,7 +142,13 @@ class FedBNR(Algorithm):
     :param learning_rate: Adam step size of clients and server.
     :param protocol: ``"statistics"`` or ``"two_step"`` (see the module docstring).
     :param client_fraction: ρ of the phase-1 rounds (phase 2 always asks every client).
-    :param compile: wrap the local and distillation steps in ``tf.function``.
+    :param compile: compile the local and distillation loops with ``tf.function`` (``False``: the same loops,
+        eagerly).
+
+    Simulation: the clients' steps run on one shared worker model whose compiled Adam loop takes the client's
+    data as arguments (traced once, not per client or round); each client keeps its own Adam state in
+    ``client.state["adam"]`` (see :mod:`~gpflow_fed.federated.algorithms.compiled_training`). Client updates
+    therefore run one at a time, serialised by the worker's lock (threaded runtimes stay correct).
     """
 
     name = "fedbnr"
@@ -165,9 +206,13 @@ class FedBNR(Algorithm):
             self.noise_variance, self.prior_variance,
         )
         self.shared = fedbnr_shared_state(self._template)
+        self._server = gpflow.utilities.deepcopy(self._template)  # the server's scratch model (the template stays put)
         self._kd_model: Optional[BayesianLinearRegression] = None
-        self._kd_scratch: List[gpflow.kernels.Kernel] = []
-        self._kd_step: Any = None
+        self._kd_trainer: Optional[CompiledAdam] = None
+        self._kd_state: List[np.ndarray] = []
+        self._worker: Optional[Tuple[BayesianLinearRegression, CompiledAdam]] = None
+        self._statistics_fn: Any = None
+        self._gram_fn: Any = None
 
     # --- configuration -------------------------------------------------------------------------------
     def validate(self, dataset: FederatedDataset) -> None:
@@ -190,39 +235,48 @@ class FedBNR(Algorithm):
         return "sum"
 
     def initial_state(self, info: FederationInfo) -> FedBNRState:
-        if self.aggregation_method == "kd":
+        if self.aggregation_method == "kd" and self._kd_model is None:  # built once, so one trace serves every run
             X_kd, Y_kd = self.distillation_data  # type: ignore[misc]
             self._kd_model = BayesianLinearRegression(
                 (X_kd, Y_kd), gpflow.utilities.deepcopy(self.kernel), self.noise_variance, self.prior_variance
             )
-            self._kd_scratch = []
-            optimizer = tf_keras.optimizers.Adam(learning_rate=self.learning_rate)
             kd_model = self._kd_model
-            self._kd_step = self._make_step(kd_model, optimizer, lambda target: distillation_loss(kd_model, target, self.alpha))
+            self._kd_trainer = self._trainer(kd_model, lambda X, Y, target: distillation_loss(kd_model, target, self.alpha, data=(X, Y)))
+        if self._kd_trainer is not None:
+            self._kd_state = self._kd_trainer.initial_state()  # the server's own Adam, kept across rounds
         return FedBNRState(values=self.shared.read(self._template))
 
-    def _make_step(self, model: BayesianLinearRegression, optimizer: Any, loss_fn: Any) -> Any:
-        variables = model.trainable_variables
+    def _trainer(self, model: BayesianLinearRegression, loss_fn: Any) -> CompiledAdam:
+        return CompiledAdam(model.trainable_variables, loss_fn, self.learning_rate, compile=self.compile)
 
-        def step(*args: tf.Tensor) -> tf.Tensor:
-            with tf.GradientTape() as tape:
-                loss = loss_fn(*args)
-            grads = tape.gradient(loss, variables)
-            optimizer.apply_gradients(
-                [(g, v) for g, v in zip(grads, variables) if g is not None]
+    def _local(self) -> Tuple[BayesianLinearRegression, CompiledAdam]:
+        """The clients' shared worker model and its compiled Adam loop (built on first use, traced once)."""
+        if self._worker is None:
+            worker = BayesianLinearRegression(
+                (np.zeros((1, self.kernel.input_dim)), np.zeros((1, 1))), gpflow.utilities.deepcopy(self.kernel),
+                self.noise_variance, self.prior_variance,
             )
-            return loss
+            self._worker = (worker, self._trainer(worker, lambda X, Y: negative_log_marginal_likelihood_per_point(worker, X, Y)))
+        return self._worker
 
-        return tf.function(step, autograph=False) if self.compile else step
+    def _statistics(self, X: tf.Tensor, Y: tf.Tensor) -> Dict[str, tf.Tensor]:
+        """Phase 2's client statistics on the worker kernel, compiled once (rows left free)."""
+        worker, _ = self._local()
+        if self._statistics_fn is None:
+            statistics = lambda X, Y: blr_statistics(worker.kernel.features(X), Y)  # noqa: E731
+            # Phase 2 must equal the pooled BLR to rounding: compile it only when the whole kernel computes in
+            # default_float (graph and eager float32 networks differ by ~1e-7 relative).
+            exact = all(v.dtype == gpflow.default_float() for v in worker.kernel.variables)
+            signature = [tf.TensorSpec([None, X.shape[1]], X.dtype), tf.TensorSpec([None, Y.shape[1]], Y.dtype)]
+            self._statistics_fn = tf.function(statistics, input_signature=signature, autograph=False) if self.compile and exact else statistics
+        return self._statistics_fn(X, Y)
 
     def setup_client(self, client: Client, state: FedBNRState) -> None:
-        model = BayesianLinearRegression(
-            client.data, gpflow.utilities.deepcopy(self.kernel), self.noise_variance, self.prior_variance
-        )
-        client.model = model
-        client.optimizer = tf_keras.optimizers.Adam(learning_rate=self.learning_rate)
-        num_data = float(client.num_data)
-        client.state["step"] = self._make_step(model, client.optimizer, lambda: -model.log_marginal_likelihood() / num_data)
+        """The client's own Adam state (its steps run on the shared compiled worker, see
+        :mod:`~gpflow_fed.federated.algorithms.compiled_training`) and its data as tensors."""
+        _, trainer = self._local()
+        client.state["adam"] = trainer.initial_state()
+        client.state["tensors"] = tuple(tf.constant(a, dtype=gpflow.default_float()) for a in client.data)
 
     # --- the round -----------------------------------------------------------------------------------
     def broadcast(self, state: FedBNRState, round: int, phase: str) -> Mapping[str, np.ndarray]:
@@ -231,28 +285,27 @@ class FedBNR(Algorithm):
         return dict(state.values)
 
     def client_update(self, client: Client, broadcast: Message) -> Message:
-        model: BayesianLinearRegression = client.model
-        if broadcast.phase == "kernel":
-            self.shared.assign(model, dict(broadcast.arrays))
-            step = client.state["step"]
-            for _ in range(self.local_steps):
-                loss = step()
-            return self.reply(
-                client, broadcast, self.shared.read(model), weight=client.num_data,
-                metrics={"neg_log_marginal_likelihood_per_point": float(loss)},
-            )
-        X, Y = client.data
-        if broadcast.phase == "scatter":
-            self.shared.assign(model, dict(broadcast.arrays))
-            stats = {k: v.numpy() for k, v in blr_statistics(model.kernel.features(X), Y).items()}
-            if self.protocol == "two_step":
-                del stats["phi_t_y"]
-            return self.reply(client, broadcast, stats)
-        if broadcast.phase == "weights":
-            phi_t_y = tf.linalg.matmul(model.kernel.features(X), tf.constant(Y), transpose_a=True)
-            w_c = tf.linalg.matmul(tf.constant(broadcast["a_inverse"]), phi_t_y) / model.likelihood.variance
-            return self.reply(client, broadcast, {"w_mean": w_c.numpy()})
-        raise ValueError(f"unknown FedBNR phase {broadcast.phase!r}")
+        model, trainer = self._local()
+        with trainer.lock:  # one shared worker: client updates run one at a time
+            X, Y = client.state["tensors"]
+            if broadcast.phase == "kernel":
+                self.shared.assign(model, dict(broadcast.arrays))
+                loss, client.state["adam"] = trainer.fit(self.local_steps, client.state["adam"], X, Y)
+                return self.reply(
+                    client, broadcast, self.shared.read(model), weight=client.num_data,
+                    metrics={"neg_log_marginal_likelihood_per_point": loss},
+                )
+            if broadcast.phase == "scatter":
+                self.shared.assign(model, dict(broadcast.arrays))
+                stats = {k: v.numpy() for k, v in self._statistics(X, Y).items()}
+                if self.protocol == "two_step":
+                    del stats["phi_t_y"]
+                return self.reply(client, broadcast, stats)
+            if broadcast.phase == "weights":
+                phi_t_y = tf.linalg.matmul(model.kernel.features(X), Y, transpose_a=True)
+                w_c = tf.linalg.matmul(tf.constant(broadcast["a_inverse"]), phi_t_y) / model.likelihood.variance
+                return self.reply(client, broadcast, {"w_mean": w_c.numpy()})
+            raise ValueError(f"unknown FedBNR phase {broadcast.phase!r}")
 
     def server_update(self, state: FedBNRState, aggregate: Aggregate) -> FedBNRState:
         if aggregate.phase == "kernel":
@@ -285,38 +338,54 @@ class FedBNR(Algorithm):
         messages = aggregate.messages or ()
         weights = np.array([m.weight for m in messages], dtype=float)
         mean = {k: sum(w * np.asarray(m[k]) for w, m in zip(weights, messages)) / weights.sum() for k in messages[0].arrays}
-        while len(self._kd_scratch) < len(messages):
-            self._kd_scratch.append(
-                BayesianLinearRegression(
-                    (np.zeros((1, self.kernel.input_dim)), np.zeros((1, 1))), gpflow.utilities.deepcopy(self.kernel)
-                )
-            )
-        X_kd = tf.constant(self.distillation_data[0])  # type: ignore[index]
-        for scratch, message in zip(self._kd_scratch, messages):
-            self.shared.assign(scratch, dict(message.arrays))
-        target = mean_client_gram([s.kernel for s in self._kd_scratch[: len(messages)]], X_kd)
+        worker, _ = self._local()
+        if self._gram_fn is None:
+            self._gram_fn = tf.function(worker.kernel.K, autograph=False) if self.compile else worker.kernel.K
+        X_kd, Y_kd = (tf.constant(a) for a in self.distillation_data)  # type: ignore[union-attr]
+        grams = []
+        for message in messages:  # θ_c(X_kd)ᵀθ_c(X_kd) of every client kernel, on the worker (eq. 3.4's target)
+            self.shared.assign(worker, dict(message.arrays))
+            grams.append(self._gram_fn(X_kd))
+        target = tf.add_n(grams) / float(len(grams))
         self.shared.assign(self._kd_model, mean)
-        for _ in range(self.kd_steps):
-            self._kd_step(target)
+        _, self._kd_state = self._kd_trainer.fit(self.kd_steps, self._kd_state, X_kd, Y_kd, target)  # type: ignore[union-attr]
         return self.shared.read(self._kd_model)
 
     def _server_model(self, values: Mapping[str, np.ndarray], statistics: Optional[Mapping[str, Any]]) -> BayesianLinearRegression:
-        self.shared.assign(self._template, dict(values))
+        self.shared.assign(self._server, dict(values))
         if statistics is None:
-            return self._template
-        model = BayesianLinearRegression.from_statistics(
+            return self._server
+        return BayesianLinearRegression.from_statistics(
             statistics,
-            gpflow.utilities.deepcopy(self._template.kernel),
-            float(self._template.likelihood.variance.numpy()),
-            float(self._template.prior_variance.numpy()),
+            gpflow.utilities.deepcopy(self._server.kernel),
+            float(self._server.likelihood.variance.numpy()),
+            float(self._server.prior_variance.numpy()),
         )
-        return model
+
+    def start_from(self, model: BayesianLinearRegression) -> None:
+        """Start the next run from ``model``'s kernel, σ² and λ² instead of the constructor's (``model`` must have
+        this algorithm's kernel architecture). One algorithm, compiled once, can so serve several kernels, e.g.
+        the exact global last layer of every client's kernel in the ablation ``local+global``.
+
+        :raises ValueError: ``model``'s shared parameters differ from this algorithm's (another architecture), a
+            shape mismatch, or non-finite values.
+        """
+        if not isinstance(model, BayesianLinearRegression):
+            raise TypeError(f"start_from needs a BayesianLinearRegression, got {type(model).__name__}")
+        keys = fedbnr_shared_state(model).keys
+        if keys != self.shared.keys:
+            raise ValueError(f"start_from: the model shares {sorted(keys)}, this FedBNR shares {sorted(self.shared.keys)}; "
+                             "give a model with this algorithm's kernel architecture")
+        self.shared.assign(self._template, self.shared.read(model))
 
     def result(self, state: FedBNRState) -> BayesianLinearRegression:
         """The global BLR from the server state alone (the summed statistics and the global kernel)."""
         if state.statistics is None or "phi_t_y" not in state.statistics:
             raise ValueError("FedBNR.result needs the phase-2 statistics; run the final phases first")
         return self._server_model(state.values, state.statistics)
+
+    def __deepcopy__(self, memo: Dict[int, Any]) -> "FedBNR":
+        return deepcopy_without(self, memo, ("_worker", "_statistics_fn", "_gram_fn", "_kd_model", "_kd_trainer", "_kd_state"))
 
     def copy_state(self, state: FedBNRState) -> FedBNRState:
         return replace(state, values={k: np.array(v) for k, v in state.values.items()})

@@ -41,8 +41,9 @@ def learn_kernels(kernel_learning: str, dataset: FederatedDataset, *, seed: int 
     if kernel_learning == "local":
         options.pop("aggregation", None)
         options.pop("distillation_data", None)
+        algorithm = FedBNR(**options)  # one algorithm (one compiled local loop) runs every client alone
         return [
-            run(FedBNR(**options), FederatedDataset(clients=[client], name=f"{dataset.name}-client{k}"), seed=seed).model
+            run(algorithm, FederatedDataset(clients=[client], name=f"{dataset.name}-client{k}"), seed=seed).model
             for k, client in enumerate(dataset.clients)
         ]
     if kernel_learning not in ("avg", "kd"):
@@ -62,10 +63,12 @@ def last_layers(last_layer: str, trained: List[BayesianLinearRegression], datase
         ]
     if last_layer != "global":
         raise ValueError(f"last_layer must be 'local' or 'global', got {last_layer!r}")
-    return [
-        run(FedBNR(gpflow.utilities.deepcopy(model.kernel), rounds=0, **_variances(model)), dataset, seed=seed).model
-        for model in trained
-    ]
+    algorithm = FedBNR(gpflow.utilities.deepcopy(trained[0].kernel), rounds=0, **_variances(trained[0]))
+    models = []
+    for model in trained:  # one algorithm (one compiled statistics function), restarted from each kernel
+        algorithm.start_from(model)
+        models.append(run(algorithm, dataset, seed=seed).model)
+    return models
 
 
 def fedbnr_ablation(name: str, dataset: FederatedDataset, *, seed: int = 0, **fedbnr_options: Any) -> List[BayesianLinearRegression]:

@@ -5,7 +5,7 @@ Paper: ``fsgp-federated-sparse-gp.txt`` (Guo et al.), Algorithm 1 and eqs. 9, 14
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import gpflow
@@ -18,10 +18,10 @@ from ...models.aggregated_sgpr import AggregatedSGPR, collapsed_sgpr_bound, proj
 from ..algorithm import Aggregate, Algorithm, FederationInfo
 from ..client import Client
 from ..state import SharedState, resolve_path
-from .fsgp_statistics import ADJOINT_NAMES, STATISTIC_NAMES, sgpr_statistics, statistics_vjp
-from .fsgp_utils import compiled_adam_loop, initial_inducing_inputs
+from .fsgp_statistics import ADJOINT_NAMES, STATISTIC_NAMES
+from .fsgp_utils import SGPRClientWorker, compiled_adam_loop, initial_inducing_inputs
 
-__all__ = ["FSGP", "FSGPState", "compiled_adam_loop", "initial_inducing_inputs"]
+__all__ = ["FSGP", "FSGPState", "SGPRClientWorker", "compiled_adam_loop", "initial_inducing_inputs"]
 
 MODES = ("fedavg", "exact")
 
@@ -46,12 +46,12 @@ class FSGPState:
     steps: int = 0
 
 
-@dataclass
-class _ClientFunctions:
-    """A client's compiled functions, traced once per client (not per round)."""
+@dataclass(frozen=True)
+class _ClientData:
+    """A client's private ``(X_k, Y_k)`` as tensors (rebuilt by ``setup_client``, never checkpointed)."""
 
-    variables: List[tf.Variable]
-    functions: Dict[str, Any] = field(default_factory=dict)
+    X: tf.Tensor
+    Y: tf.Tensor
 
 
 class FSGP(Algorithm):
@@ -66,7 +66,11 @@ class FSGP(Algorithm):
     server sets ``w ← Σ_k N_k w_k / Σ_k N_k`` over the round's clients. **Averaging is in the unconstrained
     space** (GPflow's ``Parameter.unconstrained_variable``, softplus for θ and σ²): the average of
     positive parameters stays positive and Adam steps live in that space too. Each client keeps its own
-    Adam moments between rounds; its local loop is one ``tf.function`` compiled once per client.
+    Adam moments and step count between rounds (``client.state["adam"]``, checkpointed with the client).
+
+    Client work of every mode runs on one :class:`SGPRClientWorker` per run: its compiled functions take the
+    client's data, w and Adam state as arguments, so they are traced once per run, not once per client
+    (a 1,000-client federation would otherwise spend most of its first round tracing).
 
     ``mode="exact"`` (beyond the paper). Each round is one Adam step on the *global* bound
     ``F(w) = ELBO(w; D) / N`` with every client: phase ``"statistics"`` sums the clients' statistics S
@@ -78,7 +82,12 @@ class FSGP(Algorithm):
     the *whitened* statistics ``L⁻¹ C Cᵀ L⁻ᵀ`` and ``L⁻¹ C y`` (``L Lᵀ = Kuu``, computed by every client from
     the shared w; same sizes, same information), which is how SGPR itself computes: the unwhitened sums
     lose accuracy when Kuu is ill-conditioned and σ² small (e.g. CO₂ with a periodic kernel), and Adam then
-    drifts away from pooled SGPR.
+    drifts away from pooled SGPR. ``whiten`` overrides the default (whitened in exact mode only).
+
+    Whitened statistics also suit differential privacy: their size has a public bound,
+    ``‖A_k A_kᵀ‖_F ≤ tr(A_k A_kᵀ) ≤ Σ_n c(x_n, x_n)`` (``Q_nn ≤ K_nn``), i.e. ``N_k σ_f²`` for a stationary
+    kernel, so a clip norm can be fixed without looking at the data (measured utility: BENCHMARKS.md,
+    "Differential privacy", and ``benchmarks/dp_utility.py``).
 
     Final phase ``"predict"`` (both modes, eqs. 14–15): every client sends its statistics at the final w;
     the sum builds :class:`gpflow_fed.models.AggregatedSGPR`, which predicts without data. The server first
@@ -113,7 +122,8 @@ class FSGP(Algorithm):
     :param learning_rate: λ > 0 of every Adam optimizer.
     :param client_fraction: ρ ∈ (0, 1]; ``max(⌈Kρ⌉, 1)`` clients per round (fedavg).
     :param mode: ``"fedavg"`` or ``"exact"``.
-    :raises TypeError: a kernel or inducing variable of the wrong type.
+    :param whiten: send whitened statistics ``(L⁻¹CCᵀL⁻ᵀ, L⁻¹Cy)``; None (default): only in exact mode.
+    :raises TypeError: a kernel or inducing variable of the wrong type, or a ``whiten`` that is not a bool.
     :raises ValueError: a non-positive learning rate, noise variance or local steps, negative rounds, ρ
         outside (0, 1], an unknown mode, exact mode with ρ < 1; in :meth:`validate`: M larger than the data
         or an input dimension of Z (or of ARD lengthscales) different from the data's D.
@@ -131,6 +141,7 @@ class FSGP(Algorithm):
         learning_rate: float,
         client_fraction: float = 1.0,
         mode: str = "fedavg",
+        whiten: Optional[bool] = None,
     ) -> None:
         super().__init__(rounds, client_fraction)
         if not isinstance(kernel, gpflow.kernels.Kernel):
@@ -147,6 +158,8 @@ class FSGP(Algorithm):
             raise TypeError(f"FSGP: noise_variance must be a number, got {type(noise_variance).__name__}")
         if not (np.isfinite(noise_variance) and noise_variance > 0):
             raise ValueError(f"FSGP: noise_variance must be positive and finite, got {noise_variance!r}")
+        if whiten is not None and not isinstance(whiten, (bool, np.bool_)):
+            raise TypeError(f"FSGP: whiten must be True, False or None (the mode's default), got {whiten!r}")
         if mode == "exact" and self.client_fraction != 1.0:
             raise ValueError(
                 "FSGP: mode='exact' sums statistics over every client each round; use client_fraction=1.0"
@@ -169,12 +182,13 @@ class FSGP(Algorithm):
         self.local_steps = int(local_steps)
         self.learning_rate = float(learning_rate)
         self.mode = mode
-        #: exact mode sends whitened statistics (L⁻¹ C Cᵀ L⁻ᵀ, L⁻¹ C y): SGPR's own numerics, see sgpr_statistics
-        self.whiten = mode == "exact"
+        #: send whitened statistics (L⁻¹ C Cᵀ L⁻ᵀ, L⁻¹ C y): SGPR's own numerics, see sgpr_statistics
+        self.whiten = (mode == "exact") if whiten is None else bool(whiten)
         self._shared: Optional[SharedState] = None
         self._server_model: Optional[AggregatedSGPR] = None
         self._server_optimizer: Any = None
-        self._client_functions: Dict[str, _ClientFunctions] = {}
+        self._worker: Optional[SGPRClientWorker] = None
+        self._clients: List[str] = []
 
     # --- configuration -------------------------------------------------------------------------------
     @property
@@ -230,69 +244,53 @@ class FSGP(Algorithm):
     def initial_state(self, info: FederationInfo) -> FSGPState:
         self._server_model = self._empty_model(info.output_dim)
         self._shared = SharedState.from_module(self._server_model, space="unconstrained")
-        self._client_functions = {}
+        self._worker = SGPRClientWorker(
+            self.kernel,
+            self.inducing_variable,
+            self.noise_variance,
+            info.output_dim,
+            list(self._shared.paths.values()),
+            self.learning_rate,
+            self.local_steps,
+            self.whiten,
+        )
+        self._clients = []
         if self.mode == "exact":
             self._server_optimizer = tf_keras.optimizers.Adam(learning_rate=self.learning_rate)
             self._server_optimizer.build(self._unconstrained(self._server_model))
         return FSGPState(params=self._shared.read(self._server_model))
 
     def setup_client(self, client: Client, state: FSGPState) -> None:
-        """The client's SGPR on its own data, its own Adam, and its compiled functions (traced once)."""
-        X, Y = (tf.constant(a) for a in client.data)
-        model = gpflow.models.SGPR(
-            (X, Y),
-            kernel=gpflow.utilities.deepcopy(self.kernel),
-            inducing_variable=gpflow.utilities.deepcopy(self.inducing_variable),
-            noise_variance=self.noise_variance,
-        )
-        client.model = model
-        variables = self._unconstrained(model)
-        fns = _ClientFunctions(variables=variables)
-        num_data = tf.constant(float(client.num_data), gpflow.default_float())
-        def statistics() -> Any:
-            return sgpr_statistics(model.kernel, model.inducing_variable, X, Y, whiten=self.whiten)
+        """The client's data as tensors and, in FedAvg, its own fresh Adam state (step 0, zero moments).
 
-        # fedavg computes statistics once (final phase): eager is cheaper than tracing
-        fns.functions["statistics"] = tf.function(statistics, autograph=False) if self.mode == "exact" else statistics
+        The client's Adam state lives in ``client.state["adam"]`` (``{"step", "moments"}`` numpy arrays, see
+        :meth:`SGPRClientWorker.initial_adam_state`), so it is saved with the client's checkpoint; the update
+        itself runs on the shared :class:`SGPRClientWorker` (traced once per run).
+        """
+        assert self._worker is not None
+        client.state["fsgp"] = _ClientData(*(tf.constant(a) for a in client.data))
         if self.mode == "fedavg":
-            optimizer = tf_keras.optimizers.Adam(learning_rate=self.learning_rate)
-            trainable = model.trainable_variables
-            optimizer.build(trainable)
-            client.optimizer = optimizer
-
-            def local_loss() -> tf.Tensor:
-                return model.training_loss() / num_data
-
-            loop = compiled_adam_loop(local_loss, trainable, optimizer, self.local_steps)
-
-            @tf.function(autograph=False)
-            def train() -> tf.Tensor:
-                loop()  # automatic control dependencies order the bound after the steps
-                return model.elbo() / num_data
-
-            fns.functions["train"] = train
-        else:
-
-            @tf.function(autograph=False)
-            def vjp(adjoints: Dict[str, tf.Tensor]) -> List[tf.Tensor]:
-                return statistics_vjp(
-                    model.kernel, model.inducing_variable, X, Y, adjoints, variables, whiten=self.whiten
-                )
-
-            fns.functions["gradient"] = vjp
-        client.state["fsgp"] = fns
-        self._client_functions[client.id] = fns
+            client.state["adam"] = self._worker.initial_adam_state()
+        self._clients.append(client.id)
 
     def tracing_counts(self) -> Dict[str, Dict[str, int]]:
-        """How many times each client's compiled functions were traced (1 each: no retracing per round)."""
-        return {
-            cid: {
-                name: int(fn.experimental_get_tracing_count())
-                for name, fn in fns.functions.items()
-                if hasattr(fn, "experimental_get_tracing_count")
-            }
-            for cid, fns in self._client_functions.items()
-        }
+        """For each set-up client, how many times the compiled functions of its rounds were traced.
+
+        ``"train"`` (fedavg) or ``"statistics"`` and ``"gradient"`` (exact). These functions are shared by
+        all clients (:class:`SGPRClientWorker`), so each count is the number of traces in the whole run:
+        1 once used, never one per client or per round. The final ``"predict"`` phase of fedavg uses the
+        shared ``"statistics"`` function too (``self.worker.tracing_counts()`` has every count).
+        """
+        if self._worker is None:
+            return {}
+        counts = self._worker.tracing_counts()
+        names = ("train",) if self.mode == "fedavg" else ("statistics", "gradient")
+        return {cid: {name: counts[name] for name in names} for cid in self._clients}
+
+    @property
+    def worker(self) -> Optional[SGPRClientWorker]:
+        """The shared client worker of the current run (None before :meth:`initial_state`)."""
+        return self._worker
 
     # --- the round -----------------------------------------------------------------------------------
     def broadcast(self, state: FSGPState, round: int, phase: str) -> Mapping[str, np.ndarray]:
@@ -304,23 +302,22 @@ class FSGP(Algorithm):
         return arrays
 
     def client_update(self, client: Client, broadcast: Any) -> Any:
-        assert self._shared is not None
-        fns: _ClientFunctions = client.state["fsgp"]
-        params = {k: broadcast[k] for k in self._shared.keys}
-        self._shared.assign(client.model, params)
+        assert self._shared is not None and self._worker is not None
+        data: _ClientData = client.state["fsgp"]
+        values = [broadcast[k] for k in self._shared.keys]
         weight = float(client.num_data)
         if broadcast.phase == "train":
-            bound = float(fns.functions["train"]().numpy())
+            new_values, adam, bound = self._worker.train(data.X, data.Y, values, client.state["adam"])
             if not np.isfinite(bound):
                 raise FloatingPointError(f"the local bound became {bound} after {self.local_steps} steps")
-            return self.reply(client, broadcast, self._shared.read(client.model), weight, {"bound": bound})
+            client.state["adam"] = adam  # only a successful update changes the client's Adam state
+            return self.reply(client, broadcast, dict(zip(self._shared.keys, new_values)), weight, {"bound": bound})
         if broadcast.phase in ("statistics", "predict"):
-            stats = fns.functions["statistics"]()
-            return self.reply(client, broadcast, {k: v.numpy() for k, v in stats._asdict().items()}, weight)
+            return self.reply(client, broadcast, self._worker.statistics(data.X, data.Y, values), weight)
         if broadcast.phase == "gradient":
-            adjoints = {k: tf.constant(broadcast[f"adjoint/{k}"]) for k in ADJOINT_NAMES}
-            grads = fns.functions["gradient"](adjoints)
-            return self.reply(client, broadcast, {k: g.numpy() for k, g in zip(self._shared.keys, grads)}, weight)
+            adjoints = {k: broadcast[f"adjoint/{k}"] for k in ADJOINT_NAMES}
+            grads = self._worker.vjp(data.X, data.Y, values, adjoints)
+            return self.reply(client, broadcast, dict(zip(self._shared.keys, grads)), weight)
         raise ValueError(f"FSGP: unknown phase {broadcast.phase!r}")
 
     def _objective(self, state: FSGPState, stats: Mapping[str, np.ndarray]) -> Tuple[float, Dict, Dict]:

@@ -83,14 +83,6 @@ class HyperModel:
             return tf.reduce_sum(-0.5 * np.log(2 * np.pi) - 0.5 * tf.math.log(noise) - 0.5 * ((Y - mean) ** 2 + var) / noise)
         return tf.reduce_sum(self.likelihood.variational_expectations(X, mean, var, Y))
 
-    def log_predictive(self, X: tf.Tensor, Y: tf.Tensor, mean: tf.Tensor, var: tf.Tensor, beta: Optional[tf.Tensor]) -> tf.Tensor:
-        """log ∫ p(y | f, β) N(f; μ, v) df per point ``[N]``."""
-        noise = self.noise(beta)
-        if noise is not None:
-            total = var + noise
-            return tf.reduce_sum(-0.5 * np.log(2 * np.pi) - 0.5 * tf.math.log(total) - 0.5 * (Y - mean) ** 2 / total, axis=-1)
-        return self.likelihood.predict_log_density(X, mean, var, Y)
-
 
 @dataclass
 class PseudoSets:

@@ -15,7 +15,8 @@ import gpflow
 import numpy as np
 
 from ...models.ensemble_svgp import EnsembleSVGP
-from ...models.recyclable import RecyclableModel, export_svgp, train_local_svgp
+from ...models.recyclable import RecyclableModel, export_svgp
+from ...models.recyclable_training import LocalSVGPTrainer
 from ..algorithm import Aggregate, Algorithm, FederationInfo
 from ..client import Client
 from ..messages import Message
@@ -65,6 +66,11 @@ class Recycle(Algorithm):
         self.local_kernel = local_kernel if local_kernel is not None else kernel
         self.local_likelihood = local_likelihood if local_likelihood is not None else gpflow.likelihoods.Gaussian()
         self.likelihood, self.local_maxiter, self.maxiter, self.method = likelihood, local_maxiter, maxiter, method
+        if isinstance(local_maxiter, bool) or not isinstance(local_maxiter, int) or local_maxiter < 0:
+            raise ValueError(f"local_maxiter must be a non-negative integer, got {local_maxiter!r}")
+        # created at the first client update (after any runtime's deep copy of the algorithm), then one compiled
+        # L-BFGS loop serves every client simulated in this process; each fit starts from copies of the templates
+        self._trainer: Optional[LocalSVGPTrainer] = None
 
     def validate(self, dataset: Any) -> None:
         if dataset.input_dim != self.Z.shape[1]:
@@ -88,11 +94,9 @@ class Recycle(Algorithm):
         X, Y = client.data
         M = min(self.num_local_inducing, client.num_data)
         Z = X[np.sort(client.rng.choice(client.num_data, size=M, replace=False))]
-        model = train_local_svgp(
-            X, Y, Z,
-            gpflow.utilities.deepcopy(self.local_kernel), gpflow.utilities.deepcopy(self.local_likelihood),
-            maxiter=self.local_maxiter,
-        )  # fmt: skip
+        if self._trainer is None:
+            self._trainer = LocalSVGPTrainer(self.local_kernel, self.local_likelihood, maxiter=self.local_maxiter)
+        model = self._trainer.fit(X, Y, Z)
         elbo = float(model.elbo((X, Y)).numpy())
         rec = export_svgp(model, name=client.id)
         return self.reply(client, broadcast, rec.to_arrays(), weight=client.num_data, metrics={"local_elbo": elbo})

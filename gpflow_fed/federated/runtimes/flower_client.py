@@ -1,0 +1,193 @@
+"""The Flower ClientApp of gpflow-fed: one party's side of any :class:`~gpflow_fed.federated.Algorithm`.
+
+A SuperNode is one party. Its node config names its private data and its place in the federation:
+
+* ``data``: path to an ``.npz`` file holding ``X`` ``[N_k, D]`` and ``Y`` ``[N_k, P]`` (never sent);
+* ``client-index``: k ∈ {0, …, K-1}; the client is ``"client_k"`` with the seed
+  :func:`~gpflow_fed.federated.runtimes.make_clients` gives it, so runs match ``LocalRuntime``;
+* ``state-dir`` (optional): where the client keeps its state between messages (default: a folder under the
+  system's temporary directory, per run and node).
+
+The run config's ``algorithm`` names the algorithm factory ``"package.module:function"`` (see
+:func:`~gpflow_fed.federated.runtimes.flower_records.load_factory`); every party calls it with the run config.
+
+Handlers: ``query`` answers the server's ``describe`` with ``(k, N_k, D, P)`` (what
+:class:`~gpflow_fed.federated.FederationInfo` holds); ``train`` runs ``Algorithm.client_update`` on one
+broadcast. Flower starts a fresh ClientApp process for every message, so after each update the client
+writes its own state — RNG, ``client.state``, and through ``tf.train.Checkpoint`` its model, optimizer
+(Adam moments, step count) and TensorFlow objects, the same record as a checkpoint of
+:mod:`gpflow_fed.federated.checkpoint` — and the next message rebuilds the client with
+``Algorithm.setup_client`` and restores it, so a Flower client evolves exactly like a ``LocalRuntime`` one.
+``setup_client`` is given ``Algorithm.initial_state(info)``; shared values arrive with each broadcast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import types
+from typing import Any, Dict, Optional, Tuple
+
+import numpy as np
+import tensorflow as tf
+from flwr.app import ConfigRecord, Context, RecordDict
+from flwr.app import Message as FlowerMessage
+from flwr.clientapp import ClientApp
+
+from ...data.dataset import validate_regression_data
+from ..algorithm import Algorithm
+from ..checkpoint import decode_tree, encode_tree, is_trackable, tracked_objects
+from ..client import Client
+from ..messages import Message as FedMessage
+from .flower_records import (
+    INFO,
+    build_algorithm,
+    client_seed,
+    config_to_info,
+    message_to_recorddict,
+    recorddict_to_message,
+)
+
+__all__ = ["DESCRIBE", "describe_reply", "load_client_data", "make_client_app", "app"]
+
+DESCRIBE = "describe"
+
+#: clients already built in this process, by (run id, node id): in-process runs skip the disk round trip
+_LIVE: Dict[Tuple[int, int], Tuple[Algorithm, Client]] = {}
+
+
+def _node_setting(context: Context, key: str) -> Any:
+    if key not in context.node_config:
+        raise ValueError(
+            f"SuperNode {context.node_id}: node config lacks {key!r}; start it with "
+            f"--node-config \"data='/path/client.npz' client-index=0\""
+        )
+    return context.node_config[key]
+
+
+def load_client_data(context: Context) -> Tuple[int, np.ndarray, np.ndarray]:
+    """``(k, X_k, Y_k)`` from the node config, validated like a :class:`~gpflow_fed.data.FederatedDataset`.
+
+    :raises ValueError: a missing setting, a missing file, or an ``.npz`` without ``X`` and ``Y``.
+    """
+    path = str(_node_setting(context, "data"))
+    index = _node_setting(context, "client-index")
+    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+        raise ValueError(f"node config client-index must be a non-negative integer, got {index!r}")
+    if not os.path.isfile(path):
+        raise ValueError(f"node config data={path!r}: no such file")
+    with np.load(path) as npz:
+        if "X" not in npz.files or "Y" not in npz.files:
+            raise ValueError(f"{path!r} must hold arrays 'X' [N, D] and 'Y' [N, P]; it has {npz.files}")
+        X, Y = validate_regression_data(npz["X"], npz["Y"], f"client {index} ({path})")
+    return int(index), X, Y
+
+
+def describe_reply(context: Context) -> RecordDict:
+    """The party's public description: ``client-index``, ``num-data`` N_k, ``input-dim`` D, ``output-dim`` P."""
+    index, X, Y = load_client_data(context)
+    return RecordDict(
+        {
+            DESCRIBE: ConfigRecord(
+                {"client-index": index, "num-data": int(X.shape[0]), "input-dim": int(X.shape[1]), "output-dim": int(Y.shape[1])}
+            )
+        }
+    )
+
+
+def _state_dir(context: Context, client_id: str) -> str:
+    root = context.node_config.get("state-dir") or os.path.join(tempfile.gettempdir(), "gpflow_fed_flower")
+    return os.path.join(str(root), f"run-{context.run_id}", f"node-{context.node_id}-{client_id}")
+
+
+def _save_client(directory: str, client: Client) -> None:
+    """The client's own checkpoint (RNG, plain ``client.state``, TensorFlow objects), replaced atomically."""
+    os.makedirs(directory, exist_ok=True)
+    arrays: Dict[str, np.ndarray] = {}
+    plain = {k: v for k, v in client.state.items() if not is_trackable(v) and _encodable(v)}
+    record = {"rng": client.rng.bit_generator.state, "state": encode_tree(plain, arrays)}
+    objects = tracked_objects(types.SimpleNamespace(), {client.id: client}, [client.id])
+    tf.train.Checkpoint(**objects).write(os.path.join(directory, "tf", "objects"))
+    np.savez(os.path.join(directory, "arrays.npz"), **arrays)
+    tmp = os.path.join(directory, "client.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(record, f)
+    os.replace(tmp, os.path.join(directory, "client.json"))
+
+
+def _encodable(value: Any) -> bool:
+    try:
+        encode_tree(value, {})
+    except TypeError:
+        return False
+    return True
+
+
+def _restore_client(directory: str, client: Client) -> bool:
+    """Restore what :func:`_save_client` wrote; False if this client has not answered before."""
+    pointer = os.path.join(directory, "client.json")
+    if not os.path.exists(pointer):
+        return False
+    with open(pointer) as f:
+        record = json.load(f)
+    with np.load(os.path.join(directory, "arrays.npz")) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    client.rng.bit_generator.state = record["rng"]
+    client.state.update(decode_tree(record["state"], arrays))
+    objects = tracked_objects(types.SimpleNamespace(), {client.id: client}, [client.id])
+    tf.train.Checkpoint(**objects).read(os.path.join(directory, "tf", "objects")).assert_existing_objects_matched()
+    return True
+
+
+def _client_for(content: RecordDict, context: Context) -> Tuple[Algorithm, Client, Optional[str]]:
+    """This party's algorithm and client, built (or found alive), set up and restored."""
+    key = (int(context.run_id), int(context.node_id))
+    if key in _LIVE:
+        algorithm, client = _LIVE[key]
+        return algorithm, client, None
+    if INFO not in content:
+        raise ValueError("a gpflow_fed broadcast must carry the 'info' record (FederationInfo)")
+    info = config_to_info(content.config_records[INFO])
+    index, X, Y = load_client_data(context)
+    client_id = f"client_{index}"
+    if client_id not in info.client_ids:
+        raise ValueError(f"this party is {client_id!r}, which the server's federation {info.client_ids} lacks")
+    client = Client(client_id, (X, Y), client_seed(info.seed, index, info.num_clients))
+    algorithm = build_algorithm(str(context.run_config["algorithm"]), context.run_config)
+    algorithm.setup_client(client, algorithm.initial_state(info))
+    directory = _state_dir(context, client_id)
+    _restore_client(directory, client)
+    return algorithm, client, directory
+
+
+def make_client_app(*, keep_alive: bool = False) -> ClientApp:
+    """A ClientApp running any gpflow-fed algorithm on the data named by the node config.
+
+    :param keep_alive: keep each built client in this process between messages (for in-process
+        transports, where the ClientApp is not restarted); otherwise every update ends by writing the
+        client's state to its ``state-dir`` and the next message restores it.
+    """
+    client_app = ClientApp()
+
+    @client_app.query()
+    def describe(msg: FlowerMessage, context: Context) -> FlowerMessage:
+        return FlowerMessage(describe_reply(context), reply_to=msg)
+
+    @client_app.train()
+    def train(msg: FlowerMessage, context: Context) -> FlowerMessage:
+        down, purpose = recorddict_to_message(msg.content)
+        algorithm, client, directory = _client_for(msg.content, context)
+        reply = algorithm.client_update(client, down)
+        if not isinstance(reply, FedMessage):
+            raise TypeError(f"{algorithm.name}.client_update returned {type(reply).__name__}, not a Message")
+        if keep_alive:
+            _LIVE[(int(context.run_id), int(context.node_id))] = (algorithm, client)
+        elif directory is not None:
+            _save_client(directory, client)
+        return FlowerMessage(message_to_recorddict(reply, purpose), reply_to=msg)
+
+    return client_app
+
+#: the ClientApp of a Flower deployment (``clientapp = "gpflow_fed.federated.runtimes.flower_client:app"``)
+app = make_client_app()

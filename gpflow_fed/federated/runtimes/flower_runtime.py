@@ -1,0 +1,188 @@
+"""FlowerRuntime: run an algorithm through the Flower ServerApp/ClientApp adapters inside this process.
+
+``run(algorithm, dataset, runtime=FlowerRuntime())`` is the Flower path on one machine: every client of the
+dataset becomes a SuperNode-like party with its own node config (its data written to an ``.npz`` in a
+temporary folder, its ``client-index``), its own copy of the algorithm, and the real
+:func:`~gpflow_fed.federated.runtimes.flower_client.make_client_app` handlers; the server side is
+:class:`~gpflow_fed.federated.runtimes.flower_server.FlowerServer`. Between them, :class:`LoopbackGrid`
+delivers Flower messages whose contents go through Flower's protobuf serialisation (``RecordDict`` →
+bytes → ``RecordDict``), so what crosses is exactly what crosses a SuperLink. A client that raises is
+answered by a Flower error reply, as on a SuperNode.
+
+Flower's own Simulation Engine needs Ray (``flwr[simulation]``), which this package does not require; for
+parties on different machines use the Deployment Engine (``docs/guides/flower.md``).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from typing import Any, Dict, Iterable, List, Optional
+
+import gpflow
+import numpy as np
+from flwr.app import Context, Error, RecordDict
+from flwr.app import Message as FlowerMessage
+from flwr.clientapp import ClientApp
+from flwr.common.constant import SUPERLINK_NODE_ID
+from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
+from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict
+from flwr.serverapp import Grid
+from flwr.supercore.run import Run
+from flwr.supercore.task_identity import TaskIdentity
+
+from ...data.dataset import FederatedDataset
+from ..algorithm import Algorithm
+from ..result import FederatedResult
+from .base import Runtime
+from .faults import FaultPolicy
+from .flower_client import _LIVE, make_client_app
+from .flower_server import FlowerServer
+
+__all__ = ["FlowerRuntime", "LoopbackGrid"]
+
+#: Flower's error code for an exception raised by a ClientApp (flwr.app.error codes)
+CLIENT_APP_RAISED_EXCEPTION = 0
+
+
+def _over_the_wire(content: RecordDict) -> RecordDict:
+    """``content`` after Flower's protobuf encoding and decoding."""
+    proto = ProtoRecordDict()
+    proto.ParseFromString(recorddict_to_proto(content).SerializeToString())
+    return recorddict_from_proto(proto)
+
+
+class LoopbackGrid(Grid):
+    """A Flower ``Grid`` whose nodes are ClientApps in this process (one :class:`Context` per node).
+
+    :param client_app: the ClientApp every node runs.
+    :param node_configs: one node config per node (node ids 1001, 1002, …).
+    :param run_config: the run config every node sees.
+    :param run_id: the run's id.
+    """
+
+    def __init__(self, client_app: ClientApp, node_configs: List[Dict[str, Any]], run_config: Dict[str, Any], run_id: int) -> None:
+        self._run = Run.create_empty(run_id)
+        self.client_app = client_app
+        self.contexts = {
+            1001 + i: Context(run_id=run_id, node_id=1001 + i, node_config=dict(cfg), state=RecordDict(), run_config=dict(run_config))
+            for i, cfg in enumerate(node_configs)
+        }
+        self._pending: Dict[str, FlowerMessage] = {}
+
+    def set_run(self, run: Run) -> None:
+        self._run = run
+
+    @property
+    def run(self) -> Run:
+        return self._run
+
+    def create_message(
+        self, content: RecordDict, message_type: str, dst_node_id: int, group_id: str, ttl: Optional[float] = None
+    ) -> FlowerMessage:
+        return FlowerMessage(content, dst_node_id, message_type, ttl=ttl, group_id=group_id)
+
+    def get_node_ids(self) -> Iterable[int]:
+        return list(self.contexts)
+
+    def push_messages(self, messages: Iterable[FlowerMessage]) -> Iterable[str]:
+        ids = []
+        for msg in messages:
+            if msg.metadata.dst_node_id not in self.contexts:
+                raise ValueError(f"no node {msg.metadata.dst_node_id} in this grid (nodes: {sorted(self.contexts)})")
+            msg.metadata.__dict__["_message_id"] = uuid.uuid4().hex
+            msg.metadata.__dict__["_src_node_id"] = SUPERLINK_NODE_ID
+            self._pending[msg.metadata.message_id] = msg
+            ids.append(msg.metadata.message_id)
+        return ids
+
+    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[FlowerMessage]:
+        replies = []
+        for mid in message_ids:
+            msg = self._pending.pop(mid)
+            delivered = FlowerMessage(_over_the_wire(msg.content), msg.metadata.dst_node_id, msg.metadata.message_type,
+                                      group_id=msg.metadata.group_id)
+            delivered.metadata.__dict__["_message_id"] = mid
+            delivered.metadata.__dict__["_src_node_id"] = SUPERLINK_NODE_ID
+            try:
+                reply = self.client_app(delivered, self.contexts[msg.metadata.dst_node_id])
+                reply = FlowerMessage(_over_the_wire(reply.content), reply_to=delivered)
+            except Exception as exc:  # noqa: BLE001 - a SuperNode turns a ClientApp exception into an error reply
+                reply = FlowerMessage(Error(CLIENT_APP_RAISED_EXCEPTION, f"{type(exc).__name__}: {exc}"), reply_to=delivered)
+            reply.metadata.__dict__["_src_node_id"] = msg.metadata.dst_node_id
+            replies.append(reply)
+        return replies
+
+    def send_and_receive(self, messages: Iterable[FlowerMessage], *, timeout: Optional[float] = None) -> Iterable[FlowerMessage]:
+        return self.pull_messages(self.push_messages(messages))
+
+
+def algorithm_factory(run_config: Dict[str, Any]) -> Algorithm:
+    """The factory :class:`FlowerRuntime` names in its run config: a fresh copy of the run's algorithm per party.
+
+    Each party gets its own deep copy (``gpflow.utilities.deepcopy``), taken before any training, as if
+    every party had built the algorithm from the same code and settings.
+    """
+    return gpflow.utilities.deepcopy(_ALGORITHMS[str(run_config["gpflow-fed-run"])])
+
+
+_ALGORITHMS: Dict[str, Algorithm] = {}
+
+
+class FlowerRuntime(Runtime):
+    """Runs an :class:`~gpflow_fed.federated.Algorithm` through Flower's message API in this process.
+
+    :param faults: how faulty clients are treated (:class:`FaultPolicy`).
+    :param keep_payloads: keep every message in the ledger.
+    :param secure_aggregation: must be False: Flower 1.41's SecAgg+ exists only as a legacy-strategy
+        workflow (``flwr.server.workflow.SecAggPlusWorkflow`` needs a ``LegacyContext`` and a
+        ``flwr.server.strategy.Strategy``'s ``configure_fit``/``aggregate_fit``), always returns a weighted
+        *mean* of FitRes parameters, and quantises after clipping every entry to ±``clipping_range`` with a
+        modulus below 2³²; sufficient statistics such as Σ_k C_k C_kᵀ (entries of order N) would be
+        clipped or lose ~6 significant digits. Use ``LocalRuntime(secure_aggregation=True)``.
+    :raises ValueError: ``secure_aggregation`` requested (with the reason above).
+    """
+
+    def __init__(self, *, faults: Optional[FaultPolicy] = None, keep_payloads: bool = False, secure_aggregation: bool = False) -> None:
+        if secure_aggregation:
+            raise ValueError(
+                "FlowerRuntime does not offer secure aggregation: Flower 1.41's SecAgg+ works only through the legacy "
+                "SecAggPlusWorkflow (LegacyContext + a legacy Strategy), returns a weighted mean, and clips and "
+                "quantises every entry into fewer than 32 bits, which destroys sums of sufficient statistics; use "
+                "LocalRuntime(secure_aggregation=True) for pairwise-masked sums"
+            )
+        if faults is not None and not isinstance(faults, FaultPolicy):
+            raise TypeError(f"faults must be a FaultPolicy, got {type(faults).__name__}")
+        self.faults = faults
+        self.keep_payloads = keep_payloads
+
+    def execute(
+        self, algorithm: Algorithm, dataset: FederatedDataset, *, monitor: Optional[Any] = None, seed: int = 0
+    ) -> FederatedResult:
+        if not isinstance(dataset, FederatedDataset):
+            raise TypeError(f"dataset must be a FederatedDataset, got {type(dataset).__name__}")
+        algorithm.validate(dataset)
+        server = FlowerServer(algorithm, seed=seed, faults=self.faults, keep_payloads=self.keep_payloads)
+        run_key = uuid.uuid4().hex
+        run_id = int(run_key[:12], 16)
+        # the parties' algorithms are copies of a pristine one, never the server's object
+        _ALGORITHMS[run_key] = gpflow.utilities.deepcopy(algorithm)
+        previous = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
+        try:
+            with tempfile.TemporaryDirectory(prefix="gpflow_fed_flower_") as tmp:
+                configs = []
+                for k, (X, Y) in enumerate(dataset.clients):
+                    path = os.path.join(tmp, f"client_{k}.npz")
+                    np.savez(path, X=X, Y=Y)
+                    configs.append({"data": path, "client-index": k, "state-dir": os.path.join(tmp, "state")})
+                run_config = {"algorithm": f"{__name__}:algorithm_factory", "gpflow-fed-run": run_key, "seed": int(seed)}
+                grid = LoopbackGrid(make_client_app(keep_alive=True), configs, run_config, run_id)
+                TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = run_id, SUPERLINK_NODE_ID, 1
+                return server.run(grid, test=dataset.test, monitor=monitor)
+        finally:
+            _ALGORITHMS.pop(run_key, None)
+            for key in [k for k in _LIVE if k[0] == run_id]:
+                del _LIVE[key]
+            TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = previous
+

@@ -1,0 +1,352 @@
+"""The Flower ServerApp of gpflow-fed: the round loop of any :class:`~gpflow_fed.federated.Algorithm` over a Grid.
+
+The server owns the loop, as in DESIGN.md §3, and runs it with the same
+:func:`~gpflow_fed.federated.runtimes.loop.train_round` and
+:func:`~gpflow_fed.federated.runtimes.loop.final_phases` as ``LocalRuntime``; only the phase's message
+transport (:meth:`FlowerServer.gather`) is Flower's. First it asks every SuperNode to ``describe`` itself
+(client index k, N_k, D, P: what :class:`~gpflow_fed.federated.FederationInfo` holds; no data), then for each
+round r it
+
+1. selects the round's clients with ``Algorithm.select_clients`` and the server's sampling RNG (seeded as
+   :func:`~gpflow_fed.federated.runtimes.make_clients` seeds it, so the same seed picks the same clients as
+   ``LocalRuntime``);
+2. for each phase, sends ``Algorithm.broadcast`` to the selected SuperNodes as a Flower ``train`` message
+   (:mod:`~gpflow_fed.federated.runtimes.flower_records`), rebuilds the replies as
+   :class:`~gpflow_fed.federated.Message` objects, records both directions in the
+   :class:`~gpflow_fed.federated.CommunicationLedger`, screens faults under the :class:`FaultPolicy`
+   (an error reply or no reply within ``timeout`` is a fault, as are NaN and wrongly shaped payloads), and
+   reduces the good replies with :func:`~gpflow_fed.federated.reduce_messages` in the order of the
+   selection — the same reduction as ``LocalRuntime`` — before ``Algorithm.server_update``;
+3. after the last round runs ``Algorithm.final_phases`` with every client and returns
+   ``Algorithm.result``.
+
+Secure aggregation and differential privacy are not offered on Flower (see :class:`FlowerServer`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import gpflow
+import numpy as np
+from flwr.app import Context, MessageType, RecordDict
+from flwr.app import Message as FlowerMessage
+from flwr.serverapp import Grid, ServerApp
+
+from ..algorithm import Aggregate, Algorithm, FederationInfo, reduce_messages
+from ..ledger import Channel, CommunicationLedger
+from ..messages import SERVER, Message
+from ..result import FederatedResult
+from .base import ClientUpdateError, evaluate_model
+from .faults import FaultPolicy, reply_fault
+from .flower_client import DESCRIBE
+from .flower_records import (
+    INFO,
+    build_algorithm,
+    info_to_config,
+    message_to_recorddict,
+    recorddict_to_message,
+    sampling_rng,
+)
+from .loop import final_phases, screen, train_round
+
+__all__ = ["FederationShape", "FlowerServer", "app", "save_error", "save_result"]
+
+
+@dataclass(frozen=True)
+class FederationShape:
+    """What ``Algorithm.validate`` may use on a Flower server, which never holds client data."""
+
+    client_sizes: Tuple[int, ...]
+    input_dim: int
+    output_dim: int
+    test: Optional[Tuple[np.ndarray, np.ndarray]] = None
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.client_sizes)
+
+    @property
+    def num_data(self) -> int:
+        return int(sum(self.client_sizes))
+
+
+class FlowerServer:
+    """Runs an algorithm's rounds over a Flower ``Grid`` (see the module docstring).
+
+    :param algorithm: the algorithm (built on the server; clients build theirs from the same factory).
+    :param seed: the run's seed (client sampling here; each client derives its own seed from it).
+    :param faults: how faulty clients are treated (default: the first fault stops the run).
+    :param timeout: seconds to wait for the replies of one phase (None: no limit).
+    :param keep_payloads: keep every message in the ledger.
+    :param num_clients: wait until this many SuperNodes are connected (None: use those connected now).
+    :param wait: seconds to wait for them.
+    :raises ValueError: bad ``seed``, ``timeout``, ``num_clients`` or ``wait``.
+    """
+
+    def __init__(
+        self,
+        algorithm: Algorithm,
+        *,
+        seed: int = 0,
+        faults: Optional[FaultPolicy] = None,
+        timeout: Optional[float] = None,
+        keep_payloads: bool = False,
+        num_clients: Optional[int] = None,
+        wait: float = 120.0,
+    ) -> None:
+        if not isinstance(algorithm, Algorithm):
+            raise TypeError(f"algorithm must be a gpflow_fed Algorithm, got {type(algorithm).__name__}")
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout must be positive seconds or None, got {timeout!r}")
+        if num_clients is not None and (isinstance(num_clients, bool) or not isinstance(num_clients, int) or num_clients < 1):
+            raise ValueError(f"num_clients must be a positive integer or None, got {num_clients!r}")
+        if not wait >= 0:
+            raise ValueError(f"wait must be non-negative seconds, got {wait!r}")
+        if faults is not None and not isinstance(faults, FaultPolicy):
+            raise TypeError(f"faults must be a FaultPolicy, got {type(faults).__name__}")
+        self.algorithm = algorithm
+        self.seed = int(seed)
+        self.faults = faults or FaultPolicy()
+        self.timeout = timeout
+        self.keep_payloads = keep_payloads
+        self.num_clients = num_clients
+        self.wait = float(wait)
+
+    # --- the federation ------------------------------------------------------------------------------
+    def _nodes(self, grid: Grid) -> List[int]:
+        deadline = time.monotonic() + self.wait
+        while True:
+            nodes = sorted(int(n) for n in grid.get_node_ids())
+            if self.num_clients is None and nodes or self.num_clients is not None and len(nodes) >= self.num_clients:
+                return nodes
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"only {len(nodes)} SuperNode(s) connected after {self.wait:g} s, "
+                    f"expected {self.num_clients or 'at least 1'}; start them with flower-supernode"
+                )
+            time.sleep(0.5)
+
+    def discover(self, grid: Grid) -> Tuple[FederationInfo, Dict[str, int]]:
+        """Ask every SuperNode to describe itself: the :class:`FederationInfo` and ``{client id: node id}``.
+
+        :raises ValueError: missing, repeated or out-of-range client indices, or parties with different D or P.
+        """
+        nodes = self._nodes(grid)
+        messages = [
+            FlowerMessage(RecordDict({}), dst_node_id=n, message_type=MessageType.QUERY, group_id=DESCRIBE) for n in nodes
+        ]
+        replies = list(grid.send_and_receive(messages, timeout=self.timeout))
+        described: Dict[int, Tuple[int, int, int, int]] = {}
+        for reply in replies:
+            if reply.has_error():
+                raise ValueError(f"SuperNode {reply.metadata.src_node_id} could not describe itself: {reply.error.reason}")
+            cfg = reply.content.config_records[DESCRIBE]
+            described[int(reply.metadata.src_node_id)] = (
+                int(cfg["client-index"]), int(cfg["num-data"]), int(cfg["input-dim"]), int(cfg["output-dim"])  # type: ignore[arg-type]
+            )
+        silent = sorted(set(nodes) - set(described))
+        if silent:
+            raise ValueError(f"SuperNode(s) {silent} did not answer 'describe' within {self.timeout} s")
+        indices = sorted(d[0] for d in described.values())
+        if indices != list(range(len(nodes))):
+            raise ValueError(
+                f"the SuperNodes' client-index values are {indices}; give the K = {len(nodes)} parties the distinct "
+                f"indices 0 … {len(nodes) - 1} in --node-config"
+            )
+        dims = {(d[2], d[3]) for d in described.values()}
+        if len(dims) != 1:
+            raise ValueError(f"the parties' data disagree on (D, P): {sorted(dims)}")
+        (input_dim, output_dim), = dims
+        order = sorted(described, key=lambda n: described[n][0])
+        ids = tuple(f"client_{described[n][0]}" for n in order)
+        info = FederationInfo(
+            client_ids=ids,
+            client_sizes={c: described[n][1] for c, n in zip(ids, order)},
+            input_dim=input_dim,
+            output_dim=output_dim,
+            seed=self.seed,
+        )
+        return info, dict(zip(ids, order))
+
+    # --- one phase -----------------------------------------------------------------------------------
+    def gather(
+        self, grid: Grid, channel: Channel, info: FederationInfo, node_of: Mapping[str, int],
+        down: Message, selected: Sequence[str],
+    ) -> Tuple[Aggregate, Dict[str, str]]:
+        """Broadcast ``down`` to ``selected``, collect, screen and reduce; also ``{client: reason}`` excluded."""
+        purpose = channel.purpose
+        outgoing = []
+        for cid in selected:
+            content = message_to_recorddict(down, purpose)
+            content[INFO] = info_to_config(info)
+            outgoing.append(
+                FlowerMessage(content, dst_node_id=node_of[cid], message_type=MessageType.TRAIN,
+                              group_id=f"{purpose}/{down.round}/{down.phase}")
+            )
+        client_of = {n: c for c, n in node_of.items()}
+        received = {client_of[int(r.metadata.src_node_id)]: r for r in grid.send_and_receive(outgoing, timeout=self.timeout)}
+        replies: List[Message] = []
+        excluded: Dict[str, str] = {}
+        for cid in selected:  # recorded in LocalRuntime's order: down, then up, client by client
+            channel.send(down, cid)
+            reply = received.get(cid)
+            if reply is None:
+                fault = f"no reply within {self.timeout} s"
+            elif reply.has_error():
+                fault = f"raised on its SuperNode: {reply.error.reason}"
+            else:
+                try:
+                    message, _ = recorddict_to_message(reply.content)
+                except (ValueError, TypeError) as exc:
+                    fault = f"sent a malformed reply: {exc}"
+                else:
+                    channel.send(message, SERVER)
+                    fault = reply_fault(message, cid, down)
+            if fault is None:
+                replies.append(message)
+                continue
+            if self.faults.on_error == "raise":
+                raise ClientUpdateError(cid, down.round, down.phase, RuntimeError(fault))
+            excluded[cid] = fault
+        good = set(screen(self.faults, down.round, down.phase, selected, replies, excluded))
+        replies = [m for m in replies if m.sender in good]
+        return reduce_messages(replies, self.algorithm.aggregation(down.phase)), excluded
+
+    # --- the run -------------------------------------------------------------------------------------
+    def run(
+        self, grid: Grid, *, test: Optional[Tuple[np.ndarray, np.ndarray]] = None,
+        monitor: Optional[Callable[..., Any]] = None,
+    ) -> FederatedResult:
+        """Discover the parties, run every round and the final phases; the result as ``LocalRuntime``'s.
+
+        :param test: a held-out ``(X, Y)`` the server may hold, for ``result.metrics``.
+        :param monitor: called as ``monitor(r, history=..., state=..., algorithm=...)`` after each round.
+        """
+        start = time.perf_counter()
+        algorithm = self.algorithm
+        info, node_of = self.discover(grid)
+        ids = list(info.client_ids)
+        algorithm.validate(FederationShape(tuple(info.client_sizes[c] for c in ids), info.input_dim, info.output_dim, test))
+        ledger = CommunicationLedger(keep_payloads=self.keep_payloads)
+        channel = Channel(ledger)
+        rng = sampling_rng(self.seed, len(ids))
+        state = algorithm.initial_state(info)
+
+        def gather(
+            state: Any, round: int, phase: str, arrays: Mapping[str, np.ndarray], selected: Sequence[str]
+        ) -> Tuple[Aggregate, Dict[str, str]]:
+            down = Message(sender=SERVER, round=round, phase=phase, arrays=arrays, weight=0.0)
+            return self.gather(grid, channel, info, node_of, down, selected)
+
+        history: List[Dict[str, Any]] = []
+        for r in range(algorithm.rounds):
+            state, entry, _ = train_round(algorithm, state, r, ids, rng, gather, ledger)
+            history.append(entry)
+            if monitor is not None:
+                monitor(r, history=history, state=state, algorithm=algorithm)
+        channel.purpose = "final"
+        state = final_phases(algorithm, state, algorithm.rounds, ids, gather)
+        model = algorithm.result(state)
+        return FederatedResult(
+            model=model,
+            history=history,
+            ledger=ledger,
+            state=state,
+            metrics=evaluate_model(model, test) if test is not None else {},
+            seconds=time.perf_counter() - start,
+        )
+
+
+def save_result(result: FederatedResult, directory: str, predict_at: Optional[np.ndarray] = None) -> None:
+    """Write a Flower run's result where the caller can read it (the ServerApp runs in its own process).
+
+    Files: ``parameters.npz`` (``gpflow.utilities.read_values`` of the model), ``predictions.npz``
+    (``mean``, ``var`` of ``predict_f`` at ``predict_at``, if given) and ``result.json`` (history, metrics,
+    ledger entries, seconds), the last written last, so its presence means the run finished.
+    """
+    os.makedirs(directory, exist_ok=True)
+    values = {k: np.asarray(v) for k, v in gpflow.utilities.read_values(result.model).items()}
+    np.savez(os.path.join(directory, "parameters.npz"), **values)
+    if predict_at is not None:
+        mean, var = result.model.predict_f(np.asarray(predict_at, dtype=gpflow.default_float()))
+        np.savez(os.path.join(directory, "predictions.npz"), mean=mean.numpy(), var=var.numpy())
+    record = {
+        "history": result.history,
+        "metrics": dict(result.metrics),
+        "ledger": [asdict(e) for e in result.ledger.entries],
+        "seconds": result.seconds,
+    }
+    tmp = os.path.join(directory, "result.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(record, f, default=float)
+    os.replace(tmp, os.path.join(directory, "result.json"))
+
+
+def save_error(error: BaseException, directory: str) -> None:
+    """Write ``error.json`` (the exception's type and message) when a ServerApp run fails."""
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "error.json"), "w") as f:
+        json.dump({"type": type(error).__name__, "message": str(error)}, f)
+
+
+def _run_config_number(config: Mapping[str, Any], key: str, default: Any) -> Any:
+    value = config.get(key, default)
+    return None if value == "" else value
+
+
+def make_server_app() -> ServerApp:
+    """A ServerApp configured entirely by the run config (``flwr run … --run-config``):
+
+    * ``algorithm`` (required): the factory ``"package.module:function"``, called with the run config;
+    * ``seed`` (default 0); ``num-clients``: wait for this many SuperNodes (default: those connected);
+    * ``timeout``: seconds per phase (default: none); ``min-clients`` and ``on-error``
+      (``"raise"``/``"exclude"``) for the :class:`FaultPolicy`;
+    * ``output``: folder for :func:`save_result`; ``test-data``: an ``.npz`` with ``X``, ``Y`` the server
+      holds, for test metrics and ``predictions.npz``.
+    """
+    server_app = ServerApp()
+
+    @server_app.main()
+    def main(grid: Grid, context: Context) -> None:
+        config = context.run_config
+        if "algorithm" not in config:
+            raise ValueError("run config lacks 'algorithm': pass --run-config \"algorithm='package.module:factory'\"")
+        try:
+            algorithm = build_algorithm(str(config["algorithm"]), config)
+        except Exception as exc:
+            if config.get("output"):
+                save_error(exc, str(config["output"]))
+            raise
+        timeout = _run_config_number(config, "timeout", None)
+        server = FlowerServer(
+            algorithm,
+            seed=int(config.get("seed", 0)),
+            faults=FaultPolicy(on_error=str(config.get("on-error", "raise")), min_clients=int(config.get("min-clients", 1))),
+            timeout=None if timeout is None else float(timeout),
+            num_clients=int(config["num-clients"]) if "num-clients" in config else None,
+        )
+        test = None
+        if config.get("test-data"):
+            with np.load(str(config["test-data"])) as npz:
+                test = (npz["X"].astype(gpflow.default_float()), npz["Y"].astype(gpflow.default_float()))
+        try:
+            result = server.run(grid, test=test)
+        except Exception as exc:  # the ServerApp's own process: leave the reason where the caller looks
+            if config.get("output"):
+                save_error(exc, str(config["output"]))
+            raise
+        if config.get("output"):
+            save_result(result, str(config["output"]), None if test is None else test[0])
+
+    return server_app
+
+
+#: the ServerApp of a Flower deployment (``serverapp = "gpflow_fed.federated.runtimes.flower_server:app"``)
+app = make_server_app()

@@ -1,0 +1,371 @@
+"""The round loop every runtime shares; runtimes differ only in how a phase's client work runs.
+
+:func:`train_round` (select the round's clients, run its phases, build its history entry) and
+:func:`final_phases` are the loop itself, written once: a runtime supplies a :data:`Gather`, its part of
+one phase. They are used by :class:`RoundLoopRuntime` and by the Flower ServerApp
+(:class:`~gpflow_fed.federated.runtimes.flower_server.FlowerServer`), which holds no
+:class:`~gpflow_fed.data.FederatedDataset`, only a :class:`~gpflow_fed.federated.FederationInfo`.
+:func:`screen` is the fault screening (shapes, ``min_clients``) every runtime applies to a phase's replies.
+
+:class:`RoundLoopRuntime` owns everything around the clients: seeding, the server state, client selection,
+phases and final phases, the ledger, history, evaluation every ``eval_every`` rounds, the privacy
+accountant, checkpoints and the monitor. A subclass implements :meth:`RoundLoopRuntime.gather`: given the
+broadcast of one phase and the selected clients, run the clients' updates, screen faults and return the
+server's :class:`~gpflow_fed.federated.Aggregate`. :class:`~gpflow_fed.federated.LocalRuntime` does that
+in a loop in this process; :class:`~gpflow_fed.federated.DistributeRuntime` spreads the clients over the
+replicas of a ``tf.distribute`` strategy and all-reduces their partial sums.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from ...data.dataset import FederatedDataset
+from ..algorithm import Aggregate, Algorithm, FederationInfo
+from ..checkpoint import latest_checkpoint, load_checkpoint, restore_clients, restore_objects, save_checkpoint
+from ..client import Client
+from ..ledger import Channel, CommunicationLedger
+from ..messages import Message
+from ..result import FederatedResult
+from ..secure_aggregation import Aggregator
+from .base import ClientUpdateError, Runtime, evaluate_model, make_clients
+from .faults import FaultPolicy, RoundFailedError, log_exclusions, reply_fault, shape_faults
+
+__all__ = ["Answer", "FederationRun", "Gather", "RoundLoopRuntime", "final_phases", "screen", "train_round"]
+
+#: A runtime's part of one phase: ``gather(state, round, phase, arrays, selected) -> (aggregate, excluded)``
+#: sends the broadcast ``arrays`` to the ``selected`` clients, runs or awaits their updates, screens faults
+#: and returns the server's :class:`Aggregate` of the good replies and ``{client: reason}`` of the excluded
+#: ones. ``state`` is the server state the broadcast was made from (for ``Algorithm.setup_client``).
+Gather = Callable[[Any, int, str, Mapping[str, np.ndarray], Sequence[str]], Tuple[Aggregate, Dict[str, str]]]
+
+
+def _exchange(
+    algorithm: Algorithm, gather: Gather, state: Any, round: int, phase: str, selected: Sequence[str]
+) -> Tuple[Any, Aggregate, Dict[str, str]]:
+    """One phase: ``Algorithm.broadcast``, the runtime's ``gather``, ``Algorithm.server_update``."""
+    aggregate, excluded = gather(state, round, phase, algorithm.broadcast(state, round, phase), selected)
+    return algorithm.server_update(state, aggregate), aggregate, excluded
+
+
+def train_round(
+    algorithm: Algorithm,
+    state: Any,
+    round: int,
+    ids: Sequence[str],
+    rng: np.random.Generator,
+    gather: Gather,
+    ledger: CommunicationLedger,
+) -> Tuple[Any, Dict[str, Any], int]:
+    """Round ``round`` of the loop every runtime shares (DESIGN.md §3), whatever carries its messages.
+
+    Selects the round's clients with ``Algorithm.select_clients(round, ids, rng)``, runs each of
+    ``Algorithm.phases(round)`` in turn (a later phase goes to the clients whose replies the previous one
+    aggregated) and builds the round's history entry: ``round``, ``clients`` (those aggregated in the last
+    phase), ``bytes_up``/``bytes_down`` (the round's traffic in ``ledger``), ``Algorithm.round_metrics``,
+    ``seconds`` and, if any client was excluded, ``excluded`` (``{client: reason}``).
+
+    :return: the new server state, the history entry and the number of clients selected (the sample size
+        a privacy accountant needs).
+    """
+    t0 = time.perf_counter()
+    before = (ledger.total_bytes(direction="up"), ledger.total_bytes(direction="down"))
+    selected = algorithm.select_clients(round, ids, rng)
+    sample_size = len(selected)
+    aggregates: List[Aggregate] = []
+    excluded: Dict[str, str] = {}
+    for phase in algorithm.phases(round):
+        state, aggregate, dropped = _exchange(algorithm, gather, state, round, phase, selected)
+        selected = list(aggregate.senders)
+        aggregates.append(aggregate)
+        excluded.update(dropped)
+    entry: Dict[str, Any] = {
+        "round": round,
+        "clients": len(selected),
+        "bytes_up": ledger.total_bytes(direction="up") - before[0],
+        "bytes_down": ledger.total_bytes(direction="down") - before[1],
+    }
+    entry.update(algorithm.round_metrics(state, aggregates))
+    entry["seconds"] = time.perf_counter() - t0
+    if excluded:
+        entry["excluded"] = excluded
+    return state, entry, sample_size
+
+
+def final_phases(algorithm: Algorithm, state: Any, round: int, ids: Sequence[str], gather: Gather) -> Any:
+    """Run ``Algorithm.final_phases()`` with every client in ``ids`` (a later phase with those aggregated).
+
+    :param round: the round number the final messages carry (``algorithm.rounds`` after the last round).
+    :return: the server state from which ``Algorithm.result`` builds the returned model.
+    """
+    selected: Sequence[str] = ids
+    for phase in algorithm.final_phases():
+        state, aggregate, _ = _exchange(algorithm, gather, state, round, phase, selected)
+        selected = list(aggregate.senders)
+    return state
+
+
+@dataclass
+class Answer:
+    """One client's answer to one phase.
+
+    :param reply: what ``client_update`` returned (normally a :class:`Message`; anything else is a fault).
+    :param prepared: the reply after the aggregator's client-side encoding (clipping, fixed point), or None.
+    :param fault: why the answer is unusable, or None.
+    :param error: the exception the client raised, if it raised.
+    """
+
+    reply: Any = None
+    prepared: Optional[Message] = None
+    fault: Optional[str] = None
+    error: Optional[BaseException] = None
+
+
+@dataclass
+class FederationRun:
+    """What one run's phases need: the algorithm, its clients, the channel and the runtime's policies."""
+
+    algorithm: Algorithm
+    seed: int
+    clients: Mapping[str, Client]
+    channel: Channel
+    faults: FaultPolicy
+    aggregator: Aggregator
+    ready: set = field(default_factory=set)
+    #: the server state of the current phase (what ``Algorithm.setup_client`` is given)
+    state: Any = None
+
+    @property
+    def ledger(self) -> CommunicationLedger:
+        return self.channel.ledger
+
+    def ask(self, cid: str, down: Message, cohort_size: int, *, raise_now: bool) -> Answer:
+        """Client ``cid``'s answer to ``down`` (setting the client up on first use), screened for faults.
+
+        :param raise_now: raise :class:`ClientUpdateError` at a fault under ``FaultPolicy(on_error="raise")``
+            (else the caller decides, e.g. after every worker has reported).
+        """
+        algorithm = self.algorithm
+        started = time.perf_counter()
+        try:
+            if cid not in self.ready:
+                algorithm.setup_client(self.clients[cid], self.state)
+                self.ready.add(cid)
+            reply = algorithm.client_update(self.clients[cid], down)
+        except Exception as exc:
+            if raise_now and self.faults.on_error == "raise":
+                raise ClientUpdateError(cid, down.round, down.phase, exc) from exc
+            return Answer(fault=f"raised {type(exc).__name__}: {exc}", error=exc)
+        elapsed = time.perf_counter() - started
+        fault = reply_fault(reply, cid, down)
+        if fault is None and self.faults.timeout is not None and elapsed > self.faults.timeout:
+            fault = f"timed out ({elapsed:.3g} s > {self.faults.timeout} s)"
+        prepared = None
+        if fault is None:
+            try:
+                prepared = self.aggregator.prepare(reply, algorithm.aggregation(down.phase), cohort_size)
+            except ValueError as exc:
+                fault = str(exc)
+        if fault is not None and raise_now and self.faults.on_error == "raise":
+            raise ClientUpdateError(cid, down.round, down.phase, ValueError(fault))
+        return Answer(reply, prepared, fault)
+
+
+def screen(
+    faults: FaultPolicy, round: int, phase: str, selected: Sequence[str], replies: Sequence[Any], excluded: Dict[str, str]
+) -> List[str]:
+    """Exclude wrongly shaped replies, log every exclusion and check ``faults.min_clients``.
+
+    :param replies: the well-formed replies so far (objects with ``sender`` and ``arrays``), in order.
+    :param excluded: ``{client: reason}`` of earlier faults; extended in place.
+    :return: the senders whose replies are aggregated, in order.
+    :raises ClientUpdateError: a wrongly shaped reply under ``on_error="raise"``.
+    :raises RoundFailedError: fewer than ``min_clients`` good replies.
+    """
+    bad_shapes = shape_faults(replies)
+    if bad_shapes and faults.on_error == "raise":
+        cid, reason = next(iter(bad_shapes.items()))
+        raise ClientUpdateError(cid, round, phase, ValueError(reason))
+    excluded.update(bad_shapes)
+    good = [m.sender for m in replies if m.sender not in bad_shapes]
+    log_exclusions(round, phase, excluded)
+    if len(good) < faults.min_clients:
+        raise RoundFailedError(
+            f"round {round}, phase {phase!r}: {len(good)} of {len(selected)} clients answered well, "
+            f"fewer than min_clients={faults.min_clients}; excluded: {excluded}"
+        )
+    return good
+
+
+class RoundLoopRuntime(Runtime):
+    """Base of the runtimes that run the round loop in this process (see the module docstring).
+
+    :param progress: show a tqdm progress bar over rounds.
+    :param keep_payloads: keep every message in the ledger (for privacy audits and tests).
+    :param eval_every: evaluate test metrics every this many rounds (0: only at the end).
+    :param faults: how faulty clients are treated (:class:`FaultPolicy`).
+    :param aggregator: the reduction seam (secure aggregation, DP).
+    :param checkpoint_dir: folder for checkpoints, or None.
+    :param checkpoint_every: rounds between checkpoints (≥ 1).
+    :param resume: continue from the latest checkpoint in ``checkpoint_dir``.
+    :raises ValueError: a bad ``eval_every``/``checkpoint_every``, or ``resume`` without ``checkpoint_dir``.
+    """
+
+    def __init__(
+        self,
+        *,
+        progress: bool,
+        keep_payloads: bool,
+        eval_every: int,
+        faults: Optional[FaultPolicy],
+        aggregator: Aggregator,
+        checkpoint_dir: Optional[str] = None,
+        checkpoint_every: int = 1,
+        resume: bool = False,
+    ) -> None:
+        if isinstance(eval_every, bool) or not isinstance(eval_every, int) or eval_every < 0:
+            raise ValueError(f"eval_every must be a non-negative integer, got {eval_every!r}")
+        if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 1:
+            raise ValueError(f"checkpoint_every must be a positive integer, got {checkpoint_every!r}")
+        if resume and checkpoint_dir is None:
+            raise ValueError("resume=True needs checkpoint_dir, the folder the interrupted run wrote to")
+        if faults is not None and not isinstance(faults, FaultPolicy):
+            raise TypeError(f"faults must be a FaultPolicy, got {type(faults).__name__}")
+        self.progress = progress
+        self.keep_payloads = keep_payloads
+        self.eval_every = eval_every
+        self.faults = faults or FaultPolicy()
+        self.aggregator = aggregator
+        self.checkpoint_dir = None if checkpoint_dir is None else os.fspath(checkpoint_dir)
+        self.checkpoint_every = checkpoint_every
+        self.resume = bool(resume)
+
+    @abc.abstractmethod
+    def gather(
+        self, run: FederationRun, round: int, phase: str, arrays: Mapping[str, np.ndarray], selected: Sequence[str]
+    ) -> Tuple[Aggregate, Dict[str, str]]:
+        """Run one phase on the ``selected`` clients: broadcast ``arrays``, collect, screen and reduce.
+
+        :return: the server's aggregate of the good replies and ``{client: reason}`` of the excluded ones.
+        """
+
+    def prepare(self, algorithm: Algorithm, dataset: FederatedDataset) -> None:
+        """Checks before any client work (subclasses add theirs); raise ``ValueError``/``TypeError``."""
+
+    def execute(
+        self,
+        algorithm: Algorithm,
+        dataset: FederatedDataset,
+        *,
+        monitor: Optional[Any] = None,
+        seed: int = 0,
+    ) -> FederatedResult:
+        start = time.perf_counter()
+        algorithm.validate(dataset)
+        self.aggregator.check(algorithm)
+        self.prepare(algorithm, dataset)
+        clients, sampling_rng = make_clients(dataset, seed)
+        ids = [c.id for c in clients]
+        by_id = {c.id: c for c in clients}
+        info = FederationInfo(
+            client_ids=tuple(ids),
+            client_sizes={c.id: c.num_data for c in clients},
+            input_dim=dataset.input_dim,
+            output_dim=dataset.output_dim,
+            seed=int(seed),
+        )
+        ledger = CommunicationLedger(keep_payloads=self.keep_payloads)
+        channel = Channel(ledger)
+        run = FederationRun(algorithm, int(seed), by_id, channel, self.faults, self.aggregator)
+        state = algorithm.initial_state(info)
+        history: List[Dict[str, Any]] = []
+        aggregator = self.aggregator
+        accountant = aggregator.accountant()
+        # Subsampling amplifies privacy only for the default uniform sampling without replacement.
+        uniform_sampling = type(algorithm).select_clients is Algorithm.select_clients
+        meta = {
+            "algorithm": algorithm.name,
+            "seed": int(seed),
+            "clients": list(ids),
+            "secure_aggregation": repr(aggregator.secure),
+            "differential_privacy": repr(aggregator.dp),
+        }
+        first_round = 0
+        checkpoint = latest_checkpoint(self.checkpoint_dir) if self.resume and self.checkpoint_dir else None
+        if checkpoint is not None:
+            record, saved = load_checkpoint(checkpoint, meta)
+            state = record["state"]
+            sampling_rng.bit_generator.state = record["sampling_rng"]
+            history = record["history"]
+            ledger.extend(record["ledger"])
+            if accountant is not None:
+                accountant.restore(record["releases"])
+            for cid in record["ready"]:
+                algorithm.setup_client(by_id[cid], state)
+                run.ready.add(cid)
+            restore_clients(record, saved, by_id)
+            restore_objects(checkpoint, algorithm, by_id, [c for c in ids if c in run.ready])
+            first_round = int(record["round"]) + 1
+
+        def gather(
+            state: Any, round: int, phase: str, arrays: Mapping[str, np.ndarray], selected: Sequence[str]
+        ) -> Tuple[Aggregate, Dict[str, str]]:
+            run.state = state
+            return self.gather(run, round, phase, arrays, selected)
+
+        def account(phases: Sequence[str], sample_size: int) -> None:
+            if accountant is not None:
+                noised = sum(aggregator.noised(p, algorithm.aggregation(p)) for p in phases)
+                accountant.record(len(ids), sample_size if uniform_sampling else len(ids), noised)
+
+        def finalize(state: Any, round: int) -> Any:
+            state = final_phases(algorithm, state, round, ids, gather)
+            account(algorithm.final_phases(), len(ids))
+            return state
+
+        rounds = range(first_round, algorithm.rounds)
+        for r in tqdm(rounds, desc=algorithm.name, disable=not self.progress, leave=False):
+            state, entry, sample_size = train_round(algorithm, state, r, ids, sampling_rng, gather, ledger)
+            account(algorithm.phases(r), sample_size)
+            if dataset.test is not None and self.eval_every and (r + 1) % self.eval_every == 0:
+                channel.purpose = "evaluate"
+                try:
+                    entry.update(evaluate_model(algorithm.result(finalize(algorithm.copy_state(state), r)), dataset.test))
+                finally:
+                    channel.purpose = "train"
+            if accountant is not None:
+                entry["epsilon"] = accountant.epsilon()
+            history.append(entry)
+            if self.checkpoint_dir is not None and ((r + 1) % self.checkpoint_every == 0 or r + 1 == algorithm.rounds):
+                run_record = {
+                    "state": state,
+                    "sampling_rng": sampling_rng,
+                    "history": history,
+                    "ledger": ledger.entries,
+                    "releases": accountant.releases if accountant is not None else (),
+                    "meta": meta,
+                }
+                save_checkpoint(self.checkpoint_dir, r, run_record, algorithm, by_id, [c for c in ids if c in run.ready])
+            if monitor is not None:
+                monitor(r, history=history, state=state, algorithm=algorithm)
+
+        channel.purpose = "final"
+        state = finalize(state, algorithm.rounds)
+        model = algorithm.result(state)
+        metrics = evaluate_model(model, dataset.test) if dataset.test is not None else {}
+        return FederatedResult(
+            model=model,
+            history=history,
+            ledger=ledger,
+            state=state,
+            metrics=metrics,
+            seconds=time.perf_counter() - start,
+            privacy=accountant.report() if accountant is not None else None,
+        )

@@ -1,0 +1,176 @@
+"""DistributeRuntime: MirroredStrategy (2 logical CPUs) and MultiWorkerMirroredStrategy (2 processes) match LocalRuntime.
+
+Logical devices and ``TF_CONFIG`` must be set before TensorFlow initialises its devices, so the strategies run
+in subprocesses (``distribute_job.py``); this process runs the same jobs under LocalRuntime as the oracle.
+"""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Dict, List
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from gpflow_fed.federated import ClientUpdateError, DistributeRuntime, FaultPolicy, LocalRuntime, run
+from gpflow_fed.privacy import DifferentialPrivacy
+
+from .distribute_job import MWMS_JOBS, build_jobs, summarize
+from .test_core import FederatedMean, dataset  # noqa: F401  (fixture)
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV = dict(
+    os.environ, OMP_NUM_THREADS="1", TF_NUM_INTRAOP_THREADS="1", TF_NUM_INTEROP_THREADS="1", TF_CPP_MIN_LOG_LEVEL="2"
+)
+ENV.pop("TF_CONFIG", None)
+LOCAL_ONLY = ("placement", "threads")
+
+
+def _launch(args: List[str]) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.federated.distribute_job", *args],
+        cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+
+
+def _finish(process: subprocess.Popen, out: Path, timeout: float = 240) -> Dict[str, Any]:
+    try:
+        log, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        log, _ = process.communicate()
+        pytest.fail(f"distribute_job timed out:\n{log[-4000:]}")
+    assert process.returncode == 0, log[-4000:]
+    return json.loads(out.read_text())
+
+
+def _assert_same(ours: Any, ref: Any, where: str = "") -> None:
+    """Equal structure, equal strings and integers, floats to 1e-6 (relative, 1e-10 absolute)."""
+    if isinstance(ref, dict):
+        assert set(ours) == set(ref), f"{where}: keys {sorted(ours)} != {sorted(ref)}"
+        for k in ref:
+            _assert_same(ours[k], ref[k], f"{where}/{k}")
+    elif isinstance(ref, list):
+        assert len(ours) == len(ref), f"{where}: length {len(ours)} != {len(ref)}"
+        for i, (a, b) in enumerate(zip(ours, ref)):
+            _assert_same(a, b, f"{where}[{i}]")
+    elif isinstance(ref, float):
+        np.testing.assert_allclose(ours, ref, rtol=1e-6, atol=1e-10, err_msg=where)
+    else:
+        assert ours == ref, f"{where}: {ours!r} != {ref!r}"
+
+
+@pytest.fixture(scope="module")
+def local_summaries() -> Dict[str, Any]:
+    """Every job under LocalRuntime, summarised as the subprocesses summarise theirs."""
+    out: Dict[str, Any] = {}
+    for name, (factory, data, kwargs) in build_jobs().items():
+        runtime = LocalRuntime(**{k: v for k, v in kwargs.items() if k not in LOCAL_ONLY})
+        try:
+            out[name] = json.loads(json.dumps(summarize(run(factory(), data, runtime=runtime, seed=3))))
+        except ClientUpdateError as exc:
+            out[name] = {"error": str(exc)}
+    return out
+
+
+@pytest.fixture(scope="module")
+def mirrored(tmp_path_factory) -> Dict[str, Any]:
+    out = tmp_path_factory.mktemp("mirrored") / "summary.json"
+    return _finish(_launch(["mirrored", str(out)]), out)
+
+
+@pytest.mark.parametrize("job", list(build_jobs()))
+def test_mirrored_strategy_reproduces_local_runtime(mirrored, local_summaries, job):
+    """FSGP (fedavg with sampling and eval_every; exact in blocks and threads), the toy sum, collect, faults."""
+    assert mirrored["replicas"] == 2
+    ours = dict(mirrored[job])
+    ours.pop("devices", None)
+    _assert_same(ours, local_summaries[job], job)
+    if "predict_f" in ours:  # the comparison above is exact-to-1e-6 on predictions and final parameters
+        assert ours["ledger"] and sum(e[-1] for e in ours["ledger"]) == sum(e[-1] for e in local_summaries[job]["ledger"])
+
+
+def test_mirrored_strategy_places_clients_on_replica_devices(mirrored):
+    """Round-robin: clients 0 and 2 on CPU:0, 1 and 3 on CPU:1; blocks: 0, 1 on CPU:0 and 2, 3 on CPU:1."""
+    devices = {job: {cid: d.rsplit("/", 1)[-1] for cid, d in mirrored[job]["devices"].items()} for job in ("toy_mean", "toy_collect")}
+    expected_rr = {"client_0": "device:CPU:0", "client_1": "device:CPU:1", "client_2": "device:CPU:0", "client_3": "device:CPU:1"}
+    assert devices["toy_mean"] == {cid: expected_rr[cid] for cid in devices["toy_mean"]}
+    assert len(devices["toy_mean"]) == 4  # sampled 3 of 4 per round; all four over three rounds
+    assert devices["toy_collect"] == {"client_0": "device:CPU:0", "client_1": "device:CPU:0",
+                                      "client_2": "device:CPU:1", "client_3": "device:CPU:1"}
+
+
+def test_mirrored_strategy_error_names_the_client(mirrored, local_summaries):
+    assert mirrored["toy_raise"]["error"] == local_summaries["toy_raise"]["error"]
+    assert "client_3" in mirrored["toy_raise"]["error"] and "out of memory" in mirrored["toy_raise"]["error"]
+
+
+def _free_ports(n: int) -> List[int]:
+    sockets = [socket.socket() for _ in range(n)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+@pytest.mark.slow  # two TensorFlow processes and a collective set-up: about a minute on 2 shared cores
+def test_multi_worker_mirrored_strategy_reproduces_local_runtime(local_summaries, tmp_path):
+    """Two worker processes on 127.0.0.1, one replica each: both return LocalRuntime's result.
+
+    Each worker's copy of the dataset has the other worker's clients replaced by zeros, so the match also
+    shows that a worker reads only its own clients' data.
+    """
+    ports = ",".join(str(p) for p in _free_ports(2))
+    outs = [tmp_path / f"worker{i}.json" for i in range(2)]
+    processes = [_launch(["mwms", str(outs[i]), "--index", str(i), "--ports", ports]) for i in range(2)]
+    summaries = [_finish(p, o) for p, o in zip(processes, outs)]
+    for i, summary in enumerate(summaries):
+        assert summary["replicas"] == 2
+        for job in MWMS_JOBS:
+            ours = dict(summary[job])
+            ours.pop("devices", None)
+            _assert_same(ours, local_summaries[job], f"worker {i}: {job}")
+        # each worker ran only its own clients (toy_collect places blocks: worker i holds clients 2i, 2i + 1)
+        devices = summary["toy_collect"]["devices"]
+        assert sorted(devices) == [f"client_{2 * i}", f"client_{2 * i + 1}"], devices
+        assert all(f"/task:{i}/" in d for d in devices.values()), devices
+
+
+# --- in this process: a one-replica strategy and bad input -------------------------------------------
+def test_one_device_strategy_matches_local_runtime(dataset):  # noqa: F811
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    ours = run(FederatedMean(3, client_fraction=0.5), dataset, runtime=DistributeRuntime(strategy), seed=1)
+    ref = run(FederatedMean(3, client_fraction=0.5), dataset, runtime=LocalRuntime(), seed=1)
+    assert ours.state == ref.state
+    assert ours.ledger.entries == ref.ledger.entries
+    _assert_same([{k: v for k, v in e.items() if k != "seconds"} for e in ours.history],
+                 [{k: v for k, v in e.items() if k != "seconds"} for e in ref.history])
+
+
+def test_not_a_strategy_is_a_type_error():
+    with pytest.raises(TypeError, match="tf.distribute.Strategy"):
+        DistributeRuntime("mirrored")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"placement": "random"}, "placement"),
+    ({"secure_aggregation": True}, "secure_aggregation.*LocalRuntime"),
+    ({"differential_privacy": DifferentialPrivacy(clip_norm=1.0, noise_multiplier=1.0)}, "differential_privacy"),
+    ({"checkpoint_dir": "somewhere"}, "checkpoint_dir"),
+    ({"eval_every": -1}, "eval_every"),
+])
+def test_bad_options_are_value_errors(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        DistributeRuntime(tf.distribute.OneDeviceStrategy("/cpu:0"), **kwargs)
+
+
+def test_bad_fault_policy_is_a_type_error():
+    with pytest.raises(TypeError, match="FaultPolicy"):
+        DistributeRuntime(tf.distribute.OneDeviceStrategy("/cpu:0"), faults="exclude")  # type: ignore[arg-type]
+    assert DistributeRuntime(tf.distribute.OneDeviceStrategy("/cpu:0"), faults=FaultPolicy()).faults == FaultPolicy()

@@ -1,0 +1,311 @@
+"""Flower runtime: wire-format round trips, the in-process Flower path against LocalRuntime, bad input, and
+(slow) a real SuperLink + 2 SuperNodes on loopback running two FSGP rounds."""
+
+import os
+from typing import Any, Mapping, Tuple
+
+import gpflow
+import numpy as np
+import pytest
+
+pytest.importorskip("flwr")
+
+from flwr.app import Context, RecordDict  # noqa: E402
+
+from gpflow_fed.data import FederatedDataset  # noqa: E402
+from gpflow_fed.federated import FederationInfo, LocalRuntime, Message, run  # noqa: E402
+from gpflow_fed.federated.algorithms import FSGP  # noqa: E402
+from gpflow_fed.federated.runtimes import flower_records as records  # noqa: E402
+from gpflow_fed.federated.runtimes import make_clients  # noqa: E402
+from gpflow_fed.federated.runtimes.flower_client import describe_reply, load_client_data  # noqa: E402
+from gpflow_fed.federated.runtimes.flower_deploy import LoopbackFederation, supernode_command, write_app  # noqa: E402
+from gpflow_fed.federated.runtimes.flower_runtime import FlowerRuntime, _over_the_wire  # noqa: E402
+from gpflow_fed.federated.runtimes.flower_server import FederationShape, FlowerServer  # noqa: E402
+
+#: the factory every party (ServerApp, ClientApps) imports by name
+FACTORY = "tests.federated.test_flower:fsgp"
+
+
+def dataset(sizes: Tuple[int, ...] = (30, 45), seed: int = 0) -> FederatedDataset:
+    """Two small parties with ``y = sin(x₁) cos(x₂) + noise`` and a held-out test set."""
+    rng = np.random.default_rng(seed)
+    N = sum(sizes)
+    X = rng.uniform(-3, 3, (N + 15, 2))
+    Y = np.sin(X[:, :1]) * np.cos(X[:, 1:]) + 0.1 * rng.normal(size=(N + 15, 1))
+    cuts = np.cumsum((0,) + tuple(sizes))
+    return FederatedDataset([(X[a:b], Y[a:b]) for a, b in zip(cuts, cuts[1:])], test=(X[N:], Y[N:]))
+
+
+def fsgp(run_config: Mapping[str, Any]) -> FSGP:
+    """FSGP (fedavg) with ``rounds`` (default 2) and ``local-steps`` (default 5) from the run config."""
+    Z = np.random.default_rng(1).uniform(-3, 3, (6, 2))
+    kernel = gpflow.kernels.SquaredExponential(variance=1.0, lengthscales=[1.0, 1.0])
+    return FSGP(
+        kernel, Z, 0.1,
+        rounds=int(run_config.get("rounds", 2)),
+        local_steps=int(run_config.get("local-steps", 5)),
+        learning_rate=0.05,
+        client_fraction=float(run_config.get("client-fraction", 1.0)),
+    )
+
+
+def _message():
+    rng = np.random.default_rng(0)
+    return Message(
+        sender="client_1",
+        round=3,
+        phase="adjoint/gradient",
+        arrays={
+            "kernel/variance": np.asarray(0.25),
+            "Z": rng.normal(size=(4, 2)),
+            "counts": np.arange(3, dtype=np.int32),
+            "empty": np.zeros((0, 2)),
+            "f32": rng.normal(size=(2, 2)).astype(np.float32),
+        },
+        weight=17.0,
+        metrics={"bound": -1.25, "steps": 5.0},
+    )
+
+
+@pytest.mark.parametrize("purpose", records.PURPOSES)
+def test_message_recorddict_round_trip_through_protobuf(purpose):
+    message = _message()
+    back, back_purpose = records.recorddict_to_message(_over_the_wire(records.message_to_recorddict(message, purpose)))
+    assert back_purpose == purpose
+    assert (back.sender, back.round, back.phase, back.weight) == (message.sender, message.round, message.phase, message.weight)
+    assert dict(back.metrics) == dict(message.metrics)
+    assert list(back.arrays) == list(message.arrays)
+    for name, array in message.arrays.items():
+        assert back[name].dtype == array.dtype and back[name].shape == array.shape
+        np.testing.assert_array_equal(back[name], array)
+    assert back.nbytes == message.nbytes
+
+
+def test_info_round_trip_and_client_seeds_match_make_clients():
+    ds = dataset(sizes=(5, 7, 9))
+    info = FederationInfo(("client_0", "client_1", "client_2"), {"client_0": 5, "client_1": 7, "client_2": 9}, 2, 1, 11)
+    assert records.config_to_info(_over_the_wire(RecordDict({"i": records.info_to_config(info)}))["i"]) == info
+    clients, rng = make_clients(ds, 11)
+    assert [records.client_seed(11, k, 3) for k in range(3)] == [c.seed for c in clients]
+    np.testing.assert_array_equal(records.sampling_rng(11, 3).integers(0, 10**9, 5), rng.integers(0, 10**9, 5))
+    with pytest.raises(ValueError, match="outside"):
+        records.client_seed(0, 3, 3)
+
+
+def test_bad_wire_content_and_factory_specs_are_named():
+    with pytest.raises(ValueError, match="lacks the record"):
+        records.recorddict_to_message(RecordDict({}))
+    with pytest.raises(TypeError, match="gpflow_fed Message"):
+        records.message_to_recorddict({"a": 1})
+    with pytest.raises(ValueError, match="purpose"):
+        records.message_to_recorddict(_message(), "upload")
+    with pytest.raises(ValueError, match="package.module:function"):
+        records.load_factory("no_colon")
+    with pytest.raises(TypeError, match="string"):
+        records.load_factory(None)
+    with pytest.raises(ValueError, match="cannot import"):
+        records.load_factory("gpflow_fed_no_such_module:f")
+    with pytest.raises(ValueError, match="no callable"):
+        records.load_factory("tests.federated.test_flower:nothing")
+    with pytest.raises(TypeError, match="not an Algorithm"):
+        records.build_algorithm("builtins:dict", {})
+
+
+def test_client_node_config_is_checked(tmp_path):
+    X, Y = np.zeros((4, 2)), np.ones((4, 1))
+    np.savez(tmp_path / "ok.npz", X=X, Y=Y)
+    np.savez(tmp_path / "bad.npz", inputs=X)
+
+    def context(cfg):
+        return Context(run_id=1, node_id=2, node_config=cfg, state=RecordDict(), run_config={})
+
+    index, X2, Y2 = load_client_data(context({"data": str(tmp_path / "ok.npz"), "client-index": 1}))
+    assert index == 1 and X2.shape == (4, 2) and Y2.shape == (4, 1) and X2.dtype == gpflow.default_float()
+    cfg = describe_reply(context({"data": str(tmp_path / "ok.npz"), "client-index": 1}))["describe"]
+    assert dict(cfg) == {"client-index": 1, "num-data": 4, "input-dim": 2, "output-dim": 1}
+    with pytest.raises(ValueError, match="lacks 'data'"):
+        load_client_data(context({"client-index": 0}))
+    with pytest.raises(ValueError, match="no such file"):
+        load_client_data(context({"data": str(tmp_path / "missing.npz"), "client-index": 0}))
+    with pytest.raises(ValueError, match="'X'"):
+        load_client_data(context({"data": str(tmp_path / "bad.npz"), "client-index": 0}))
+    with pytest.raises(ValueError, match="client-index"):
+        load_client_data(context({"data": str(tmp_path / "ok.npz"), "client-index": -1}))
+
+
+def test_runtime_and_server_arguments_are_checked(tmp_path):
+    with pytest.raises(ValueError, match="SecAgg"):
+        FlowerRuntime(secure_aggregation=True)
+    with pytest.raises(TypeError, match="FaultPolicy"):
+        FlowerRuntime(faults="exclude")
+    with pytest.raises(TypeError, match="Algorithm"):
+        FlowerServer(object())
+    with pytest.raises(ValueError, match="seed"):
+        FlowerServer(fsgp({}), seed=-1)
+    with pytest.raises(ValueError, match="timeout"):
+        FlowerServer(fsgp({}), timeout=0)
+    with pytest.raises(ValueError, match="factory"):
+        write_app(str(tmp_path), "not-a-spec")
+    with pytest.raises(TypeError, match="run-config values"):
+        write_app(str(tmp_path), FACTORY, {"bad": [1, 2]})
+    # FSGP's own validation runs on the federation's shape (the server has no data)
+    with pytest.raises(ValueError, match="inducing points exceed"):
+        fsgp({}).validate(FederationShape((2, 2), 2, 1))
+
+
+def test_write_app_and_supernode_command(tmp_path):
+    path = write_app(str(tmp_path), FACTORY, {"seed": 3, "rounds": 2, "output": "/tmp/out"})
+    import tomllib
+
+    with open(os.path.join(path, "pyproject.toml"), "rb") as f:
+        spec = tomllib.load(f)
+    assert spec["tool"]["flwr"]["app"]["components"] == {
+        "serverapp": "gpflow_fed.federated.runtimes.flower_server:app",
+        "clientapp": "gpflow_fed.federated.runtimes.flower_client:app",
+    }
+    assert spec["tool"]["flwr"]["app"]["config"] == {"algorithm": FACTORY, "seed": 3, "rounds": 2, "output": "/tmp/out"}
+    command = supernode_command("127.0.0.1:9092", 9110, "/data/a b.npz", 1)
+    assert command[-1] == 'data="/data/a b.npz" client-index=1'
+
+
+def _assert_same_run(flower, local, Xs):
+    for ours, ref in zip(flower.model.predict_f(Xs), local.model.predict_f(Xs)):
+        np.testing.assert_allclose(ours.numpy(), ref.numpy(), rtol=1e-10, atol=1e-12)
+    assert [(e.sender, e.receiver, e.round, e.phase, e.purpose, e.names, e.shapes, e.nbytes) for e in flower.ledger] == [
+        (e.sender, e.receiver, e.round, e.phase, e.purpose, e.names, e.shapes, e.nbytes) for e in local.ledger
+    ]
+    strip = lambda h: [{k: v for k, v in e.items() if k != "seconds"} for e in h]  # noqa: E731
+    assert strip(flower.history) == strip(local.history)
+    assert flower.metrics == pytest.approx(local.metrics, rel=1e-10)
+
+
+@pytest.mark.parametrize("fraction", [1.0, 0.5])
+def test_in_process_flower_matches_local_runtime(fraction):
+    ds = dataset(sizes=(20, 25, 30))
+    config = {"rounds": 3, "local-steps": 4, "client-fraction": fraction}
+    local = run(fsgp(config), ds, runtime=LocalRuntime(), seed=5)
+    flower = run(fsgp(config), ds, runtime=FlowerRuntime(), seed=5)
+    _assert_same_run(flower, local, ds.test[0])
+    assert [h["clients"] for h in flower.history] == [3 if fraction == 1.0 else 2] * 3
+
+
+def test_in_process_client_error_is_reported_with_the_client():
+    from gpflow_fed.federated import ClientUpdateError
+
+    with pytest.raises(ClientUpdateError, match="client_1.*SuperNode.*diverged"):
+        run(_failing(fsgp({"rounds": 1}), "client_1", 0), dataset(), runtime=FlowerRuntime(), seed=0)
+
+
+def _failing(algorithm, client_id, round):
+    """``algorithm`` whose ``client_update`` raises for ``client_id`` in ``round`` (every party's copy too)."""
+    original = type(algorithm).client_update
+
+    def client_update(self, client, broadcast):
+        if client.id == client_id and broadcast.round == round:
+            raise FloatingPointError("diverged")
+        return original(self, client, broadcast)
+
+    algorithm.client_update = client_update.__get__(algorithm)
+    return algorithm
+
+
+def test_excluded_faulty_client_matches_local_runtime():
+    from gpflow_fed.federated import FaultPolicy
+    from gpflow_fed.federated import FlowerRuntime as Exported
+
+    assert Exported is FlowerRuntime
+    ds = dataset(sizes=(20, 25, 30))
+    policy = FaultPolicy(on_error="exclude", min_clients=2)
+    local = run(_failing(fsgp({"rounds": 3}), "client_1", 1), ds, runtime=LocalRuntime(faults=policy), seed=2)
+    flower = run(_failing(fsgp({"rounds": 3}), "client_1", 1), ds, runtime=FlowerRuntime(faults=policy), seed=2)
+    assert set(flower.history[1]["excluded"]) == {"client_1"} and "diverged" in flower.history[1]["excluded"]["client_1"]
+    assert [h["clients"] for h in flower.history] == [h["clients"] for h in local.history] == [3, 2, 3]
+    for ours, ref in zip(flower.model.predict_f(ds.test[0]), local.model.predict_f(ds.test[0])):
+        np.testing.assert_allclose(ours.numpy(), ref.numpy(), rtol=1e-10, atol=1e-12)
+    assert flower.ledger.total_bytes() == local.ledger.total_bytes()
+
+
+@pytest.fixture
+def task_identity():
+    """Flower builds messages for the task of this process; set one as a SuperLink's ServerApp task would."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    previous = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 77, 1, 1
+    yield 77
+    TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = previous
+
+
+def _loopback(tmp_path, ds, run_config, run_id):
+    """A grid of restartable ClientApps: every message rebuilds its client from the state on disk."""
+    from gpflow_fed.federated.runtimes.flower_client import make_client_app
+    from gpflow_fed.federated.runtimes.flower_deploy import write_client_data
+    from gpflow_fed.federated.runtimes.flower_runtime import LoopbackGrid
+
+    paths, test = write_client_data(str(tmp_path / "data"), ds)
+    configs = [{"data": p, "client-index": k, "state-dir": str(tmp_path / "state")} for k, p in enumerate(paths)]
+    return LoopbackGrid(make_client_app(), configs[::-1], run_config, run_id), test
+
+
+def test_server_app_with_restarted_client_apps_matches_local_runtime(tmp_path, task_identity):
+    """The ServerApp's main (run config, result files) over ClientApps that keep state only on disk."""
+    from gpflow_fed.federated.runtimes.flower_deploy import read_result
+    from gpflow_fed.federated.runtimes.flower_server import app as server_app
+
+    ds = dataset()
+    local = run(fsgp({"rounds": 2}), ds, runtime=LocalRuntime(), seed=4)
+    config = {"algorithm": FACTORY, "seed": 4, "rounds": 2, "output": str(tmp_path / "out"), "num-clients": 2}
+    grid, test = _loopback(tmp_path, ds, config, task_identity)
+    config["test-data"] = test
+    server_app(grid, Context(run_id=task_identity, node_id=1, node_config={}, state=RecordDict(), run_config=config))
+    out = read_result(str(tmp_path / "out"))
+    mean, var = local.model.predict_f(ds.test[0])
+    np.testing.assert_allclose(out["predictions"]["mean"], mean.numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(out["predictions"]["var"], var.numpy(), rtol=1e-10, atol=1e-12)
+    for key, value in gpflow.utilities.read_values(local.model).items():
+        np.testing.assert_allclose(out["parameters"][key], np.asarray(value), rtol=1e-10, atol=1e-12, err_msg=key)
+    assert [h["local_bound"] for h in out["record"]["history"]] == [h["local_bound"] for h in local.history]
+    assert out["record"]["metrics"] == pytest.approx(local.metrics, rel=1e-10)
+    assert sum(e["nbytes"] for e in out["record"]["ledger"]) == local.ledger.total_bytes()
+    assert sorted(os.listdir(tmp_path / "state" / f"run-{task_identity}")) == ["node-1001-client_1", "node-1002-client_0"]
+
+
+def test_server_app_failure_is_written_for_the_caller(tmp_path, task_identity):
+    from gpflow_fed.federated.runtimes.flower_server import app as server_app
+
+    ds = dataset()
+    config = {"algorithm": "tests.federated.test_flower:nothing", "output": str(tmp_path / "out")}
+    grid, _ = _loopback(tmp_path, ds, config, task_identity)
+    with pytest.raises(ValueError, match="no callable"):
+        server_app(grid, Context(run_id=task_identity, node_id=1, node_config={}, state=RecordDict(), run_config=config))
+    assert "no callable" in (tmp_path / "out" / "error.json").read_text()
+    # duplicate client indices are refused before any training, naming the fix
+    for context in grid.contexts.values():
+        context.node_config = {**context.node_config, "client-index": 0}
+    config["algorithm"] = FACTORY
+    with pytest.raises(ValueError, match="distinct indices 0 … 1"):
+        server_app(grid, Context(run_id=task_identity, node_id=1, node_config={}, state=RecordDict(), run_config=config))
+
+
+@pytest.mark.slow
+def test_superlink_and_two_supernodes_on_loopback_match_local_runtime(tmp_path):
+    """Two FSGP rounds on Flower's Deployment Engine (real processes, HTTP on 127.0.0.1) equal LocalRuntime."""
+    ds = dataset()
+    local = run(fsgp({"rounds": 2}), ds, runtime=LocalRuntime(), seed=3)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    with LoopbackFederation(str(tmp_path), ds, env={"PYTHONPATH": root}) as federation:
+        out = federation.run(FACTORY, {"seed": 3, "rounds": 2}, timeout=400)
+    mean, var = local.model.predict_f(ds.test[0])
+    np.testing.assert_allclose(out["predictions"]["mean"], mean.numpy(), rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(out["predictions"]["var"], var.numpy(), rtol=1e-6, atol=1e-9)
+    ref = {k: np.asarray(v) for k, v in gpflow.utilities.read_values(local.model).items()}
+    assert set(out["parameters"]) == set(ref)
+    for key, value in ref.items():
+        np.testing.assert_allclose(out["parameters"][key], value, rtol=1e-6, atol=1e-9, err_msg=key)
+    ledger = out["record"]["ledger"]
+    assert [(e["sender"], e["receiver"], e["phase"], e["purpose"], e["nbytes"]) for e in ledger] == [
+        (e.sender, e.receiver, e.phase, e.purpose, e.nbytes) for e in local.ledger
+    ]
+    assert [h["local_bound"] for h in out["record"]["history"]] == pytest.approx(
+        [h["local_bound"] for h in local.history], rel=1e-8
+    )

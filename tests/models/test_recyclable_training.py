@@ -1,0 +1,76 @@
+"""Local-model training for Recyclable GPs: closed-form q_k, compiled loop reused across local models."""
+
+import gpflow
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from gpflow_fed.models import LocalSVGPTrainer, export_svgp, train_local_svgp
+
+
+def _data(n, seed, classify=False):
+    rng = np.random.default_rng(seed)
+    X = np.sort(rng.uniform(0, 2, (n, 1)), axis=0)
+    F = np.sin(3 * X)
+    Y = (F > 0).astype(float) if classify else F + 0.3 * rng.standard_normal(X.shape)
+    return X, Y, np.linspace(0.1, 1.9, 5)[:, None]
+
+
+def _kernel():
+    return gpflow.kernels.SquaredExponential(variance=1.0, lengthscales=0.5)
+
+
+def test_gaussian_local_model_is_the_collapsed_optimum():
+    X, Y, Z = _data(60, 0)
+    model = train_local_svgp(X, Y, Z, _kernel(), gpflow.likelihoods.Gaussian(0.5), maxiter=50)
+    assert model.kernel.lengthscales.numpy() != pytest.approx(0.5)  # hyperparameters were trained
+    # oracle: Titsias' collapsed bound at the same (Z, θ, σ²) is max_q of the SVGP ELBO, attained by q_k
+    sgpr = gpflow.models.SGPR((X, Y), model.kernel, model.inducing_variable, noise_variance=model.likelihood.variance)
+    np.testing.assert_allclose(model.elbo((X, Y)).numpy(), sgpr.elbo().numpy(), rtol=1e-10)
+    mu, cov = sgpr.compute_qu()
+    rec = export_svgp(model)
+    np.testing.assert_allclose(rec.q_mu, mu.numpy(), rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(rec.q_sqrt @ rec.q_sqrt.T, cov.numpy(), rtol=1e-6, atol=1e-8)
+    # S_k ⪯ K_k (spec §2.4)
+    K = model.kernel(rec.Z).numpy() + gpflow.config.default_jitter() * np.eye(5)
+    assert np.linalg.eigvalsh(K - rec.q_sqrt @ rec.q_sqrt.T)[0] > -1e-9
+    # unwhitened output: the same posterior
+    raw = train_local_svgp(X, Y, Z, _kernel(), gpflow.likelihoods.Gaussian(0.5), maxiter=50, whiten=False)
+    assert not raw.whiten
+    Xs = np.linspace(-0.5, 2.5, 7)[:, None]
+    for a, b in zip(model.predict_f(Xs), raw.predict_f(Xs)):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-7, atol=1e-9)
+
+
+@pytest.mark.parametrize("classify", [False, True])
+def test_trainer_reuses_one_compiled_loop_and_matches_fresh_fits(classify):
+    likelihood = gpflow.likelihoods.Bernoulli(invlink=tf.sigmoid) if classify else gpflow.likelihoods.Gaussian(0.5)
+    trainer = LocalSVGPTrainer(_kernel(), likelihood, maxiter=30)
+    parts = [_data(n, s, classify) for n, s in ((40, 1), (55, 2), (47, 3))]
+    shared = [trainer.fit(*p) for p in parts]
+    ((_, slot),) = trainer._slots.items()
+    ((compiled),) = slot.optimizer.compile_cache.values()
+    assert compiled.experimental_get_tracing_count() == 1  # three N_k, one trace
+    # the last fit, after two others in the same compiled loop, equals a fit by a fresh trainer
+    fresh = train_local_svgp(*parts[-1], _kernel(), likelihood, maxiter=30)
+    for a, b in zip(shared[-1].trainable_variables, fresh.trainable_variables):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-7, atol=1e-9)
+    untrained = LocalSVGPTrainer(_kernel(), likelihood, maxiter=0)
+    for p, m in zip(parts, shared):
+        assert m.num_data == p[0].shape[0]
+        assert m.elbo(p[:2]).numpy() > untrained.fit(*p).elbo(p[:2]).numpy()
+    assert trainer.kernel.lengthscales.numpy() == pytest.approx(0.5)  # templates untouched
+
+
+def test_bad_input():
+    X, Y, Z = _data(10, 0)
+    with pytest.raises(ValueError, match="maxiter"):
+        LocalSVGPTrainer(maxiter=-1)
+    with pytest.raises(TypeError, match="kernel"):
+        LocalSVGPTrainer(kernel="rbf")
+    with pytest.raises(TypeError, match="likelihood"):
+        LocalSVGPTrainer(likelihood=1.0)
+    with pytest.raises(ValueError, match="no data"):
+        train_local_svgp(X[:0], Y[:0], Z)
+    with pytest.raises(ValueError, match="NaN"):
+        train_local_svgp(np.where(X > 1, np.nan, X), Y, Z)
