@@ -3,6 +3,7 @@
 import gpflow
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from gpflow_fed.data import FederatedDataset
 from gpflow_fed.federated import LocalRuntime, run
@@ -143,3 +144,61 @@ def test_local_step_is_traced_once_across_clients_and_rounds():
     run(alg, data)
     counts = {Mk: alg.local_problem(Mk).step_function("all").experimental_get_tracing_count() for Mk in (16, 17)}
     assert counts == {16: 1, 17: 1}
+
+
+def _cpo_problem():
+    from gpflow_fed.federated.algorithms.pvi_local import LocalProblem
+    from gpflow_fed.federated.algorithms.pvi_objective import HyperModel
+
+    hyper = HyperModel(gpflow.kernels.SquaredExponential(), gpflow.likelihoods.Gaussian(0.1), 1, False)
+    problem = LocalProblem(hyper, 1, M=3, num_pseudo=3, mode="distribution", param="cpo", alpha=0.1,
+                           num_samples=1, learning_rate=0.01)
+    X = np.linspace(-1, 1, 8)[:, None]
+    problem.load((X, np.sin(X)), {"m": np.zeros((3, 1)), "S_raw": np.zeros((3, 3))}, seed=0, counter=0, jitter=1e-6)
+    return problem
+
+
+@pytest.mark.parametrize("failure", ["nan", "raise"])
+def test_failed_cholesky_chunk_is_undone_and_retried_with_more_jitter(failure):
+    """TF's CPU Cholesky signals an indefinite matrix by raising *or* by returning NaNs (seen on the ozone
+    CPO run): both must undo the chunk and retry it with 10× the jitter, not end the client's update."""
+    problem = _cpo_problem()
+    real = problem.step_function("factor")
+    calls = []
+
+    def flaky(n):
+        if float(problem.jitter.numpy()) < 5e-6:  # fails at the initial jitter, after moving the variables
+            problem.m.assign_add(tf.ones_like(problem.m))
+            problem.counter.assign_add(7)
+            calls.append("failed")
+            if failure == "raise":
+                raise tf.errors.InvalidArgumentError(None, None, "Cholesky decomposition was not successful")
+            return tf.constant([1.0, np.nan], gpflow.default_float())
+        calls.append("ok")
+        return real(n)
+
+    problem._steps["factor"] = flaky
+    _, steps = problem.fit("factor", max_steps=10, patience=100)
+    assert calls[0] == "failed" and calls[1:] == ["ok"] and steps == 10
+    np.testing.assert_allclose(float(problem.jitter.numpy()), 1e-5)
+    assert int(problem.counter.numpy()) == 10  # the failed chunk's random-stream advance was undone
+
+    reference = _cpo_problem()
+    reference.jitter.assign(1e-5)
+    reference.fit("factor", max_steps=10, patience=100)
+    np.testing.assert_allclose(problem.m.numpy(), reference.m.numpy(), rtol=1e-12, atol=1e-14)
+
+
+def test_cholesky_failing_at_the_largest_jitter_raises_and_keeps_the_factor():
+    problem = _cpo_problem()
+    before = problem.snapshot()
+
+    def always_nan(n):
+        problem.m.assign_add(tf.ones_like(problem.m))
+        return tf.constant([np.nan], gpflow.default_float())
+
+    problem._steps["factor"] = always_nan
+    with pytest.raises(ValueError, match="non-finite even with jitter 1e-02"):
+        problem.fit("factor", max_steps=10, patience=100)
+    for name, value in before.items():
+        np.testing.assert_array_equal(problem.snapshot()[name], value)

@@ -180,23 +180,33 @@ class LocalProblem:
         ``EarlyStopping`` semantics on a ``smoothing``-step running mean, spec §5) or ``max_steps``; the rule is
         checked after every step, and steps run in compiled chunks of :data:`CHUNK`.
 
-        A Cholesky failure escalates the jitter ×10 up to 1e-2 (spec P1); non-finite values raise ValueError.
+        A chunk whose Cholesky fails is undone (variables, Adam state and random-stream position restored) and
+        retried with the jitter ×10, up to :data:`MAX_JITTER` (spec P1). TensorFlow's CPU Cholesky reports an
+        indefinite matrix either by raising or by filling its output with NaNs, so a non-finite free energy is
+        treated the same way; past :data:`MAX_JITTER` it raises ``ValueError`` (the client's factor is then
+        left as it was before the failed chunk).
         :return: (final smoothed free energy, steps taken).
         """
         step = self.step_function(which)
+        state = self.trainables(which) + list(self.optimizer.variables) + [self.counter]
         window: deque = deque(maxlen=smoothing)
         smoothed: List[float] = []
         steps = 0
         while steps < max_steps:
+            before = [v.numpy() for v in state]
             try:
                 losses = step(tf.constant(min(CHUNK, max_steps - steps), tf.int32)).numpy()
+                failure = None if np.all(np.isfinite(losses)) else "the local free energy became non-finite"
             except tf.errors.InvalidArgumentError as exc:
-                if float(self.jitter.numpy()) * 10 > MAX_JITTER:
-                    raise ValueError(f"Cholesky failed even with jitter {float(self.jitter.numpy()):.0e}: {exc.message[:200]}") from exc
-                self.jitter.assign(self.jitter * 10.0)
+                failure = f"Cholesky failed ({exc.message[:200]})"
+            if failure is not None:
+                for variable, value in zip(state, before):
+                    variable.assign(value)
+                jitter = float(self.jitter.numpy())
+                if jitter * 10 > MAX_JITTER:
+                    raise ValueError(f"{failure} even with jitter {jitter:.0e}; lower the learning rate")
+                self.jitter.assign(jitter * 10.0)
                 continue
-            if not np.all(np.isfinite(losses)):
-                raise ValueError("the local free energy became non-finite; lower the learning rate or raise the jitter")
             stop = False
             for loss in losses:
                 steps += 1
