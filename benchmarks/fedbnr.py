@@ -185,20 +185,20 @@ def print_table(task, K: int, methods: Sequence[str], results: Dict[str, Dict[st
     print(f"\nAll methods: {total:.1f} s per seed.\n", flush=True)
 
 
-def summarize_log(path: str, methods: Sequence[str]) -> None:
-    """Re-print the tables of a run from its stderr log (``<dataset> K=<K> seed=<s>`` and one line per method),
-    keeping the seeds in which all of ``methods`` finished: the summary of an interrupted run."""
+def summarize_logs(paths: Sequence[str], methods: Sequence[str]) -> None:
+    """Re-print the tables of runs from their stderr logs (``<dataset> K=<K> seed=<s>`` and one line per method),
+    keeping the seeds in which all of ``methods`` finished: the summary of interrupted runs, or of runs that
+    covered different seeds (``--seed-start``) of the same (dataset, K)."""
     runs: Dict[Tuple[str, int], Dict[int, Dict[str, Dict[str, float]]]] = {}
     current = None
-    with open(path) as log:
-        for line in log:
-            head = line.split()
-            if len(head) == 3 and head[1].startswith("K=") and head[2].startswith("seed="):
-                current = (head[0], int(head[1][2:])), int(head[2][5:])
-                runs.setdefault(current[0], {})[current[1]] = {}
-            elif current is not None and line.startswith("  ") and "rmse=" in line:
-                method, *pairs = line.split()
-                runs[current[0]][current[1]][method] = {k: float(v) for k, v in (p.split("=") for p in pairs)}
+    for line in (line for path in paths for line in open(path)):
+        head = line.split()
+        if len(head) == 3 and head[1].startswith("K=") and head[2].startswith("seed="):
+            current = (head[0], int(head[1][2:])), int(head[2][5:])
+            runs.setdefault(current[0], {})[current[1]] = {}
+        elif current is not None and line.startswith("  ") and "rmse=" in line:
+            method, *pairs = line.split()
+            runs[current[0]][current[1]][method] = {k: float(v) for k, v in (p.split("=") for p in pairs)}
     for (name, K), by_seed in runs.items():
         complete = sorted(s for s, rows in by_seed.items() if list(rows) == list(methods))
         if not complete:
@@ -212,7 +212,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--datasets", default="diabetes,concrete,ames")
     parser.add_argument("--clients", default="10,100", help="comma-separated K values")
-    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--seeds", type=int, default=10, help="how many seeds")
+    parser.add_argument("--seed-start", type=int, default=0, help="the first seed (seeds seed-start, seed-start+1, ...)")
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--quick", action="store_true", help="rounds=5, local_steps=10, kd_steps=10, m=25, hidden=20")
     parser.add_argument("--rounds", type=int, default=20)
@@ -227,12 +228,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--eager", action="store_true", help="FedBNR's local and server steps without tf.function")
     parser.add_argument("--gemm-only", action="store_true")
     parser.add_argument("--no-gemm", action="store_true", help="skip the roofline measurement")
-    parser.add_argument("--summarize", metavar="LOG", help="print the tables of a (possibly interrupted) run from its stderr log")
+    parser.add_argument("--summarize", metavar="LOG", nargs="+",
+                        help="print the tables of (possibly interrupted) runs from their stderr logs, pooling their seeds")
     parser.add_argument("--gemm-shape", default="20000,1000", help="N,L of the roofline measurement")
     parser.add_argument("--gemm-repeats", type=int, default=10, help="timings per computation (the best is kept)")
     args = parser.parse_args(argv)
     if args.summarize:
-        summarize_log(args.summarize, [m for m in args.methods.split(",") if m])
+        summarize_logs(args.summarize, [m for m in args.methods.split(",") if m])
         return 0
     if args.quick:
         args.rounds, args.local_steps, args.kd_steps, args.num_samples, args.hidden = 5, 10, 10, 25, 20
@@ -259,7 +261,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for K in (int(k) for k in args.clients.split(",")):
             results: Dict[str, Dict[str, List[float]]] = {m: {} for m in methods}
             task = None
-            for seed in range(args.seeds):
+            for seed in range(args.seed_start, args.seed_start + args.seeds):
                 task = fedbnr_real_task(real.X, real.Y, K, seed=seed, name=name)
                 print(f"{name} K={K} seed={seed}", file=sys.stderr, flush=True)
                 for method, row in run_methods(task, methods, args, seed).items():

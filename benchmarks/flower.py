@@ -9,7 +9,11 @@ Rows (each the same FSGP job with the same seed; ``max |Δ mean|`` is against Lo
 * ``Deployment Engine`` (with ``--deployment``): ``flower-superlink`` + one ``flower-supernode`` per client
   on 127.0.0.1, submitted with ``flwr run``.
 
-    .venv/bin/python benchmarks/flower.py [--rounds 2] [--clients 2] [--deployment]
+With ``--secure``, instead: the cost of secure aggregation, LocalRuntime's pairwise masking against
+Flower's SecAgg+ (in-process nodes), each next to the same runtime without it: seconds, bytes sent by the
+clients, and the largest difference of the predictive means from LocalRuntime's masked run.
+
+    .venv/bin/python benchmarks/flower.py [--rounds 2] [--clients 2] [--deployment | --secure]
 """
 
 from __future__ import annotations
@@ -64,7 +68,10 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--clients", type=int, default=2)
     parser.add_argument("--deployment", action="store_true", help="also run the Deployment Engine (minutes)")
+    parser.add_argument("--secure", action="store_true", help="compare secure aggregation on LocalRuntime and Flower")
     args = parser.parse_args()
+    if args.secure:
+        return secure_costs(args.clients, args.rounds)
 
     from flwr.app import Context, RecordDict
     from flwr.supercore.task_identity import TaskIdentity
@@ -113,6 +120,33 @@ def main() -> int:
     print("|---|---|---|---|")
     for name, seconds, delta in rows:
         print(f"| {name} | {seconds:.2f} | {seconds / t_local:.1f} | {delta:.1e} |")
+    return 0
+
+
+def secure_costs(clients: int, rounds: int) -> int:
+    """The ``--secure`` table (module docstring)."""
+    from gpflow_fed.federated import FlowerRuntime
+
+    ds = make_dataset(clients)
+    config: Dict[str, Any] = {"rounds": rounds}
+    Xs = ds.test[0]
+    runs = [
+        ("LocalRuntime", lambda: LocalRuntime()),
+        ("LocalRuntime, pairwise masking", lambda: LocalRuntime(secure_aggregation=True)),
+        ("FlowerRuntime", lambda: FlowerRuntime()),
+        ("FlowerRuntime, SecAgg+", lambda: FlowerRuntime(secure_aggregation=True)),
+    ]
+    run(fsgp_job(config), ds, runtime=LocalRuntime(), seed=0)  # warm-up: TensorFlow's first-use costs
+    rows = []
+    for name, runtime in runs:
+        result, seconds = _timed(lambda: run(fsgp_job(config), ds, runtime=runtime(), seed=0))
+        rows.append((name, seconds, result.ledger.total_bytes(direction="up"), result.model.predict_f(Xs)[0].numpy()))
+    reference = rows[1][3]
+    print(f"FSGP fedavg, K = {clients} clients × 100 points, M = 10, {rounds} rounds × 10 local Adam steps\n")
+    print("| runtime | seconds | bytes sent by the clients | max abs Δ mean vs LocalRuntime, pairwise masking |")
+    print("|---|---|---|---|")
+    for name, seconds, up, mean in rows:
+        print(f"| {name} | {seconds:.2f} | {up:,} | {float(np.abs(mean - reference).max()):.1e} |")
     return 0
 
 

@@ -14,8 +14,8 @@ message (the ledger records only masked payloads) and does not know the run's se
 (raise, time out, send NaN or wrongly shaped payloads) are excluded *before* masking: the runtime first
 collects which clients have a valid payload, then those clients mask against exactly that cohort. A client
 that vanished after masking would leave its pairwise masks in the sum; :meth:`Aggregator.reduce` refuses
-such a sum with ``ValueError`` (recovering from it needs the secret-sharing layer of Bonawitz et al. or
-Flower's SecAgg+, not implemented here).
+such a sum with ``ValueError`` (recovering from it needs the secret-sharing layer of Bonawitz et al.; the
+Flower runtime has it, through Flower's SecAgg+: :mod:`gpflow_fed.federated.runtimes.flower_secagg`).
 
 DP (see :mod:`gpflow_fed.privacy.dp`) is *central*: the server adds the noise, so the (ε, δ) protects what
 is released (the model, the history, the server state) against everyone but the aggregator itself. Client
@@ -26,7 +26,7 @@ masked and only their weighted mean is revealed.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, Optional, Sequence, Tuple, Union
+from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import gpflow
 import numpy as np
@@ -190,39 +190,61 @@ class Aggregator:
                 f"masking cohort {context.cohort} (missing {missing}); the pairwise masks would not cancel"
             )
         plain = reduce_messages(messages, "sum")  # checks names and shapes
-        sums: Dict[str, np.ndarray]
-        metrics: Dict[str, float] = {}
         if self.secure is not None:
-            decoded = {k: self.secure.decode(v) for k, v in plain.arrays.items()}
-            total_weight = float(decoded.pop(WEIGHT_KEY)[0])
-            for key in [k for k in decoded if k.startswith(METRIC_PREFIX)]:
-                value = float(decoded.pop(key)[0])
-                if total_weight > 0:
-                    metrics[key[len(METRIC_PREFIX):]] = value / total_weight
-            sums = decoded
+            return self.finish(plain.arrays, context)
+        if context.aggregation == "mean":
+            sums = {k: np.sum([m.weight * m.arrays[k] for m in messages], axis=0) for k in plain.arrays}
         else:
-            total_weight = plain.total_weight
-            if context.aggregation == "mean":
-                sums = {k: np.sum([m.weight * m.arrays[k] for m in messages], axis=0) for k in plain.arrays}
-            else:
-                sums = dict(plain.arrays)
-            metrics = dict(plain.metrics)
+            sums = dict(plain.arrays)
+        return self.finish(sums, context, total_weight=plain.total_weight, metrics=plain.metrics)
+
+    def finish(
+        self,
+        sums: Mapping[str, np.ndarray],
+        context: ExchangeContext,
+        *,
+        total_weight: float = 0.0,
+        metrics: Optional[Mapping[str, float]] = None,
+    ) -> Aggregate:
+        """The server's aggregate of a protected phase from the cohort's summed payloads, however summed.
+
+        :param sums: with secure aggregation, ``Σ_k y_k mod 2^64`` per array name (``uint64``; equal to the
+            sum of the fixed-point encodings, weight and metric entries included); without it, the clipped
+            sums ``Σ_k ā_k`` (``"sum"``) or ``Σ_k w̄_k ā_k`` (``"mean"``).
+        :param context: the exchange; ``context.cohort`` are the senders.
+        :param total_weight: ``Σ_k w̄_k`` (without secure aggregation; with it, it is decoded from ``sums``).
+        :param metrics: the weighted means of the client metrics (without secure aggregation).
+        :return: decoded, noised (DP) and, for ``"mean"``, divided by the total weight.
+        :raises ValueError: a ``"mean"`` phase with a non-positive total weight.
+        """
+        out: Dict[str, np.ndarray]
+        means: Dict[str, float] = {}
+        if self.secure is not None:
+            out = {k: self.secure.decode(v) for k, v in sums.items()}
+            total_weight = float(out.pop(WEIGHT_KEY)[0])
+            for key in [k for k in out if k.startswith(METRIC_PREFIX)]:
+                value = float(out.pop(key)[0])
+                if total_weight > 0:
+                    means[key[len(METRIC_PREFIX):]] = value / total_weight
+        else:
+            out = {k: np.asarray(v, dtype=np.float64) for k, v in sums.items()}
+            means = dict(metrics or {})
         if self.dp is not None and self.noised(context.phase, context.aggregation):
             rng = self.noise_rng(context)
             std = self.dp.noise_std(context.aggregation)
-            sums = {k: v + rng.normal(0.0, std, size=np.shape(v)) for k, v in sorted(sums.items())}
+            out = {k: v + rng.normal(0.0, std, size=np.shape(v)) for k, v in sorted(out.items())}
         if context.aggregation == "mean":
             if total_weight <= 0:
                 raise ValueError("a 'mean' aggregation needs a positive total weight")
-            sums = {k: v / total_weight for k, v in sums.items()}
+            out = {k: v / total_weight for k, v in out.items()}
         dtype = gpflow.default_float()
         return Aggregate(
-            round=plain.round,
-            phase=plain.phase,
-            arrays={k: np.asarray(v, dtype=dtype) for k, v in sums.items()},
+            round=context.round,
+            phase=context.phase,
+            arrays={k: np.asarray(v, dtype=dtype) for k, v in out.items()},
             total_weight=total_weight,
-            senders=tuple(c for c in context.cohort),
-            metrics=metrics,
+            senders=tuple(context.cohort),
+            metrics=means,
         )
 
     def accountant(self) -> Optional[PrivacyAccountant]:

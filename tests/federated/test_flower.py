@@ -134,8 +134,6 @@ def test_client_node_config_is_checked(tmp_path):
 
 
 def test_runtime_and_server_arguments_are_checked(tmp_path):
-    with pytest.raises(ValueError, match="SecAgg"):
-        FlowerRuntime(secure_aggregation=True)
     with pytest.raises(TypeError, match="FaultPolicy"):
         FlowerRuntime(faults="exclude")
     with pytest.raises(TypeError, match="Algorithm"):

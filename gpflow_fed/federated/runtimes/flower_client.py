@@ -13,7 +13,10 @@ The run config's ``algorithm`` names the algorithm factory ``"package.module:fun
 
 Handlers: ``query`` answers the server's ``describe`` with ``(k, N_k, D, P)`` (what
 :class:`~gpflow_fed.federated.FederationInfo` holds); ``train`` runs ``Algorithm.client_update`` on one
-broadcast. Flower starts a fresh ClientApp process for every message, so after each update the client
+broadcast. In a phase under secure aggregation or DP (the broadcast carries a ``"protect"`` record) the
+reply is encoded as :mod:`~gpflow_fed.federated.runtimes.flower_secagg` describes, and Flower's
+``secaggplus_mod`` (through :func:`~gpflow_fed.federated.runtimes.flower_secagg.secure_sum_mod`) answers
+the SecAgg+ stages. Flower starts a fresh ClientApp process for every message, so after each update the client
 writes its own state — RNG, ``client.state``, and through ``tf.train.Checkpoint`` its model, optimizer
 (Adam moments, step count) and TensorFlow objects, the same record as a checkpoint of
 :mod:`gpflow_fed.federated.checkpoint` — and the next message rebuilds the client with
@@ -48,6 +51,7 @@ from .flower_records import (
     message_to_recorddict,
     recorddict_to_message,
 )
+from .flower_secagg import PROTECT, SECAGG_RECORD, masked_input, prepare_reply, secure_sum_mod
 
 __all__ = ["DESCRIBE", "describe_reply", "load_client_data", "make_client_app", "app"]
 
@@ -168,7 +172,7 @@ def make_client_app(*, keep_alive: bool = False) -> ClientApp:
         transports, where the ClientApp is not restarted); otherwise every update ends by writing the
         client's state to its ``state-dir`` and the next message restores it.
     """
-    client_app = ClientApp()
+    client_app = ClientApp(mods=[secure_sum_mod])
 
     @client_app.query()
     def describe(msg: FlowerMessage, context: Context) -> FlowerMessage:
@@ -176,6 +180,8 @@ def make_client_app(*, keep_alive: bool = False) -> ClientApp:
 
     @client_app.train()
     def train(msg: FlowerMessage, context: Context) -> FlowerMessage:
+        if SECAGG_RECORD in msg.content.config_records:  # SecAgg+'s collect stage, through secure_sum_mod
+            return FlowerMessage(masked_input(msg.content, context), reply_to=msg)
         down, purpose = recorddict_to_message(msg.content)
         algorithm, client, directory = _client_for(msg.content, context)
         reply = algorithm.client_update(client, down)
@@ -185,6 +191,9 @@ def make_client_app(*, keep_alive: bool = False) -> ClientApp:
             _LIVE[(int(context.run_id), int(context.node_id))] = (algorithm, client)
         elif directory is not None:
             _save_client(directory, client)
+        if PROTECT in msg.content.config_records:
+            content = prepare_reply(context, algorithm, client.id, down, reply, purpose, msg.content.config_records[PROTECT])
+            return FlowerMessage(content, reply_to=msg)
         return FlowerMessage(message_to_recorddict(reply, purpose), reply_to=msg)
 
     return client_app

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import tempfile
 import uuid
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Union
 
 import gpflow
 import numpy as np
@@ -33,11 +33,15 @@ from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
 
 from ...data.dataset import FederatedDataset
+from ...privacy.dp import DifferentialPrivacy
+from ...privacy.secure_aggregation import SecureAggregation
 from ..algorithm import Algorithm
 from ..result import FederatedResult
+from ..secure_aggregation import Aggregator
 from .base import Runtime
 from .faults import FaultPolicy
 from .flower_client import _LIVE, make_client_app
+from .flower_secagg import aggregator_to_config, check_secagg_settings
 from .flower_server import FlowerServer
 
 __all__ = ["FlowerRuntime", "LoopbackGrid"]
@@ -135,27 +139,38 @@ class FlowerRuntime(Runtime):
 
     :param faults: how faulty clients are treated (:class:`FaultPolicy`).
     :param keep_payloads: keep every message in the ledger.
-    :param secure_aggregation: must be False: Flower 1.41's SecAgg+ exists only as a legacy-strategy
-        workflow (``flwr.server.workflow.SecAggPlusWorkflow`` needs a ``LegacyContext`` and a
-        ``flwr.server.strategy.Strategy``'s ``configure_fit``/``aggregate_fit``), always returns a weighted
-        *mean* of FitRes parameters, and quantises after clipping every entry to ±``clipping_range`` with a
-        modulus below 2³²; sufficient statistics such as Σ_k C_k C_kᵀ (entries of order N) would be
-        clipped or lose ~6 significant digits. Use ``LocalRuntime(secure_aggregation=True)``.
-    :raises ValueError: ``secure_aggregation`` requested (with the reason above).
+    :param secure_aggregation: ``True`` (or a :class:`~gpflow_fed.privacy.SecureAggregation`, for its
+        fixed-point resolution) to sum every ``"sum"``/``"mean"`` phase through Flower's SecAgg+; the
+        decoded sums equal ``LocalRuntime(secure_aggregation=True)``'s exactly
+        (:mod:`~gpflow_fed.federated.runtimes.flower_secagg`).
+    :param differential_privacy: a :class:`~gpflow_fed.privacy.DifferentialPrivacy`: clients clip, the
+        server adds Gaussian noise and accounts (ε, δ) in ``result.privacy``, as ``LocalRuntime`` does.
+    :param secagg_shares: SecAgg+'s ``num_shares`` (see :class:`FlowerServer`).
+    :param secagg_threshold: SecAgg+'s ``reconstruction_threshold`` (see :class:`FlowerServer`).
+    :raises TypeError: a ``faults``, ``secure_aggregation`` or ``differential_privacy`` of the wrong type.
+    :raises ValueError: SecAgg+ settings Flower refuses; (at the start of a run) secure aggregation or DP
+        on an algorithm with a ``"collect"`` phase they would protect.
     """
 
-    def __init__(self, *, faults: Optional[FaultPolicy] = None, keep_payloads: bool = False, secure_aggregation: bool = False) -> None:
-        if secure_aggregation:
-            raise ValueError(
-                "FlowerRuntime does not offer secure aggregation: Flower 1.41's SecAgg+ works only through the legacy "
-                "SecAggPlusWorkflow (LegacyContext + a legacy Strategy), returns a weighted mean, and clips and "
-                "quantises every entry into fewer than 32 bits, which destroys sums of sufficient statistics; use "
-                "LocalRuntime(secure_aggregation=True) for pairwise-masked sums"
-            )
+    def __init__(
+        self,
+        *,
+        faults: Optional[FaultPolicy] = None,
+        keep_payloads: bool = False,
+        secure_aggregation: Union[bool, SecureAggregation] = False,
+        differential_privacy: Optional[DifferentialPrivacy] = None,
+        secagg_shares: Union[int, float] = 1.0,
+        secagg_threshold: Union[int, float] = 0.5,
+    ) -> None:
         if faults is not None and not isinstance(faults, FaultPolicy):
             raise TypeError(f"faults must be a FaultPolicy, got {type(faults).__name__}")
         self.faults = faults
         self.keep_payloads = keep_payloads
+        self.aggregator = Aggregator(secure=secure_aggregation, dp=differential_privacy)
+        if self.aggregator.secure is not None:
+            check_secagg_settings(secagg_shares, secagg_threshold)
+        self.secagg_shares = secagg_shares
+        self.secagg_threshold = secagg_threshold
 
     def execute(
         self, algorithm: Algorithm, dataset: FederatedDataset, *, monitor: Optional[Any] = None, seed: int = 0
@@ -163,7 +178,10 @@ class FlowerRuntime(Runtime):
         if not isinstance(dataset, FederatedDataset):
             raise TypeError(f"dataset must be a FederatedDataset, got {type(dataset).__name__}")
         algorithm.validate(dataset)
-        server = FlowerServer(algorithm, seed=seed, faults=self.faults, keep_payloads=self.keep_payloads)
+        server = FlowerServer(
+            algorithm, seed=seed, faults=self.faults, keep_payloads=self.keep_payloads, aggregator=self.aggregator,
+            secagg_shares=self.secagg_shares, secagg_threshold=self.secagg_threshold,
+        )
         run_key = uuid.uuid4().hex
         run_id = int(run_key[:12], 16)
         # the parties' algorithms are copies of a pristine one, never the server's object
@@ -176,7 +194,10 @@ class FlowerRuntime(Runtime):
                     path = os.path.join(tmp, f"client_{k}.npz")
                     np.savez(path, X=X, Y=Y)
                     configs.append({"data": path, "client-index": k, "state-dir": os.path.join(tmp, "state")})
-                run_config = {"algorithm": f"{__name__}:algorithm_factory", "gpflow-fed-run": run_key, "seed": int(seed)}
+                run_config = {
+                    "algorithm": f"{__name__}:algorithm_factory", "gpflow-fed-run": run_key, "seed": int(seed),
+                    **aggregator_to_config(self.aggregator),
+                }
                 grid = LoopbackGrid(make_client_app(keep_alive=True), configs, run_config, run_id)
                 TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = run_id, SUPERLINK_NODE_ID, 1
                 return server.run(grid, test=dataset.test, monitor=monitor)

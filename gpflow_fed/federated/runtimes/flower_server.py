@@ -20,20 +20,23 @@ round r it
 3. after the last round runs ``Algorithm.final_phases`` with every client and returns
    ``Algorithm.result``.
 
-Secure aggregation and differential privacy are not offered on Flower (see :class:`FlowerServer`).
+Secure aggregation (Flower's SecAgg+) and differential privacy (client clipping, server noise, the
+accountant) protect the ``"sum"``/``"mean"`` phases as in ``LocalRuntime``; see
+:mod:`~gpflow_fed.federated.runtimes.flower_secagg`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import gpflow
 import numpy as np
-from flwr.app import Context, MessageType, RecordDict
+from flwr.app import ConfigRecord, Context, MessageType, RecordDict
 from flwr.app import Message as FlowerMessage
 from flwr.serverapp import Grid, ServerApp
 
@@ -41,8 +44,9 @@ from ..algorithm import Aggregate, Algorithm, FederationInfo, reduce_messages
 from ..ledger import Channel, CommunicationLedger
 from ..messages import SERVER, Message
 from ..result import FederatedResult
+from ..secure_aggregation import Aggregator, ExchangeContext
 from .base import ClientUpdateError, evaluate_model
-from .faults import FaultPolicy, reply_fault
+from .faults import FaultPolicy, RoundFailedError, reply_fault
 from .flower_client import DESCRIBE
 from .flower_records import (
     INFO,
@@ -52,7 +56,15 @@ from .flower_records import (
     recorddict_to_message,
     sampling_rng,
 )
-from .loop import final_phases, screen, train_round
+from .flower_secagg import (
+    PROTECT,
+    aggregator_from_config,
+    check_secagg_settings,
+    layout_message,
+    protocol_arrays,
+    secagg_plus_sum,
+)
+from .loop import final_phases, record_releases, screen, train_round
 
 __all__ = ["FederationShape", "FlowerServer", "app", "save_error", "save_result"]
 
@@ -85,7 +97,14 @@ class FlowerServer:
     :param keep_payloads: keep every message in the ledger.
     :param num_clients: wait until this many SuperNodes are connected (None: use those connected now).
     :param wait: seconds to wait for them.
-    :raises ValueError: bad ``seed``, ``timeout``, ``num_clients`` or ``wait``.
+    :param aggregator: secure aggregation and/or DP of the ``"sum"``/``"mean"`` phases (default: none); the
+        clients must build the same one from the run config
+        (:func:`~gpflow_fed.federated.runtimes.flower_secagg.aggregator_to_config`).
+    :param secagg_shares: SecAgg+'s ``num_shares``: each client's neighbours, a fraction of the cohort or a
+        count > 2 (1.0: every client; fewer make the protocol cheaper for large cohorts).
+    :param secagg_threshold: SecAgg+'s ``reconstruction_threshold``: the shares needed to unmask, a
+        fraction of ``num_shares`` or a count; more clients than ``num_shares`` minus this may drop out.
+    :raises ValueError: bad ``seed``, ``timeout``, ``num_clients``, ``wait`` or SecAgg+ settings.
     """
 
     def __init__(
@@ -98,6 +117,9 @@ class FlowerServer:
         keep_payloads: bool = False,
         num_clients: Optional[int] = None,
         wait: float = 120.0,
+        aggregator: Optional[Aggregator] = None,
+        secagg_shares: Union[int, float] = 1.0,
+        secagg_threshold: Union[int, float] = 0.5,
     ) -> None:
         if not isinstance(algorithm, Algorithm):
             raise TypeError(f"algorithm must be a gpflow_fed Algorithm, got {type(algorithm).__name__}")
@@ -118,6 +140,13 @@ class FlowerServer:
         self.keep_payloads = keep_payloads
         self.num_clients = num_clients
         self.wait = float(wait)
+        if aggregator is not None and not isinstance(aggregator, Aggregator):
+            raise TypeError(f"aggregator must be an Aggregator, got {type(aggregator).__name__}")
+        self.aggregator = aggregator or Aggregator()
+        if self.aggregator.secure is not None:
+            check_secagg_settings(secagg_shares, secagg_threshold)
+        self.secagg_shares = secagg_shares
+        self.secagg_threshold = secagg_threshold
 
     # --- the federation ------------------------------------------------------------------------------
     def _nodes(self, grid: Grid) -> List[int]:
@@ -180,12 +209,22 @@ class FlowerServer:
         self, grid: Grid, channel: Channel, info: FederationInfo, node_of: Mapping[str, int],
         down: Message, selected: Sequence[str],
     ) -> Tuple[Aggregate, Dict[str, str]]:
-        """Broadcast ``down`` to ``selected``, collect, screen and reduce; also ``{client: reason}`` excluded."""
+        """Broadcast ``down`` to ``selected``, collect, screen and reduce; also ``{client: reason}`` excluded.
+
+        A phase the aggregator protects is prepared by the clients (clipped under DP; under secure
+        aggregation encoded, kept, and announced by its layout only) and, under secure aggregation, summed
+        by SecAgg+ (:mod:`~gpflow_fed.federated.runtimes.flower_secagg`).
+        """
         purpose = channel.purpose
+        aggregation = self.algorithm.aggregation(down.phase)
+        protect = self.aggregator.protects(down.phase, aggregation)
+        secure = protect and self.aggregator.secure is not None
         outgoing = []
         for cid in selected:
             content = message_to_recorddict(down, purpose)
             content[INFO] = info_to_config(info)
+            if protect:
+                content[PROTECT] = ConfigRecord({"cohort-size": len(selected)})
             outgoing.append(
                 FlowerMessage(content, dst_node_id=node_of[cid], message_type=MessageType.TRAIN,
                               group_id=f"{purpose}/{down.round}/{down.phase}")
@@ -203,11 +242,12 @@ class FlowerServer:
                 fault = f"raised on its SuperNode: {reply.error.reason}"
             else:
                 try:
-                    message, _ = recorddict_to_message(reply.content)
-                except (ValueError, TypeError) as exc:
+                    message = layout_message(reply.content) if secure else recorddict_to_message(reply.content)[0]
+                except (ValueError, TypeError, KeyError) as exc:
                     fault = f"sent a malformed reply: {exc}"
                 else:
-                    channel.send(message, SERVER)
+                    if not secure:
+                        channel.send(message, SERVER)
                     fault = reply_fault(message, cid, down)
             if fault is None:
                 replies.append(message)
@@ -215,9 +255,58 @@ class FlowerServer:
             if self.faults.on_error == "raise":
                 raise ClientUpdateError(cid, down.round, down.phase, RuntimeError(fault))
             excluded[cid] = fault
-        good = set(screen(self.faults, down.round, down.phase, selected, replies, excluded))
-        replies = [m for m in replies if m.sender in good]
-        return reduce_messages(replies, self.algorithm.aggregation(down.phase)), excluded
+        good = screen(self.faults, down.round, down.phase, selected, replies, excluded)
+        kept = set(good)
+        replies = [m for m in replies if m.sender in kept]
+        if not protect:
+            return reduce_messages(replies, aggregation), excluded
+        context = ExchangeContext(self.seed, purpose, down.round, down.phase, aggregation, tuple(good))
+        if not secure:
+            return self.aggregator.reduce(replies, context), excluded
+        return self._secure_sum(grid, channel, node_of, down, replies, context, excluded), excluded
+
+    def _secure_sum(
+        self, grid: Grid, channel: Channel, node_of: Mapping[str, int], down: Message, layouts: Sequence[Message],
+        context: ExchangeContext, excluded: Dict[str, str],
+    ) -> Aggregate:
+        """Step 2 of a secure phase: SecAgg+ over the cohort, then ``Aggregator.finish``."""
+        cohort = context.cohort
+        where = f"round {down.round}, phase {down.phase!r}"
+        if len(cohort) < 2:
+            raise RoundFailedError(f"{where}: secure aggregation needs at least 2 clients, {len(cohort)} answered well")
+        client_of = {node_of[c]: c for c in cohort}
+
+        def record(node: int, stage: str, outgoing: bool, config: Mapping[str, Any]) -> None:
+            message = Message(SERVER if outgoing else client_of[node], down.round, f"{down.phase}/secagg+/{stage}",
+                              protocol_arrays(config), weight=0.0)
+            channel.send(message, client_of[node] if outgoing else SERVER)
+
+        layout = layouts[0].arrays
+        names = sorted(layout)
+        size = int(sum(layout[n].size for n in names))
+        codes, survivors = secagg_plus_sum(
+            grid, [node_of[c] for c in cohort], size,
+            {"purpose": context.purpose, "round": int(down.round), "phase": down.phase},
+            num_shares=self.secagg_shares, reconstruction_threshold=self.secagg_threshold,
+            timeout=self.timeout, record=record,
+        )
+        if codes is None:
+            raise RoundFailedError(f"{where}: SecAgg+ halted: too few of the cohort {cohort} finished the protocol")
+        alive = tuple(c for c in cohort if node_of[c] in set(survivors))
+        for cid in cohort:
+            if cid not in alive:
+                reason = "dropped out during SecAgg+ (its masks were removed with its neighbours' shares)"
+                if self.faults.on_error == "raise":
+                    raise ClientUpdateError(cid, down.round, down.phase, RuntimeError(reason))
+                excluded[cid] = reason
+        if len(alive) < self.faults.min_clients:
+            raise RoundFailedError(f"{where}: {len(alive)} clients finished SecAgg+, fewer than min_clients={self.faults.min_clients}")
+        sums, offset = {}, 0
+        for name in names:
+            shape = layout[name].shape
+            sums[name] = codes[offset: offset + layout[name].size].reshape(shape)
+            offset += layout[name].size
+        return self.aggregator.finish(sums, dataclasses.replace(context, cohort=alive))
 
     # --- the run -------------------------------------------------------------------------------------
     def run(
@@ -234,6 +323,8 @@ class FlowerServer:
         info, node_of = self.discover(grid)
         ids = list(info.client_ids)
         algorithm.validate(FederationShape(tuple(info.client_sizes[c] for c in ids), info.input_dim, info.output_dim, test))
+        self.aggregator.check(algorithm)
+        accountant = self.aggregator.accountant()
         ledger = CommunicationLedger(keep_payloads=self.keep_payloads)
         channel = Channel(ledger)
         rng = sampling_rng(self.seed, len(ids))
@@ -247,12 +338,16 @@ class FlowerServer:
 
         history: List[Dict[str, Any]] = []
         for r in range(algorithm.rounds):
-            state, entry, _ = train_round(algorithm, state, r, ids, rng, gather, ledger)
+            state, entry, sample_size = train_round(algorithm, state, r, ids, rng, gather, ledger)
+            record_releases(accountant, self.aggregator, algorithm, algorithm.phases(r), len(ids), sample_size)
+            if accountant is not None:
+                entry["epsilon"] = accountant.epsilon()
             history.append(entry)
             if monitor is not None:
                 monitor(r, history=history, state=state, algorithm=algorithm)
         channel.purpose = "final"
         state = final_phases(algorithm, state, algorithm.rounds, ids, gather)
+        record_releases(accountant, self.aggregator, algorithm, algorithm.final_phases(), len(ids), len(ids))
         model = algorithm.result(state)
         return FederatedResult(
             model=model,
@@ -261,6 +356,7 @@ class FlowerServer:
             state=state,
             metrics=evaluate_model(model, test) if test is not None else {},
             seconds=time.perf_counter() - start,
+            privacy=accountant.report() if accountant is not None else None,
         )
 
 
@@ -309,7 +405,11 @@ def make_server_app() -> ServerApp:
     * ``timeout``: seconds per phase (default: none); ``min-clients`` and ``on-error``
       (``"raise"``/``"exclude"``) for the :class:`FaultPolicy`;
     * ``output``: folder for :func:`save_result`; ``test-data``: an ``.npz`` with ``X``, ``Y`` the server
-      holds, for test metrics and ``predictions.npz``.
+      holds, for test metrics and ``predictions.npz``;
+    * secure aggregation and DP: the keys of
+      :func:`~gpflow_fed.federated.runtimes.flower_secagg.aggregator_to_config` (``secure-aggregation``,
+      ``fractional-bits``, ``dp-*``), which every ClientApp reads too, and ``secagg-shares``,
+      ``secagg-threshold`` for SecAgg+.
     """
     server_app = ServerApp()
 
@@ -331,6 +431,9 @@ def make_server_app() -> ServerApp:
             faults=FaultPolicy(on_error=str(config.get("on-error", "raise")), min_clients=int(config.get("min-clients", 1))),
             timeout=None if timeout is None else float(timeout),
             num_clients=int(config["num-clients"]) if "num-clients" in config else None,
+            aggregator=aggregator_from_config(config),
+            secagg_shares=config.get("secagg-shares", 1.0),  # type: ignore[arg-type]
+            secagg_threshold=config.get("secagg-threshold", 0.5),  # type: ignore[arg-type]
         )
         test = None
         if config.get("test-data"):

@@ -28,6 +28,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ...data.dataset import FederatedDataset
+from ...privacy.dp import PrivacyAccountant
 from ..algorithm import Aggregate, Algorithm, FederationInfo
 from ..checkpoint import latest_checkpoint, load_checkpoint, restore_clients, restore_objects, save_checkpoint
 from ..client import Client
@@ -38,7 +39,9 @@ from ..secure_aggregation import Aggregator
 from .base import ClientUpdateError, Runtime, evaluate_model, make_clients
 from .faults import FaultPolicy, RoundFailedError, log_exclusions, reply_fault, shape_faults
 
-__all__ = ["Answer", "FederationRun", "Gather", "RoundLoopRuntime", "final_phases", "screen", "train_round"]
+__all__ = [
+    "Answer", "FederationRun", "Gather", "RoundLoopRuntime", "final_phases", "record_releases", "screen", "train_round",
+]
 
 #: A runtime's part of one phase: ``gather(state, round, phase, arrays, selected) -> (aggregate, excluded)``
 #: sends the broadcast ``arrays`` to the ``selected`` clients, runs or awaits their updates, screens faults
@@ -110,6 +113,27 @@ def final_phases(algorithm: Algorithm, state: Any, round: int, ids: Sequence[str
         state, aggregate, _ = _exchange(algorithm, gather, state, round, phase, selected)
         selected = list(aggregate.senders)
     return state
+
+
+def record_releases(
+    accountant: Optional[PrivacyAccountant],
+    aggregator: Aggregator,
+    algorithm: Algorithm,
+    phases: Sequence[str],
+    num_clients: int,
+    sample_size: int,
+) -> None:
+    """Tell ``accountant`` (None without DP: nothing to do) about the noised sums of ``phases``.
+
+    ``sample_size`` clients of ``num_clients`` were sampled; subsampling amplifies privacy only for the
+    default uniform sampling without replacement, so any other ``select_clients`` is accounted as if every
+    client took part.
+    """
+    if accountant is None:
+        return
+    uniform = type(algorithm).select_clients is Algorithm.select_clients
+    noised = sum(aggregator.noised(p, algorithm.aggregation(p)) for p in phases)
+    accountant.record(num_clients, sample_size if uniform else num_clients, noised)
 
 
 @dataclass
@@ -288,8 +312,6 @@ class RoundLoopRuntime(Runtime):
         history: List[Dict[str, Any]] = []
         aggregator = self.aggregator
         accountant = aggregator.accountant()
-        # Subsampling amplifies privacy only for the default uniform sampling without replacement.
-        uniform_sampling = type(algorithm).select_clients is Algorithm.select_clients
         meta = {
             "algorithm": algorithm.name,
             "seed": int(seed),
@@ -320,20 +342,15 @@ class RoundLoopRuntime(Runtime):
             run.state = state
             return self.gather(run, round, phase, arrays, selected)
 
-        def account(phases: Sequence[str], sample_size: int) -> None:
-            if accountant is not None:
-                noised = sum(aggregator.noised(p, algorithm.aggregation(p)) for p in phases)
-                accountant.record(len(ids), sample_size if uniform_sampling else len(ids), noised)
-
         def finalize(state: Any, round: int) -> Any:
             state = final_phases(algorithm, state, round, ids, gather)
-            account(algorithm.final_phases(), len(ids))
+            record_releases(accountant, aggregator, algorithm, algorithm.final_phases(), len(ids), len(ids))
             return state
 
         rounds = range(first_round, algorithm.rounds)
         for r in tqdm(rounds, desc=algorithm.name, disable=not self.progress, leave=False):
             state, entry, sample_size = train_round(algorithm, state, r, ids, sampling_rng, gather, ledger)
-            account(algorithm.phases(r), sample_size)
+            record_releases(accountant, aggregator, algorithm, algorithm.phases(r), len(ids), sample_size)
             if dataset.test is not None and self.eval_every and (r + 1) % self.eval_every == 0:
                 channel.purpose = "evaluate"
                 try:
