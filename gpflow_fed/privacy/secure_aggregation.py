@@ -24,7 +24,7 @@ from typing import Dict, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["SecureAggregation", "pair_seed"]
+__all__ = ["SecureAggregation", "from_limb_sums", "pair_seed", "to_limbs"]
 
 
 def pair_seed(seed: int, context: Sequence[object], a: str, b: str) -> np.random.SeedSequence:
@@ -40,6 +40,27 @@ def pair_seed(seed: int, context: Sequence[object], a: str, b: str) -> np.random
     digest = hashlib.sha256(text.encode("utf-8")).digest()
     words = np.frombuffer(digest, dtype=np.uint32)
     return np.random.SeedSequence([int(w) for w in words])
+
+
+def to_limbs(codes: np.ndarray, bits: int) -> np.ndarray:
+    """``uint64`` codes ``[n]`` as ``⌈64/b⌉`` limbs of ``b`` bits, ``[⌈64/b⌉ n]`` float64 (limb-major).
+
+    A transport that adds floats (or small integers) exactly can then sum 64-bit codes modulo 2^64: sum the
+    limbs, then :func:`from_limb_sums`. Used to all-reduce masked payloads (``DistributeRuntime``) and to
+    pass them through Flower's 32-bit SecAgg+ (``FlowerRuntime``).
+    """
+    codes = np.asarray(codes, dtype=np.uint64).ravel()
+    mask = np.uint64((1 << bits) - 1)
+    return np.concatenate([(codes >> np.uint64(bits * j)) & mask for j in range(-(-64 // bits))]).astype(np.float64)
+
+
+def from_limb_sums(limb_sums: np.ndarray, bits: int) -> np.ndarray:
+    """``Σ_k code_k mod 2^64`` (``uint64`` ``[n]``) from the sums of :func:`to_limbs` over k (any size)."""
+    sums = np.rint(np.asarray(limb_sums, dtype=np.float64)).astype(np.uint64).reshape(-(-64 // bits), -1)
+    total = np.zeros(sums.shape[1], dtype=np.uint64)
+    for j, limb in enumerate(sums):
+        total += limb << np.uint64(bits * j)  # uint64 arithmetic wraps modulo 2^64
+    return total
 
 
 @dataclass(frozen=True)

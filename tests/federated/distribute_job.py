@@ -17,7 +17,7 @@ import os
 import sys
 from typing import Any, Callable, Dict, Tuple
 
-MWMS_JOBS = ("fsgp_fedavg", "fsgp_exact", "toy_collect")
+MWMS_JOBS = ("fsgp_fedavg", "fsgp_exact", "toy_collect", "fsgp_exact_secure")
 
 
 def build_jobs() -> Dict[str, Tuple[Callable[[], Any], Any, Dict[str, Any]]]:
@@ -28,6 +28,7 @@ def build_jobs() -> Dict[str, Tuple[Callable[[], Any], Any, Dict[str, Any]]]:
     from gpflow_fed.data import FederatedDataset
     from gpflow_fed.federated import FaultPolicy
     from gpflow_fed.federated.algorithms import FSGP
+    from gpflow_fed.privacy import DifferentialPrivacy
 
     from .test_core import FederatedMean
     from .test_faults import Faulty
@@ -75,6 +76,7 @@ def build_jobs() -> Dict[str, Tuple[Callable[[], Any], Any, Dict[str, Any]]]:
     )
     one = FederatedDataset([toy.clients[2]], test=toy.test)
     exclude = FaultPolicy(on_error="exclude")
+    dp = DifferentialPrivacy(noise_multiplier=1.1, clip_norm=5.0, weight_bound=10.0)
     return {
         "fsgp_fedavg": (fsgp("fedavg", 0.6), fsgp_data, {"eval_every": 2}),
         "fsgp_exact": (fsgp("exact", 1.0), fsgp_data, {"placement": "blocks", "threads": True}),
@@ -84,6 +86,9 @@ def build_jobs() -> Dict[str, Tuple[Callable[[], Any], Any, Dict[str, Any]]]:
         "toy_shape": (lambda: Faulty(2, "shape", bad=("client_2",)), toy, {"faults": exclude}),
         "toy_one_client": (lambda: FederatedMean(2), one, {}),
         "toy_raise": (lambda: Faulty(1, "raise", bad=("client_3",)), toy, {}),
+        "toy_secure_dp": (lambda: Faulty(2, "nan", bad=("client_1",)), toy,
+                          {"faults": exclude, "secure_aggregation": True, "differential_privacy": dp}),
+        "fsgp_exact_secure": (fsgp("exact", 1.0), fsgp_data, {"placement": "blocks", "secure_aggregation": True}),
     }
 
 
@@ -96,6 +101,8 @@ def summarize(result: Any) -> Dict[str, Any]:
         "ledger": [list(dataclasses.astuple(e)) for e in result.ledger.entries],
         "metrics": result.metrics,
     }
+    if result.privacy is not None:
+        out["privacy"] = result.privacy
     state = result.state
     if isinstance(state, dict):
         out["state"] = state

@@ -158,12 +158,51 @@ def test_not_a_strategy_is_a_type_error():
         DistributeRuntime("mirrored")  # type: ignore[arg-type]
 
 
+PROTECTIONS = {
+    "secure": {"secure_aggregation": True},
+    "dp": {"differential_privacy": DifferentialPrivacy(noise_multiplier=1.1, clip_norm=5.0, weight_bound=10.0)},
+    "both": {"secure_aggregation": True,
+             "differential_privacy": DifferentialPrivacy(noise_multiplier=1.1, clip_norm=5.0, weight_bound=10.0)},
+}
+
+
+@pytest.mark.parametrize("protection", list(PROTECTIONS))
+def test_one_device_strategy_protects_sums_as_local_runtime(dataset, protection, tmp_path):  # noqa: F811
+    """Secure aggregation and DP give LocalRuntime's result exactly (same fixed point, same noise), with the
+    masked/clipped messages in the ledger; an interrupted run resumes from its checkpoint to the same end."""
+    from .test_checkpoint import Stop, stop_after
+
+    options = PROTECTIONS[protection]
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    ref = run(FederatedMean(4, client_fraction=0.5), dataset, runtime=LocalRuntime(**options), seed=2)
+    ours = run(FederatedMean(4, client_fraction=0.5), dataset, runtime=DistributeRuntime(strategy, **options), seed=2)
+    assert ours.state == ref.state and ours.privacy == ref.privacy
+    assert ours.ledger.entries == ref.ledger.entries
+    with pytest.raises(Stop):
+        run(FederatedMean(4, client_fraction=0.5), dataset, monitor=stop_after(1), seed=2,
+            runtime=DistributeRuntime(strategy, checkpoint_dir=tmp_path, **options))
+    resumed = run(FederatedMean(4, client_fraction=0.5), dataset, seed=2,
+                  runtime=DistributeRuntime(strategy, checkpoint_dir=tmp_path, resume=True, **options))
+    assert resumed.state == ref.state and resumed.privacy == ref.privacy
+
+
+def test_checkpoint_folder_per_worker():
+    from gpflow_fed.federated.runtimes.distribute import worker_folder
+
+    assert worker_folder(tf.distribute.OneDeviceStrategy("/cpu:0"), "ck") == "ck"
+
+    class TwoWorkers:
+        cluster_resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(
+            tf.train.ClusterSpec({"worker": ["127.0.0.1:1", "127.0.0.1:2"]}), task_type="worker", task_id=1
+        )
+
+    assert worker_folder(TwoWorkers(), "ck") == os.path.join("ck", "worker-1")
+
+
 @pytest.mark.parametrize("kwargs, match", [
     ({"placement": "random"}, "placement"),
-    ({"secure_aggregation": True}, "secure_aggregation.*LocalRuntime"),
-    ({"differential_privacy": DifferentialPrivacy(clip_norm=1.0, noise_multiplier=1.0)}, "differential_privacy"),
-    ({"checkpoint_dir": "somewhere"}, "checkpoint_dir"),
     ({"eval_every": -1}, "eval_every"),
+    ({"resume": True}, "resume=True needs checkpoint_dir"),
 ])
 def test_bad_options_are_value_errors(kwargs, match):
     with pytest.raises(ValueError, match=match):

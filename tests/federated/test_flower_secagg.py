@@ -19,6 +19,7 @@ from gpflow_fed.federated.runtimes import flower_secagg as secagg  # noqa: E402
 from gpflow_fed.federated.runtimes.flower_runtime import FlowerRuntime, LoopbackGrid  # noqa: E402
 from gpflow_fed.federated.secure_aggregation import Aggregator  # noqa: E402
 from gpflow_fed.privacy import DifferentialPrivacy, SecureAggregation  # noqa: E402
+from gpflow_fed.privacy.secure_aggregation import from_limb_sums  # noqa: E402
 
 from .test_core import FederatedMean, dataset  # noqa: E402,F401  (fixture)
 from .test_faults import Faulty  # noqa: E402
@@ -31,10 +32,10 @@ def test_limbs_carry_64_bit_sums_exactly_through_32_bit_secagg(cohort):
     assert cohort * (1 << bits) <= 2**31  # SecAgg+'s limb sums and its weight factor stay below 2^32
     rng = np.random.default_rng(cohort)
     codes = [rng.integers(0, 2**64, size=9, dtype=np.uint64, endpoint=False) for _ in range(min(cohort, 50))]
-    limbs = [secagg.to_limbs(c, bits) for c in codes]
+    limbs = [secagg.shifted_limbs(c, bits) for c in codes]
     offset = 1 << (bits - 1)
     assert all(np.all(l >= -offset) and np.all(l < offset) and np.all(l == np.rint(l)) for l in limbs)
-    total = secagg.from_limb_sums(np.sum([l + offset for l in limbs], axis=0), bits)
+    total = from_limb_sums(np.sum([l + offset for l in limbs], axis=0), bits)
     expected = [sum(int(c[i]) for c in codes) % 2**64 for i in range(9)]
     assert [int(t) for t in total] == expected
 
@@ -91,7 +92,7 @@ def test_the_server_sees_neither_payloads_nor_their_encodings(dataset):  # noqa:
         for secret in (Y.sum(0), np.array([float(len(Y))])):
             assert secret.tobytes() not in wire
             assert codec.encode("x", secret, 4).tobytes() not in wire
-            assert secagg.to_limbs(codec.encode("x", secret, 4), secagg.limb_bits(4)).tobytes() not in wire
+            assert secagg.shifted_limbs(codec.encode("x", secret, 4), secagg.limb_bits(4)).tobytes() not in wire
     masked = [m for m in flower.ledger.messages if m.phase.endswith("collect_masked_vectors") and m.sender != "server"]
     assert len(masked) == 2 * dataset.num_clients and len({m.arrays["masked_params"].tobytes() for m in masked}) == len(masked)
 

@@ -20,11 +20,17 @@ every reply is already at hand, only the third):
 
 The all-reduce carries float64 whatever ``gpflow.default_float()`` is, so payloads of any float or integer
 dtype (integers below 2⁵³) arrive exactly; the aggregate is cast back to the payload's dtype.
+
+Under secure aggregation or DP (``Aggregator``) a phase's replies are described by their prepared
+(clipped, fixed-point) form; once every worker knows the cohort, each masks its own clients' messages
+against it, the masked 64-bit codes are all-reduced as 16-bit limbs (exact), and ``Aggregator.finish``
+decodes them, adds the noise every worker draws identically from the run's seed, and divides.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -32,19 +38,23 @@ import numpy as np
 import tensorflow as tf
 
 from ...data.dataset import FederatedDataset
+from ...privacy.dp import DifferentialPrivacy
+from ...privacy.secure_aggregation import SecureAggregation, from_limb_sums, to_limbs
 from ..algorithm import Aggregate, Algorithm, reduce_messages
 from ..ledger import LedgerEntry
 from ..messages import SERVER, Message
-from ..secure_aggregation import Aggregator
+from ..secure_aggregation import Aggregator, ExchangeContext
 from .base import ClientUpdateError
 from .faults import FaultPolicy
 from .loop import Answer, FederationRun, RoundLoopRuntime, screen
 
-__all__ = ["DistributeRuntime", "PLACEMENTS"]
+__all__ = ["DistributeRuntime", "PLACEMENTS", "worker_folder"]
 
 PLACEMENTS = ("round_robin", "blocks")
 #: what the all-reduce carries: exact for float32/float64 payloads and integers below 2**53
 WIRE_DTYPE = np.float64
+#: masked 64-bit codes travel as 16-bit limbs: their float64 sums stay exact for up to 2**37 clients
+LIMB_BITS = 16
 
 
 class _Shapes:
@@ -55,12 +65,14 @@ class _Shapes:
         self.arrays = {n: np.broadcast_to(np.float64(0.0), tuple(s)) for n, s in zip(names, shapes)}
 
 
-def _describe(answer: Answer) -> Dict[str, Any]:
-    """The metadata of one reply that every process needs (no payload values)."""
-    reply = answer.reply
+def _describe(answer: Answer, protect: bool, secure: bool) -> Dict[str, Any]:
+    """The metadata of one reply that every process needs (no payload values): of the reply itself, or, in a
+    phase the aggregator protects, of the client's prepared (clipped, encoded) message, which is what is sent
+    (masked, with its arrays in sorted-name order, under secure aggregation)."""
+    reply = answer.prepared if protect and answer.fault is None else answer.reply
     if not isinstance(reply, Message):
         return {"message": False, "fault": answer.fault}
-    names = list(reply.arrays)
+    names = sorted(reply.arrays) if protect and secure else list(reply.arrays)
     return {
         "message": True,
         "fault": answer.fault,
@@ -70,6 +82,15 @@ def _describe(answer: Answer) -> Dict[str, Any]:
         "nbytes": reply.nbytes,
         "metrics": list(reply.metrics),
     }
+
+
+def worker_folder(strategy: tf.distribute.Strategy, directory: str) -> str:
+    """``directory``, or its sub-folder ``worker-<task index>`` when ``strategy`` spans several workers."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    spec = resolver.cluster_spec().as_dict() if resolver is not None else {}
+    if sum(len(tasks) for tasks in spec.values()) <= 1:
+        return directory
+    return os.path.join(directory, f"worker-{int(resolver.task_id)}")
 
 
 class DistributeRuntime(RoundLoopRuntime):
@@ -98,12 +119,21 @@ class DistributeRuntime(RoundLoopRuntime):
     :param eval_every: evaluate test metrics every this many rounds (0: only at the end).
     :param faults: how faulty clients are treated (:class:`FaultPolicy`). Under ``on_error="raise"`` every
         process raises :class:`ClientUpdateError` for the first faulty client, after all have reported.
-    :param secure_aggregation: not supported yet (LocalRuntime only); anything but ``False`` raises.
-    :param differential_privacy: not supported yet (LocalRuntime only); anything but ``None`` raises.
-    :param checkpoint_dir: not supported yet (LocalRuntime only); anything but ``None`` raises.
-    :raises TypeError: ``strategy`` is not a ``tf.distribute.Strategy``.
-    :raises ValueError: an unknown placement, a bad ``eval_every``, or secure aggregation, differential
-        privacy or checkpointing asked for.
+    :param secure_aggregation: as for ``LocalRuntime``: each process masks its own clients' fixed-point
+        payloads against the whole cohort, the masked codes are all-reduced as 16-bit limbs (exact modulo
+        2^64) and the decoded sums equal ``LocalRuntime(secure_aggregation=True)``'s exactly.
+    :param differential_privacy: as for ``LocalRuntime``: clients clip, and every process adds the same
+        Gaussian noise to the all-reduced sum (drawn from the run's seed), so every process accounts and
+        returns the same noised model and (ε, δ).
+    :param checkpoint_dir: as for ``LocalRuntime``. Under ``MultiWorkerMirroredStrategy`` each worker writes
+        (and resumes from) its own sub-folder ``worker-<task index>``: the server state is the same on every
+        worker, each holds only its own clients' state.
+    :param checkpoint_every: rounds between checkpoints (≥ 1).
+    :param resume: continue from the latest checkpoint (see ``LocalRuntime``).
+    :raises TypeError: ``strategy`` is not a ``tf.distribute.Strategy``; a wrong ``secure_aggregation`` or
+        ``differential_privacy`` type.
+    :raises ValueError: an unknown placement, a bad ``eval_every``/``checkpoint_every``, ``resume`` without
+        ``checkpoint_dir``, or (at the start of a run) protection of a ``"collect"`` phase.
     """
 
     def __init__(
@@ -116,9 +146,11 @@ class DistributeRuntime(RoundLoopRuntime):
         keep_payloads: bool = False,
         eval_every: int = 0,
         faults: Optional[FaultPolicy] = None,
-        secure_aggregation: Union[bool, Any] = False,
-        differential_privacy: Optional[Any] = None,
-        checkpoint_dir: Optional[Any] = None,
+        secure_aggregation: Union[bool, SecureAggregation] = False,
+        differential_privacy: Optional[DifferentialPrivacy] = None,
+        checkpoint_dir: Optional[Union[str, os.PathLike]] = None,
+        checkpoint_every: int = 1,
+        resume: bool = False,
     ) -> None:
         if not isinstance(strategy, tf.distribute.Strategy):
             raise TypeError(
@@ -127,26 +159,15 @@ class DistributeRuntime(RoundLoopRuntime):
             )
         if placement not in PLACEMENTS:
             raise ValueError(f"DistributeRuntime: placement must be one of {PLACEMENTS}, got {placement!r}")
-        unsupported = [
-            name
-            for name, on in (
-                ("secure_aggregation", secure_aggregation is not False),
-                ("differential_privacy", differential_privacy is not None),
-                ("checkpoint_dir", checkpoint_dir is not None),
-            )
-            if on
-        ]
-        if unsupported:
-            raise ValueError(
-                f"DistributeRuntime does not support {', '.join(unsupported)} yet; these are LocalRuntime-only "
-                "for now: use gpflow_fed.federated.LocalRuntime(...) for them"
-            )
         super().__init__(
             progress=progress,
             keep_payloads=keep_payloads,
             eval_every=eval_every,
             faults=faults,
-            aggregator=Aggregator(),
+            aggregator=Aggregator(secure=secure_aggregation, dp=differential_privacy),
+            checkpoint_dir=None if checkpoint_dir is None else worker_folder(strategy, os.fspath(checkpoint_dir)),
+            checkpoint_every=checkpoint_every,
+            resume=resume,
         )
         self.strategy = strategy
         self.placement = placement
@@ -241,25 +262,17 @@ class DistributeRuntime(RoundLoopRuntime):
         channel = run.channel
         down = Message(sender=SERVER, round=round, phase=phase, arrays=arrays, weight=0.0)
         mine = [cid for cid in selected if self._replica_of[cid] in self._devices]
+        protect = run.aggregator.protects(phase, aggregation)
         answers = self._run_clients(run, down, mine, len(selected))
         local_meta: Dict[int, Dict[str, Any]] = {rid: {} for rid in self._devices}
         for cid, answer in answers.items():
-            local_meta[self._replica_of[cid]][cid] = _describe(answer)
+            local_meta[self._replica_of[cid]][cid] = _describe(answer, protect, run.aggregator.secure is not None)
         meta = {cid: d for part in self._all_gather_json(local_meta).values() for cid, d in part.items()}
 
-        for cid in selected:  # the ledger, in LocalRuntime's order
+        for cid in selected:  # the ledger, in LocalRuntime's order (protected replies: once the cohort is fixed)
             channel.send(down, cid)
-            described = meta[cid]
-            if not described["message"]:
-                continue
-            if cid in answers:
-                channel.send(answers[cid].reply, SERVER)
-            else:
-                run.ledger.extend([LedgerEntry(
-                    round=round, phase=phase, purpose=channel.purpose, sender=cid, receiver=SERVER,
-                    names=tuple(described["names"]), shapes=tuple(tuple(s) for s in described["shapes"]),
-                    dtypes=tuple(described["dtypes"]), nbytes=int(described["nbytes"]),
-                )])
+            if meta[cid]["message"] and not protect:
+                self._record(run, cid, answers[cid].reply if cid in answers else meta[cid], round, phase)
 
         excluded = {cid: meta[cid]["fault"] for cid in selected if meta[cid]["fault"] is not None}
         if excluded and run.faults.on_error == "raise":
@@ -271,7 +284,57 @@ class DistributeRuntime(RoundLoopRuntime):
         good = screen(run.faults, round, phase, selected, well_formed, excluded)
         if aggregation == "collect":
             return self._collect(answers, meta, good, round, phase), excluded
+        if protect:
+            return self._protected(run, answers, meta, good, round, phase, aggregation), excluded
         return self._reduce(answers, meta, good, round, phase, aggregation), excluded
+
+    @staticmethod
+    def _record(run: FederationRun, cid: str, sent: Union[Message, Mapping[str, Any]], round: int, phase: str) -> None:
+        """The ledger entry of client ``cid``'s message: the message itself if this process holds it, else
+        its description from the worker that does."""
+        if isinstance(sent, Message):
+            run.channel.send(sent, SERVER)
+            return
+        run.ledger.extend([LedgerEntry(
+            round=round, phase=phase, purpose=run.channel.purpose, sender=cid, receiver=SERVER,
+            names=tuple(sent["names"]), shapes=tuple(tuple(s) for s in sent["shapes"]),
+            dtypes=tuple(sent["dtypes"]), nbytes=int(sent["nbytes"]),
+        )])
+
+    def _protected(
+        self, run: FederationRun, answers: Mapping[str, Answer], meta: Mapping[str, Any], good: Sequence[str],
+        round: int, phase: str, aggregation: str,
+    ) -> Aggregate:
+        """A phase under secure aggregation and/or DP: each process masks its own clients' prepared messages
+        against the whole cohort, the sums are all-reduced (masked codes as 16-bit limbs, so the sum modulo
+        2^64 is exact), and ``Aggregator.finish`` decodes, noises and divides, as on ``LocalRuntime``."""
+        context = ExchangeContext(run.seed, run.channel.purpose, round, phase, aggregation, tuple(good))
+        sent: Dict[str, Message] = {}
+        for cid in good:
+            if cid in answers:
+                sent[cid] = run.aggregator.mask(answers[cid].prepared, context)
+            self._record(run, cid, sent.get(cid, meta[cid]), round, phase)
+        first = meta[good[0]]
+        names = list(first["names"])
+        sizes = [int(np.prod(s, dtype=np.int64)) for s in first["shapes"]]
+        offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
+        n = int(offsets[-1])
+        secure = run.aggregator.secure is not None
+        size = len(to_limbs(np.zeros(n, np.uint64), LIMB_BITS)) if secure else n + 1
+
+        def contribution(cid: str, out: np.ndarray) -> None:
+            message = sent[cid]
+            flat = np.concatenate([np.ravel(message.arrays[name]) for name in names]) if names else np.zeros(0)
+            if secure:
+                out += to_limbs(flat.astype(np.uint64), LIMB_BITS)
+            else:
+                out[:n] += message.weight * flat if aggregation == "mean" else flat
+                out[n] += message.weight
+
+        total = self._all_reduce(self._partials(good, size, contribution), size)
+        flat_sum = from_limb_sums(total, LIMB_BITS) if secure else total[:n]
+        sums = {name: flat_sum[offsets[i]: offsets[i + 1]].reshape(first["shapes"][i]) for i, name in enumerate(names)}
+        return run.aggregator.finish(sums, context, total_weight=0.0 if secure else float(total[n]))
 
     def _partials(self, good: Sequence[str], size: int, contribution: Any) -> Dict[int, np.ndarray]:
         """Per local replica, the sum of its good clients' ``contribution(cid, vector)`` (zeros if none)."""

@@ -54,7 +54,7 @@ from flwr.server.workflow.constant import Key as WorkflowKey
 from flwr.serverapp import Grid
 
 from ...privacy.dp import DifferentialPrivacy
-from ...privacy.secure_aggregation import SecureAggregation
+from ...privacy.secure_aggregation import SecureAggregation, from_limb_sums, to_limbs
 from ..algorithm import Algorithm
 from ..messages import Message
 from ..secure_aggregation import Aggregator
@@ -66,7 +66,6 @@ __all__ = [
     "aggregator_from_config",
     "aggregator_to_config",
     "check_secagg_settings",
-    "from_limb_sums",
     "keep_prepared",
     "layout_message",
     "layout_of",
@@ -76,7 +75,7 @@ __all__ = [
     "protocol_arrays",
     "secagg_plus_sum",
     "secure_sum_mod",
-    "to_limbs",
+    "shifted_limbs",
 ]
 
 #: the broadcast record that marks a protected phase (``cohort-size``, ``secure``)
@@ -152,21 +151,10 @@ def limb_bits(cohort_size: int) -> int:
     return bits
 
 
-def to_limbs(codes: np.ndarray, bits: int) -> np.ndarray:
-    """``uint64`` codes ``[n]`` as ``⌈64/b⌉`` limbs ``[⌈64/b⌉ n]`` (limb-major), each shifted to ``d - 2^{b-1}``."""
-    codes = np.asarray(codes, dtype=np.uint64).ravel()
-    mask = np.uint64((1 << bits) - 1)
-    limbs = [(codes >> np.uint64(bits * j)) & mask for j in range(-(-64 // bits))]
-    return np.concatenate(limbs).astype(np.float64) - float(1 << (bits - 1))
-
-
-def from_limb_sums(limb_sums: np.ndarray, bits: int) -> np.ndarray:
-    """``Σ_k code_k mod 2^64`` (``uint64`` ``[n]``) from the limb sums ``Σ_k d_{kj}`` (limb-major)."""
-    sums = np.rint(np.asarray(limb_sums, dtype=np.float64)).astype(np.uint64).reshape(-(-64 // bits), -1)
-    total = np.zeros(sums.shape[1], dtype=np.uint64)
-    for j, limb in enumerate(sums):
-        total += limb << np.uint64(bits * j)  # uint64 arithmetic wraps modulo 2^64
-    return total
+def shifted_limbs(codes: np.ndarray, bits: int) -> np.ndarray:
+    """:func:`~gpflow_fed.privacy.secure_aggregation.to_limbs` shifted to ``d - 2^{b-1}``, inside SecAgg+'s
+    clipping range ``[-c, c]`` with ``c = 2^{b-1}``, where its quantisation is the identity."""
+    return to_limbs(codes, bits) - float(1 << (bits - 1))
 
 
 # --- the client's side ---------------------------------------------------------------------------------
@@ -248,7 +236,7 @@ def masked_input(content: RecordDict, context: Context) -> RecordDict:
         raise ValueError(f"SecAgg+ asked for {wanted}, but this client prepared {dict(kept)}")
     arrays = context.state.array_records[PREPARED]
     codes = np.concatenate([arrays[n].numpy().astype(np.uint64).ravel() for n in sorted(arrays)])
-    limbs = to_limbs(codes, int(fitins.config["limb-bits"]))  # type: ignore[arg-type]
+    limbs = shifted_limbs(codes, int(fitins.config["limb-bits"]))  # type: ignore[arg-type]
     del context.state.array_records[PREPARED], context.state.config_records[PREPARED_TAG]
     fitres = FitRes(Status(Code.OK, ""), ndarrays_to_parameters([limbs]), 1, {})
     return compat.fitres_to_recorddict(fitres, keep_input=True)
