@@ -67,11 +67,16 @@ class HeterogeneousLikelihood(gpflow.likelihoods.SwitchedLikelihood):
             self.check_index(np.asarray(Y))
         else:
             index = Y[..., -1]
-            tf.debugging.assert_equal(index, tf.round(index), message="likelihood index must be an integer")
-            tf.debugging.assert_non_negative(index, message="likelihood index must be ≥ 0")
-            tf.debugging.assert_less(
-                index, tf.cast(self.num_likelihoods, index.dtype), message="likelihood index out of range"
-            )
+            checks = [
+                tf.debugging.assert_equal(index, tf.round(index), message="likelihood index must be an integer"),
+                tf.debugging.assert_non_negative(index, message="likelihood index must be ≥ 0"),
+                tf.debugging.assert_less(
+                    index, tf.cast(self.num_likelihoods, index.dtype), message="likelihood index out of range"
+                ),
+            ]
+            # in a graph the partition below must wait for the checks, or it may fail first with its own message
+            with tf.control_dependencies(checks):
+                args = (*args[:-1], tf.identity(Y))
         return super()._partition_and_stitch(args, func_name)
 
     @check_shapes("X: [N, D]", "Y: [N, P]")
