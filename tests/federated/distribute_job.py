@@ -27,7 +27,8 @@ def build_jobs() -> Dict[str, Tuple[Callable[[], Any], Any, Dict[str, Any]]]:
 
     from gpflow_fed.data import FederatedDataset
     from gpflow_fed.federated import FaultPolicy
-    from gpflow_fed.federated.algorithms import FSGP
+    from gpflow_fed.federated.algorithms import FSGP, PVI, FedBNR, Recycle
+    from gpflow_fed.kernels import URK
     from gpflow_fed.privacy import DifferentialPrivacy
 
     from .test_core import FederatedMean
@@ -75,6 +76,22 @@ def build_jobs() -> Dict[str, Tuple[Callable[[], Any], Any, Dict[str, Any]]]:
         test=(toy_rng.normal(size=(6, 2)), toy_rng.normal(size=(6, 1))),
     )
     one = FederatedDataset([toy.clients[2]], test=toy.test)
+    # the other algorithms, small: FedBNR (both aggregations), PVI (DPO over q(Z), CPO), Recycle
+    def fedbnr(aggregation: str) -> Callable[[], Any]:
+        kd = {"distillation_data": (X[:20], Y[:20]), "kd_steps": 3} if aggregation == "kd" else {}
+        return lambda: FedBNR(URK(2, num_samples=6, seed=0), 0.5, 1.0, rounds=2, local_steps=3,
+                              learning_rate=0.05, aggregation=aggregation, **kd)
+
+    def pvi(param: str) -> Callable[[], Any]:
+        inducing = {"dpo": "distribution", "cpo": "fixed"}[param]
+        return lambda: PVI(gpflow.kernels.SquaredExponential(lengthscales=[1.0, 1.0]), Z[:5],
+                           gpflow.likelihoods.Gaussian(0.1), param, rounds=3, local_steps=4,
+                           learn_inducing=inducing, num_predict_samples=2)
+
+    def recycle() -> Any:
+        return Recycle(gpflow.kernels.SquaredExponential(lengthscales=[1.0, 1.0]), Z, num_local_inducing=4,
+                       local_maxiter=5, maxiter=5)
+
     exclude = FaultPolicy(on_error="exclude")
     dp = DifferentialPrivacy(noise_multiplier=1.1, clip_norm=5.0, weight_bound=10.0)
     return {
@@ -89,6 +106,11 @@ def build_jobs() -> Dict[str, Tuple[Callable[[], Any], Any, Dict[str, Any]]]:
         "toy_secure_dp": (lambda: Faulty(2, "nan", bad=("client_1",)), toy,
                           {"faults": exclude, "secure_aggregation": True, "differential_privacy": dp}),
         "fsgp_exact_secure": (fsgp("exact", 1.0), fsgp_data, {"placement": "blocks", "secure_aggregation": True}),
+        "fedbnr_fedavg": (fedbnr("fedavg"), fsgp_data, {}),
+        "fedbnr_kd": (fedbnr("kd"), fsgp_data, {"placement": "blocks"}),
+        "pvi_dpo": (pvi("dpo"), fsgp_data, {}),
+        "pvi_cpo": (pvi("cpo"), fsgp_data, {}),
+        "recycle": (recycle, fsgp_data, {}),
     }
 
 
@@ -104,14 +126,23 @@ def summarize(result: Any) -> Dict[str, Any]:
     if result.privacy is not None:
         out["privacy"] = result.privacy
     state = result.state
-    if isinstance(state, dict):
+    if isinstance(state, dict) and _jsonable(state):  # the toy algorithms: the state is the result
         out["state"] = state
     else:
-        out["params"] = {k: np.asarray(v).tolist() for k, v in state.params.items()}
+        if hasattr(state, "params"):
+            out["params"] = {k: np.asarray(v).tolist() for k, v in state.params.items()}
         Xs = np.random.default_rng(7).uniform(-4, 4, (11, 2))
-        mean, var = result.model.predict_f(Xs, full_cov=True)
+        mean, var = result.model.predict_f(Xs)
         out["predict_f"] = [mean.numpy().tolist(), var.numpy().tolist()]
     return out
+
+
+def _jsonable(value: Any) -> bool:
+    try:
+        json.dumps(value)
+    except TypeError:
+        return False
+    return True
 
 
 def blank_remote(dataset: Any, runtime: Any, worker: int) -> Any:

@@ -153,6 +153,20 @@ def test_one_device_strategy_matches_local_runtime(dataset):  # noqa: F811
                  [{k: v for k, v in e.items() if k != "seconds"} for e in ref.history])
 
 
+def test_collect_words_carry_strings_and_numbers_exactly():
+    from gpflow_fed.federated.runtimes.distribute import _from_words, _to_words, _words
+
+    arrays = [np.array('{"kernel": "SE", "ü": 1}'), np.array([b"ab", b"cde"]), np.arange(5, dtype=np.int32),
+              np.array([[0.1, -2.5e300]]), np.array([True, False])]
+    for a in arrays:
+        words = _to_words(a)
+        assert words.dtype == np.float64 and words.size == _words(a.shape, str(a.dtype))
+        back = _from_words(words, a.shape, str(a.dtype))
+        assert back.dtype == a.dtype and np.array_equal(back, a)
+    with pytest.raises(TypeError, match="dtype object"):
+        _to_words(np.array([{}], dtype=object))
+
+
 def test_not_a_strategy_is_a_type_error():
     with pytest.raises(TypeError, match="tf.distribute.Strategy"):
         DistributeRuntime("mirrored")  # type: ignore[arg-type]

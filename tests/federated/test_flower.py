@@ -307,3 +307,17 @@ def test_superlink_and_two_supernodes_on_loopback_match_local_runtime(tmp_path):
     assert [h["local_bound"] for h in out["record"]["history"]] == pytest.approx(
         [h["local_bound"] for h in local.history], rel=1e-8
     )
+
+
+@pytest.mark.parametrize("job", ["fedbnr_fedavg", "fedbnr_kd", "pvi_dpo", "pvi_cpo", "recycle"])
+def test_in_process_flower_runs_every_algorithm_as_local_runtime(job):
+    """FedBNR (FedAvg and KD), PVI (DPO, CPO) and Recycle run unchanged through the Flower adapters (every
+    message through RecordDict and back) and give LocalRuntime's run: history, ledger, predictions."""
+    from .distribute_job import build_jobs, summarize
+
+    factory, data, _ = build_jobs()[job]
+    local = summarize(run(factory(), data, runtime=LocalRuntime(), seed=3))
+    flower = summarize(run(factory(), data, runtime=FlowerRuntime(), seed=3))
+    assert flower["ledger"] == local["ledger"]
+    assert flower["history"] == local["history"]
+    np.testing.assert_allclose(flower["predict_f"], local["predict_f"], rtol=1e-10, atol=1e-12)

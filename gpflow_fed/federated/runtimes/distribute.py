@@ -19,7 +19,9 @@ every reply is already at hand, only the third):
    segment of a zero vector, so the all-reduced sum holds every message exactly.
 
 The all-reduce carries float64 whatever ``gpflow.default_float()`` is, so payloads of any float or integer
-dtype (integers below 2⁵³) arrive exactly; the aggregate is cast back to the payload's dtype.
+dtype (integers below 2⁵³) arrive exactly; the aggregate is cast back to the payload's dtype. In a
+``"collect"`` phase, fixed-width string arrays (numpy ``U``/``S``, e.g. Recycle's JSON model spec) travel as
+their bytes, four to a float64 word, and arrive byte for byte.
 
 Under secure aggregation or DP (``Aggregator``) a phase's replies are described by their prepared
 (clipped, fixed-point) form; once every worker knows the cohort, each masks its own clients' messages
@@ -82,6 +84,35 @@ def _describe(answer: Answer, protect: bool, secure: bool) -> Dict[str, Any]:
         "nbytes": reply.nbytes,
         "metrics": list(reply.metrics),
     }
+
+
+def _words(shape: Sequence[int], dtype: str) -> int:
+    """How many float64 words an array of ``shape`` and ``dtype`` fills on the wire."""
+    size, kind = int(np.prod(shape, dtype=np.int64)), np.dtype(dtype).kind
+    if kind in "biuf":
+        return size
+    if kind in "US":
+        return -(-size * np.dtype(dtype).itemsize // 4)
+    raise TypeError(f"DistributeRuntime carries numeric and fixed-width string arrays, not dtype {dtype}")
+
+
+def _to_words(array: Any) -> np.ndarray:
+    """``array`` as exact float64 words: its values if numeric, else its bytes as 32-bit integers."""
+    array = np.asarray(array)
+    if array.dtype.kind in "biuf":
+        return array.astype(WIRE_DTYPE).ravel()
+    _words(array.shape, str(array.dtype))  # rejects other dtypes
+    raw = np.ascontiguousarray(array).tobytes()
+    return np.frombuffer(raw + bytes(-len(raw) % 4), np.uint32).astype(WIRE_DTYPE)
+
+
+def _from_words(words: np.ndarray, shape: Sequence[int], dtype: str) -> np.ndarray:
+    """The inverse of :func:`_to_words`."""
+    dt = np.dtype(dtype)
+    if dt.kind in "biuf":
+        return words.reshape(shape).astype(dt)
+    raw = words.astype(np.uint32).tobytes()[: int(np.prod(shape, dtype=np.int64)) * dt.itemsize]
+    return np.frombuffer(raw, dt).reshape(shape).copy()
 
 
 def worker_folder(strategy: tf.distribute.Strategy, directory: str) -> str:
@@ -391,7 +422,7 @@ class DistributeRuntime(RoundLoopRuntime):
         layout: Dict[str, Tuple[int, List[int]]] = {}
         offset = 0
         for cid in good:
-            sizes = [int(np.prod(s, dtype=np.int64)) for s in meta[cid]["shapes"]]
+            sizes = [_words(s, d) for s, d in zip(meta[cid]["shapes"], meta[cid]["dtypes"])]
             sizes += [1] * (1 + len(meta[cid]["metrics"]))  # the weight, then the metrics
             layout[cid] = (offset, sizes)
             offset += sum(sizes)
@@ -399,7 +430,7 @@ class DistributeRuntime(RoundLoopRuntime):
         def contribution(cid: str, out: np.ndarray) -> None:
             reply: Message = answers[cid].reply
             start, _ = layout[cid]
-            parts = [np.asarray(reply.arrays[n], WIRE_DTYPE).ravel() for n in meta[cid]["names"]]
+            parts = [_to_words(reply.arrays[n]) for n in meta[cid]["names"]]
             parts.append(np.array([reply.weight], WIRE_DTYPE))
             parts.append(np.array([reply.metrics[k] for k in meta[cid]["metrics"]], WIRE_DTYPE))
             flat = np.concatenate(parts)
@@ -414,7 +445,7 @@ class DistributeRuntime(RoundLoopRuntime):
             starts = ends - np.asarray(sizes)
             n = len(described["names"])
             arrays = {
-                name: total[starts[i] : ends[i]].reshape(described["shapes"][i]).astype(described["dtypes"][i])
+                name: _from_words(total[starts[i] : ends[i]], described["shapes"][i], described["dtypes"][i])
                 for i, name in enumerate(described["names"])
             }
             weight = float(total[starts[n]])
