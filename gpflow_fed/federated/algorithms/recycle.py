@@ -85,6 +85,8 @@ class Recycle(Algorithm):
         return "collect"
 
     def initial_state(self, info: FederationInfo) -> Dict[str, Any]:
+        """``models``: the collected :class:`RecyclableModel` s; ``ensemble``: the fitted ensemble's unconstrained
+        parameter values by path (numbers only, so the state can be checkpointed), ``None`` before the round."""
         return {"models": {}, "ensemble": None}
 
     def broadcast(self, state: Any, round: int, phase: str) -> Mapping[str, np.ndarray]:
@@ -103,14 +105,25 @@ class Recycle(Algorithm):
 
     def server_update(self, state: Any, aggregate: Aggregate) -> Dict[str, Any]:
         models = {m.sender: RecyclableModel.from_arrays(m.arrays) for m in aggregate.messages or ()}
-        ensemble = EnsembleSVGP(
-            models, gpflow.utilities.deepcopy(self.kernel), self.Z.copy(),
-            likelihood=None if self.likelihood is None else gpflow.utilities.deepcopy(self.likelihood),
-        )  # fmt: skip
+        ensemble = self._ensemble(models)
         ensemble.fit(maxiter=self.maxiter, method=self.method)
-        return {"models": models, "ensemble": ensemble}
+        values = {path: _unconstrained(p).numpy() for path, p in gpflow.utilities.parameter_dict(ensemble).items()}
+        return {"models": models, "ensemble": values}
 
-    def result(self, state: Any) -> gpflow.models.GPModel:
+    def result(self, state: Any) -> EnsembleSVGP:
         if state["ensemble"] is None:
             raise ValueError("no ensemble yet: Recycle needs its single round to run")
-        return state["ensemble"]
+        ensemble = self._ensemble(state["models"])
+        for path, p in gpflow.utilities.parameter_dict(ensemble).items():
+            _unconstrained(p).assign(state["ensemble"][path])
+        return ensemble
+
+    def _ensemble(self, models: Mapping[str, RecyclableModel]) -> EnsembleSVGP:
+        """A fresh, unfitted ensemble over ``models`` from the algorithm's templates."""
+        likelihood = None if self.likelihood is None else gpflow.utilities.deepcopy(self.likelihood)
+        return EnsembleSVGP(dict(models), gpflow.utilities.deepcopy(self.kernel), self.Z.copy(), likelihood=likelihood)
+
+
+def _unconstrained(p: Any) -> Any:
+    """The variable that holds a parameter's value exactly (a Parameter's unconstrained variable)."""
+    return getattr(p, "unconstrained_variable", p)
