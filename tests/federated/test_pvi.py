@@ -198,7 +198,30 @@ def test_cholesky_failing_at_the_largest_jitter_raises_and_keeps_the_factor():
         return tf.constant([np.nan], gpflow.default_float())
 
     problem._steps["factor"] = always_nan
-    with pytest.raises(ValueError, match="non-finite even with jitter 1e-02"):
+    with pytest.raises(ValueError, match=r"non-finite even with jitter 1e-02 and learning rate 1\.6e-04"):
         problem.fit("factor", max_steps=10, patience=100)
     for name, value in before.items():
         np.testing.assert_array_equal(problem.snapshot()[name], value)
+
+
+def test_failures_past_the_largest_jitter_halve_the_learning_rate_for_this_update_only():
+    """After the jitter reaches 1e-2, a failing chunk is retried with half the learning rate; the next
+    client load starts again from the configured rate."""
+    problem = _cpo_problem()
+    real = problem.step_function("factor")
+    rates = []
+
+    def fails_until_quarter_rate(n):
+        rate = float(problem.optimizer.learning_rate.numpy())
+        rates.append(rate)
+        if rate > 0.3 * problem.learning_rate:
+            return tf.constant([np.nan], gpflow.default_float())
+        return real(n)
+
+    problem._steps["factor"] = fails_until_quarter_rate
+    _, steps = problem.fit("factor", max_steps=10, patience=100)
+    assert steps == 10 and float(problem.jitter.numpy()) == pytest.approx(1e-2)
+    lr = problem.learning_rate
+    assert rates == pytest.approx([lr] * 5 + [lr / 2, lr / 4], rel=1e-6)  # jitter 1e-6 → 1e-2 (5 tries), then two halvings
+    problem.load((problem.X.numpy(), problem.Y.numpy()), problem.snapshot(), seed=0, counter=0, jitter=1e-6)
+    assert float(problem.optimizer.learning_rate.numpy()) == pytest.approx(lr, rel=1e-6)

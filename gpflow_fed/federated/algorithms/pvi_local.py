@@ -22,6 +22,8 @@ from .pvi_objective import RHO_CLIP, HyperModel, PseudoSets, meanfield_kl_natura
 
 S_FLOOR = 1e-6
 MAX_JITTER = 1e-2
+MAX_HALVINGS = 6
+"""After the jitter is exhausted, a failed chunk is retried with half the learning rate, at most this many times."""
 CHUNK = 10
 """Adam steps per call of the compiled step (one Python round trip per chunk)."""
 
@@ -72,6 +74,7 @@ class LocalProblem:
         self.jitter = tf.Variable(tf.cast(1e-6, dtype), trainable=False)
         self.counter = tf.Variable(0, dtype=tf.int64, trainable=False)
         self.seed = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self.learning_rate = float(learning_rate)
         self.optimizer = tf_keras.optimizers.Adam(learning_rate=learning_rate, beta_1=0.9, beta_2=0.999)
         self._steps: Dict[str, tf.types.experimental.GenericFunction] = {}
         self.optimizer.build(self.trainables("all"))  # one optimizer serves the "factor", "joint" and "all" steps
@@ -79,13 +82,15 @@ class LocalProblem:
     # --- loading a client ----------------------------------------------------------------------------
     def load(self, data: Tuple[np.ndarray, np.ndarray], factor: Mapping[str, np.ndarray], *, seed: int, counter: int, jitter: float) -> None:
         """Make this worker client k's problem: its data, its own factor (``V, m, log_s`` or ``m, S_raw``),
-        its random-stream position and jitter; Adam moments are reset (pvi: "Resetting optimiser")."""
+        its random-stream position and jitter; Adam moments and learning rate are reset (pvi: "Resetting
+        optimiser")."""
         self.X.assign(data[0]), self.Y.assign(data[1])
         for name, var in self.factor_vars.items():
             var.assign(factor[name])
         self.seed.assign(int(seed)), self.counter.assign(int(counter)), self.jitter.assign(float(jitter))
         for v in self.optimizer.variables:
             v.assign(tf.zeros_like(v))
+        self.optimizer.learning_rate.assign(self.learning_rate)
 
     def snapshot(self) -> Dict[str, np.ndarray]:
         """The client's own trainable factor parameters, to keep between rounds (warm start)."""
@@ -181,17 +186,18 @@ class LocalProblem:
         checked after every step, and steps run in compiled chunks of :data:`CHUNK`.
 
         A chunk whose Cholesky fails is undone (variables, Adam state and random-stream position restored) and
-        retried with the jitter ×10, up to :data:`MAX_JITTER` (spec P1). TensorFlow's CPU Cholesky reports an
-        indefinite matrix either by raising or by filling its output with NaNs, so a non-finite free energy is
-        treated the same way; past :data:`MAX_JITTER` it raises ``ValueError`` (the client's factor is then
-        left as it was before the failed chunk).
+        retried with the jitter ×10, up to :data:`MAX_JITTER` (spec P1); past that, with half the learning rate
+        (for the rest of this update), at most :data:`MAX_HALVINGS` times.
+        TensorFlow's CPU Cholesky reports an indefinite matrix either by raising or by filling its output with
+        NaNs, so a non-finite free energy is treated the same way. When neither helps it raises ``ValueError``
+        (the client's factor is then left as it was before the failed chunk).
         :return: (final smoothed free energy, steps taken).
         """
         step = self.step_function(which)
         state = self.trainables(which) + list(self.optimizer.variables) + [self.counter]
         window: deque = deque(maxlen=smoothing)
         smoothed: List[float] = []
-        steps = 0
+        steps = halvings = 0
         while steps < max_steps:
             before = [v.numpy() for v in state]
             try:
@@ -203,9 +209,14 @@ class LocalProblem:
                 for variable, value in zip(state, before):
                     variable.assign(value)
                 jitter = float(self.jitter.numpy())
-                if jitter * 10 > MAX_JITTER:
-                    raise ValueError(f"{failure} even with jitter {jitter:.0e}; lower the learning rate")
-                self.jitter.assign(jitter * 10.0)
+                if jitter * 10 <= MAX_JITTER:
+                    self.jitter.assign(jitter * 10.0)
+                elif halvings < MAX_HALVINGS:
+                    halvings += 1
+                    self.optimizer.learning_rate.assign(self.learning_rate / 2**halvings)
+                else:
+                    rate = self.learning_rate / 2**halvings
+                    raise ValueError(f"{failure} even with jitter {jitter:.0e} and learning rate {rate:.1e}")
                 continue
             stop = False
             for loss in losses:
