@@ -3,7 +3,9 @@
 The CPU is split into ``--devices`` logical devices (before TensorFlow initialises them) and a
 ``MirroredStrategy`` over them runs the same FSGP job as ``LocalRuntime``: sequentially (``threads=False``),
 and with one thread per replica (``threads=True``); a ``OneDeviceStrategy`` row separates the runtime's own
-overhead from the cost of spreading clients over devices. Each configuration runs ``--repeats`` times,
+overhead from the cost of spreading clients over devices. Where TensorFlow sees a GPU, ``OneDeviceStrategy``
+on the first GPU (and a ``MirroredStrategy`` over all GPUs when there are several) are added, so the GPU vs
+CPU throughput comes from the same run. Each configuration runs ``--repeats`` times,
 interleaved, and the table gives the median seconds per round (rounds after the first, so tracing is left
 out), the ratio to LocalRuntime measured in the same run, and the largest relative difference of the
 predictive mean from LocalRuntime's.
@@ -67,6 +69,13 @@ def main(argv: Any = None) -> None:
         f"DistributeRuntime, MirroredStrategy ({args.devices} CPUs)": lambda: DistributeRuntime(strategy),
         f"DistributeRuntime, MirroredStrategy ({args.devices} CPUs), threads": lambda: DistributeRuntime(strategy, threads=True),
     }
+    gpus = [f"/gpu:{i}" for i, _ in enumerate(tf.config.list_logical_devices("GPU"))]
+    if gpus:
+        on_gpu = tf.distribute.OneDeviceStrategy(gpus[0])
+        runtimes["DistributeRuntime, OneDeviceStrategy (GPU:0)"] = lambda: DistributeRuntime(on_gpu)
+    if len(gpus) > 1:
+        all_gpus = tf.distribute.MirroredStrategy(gpus)
+        runtimes[f"DistributeRuntime, MirroredStrategy ({len(gpus)} GPUs)"] = lambda: DistributeRuntime(all_gpus)
 
     def job() -> FSGP:
         kernel = gpflow.kernels.SquaredExponential(lengthscales=[1.0, 1.0])
