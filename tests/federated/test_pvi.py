@@ -115,6 +115,7 @@ def test_cavity_clipping_and_natural_parameters():
         (dict(learn_inducing="x"), "learn_inducing"),
         (dict(schedule="x"), "schedule"),
         (dict(max_pseudo=0), "max_pseudo"),
+        (dict(init_S=1e-7), "init_S must exceed the floor"),
     ],
 )
 def test_bad_configuration(kwargs, match):
@@ -156,6 +157,20 @@ def _cpo_problem():
     X = np.linspace(-1, 1, 8)[:, None]
     problem.load((X, np.sin(X)), {"m": np.zeros((3, 1)), "S_raw": np.zeros((3, 3))}, seed=0, counter=0, jitter=1e-6)
     return problem
+
+
+def test_cpo_factor_precision_is_bounded_by_the_floor():
+    """S_k = L Lᵀ + S_FLOOR·I: a raw diagonal driven to −40 (what Adam did in directions the objective cannot see)
+    still gives a factor precision of at most 1/S_FLOOR, so other clients' cavities and the server's sum keep
+    their digits; an ordinary S is only shifted by the floor."""
+    from gpflow_fed.federated.algorithms.pvi_local import S_FLOOR
+
+    problem = _cpo_problem()
+    problem.S_raw.assign(np.diag([-40.0, 0.0, -1.0]) + np.tril(np.full((3, 3), 0.3), -1))
+    Lam = problem.own_sets().Lam.numpy()
+    assert np.linalg.eigvalsh(Lam).max() <= 1 / S_FLOOR * (1 + 1e-9)
+    L = np.tril(problem.S_raw.numpy(), -1) + np.diag(np.exp(np.diag(problem.S_raw.numpy())))
+    np.testing.assert_allclose(np.linalg.inv(Lam), L @ L.T + S_FLOOR * np.eye(3), rtol=1e-9, atol=1e-12)
 
 
 @pytest.mark.parametrize("failure", ["nan", "raise"])

@@ -150,7 +150,8 @@ class PVI(Algorithm):
             (0.0 < float(pseudo_fraction) <= 1.0, f"pseudo_fraction must lie in (0, 1], got {pseudo_fraction}"),
             (int(max_pseudo) >= 1, f"max_pseudo (the cap on M_k) must be ≥ 1, got {max_pseudo}"),
             (pseudo_init in ("data", "prior"), f"pseudo_init must be 'data' or 'prior', got {pseudo_init!r}"),
-            (min(init_Z_var, init_rho_var, init_S) > 0, "init_Z_var, init_rho_var and init_S must be positive"),
+            (min(init_Z_var, init_rho_var) > 0, "init_Z_var and init_rho_var must be positive"),
+            (init_S > S_FLOOR, f"init_S must exceed the floor {S_FLOOR} on pseudo-observation variances, got {init_S}"),
             (min(num_samples, num_predict_samples, local_steps, patience, fedavg_steps) >= 1, "sample counts and step counts must be ≥ 1"),
             (learning_rate > 0 and jitter > 0, "learning_rate and jitter must be positive"),
             (local_solver in ("auto", "adam"), f"local_solver must be 'auto' or 'adam', got {local_solver!r}"),
@@ -406,7 +407,7 @@ class PVI(Algorithm):
             X = client.data[0]
             V = X[client.rng.choice(X.shape[0], size=Mk, replace=False)] if self.pseudo_init == "data" else client.rng.standard_normal((Mk, D))
             return {"V": np.array(V), "m": np.zeros((Mk, 1)), "log_s": np.full(Mk, np.log(self.init_S - S_FLOOR))}
-        return {"m": np.zeros((M, 1)), "S_raw": np.diag(np.full(M, 0.5 * np.log(self.init_S)))}
+        return {"m": np.zeros((M, 1)), "S_raw": np.diag(np.full(M, 0.5 * np.log(self.init_S - S_FLOOR)))}
 
     def _conjugate_factor(self, client: Client, problem: LocalProblem) -> Dict[str, np.ndarray]:
         """The exact optimum of the local free energy in the conjugate case (Gaussian likelihood, fixed Z and β):

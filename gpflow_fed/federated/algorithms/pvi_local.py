@@ -112,9 +112,17 @@ class LocalProblem:
         return PseudoSets(eta=tf.matmul(Lam, self.m), Lam=Lam)
 
     def cpo_sqrt(self) -> tf.Tensor:
-        """Cholesky factor of S_k with an exp diagonal (spec P3)."""
+        """Cholesky factor of ``S_k = L Lᵀ + S_FLOOR·I``, ``L`` lower-triangular with an exp diagonal (spec P3).
+
+        The floor bounds the factor's precision S_k⁻¹ by 1/S_FLOOR, as it bounds DPO's diagonal s. Without it,
+        directions of u that the client's objective cannot see (where the sampled K_ZZ is nearly singular) let
+        Adam drive S_k's eigenvalues to ~1e-16: the factor then breaks every other client's cavity (another Z
+        sample sees that direction) and the server's running sum of natural parameters loses all its digits
+        (seen on the ozone CPO run: a precision of 9e16 by round 6, an indefinite cavity by round 31)."""
         raw = tf.linalg.band_part(self.S_raw, -1, 0)
-        return raw - tf.linalg.diag(tf.linalg.diag_part(raw)) + tf.linalg.diag(tf.exp(tf.linalg.diag_part(raw)))
+        L = raw - tf.linalg.diag(tf.linalg.diag_part(raw)) + tf.linalg.diag(tf.exp(tf.linalg.diag_part(raw)))
+        eye = tf.eye(tf.shape(L)[0], dtype=L.dtype)
+        return tf.linalg.cholesky(tf.matmul(L, L, transpose_b=True) + S_FLOOR * eye)
 
     # --- the objective --------------------------------------------------------------------------------
     def free_energy(self, point_Z: bool) -> tf.Tensor:
