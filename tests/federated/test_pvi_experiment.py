@@ -47,3 +47,32 @@ def test_run_method_curve_is_the_mixture_log_likelihood_after_each_sweep():
     assert out["curve"][-1] == out["ll"] and np.isfinite(out["curve"][0])
     glob = run_method("global", data, 2, 4, 0, local_steps=20, patience=5, num_predict_samples=5)
     assert glob["every"] == 2 and glob["curve"] == [glob["ll"]]
+
+
+def test_real_split_is_standardised_and_regional_for_ozone():
+    from gpflow_fed.federated.algorithms.pvi_experiment import real_split
+
+    boston = real_split("boston", 0, num_clients=10)
+    X, Y = boston.pooled()
+    assert boston.num_clients == 10 and X.shape[0] + boston.test[0].shape[0] == 506
+    np.testing.assert_allclose([X.mean(0), X.std(0)], [np.zeros(13), np.ones(13)], atol=1e-9)
+    with pytest.raises(ValueError, match="no coordinates"):
+        real_split("boston", 0, regional=True)
+
+    def spread(fed):  # mean within-client variance of (latitude, longitude), standardised
+        return float(np.mean([X[:, :2].var(0).mean() for X, _ in fed.clients]))
+
+    regional, iid = real_split("ozone", 1, 5, max_points=500), real_split("ozone", 1, 5, max_points=500, regional=False)
+    assert regional.num_data == iid.num_data == 450
+    assert spread(regional) < 0.3 < 0.9 < spread(iid)
+
+
+def test_cli_runs_pvi_on_a_real_subset(capsys):
+    from gpflow_fed.cli import main
+
+    argv = ["pvi", "--dataset", "boston", "--method", "cpo", "--clients", "3", "--rounds", "3", "--inducing", "4",
+            "--local-steps", "5", "--max-points", "90"]
+    assert main(argv) == 0
+    assert capsys.readouterr().out.startswith("boston cpo: test log-lik/point")
+    assert main(["pvi", "--max-points", "-1"]) == 2
+    assert "--max-points" in capsys.readouterr().err

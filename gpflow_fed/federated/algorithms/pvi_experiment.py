@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Dict, List, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import gpflow
 import numpy as np
@@ -13,6 +13,8 @@ from .pvi import PVI
 from .pvi_model import PVIPosteriorModel
 
 METHODS = ("dpo", "cpo", "fixed", "fedavg", "global")
+REGIONAL = ("ozone",)
+"""Datasets split into regional clients (k-means on their coordinates) in place of the paper's weather stations."""
 
 
 def standardise(dataset: FederatedDataset) -> FederatedDataset:
@@ -22,6 +24,28 @@ def standardise(dataset: FederatedDataset) -> FederatedDataset:
     f = lambda a, b: ((a - mx) / sx, (b - my) / sy)  # noqa: E731
     test = None if dataset.test is None else f(*dataset.test)
     return FederatedDataset([f(*c) for c in dataset.clients], test=test, name=dataset.name)
+
+
+def real_split(
+    name: str, split: int, num_clients: int = 10, max_points: int = 0, regional: Optional[bool] = None
+) -> FederatedDataset:
+    """The standardised federated split of a real dataset used by the benchmark, the diagnostics and the CLI.
+
+    At most ``max_points`` rows (a random subset drawn with seed 0; 0 keeps all), 10 % held out for testing
+    (seed ``split``), then ``num_clients`` clients: regional (k-means on the coordinates) for :data:`REGIONAL`
+    datasets, homogeneous (iid) otherwise, or as ``regional`` says; standardised by :func:`standardise`."""
+    from ...data import load_dataset, make_federated
+
+    real = load_dataset(name)
+    X, Y, coords = real.X, real.Y, real.coordinates
+    if max_points and X.shape[0] > max_points:
+        keep = np.sort(np.random.default_rng(0).choice(X.shape[0], max_points, replace=False))
+        X, Y, coords = X[keep], Y[keep], None if coords is None else coords[keep]
+    regional = name in REGIONAL if regional is None else regional
+    if regional and coords is None:
+        raise ValueError(f"dataset {name!r} has no coordinates for regional clients")
+    partition = dict(partition="spatial", coordinates=coords) if regional else dict(partition="iid")
+    return standardise(make_federated(X, Y, num_clients=num_clients, test_fraction=0.1, seed=split, name=name, **partition))
 
 
 INIT_NOISE = 0.1
