@@ -116,9 +116,10 @@ class LocalProblem:
 
         The floor bounds the factor's precision S_k⁻¹ by 1/S_FLOOR, as it bounds DPO's diagonal s. Without it,
         directions of u that the client's objective cannot see (where the sampled K_ZZ is nearly singular) let
-        Adam drive S_k's eigenvalues to ~1e-16: the factor then breaks every other client's cavity (another Z
+        Adam drive S_k's eigenvalues below 1e-15: the factor then breaks every other client's cavity (another Z
         sample sees that direction) and the server's running sum of natural parameters loses all its digits
-        (seen on the ozone CPO run: a precision of 9e16 by round 6, an indefinite cavity by round 31)."""
+        (seen on the ozone CPO run: a factor precision of 2.4e17 after round 6, an indefinite cavity in round 31;
+        ``benchmarks/pvi_diagnostics.py cpo-factors``)."""
         raw = tf.linalg.band_part(self.S_raw, -1, 0)
         L = raw - tf.linalg.diag(tf.linalg.diag_part(raw)) + tf.linalg.diag(tf.exp(tf.linalg.diag_part(raw)))
         eye = tf.eye(tf.shape(L)[0], dtype=L.dtype)
