@@ -57,7 +57,7 @@ from gpflow_fed.federated.algorithm import Aggregate  # noqa: E402
 from gpflow_fed.federated.algorithms import FSGP, FedBNR, initial_inducing_inputs  # noqa: E402
 from gpflow_fed.kernels import URK  # noqa: E402
 from gpflow_fed.models.aggregated_sgpr import project_to_psd  # noqa: E402
-from gpflow_fed.privacy.dp import DifferentialPrivacy, PrivacyAccountant  # noqa: E402
+from gpflow_fed.federated.protection.dp import DifferentialPrivacy, PrivacyAccountant  # noqa: E402
 
 NOISE_MULTIPLIERS = (0.25, 0.5, 1.0, 2.5, 5.0, 10.0)  # K and 10K at z and 10z: the noise/signal ratio is z/K
 

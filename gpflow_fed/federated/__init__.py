@@ -6,6 +6,7 @@ from .api import run
 from .client import Client
 from .ledger import Channel, CommunicationLedger, LedgerEntry
 from .messages import SERVER, Message
+from .protection import DifferentialPrivacy, PrivacyAccountant, SecureAggregation
 from .result import FederatedResult
 from .runtimes import ClientUpdateError, DistributeRuntime, FaultPolicy, LocalRuntime, RoundFailedError, Runtime
 from .sampling import num_sampled_clients, sample_clients
@@ -18,6 +19,7 @@ __all__ = [
     "Client",
     "ClientUpdateError",
     "CommunicationLedger",
+    "DifferentialPrivacy",
     "DistributeRuntime",
     "FederatedResult",
     "FaultPolicy",
@@ -25,9 +27,11 @@ __all__ = [
     "LedgerEntry",
     "LocalRuntime",
     "Message",
+    "PrivacyAccountant",
     "RoundFailedError",
     "Runtime",
     "SERVER",
+    "SecureAggregation",
     "SharedState",
     "algorithms",
     "num_sampled_clients",

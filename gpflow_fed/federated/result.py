@@ -22,7 +22,7 @@ class FederatedResult:
     :param metrics: test metrics of ``model`` when the dataset has a test set.
     :param seconds: wall time of the whole run.
     :param privacy: with differential privacy, the spent ``epsilon`` at ``delta`` and the mechanism's
-        settings (see :class:`gpflow_fed.privacy.DifferentialPrivacy`); None otherwise.
+        settings (see :class:`gpflow_fed.federated.DifferentialPrivacy`); None otherwise.
     """
 
     model: gpflow.models.GPModel

@@ -1,6 +1,5 @@
 """Privacy: privacy-aware GP release by synthetic correlated noise (Tuo & Bhattacharya)."""
 
-from .dp import DifferentialPrivacy, PrivacyAccountant, clip_payload
 from .lowrank import LowRankCovariance
 from .obfuscation import (
     METHODS,
@@ -22,11 +21,9 @@ from .regions import (
     uniform_privacy_covariance,
 )
 from .sdp import SDPInfo, solve_privacy_sdp
-from .secure_aggregation import SecureAggregation
 from .tolerance import ProportionalKernel, check_tolerance_kernel, gaussian_tolerance_kernel, resolve_tolerance
 
 __all__ = [
-    "DifferentialPrivacy", "PrivacyAccountant", "SecureAggregation", "clip_payload",
     "Box",
     "Interval",
     "LowRankCovariance",

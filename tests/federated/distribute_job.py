@@ -29,7 +29,7 @@ def build_jobs() -> Dict[str, Tuple[Callable[[], Any], Any, Dict[str, Any]]]:
     from gpflow_fed.federated import FaultPolicy
     from gpflow_fed.federated.algorithms import FSGP, PVI, FedBNR, Recycle
     from gpflow_fed.kernels import URK
-    from gpflow_fed.privacy import DifferentialPrivacy
+    from gpflow_fed.federated import DifferentialPrivacy
 
     from .test_core import FederatedMean
     from .test_faults import Faulty

@@ -10,7 +10,7 @@ from gpflow_fed.data import FederatedDataset
 from gpflow_fed.federated import LocalRuntime, run
 from gpflow_fed.federated.algorithms import FSGP
 from gpflow_fed.federated.checkpoint import decode_tree, encode_tree, latest_checkpoint
-from gpflow_fed.privacy.dp import DifferentialPrivacy
+from gpflow_fed.federated.protection.dp import DifferentialPrivacy
 
 from .test_core import FederatedMean, dataset  # noqa: F401  (fixture)
 

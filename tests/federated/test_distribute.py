@@ -17,7 +17,7 @@ import pytest
 import tensorflow as tf
 
 from gpflow_fed.federated import ClientUpdateError, DistributeRuntime, FaultPolicy, LocalRuntime, run
-from gpflow_fed.privacy import DifferentialPrivacy
+from gpflow_fed.federated import DifferentialPrivacy
 
 from .distribute_job import MWMS_JOBS, build_jobs, summarize
 from .test_core import FederatedMean, dataset  # noqa: F401  (fixture)

@@ -8,8 +8,8 @@ from scipy.optimize import brentq
 from scipy.stats import norm
 
 from gpflow_fed.federated import LocalRuntime, Message, run
-from gpflow_fed.federated.secure_aggregation import Aggregator, ExchangeContext
-from gpflow_fed.privacy.dp import DifferentialPrivacy, PrivacyAccountant, clip_payload
+from gpflow_fed.federated.aggregator import Aggregator, ExchangeContext
+from gpflow_fed.federated.protection.dp import DifferentialPrivacy, PrivacyAccountant, clip_payload
 
 from .test_core import FederatedMean, dataset  # noqa: F401  (fixture)
 from .test_secure_aggregation import WeightedMean

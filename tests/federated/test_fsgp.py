@@ -262,7 +262,7 @@ def test_exact_mode_with_a_fixed_kernel_parameter_equals_centralized_baseline():
 
 def test_predict_phase_projects_noised_statistics_to_psd():
     """With DP noise on the final sums, the server's Σ C Cᵀ is symmetric PSD and variances stay positive."""
-    from gpflow_fed.privacy.dp import DifferentialPrivacy
+    from gpflow_fed.federated.protection.dp import DifferentialPrivacy
 
     dataset = _dataset()
     kernel, Z = _kernel(), _Z()

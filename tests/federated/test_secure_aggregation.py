@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from gpflow_fed.federated import ClientUpdateError, FaultPolicy, LocalRuntime, Message, run
-from gpflow_fed.federated.secure_aggregation import Aggregator, ExchangeContext
+from gpflow_fed.federated.aggregator import Aggregator, ExchangeContext
 from gpflow_fed.privacy.secure_aggregation import SecureAggregation
 
 from .test_core import FederatedMean, dataset  # noqa: F401  (fixture)

@@ -40,12 +40,12 @@ import numpy as np
 import tensorflow as tf
 
 from ...data.dataset import FederatedDataset
-from ...privacy.dp import DifferentialPrivacy
+from ..protection.dp import DifferentialPrivacy
 from ...privacy.secure_aggregation import SecureAggregation, from_limb_sums, to_limbs
 from ..algorithm import Aggregate, Algorithm, reduce_messages
 from ..ledger import LedgerEntry
 from ..messages import SERVER, Message
-from ..secure_aggregation import Aggregator, ExchangeContext
+from ..aggregator import Aggregator, ExchangeContext
 from .base import ClientUpdateError
 from .faults import FaultPolicy
 from .loop import Answer, FederationRun, RoundLoopRuntime, screen

@@ -33,11 +33,11 @@ from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
 
 from ...data.dataset import FederatedDataset
-from ...privacy.dp import DifferentialPrivacy
+from ..protection.dp import DifferentialPrivacy
 from ...privacy.secure_aggregation import SecureAggregation
 from ..algorithm import Algorithm
 from ..result import FederatedResult
-from ..secure_aggregation import Aggregator
+from ..aggregator import Aggregator
 from .base import Runtime
 from .faults import FaultPolicy
 from .flower_client import _LIVE, make_client_app
@@ -139,11 +139,11 @@ class FlowerRuntime(Runtime):
 
     :param faults: how faulty clients are treated (:class:`FaultPolicy`).
     :param keep_payloads: keep every message in the ledger.
-    :param secure_aggregation: ``True`` (or a :class:`~gpflow_fed.privacy.SecureAggregation`, for its
+    :param secure_aggregation: ``True`` (or a :class:`~gpflow_fed.federated.SecureAggregation`, for its
         fixed-point resolution) to sum every ``"sum"``/``"mean"`` phase through Flower's SecAgg+; the
         decoded sums equal ``LocalRuntime(secure_aggregation=True)``'s exactly
         (:mod:`~gpflow_fed.federated.runtimes.flower_secagg`).
-    :param differential_privacy: a :class:`~gpflow_fed.privacy.DifferentialPrivacy`: clients clip, the
+    :param differential_privacy: a :class:`~gpflow_fed.federated.DifferentialPrivacy`: clients clip, the
         server adds Gaussian noise and accounts (ε, δ) in ``result.privacy``, as ``LocalRuntime`` does.
     :param secagg_shares: SecAgg+'s ``num_shares`` (see :class:`FlowerServer`).
     :param secagg_threshold: SecAgg+'s ``reconstruction_threshold`` (see :class:`FlowerServer`).

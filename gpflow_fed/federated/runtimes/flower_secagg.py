@@ -1,10 +1,10 @@
 """Secure aggregation and differential privacy on the Flower runtime, through Flower's own SecAgg+.
 
-A phase the :class:`~gpflow_fed.federated.secure_aggregation.Aggregator` protects runs in two exchanges:
+A phase the :class:`~gpflow_fed.federated.aggregator.Aggregator` protects runs in two exchanges:
 
 1. **prepare** — the server broadcasts as usual, with a ``"protect"`` record (the cohort size). Each client
    runs ``Algorithm.client_update`` and ``Aggregator.prepare``: clipping and weight capping (DP), then the
-   fixed-point encoding of :class:`~gpflow_fed.privacy.SecureAggregation` (``round(2^f x) mod 2^64``). With
+   fixed-point encoding of :class:`~gpflow_fed.federated.SecureAggregation` (``round(2^f x) mod 2^64``). With
    DP only, it sends the clipped message and the server finishes with ``Aggregator.reduce``. With secure
    aggregation it keeps the encoding in its Flower ``Context.state`` and sends only its *layout* (array
    names and shapes), so faults (raise, NaN, out-of-range values, wrong shapes) are screened before any
@@ -53,11 +53,11 @@ from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECOR
 from flwr.server.workflow.constant import Key as WorkflowKey
 from flwr.serverapp import Grid
 
-from ...privacy.dp import DifferentialPrivacy
+from ..protection.dp import DifferentialPrivacy
 from ...privacy.secure_aggregation import SecureAggregation, from_limb_sums, to_limbs
 from ..algorithm import Algorithm
 from ..messages import Message
-from ..secure_aggregation import Aggregator
+from ..aggregator import Aggregator
 from .faults import reply_fault
 from .flower_records import message_to_recorddict
 

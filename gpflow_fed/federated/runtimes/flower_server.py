@@ -44,7 +44,7 @@ from ..algorithm import Aggregate, Algorithm, FederationInfo, reduce_messages
 from ..ledger import Channel, CommunicationLedger
 from ..messages import SERVER, Message
 from ..result import FederatedResult
-from ..secure_aggregation import Aggregator, ExchangeContext
+from ..aggregator import Aggregator, ExchangeContext
 from .base import ClientUpdateError, evaluate_model
 from .faults import FaultPolicy, RoundFailedError, reply_fault
 from .flower_client import DESCRIBE

@@ -7,11 +7,11 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from ...privacy.dp import DifferentialPrivacy
+from ..protection.dp import DifferentialPrivacy
 from ...privacy.secure_aggregation import SecureAggregation
 from ..algorithm import Aggregate
 from ..messages import SERVER, Message
-from ..secure_aggregation import Aggregator, ExchangeContext
+from ..aggregator import Aggregator, ExchangeContext
 from .faults import FaultPolicy
 from .loop import FederationRun, RoundLoopRuntime, screen
 
@@ -26,10 +26,10 @@ class LocalRuntime(RoundLoopRuntime):
     :param eval_every: evaluate test metrics every this many rounds (0: only at the end). Evaluation runs
         the algorithm's final phases on a copy of the state; its messages are recorded with purpose
         ``"evaluate"`` so they can be told apart from training traffic.
-    :param secure_aggregation: ``True`` (or a :class:`~gpflow_fed.privacy.SecureAggregation`) to mask every
+    :param secure_aggregation: ``True`` (or a :class:`~gpflow_fed.federated.SecureAggregation`) to mask every
         ``"sum"``/``"mean"`` payload pairwise, so the server and the ledger see only masked payloads and the
-        exact sum (see :mod:`gpflow_fed.federated.secure_aggregation` for the threat model).
-    :param differential_privacy: a :class:`~gpflow_fed.privacy.DifferentialPrivacy`: clients clip their
+        exact sum (see :mod:`gpflow_fed.federated.aggregator` for the threat model).
+    :param differential_privacy: a :class:`~gpflow_fed.federated.DifferentialPrivacy`: clients clip their
         payloads, the server adds Gaussian noise to each sum; the spent (ε, δ) is in ``result.privacy`` and
         the cumulative ε in each round's history (``"epsilon"``).
     :param checkpoint_dir: write a checkpoint to this folder after every ``checkpoint_every`` rounds (and

@@ -28,14 +28,14 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ...data.dataset import FederatedDataset
-from ...privacy.dp import PrivacyAccountant
+from ..protection.dp import PrivacyAccountant
 from ..algorithm import Aggregate, Algorithm, FederationInfo
 from ..checkpoint import latest_checkpoint, load_checkpoint, restore_clients, restore_objects, save_checkpoint
 from ..client import Client
 from ..ledger import Channel, CommunicationLedger
 from ..messages import Message
 from ..result import FederatedResult
-from ..secure_aggregation import Aggregator
+from ..aggregator import Aggregator
 from .base import ClientUpdateError, Runtime, evaluate_model, make_clients
 from .faults import FaultPolicy, RoundFailedError, log_exclusions, reply_fault, shape_faults
 

@@ -17,7 +17,7 @@ that vanished after masking would leave its pairwise masks in the sum; :meth:`Ag
 such a sum with ``ValueError`` (recovering from it needs the secret-sharing layer of Bonawitz et al.; the
 Flower runtime has it, through Flower's SecAgg+: :mod:`gpflow_fed.federated.runtimes.flower_secagg`).
 
-DP (see :mod:`gpflow_fed.privacy.dp`) is *central*: the server adds the noise, so the (ε, δ) protects what
+DP (see :mod:`gpflow_fed.federated.protection.dp`) is *central*: the server adds the noise, so the (ε, δ) protects what
 is released (the model, the history, the server state) against everyone but the aggregator itself. Client
 metrics are not clipped or noised, so they are dropped from DP messages; under secure aggregation they are
 masked and only their weighted mean is revealed.
@@ -31,7 +31,7 @@ from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
 import gpflow
 import numpy as np
 
-from ..privacy.dp import DifferentialPrivacy, PrivacyAccountant, clip_payload
+from .protection.dp import DifferentialPrivacy, PrivacyAccountant, clip_payload
 from ..privacy.secure_aggregation import SecureAggregation, pair_seed
 from .algorithm import Aggregate, Algorithm, reduce_messages
 from .messages import Message
@@ -69,8 +69,8 @@ class ExchangeContext:
 class Aggregator:
     """Client-side encoding and server-side reduction of one phase's messages.
 
-    :param secure: ``True`` or a :class:`~gpflow_fed.privacy.SecureAggregation` for pairwise masking.
-    :param dp: a :class:`~gpflow_fed.privacy.DifferentialPrivacy` for clipping and Gaussian noise.
+    :param secure: ``True`` or a :class:`~gpflow_fed.federated.SecureAggregation` for pairwise masking.
+    :param dp: a :class:`~gpflow_fed.federated.DifferentialPrivacy` for clipping and Gaussian noise.
 
     With neither, :meth:`reduce` is :func:`~gpflow_fed.federated.reduce_messages` and :meth:`encode` the
     identity.
