@@ -25,6 +25,7 @@ masked and only their weighted mean is revealed.
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
 
@@ -171,8 +172,27 @@ class Aggregator:
 
     # --- server side ---------------------------------------------------------------------------------
     def noise_rng(self, context: ExchangeContext) -> np.random.Generator:
-        """The server's noise generator for one exchange (derived from the run's seed and the exchange)."""
-        return np.random.default_rng(pair_seed(context.seed, ("dp-noise", *context.tag), "server", "server"))
+        """The server's noise generator for one exchange: fresh randomness from the operating system.
+
+        Only with ``DifferentialPrivacy(insecure_noise_seed=s)`` (tests) is it derived from ``s`` and the
+        exchange, so that runtimes can be compared on the same noise.
+        """
+        assert self.dp is not None
+        if self.dp.insecure_noise_seed is None:
+            return np.random.default_rng(secrets.randbits(128))
+        return np.random.default_rng(pair_seed(self.dp.insecure_noise_seed, ("dp-noise", *context.tag), "server", "server"))
+
+    def sampling_rng(self, seeded: np.random.Generator) -> np.random.Generator:
+        """The generator of client sampling: ``seeded`` (from the public run seed) unless DP is on.
+
+        Under DP, privacy amplification by sampling holds only if nobody can predict the sample, so the
+        sample is drawn from the operating system's randomness (or from ``insecure_noise_seed``, in tests).
+        """
+        if self.dp is None:
+            return seeded
+        if self.dp.insecure_noise_seed is None:
+            return np.random.default_rng(secrets.randbits(128))
+        return np.random.default_rng(pair_seed(self.dp.insecure_noise_seed, ("dp-sampling",), "server", "server"))
 
     def reduce(self, messages: Sequence[Message], context: ExchangeContext) -> Aggregate:
         """The server's view of one phase: plain, masked-and-summed, and/or noised.
@@ -180,6 +200,12 @@ class Aggregator:
         :raises ValueError: a protected phase whose senders are not exactly the cohort (masks would not
             cancel), or messages whose array names or shapes differ.
         """
+        stale = [m.sender for m in messages if (m.round, m.phase) != (context.round, context.phase)]
+        if stale:
+            raise ValueError(
+                f"round {context.round}, phase {context.phase!r}: messages from {stale} belong to another exchange "
+                "(a replayed or stale message); refused"
+            )
         if not self.protects(context.phase, context.aggregation):
             return reduce_messages(messages, context.aggregation)
         senders = tuple(m.sender for m in messages)
@@ -245,6 +271,7 @@ class Aggregator:
             total_weight=total_weight,
             senders=tuple(context.cohort),
             metrics=means,
+            noised=self.noised(context.phase, context.aggregation),
         )
 
     def accountant(self) -> Optional[PrivacyAccountant]:

@@ -27,6 +27,9 @@ from .sampling import sample_clients
 
 AGGREGATIONS = ("sum", "mean", "collect")
 
+#: What the server expects of one phase's replies: array name -> shape, ``None`` for a free dimension.
+ReplySpec = Mapping[str, Tuple[Optional[int], ...]]
+
 
 @dataclass(frozen=True)
 class FederationInfo:
@@ -56,6 +59,8 @@ class Aggregate:
     :param senders: the clients that answered.
     :param metrics: weight-averaged scalar metrics of the messages.
     :param messages: the messages themselves, only for ``"collect"`` phases.
+    :param noised: differential privacy added noise to ``arrays`` (the server step must expect, e.g., a
+        Gram sum that is no longer PSD, and may post-process it).
     """
 
     round: int
@@ -65,6 +70,7 @@ class Aggregate:
     senders: Tuple[str, ...]
     metrics: Mapping[str, float] = field(default_factory=dict)
     messages: Optional[Tuple[Message, ...]] = None
+    noised: bool = False
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.arrays[name]
@@ -166,6 +172,24 @@ class Algorithm(abc.ABC):
 
     def setup_client(self, client: Client, state: Any) -> None:
         """Called once per client before its first update (create its model copy and optimizer here)."""
+
+    def reply_spec(self, state: Any, round: int, phase: str) -> Optional[ReplySpec]:
+        """The array names and shapes the server expects in every reply of ``phase`` (``None``: a free size).
+
+        The runtime excludes a reply that differs, whatever the other clients sent: a malicious or broken
+        client cannot outvote an honest one. ``None`` (the default, for algorithms that do not declare it)
+        falls back to a strict majority of the replies; a tie fails the phase instead of guessing.
+        """
+        return None
+
+    def expected_weight(self, phase: str, num_data: int) -> Optional[float]:
+        """The weight a client registered with ``num_data`` points must put on its reply of ``phase``.
+
+        The runtime excludes a reply whose weight differs. ``None`` (the default) only bounds it:
+        a weight above the client's registered ``N_k`` is always refused, so no client can claim more data
+        than it registered to dominate a ``"mean"``.
+        """
+        return None
 
     # --- the round -----------------------------------------------------------------------------------
     @abc.abstractmethod

@@ -93,7 +93,7 @@ def build_jobs() -> Dict[str, Tuple[Callable[[], Any], Any, Dict[str, Any]]]:
                        local_maxiter=5, maxiter=5)
 
     exclude = FaultPolicy(on_error="exclude")
-    dp = DifferentialPrivacy(noise_multiplier=1.1, clip_norm=5.0, weight_bound=10.0)
+    dp = DifferentialPrivacy(noise_multiplier=1.1, clip_norm=5.0, weight_bound=10.0, insecure_noise_seed=5)
     return {
         "fsgp_fedavg": (fsgp("fedavg", 0.6), fsgp_data, {"eval_every": 2}),
         "fsgp_exact": (fsgp("exact", 1.0), fsgp_data, {"placement": "blocks", "threads": True}),

@@ -69,7 +69,7 @@ def test_toy_resume_equals_uninterrupted_run(dataset, tmp_path):  # noqa: F811
 
 
 def test_resume_with_dp_and_secure_aggregation(dataset, tmp_path):  # noqa: F811
-    options = dict(differential_privacy=DifferentialPrivacy(1.0, 50.0), secure_aggregation=True)
+    options = dict(differential_privacy=DifferentialPrivacy(1.0, 50.0, insecure_noise_seed=3), secure_aggregation=True)
     factory = lambda: FederatedMean(4, client_fraction=0.5)  # noqa: E731
     full = run(factory(), dataset, runtime=LocalRuntime(**options), seed=5)
     resumed = interrupted_then_resumed(factory, dataset, tmp_path, stop=1, **options)

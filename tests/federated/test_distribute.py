@@ -174,9 +174,9 @@ def test_not_a_strategy_is_a_type_error():
 
 PROTECTIONS = {
     "secure": {"secure_aggregation": True},
-    "dp": {"differential_privacy": DifferentialPrivacy(noise_multiplier=1.1, clip_norm=5.0, weight_bound=10.0)},
+    "dp": {"differential_privacy": DifferentialPrivacy(noise_multiplier=1.1, clip_norm=5.0, weight_bound=10.0, insecure_noise_seed=5)},
     "both": {"secure_aggregation": True,
-             "differential_privacy": DifferentialPrivacy(noise_multiplier=1.1, clip_norm=5.0, weight_bound=10.0)},
+             "differential_privacy": DifferentialPrivacy(noise_multiplier=1.1, clip_norm=5.0, weight_bound=10.0, insecure_noise_seed=5)},
 }
 
 

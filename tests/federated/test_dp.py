@@ -36,7 +36,7 @@ def test_clipping_bounds_the_global_norm():
 
 @pytest.mark.parametrize("aggregation, weight_bound", [("sum", 1.0), ("mean", 3.0)])
 def test_noise_std_matches_and_aggregate_is_clipped_sum_plus_noise(aggregation, weight_bound):
-    dp = DifferentialPrivacy(noise_multiplier=1.5, clip_norm=0.5, weight_bound=weight_bound)
+    dp = DifferentialPrivacy(noise_multiplier=1.5, clip_norm=0.5, weight_bound=weight_bound, insecure_noise_seed=11)
     aggregator = Aggregator(dp=dp)
     cohort = ("client_0", "client_1")
     context = ExchangeContext(seed=7, purpose="train", round=2, phase="p", aggregation=aggregation, cohort=cohort)
@@ -105,7 +105,7 @@ def test_pld_rejects_sampling_and_bad_settings_are_named():
 
 
 def test_dp_composes_with_secure_aggregation(dataset):  # noqa: F811
-    dp = DifferentialPrivacy(noise_multiplier=0.5, clip_norm=20.0, weight_bound=100.0)
+    dp = DifferentialPrivacy(noise_multiplier=0.5, clip_norm=20.0, weight_bound=100.0, insecure_noise_seed=4)
     plain_dp = run(WeightedMean(2), dataset, runtime=LocalRuntime(differential_privacy=dp), seed=3)
     both = run(WeightedMean(2), dataset, runtime=LocalRuntime(differential_privacy=dp, secure_aggregation=True), seed=3)
     assert both.state["mean"] == pytest.approx(plain_dp.state["mean"], abs=1e-8)  # same noise, masks cancel

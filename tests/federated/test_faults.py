@@ -45,7 +45,6 @@ def _expected_mean(ds, bad):
     ("raise", "raised RuntimeError: out of memory"),
     ("nan", "NaN or inf"),
     ("shape", "payload shapes differ"),
-    ("slow", "timed out"),
     ("not-a-message", "not a Message"),
 ])
 def test_faulty_client_is_excluded_with_its_reason(dataset, kind, reason, caplog):  # noqa: F811
@@ -56,6 +55,29 @@ def test_faulty_client_is_excluded_with_its_reason(dataset, kind, reason, caplog
     for entry in result.history:
         assert entry["clients"] == 3 and reason in entry["excluded"]["client_1"]
     assert any("client_1" in r.getMessage() and reason in r.getMessage() for r in caplog.records)
+
+
+def test_timeout_spares_the_first_update_and_excludes_later_slow_answers(dataset):  # noqa: F811
+    """A first update (set-up, one-off tracing) is not timed; a client slow in later rounds is excluded."""
+
+    class SlowStart(FederatedMean):
+        def setup_client(self, client, state):
+            time.sleep(0.3)  # longer than the timeout, and not part of any update
+
+        def client_update(self, client, broadcast):
+            if client.id == "client_1" and (broadcast.round == 0 or client.id in self.bad):
+                time.sleep(0.3)
+            return super().client_update(client, broadcast)
+
+    healthy = SlowStart(3)
+    healthy.bad = ()
+    runtime = LocalRuntime(faults=FaultPolicy(on_error="exclude", timeout=0.2))
+    assert all("excluded" not in entry for entry in run(healthy, dataset, runtime=runtime).history)
+    slow = SlowStart(3)
+    slow.bad = ("client_1",)
+    history = run(slow, dataset, runtime=runtime).history
+    assert "excluded" not in history[0]
+    assert all("timed out" in entry["excluded"]["client_1"] for entry in history[1:])
 
 
 @pytest.mark.parametrize("kind", ["raise", "nan", "shape"])

@@ -50,8 +50,8 @@ def test_limb_bits_rejects_impossible_cohorts():
 @pytest.mark.parametrize("aggregator", [
     Aggregator(),
     Aggregator(secure=True),
-    Aggregator(secure=SecureAggregation(20), dp=DifferentialPrivacy(1.5, 2.0, delta=1e-6, weight_bound=3.0, phases=("predict",))),
-    Aggregator(dp=DifferentialPrivacy(0.8, 1.0, accountant="pld")),
+    Aggregator(secure=SecureAggregation(20), dp=DifferentialPrivacy(1.5, 2.0, delta=1e-6, weight_bound=3.0, phases=("predict",), insecure_noise_seed=2)),
+    Aggregator(dp=DifferentialPrivacy(0.8, 1.0, accountant="pld", insecure_noise_seed=9)),
 ])
 def test_aggregator_survives_the_run_config(aggregator):
     config = secagg.aggregator_to_config(aggregator)
@@ -99,7 +99,7 @@ def test_the_server_sees_neither_payloads_nor_their_encodings(dataset):  # noqa:
 
 @pytest.mark.parametrize("secure", [False, True])
 def test_differential_privacy_on_flower_equals_local_runtime(dataset, secure):  # noqa: F811
-    dp = DifferentialPrivacy(noise_multiplier=1.2, clip_norm=5.0, weight_bound=10.0)
+    dp = DifferentialPrivacy(noise_multiplier=1.2, clip_norm=5.0, weight_bound=10.0, insecure_noise_seed=5)
     local = run(FederatedMean(3), dataset, runtime=LocalRuntime(secure_aggregation=secure, differential_privacy=dp), seed=4)
     flower = run(FederatedMean(3), dataset,
                  runtime=FlowerRuntime(secure_aggregation=secure, differential_privacy=dp, keep_payloads=True), seed=4)

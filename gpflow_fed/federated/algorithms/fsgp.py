@@ -15,7 +15,7 @@ from gpflow.keras import tf_keras
 from gpflow.models.util import inducingpoint_wrapper
 
 from ...models.aggregated_sgpr import AggregatedSGPR, collapsed_sgpr_bound, project_to_psd
-from ..algorithm import Aggregate, Algorithm, FederationInfo
+from ..algorithm import Aggregate, Algorithm, FederationInfo, ReplySpec
 from ..client import Client
 from ..state import SharedState, resolve_path
 from .fsgp_statistics import ADJOINT_NAMES, STATISTIC_NAMES
@@ -189,6 +189,7 @@ class FSGP(Algorithm):
         self._server_optimizer: Any = None
         self._worker: Optional[SGPRClientWorker] = None
         self._clients: List[str] = []
+        self._output_dim = 1
 
     # --- configuration -------------------------------------------------------------------------------
     @property
@@ -219,6 +220,17 @@ class FSGP(Algorithm):
     def aggregation(self, phase: str) -> str:
         return "mean" if phase == "train" else "sum"
 
+    def reply_spec(self, state: FSGPState, round: int, phase: str) -> ReplySpec:
+        """Parameters (``"train"``, ``"gradient"``) shaped as the broadcast; statistics with M and P."""
+        if phase in ("train", "gradient"):
+            return {k: tuple(np.shape(v)) for k, v in state.params.items()}
+        M, P = self.num_inducing, self._output_dim
+        return {"kuf_kfu": (M, M), "kuf_y": (M, P), "y_squared_sum": (), "trace_kff": (), "num_data": ()}
+
+    def expected_weight(self, phase: str, num_data: int) -> float:
+        """Every FSGP message is weighted by the client's registered N_k."""
+        return float(num_data)
+
     # --- models ---------------------------------------------------------------------------------------
     def _empty_model(self, output_dim: int) -> AggregatedSGPR:
         M = self.num_inducing
@@ -242,6 +254,7 @@ class FSGP(Algorithm):
         return out
 
     def initial_state(self, info: FederationInfo) -> FSGPState:
+        self._output_dim = int(info.output_dim)
         self._server_model = self._empty_model(info.output_dim)
         self._shared = SharedState.from_module(self._server_model, space="unconstrained")
         self._worker = SGPRClientWorker(
@@ -364,7 +377,15 @@ class FSGP(Algorithm):
             return replace(state, statistics=stats, bound=bound)
         if phase == "statistics":
             stats = {k: np.array(aggregate[k]) for k in STATISTIC_NAMES}
+            if aggregate.noised:  # post-processing, free under DP
+                stats["kuf_kfu"] = project_to_psd(stats["kuf_kfu"])
             bound, direct, adjoints = self._objective(state, stats)
+            if not (np.isfinite(bound) and all(np.all(np.isfinite(v)) for v in (*direct.values(), *adjoints.values()))):
+                cause = (
+                    "the differentially private noise made the summed statistics unusable (raise clip_norm, lower "
+                    "noise_multiplier, or use mode='fedavg')" if aggregate.noised else "the summed statistics"
+                )
+                raise FloatingPointError(f"FSGP exact mode, round {aggregate.round}: the global bound is not finite: {cause}")
             return replace(state, adjoints=adjoints, direct_gradient=direct, bound=bound)
         if phase == "gradient":
             assert self._server_model is not None and self._shared is not None and state.direct_gradient is not None

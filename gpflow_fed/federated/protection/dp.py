@@ -61,6 +61,11 @@ class DifferentialPrivacy:
     :param accountant: ``"rdp"`` (any sampling) or ``"pld"`` (tighter, only when every client takes part).
     :param phases: the phases whose sums are clipped and noised (e.g. ``("predict",)`` for FSGP's final
         statistics only); None: every ``"sum"``/``"mean"`` phase. Only these releases are accounted.
+    :param insecure_noise_seed: **for tests only.** The Gaussian noise and the DP client sampling are drawn
+        from the operating system's randomness (``secrets``), never from the run's seed, which is public.
+        With this seed they are derived from it instead, so a private run can be reproduced (e.g. to compare
+        runtimes); anyone who knows it can regenerate and subtract the noise, so the reported (ε, δ) then
+        holds against no one who knows the seed. There is no default and no CLI option for it.
     """
 
     noise_multiplier: float
@@ -69,6 +74,7 @@ class DifferentialPrivacy:
     weight_bound: float = 1.0
     accountant: str = "rdp"
     phases: Optional[Tuple[str, ...]] = None
+    insecure_noise_seed: Optional[int] = None
 
     def __post_init__(self) -> None:
         for name in ("noise_multiplier", "clip_norm", "delta", "weight_bound"):
@@ -85,6 +91,9 @@ class DifferentialPrivacy:
             if isinstance(self.phases, str) or not all(isinstance(p, str) for p in self.phases) or not self.phases:
                 raise TypeError(f"DifferentialPrivacy: phases must be a non-empty tuple of phase names, got {self.phases!r}")
             object.__setattr__(self, "phases", tuple(self.phases))
+        seed = self.insecure_noise_seed
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
+            raise ValueError(f"DifferentialPrivacy: insecure_noise_seed must be None or a non-negative integer, got {seed!r}")
 
     def applies(self, phase: str) -> bool:
         """Whether ``phase``'s sums are clipped and noised."""

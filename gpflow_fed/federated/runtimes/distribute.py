@@ -312,7 +312,9 @@ class DistributeRuntime(RoundLoopRuntime):
             reason = excluded[cid] if cid in answers else f"{excluded[cid]} (reported by another worker)"
             raise ClientUpdateError(cid, round, phase, cause or ValueError(reason)) from cause
         well_formed = [_Shapes(cid, meta[cid]["names"], meta[cid]["shapes"]) for cid in selected if cid not in excluded]
-        good = screen(run.faults, round, phase, selected, well_formed, excluded)
+        good = screen(
+            run.faults, round, phase, selected, well_formed, excluded, run.algorithm.reply_spec(run.state, round, phase)
+        )
         if aggregation == "collect":
             return self._collect(answers, meta, good, round, phase), excluded
         if protect:

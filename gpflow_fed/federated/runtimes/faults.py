@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from dataclasses import dataclass
-from typing import Dict, Optional, Sequence
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -65,20 +65,57 @@ def reply_fault(reply: object, client_id: str, broadcast: Message) -> Optional[s
     return None
 
 
-def shape_faults(replies: Sequence[Message]) -> Dict[str, str]:
-    """Replies whose array names/shapes differ from the majority's, as ``{sender: reason}``."""
-    signatures = {m.sender: tuple((n, m.arrays[n].shape) for n in m.arrays) for m in replies}
+def weight_fault(reply: Message, expected: Optional[float], size: int) -> Optional[str]:
+    """Why ``reply``'s weight is refused, or None.
+
+    :param expected: :meth:`~gpflow_fed.federated.Algorithm.expected_weight` for the client (None: any
+        weight up to ``size``).
+    :param size: the number of data points the client registered.
+    """
+    if expected is not None and not np.isclose(reply.weight, expected, rtol=1e-12, atol=0.0):
+        return f"claims weight {reply.weight:g}; the server expects {expected:g} for its {size} registered points"
+    if reply.weight > size:
+        return f"claims weight {reply.weight:g}, more than its {size} registered data points"
+    return None
+
+
+def _signature_text(signature: Mapping[str, Tuple[Optional[int], ...]]) -> str:
+    return ", ".join(f"{n}{['*' if d is None else d for d in s]}" for n, s in signature.items())
+
+
+def spec_faults(replies: Sequence[Any], spec: Optional[Mapping[str, Tuple[Optional[int], ...]]]) -> Dict[str, str]:
+    """Replies whose array names or shapes differ from what the server expects, as ``{sender: reason}``.
+
+    :param replies: objects with ``sender`` and ``arrays`` (messages, or their descriptions).
+    :param spec: the algorithm's :meth:`~gpflow_fed.federated.Algorithm.reply_spec` (``None`` in a dimension
+        matches any size). Without one, a *strict* majority of the replies is the expectation.
+    :raises RoundFailedError: no spec, replies that differ, and no strict majority: the server cannot tell the
+        malformed replies from the honest ones, so it refuses to guess.
+    """
+    # the aggregator's own entries of a prepared message (secure aggregation's weight and metrics) are its business
+    signatures = {m.sender: {n: tuple(m.arrays[n].shape) for n in m.arrays if not n.startswith("secagg/")} for m in replies}
     if not signatures:
         return {}
-    counts = Counter(signatures.values())
-    best = max(counts.values())
-    majority = next(sig for sig in signatures.values() if counts[sig] == best)  # ties: the first sender's
-    expected = ", ".join(f"{n}{list(s)}" for n, s in majority)
-    return {
-        sender: f"payload shapes differ from the other clients' ({expected})"
-        for sender, sig in signatures.items()
-        if sig != majority
-    }
+    if spec is None:
+        keys = [tuple(sorted(sig.items())) for sig in signatures.values()]
+        counts = Counter(keys)
+        best, count = counts.most_common(1)[0]
+        if count * 2 <= len(keys) and len(counts) > 1:
+            raise RoundFailedError(
+                f"the replies' array shapes differ ({len(counts)} kinds among {len(keys)} clients) and no strict "
+                "majority shows which are malformed; declare Algorithm.reply_spec so the server checks each reply "
+                "against its own expectation"
+            )
+        spec = dict(best)
+    expected = _signature_text(spec)
+    faults = {}
+    for sender, sig in signatures.items():
+        ok = set(sig) == set(spec) and all(
+            len(sig[n]) == len(spec[n]) and all(e is None or e == d for e, d in zip(spec[n], sig[n])) for n in spec
+        )
+        if not ok:
+            faults[sender] = f"payload shapes differ from the server's expectation ({expected}): sent {_signature_text(sig)}"
+    return faults
 
 
 def log_exclusions(round: int, phase: str, excluded: Dict[str, str]) -> None:

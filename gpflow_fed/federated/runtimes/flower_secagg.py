@@ -112,6 +112,8 @@ def aggregator_to_config(aggregator: Aggregator) -> Dict[str, Union[bool, int, f
                 "dp-phases": "" if dp.phases is None else ",".join(dp.phases),
             }
         )
+        if dp.insecure_noise_seed is not None:  # tests only (see DifferentialPrivacy)
+            config["dp-insecure-noise-seed"] = int(dp.insecure_noise_seed)
     return config
 
 
@@ -133,6 +135,7 @@ def aggregator_from_config(config: Mapping[str, Any]) -> Aggregator:
             weight_bound=float(config.get("dp-weight-bound", DifferentialPrivacy.weight_bound)),
             accountant=str(config.get("dp-accountant", DifferentialPrivacy.accountant)),
             phases=tuple(p for p in phases.split(",") if p) or None,
+            insecure_noise_seed=int(config["dp-insecure-noise-seed"]) if "dp-insecure-noise-seed" in config else None,
         )
     return Aggregator(secure=secure, dp=dp)
 

@@ -40,13 +40,13 @@ from flwr.app import ConfigRecord, Context, MessageType, RecordDict
 from flwr.app import Message as FlowerMessage
 from flwr.serverapp import Grid, ServerApp
 
-from ..algorithm import Aggregate, Algorithm, FederationInfo, reduce_messages
+from ..algorithm import Aggregate, Algorithm, FederationInfo, ReplySpec, reduce_messages
 from ..ledger import Channel, CommunicationLedger
 from ..messages import SERVER, Message
 from ..result import FederatedResult
 from ..aggregator import Aggregator, ExchangeContext
 from .base import ClientUpdateError, evaluate_model
-from .faults import FaultPolicy, RoundFailedError, reply_fault
+from .faults import FaultPolicy, RoundFailedError, reply_fault, weight_fault
 from .flower_client import DESCRIBE
 from .flower_records import (
     INFO,
@@ -207,7 +207,7 @@ class FlowerServer:
     # --- one phase -----------------------------------------------------------------------------------
     def gather(
         self, grid: Grid, channel: Channel, info: FederationInfo, node_of: Mapping[str, int],
-        down: Message, selected: Sequence[str],
+        down: Message, selected: Sequence[str], spec: Optional[ReplySpec] = None,
     ) -> Tuple[Aggregate, Dict[str, str]]:
         """Broadcast ``down`` to ``selected``, collect, screen and reduce; also ``{client: reason}`` excluded.
 
@@ -249,13 +249,16 @@ class FlowerServer:
                     if not secure:
                         channel.send(message, SERVER)
                     fault = reply_fault(message, cid, down)
+                    if fault is None and not secure:
+                        size = info.client_sizes[cid]
+                        fault = weight_fault(message, self.algorithm.expected_weight(down.phase, size), size)
             if fault is None:
                 replies.append(message)
                 continue
             if self.faults.on_error == "raise":
                 raise ClientUpdateError(cid, down.round, down.phase, RuntimeError(fault))
             excluded[cid] = fault
-        good = screen(self.faults, down.round, down.phase, selected, replies, excluded)
+        good = screen(self.faults, down.round, down.phase, selected, replies, excluded, spec)
         kept = set(good)
         replies = [m for m in replies if m.sender in kept]
         if not protect:
@@ -327,14 +330,14 @@ class FlowerServer:
         accountant = self.aggregator.accountant()
         ledger = CommunicationLedger(keep_payloads=self.keep_payloads)
         channel = Channel(ledger)
-        rng = sampling_rng(self.seed, len(ids))
+        rng = self.aggregator.sampling_rng(sampling_rng(self.seed, len(ids)))
         state = algorithm.initial_state(info)
 
         def gather(
             state: Any, round: int, phase: str, arrays: Mapping[str, np.ndarray], selected: Sequence[str]
         ) -> Tuple[Aggregate, Dict[str, str]]:
             down = Message(sender=SERVER, round=round, phase=phase, arrays=arrays, weight=0.0)
-            return self.gather(grid, channel, info, node_of, down, selected)
+            return self.gather(grid, channel, info, node_of, down, selected, algorithm.reply_spec(state, round, phase))
 
         history: List[Dict[str, Any]] = []
         for r in range(algorithm.rounds):

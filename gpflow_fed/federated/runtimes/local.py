@@ -86,7 +86,8 @@ class LocalRuntime(RoundLoopRuntime):
                 prepared[cid] = answer.prepared
             else:
                 excluded[cid] = answer.fault
-        good = set(screen(run.faults, round, phase, selected, replies, excluded))
+        spec = run.algorithm.reply_spec(run.state, round, phase)
+        good = set(screen(run.faults, round, phase, selected, replies, excluded, spec))
         replies = [m for m in replies if m.sender in good]
         # The cohort is fixed only now, after every exclusion, so the pairwise masks cancel.
         cohort = tuple(m.sender for m in replies)

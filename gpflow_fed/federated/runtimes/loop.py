@@ -37,7 +37,7 @@ from ..messages import Message
 from ..result import FederatedResult
 from ..aggregator import Aggregator
 from .base import ClientUpdateError, Runtime, evaluate_model, make_clients
-from .faults import FaultPolicy, RoundFailedError, log_exclusions, reply_fault, shape_faults
+from .faults import FaultPolicy, RoundFailedError, log_exclusions, reply_fault, spec_faults, weight_fault
 
 __all__ = [
     "Answer", "FederationRun", "Gather", "RoundLoopRuntime", "final_phases", "record_releases", "screen", "train_round",
@@ -54,7 +54,16 @@ def _exchange(
     algorithm: Algorithm, gather: Gather, state: Any, round: int, phase: str, selected: Sequence[str]
 ) -> Tuple[Any, Aggregate, Dict[str, str]]:
     """One phase: ``Algorithm.broadcast``, the runtime's ``gather``, ``Algorithm.server_update``."""
-    aggregate, excluded = gather(state, round, phase, algorithm.broadcast(state, round, phase), selected)
+    arrays = algorithm.broadcast(state, round, phase)
+    for name, value in arrays.items():
+        value = np.asarray(value)
+        if value.dtype.kind in "fc" and not np.all(np.isfinite(value)):
+            raise FloatingPointError(
+                f"{algorithm.name}, round {round}, phase {phase!r}: the server's broadcast {name!r} is not finite; "
+                "the server state broke in the previous update (with differential privacy: the noised sums were "
+                "unusable, see the DifferentialPrivacy settings), so nothing is sent to the clients"
+            )
+    aggregate, excluded = gather(state, round, phase, arrays, selected)
     return algorithm.server_update(state, aggregate), aggregate, excluded
 
 
@@ -162,7 +171,10 @@ class FederationRun:
     channel: Channel
     faults: FaultPolicy
     aggregator: Aggregator
+    info: Optional[FederationInfo] = None
     ready: set = field(default_factory=set)
+    #: ``(client, phase)`` pairs that answered once: a first answer includes one-off tracing, so it is not timed
+    timed: set = field(default_factory=set)
     #: the server state of the current phase (what ``Algorithm.setup_client`` is given)
     state: Any = None
 
@@ -177,19 +189,24 @@ class FederationRun:
             (else the caller decides, e.g. after every worker has reported).
         """
         algorithm = self.algorithm
-        started = time.perf_counter()
         try:
             if cid not in self.ready:
                 algorithm.setup_client(self.clients[cid], self.state)
                 self.ready.add(cid)
+            started = time.perf_counter()
             reply = algorithm.client_update(self.clients[cid], down)
+            elapsed = time.perf_counter() - started
         except Exception as exc:
             if raise_now and self.faults.on_error == "raise":
                 raise ClientUpdateError(cid, down.round, down.phase, exc) from exc
             return Answer(fault=f"raised {type(exc).__name__}: {exc}", error=exc)
-        elapsed = time.perf_counter() - started
+        first = (cid, down.phase) not in self.timed
+        self.timed.add((cid, down.phase))
         fault = reply_fault(reply, cid, down)
-        if fault is None and self.faults.timeout is not None and elapsed > self.faults.timeout:
+        if fault is None and self.info is not None:
+            size = self.info.client_sizes[cid]
+            fault = weight_fault(reply, algorithm.expected_weight(down.phase, size), size)
+        if fault is None and self.faults.timeout is not None and not first and elapsed > self.faults.timeout:
             fault = f"timed out ({elapsed:.3g} s > {self.faults.timeout} s)"
         prepared = None
         if fault is None:
@@ -201,19 +218,34 @@ class FederationRun:
             raise ClientUpdateError(cid, down.round, down.phase, ValueError(fault))
         return Answer(reply, prepared, fault)
 
+        size = int(self.info.client_sizes[cid])
+        expected = self.algorithm.expected_weight(phase, size)
+        if expected is not None and not np.isclose(reply.weight, expected, rtol=1e-12, atol=0.0):
+            return f"claims weight {reply.weight:g}; the server expects {expected:g} for its {size} registered points"
+        if reply.weight > size:
+            return f"claims weight {reply.weight:g}, more than its {size} registered data points"
+        return None
+
 
 def screen(
-    faults: FaultPolicy, round: int, phase: str, selected: Sequence[str], replies: Sequence[Any], excluded: Dict[str, str]
+    faults: FaultPolicy,
+    round: int,
+    phase: str,
+    selected: Sequence[str],
+    replies: Sequence[Any],
+    excluded: Dict[str, str],
+    spec: Optional[Mapping[str, Tuple[Optional[int], ...]]] = None,
 ) -> List[str]:
-    """Exclude wrongly shaped replies, log every exclusion and check ``faults.min_clients``.
+    """Exclude replies that differ from the server's expectation, log every exclusion, check ``min_clients``.
 
     :param replies: the well-formed replies so far (objects with ``sender`` and ``arrays``), in order.
     :param excluded: ``{client: reason}`` of earlier faults; extended in place.
+    :param spec: :meth:`Algorithm.reply_spec` of the phase (see :func:`~.faults.spec_faults`).
     :return: the senders whose replies are aggregated, in order.
     :raises ClientUpdateError: a wrongly shaped reply under ``on_error="raise"``.
     :raises RoundFailedError: fewer than ``min_clients`` good replies.
     """
-    bad_shapes = shape_faults(replies)
+    bad_shapes = spec_faults(replies, spec)
     if bad_shapes and faults.on_error == "raise":
         cid, reason = next(iter(bad_shapes.items()))
         raise ClientUpdateError(cid, round, phase, ValueError(reason))
@@ -296,6 +328,7 @@ class RoundLoopRuntime(Runtime):
         self.aggregator.check(algorithm)
         self.prepare(algorithm, dataset)
         clients, sampling_rng = make_clients(dataset, seed)
+        sampling_rng = self.aggregator.sampling_rng(sampling_rng)
         ids = [c.id for c in clients]
         by_id = {c.id: c for c in clients}
         info = FederationInfo(
@@ -307,7 +340,7 @@ class RoundLoopRuntime(Runtime):
         )
         ledger = CommunicationLedger(keep_payloads=self.keep_payloads)
         channel = Channel(ledger)
-        run = FederationRun(algorithm, int(seed), by_id, channel, self.faults, self.aggregator)
+        run = FederationRun(algorithm, int(seed), by_id, channel, self.faults, self.aggregator, info)
         state = algorithm.initial_state(info)
         history: List[Dict[str, Any]] = []
         aggregator = self.aggregator

@@ -1,0 +1,89 @@
+"""Attacks by a malicious client: an inflated weight, a poisoned update, a malformed reply that breaks a tie."""
+
+import gpflow
+import numpy as np
+import pytest
+
+from gpflow_fed.data import FederatedDataset
+from gpflow_fed.federated import Aggregate, DifferentialPrivacy, FaultPolicy, FederationInfo, LocalRuntime, run
+from gpflow_fed.federated.algorithms import FSGP
+
+
+def _dataset(num_clients=4, seed=0):
+    rng = np.random.default_rng(seed)
+
+    def draw(n):
+        X = rng.uniform(-3, 3, size=(n, 1))
+        return X, np.sin(2 * X) + 0.1 * rng.normal(size=(n, 1))
+
+    return FederatedDataset([draw(30) for _ in range(num_clients)], test=draw(200))
+
+
+class PoisonedFSGP(FSGP):
+    """FSGP whose ``client_0`` adds ``shift`` to every parameter it sends and claims ``weight``."""
+
+    def __init__(self, *args, shift=30.0, weight=None, malformed=False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.shift, self.claimed, self.malformed = shift, weight, malformed
+
+    def client_update(self, client, broadcast):
+        reply = super().client_update(client, broadcast)
+        if client.id != "client_0" or broadcast.phase != "train":
+            return reply
+        arrays = {k: v + self.shift for k, v in reply.arrays.items()}
+        if self.malformed:
+            arrays["inducing_variable.Z"] = np.zeros((3, 1))
+        weight = reply.weight if self.claimed is None else self.claimed
+        return self.reply(client, broadcast, arrays, weight, reply.metrics)
+
+
+def _fsgp(cls=FSGP, rounds=3, **kwargs):
+    Z = np.linspace(-3, 3, 6)[:, None]
+    return cls(
+        gpflow.kernels.SquaredExponential(), gpflow.inducing_variables.InducingPoints(Z), noise_variance=0.1,
+        rounds=rounds, local_steps=20, learning_rate=0.05, **kwargs,
+    )
+
+
+def test_inflated_weight_is_refused_against_the_registered_size():
+    dataset = _dataset()
+    clean = run(_fsgp(), dataset, seed=0)
+    runtime = LocalRuntime(faults=FaultPolicy(on_error="exclude"))
+    attacked = run(_fsgp(PoisonedFSGP, weight=1e12), dataset, runtime=runtime, seed=0)
+    for entry in attacked.history:
+        assert "claims weight 1e+12" in entry["excluded"]["client_0"]
+    # the honest clients' model is as good as the clean one (client_0's data is simply missing)
+    assert attacked.metrics["test_rmse"] < 1.5 * clean.metrics["test_rmse"]
+    with pytest.raises(Exception, match="claims weight"):
+        run(_fsgp(PoisonedFSGP, weight=1e12), dataset, seed=0)
+
+
+def test_malformed_reply_cannot_outvote_an_honest_client():
+    """K = 2: with a majority vote the tie went to the first sender and the honest client was excluded."""
+    dataset = _dataset(num_clients=2)
+    runtime = LocalRuntime(faults=FaultPolicy(on_error="exclude"))
+    result = run(_fsgp(PoisonedFSGP, rounds=2, shift=0.0, malformed=True), dataset, runtime=runtime, seed=0)
+    for entry in result.history:
+        assert list(entry["excluded"]) == ["client_0"]
+        assert "server's expectation" in entry["excluded"]["client_0"]
+        assert entry["clients"] == 1
+
+
+def test_exact_mode_under_dp_projects_the_noised_statistics_or_fails_naming_dp():
+    """Before: the noised Gram sum gave a NaN bound, NaN was broadcast and ``client_0`` was blamed."""
+    dataset = _dataset()
+    dp = DifferentialPrivacy(noise_multiplier=1.0, clip_norm=10.0, insecure_noise_seed=0)
+    result = run(_fsgp(mode="exact", rounds=2), dataset, runtime=LocalRuntime(differential_privacy=dp), seed=0)
+    assert all(np.all(np.isfinite(v)) for v in result.state.params.values())
+    assert all("excluded" not in entry and np.isfinite(entry["bound"]) for entry in result.history)
+    # a noised sum the server cannot use: the error names DP and the settings, never a client
+    algorithm = _fsgp(mode="exact")
+    info = FederationInfo(("client_0", "client_1"), {"client_0": 30, "client_1": 30}, 1, 1, 0)
+    state = algorithm.initial_state(info)
+    stats = {"kuf_kfu": np.eye(6), "kuf_y": np.ones((6, 1)), "y_squared_sum": np.array(-1e9),
+             "trace_kff": np.array(np.inf), "num_data": np.array(60.0)}
+    for noised, match in ((True, "differentially private noise"), (False, "summed statistics")):
+        aggregate = Aggregate(0, "statistics", stats, 0.0, ("client_0", "client_1"), noised=noised)
+        with pytest.raises(FloatingPointError, match=match) as info_:
+            algorithm.server_update(state, aggregate)
+        assert "client_" not in str(info_.value)
