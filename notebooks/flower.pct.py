@@ -110,7 +110,7 @@ print("bytes the clients sent, by phase and SecAgg+ stage:", up)
 # ## A real deployment
 # Each party installs `gpflow-fed[flower]`, writes its `client_k.npz` (arrays `X`, `Y`) and starts a
 # SuperNode; the server starts a SuperLink; `flwr run` submits the app. The algorithm is built on every
-# party by a factory named in the run config (`"package.module:function"`, called with the run config).
+# party by a factory named in the run config and *registered* by that party (`register_algorithm_factory`, see the guide), called with the run config.
 
 # %%
 app = write_app(os.path.join(tempfile.mkdtemp(), "app"), "mypkg.jobs:fsgp", {"num-clients": K, "seed": SEED})

@@ -4,6 +4,7 @@ from . import algorithms
 from .algorithm import Aggregate, Algorithm, FederationInfo, reduce_messages
 from .api import run
 from .client import Client
+from .factories import register_algorithm_factory
 from .ledger import Channel, CommunicationLedger, LedgerEntry
 from .messages import SERVER, Message
 from .protection import DifferentialPrivacy, PrivacyAccountant, SecureAggregation
@@ -36,6 +37,7 @@ __all__ = [
     "algorithms",
     "num_sampled_clients",
     "reduce_messages",
+    "register_algorithm_factory",
     "resolve_path",
     "run",
     "sample_clients",

@@ -17,6 +17,8 @@ from gpflow_fed.federated import FederationInfo, LocalRuntime, Message, run  # n
 from gpflow_fed.federated.algorithms import FSGP  # noqa: E402
 from gpflow_fed.federated.runtimes import flower_records as records  # noqa: E402
 from gpflow_fed.federated.runtimes import make_clients  # noqa: E402
+from gpflow_fed.federated import register_algorithm_factory  # noqa: E402
+from gpflow_fed.federated.factories import TRUSTED_MODULES_ENV, registered_factories  # noqa: E402
 from gpflow_fed.federated.runtimes.flower_client import describe_reply, load_client_data  # noqa: E402
 from gpflow_fed.federated.runtimes.flower_deploy import LoopbackFederation, supernode_command, write_app  # noqa: E402
 from gpflow_fed.federated.runtimes.flower_runtime import FlowerRuntime, _over_the_wire  # noqa: E402
@@ -36,6 +38,7 @@ def dataset(sizes: Tuple[int, ...] = (30, 45), seed: int = 0) -> FederatedDatase
     return FederatedDataset([(X[a:b], Y[a:b]) for a, b in zip(cuts, cuts[1:])], test=(X[N:], Y[N:]))
 
 
+@register_algorithm_factory
 def fsgp(run_config: Mapping[str, Any]) -> FSGP:
     """FSGP (fedavg) with ``rounds`` (default 2) and ``local-steps`` (default 5) from the run config."""
     Z = np.random.default_rng(1).uniform(-3, 3, (6, 2))
@@ -99,16 +102,25 @@ def test_bad_wire_content_and_factory_specs_are_named():
         records.message_to_recorddict({"a": 1})
     with pytest.raises(ValueError, match="purpose"):
         records.message_to_recorddict(_message(), "upload")
-    with pytest.raises(ValueError, match="package.module:function"):
-        records.load_factory("no_colon")
     with pytest.raises(TypeError, match="string"):
         records.load_factory(None)
-    with pytest.raises(ValueError, match="cannot import"):
-        records.load_factory("gpflow_fed_no_such_module:f")
-    with pytest.raises(ValueError, match="no callable"):
-        records.load_factory("tests.federated.test_flower:nothing")
     with pytest.raises(TypeError, match="not an Algorithm"):
-        records.build_algorithm("builtins:dict", {})
+        register_algorithm_factory(dict, name="test:dict")
+        records.build_algorithm("test:dict", {})
+
+
+@pytest.mark.parametrize("spec", ["subprocess:run", "os:system", "builtins:eval", "gpflow_fed_no_such_module:f",
+                                  "tests.federated.test_flower:nothing", "no_colon"])
+def test_unregistered_factory_is_neither_imported_nor_called(spec, monkeypatch):
+    """A run config is written by whoever submits the run: naming any importable callable must not run it."""
+    import sys
+
+    monkeypatch.delitem(sys.modules, "gpflow_fed_no_such_module", raising=False)
+    imported = set(sys.modules)
+    with pytest.raises(ValueError, match="not a registered algorithm factory"):
+        records.build_algorithm(spec, {})
+    assert set(sys.modules) - imported == set()
+    assert FACTORY in registered_factories()
 
 
 def test_client_node_config_is_checked(tmp_path):
@@ -274,9 +286,9 @@ def test_server_app_failure_is_written_for_the_caller(tmp_path, task_identity):
     ds = dataset()
     config = {"algorithm": "tests.federated.test_flower:nothing", "output": str(tmp_path / "out")}
     grid, _ = _loopback(tmp_path, ds, config, task_identity)
-    with pytest.raises(ValueError, match="no callable"):
+    with pytest.raises(ValueError, match="not a registered algorithm factory"):
         server_app(grid, Context(run_id=task_identity, node_id=1, node_config={}, state=RecordDict(), run_config=config))
-    assert "no callable" in (tmp_path / "out" / "error.json").read_text()
+    assert "not a registered algorithm factory" in (tmp_path / "out" / "error.json").read_text()
     # duplicate client indices are refused before any training, naming the fix
     for context in grid.contexts.values():
         context.node_config = {**context.node_config, "client-index": 0}
@@ -291,7 +303,7 @@ def test_superlink_and_two_supernodes_on_loopback_match_local_runtime(tmp_path):
     ds = dataset()
     local = run(fsgp({"rounds": 2}), ds, runtime=LocalRuntime(), seed=3)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    with LoopbackFederation(str(tmp_path), ds, env={"PYTHONPATH": root}) as federation:
+    with LoopbackFederation(str(tmp_path), ds, env={"PYTHONPATH": root, TRUSTED_MODULES_ENV: "tests.federated.test_flower"}) as federation:
         out = federation.run(FACTORY, {"seed": 3, "rounds": 2}, timeout=400)
     mean, var = local.model.predict_f(ds.test[0])
     np.testing.assert_allclose(out["predictions"]["mean"], mean.numpy(), rtol=1e-6, atol=1e-9)

@@ -207,7 +207,7 @@ def test_secagg_plus_on_a_superlink_and_two_supernodes(tmp_path):
     local = run(fsgp({"rounds": 1}), ds, runtime=LocalRuntime(secure_aggregation=True), seed=3)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     settings = {"seed": 3, "rounds": 1, **secagg.aggregator_to_config(Aggregator(secure=True))}
-    with LoopbackFederation(str(tmp_path), ds, env={"PYTHONPATH": root}) as federation:
+    with LoopbackFederation(str(tmp_path), ds, env={"PYTHONPATH": root, "GPFLOW_FED_ALGORITHM_MODULES": "tests.federated.test_flower"}) as federation:
         out = federation.run(FACTORY, settings, timeout=580)
     mean, var = local.model.predict_f(ds.test[0])
     np.testing.assert_allclose(out["predictions"]["mean"], mean.numpy(), rtol=1e-6, atol=1e-9)

@@ -14,13 +14,13 @@ conversion is lossless: ``recorddict_to_message(message_to_recorddict(m)) == m``
 
 from __future__ import annotations
 
-import importlib
 from typing import Any, Callable, Mapping, Tuple
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
 from ..algorithm import Algorithm, FederationInfo
+from ..factories import load_factory
 from ..messages import Message
 
 __all__ = [
@@ -129,33 +129,10 @@ def sampling_rng(seed: int, num_clients: int) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence(int(seed)).spawn(num_clients + 1)[0])
 
 
-def load_factory(spec: str) -> Callable[[Mapping[str, Any]], Algorithm]:
-    """The algorithm factory named ``"package.module:function"``.
-
-    Both the ServerApp and every ClientApp build the algorithm by calling ``function(run_config)`` (the
-    Flower run config, a mapping of str → str/int/float/bool), so every party constructs the same
-    algorithm from code it has installed; nothing is unpickled.
-
-    :raises TypeError: ``spec`` is not a string.
-    :raises ValueError: a malformed spec, or a module/attribute that cannot be found (named in the error).
-    """
-    if not isinstance(spec, str):
-        raise TypeError(f"the algorithm factory must be a string 'package.module:function', got {type(spec).__name__}")
-    if spec.count(":") != 1:
-        raise ValueError(f"the algorithm factory must be given as 'package.module:function', got {spec!r}")
-    module_name, attribute = spec.split(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(f"cannot import the algorithm factory's module {module_name!r}: {exc}") from exc
-    factory = getattr(module, attribute, None)
-    if not callable(factory):
-        raise ValueError(f"{module_name!r} has no callable {attribute!r} (the algorithm factory {spec!r})")
-    return factory
-
-
 def build_algorithm(spec: str, run_config: Mapping[str, Any]) -> Algorithm:
-    """``load_factory(spec)(run_config)``, checked to be an :class:`~gpflow_fed.federated.Algorithm`.
+    """``load_factory(spec)(run_config)`` for a registered factory, checked to be an :class:`~gpflow_fed.federated.Algorithm`.
+
+    :raises ValueError: ``spec`` is not registered (see :mod:`gpflow_fed.federated.factories`).
 
     :raises TypeError: the factory returned something else.
     """

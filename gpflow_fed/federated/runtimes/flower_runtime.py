@@ -38,6 +38,7 @@ from ...privacy.secure_aggregation import SecureAggregation
 from ..algorithm import Algorithm
 from ..result import FederatedResult
 from ..aggregator import Aggregator
+from ..factories import register_algorithm_factory
 from .base import Runtime
 from .faults import FaultPolicy
 from .flower_client import _LIVE, make_client_app
@@ -122,6 +123,7 @@ class LoopbackGrid(Grid):
         return self.pull_messages(self.push_messages(messages))
 
 
+@register_algorithm_factory
 def algorithm_factory(run_config: Dict[str, Any]) -> Algorithm:
     """The factory :class:`FlowerRuntime` names in its run config: a fresh copy of the run's algorithm per party.
 
