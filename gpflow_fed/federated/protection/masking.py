@@ -161,11 +161,11 @@ class SecureAggregation:
                 f"secure aggregation: payload {name!r} has |x| = {largest:.3g}, beyond the fixed-point range "
                 f"{limit:.3g} for {cohort_size} clients; lower SecureAggregation(fractional_bits=...)"
             )
-        return np.rint(x * self.scale).astype(np.int64).view(np.uint64)
+        return np.asarray(np.rint(x * self.scale)).astype(np.int64).view(np.uint64)
 
     def decode(self, total: np.ndarray) -> np.ndarray:
         """The real value of a sum of encodings: ``total`` (``uint64``) as a signed integer, divided by ``2^f``."""
-        return np.asarray(total, dtype=np.uint64).view(np.int64).astype(np.float64) / self.scale
+        return np.asarray(np.asarray(total, dtype=np.uint64).view(np.int64).astype(np.float64) / self.scale)
 
     def check_cohort(self, cohort: Sequence[str]) -> Tuple[str, ...]:
         """``cohort`` as a tuple, if it has at least ``min_cohort`` distinct members.
