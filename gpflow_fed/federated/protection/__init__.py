@@ -1,6 +1,44 @@
-"""Protections of the summed messages: secure aggregation, differential privacy, robust aggregation."""
+"""Protections of the federated exchange, pure numpy and ``cryptography`` (no TensorFlow).
 
-from ...privacy.secure_aggregation import SecureAggregation
+* :mod:`.randomness`: randomness that protects, from the OS (never from the run's seed).
+* :mod:`.masking`: secure aggregation: fixed point, X25519 pair secrets, a sparse masking graph, pads.
+* :mod:`.robust`: robust aggregation of "mean" phases (coordinate-wise weighted median, trimmed mean).
+* :mod:`.dp`: client-level differential privacy of the sums (clipping, Gaussian noise, the accountant).
+"""
+
 from .dp import DifferentialPrivacy, PrivacyAccountant, clip_payload
+from .masking import (
+    Exchange,
+    MaskingKeys,
+    SecureAggregation,
+    check_exchange,
+    from_limb_sums,
+    keystream,
+    mask,
+    masking_graph,
+    sum_masked,
+    to_limbs,
+)
+from .randomness import new_run_id, protective_rng, protective_seed_sequence
+from .robust import RobustAggregation, weighted_median
 
-__all__ = ["DifferentialPrivacy", "PrivacyAccountant", "SecureAggregation", "clip_payload"]
+__all__ = [
+    "DifferentialPrivacy",
+    "PrivacyAccountant",
+    "clip_payload",
+    "Exchange",
+    "MaskingKeys",
+    "RobustAggregation",
+    "SecureAggregation",
+    "check_exchange",
+    "from_limb_sums",
+    "keystream",
+    "mask",
+    "masking_graph",
+    "new_run_id",
+    "protective_rng",
+    "protective_seed_sequence",
+    "sum_masked",
+    "to_limbs",
+    "weighted_median",
+]
