@@ -7,7 +7,7 @@ from .client import Client
 from .factories import register_algorithm_factory
 from .ledger import Channel, CommunicationLedger, LedgerEntry
 from .messages import SERVER, Message
-from .protection import DifferentialPrivacy, PrivacyAccountant, SecureAggregation
+from .protection import DifferentialPrivacy, PrivacyAccountant, RobustAggregation, SecureAggregation
 from .result import FederatedResult
 from .runtimes import ClientUpdateError, DistributeRuntime, FaultPolicy, LocalRuntime, RoundFailedError, Runtime
 from .sampling import num_sampled_clients, sample_clients
@@ -30,6 +30,7 @@ __all__ = [
     "Message",
     "PrivacyAccountant",
     "RoundFailedError",
+    "RobustAggregation",
     "Runtime",
     "SERVER",
     "SecureAggregation",

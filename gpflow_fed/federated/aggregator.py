@@ -9,13 +9,25 @@ sum is protected, in this order::
 Only ``"sum"`` and ``"mean"`` phases can be protected; a ``"collect"`` phase needs each client's message,
 so asking for secure aggregation or DP on an algorithm with one raises ``ValueError`` before the run.
 
-Threat model (secure aggregation): an honest-but-curious server that follows the protocol, sees every
-message (the ledger records only masked payloads) and does not know the run's seed. Clients that fail
-(raise, time out, send NaN or wrongly shaped payloads) are excluded *before* masking: the runtime first
-collects which clients have a valid payload, then those clients mask against exactly that cohort. A client
-that vanished after masking would leave its pairwise masks in the sum; :meth:`Aggregator.reduce` refuses
-such a sum with ``ValueError`` (recovering from it needs the secret-sharing layer of Bonawitz et al.; the
-Flower runtime has it, through Flower's SecAgg+: :mod:`gpflow_fed.federated.runtimes.flower_secagg`).
+Secure aggregation (:mod:`~gpflow_fed.federated.protection.masking`): each client holds an X25519 key pair drawn
+from the operating system, so pairwise pads come from key agreement, which the server cannot derive from
+anything it knows (the code, the run's seed, every public key and every masked message). Pads are bound to the
+exchange (an OS-random run id, purpose, round, phase and cohort), so a replayed message does not cancel, and
+:meth:`Aggregator.reduce` refuses messages whose header names another exchange. Clients that fail (raise,
+time out, send NaN or wrongly shaped payloads, claim a wrong weight) are excluded *before* masking: the runtime
+first collects which clients have a valid payload, then those clients mask against exactly that cohort, which
+must have at least ``SecureAggregation.min_cohort`` (≥ 2) members. A client that vanished after masking would
+leave its pads in the sum; :meth:`Aggregator.reduce` refuses such a sum with ``ValueError`` (recovering from it
+needs the secret-sharing layer of Bonawitz et al.; the Flower runtime has it, through Flower's SecAgg+:
+:mod:`gpflow_fed.federated.runtimes.flower_secagg`). Not covered: a server that substitutes public keys (an
+active attacker), and what the total itself reveals.
+
+Robust aggregation (:class:`~gpflow_fed.federated.protection.RobustAggregation`) replaces the weighted mean of
+``"mean"`` phases by a coordinate-wise weighted median or trimmed mean, so a few malicious clients cannot drag
+the average; it needs each client's payload, so it does not combine with secure aggregation or DP. ``"sum"``
+phases (sufficient statistics) cannot be made robust this way: every client's statistic is a different,
+legitimate term of the sum, and no order statistic of the terms is the sum; the server can only check what
+it knows of the total (e.g. FSGP checks its shape, weights and Σ N_k against the registered sizes).
 
 DP (see :mod:`gpflow_fed.federated.protection.dp`) is *central*: the server adds the noise, so the (ε, δ) protects what
 is released (the model, the history, the server state) against everyone but the aggregator itself. Client
@@ -25,15 +37,19 @@ masked and only their weighted mean is revealed.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import gpflow
 import numpy as np
 
 from .protection.dp import DifferentialPrivacy, PrivacyAccountant, clip_payload
-from ..privacy.secure_aggregation import SecureAggregation, pair_seed
+from .protection.masking import Exchange, MaskingKeys, SecureAggregation, mask
+from .protection.randomness import new_run_id
+from .protection.robust import RobustAggregation
 from .algorithm import Aggregate, Algorithm, reduce_messages
 from .messages import Message
 
@@ -45,9 +61,9 @@ METRIC_PREFIX = "secagg/metric/"
 
 @dataclass(frozen=True)
 class ExchangeContext:
-    """What identifies one exchange: masks and noise are derived from it, so runs are reproducible.
+    """What identifies one exchange: secure-aggregation pads and DP noise are bound to it.
 
-    :param seed: the run's seed.
+    :param run_id: the run's identifier, fresh from the OS per run (:meth:`Aggregator.start`).
     :param purpose: ``"train"``, ``"evaluate"`` or ``"final"`` (the ledger's purposes).
     :param round: the round number.
     :param phase: the phase name.
@@ -55,7 +71,7 @@ class ExchangeContext:
     :param cohort: the clients whose messages are summed, in a fixed order.
     """
 
-    seed: int
+    run_id: bytes
     purpose: str
     round: int
     phase: str
@@ -65,6 +81,17 @@ class ExchangeContext:
     @property
     def tag(self) -> Tuple[object, ...]:
         return (self.purpose, self.round, self.phase)
+
+    @property
+    def exchange(self) -> Exchange:
+        """The masking :class:`~gpflow_fed.federated.protection.Exchange` of this context."""
+        return Exchange(self.run_id, self.purpose, self.round, self.phase, tuple(self.cohort))
+
+
+def _insecure_rng(seed: int, *context: object) -> np.random.Generator:
+    """A generator derived from an explicit insecure seed and a context (tests only; see DifferentialPrivacy)."""
+    digest = hashlib.sha256("\x1f".join(str(c) for c in (int(seed), *context)).encode("utf-8")).digest()
+    return np.random.default_rng(np.frombuffer(digest, dtype=np.uint32).tolist())
 
 
 class Aggregator:
@@ -81,6 +108,7 @@ class Aggregator:
         self,
         secure: Union[bool, SecureAggregation, None] = None,
         dp: Optional[DifferentialPrivacy] = None,
+        robust: Optional[RobustAggregation] = None,
     ) -> None:
         if secure is True:
             secure = SecureAggregation()
@@ -88,13 +116,69 @@ class Aggregator:
             raise TypeError(f"secure_aggregation must be a bool or SecureAggregation, got {type(secure).__name__}")
         if dp is not None and not isinstance(dp, DifferentialPrivacy):
             raise TypeError(f"differential_privacy must be a DifferentialPrivacy, got {type(dp).__name__}")
+        if robust is not None and not isinstance(robust, RobustAggregation):
+            raise TypeError(f"robust must be a RobustAggregation, got {type(robust).__name__}")
         self.secure: Optional[SecureAggregation] = secure or None
         self.dp = dp
+        self.robust = robust
+        if robust is not None and (self.secure is not None or dp is not None):
+            raise ValueError(
+                "robust aggregation needs each client's payload, which secure aggregation hides and DP's "
+                "sensitivity analysis does not cover; use RobustAggregation without secure_aggregation and "
+                "differential_privacy"
+            )
+        self.start()
+
+    def start(self, run_id: Optional[bytes] = None, server_secret: Optional[bytes] = None) -> None:
+        """Begin a run: no client keys yet, a fresh run id and a fresh server secret, both from the OS.
+
+        The run id is public (it binds every pad to this run); the server secret never leaves the server and
+        seeds the DP noise and DP client sampling (:meth:`noise_rng`, :meth:`sampling_rng`). Processes that
+        are together the server (``MultiWorkerMirroredStrategy``) pass the chief's values, so they agree.
+        """
+        self.run_id = new_run_id() if run_id is None else bytes(run_id)
+        self.server_secret = secrets.token_bytes(32) if server_secret is None else bytes(server_secret)
+        self._keys: Dict[str, MaskingKeys] = {}
+        self._graphs: Dict[ExchangeContext, Dict[str, Tuple[str, ...]]] = {}
+
+    def _secret_rng(self, *context: object) -> np.random.Generator:
+        label = "\x1f".join(str(c) for c in context).encode("utf-8")
+        digest = hmac.new(self.server_secret, label, hashlib.sha256).digest()
+        return np.random.default_rng(np.frombuffer(digest, dtype=np.uint32).tolist())
 
     @property
     def active(self) -> bool:
         """Whether any protection is on."""
-        return self.secure is not None or self.dp is not None
+        return self.secure is not None or self.dp is not None or self.robust is not None
+
+    def context(self, purpose: str, round: int, phase: str, aggregation: str, cohort: Sequence[str]) -> ExchangeContext:
+        """The :class:`ExchangeContext` of one exchange of this run."""
+        return ExchangeContext(self.run_id, purpose, round, phase, aggregation, tuple(cohort))
+
+    def check_cohort(self, context: ExchangeContext) -> None:
+        """A protected phase's cohort must have ``SecureAggregation.min_cohort`` members before anyone masks.
+
+        :raises RoundFailedError: naming the setting (nothing has been sent: no client's plain encoding leaves it).
+        """
+        if self.secure is None or not self.protects(context.phase, context.aggregation):
+            return
+        try:
+            self.secure.check_cohort(context.cohort)
+        except ValueError as exc:
+            from .runtimes.faults import RoundFailedError
+
+            raise RoundFailedError(f"round {context.round}, phase {context.phase!r}: {exc}") from None
+
+    # --- client keys (client side: in-process runtimes hold each client's keys here) -----------------
+    def keys(self, client_id: str) -> MaskingKeys:
+        """Client ``client_id``'s X25519 keys for this run (made from the OS on first use, never saved)."""
+        if client_id not in self._keys:
+            self._keys[client_id] = MaskingKeys()
+        return self._keys[client_id]
+
+    def public_keys(self, client_ids: Sequence[str]) -> Dict[str, bytes]:
+        """The public keys the server relays (32 bytes each)."""
+        return {c: self.keys(c).public_bytes for c in client_ids}
 
     def noised(self, phase: str, aggregation: str) -> bool:
         """Whether DP clips and noises the sums of ``phase``."""
@@ -159,11 +243,20 @@ class Aggregator:
         encoded = {k: self.secure.encode(k, v, cohort_size) for k, v in arrays.items()}
         return Message(message.sender, message.round, message.phase, encoded, weight=0.0)
 
-    def mask(self, prepared: Message, context: ExchangeContext) -> Message:
-        """What the client sends: its prepared message plus its pairwise masks with ``context.cohort``."""
+    def mask(self, prepared: Message, context: ExchangeContext, public_keys: Optional[Mapping[str, bytes]] = None) -> Message:
+        """What the client sends: its prepared message plus its pads with its neighbours in the masking graph.
+
+        :param public_keys: the neighbours' public keys as the server relays them (default: this process's).
+        """
         if self.secure is None or not self.protects(context.phase, context.aggregation):
             return prepared
-        masked = self.secure.mask(prepared.sender, prepared.arrays, context.cohort, context.seed, context.tag)
+        graph = self._graphs.get(context)
+        if graph is None:
+            self._graphs = {context: self.secure.graph(context.exchange)}  # one exchange at a time
+            graph = self._graphs[context]
+        neighbours = graph[prepared.sender]
+        keys = self.public_keys(neighbours) if public_keys is None else public_keys
+        masked = mask(self.keys(prepared.sender), prepared.sender, prepared.arrays, context.exchange, keys, neighbours)
         return Message(prepared.sender, prepared.round, prepared.phase, masked, weight=0.0)
 
     def encode(self, message: Message, context: ExchangeContext) -> Message:
@@ -172,15 +265,15 @@ class Aggregator:
 
     # --- server side ---------------------------------------------------------------------------------
     def noise_rng(self, context: ExchangeContext) -> np.random.Generator:
-        """The server's noise generator for one exchange: fresh randomness from the operating system.
+        """The server's noise generator for one exchange, from the run's OS-random server secret.
 
         Only with ``DifferentialPrivacy(insecure_noise_seed=s)`` (tests) is it derived from ``s`` and the
         exchange, so that runtimes can be compared on the same noise.
         """
         assert self.dp is not None
         if self.dp.insecure_noise_seed is None:
-            return np.random.default_rng(secrets.randbits(128))
-        return np.random.default_rng(pair_seed(self.dp.insecure_noise_seed, ("dp-noise", *context.tag), "server", "server"))
+            return self._secret_rng("dp-noise", *context.tag)
+        return _insecure_rng(self.dp.insecure_noise_seed, "dp-noise", *context.tag)
 
     def sampling_rng(self, seeded: np.random.Generator) -> np.random.Generator:
         """The generator of client sampling: ``seeded`` (from the public run seed) unless DP is on.
@@ -191,8 +284,8 @@ class Aggregator:
         if self.dp is None:
             return seeded
         if self.dp.insecure_noise_seed is None:
-            return np.random.default_rng(secrets.randbits(128))
-        return np.random.default_rng(pair_seed(self.dp.insecure_noise_seed, ("dp-sampling",), "server", "server"))
+            return self._secret_rng("dp-sampling")
+        return _insecure_rng(self.dp.insecure_noise_seed, "dp-sampling")
 
     def reduce(self, messages: Sequence[Message], context: ExchangeContext) -> Aggregate:
         """The server's view of one phase: plain, masked-and-summed, and/or noised.
@@ -206,6 +299,11 @@ class Aggregator:
                 f"round {context.round}, phase {context.phase!r}: messages from {stale} belong to another exchange "
                 "(a replayed or stale message); refused"
             )
+        if self.robust is not None and context.aggregation == "mean":
+            plain = reduce_messages(messages, "sum")  # checks names and shapes; metrics
+            arrays = self.robust.reduce([m.arrays for m in messages], [m.weight for m in messages])
+            dtype = gpflow.default_float()
+            return replace(plain, arrays={k: np.asarray(v, dtype=dtype) for k, v in arrays.items()})
         if not self.protects(context.phase, context.aggregation):
             return reduce_messages(messages, context.aggregation)
         senders = tuple(m.sender for m in messages)

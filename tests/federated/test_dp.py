@@ -39,7 +39,7 @@ def test_noise_std_matches_and_aggregate_is_clipped_sum_plus_noise(aggregation, 
     dp = DifferentialPrivacy(noise_multiplier=1.5, clip_norm=0.5, weight_bound=weight_bound, insecure_noise_seed=11)
     aggregator = Aggregator(dp=dp)
     cohort = ("client_0", "client_1")
-    context = ExchangeContext(seed=7, purpose="train", round=2, phase="p", aggregation=aggregation, cohort=cohort)
+    context = ExchangeContext(run_id=bytes(16), purpose="train", round=2, phase="p", aggregation=aggregation, cohort=cohort)
     rng = np.random.default_rng(0)
     raw = [rng.normal(size=20_000), rng.normal(size=20_000) * 1e-4]
     weights = [5.0, 2.0]

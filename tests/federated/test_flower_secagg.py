@@ -19,7 +19,7 @@ from gpflow_fed.federated.runtimes import flower_secagg as secagg  # noqa: E402
 from gpflow_fed.federated.runtimes.flower_runtime import FlowerRuntime, LoopbackGrid  # noqa: E402
 from gpflow_fed.federated.aggregator import Aggregator  # noqa: E402
 from gpflow_fed.federated import DifferentialPrivacy, SecureAggregation  # noqa: E402
-from gpflow_fed.privacy.secure_aggregation import from_limb_sums  # noqa: E402
+from gpflow_fed.federated.protection.masking import from_limb_sums  # noqa: E402
 
 from .test_core import FederatedMean, dataset  # noqa: E402,F401  (fixture)
 from .test_faults import Faulty  # noqa: E402

@@ -5,7 +5,7 @@ import pytest
 
 from gpflow_fed.federated import ClientUpdateError, FaultPolicy, LocalRuntime, Message, run
 from gpflow_fed.federated.aggregator import Aggregator, ExchangeContext
-from gpflow_fed.privacy.secure_aggregation import SecureAggregation
+from gpflow_fed.federated.protection.masking import SecureAggregation, sum_masked
 
 from .test_core import FederatedMean, dataset  # noqa: F401  (fixture)
 from .test_faults import Faulty
@@ -37,22 +37,24 @@ class Collecting(FederatedMean):
 
 
 def test_masks_cancel_exactly_in_fixed_point():
-    secure = SecureAggregation(fractional_bits=30)
+    aggregator = Aggregator(secure=SecureAggregation(fractional_bits=30))
+    secure = aggregator.secure
     rng = np.random.default_rng(1)
     cohort = tuple(f"client_{k}" for k in range(5))
     values = {c: {"a": rng.normal(size=(3, 4)), "b": rng.normal(size=7) * 100} for c in cohort}
+    context = aggregator.context("train", 0, "p", "sum", cohort)
     encoded = {c: {n: secure.encode(n, v, len(cohort)) for n, v in values[c].items()} for c in cohort}
-    masked = {c: secure.mask(c, encoded[c], cohort, seed=3, context=("train", 0, "p")) for c in cohort}
+    masked = {c: aggregator.mask(Message(c, 0, "p", encoded[c], weight=0.0), context).arrays for c in cohort}
     for name in ("a", "b"):
-        total = secure.sum_masked([masked[c][name] for c in cohort])
-        np.testing.assert_array_equal(total, secure.sum_masked([encoded[c][name] for c in cohort]))
+        total = sum_masked([{name: masked[c][name]} for c in cohort])[name]
+        np.testing.assert_array_equal(total, sum_masked([{name: encoded[c][name]} for c in cohort])[name])
         plain = np.sum([values[c][name] for c in cohort], axis=0)
         np.testing.assert_allclose(secure.decode(total), plain, rtol=0, atol=len(cohort) * 2.0**-31)
         for c in cohort:  # each masked payload alone decodes to garbage
             assert np.all(masked[c][name] != encoded[c][name])
             assert np.max(np.abs(secure.decode(masked[c][name]) - values[c][name])) > 1.0
     # a different exchange draws different masks
-    again = secure.mask(cohort[0], encoded[cohort[0]], cohort, seed=3, context=("train", 1, "p"))
+    again = aggregator.mask(Message(cohort[0], 1, "p", encoded[cohort[0]], weight=0.0), aggregator.context("train", 1, "p", "sum", cohort))
     assert np.all(again["a"] != masked[cohort[0]]["a"])
 
 
@@ -91,12 +93,12 @@ def test_server_sees_only_masks_and_the_exact_sum(dataset, algorithm_class):  # 
 def test_aggregate_equals_sum_of_fixed_point_encodings():
     aggregator = Aggregator(secure=SecureAggregation(fractional_bits=20))
     cohort = ("client_0", "client_1", "client_2")
-    context = ExchangeContext(seed=0, purpose="train", round=0, phase="p", aggregation="sum", cohort=cohort)
+    context = aggregator.context("train", 0, "p", "sum", cohort)
     values = [np.array([0.1, -2.3]), np.array([1e-7, 4.0]), np.array([3.3, 0.0])]
     messages = [aggregator.encode(Message(c, 0, "p", {"a": v}), context) for c, v in zip(cohort, values)]
     aggregate = aggregator.reduce(messages, context)
     codec = aggregator.secure
-    exact = codec.decode(codec.sum_masked([codec.encode("a", v, 3) for v in values]))
+    exact = codec.decode(sum_masked([{"a": codec.encode("a", v, 3)} for v in values])["a"])
     np.testing.assert_array_equal(aggregate["a"], exact)
     np.testing.assert_allclose(aggregate["a"], np.sum(values, axis=0), atol=3 * 2.0**-21)
     assert aggregate.total_weight == 3.0

@@ -1,5 +1,7 @@
 """Attacks on differential privacy by someone who has the code, its defaults and the run seed."""
 
+import hashlib
+
 import gpflow
 import numpy as np
 import pytest
@@ -8,7 +10,6 @@ from gpflow_fed.data import FederatedDataset
 from gpflow_fed.federated import Algorithm, DifferentialPrivacy, LocalRuntime, run
 from gpflow_fed.federated.aggregator import Aggregator, ExchangeContext
 from gpflow_fed.federated.messages import Message
-from gpflow_fed.privacy.secure_aggregation import pair_seed
 
 
 class ReleaseSum(Algorithm):
@@ -38,6 +39,12 @@ class ReleaseSum(Algorithm):
         return gpflow.models.GPR((np.zeros((1, 1)), np.zeros((1, 1))), gpflow.kernels.Constant())
 
 
+def pair_seed(seed, context, a, b):
+    """How noise was derived from the run seed before it came from the OS (the attacker knows the old code)."""
+    text = "\x1f".join([str(int(seed)), *(str(c) for c in context), *sorted((a, b))])
+    return np.random.SeedSequence([int(w) for w in np.frombuffer(hashlib.sha256(text.encode()).digest(), np.uint32)])
+
+
 def _dataset(num_clients=6):
     rng = np.random.default_rng(0)
     return FederatedDataset([(rng.normal(size=(5, 1)), rng.normal(size=(5, 1))) for _ in range(num_clients)])
@@ -61,7 +68,7 @@ def test_dp_noise_cannot_be_regenerated_from_the_run_seed():
         for guess_seed in (seed, pair_seed(seed, ("dp-noise", "train", 0, "train"), "server", "server")):
             guess = np.random.default_rng(guess_seed).normal(0.0, std, size=released.shape)
             assert np.abs(released - guess - true_sum).max() > 1e-6, f"noise regenerated from seed {seed}"
-        context = ExchangeContext(seed, "train", 0, "train", "sum", tuple(cohort))
+        context = ExchangeContext(bytes(16), "train", 0, "train", "sum", tuple(cohort))
         guess = Aggregator(dp=dp).noise_rng(context).normal(0.0, std, size=released.shape)
         assert np.abs(released - guess - true_sum).max() > 1e-6
 
@@ -91,7 +98,7 @@ def test_insecure_noise_seed_is_explicit_and_reproducible():
 
 def test_replayed_message_is_refused():
     aggregator = Aggregator(dp=DifferentialPrivacy(1.0, 1.0))
-    context = ExchangeContext(0, "train", 3, "p", "sum", ("client_0", "client_1"))
+    context = ExchangeContext(bytes(16), "train", 3, "p", "sum", ("client_0", "client_1"))
     fresh = Message("client_0", 3, "p", {"a": np.ones(2)})
     replayed = Message("client_1", 2, "p", {"a": np.ones(2)})
     with pytest.raises(ValueError, match="replayed or stale"):

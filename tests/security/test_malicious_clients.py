@@ -5,7 +5,9 @@ import numpy as np
 import pytest
 
 from gpflow_fed.data import FederatedDataset
-from gpflow_fed.federated import Aggregate, DifferentialPrivacy, FaultPolicy, FederationInfo, LocalRuntime, run
+from gpflow_fed.federated import (
+    Aggregate, DifferentialPrivacy, FaultPolicy, FederationInfo, LocalRuntime, RobustAggregation, run,
+)
 from gpflow_fed.federated.algorithms import FSGP
 
 
@@ -87,3 +89,56 @@ def test_exact_mode_under_dp_projects_the_noised_statistics_or_fails_naming_dp()
         with pytest.raises(FloatingPointError, match=match) as info_:
             algorithm.server_update(state, aggregate)
         assert "client_" not in str(info_.value)
+
+
+class ShiftedFSGP(FSGP):
+    """FSGP whose first ``num_bad`` clients add ``shift`` to every parameter, with their honest weight."""
+
+    def __init__(self, *args, num_bad=1, shift=30.0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.num_bad, self.shift = num_bad, shift
+
+    def client_update(self, client, broadcast):
+        reply = super().client_update(client, broadcast)
+        if broadcast.phase != "train" or int(client.id.split("_")[1]) >= self.num_bad:
+            return reply
+        return self.reply(client, broadcast, {k: v + self.shift for k, v in reply.arrays.items()}, reply.weight)
+
+
+@pytest.mark.parametrize("robust", [RobustAggregation("median"), RobustAggregation("trimmed_mean", trim=0.3)])
+def test_robust_aggregation_survives_poisoned_updates_that_break_the_mean(robust):
+    dataset = _dataset(num_clients=10)
+    clean = run(_fsgp(), dataset, seed=0).metrics["test_rmse"]
+    for num_bad in (1, 3):
+        poisoned = _fsgp(ShiftedFSGP, num_bad=num_bad)
+        broken = run(poisoned, dataset, seed=0).metrics["test_rmse"]
+        defended = run(_fsgp(ShiftedFSGP, num_bad=num_bad), dataset, runtime=LocalRuntime(robust=robust), seed=0)
+        assert broken > 3 * clean  # the plain weighted mean is dragged away
+        assert defended.metrics["test_rmse"] < 1.5 * clean
+
+
+def test_robust_aggregation_refuses_to_combine_with_hiding_protections():
+    with pytest.raises(ValueError, match="robust aggregation needs each client's payload"):
+        LocalRuntime(robust=RobustAggregation(), secure_aggregation=True)
+    with pytest.raises(ValueError, match="robust aggregation needs each client's payload"):
+        LocalRuntime(robust=RobustAggregation(), differential_privacy=DifferentialPrivacy(1.0, 1.0))
+    with pytest.raises(TypeError, match="RobustAggregation"):
+        LocalRuntime(robust="median")
+
+
+def test_robust_aggregation_is_the_same_on_every_runtime():
+    import tensorflow as tf
+
+    from gpflow_fed.federated import DistributeRuntime, FlowerRuntime
+
+    dataset = _dataset(num_clients=5)
+    robust = RobustAggregation("trimmed_mean", trim=0.2, clip_norm=5.0)
+    runtimes = {
+        "local": LocalRuntime(robust=robust),
+        "distribute": DistributeRuntime(tf.distribute.OneDeviceStrategy("/cpu:0"), robust=robust),
+        "flower": FlowerRuntime(robust=robust),
+    }
+    results = {k: run(_fsgp(ShiftedFSGP, num_bad=1, rounds=2), dataset, runtime=r, seed=0) for k, r in runtimes.items()}
+    for name in ("distribute", "flower"):
+        for key, value in results["local"].state.params.items():
+            np.testing.assert_allclose(results[name].state.params[key], value, rtol=1e-9, atol=1e-12)

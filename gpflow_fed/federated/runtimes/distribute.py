@@ -26,7 +26,7 @@ their bytes, four to a float64 word, and arrive byte for byte.
 Under secure aggregation or DP (``Aggregator``) a phase's replies are described by their prepared
 (clipped, fixed-point) form; once every worker knows the cohort, each masks its own clients' messages
 against it, the masked 64-bit codes are all-reduced as 16-bit limbs (exact), and ``Aggregator.finish``
-decodes them, adds the noise every worker draws identically from the run's seed, and divides.
+decodes them, adds the noise every worker draws identically from the chief's OS-random server secret, and divides.
 """
 
 from __future__ import annotations
@@ -41,11 +41,12 @@ import tensorflow as tf
 
 from ...data.dataset import FederatedDataset
 from ..protection.dp import DifferentialPrivacy
-from ...privacy.secure_aggregation import SecureAggregation, from_limb_sums, to_limbs
+from ..protection.masking import SecureAggregation, from_limb_sums, to_limbs
+from ..protection.robust import RobustAggregation
 from ..algorithm import Aggregate, Algorithm, reduce_messages
 from ..ledger import LedgerEntry
 from ..messages import SERVER, Message
-from ..aggregator import Aggregator, ExchangeContext
+from ..aggregator import Aggregator
 from .base import ClientUpdateError
 from .faults import FaultPolicy
 from .loop import Answer, FederationRun, RoundLoopRuntime, screen
@@ -154,8 +155,10 @@ class DistributeRuntime(RoundLoopRuntime):
         payloads against the whole cohort, the masked codes are all-reduced as 16-bit limbs (exact modulo
         2^64) and the decoded sums equal ``LocalRuntime(secure_aggregation=True)``'s exactly.
     :param differential_privacy: as for ``LocalRuntime``: clients clip, and every process adds the same
-        Gaussian noise to the all-reduced sum (drawn from the run's seed), so every process accounts and
+        Gaussian noise to the all-reduced sum (drawn from the chief's OS-random server secret, never from the seed), so every process accounts and
         returns the same noised model and (ε, δ).
+    :param robust: a :class:`~gpflow_fed.federated.RobustAggregation` for ``"mean"`` phases, as for
+        ``LocalRuntime`` (the payloads are all-gathered, then reduced on every process).
     :param checkpoint_dir: as for ``LocalRuntime``. Under ``MultiWorkerMirroredStrategy`` each worker writes
         (and resumes from) its own sub-folder ``worker-<task index>``: the server state is the same on every
         worker, each holds only its own clients' state.
@@ -179,6 +182,7 @@ class DistributeRuntime(RoundLoopRuntime):
         faults: Optional[FaultPolicy] = None,
         secure_aggregation: Union[bool, SecureAggregation] = False,
         differential_privacy: Optional[DifferentialPrivacy] = None,
+        robust: Optional[RobustAggregation] = None,
         checkpoint_dir: Optional[Union[str, os.PathLike]] = None,
         checkpoint_every: int = 1,
         resume: bool = False,
@@ -195,7 +199,7 @@ class DistributeRuntime(RoundLoopRuntime):
             keep_payloads=keep_payloads,
             eval_every=eval_every,
             faults=faults,
-            aggregator=Aggregator(secure=secure_aggregation, dp=differential_privacy),
+            aggregator=Aggregator(secure=secure_aggregation, dp=differential_privacy, robust=robust),
             checkpoint_dir=None if checkpoint_dir is None else worker_folder(strategy, os.fspath(checkpoint_dir)),
             checkpoint_every=checkpoint_every,
             resume=resume,
@@ -229,6 +233,10 @@ class DistributeRuntime(RoundLoopRuntime):
         self._devices = dict(zip(replica_ids, self.strategy.extended.worker_devices))
         K = dataset.num_clients
         self._replica_of = {f"client_{k}": self.replica_of(k, K) for k in range(K)}
+        if len(self._devices) != self.num_replicas:  # several processes are the server: take the chief's secrets
+            mine = np.frombuffer(self.aggregator.run_id + self.aggregator.server_secret, np.uint8).astype(WIRE_DTYPE)
+            agreed = self._all_reduce({0: mine} if 0 in self._devices else {}, mine.size).astype(np.uint8).tobytes()
+            self.aggregator.start(agreed[: len(self.aggregator.run_id)], agreed[len(self.aggregator.run_id):])
 
     # --- collectives -----------------------------------------------------------------------------------
     def _all_reduce(self, local: Mapping[int, np.ndarray], size: int) -> np.ndarray:
@@ -317,6 +325,10 @@ class DistributeRuntime(RoundLoopRuntime):
         )
         if aggregation == "collect":
             return self._collect(answers, meta, good, round, phase), excluded
+        if aggregation == "mean" and run.aggregator.robust is not None:  # needs every payload: gather, then reduce
+            messages = self._collect(answers, meta, good, round, phase).messages or ()
+            context = run.aggregator.context(run.channel.purpose, round, phase, aggregation, tuple(good))
+            return run.aggregator.reduce(messages, context), excluded
         if protect:
             return self._protected(run, answers, meta, good, round, phase, aggregation), excluded
         return self._reduce(answers, meta, good, round, phase, aggregation), excluded
@@ -341,11 +353,18 @@ class DistributeRuntime(RoundLoopRuntime):
         """A phase under secure aggregation and/or DP: each process masks its own clients' prepared messages
         against the whole cohort, the sums are all-reduced (masked codes as 16-bit limbs, so the sum modulo
         2^64 is exact), and ``Aggregator.finish`` decodes, noises and divides, as on ``LocalRuntime``."""
-        context = ExchangeContext(run.seed, run.channel.purpose, round, phase, aggregation, tuple(good))
+        aggregator = run.aggregator
+        context = aggregator.context(run.channel.purpose, round, phase, aggregation, tuple(good))
+        aggregator.check_cohort(context)
+        public_keys = None
+        if aggregator.secure is not None:  # the server relays the cohort's public keys to every process
+            local = {rid: {c: aggregator.keys(c).public_bytes.hex() for c in good if self._replica_of[c] == rid}
+                     for rid in self._devices}
+            public_keys = {c: bytes.fromhex(h) for part in self._all_gather_json(local).values() for c, h in part.items()}
         sent: Dict[str, Message] = {}
         for cid in good:
             if cid in answers:
-                sent[cid] = run.aggregator.mask(answers[cid].prepared, context)
+                sent[cid] = aggregator.mask(answers[cid].prepared, context, public_keys)
             self._record(run, cid, sent.get(cid, meta[cid]), round, phase)
         first = meta[good[0]]
         names = list(first["names"])

@@ -34,7 +34,8 @@ from flwr.supercore.task_identity import TaskIdentity
 
 from ...data.dataset import FederatedDataset
 from ..protection.dp import DifferentialPrivacy
-from ...privacy.secure_aggregation import SecureAggregation
+from ..protection.masking import SecureAggregation
+from ..protection.robust import RobustAggregation
 from ..algorithm import Algorithm
 from ..result import FederatedResult
 from ..aggregator import Aggregator
@@ -147,6 +148,7 @@ class FlowerRuntime(Runtime):
         (:mod:`~gpflow_fed.federated.runtimes.flower_secagg`).
     :param differential_privacy: a :class:`~gpflow_fed.federated.DifferentialPrivacy`: clients clip, the
         server adds Gaussian noise and accounts (ε, δ) in ``result.privacy``, as ``LocalRuntime`` does.
+    :param robust: a :class:`~gpflow_fed.federated.RobustAggregation` for ``"mean"`` phases, as for ``LocalRuntime``.
     :param secagg_shares: SecAgg+'s ``num_shares`` (see :class:`FlowerServer`).
     :param secagg_threshold: SecAgg+'s ``reconstruction_threshold`` (see :class:`FlowerServer`).
     :raises TypeError: a ``faults``, ``secure_aggregation`` or ``differential_privacy`` of the wrong type.
@@ -161,6 +163,7 @@ class FlowerRuntime(Runtime):
         keep_payloads: bool = False,
         secure_aggregation: Union[bool, SecureAggregation] = False,
         differential_privacy: Optional[DifferentialPrivacy] = None,
+        robust: Optional[RobustAggregation] = None,
         secagg_shares: Union[int, float] = 1.0,
         secagg_threshold: Union[int, float] = 0.5,
     ) -> None:
@@ -168,7 +171,7 @@ class FlowerRuntime(Runtime):
             raise TypeError(f"faults must be a FaultPolicy, got {type(faults).__name__}")
         self.faults = faults
         self.keep_payloads = keep_payloads
-        self.aggregator = Aggregator(secure=secure_aggregation, dp=differential_privacy)
+        self.aggregator = Aggregator(secure=secure_aggregation, dp=differential_privacy, robust=robust)
         if self.aggregator.secure is not None:
             check_secagg_settings(secagg_shares, secagg_threshold)
         self.secagg_shares = secagg_shares

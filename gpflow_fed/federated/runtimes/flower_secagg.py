@@ -54,7 +54,8 @@ from flwr.server.workflow.constant import Key as WorkflowKey
 from flwr.serverapp import Grid
 
 from ..protection.dp import DifferentialPrivacy
-from ...privacy.secure_aggregation import SecureAggregation, from_limb_sums, to_limbs
+from ..protection.masking import SecureAggregation, from_limb_sums, to_limbs
+from ..protection.robust import RobustAggregation
 from ..algorithm import Algorithm
 from ..messages import Message
 from ..aggregator import Aggregator
@@ -93,13 +94,19 @@ SECAGG_RECORD = RECORD_KEY_CONFIGS
 def aggregator_to_config(aggregator: Aggregator) -> Dict[str, Union[bool, int, float, str]]:
     """The run-config entries from which :func:`aggregator_from_config` rebuilds ``aggregator``.
 
-    Keys: ``secure-aggregation`` (bool), ``fractional-bits``; with DP ``dp-noise-multiplier``,
+    Keys: ``secure-aggregation`` (bool), ``fractional-bits``, ``min-cohort``; ``robust-method``,
+    ``robust-trim``, ``robust-clip-norm``; with DP ``dp-noise-multiplier``,
     ``dp-clip-norm``, ``dp-delta``, ``dp-weight-bound``, ``dp-accountant`` and ``dp-phases`` (comma-separated,
     empty for every sum phase).
     """
     config: Dict[str, Union[bool, int, float, str]] = {"secure-aggregation": aggregator.secure is not None}
     if aggregator.secure is not None:
         config["fractional-bits"] = int(aggregator.secure.fractional_bits)
+        config["min-cohort"] = int(aggregator.secure.min_cohort)
+    if aggregator.robust is not None:
+        config.update({"robust-method": aggregator.robust.method, "robust-trim": float(aggregator.robust.trim)})
+        if aggregator.robust.clip_norm is not None:
+            config["robust-clip-norm"] = float(aggregator.robust.clip_norm)
     dp = aggregator.dp
     if dp is not None:
         config.update(
@@ -124,7 +131,17 @@ def aggregator_from_config(config: Mapping[str, Any]) -> Aggregator:
     """
     secure = None
     if config.get("secure-aggregation", False):
-        secure = SecureAggregation(int(config.get("fractional-bits", SecureAggregation.fractional_bits)))
+        secure = SecureAggregation(
+            int(config.get("fractional-bits", SecureAggregation.fractional_bits)),
+            min_cohort=int(config.get("min-cohort", SecureAggregation.min_cohort)),
+        )
+    robust = None
+    if "robust-method" in config:
+        clip = config.get("robust-clip-norm")
+        robust = RobustAggregation(
+            str(config["robust-method"]), float(config.get("robust-trim", RobustAggregation.trim)),
+            None if clip is None else float(clip),
+        )
     dp = None
     if "dp-noise-multiplier" in config or "dp-clip-norm" in config:
         phases = str(config.get("dp-phases", ""))
@@ -137,7 +154,7 @@ def aggregator_from_config(config: Mapping[str, Any]) -> Aggregator:
             phases=tuple(p for p in phases.split(",") if p) or None,
             insecure_noise_seed=int(config["dp-insecure-noise-seed"]) if "dp-insecure-noise-seed" in config else None,
         )
-    return Aggregator(secure=secure, dp=dp)
+    return Aggregator(secure=secure, dp=dp, robust=robust)
 
 
 # --- 64-bit codes as limbs SecAgg+ sums exactly ---------------------------------------------------------
@@ -155,7 +172,7 @@ def limb_bits(cohort_size: int) -> int:
 
 
 def shifted_limbs(codes: np.ndarray, bits: int) -> np.ndarray:
-    """:func:`~gpflow_fed.privacy.secure_aggregation.to_limbs` shifted to ``d - 2^{b-1}``, inside SecAgg+'s
+    """:func:`~gpflow_fed.federated.protection.masking.to_limbs` shifted to ``d - 2^{b-1}``, inside SecAgg+'s
     clipping range ``[-c, c]`` with ``c = 2^{b-1}``, where its quantisation is the identity."""
     return to_limbs(codes, bits) - float(1 << (bits - 1))
 

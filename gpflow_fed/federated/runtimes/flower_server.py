@@ -261,9 +261,10 @@ class FlowerServer:
         good = screen(self.faults, down.round, down.phase, selected, replies, excluded, spec)
         kept = set(good)
         replies = [m for m in replies if m.sender in kept]
+        context = self.aggregator.context(purpose, down.round, down.phase, aggregation, tuple(good))
         if not protect:
-            return reduce_messages(replies, aggregation), excluded
-        context = ExchangeContext(self.seed, purpose, down.round, down.phase, aggregation, tuple(good))
+            return self.aggregator.reduce(replies, context), excluded
+        self.aggregator.check_cohort(context)
         if not secure:
             return self.aggregator.reduce(replies, context), excluded
         return self._secure_sum(grid, channel, node_of, down, replies, context, excluded), excluded
@@ -275,8 +276,6 @@ class FlowerServer:
         """Step 2 of a secure phase: SecAgg+ over the cohort, then ``Aggregator.finish``."""
         cohort = context.cohort
         where = f"round {down.round}, phase {down.phase!r}"
-        if len(cohort) < 2:
-            raise RoundFailedError(f"{where}: secure aggregation needs at least 2 clients, {len(cohort)} answered well")
         client_of = {node_of[c]: c for c in cohort}
 
         def record(node: int, stage: str, outgoing: bool, config: Mapping[str, Any]) -> None:
@@ -327,6 +326,7 @@ class FlowerServer:
         ids = list(info.client_ids)
         algorithm.validate(FederationShape(tuple(info.client_sizes[c] for c in ids), info.input_dim, info.output_dim, test))
         self.aggregator.check(algorithm)
+        self.aggregator.start()
         accountant = self.aggregator.accountant()
         ledger = CommunicationLedger(keep_payloads=self.keep_payloads)
         channel = Channel(ledger)

@@ -8,10 +8,11 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from ..protection.dp import DifferentialPrivacy
-from ...privacy.secure_aggregation import SecureAggregation
+from ..protection.masking import SecureAggregation
+from ..protection.robust import RobustAggregation
 from ..algorithm import Aggregate
 from ..messages import SERVER, Message
-from ..aggregator import Aggregator, ExchangeContext
+from ..aggregator import Aggregator
 from .faults import FaultPolicy
 from .loop import FederationRun, RoundLoopRuntime, screen
 
@@ -27,11 +28,16 @@ class LocalRuntime(RoundLoopRuntime):
         the algorithm's final phases on a copy of the state; its messages are recorded with purpose
         ``"evaluate"`` so they can be told apart from training traffic.
     :param secure_aggregation: ``True`` (or a :class:`~gpflow_fed.federated.SecureAggregation`) to mask every
-        ``"sum"``/``"mean"`` payload pairwise, so the server and the ledger see only masked payloads and the
-        exact sum (see :mod:`gpflow_fed.federated.aggregator` for the threat model).
+        ``"sum"``/``"mean"`` payload with pads from X25519 key agreement between neighbours of a sparse masking
+        graph, so the server and the ledger see only masked payloads and the exact sum (see
+        :mod:`gpflow_fed.federated.aggregator` and the threat-model guide). A cohort below
+        ``SecureAggregation.min_cohort`` (≥ 2) fails the round before anything is sent.
     :param differential_privacy: a :class:`~gpflow_fed.federated.DifferentialPrivacy`: clients clip their
         payloads, the server adds Gaussian noise to each sum; the spent (ε, δ) is in ``result.privacy`` and
         the cumulative ε in each round's history (``"epsilon"``).
+    :param robust: a :class:`~gpflow_fed.federated.RobustAggregation` (coordinate-wise weighted median or
+        trimmed mean) for every ``"mean"`` phase, so a few malicious clients cannot drag the average; not with
+        secure aggregation or DP (they hide or noise the individual payloads it needs).
     :param checkpoint_dir: write a checkpoint to this folder after every ``checkpoint_every`` rounds (and
         after the last); see :mod:`gpflow_fed.federated.checkpoint`.
     :param checkpoint_every: rounds between checkpoints (≥ 1).
@@ -51,6 +57,7 @@ class LocalRuntime(RoundLoopRuntime):
         faults: Optional[FaultPolicy] = None,
         secure_aggregation: Union[bool, SecureAggregation] = False,
         differential_privacy: Optional[DifferentialPrivacy] = None,
+        robust: Optional[RobustAggregation] = None,
         checkpoint_dir: Optional[Union[str, os.PathLike]] = None,
         checkpoint_every: int = 1,
         resume: bool = False,
@@ -60,7 +67,7 @@ class LocalRuntime(RoundLoopRuntime):
             keep_payloads=keep_payloads,
             eval_every=eval_every,
             faults=faults,
-            aggregator=Aggregator(secure=secure_aggregation, dp=differential_privacy),
+            aggregator=Aggregator(secure=secure_aggregation, dp=differential_privacy, robust=robust),
             checkpoint_dir=checkpoint_dir,
             checkpoint_every=checkpoint_every,
             resume=resume,
@@ -91,8 +98,9 @@ class LocalRuntime(RoundLoopRuntime):
         replies = [m for m in replies if m.sender in good]
         # The cohort is fixed only now, after every exclusion, so the pairwise masks cancel.
         cohort = tuple(m.sender for m in replies)
-        context = ExchangeContext(run.seed, channel.purpose, round, phase, aggregation, cohort)
+        context = aggregator.context(channel.purpose, round, phase, aggregation, cohort)
         if protect:
+            aggregator.check_cohort(context)
             replies = [channel.send(aggregator.mask(prepared[m.sender], context), SERVER) for m in replies]
         return aggregator.reduce(replies, context), excluded
 

@@ -326,6 +326,7 @@ class RoundLoopRuntime(Runtime):
         start = time.perf_counter()
         algorithm.validate(dataset)
         self.aggregator.check(algorithm)
+        self.aggregator.start()
         self.prepare(algorithm, dataset)
         clients, sampling_rng = make_clients(dataset, seed)
         sampling_rng = self.aggregator.sampling_rng(sampling_rng)
