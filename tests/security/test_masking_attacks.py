@@ -155,10 +155,13 @@ def test_server_cannot_derive_pair_secrets_from_public_values():
         ]
         first, second = sorted((target, neighbour))
         info = (
-            masking._field(masking._PAD_DOMAIN) + masking._field(e.tag)
+            masking._field(masking._PAD_DOMAIN) + masking._field(e.digest)
             + masking._field(first.encode()) + masking._field(second.encode())
         )
         true_seed = r.keys[target].pad_seed(target, neighbour, b, e)
+        # control: with the real secret (which only the pair holds) this derivation is the pad seed
+        real = r.keys[target]._agree(b, neighbour)
+        assert HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(real) == true_seed
         for guess in guesses:
             seed = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(guess)
             assert seed != true_seed

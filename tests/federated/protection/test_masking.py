@@ -172,9 +172,16 @@ def test_masking_graph_survives_fewer_than_degree_removals(K, degree):
         assert connected(graph, set(e.cohort) - set(removed)), removed
 
 
-def test_masking_graph_changes_with_the_exchange_and_refuses_a_cohort_of_one():
-    graphs = {tuple(sorted(masking_graph(exchange(50, round=r), 6).items())) for r in range(5)}
-    assert len(graphs) == 5
+def test_masking_graph_changes_with_run_and_cohort_only_and_refuses_a_cohort_of_one():
+    def frozen(e):
+        return tuple(sorted(masking_graph(e, 6).items()))
+
+    runs = {frozen(exchange(50, run=bytes([r]) * 16)) for r in range(5)}
+    assert len(runs) == 5
+    same_cohort = {frozen(exchange(50, round=r, phase=p, purpose=q)) for r in range(3) for p in "ab" for q in ("train", "final")}
+    assert len(same_cohort) == 1  # the same cohort keeps its graph through a run
+    other_cohort = Exchange(RUN, "train", 0, "stats", exchange(50).cohort[1:] + ("x",))
+    assert frozen(exchange(50)) != frozen(other_cohort)
     assert masking_graph(exchange(10), 20) == {m: tuple(o for o in sorted(exchange(10).cohort) if o != m) for m in exchange(10).cohort}
     with pytest.raises(ValueError, match="cohort of one"):
         masking_graph(exchange(1), 2)
