@@ -58,6 +58,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from .randomness import check_insecure_seed
 
@@ -396,8 +397,6 @@ class MaskingKeys:
         else:
             material = hashlib.sha256(_field(_KEY_DOMAIN) + _field(str(seed).encode("ascii"))).digest()
             self._private = X25519PrivateKey.from_private_bytes(material)
-        from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
-
         self._public = self._private.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
         self._shared: Dict[bytes, bytes] = {}
 

@@ -26,10 +26,12 @@ weights). So set ``trim`` to the fraction of clients that may be malicious.
 term is legitimately different in scale and structure, and a median or trimmed sum would be a different, biased
 statistic, not a robust estimate of the same one; under secure aggregation the server sees only the total
 anyway. What a server can check there: each client's term against what it can be (finite; a Gram term
-``Kuf_k Kfu_k`` symmetric positive semi-definite with trace ≤ ``N_k · max k(x, x)`` for a bounded kernel;
-``‖Kuf_k y_k‖`` ≤ ``N_k max k · max |y|`` when the data are standardised), the total against the same bounds
-with ``Σ_k N_k``, and each client's weight against the size it registered. Those checks bound how far one
-client can move the total; they cannot tell a plausible lie from the truth.
+``Kuf_k Kfu_k`` symmetric positive semi-definite with every entry at most ``N_k σ_f⁴`` for a kernel bounded
+by ``σ_f²``; every entry of ``Kuf_k y_k`` at most ``N_k σ_f² max |y|`` when the targets are bounded, e.g.
+standardised), the total against the same bounds with ``Σ_k N_k`` (the only check left under secure
+aggregation, where the server sees the total alone), and each client's weight against the size it
+registered. Those checks bound how far one client can move the total; they cannot tell a plausible lie from
+the truth.
 """
 
 from __future__ import annotations
