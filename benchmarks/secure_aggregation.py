@@ -50,8 +50,10 @@ def payload(rng: np.random.Generator, M: int) -> Dict[str, np.ndarray]:
 def git_commit() -> str:
     here = os.path.dirname(os.path.abspath(__file__))
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=here, capture_output=True, text=True, check=True).stdout.strip()
+        def git(*words: str) -> str:
+            return subprocess.run(["git", *words], cwd=here, capture_output=True, text=True, check=True).stdout.strip()
+
+        commit, dirty = git("rev-parse", "HEAD"), git("status", "--porcelain")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return commit + ("-dirty" if dirty else "")
@@ -107,7 +109,11 @@ def main(argv: Any = None) -> Dict[str, Any]:
         def error(out: Dict[str, np.ndarray]) -> float:
             return max(float(np.max(np.abs(out[n] - truth[n]))) for n in truth)
 
-        configs = {"plain": None, "secure, all pairs": SecureAggregation(degree=K - 1), "secure, sparse": SecureAggregation()}
+        configs = {
+            "plain": None,
+            "secure, all pairs": SecureAggregation(degree=K - 1),
+            "secure, sparse": SecureAggregation(),
+        }
         for name, sa in configs.items():
             row: Dict[str, Any] = {"clients": K, "config": name, "payload_floats": P}
             times: List[float] = []
@@ -136,7 +142,8 @@ def main(argv: Any = None) -> Dict[str, Any]:
             print(f"  K={K:5d} {name:18s} {row['seconds']:9.4f} s ({len(times)} runs)", flush=True)
 
     plain_time = {r["clients"]: r["seconds"] for r in rows if r["config"] == "plain"}
-    print(f"\npayload: {rows[0]['payload_floats']} floats (M = {args.inducing}); exchange: median of up to {args.repeats} rounds")
+    print(f"\npayload: {rows[0]['payload_floats']} floats (M = {args.inducing}); ", end="")
+    print(f"exchange: median of ≤ {args.repeats} rounds after the first")
     print(
         f"{'K':>5} {'configuration':18} {'degree':>6} {'keygen s':>8} {'1st exch s':>10} {'exchange s':>10} "
         f"{'× plain':>8} {'ms/client':>9} {'µs/neighbour':>12} {'max |err|':>9}"
@@ -145,7 +152,8 @@ def main(argv: Any = None) -> Dict[str, Any]:
         first = f"{r['first_exchange_seconds']:10.3f}" if r["first_exchange_seconds"] is not None else f"{'':10}"
         per_neighbour = f"{1e6 * r['seconds'] / (r['clients'] * r['degree']):12.1f}" if r["degree"] else f"{'':12}"
         print(
-            f"{r['clients']:5d} {r['config']:18} {r['degree']:6d} {r['keygen_seconds']:8.3f} {first} {r['seconds']:10.4f} "
+            f"{r['clients']:5d} {r['config']:18} {r['degree']:6d} {r['keygen_seconds']:8.3f} {first} "
+            f"{r['seconds']:10.4f} "
             f"{r['seconds'] / plain_time[r['clients']]:8.0f} {1e3 * r['seconds'] / r['clients']:9.3f} {per_neighbour} "
             f"{r['max_abs_error']:9.1e}"
         )

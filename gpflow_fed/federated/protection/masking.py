@@ -154,7 +154,9 @@ class SecureAggregation:
             raise TypeError(f"secure aggregation: payload {name!r} is complex; send its real and imaginary parts")
         x = np.asarray(value, dtype=np.float64)
         if not np.all(np.isfinite(x)):
-            raise ValueError(f"secure aggregation: payload {name!r} has NaN or inf values, which fixed point cannot encode")
+            raise ValueError(
+                f"secure aggregation: payload {name!r} has NaN or inf values, which fixed point cannot encode"
+            )
         limit = self.bound(cohort_size)
         largest = float(np.max(np.abs(x))) if x.size else 0.0
         if largest >= limit:
@@ -345,7 +347,9 @@ def masking_graph(exchange: Exchange, degree: int) -> Dict[str, Tuple[str, ...]]
     members = sorted(exchange.cohort)
     K = len(members)
     if K < 2:
-        raise ValueError(f"masking_graph: a cohort of one ({members[0]!r}) cannot be masked; its message would be plain")
+        raise ValueError(
+            f"masking_graph: a cohort of one ({members[0]!r}) cannot be masked; its message would be plain"
+        )
     if not _is_int(degree) or degree < min(2, K - 1):
         raise ValueError(f"masking_graph: degree must be an int ≥ 2 (a connected graph), got {degree!r}")
     d = int(min(degree, K - 1))
@@ -428,7 +432,7 @@ class MaskingKeys:
         return secret
 
     def pad_seed(self, client_id: str, peer_id: str, peer_public: bytes, exchange: Exchange) -> bytes:
-        """``s_ij``: HKDF-SHA256 of the X25519 secret with ``info = SHA-256(tag) ‖ min(i, j) ‖ max(i, j)`` (32 bytes).
+        """``s_ij`` (32 bytes): HKDF-SHA256 of the X25519 secret, ``info = SHA-256(tag) ‖ min(i, j) ‖ max(i, j)``.
 
         Symmetric: ``i``'s keys with ``pk_j`` and ``j``'s keys with ``pk_i`` give the same seed.
 
@@ -446,7 +450,7 @@ class MaskingKeys:
         if peer_public == self._public:
             raise ValueError(f"secure aggregation: {peer_id!r} presents {client_id!r}'s own public key")
         first, second = sorted((client_id, peer_id))
-        info = _field(_PAD_DOMAIN) + _field(exchange.digest) + _field(first.encode("utf-8")) + _field(second.encode("utf-8"))
+        info = b"".join(_field(part) for part in (_PAD_DOMAIN, exchange.digest, first.encode(), second.encode()))
         return HKDF(algorithm=hashes.SHA256(), length=PAD_SEED_BYTES, salt=None, info=info).derive(
             self._agree(peer_public, peer_id)
         )
@@ -501,7 +505,9 @@ def mask(
             "encoding; refused (a cohort needs ≥ 2 members and a masking graph from masking_graph())"
         )
     if len(set(peers)) != len(peers) or client_id in peers or any(p not in exchange.members for p in peers):
-        raise ValueError(f"secure aggregation: neighbours {peers} of {client_id!r} are not distinct other cohort members")
+        raise ValueError(
+            f"secure aggregation: neighbours {peers} of {client_id!r} are not distinct other cohort members"
+        )
     own = public_keys.get(client_id)
     if own is not None and own != keys.public_bytes:
         raise ValueError(f"secure aggregation: public_keys[{client_id!r}] is not the public key of the keys given")
@@ -543,6 +549,8 @@ def sum_masked(payloads: Sequence[Mapping[str, np.ndarray]]) -> Dict[str, np.nda
             raise ValueError(f"sum_masked: payloads[{index}] has names {sorted(payload)}, expected {names}")
         for n in names:
             if payload[n].shape != total[n].shape:
-                raise ValueError(f"sum_masked: payloads[{index}][{n!r}] has shape {payload[n].shape}, expected {total[n].shape}")
+                raise ValueError(
+                    f"sum_masked: payloads[{index}][{n!r}] has shape {payload[n].shape}, expected {total[n].shape}"
+                )
             total[n] += payload[n]  # wraps modulo 2^64
     return total

@@ -98,12 +98,16 @@ class RobustAggregation:
         if isinstance(self.trim, bool) or not isinstance(self.trim, (int, float, np.integer, np.floating)):
             raise TypeError(f"RobustAggregation: trim must be a float in [0, 0.5), got {type(self.trim).__name__}")
         if not 0.0 <= float(self.trim) < 0.5:
-            raise ValueError(f"RobustAggregation: trim must be in [0, 0.5) (a fraction dropped at each end), got {self.trim}")
+            raise ValueError(
+                f"RobustAggregation: trim must be in [0, 0.5) (a fraction dropped at each end), got {self.trim}"
+            )
         object.__setattr__(self, "trim", float(self.trim))
         if self.clip_norm is not None:
             c = self.clip_norm
             if isinstance(c, bool) or not isinstance(c, (int, float, np.integer, np.floating)):
-                raise TypeError(f"RobustAggregation: clip_norm must be None or a positive float, got {type(c).__name__}")
+                raise TypeError(
+                    f"RobustAggregation: clip_norm must be None or a positive float, got {type(c).__name__}"
+                )
             if not (math.isfinite(float(c)) and float(c) > 0):
                 raise ValueError(f"RobustAggregation: clip_norm must be None or a positive finite float, got {c}")
             object.__setattr__(self, "clip_norm", float(c))
@@ -184,7 +188,9 @@ def _check_weights(weights: Sequence[float], K: int) -> np.ndarray:
     if w.shape != (K,):
         raise ValueError(f"RobustAggregation.reduce: {K} clients need {K} weights, got shape {w.shape}")
     if not np.all(np.isfinite(w)) or np.any(w < 0) or not w.sum() > 0:
-        raise ValueError(f"RobustAggregation.reduce: weights must be finite, ≥ 0 and not all 0, got {w.tolist()[:10]}")
+        raise ValueError(
+            f"RobustAggregation.reduce: weights must be finite, ≥ 0 and not all 0, got {w.tolist()[:10]}"
+        )
     return w
 
 
