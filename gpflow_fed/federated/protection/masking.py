@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections import Counter
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
@@ -69,6 +70,7 @@ __all__ = [
     "PUBLIC_KEY_BYTES",
     "SecureAggregation",
     "check_exchange",
+    "check_senders",
     "from_limb_sums",
     "keystream",
     "mask",
@@ -322,6 +324,27 @@ def check_exchange(message_round: int, message_phase: str, exchange: Exchange) -
         raise ValueError(
             f"secure aggregation: a message for round {message_round!r}, phase {message_phase!r} arrived in the "
             f"exchange of round {exchange.round}, phase {exchange.phase!r}; stale or replayed messages are refused"
+        )
+
+
+def check_senders(senders: Sequence[str], exchange: Exchange) -> None:
+    """The server's check before summing: exactly the cohort sent, each once.
+
+    A member that masked and then dropped out leaves its neighbours' pads in the sum, and a stranger's or a
+    repeated message adds pads that nothing cancels; recovering a drop-out needs the secret sharing of
+    Bonawitz et al. (§4), which these in-process exchanges do not run, so such a sum is refused.
+
+    :raises ValueError: naming the missing, unexpected or repeated senders.
+    """
+    sent = list(senders)
+    missing = sorted(exchange.members - set(sent))
+    unexpected = sorted(set(sent) - exchange.members)
+    repeated = sorted(s for s, n in Counter(sent).items() if n > 1)
+    if missing or unexpected or repeated:
+        raise ValueError(
+            f"secure aggregation: round {exchange.round}, phase {exchange.phase!r}: missing {missing}, unexpected "
+            f"{unexpected}, repeated {repeated}; the pairwise masks cancel only over the whole cohort, so the sum "
+            "is refused (a client that drops out after masking cannot be recovered here)"
         )
 
 
