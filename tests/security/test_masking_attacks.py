@@ -22,6 +22,7 @@ from gpflow_fed.federated.protection.masking import (
     MaskingKeys,
     SecureAggregation,
     check_exchange,
+    check_senders,
     keystream,
     mask,
     masking_graph,
@@ -155,10 +156,13 @@ def test_server_cannot_derive_pair_secrets_from_public_values():
         ]
         first, second = sorted((target, neighbour))
         info = (
-            masking._field(masking._PAD_DOMAIN) + masking._field(e.tag)
+            masking._field(masking._PAD_DOMAIN) + masking._field(e.digest)
             + masking._field(first.encode()) + masking._field(second.encode())
         )
         true_seed = r.keys[target].pad_seed(target, neighbour, b, e)
+        # control: with the real secret (which only the pair holds) this derivation is the pad seed
+        real = r.keys[target]._agree(b, neighbour)
+        assert HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(real) == true_seed
         for guess in guesses:
             seed = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(guess)
             assert seed != true_seed
@@ -256,6 +260,23 @@ def test_replayed_message_does_not_cancel(field):
     if field in ("round", "phase"):
         with pytest.raises(ValueError, match="stale or replayed"):
             check_exchange(old.round, old.phase, new)
+
+
+# --- attack: drop out after masking, or inject a message -------------------------------------------
+def test_incomplete_or_padded_cohorts_are_refused():
+    e = Exchange(new_run_id(), "train", 1, "stats", cohort(6))
+    r = play(e, payloads_for(e.cohort))
+    truth = sum_masked(list(r.encoded.values()))
+    check_senders(list(r.masked), e)
+    dropped = [c for c in e.cohort if c != "client_2"]
+    partial = sum_masked([r.masked[c] for c in dropped])
+    assert np.mean(partial["stats"] == truth["stats"]) < 0.05  # control: the pads do not cancel without it
+    with pytest.raises(ValueError, match=r"missing \['client_2'\]"):
+        check_senders(dropped, e)
+    with pytest.raises(ValueError, match=r"unexpected \['mallory'\]"):
+        check_senders(list(r.masked) + ["mallory"], e)
+    with pytest.raises(ValueError, match=r"repeated \['client_0'\]"):
+        check_senders(list(r.masked) + ["client_0"], e)
 
 
 # --- attack: colluding clients ------------------------------------------------------------------------

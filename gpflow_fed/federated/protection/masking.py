@@ -11,7 +11,7 @@ For one exchange ``e`` (run, purpose, round, phase, cohort ``U``) every client `
 graph ``G_e`` (:func:`masking_graph`): a ``d``-regular graph on ``U``. For each edge ``{i, j}`` both ends
 derive the same pad seed
 
-    s_ij = HKDF-SHA256(X25519(sk_i, pk_j), info = tag(e) ‖ min(i, j) ‖ max(i, j))           (32 bytes)
+    s_ij = HKDF-SHA256(X25519(sk_i, pk_j), info = SHA-256(tag(e)) ‖ min(i, j) ‖ max(i, j))   (32 bytes)
 
 and expand it with AES-256-CTR into a pad ``PRG(s_ij) ∈ Z_{2^64}^P``. Client ``i`` encodes its payload in fixed
 point, ``q_i = round(2^f x_i) mod 2^64`` (:class:`SecureAggregation`), and sends
@@ -31,9 +31,8 @@ What it guarantees, and against whom:
   connectivity of a graph", PNAS 48(7), 1962, doi:10.1073/pnas.48.7.1142), which is ``d``-connected:
   removing fewer than ``d`` members leaves the others connected, so the server with fewer than ``d``
   colluding clients still learns only the honest clients' total. ``d`` colluders who are *all* of one
-  client's neighbours can unmask it; the graph changes with every exchange (its vertex order comes from a
-  hash of the exchange tag, which holds the run's OS-random id), so a coalition formed before the run cannot
-  choose whom it surrounds.
+  client's neighbours can unmask it; the graph's vertex order comes from a hash of the run's OS-random id
+  and the cohort, so a coalition formed before the run cannot choose whom it surrounds.
 * Replays: ``s_ij`` depends on the whole exchange tag (run id, purpose, round, phase, cohort), so a message
   masked for one exchange does not cancel in another; :func:`check_exchange` rejects stale headers up
   front. A replay with a forged header is not detected by the server, but it makes the total meaningless
@@ -50,14 +49,17 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections import Counter
 from dataclasses import dataclass
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from functools import cached_property
+from typing import Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from .randomness import check_insecure_seed
 
@@ -68,6 +70,7 @@ __all__ = [
     "PUBLIC_KEY_BYTES",
     "SecureAggregation",
     "check_exchange",
+    "check_senders",
     "from_limb_sums",
     "keystream",
     "mask",
@@ -153,7 +156,9 @@ class SecureAggregation:
             raise TypeError(f"secure aggregation: payload {name!r} is complex; send its real and imaginary parts")
         x = np.asarray(value, dtype=np.float64)
         if not np.all(np.isfinite(x)):
-            raise ValueError(f"secure aggregation: payload {name!r} has NaN or inf values, which fixed point cannot encode")
+            raise ValueError(
+                f"secure aggregation: payload {name!r} has NaN or inf values, which fixed point cannot encode"
+            )
         limit = self.bound(cohort_size)
         largest = float(np.max(np.abs(x))) if x.size else 0.0
         if largest >= limit:
@@ -281,7 +286,12 @@ class Exchange:
         object.__setattr__(self, "cohort", cohort)
         object.__setattr__(self, "round", int(self.round))
 
-    @property
+    @cached_property
+    def members(self) -> FrozenSet[str]:
+        """The cohort as a set (membership checks in O(1))."""
+        return frozenset(self.cohort)
+
+    @cached_property
     def tag(self) -> bytes:
         """The canonical encoding: a domain label, then each field length-prefixed (the round as 8 signed
         big-endian bytes, the cohort sorted), so two different exchanges never share a tag."""
@@ -295,6 +305,11 @@ class Exchange:
             *(_field(m.encode("utf-8")) for m in members),
         ]
         return _field(_TAG_DOMAIN) + b"".join(parts)
+
+    @cached_property
+    def digest(self) -> bytes:
+        """SHA-256 of :attr:`tag` (32 bytes): what the pads are bound to, so deriving a pad costs O(1) in K."""
+        return hashlib.sha256(self.tag).digest()
 
 
 def check_exchange(message_round: int, message_phase: str, exchange: Exchange) -> None:
@@ -312,11 +327,34 @@ def check_exchange(message_round: int, message_phase: str, exchange: Exchange) -
         )
 
 
+def check_senders(senders: Sequence[str], exchange: Exchange) -> None:
+    """The server's check before summing: exactly the cohort sent, each once.
+
+    A member that masked and then dropped out leaves its neighbours' pads in the sum, and a stranger's or a
+    repeated message adds pads that nothing cancels; recovering a drop-out needs the secret sharing of
+    Bonawitz et al. (§4), which these in-process exchanges do not run, so such a sum is refused.
+
+    :raises ValueError: naming the missing, unexpected or repeated senders.
+    """
+    sent = list(senders)
+    missing = sorted(exchange.members - set(sent))
+    unexpected = sorted(set(sent) - exchange.members)
+    repeated = sorted(s for s, n in Counter(sent).items() if n > 1)
+    if missing or unexpected or repeated:
+        raise ValueError(
+            f"secure aggregation: round {exchange.round}, phase {exchange.phase!r}: missing {missing}, unexpected "
+            f"{unexpected}, repeated {repeated}; the pairwise masks cancel only over the whole cohort, so the sum "
+            "is refused (a client that drops out after masking cannot be recovered here)"
+        )
+
+
 def masking_graph(exchange: Exchange, degree: int) -> Dict[str, Tuple[str, ...]]:
     """Each member's neighbours: a symmetric, ``d``-regular, ``d``-connected graph on ``exchange.cohort``.
 
     The Harary graph ``H_{d,K}`` (Harary 1962): members in a pseudo-random order ``π`` derived from SHA-256
-    of :attr:`Exchange.tag` (public; every client computes the same graph), member ``π_i`` adjacent to
+    of the run id and the cohort (public; every client computes the same graph; the same cohort keeps its
+    graph through a run, so key agreements are reused and a coalition gets no fresh draw each round),
+    member ``π_i`` adjacent to
     ``π_{i±1}, …, π_{i±⌊d/2⌋}`` and, for odd ``d``, to ``π_{i+K/2}``. A regular graph of odd degree on an
     odd number of vertices does not exist, so an odd ``d`` with odd ``K`` becomes ``d + 1``; ``d ≥ K − 1``
     gives all pairs. ``O(K d)`` time.
@@ -332,7 +370,9 @@ def masking_graph(exchange: Exchange, degree: int) -> Dict[str, Tuple[str, ...]]
     members = sorted(exchange.cohort)
     K = len(members)
     if K < 2:
-        raise ValueError(f"masking_graph: a cohort of one ({members[0]!r}) cannot be masked; its message would be plain")
+        raise ValueError(
+            f"masking_graph: a cohort of one ({members[0]!r}) cannot be masked; its message would be plain"
+        )
     if not _is_int(degree) or degree < min(2, K - 1):
         raise ValueError(f"masking_graph: degree must be an int ≥ 2 (a connected graph), got {degree!r}")
     d = int(min(degree, K - 1))
@@ -340,7 +380,9 @@ def masking_graph(exchange: Exchange, degree: int) -> Dict[str, Tuple[str, ...]]
         d = min(d + 1, K - 1)
     if d == K - 1:
         return {m: tuple(o for o in members if o != m) for m in members}
-    digest = hashlib.sha256(_field(_GRAPH_DOMAIN) + exchange.tag).digest()
+    digest = hashlib.sha256(
+        _field(_GRAPH_DOMAIN) + _field(exchange.run_id) + b"".join(_field(m.encode("utf-8")) for m in members)
+    ).digest()
     order = [members[i] for i in np.random.Generator(np.random.PCG64(int.from_bytes(digest, "big"))).permutation(K)]
     offsets: List[int] = [j for h in range(1, d // 2 + 1) for j in (h, -h)] + ([K // 2] if d % 2 else [])
     return {order[i]: tuple(sorted(order[(i + j) % K] for j in offsets)) for i in range(K)}
@@ -382,8 +424,6 @@ class MaskingKeys:
         else:
             material = hashlib.sha256(_field(_KEY_DOMAIN) + _field(str(seed).encode("ascii"))).digest()
             self._private = X25519PrivateKey.from_private_bytes(material)
-        from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
-
         self._public = self._private.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
         self._shared: Dict[bytes, bytes] = {}
 
@@ -415,7 +455,7 @@ class MaskingKeys:
         return secret
 
     def pad_seed(self, client_id: str, peer_id: str, peer_public: bytes, exchange: Exchange) -> bytes:
-        """``s_ij``: HKDF-SHA256 of the X25519 secret with ``info = tag ‖ min(i, j) ‖ max(i, j)`` (32 bytes).
+        """``s_ij`` (32 bytes): HKDF-SHA256 of the X25519 secret, ``info = SHA-256(tag) ‖ min(i, j) ‖ max(i, j)``.
 
         Symmetric: ``i``'s keys with ``pk_j`` and ``j``'s keys with ``pk_i`` give the same seed.
 
@@ -426,14 +466,14 @@ class MaskingKeys:
         if client_id == peer_id:
             raise ValueError(f"secure aggregation: {client_id!r} cannot share a pad with itself")
         for who in (client_id, peer_id):
-            if who not in exchange.cohort:
+            if who not in exchange.members:
                 raise ValueError(f"secure aggregation: {who!r} is not in the exchange's cohort")
         if not isinstance(peer_public, bytes) or len(peer_public) != PUBLIC_KEY_BYTES:
             raise ValueError(f"secure aggregation: {peer_id!r}'s public key must be {PUBLIC_KEY_BYTES} raw bytes")
         if peer_public == self._public:
             raise ValueError(f"secure aggregation: {peer_id!r} presents {client_id!r}'s own public key")
         first, second = sorted((client_id, peer_id))
-        info = _field(_PAD_DOMAIN) + _field(exchange.tag) + _field(first.encode("utf-8")) + _field(second.encode("utf-8"))
+        info = b"".join(_field(part) for part in (_PAD_DOMAIN, exchange.digest, first.encode(), second.encode()))
         return HKDF(algorithm=hashes.SHA256(), length=PAD_SEED_BYTES, salt=None, info=info).derive(
             self._agree(peer_public, peer_id)
         )
@@ -479,7 +519,7 @@ def mask(
         raise TypeError(f"mask: keys must be MaskingKeys, got {type(keys).__name__}")
     if not isinstance(exchange, Exchange):
         raise TypeError(f"mask: exchange must be an Exchange, got {type(exchange).__name__}")
-    if client_id not in exchange.cohort:
+    if client_id not in exchange.members:
         raise ValueError(f"secure aggregation: {client_id!r} is not in the exchange's cohort")
     peers = tuple(neighbours)
     if not peers:
@@ -487,8 +527,10 @@ def mask(
             f"secure aggregation: {client_id!r} has no neighbour to mask with, so its message would be its plain "
             "encoding; refused (a cohort needs ≥ 2 members and a masking graph from masking_graph())"
         )
-    if len(set(peers)) != len(peers) or client_id in peers or any(p not in exchange.cohort for p in peers):
-        raise ValueError(f"secure aggregation: neighbours {peers} of {client_id!r} are not distinct other cohort members")
+    if len(set(peers)) != len(peers) or client_id in peers or any(p not in exchange.members for p in peers):
+        raise ValueError(
+            f"secure aggregation: neighbours {peers} of {client_id!r} are not distinct other cohort members"
+        )
     own = public_keys.get(client_id)
     if own is not None and own != keys.public_bytes:
         raise ValueError(f"secure aggregation: public_keys[{client_id!r}] is not the public key of the keys given")
@@ -530,6 +572,8 @@ def sum_masked(payloads: Sequence[Mapping[str, np.ndarray]]) -> Dict[str, np.nda
             raise ValueError(f"sum_masked: payloads[{index}] has names {sorted(payload)}, expected {names}")
         for n in names:
             if payload[n].shape != total[n].shape:
-                raise ValueError(f"sum_masked: payloads[{index}][{n!r}] has shape {payload[n].shape}, expected {total[n].shape}")
+                raise ValueError(
+                    f"sum_masked: payloads[{index}][{n!r}] has shape {payload[n].shape}, expected {total[n].shape}"
+                )
             total[n] += payload[n]  # wraps modulo 2^64
     return total

@@ -26,10 +26,12 @@ weights). So set ``trim`` to the fraction of clients that may be malicious.
 term is legitimately different in scale and structure, and a median or trimmed sum would be a different, biased
 statistic, not a robust estimate of the same one; under secure aggregation the server sees only the total
 anyway. What a server can check there: each client's term against what it can be (finite; a Gram term
-``Kuf_k Kfu_k`` symmetric positive semi-definite with trace ≤ ``N_k · max k(x, x)`` for a bounded kernel;
-``‖Kuf_k y_k‖`` ≤ ``N_k max k · max |y|`` when the data are standardised), the total against the same bounds
-with ``Σ_k N_k``, and each client's weight against the size it registered. Those checks bound how far one
-client can move the total; they cannot tell a plausible lie from the truth.
+``Kuf_k Kfu_k`` symmetric positive semi-definite with every entry at most ``N_k σ_f⁴`` for a kernel bounded
+by ``σ_f²``; every entry of ``Kuf_k y_k`` at most ``N_k σ_f² max |y|`` when the targets are bounded, e.g.
+standardised), the total against the same bounds with ``Σ_k N_k`` (the only check left under secure
+aggregation, where the server sees the total alone), and each client's weight against the size it
+registered. Those checks bound how far one client can move the total; they cannot tell a plausible lie from
+the truth.
 """
 
 from __future__ import annotations
@@ -96,12 +98,16 @@ class RobustAggregation:
         if isinstance(self.trim, bool) or not isinstance(self.trim, (int, float, np.integer, np.floating)):
             raise TypeError(f"RobustAggregation: trim must be a float in [0, 0.5), got {type(self.trim).__name__}")
         if not 0.0 <= float(self.trim) < 0.5:
-            raise ValueError(f"RobustAggregation: trim must be in [0, 0.5) (a fraction dropped at each end), got {self.trim}")
+            raise ValueError(
+                f"RobustAggregation: trim must be in [0, 0.5) (a fraction dropped at each end), got {self.trim}"
+            )
         object.__setattr__(self, "trim", float(self.trim))
         if self.clip_norm is not None:
             c = self.clip_norm
             if isinstance(c, bool) or not isinstance(c, (int, float, np.integer, np.floating)):
-                raise TypeError(f"RobustAggregation: clip_norm must be None or a positive float, got {type(c).__name__}")
+                raise TypeError(
+                    f"RobustAggregation: clip_norm must be None or a positive float, got {type(c).__name__}"
+                )
             if not (math.isfinite(float(c)) and float(c) > 0):
                 raise ValueError(f"RobustAggregation: clip_norm must be None or a positive finite float, got {c}")
             object.__setattr__(self, "clip_norm", float(c))
@@ -182,7 +188,9 @@ def _check_weights(weights: Sequence[float], K: int) -> np.ndarray:
     if w.shape != (K,):
         raise ValueError(f"RobustAggregation.reduce: {K} clients need {K} weights, got shape {w.shape}")
     if not np.all(np.isfinite(w)) or np.any(w < 0) or not w.sum() > 0:
-        raise ValueError(f"RobustAggregation.reduce: weights must be finite, ≥ 0 and not all 0, got {w.tolist()[:10]}")
+        raise ValueError(
+            f"RobustAggregation.reduce: weights must be finite, ≥ 0 and not all 0, got {w.tolist()[:10]}"
+        )
     return w
 
 

@@ -172,10 +172,20 @@ def test_masking_graph_survives_fewer_than_degree_removals(K, degree):
         assert connected(graph, set(e.cohort) - set(removed)), removed
 
 
-def test_masking_graph_changes_with_the_exchange_and_refuses_a_cohort_of_one():
-    graphs = {tuple(sorted(masking_graph(exchange(50, round=r), 6).items())) for r in range(5)}
-    assert len(graphs) == 5
-    assert masking_graph(exchange(10), 20) == {m: tuple(o for o in sorted(exchange(10).cohort) if o != m) for m in exchange(10).cohort}
+def test_masking_graph_changes_with_run_and_cohort_only_and_refuses_a_cohort_of_one():
+    def frozen(e):
+        return tuple(sorted(masking_graph(e, 6).items()))
+
+    runs = {frozen(exchange(50, run=bytes([r]) * 16)) for r in range(5)}
+    assert len(runs) == 5
+    same_cohort = {
+        frozen(exchange(50, round=r, phase=p, purpose=q)) for r in range(3) for p in "ab" for q in ("train", "final")
+    }
+    assert len(same_cohort) == 1  # the same cohort keeps its graph through a run
+    other_cohort = Exchange(RUN, "train", 0, "stats", exchange(50).cohort[1:] + ("x",))
+    assert frozen(exchange(50)) != frozen(other_cohort)
+    members = sorted(exchange(10).cohort)
+    assert masking_graph(exchange(10), 20) == {m: tuple(o for o in members if o != m) for m in members}
     with pytest.raises(ValueError, match="cohort of one"):
         masking_graph(exchange(1), 2)
     with pytest.raises(ValueError, match="degree"):
@@ -251,7 +261,9 @@ def masked_round(K, degree, payloads, sa=None, e=None):
 def test_masks_cancel_exactly_in_the_sum(K, degree):
     rng = np.random.default_rng(K)
     e = exchange(K)
-    payloads = {c: {"kuu": rng.normal(size=(4, 4)), "b": rng.normal(size=6), "w": np.array(rng.uniform(1, 9))} for c in e.cohort}
+    payloads = {
+        c: {"kuu": rng.normal(size=(4, 4)), "b": rng.normal(size=6), "w": np.array(rng.uniform(1, 9))} for c in e.cohort
+    }
     sa, encoded, masked = masked_round(K, degree, payloads, e=e)
     total = sum_masked(list(masked.values()))
     plain = sum_masked(list(encoded.values()))
@@ -260,7 +272,10 @@ def test_masks_cancel_exactly_in_the_sum(K, degree):
         assert total[name].shape == np.shape(payloads["client_0"][name])
         assert np.array_equal(total[name], plain[name])
         np.testing.assert_allclose(
-            sa.decode(total[name]), sum(p[name] for p in payloads.values()), rtol=0, atol=K * 2.0 ** (-sa.fractional_bits)
+            sa.decode(total[name]),
+            sum(p[name] for p in payloads.values()),
+            rtol=0,
+            atol=K * 2.0 ** (-sa.fractional_bits),
         )
     for c in e.cohort:  # and no single masked message is its encoding
         assert not any(np.array_equal(masked[c][n], encoded[c][n]) for n in ("kuu", "b"))

@@ -138,9 +138,10 @@ def test_reduce_validates_its_inputs():
     for bad in ([1.0, -1.0], [0.0, 0.0], [1.0, np.nan]):
         with pytest.raises(ValueError, match="weights"):
             robust.reduce(good, bad)
+    three = [{"x": np.zeros(1)}, {"x": np.ones(1)}, {"x": np.ones(1)}]  # only the trimmed client has weight
     with pytest.raises(ValueError, match="no client with positive weight"):
-        RobustAggregation("trimmed_mean", trim=0.34).reduce([{"x": np.zeros(1)}, {"x": np.ones(1)}, {"x": np.ones(1)}], [1, 0, 0])
+        RobustAggregation("trimmed_mean", trim=0.34).reduce(three, [1, 0, 0])
     with pytest.raises(ValueError, match="positive weight"):
-        RobustAggregation("median", trim=0.34).reduce([{"x": np.zeros(1)}, {"x": np.ones(1)}, {"x": np.ones(1)}], [1, 0, 0])
+        RobustAggregation("median", trim=0.34).reduce(three, [1, 0, 0])
     out = RobustAggregation("trimmed_mean", trim=0.0).reduce([{"x": np.zeros(1)}, {"x": np.ones(1)}], [1, 0])
     assert out["x"][0] == 0.0
