@@ -41,13 +41,14 @@ import hashlib
 import hmac
 import secrets
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import gpflow
 import numpy as np
 
 from .protection.dp import DifferentialPrivacy, PrivacyAccountant, clip_payload
-from .protection.masking import Exchange, MaskingKeys, SecureAggregation, mask
+from .protection.masking import Exchange, MaskingKeys, SecureAggregation, check_senders, mask
 from .protection.randomness import new_run_id
 from .protection.robust import RobustAggregation
 from .algorithm import Aggregate, Algorithm, reduce_messages
@@ -82,7 +83,7 @@ class ExchangeContext:
     def tag(self) -> Tuple[object, ...]:
         return (self.purpose, self.round, self.phase)
 
-    @property
+    @cached_property
     def exchange(self) -> Exchange:
         """The masking :class:`~gpflow_fed.federated.protection.Exchange` of this context."""
         return Exchange(self.run_id, self.purpose, self.round, self.phase, tuple(self.cohort))
@@ -306,13 +307,7 @@ class Aggregator:
             return replace(plain, arrays={k: np.asarray(v, dtype=dtype) for k, v in arrays.items()})
         if not self.protects(context.phase, context.aggregation):
             return reduce_messages(messages, context.aggregation)
-        senders = tuple(m.sender for m in messages)
-        if sorted(senders) != sorted(context.cohort):
-            missing = sorted(set(context.cohort) - set(senders))
-            raise ValueError(
-                f"round {context.round}, phase {context.phase!r}: messages from {senders} do not match the "
-                f"masking cohort {context.cohort} (missing {missing}); the pairwise masks would not cancel"
-            )
+        check_senders([m.sender for m in messages], context.exchange)
         plain = reduce_messages(messages, "sum")  # checks names and shapes
         if self.secure is not None:
             return self.finish(plain.arrays, context)

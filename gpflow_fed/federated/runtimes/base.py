@@ -36,21 +36,32 @@ class Runtime(abc.ABC):
         """Run every round and return the result."""
 
 
+def client_seed(seed: int, index: int, num_clients: int) -> int:
+    """Client ``index``'s seed: child ``index + 1`` of ``SeedSequence(seed).spawn(K + 1)``.
+
+    :raises ValueError: ``index`` outside ``[0, K)``.
+    """
+    if not 0 <= index < num_clients:
+        raise ValueError(f"client index {index} is outside [0, {num_clients}); number the parties 0 … K-1")
+    return int(np.random.SeedSequence(int(seed)).spawn(num_clients + 1)[index + 1].generate_state(1)[0])
+
+
+def sampling_rng(seed: int, num_clients: int) -> np.random.Generator:
+    """The server's client-sampling RNG: child 0 of ``SeedSequence(seed).spawn(K + 1)``."""
+    return np.random.default_rng(np.random.SeedSequence(int(seed)).spawn(num_clients + 1)[0])
+
+
 def make_clients(dataset: FederatedDataset, seed: int) -> Tuple[List[Client], np.random.Generator]:
     """Build ``Client("client_k")`` objects with seeds derived from ``seed``, and the server's sampling RNG.
 
-    Seeds come from ``numpy.random.SeedSequence(seed).spawn(K + 1)``: the first child drives client
-    sampling, child ``k + 1`` is client k's, so the same seed gives the same run on every runtime.
+    Seeds come from ``numpy.random.SeedSequence(seed).spawn(K + 1)`` (:func:`client_seed`,
+    :func:`sampling_rng`), so the same seed gives the same run on every runtime (a Flower party derives its own).
     """
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
-    children = np.random.SeedSequence(int(seed)).spawn(dataset.num_clients + 1)
-    sampling_rng = np.random.default_rng(children[0])
-    clients = [
-        Client(f"client_{k}", data, int(children[k + 1].generate_state(1)[0]))
-        for k, data in enumerate(dataset.clients)
-    ]
-    return clients, sampling_rng
+    K = dataset.num_clients
+    clients = [Client(f"client_{k}", data, client_seed(seed, k, K)) for k, data in enumerate(dataset.clients)]
+    return clients, sampling_rng(seed, K)
 
 
 def evaluate_model(model: gpflow.models.GPModel, test: Tuple[np.ndarray, np.ndarray]) -> Dict[str, float]:

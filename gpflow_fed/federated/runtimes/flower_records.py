@@ -21,6 +21,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
 from ..algorithm import Algorithm, FederationInfo
 from ..factories import load_factory
+from .base import client_seed, sampling_rng
 from ..messages import Message
 
 __all__ = [
@@ -109,24 +110,6 @@ def config_to_info(config: ConfigRecord) -> FederationInfo:
         output_dim=int(config["output_dim"]),  # type: ignore[arg-type]
         seed=int(config["seed"]),  # type: ignore[arg-type]
     )
-
-
-def client_seed(seed: int, index: int, num_clients: int) -> int:
-    """Client ``index``'s seed, exactly as :func:`~gpflow_fed.federated.runtimes.make_clients` derives it.
-
-    ``SeedSequence(seed).spawn(K + 1)``: child 0 is the server's sampling RNG, child ``k + 1`` client k's.
-
-    :raises ValueError: ``index`` outside ``[0, K)``.
-    """
-    if not 0 <= index < num_clients:
-        raise ValueError(f"client index {index} is outside [0, {num_clients}); number the parties 0 … K-1")
-    child = np.random.SeedSequence(int(seed)).spawn(num_clients + 1)[index + 1]
-    return int(child.generate_state(1)[0])
-
-
-def sampling_rng(seed: int, num_clients: int) -> np.random.Generator:
-    """The server's client-sampling RNG, as :func:`~gpflow_fed.federated.runtimes.make_clients` makes it."""
-    return np.random.default_rng(np.random.SeedSequence(int(seed)).spawn(num_clients + 1)[0])
 
 
 def build_algorithm(spec: str, run_config: Mapping[str, Any]) -> Algorithm:
