@@ -61,7 +61,8 @@ POINTER = "checkpoint.json"
 MANIFEST = "manifest.json"
 CLIENTS = "clients"
 _ROUND = re.compile(r"round-\d+")
-_CLASS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+_DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
+_CLASS_NAME = re.compile(f"{_DOTTED}:{_DOTTED}")
 
 
 def is_trackable(obj: Any) -> bool:
@@ -299,7 +300,8 @@ def verify_manifest(path: str) -> None:
             raise ValueError(f"checkpoint {path}: {name} has {actual} bytes but {MANIFEST} records {size} "
                              "(truncated or altered)")
         if not hmac.compare_digest(_sha256(present[name]), sha):
-            raise ValueError(f"checkpoint {path}: {name} does not match its SHA-256 in {MANIFEST} (corrupted or altered)")
+            raise ValueError(f"checkpoint {path}: {name} does not match its SHA-256 in {MANIFEST} "
+                             "(corrupted or altered)")
 
 
 def _client_file(cid: str) -> str:
@@ -482,8 +484,8 @@ def restore_clients(record: Mapping[str, Any], arrays: Mapping[str, np.ndarray],
 def restore_objects(path: str, algorithm: Any, clients: Mapping[str, Any], ready: List[str]) -> None:
     """Restore the algorithm's and the set-up clients' TensorFlow objects (they must exist already)."""
     try:
-        status = tf.train.Checkpoint(**tracked_objects(algorithm, clients, ready)).read(os.path.join(path, "tf", "objects"))
-        status.assert_existing_objects_matched()
+        objects = tf.train.Checkpoint(**tracked_objects(algorithm, clients, ready))
+        objects.read(os.path.join(path, "tf", "objects")).assert_existing_objects_matched()
     except (tf.errors.OpError, AssertionError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ValueError(f"checkpoint {path}: tf/objects cannot be restored ({first})") from None

@@ -26,7 +26,8 @@ def _reconstruct(stats, Z: np.ndarray) -> "tuple[np.ndarray, float]":
     c_times_y = stats.kuf_y.numpy()[:, 0]
     y = y if np.sum(c_times_y) > 0 else -y
     log_c = np.log(c_times_y / y)
-    A = (Z[1:] - Z[0]) / LENGTHSCALE ** 2  # (log c_m − log c_1) = [(‖z_1‖² − ‖z_m‖²)/2 + (z_m − z_1)·x]/ℓ²
+    # log c_m − log c_1 = [(‖z_1‖² − ‖z_m‖²)/2 + (z_m − z_1)·x] / ℓ²
+    A = (Z[1:] - Z[0]) / LENGTHSCALE ** 2
     b = (log_c[1:] - log_c[0]) - (np.sum(Z[0] ** 2) - np.sum(Z[1:] ** 2, axis=1)) / (2 * LENGTHSCALE ** 2)
     x, *_ = np.linalg.lstsq(A, b, rcond=None)
     return x, y

@@ -206,8 +206,8 @@ class FSGP(Algorithm):
 
         A client with ``N_k = 1`` is refused: its statistics ``(c cᵀ, c y, y², k(x, x), 1)`` with
         ``c = k(Z, x)`` give ``|y| = √(y²)``, its sign from ``c y``, then ``c`` and (for a stationary kernel)
-        ``x`` from ``k(Z, x)`` — the rotation ambiguity of Theorem 1 (Guo et al., FSGP paper) needs
-        ``N_k > 1``.
+        ``x`` from ``k(Z, x)`` — the rotation ambiguity of Theorem 1 (Guo et al.,
+        doi:10.1007/978-3-031-13832-4_23) needs ``N_k > 1``.
         """
         single = [k for k, n in enumerate(dataset.client_sizes) if int(n) < 2]
         if single:
