@@ -43,7 +43,7 @@ import re
 import secrets
 import shutil
 import sys
-from typing import Any, Collection, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -299,7 +299,7 @@ def verify_manifest(path: str) -> None:
         if actual != size:
             raise ValueError(f"checkpoint {path}: {name} has {actual} bytes but {MANIFEST} records {size} "
                              "(truncated or altered)")
-        if not hmac.compare_digest(_sha256(present[name]), sha):
+        if not hmac.compare_digest(_sha256(present[name]).encode(), sha.encode()):
             raise ValueError(f"checkpoint {path}: {name} does not match its SHA-256 in {MANIFEST} "
                              "(corrupted or altered)")
 
@@ -340,7 +340,7 @@ def check_client_data(path: str, clients: Mapping[str, Any]) -> None:
             raise ValueError(f"checkpoint {path} was written with other data: client {cid} had {size} rows, now "
                              f"{client.num_data}; use a fresh checkpoint_dir or resume=False")
         X, Y = client.data
-        if not hmac.compare_digest(str(digest), data_digest(key, X, Y)):
+        if not hmac.compare_digest(str(digest).encode(), data_digest(key, X, Y).encode()):
             raise ValueError(f"checkpoint {path} was written with other data: client {cid}'s {size} rows have "
                              "other values now; use a fresh checkpoint_dir or resume=False")
 
@@ -412,8 +412,8 @@ def _check_meta(path: str, saved: Any, meta: Mapping[str, Any]) -> None:
             if differences:
                 listed = "; ".join(f"{k}: {a} in the checkpoint, {b} now" for k, a, b in differences[:5])
                 more = f" (and {len(differences) - 5} more)" if len(differences) > 5 else ""
-                raise ValueError(f"checkpoint {path} was written by an algorithm with other settings: {listed}{more}; "
-                                 "use a fresh checkpoint_dir or resume=False")
+                raise ValueError(f"checkpoint {path} was written by an algorithm with other settings: {listed}"
+                                 f"{more}; use a fresh checkpoint_dir or resume=False")
         elif saved.get(key) != value:
             raise ValueError(
                 f"checkpoint {path} was written by a different run: {key} = {saved.get(key)!r}, this run has "

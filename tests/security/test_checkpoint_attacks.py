@@ -189,3 +189,41 @@ def test_fsgp_resume_with_another_learning_rate_or_kernel_is_refused(tmp_path):
     with pytest.raises(ValueError, match=r"kernel\.lengthscales: array"):
         run(fsgp(lengthscale=2.0), data, runtime=resume, seed=0)
     run(fsgp(), data, runtime=resume, seed=0)  # the same settings resume
+
+
+def _rewrite_file(path, name, text):
+    with open(os.path.join(path, name), "w") as f:
+        f.write(text)
+    os.remove(os.path.join(path, MANIFEST))
+    _write_manifest(path)
+
+
+def test_client_parts_rewritten_with_a_consistent_manifest(tmp_path):
+    directory, path = _checkpointed(tmp_path)
+    part0 = open(os.path.join(path, "clients", "client_0.json")).read()
+    part1 = open(os.path.join(path, "clients", "client_1.json")).read()
+    _rewrite_file(path, "clients/client_0.json", part1)  # another client's part
+    with pytest.raises(ValueError, match=r"clients/client_0.json belongs to client 'client_1', not 'client_0'"):
+        _resume(directory)
+    forged = json.loads(part0)
+    forged["digest"] = "é" * 64  # not even hex
+    _rewrite_file(path, "clients/client_0.json", json.dumps(forged))
+    with pytest.raises(ValueError, match=r"client client_0's 6 rows have other values"):
+        _resume(directory)
+    _rewrite_file(path, "clients/client_0.json", "[]")
+    with pytest.raises(ValueError, match=r"clients/client_0.json is malformed"):
+        _resume(directory)
+    _rewrite_file(path, "clients/client_0.json", part0)
+    _resume(directory)
+
+
+def test_a_forged_manifest_entry_is_a_value_error(tmp_path):
+    directory, path = _checkpointed(tmp_path)
+    manifest = json.load(open(os.path.join(path, MANIFEST)))
+    manifest["files"]["run.json"]["sha256"] = "é" * 64
+    json.dump(manifest, open(os.path.join(path, MANIFEST), "w"))
+    with pytest.raises(ValueError, match=r"run.json does not match its SHA-256"):
+        _resume(directory)
+    json.dump({"files": {"run.json": 3}}, open(os.path.join(path, MANIFEST), "w"))
+    with pytest.raises(ValueError, match=r"manifest.json is malformed"):
+        _resume(directory)
