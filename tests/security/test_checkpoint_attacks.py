@@ -227,3 +227,11 @@ def test_a_forged_manifest_entry_is_a_value_error(tmp_path):
     json.dump({"files": {"run.json": 3}}, open(os.path.join(path, MANIFEST), "w"))
     with pytest.raises(ValueError, match=r"manifest.json is malformed"):
         _resume(directory)
+
+
+def test_a_subclass_setting_is_fingerprinted_without_declaring_it(tmp_path):
+    """FederatedMean adds its own constructor setting (fail_client); the fingerprint covers it for free."""
+    directory, _ = _checkpointed(tmp_path)
+    resume = LocalRuntime(checkpoint_dir=directory, resume=True)
+    with pytest.raises(ValueError, match=r"fail_client: str:'' in the checkpoint, str:'nobody' now"):
+        run(FederatedMean(2, fail_client="nobody"), _data(), runtime=resume, seed=1)
