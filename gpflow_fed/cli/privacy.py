@@ -71,12 +71,14 @@ def _read_csv(path: Path, x_columns: "str | None", y_column: "str | None") -> "t
     if not path.is_file():
         raise ValueError(f"CSV file {path} not found")
     with open(path, newline="") as fh:
-        rows = [r for r in csv.reader(fh) if any(c.strip() for c in r)]
-    if not rows:
+        reader = csv.reader(fh)
+        numbered = [(reader.line_num, r) for r in reader if any(c.strip() for c in r)]
+    if not numbered:
         raise ValueError(f"{path} is empty")
-    has_header = not all(_is_number(c) for c in rows[0])
-    header = [h.strip() for h in rows[0]] if has_header else [str(j + 1) for j in range(len(rows[0]))]
-    data = rows[1:] if has_header else rows
+    first_row = numbered[0][1]
+    has_header = not all(_is_number(c) for c in first_row)
+    header = [h.strip() for h in first_row] if has_header else [str(j + 1) for j in range(len(first_row))]
+    data = numbered[1:] if has_header else numbered
     if len(data) < 2:
         raise ValueError(f"{path} needs at least 2 data rows, got {len(data)}")
     y_name = y_column or header[-1]
@@ -87,20 +89,37 @@ def _read_csv(path: Path, x_columns: "str | None", y_column: "str | None") -> "t
                              f"{'' if has_header else '; no header row, so columns are numbered from 1'})")
     index = [header.index(n) for n in x_names + [y_name]]
     table = np.empty((len(data), len(index)))
-    first = 2 if has_header else 1
-    for i, row in enumerate(data):
+    for i, (line, row) in enumerate(data):
         if len(row) != len(header):
-            raise ValueError(f"{path}, line {i + first}: {len(row)} cells, expected {len(header)}")
+            raise ValueError(f"{path}, line {line}: {len(row)} cells, expected {len(header)}")
         for j, col in enumerate(index):
             try:
                 table[i, j] = float(row[col])
             except ValueError:
-                raise ValueError(f"{path}, line {i + first}, column {header[col]!r}: {row[col]!r} is not a "
+                raise ValueError(f"{path}, line {line}, column {header[col]!r}: {row[col]!r} is not a "
                                  "number") from None
             if not np.isfinite(table[i, j]):
-                raise ValueError(f"{path}, line {i + first}, column {header[col]!r}: {row[col]!r} is not finite; "
+                raise ValueError(f"{path}, line {line}, column {header[col]!r}: {row[col]!r} is not finite; "
                                  "remove or impute the row")
     return table[:, :-1], table[:, -1:], x_names + [y_name]
+
+
+OUTPUTS = ("released.csv", "model.npz", "privacy.png")
+
+
+def _check_out(out: Path) -> None:
+    """``--out`` must be a directory (or absent) without a previous release in it.
+
+    A second release of the same data with fresh noise would let anyone average the two and halve the noise
+    variance, so an existing release is never overwritten.
+    """
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} exists and is not a directory; name a directory")
+    previous = [name for name in OUTPUTS if (out / name).exists()]
+    if previous:
+        raise ValueError(f"--out {out} already holds a release ({', '.join(previous)}); a second release of the same "
+                         "data with fresh noise can be averaged with the first, so choose a new directory (or delete "
+                         "the old release if it was never published)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -108,8 +127,6 @@ def run(args: argparse.Namespace) -> int:
     from ..models.privacy_aware_gpr import release
     from ..privacy import ProportionalKernel, RegionUnion, Interval
 
-    if args.out.exists() and not args.out.is_dir():
-        raise ValueError(f"--out {args.out} exists and is not a directory; name a directory")
     X, Y, names = _read_csv(args.csv, args.x_columns, args.y_column)
     if (args.tolerance is None) == (args.alpha is None):
         raise ValueError("give exactly one of --tolerance (a variance) or --alpha (H = αK)")
@@ -124,6 +141,7 @@ def run(args: argparse.Namespace) -> int:
         S = sensitive.discretise(args.density)
     else:
         sensitive = S = np.asarray(args.sensitive, dtype=float)[:, None]
+    _check_out(args.out)
     kernel = gpflow.kernels.SquaredExponential(lengthscales=float(np.std(X)) or 1.0)
     tolerance = ProportionalKernel(kernel, args.alpha) if args.alpha is not None else args.tolerance
     result = release((X, Y), sensitive, tolerance, kernel=kernel, method=args.method,

@@ -75,6 +75,27 @@ def test_privacy_cli_bad_cell_is_one_line_and_exit_2(tmp_path, capsys, cell, pro
     assert not (tmp_path / "o").exists()
 
 
+def test_privacy_cli_line_numbers_count_blank_lines(tmp_path, capsys):
+    path = tmp_path / "blank.csv"
+    path.write_text("t,y\n0,1\n\n0.5,2\n1,inf\n")
+    assert main(["privacy", str(path), "--sensitive", "0.5", "--alpha", "0.5", "--out", str(tmp_path / "o")]) == 2
+    assert "line 5, column 'y': 'inf' is not finite" in capsys.readouterr().err
+
+
+def test_privacy_cli_never_overwrites_a_release(tmp_path, capsys):
+    x = np.linspace(0, 1, 10)
+    path = _write(tmp_path / "d.csv", [["t", "y"], *[[a, b] for a, b in zip(x, np.sin(6 * x))]])
+    out = tmp_path / "out"
+    argv = ["privacy", str(path), "--sensitive", "0.5", "--alpha", "0.5", "--noise-variance", "1e-4", "--out", str(out)]
+    assert main(argv) == 0
+    first = (out / "released.csv").read_bytes()
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "already holds a release (released.csv, model.npz, privacy.png)" in err
+    assert (out / "released.csv").read_bytes() == first
+
+
 def test_privacy_cli_ragged_row_and_existing_out_file(tmp_path, capsys):
     x = np.linspace(0, 1, 6)
     good = _write(tmp_path / "good.csv", [["t", "y"], *[[a, b] for a, b in zip(x, np.sin(x))]])
