@@ -317,6 +317,8 @@ def release(
         S = region.discretise(density)
     else:
         X, S = _inputs(data[0], sensitive)
+    if np.iscomplexobj(data[1]):
+        raise TypeError("Y is complex; pass real outputs (casting would drop the imaginary part)")
     Y = np.asarray(data[1], dtype=gpflow.default_float())
     if Y.ndim == 1:
         Y = Y[:, None]

@@ -191,6 +191,8 @@ def obfuscate(Y: np.ndarray, Sigma: Covariance, *, insecure_noise_seed: Optional
     :raises ValueError: shape mismatch, or Σ not square / not PSD / not finite.
     :raises TypeError: a positional third argument (the former ``seed``) or a non-int ``insecure_noise_seed``.
     """
+    if np.iscomplexobj(Y):
+        raise TypeError("Y is complex; pass real outputs (casting would drop the imaginary part)")
     Ya = np.asarray(Y, dtype=gpflow.default_float())
     if Ya.ndim not in (1, 2) or not np.all(np.isfinite(Ya)):
         raise ValueError(f"Y must be a finite [N] or [N, P] array, got shape {Ya.shape}")
