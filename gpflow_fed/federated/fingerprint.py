@@ -26,8 +26,8 @@ _MAX_DEPTH = 8
 
 
 def _array(value: Any) -> str:
-    a = np.ascontiguousarray(value)
-    return f"array{list(a.shape)}:{a.dtype.str}:{hashlib.sha256(a.tobytes()).hexdigest()}"
+    a = np.asarray(value)
+    return f"array{list(a.shape)}:{a.dtype.str}:{hashlib.sha256(a.tobytes(order='C')).hexdigest()}"
 
 
 def _name(obj: Any) -> str:
@@ -38,7 +38,11 @@ def _module(path: str, obj: Any, out: Dict[str, str]) -> None:
     import gpflow
 
     out[path] = f"module:{_name(type(obj))}"
-    for name, variable in sorted(gpflow.utilities.parameter_dict(obj).items()):
+    try:
+        parameters = gpflow.utilities.parameter_dict(obj)
+    except Exception:  # noqa: BLE001 - a module whose variables cannot be listed is described by its type
+        return
+    for name, variable in sorted(parameters.items()):
         out[f"{path}{name}"] = f"{_array(variable.numpy())}:trainable={bool(variable.trainable)}"
 
 
@@ -104,7 +108,7 @@ def settings_differences(saved: Mapping[str, str], current: Mapping[str, str]) -
 def data_digest(key: bytes, X: np.ndarray, Y: np.ndarray) -> str:
     """HMAC-SHA256 under ``key`` of a client's ``(X_k, Y_k)`` (shapes, dtypes and bytes), as hex."""
     mac = hmac.new(key, digestmod=hashlib.sha256)
-    for a in (np.ascontiguousarray(X), np.ascontiguousarray(Y)):
+    for a in (np.asarray(X), np.asarray(Y)):
         mac.update(f"{list(a.shape)}:{a.dtype.str};".encode())
-        mac.update(a.tobytes())
+        mac.update(a.tobytes(order="C"))
     return mac.hexdigest()
