@@ -32,8 +32,8 @@ from ...privacy.dp import PrivacyAccountant
 from ..algorithm import Aggregate, Algorithm, FederationInfo
 from ..checkpoint import (latest_checkpoint, load_checkpoint, restore_clients, restore_objects, save_checkpoint,
                           state_classes)
-from ..fingerprint import describe_settings
 from ..client import Client
+from ..fingerprint import describe_settings
 from ..ledger import Channel, CommunicationLedger
 from ..messages import Message
 from ..result import FederatedResult
