@@ -159,3 +159,23 @@ def test_format_table() -> None:
         "| FSGP (fedavg) | 0.1235 | -0.5000 | 1.23 | 1,234,567 |",
         "| local | 1.0000 | 2.0000 | 0.50 | 0 |",
     ]
+
+
+def test_missing_or_unreadable_files_are_one_line_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    missing = tmp_path / "missing.npz"
+    assert main(["recycle", "ensemble", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("gpflow-fed recycle: error:") and "missing.npz" in err
+    assert "Traceback" not in err
+    assert main(["recycle", "ensemble", str(tmp_path)]) == 2  # a directory, not a file
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("gpflow-fed recycle: error:")
+
+
+def test_user_error_message_is_one_line() -> None:
+    from gpflow_fed.cli import user_error_message
+
+    assert user_error_message(FileNotFoundError(2, "No such file or directory", "a.npz")) == \
+        "No such file or directory: a.npz"
+    assert user_error_message(ValueError("first line\n  second line")) == "first line second line"
+    assert user_error_message(ValueError()) == "ValueError"

@@ -59,6 +59,14 @@ def test_non_numeric_and_non_pairs_raise_type_error():
         FederatedDataset(clients=[np.zeros((2, 2))])
 
 
+def test_complex_data_is_rejected_not_cast():
+    X, Y = _pair(4)
+    with pytest.raises(TypeError, match=r"client 0.*X is complex \(complex128\)"):
+        FederatedDataset(clients=[(X + 1j, Y)])
+    with pytest.raises(TypeError, match="Y is complex"):
+        FederatedDataset(clients=[(X, Y)], test=(X, Y.astype(np.complex64)))
+
+
 def test_test_set_is_validated():
     with pytest.raises(ValueError, match="test set has input dimension 3"):
         FederatedDataset(clients=[_pair(3)], test=_pair(2, d=3))

@@ -34,9 +34,23 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
-    except (ValueError, TypeError) as exc:
-        print(f"gpflow-fed {args.command}: error: {exc}", file=sys.stderr)
+    except USER_ERRORS as exc:
+        print(f"gpflow-fed {args.command}: error: {user_error_message(exc)}", file=sys.stderr)
         return 2
+
+
+#: What a subcommand raises for bad user input (arguments, missing/unreadable/existing files, malformed content):
+#: ``main`` turns each into one line on stderr and exit status 2 instead of a traceback.
+USER_ERRORS = (ValueError, TypeError, OSError)
+
+
+def user_error_message(exc: BaseException) -> str:
+    """One line for ``exc``: an ``OSError`` as ``<reason>: <file>``, anything else as its message, newlines folded."""
+    if isinstance(exc, OSError) and exc.strerror:
+        text = f"{exc.strerror}: {exc.filename}" if exc.filename is not None else exc.strerror
+    else:
+        text = str(exc) or type(exc).__name__
+    return " ".join(text.split())
 
 
 if __name__ == "__main__":  # pragma: no cover

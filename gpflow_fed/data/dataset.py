@@ -16,7 +16,7 @@ RegressionArrays = Tuple[np.ndarray, np.ndarray]
 def validate_regression_data(X: object, Y: object, what: str) -> RegressionArrays:
     """Check one ``(X, Y)`` pair and return it as 2-D arrays of ``gpflow.default_float()``.
 
-    :raises TypeError: if X or Y is not numeric.
+    :raises TypeError: if X or Y is not numeric or is complex.
     :raises ValueError: wrong rank, mismatched rows, no rows, or NaN/inf values; the message names ``what``.
     """
     arrays = []
@@ -27,6 +27,9 @@ def validate_regression_data(X: object, Y: object, what: str) -> RegressionArray
             raise TypeError(f"{what}: {name} cannot be converted to an array ({exc})") from exc
         if not (np.issubdtype(array.dtype, np.number) or array.dtype == bool):
             raise TypeError(f"{what}: {name} must be numeric, got dtype {array.dtype}")
+        if np.iscomplexobj(array):
+            raise TypeError(f"{what}: {name} is complex ({array.dtype}); casting would drop the imaginary part — "
+                            "pass real values (e.g. stack .real and .imag as separate columns)")
         if name == "Y" and array.ndim == 1:
             array = array[:, None]
         if array.ndim != 2:

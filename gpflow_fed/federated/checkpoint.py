@@ -15,27 +15,54 @@ A checkpoint after round r holds
 Checkpoints are written to ``<dir>/round-<r>/`` and become visible atomically: ``<dir>/checkpoint.json``
 names the latest complete one and is replaced only after it is fully written. Masks and DP noise are
 derived from (seed, exchange), so a resumed run draws the same ones as an uninterrupted run.
+
+A checkpoint's files are not trusted on load (threat model: someone who can write to the directory):
+
+* ``manifest.json`` lists the SHA-256 and size of every file; a missing, extra, truncated or altered file,
+  or a symbolic link, raises ``ValueError`` naming the file, before anything is parsed;
+* ``checkpoint.json``'s ``"latest"`` must be ``round-<r>`` and resolve inside the directory;
+* a state class is instantiated only if it is allowed (:func:`decode_tree`): a dataclass defined in an
+  already-imported ``gpflow_fed`` module, or a class of the algorithm's own initial state; no module is ever
+  imported from a name in a file;
+* ``meta["settings"]`` (:func:`~gpflow_fed.federated.fingerprint.describe_settings`) must equal the running
+  algorithm's, and each client's part (``clients/<id>.json``: its size and a keyed digest of its data, with
+  the key it drew from the OS) must match the client's current data; the ``ValueError`` names what differs.
+
+The manifest detects corruption and tampering with single files; it is not a signature (someone who rewrites
+every file and the manifest consistently can change values, but still cannot make the loader import code).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib
+import hashlib
+import hmac
 import json
 import os
 import re
+import secrets
 import shutil
+import sys
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
 from gpflow.keras import tf_keras
 
+from .fingerprint import data_digest, settings_differences
 from .ledger import LedgerEntry
 
-__all__ = ["decode_tree", "encode_tree", "is_trackable", "latest_checkpoint", "load_checkpoint", "save_checkpoint"]
+__all__ = [
+    "check_client_data", "decode_tree", "encode_tree", "is_trackable", "latest_checkpoint", "load_checkpoint",
+    "save_checkpoint", "state_classes", "verify_manifest",
+]
 
 POINTER = "checkpoint.json"
+MANIFEST = "manifest.json"
+CLIENTS = "clients"
+_ROUND = re.compile(r"round-\d+")
+_DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
+_CLASS_NAME = re.compile(f"{_DOTTED}:{_DOTTED}")
 
 
 def is_trackable(obj: Any) -> bool:
@@ -73,28 +100,87 @@ def encode_tree(obj: Any, arrays: Dict[str, np.ndarray]) -> Any:
     )
 
 
-def decode_tree(node: Any, arrays: Mapping[str, np.ndarray]) -> Any:
-    """The inverse of :func:`encode_tree`."""
+def _class_name(cls: type) -> str:
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def state_classes(tree: Any) -> Dict[str, type]:
+    """The dataclasses that occur in ``tree`` (e.g. an algorithm's initial state), by ``module:qualname``."""
+    found: Dict[str, type] = {}
+    if dataclasses.is_dataclass(tree) and not isinstance(tree, type):
+        found[_class_name(type(tree))] = type(tree)
+        for f in dataclasses.fields(tree):
+            found.update(state_classes(getattr(tree, f.name)))
+    elif isinstance(tree, Mapping):
+        for v in tree.values():
+            found.update(state_classes(v))
+    elif isinstance(tree, (list, tuple)):
+        for v in tree:
+            found.update(state_classes(v))
+    return found
+
+
+def _allowed_class(name: Any, allowed: Mapping[str, type]) -> type:
+    """The class a checkpoint names, if allowed; never imports anything.
+
+    Allowed: the classes in ``allowed``, and dataclasses defined (not merely re-exported) in a ``gpflow_fed``
+    module that is already imported.
+    """
+    if not isinstance(name, str) or not _CLASS_NAME.fullmatch(name):
+        raise ValueError(f"checkpoint: {name!r} is not a class name of the form module:qualname")
+    if name in allowed:
+        return allowed[name]
+    module_name, qualname = name.split(":")
+    refusal = (f"checkpoint: the state names class {name!r}, which is not an allowed state class (only "
+               "dataclasses of gpflow_fed and of the algorithm's own state are); the file was altered or "
+               "written by another program")
+    if module_name != "gpflow_fed" and not module_name.startswith("gpflow_fed."):
+        raise ValueError(refusal)
+    obj: Any = sys.modules.get(module_name)
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+    if not (isinstance(obj, type) and dataclasses.is_dataclass(obj) and _class_name(obj) == name):
+        raise ValueError(refusal)
+    return obj
+
+
+def decode_tree(node: Any, arrays: Mapping[str, np.ndarray], allowed: Optional[Mapping[str, type]] = None) -> Any:
+    """The inverse of :func:`encode_tree`.
+
+    :param allowed: extra dataclasses that may be instantiated, by ``module:qualname`` (see
+        :func:`state_classes`); ``gpflow_fed``'s own dataclasses always may.
+    :raises ValueError: a malformed node, a missing array or a class that is not allowed (nothing is
+        imported or instantiated for it).
+    """
+    allowed = {} if allowed is None else allowed
+    if not isinstance(node, Mapping) or "t" not in node:
+        raise ValueError(f"checkpoint: malformed state node {str(node)[:80]!r}")
     kind = node["t"]
-    if kind == "value":
-        return node["v"]
-    if kind == "array":
-        return np.array(arrays[node["k"]])
-    if kind == "scalar":
-        return np.array(arrays[node["k"]])[()]
-    if kind == "dict":
-        return {k: decode_tree(v, arrays) for k, v in node["items"]}
-    if kind in ("list", "tuple"):
-        items = [decode_tree(v, arrays) for v in node["items"]]
-        return items if kind == "list" else tuple(items)
-    if kind == "dataclass":
-        module, qualname = node["cls"].split(":")
-        cls: Any = importlib.import_module(module)
-        for part in qualname.split("."):
-            cls = getattr(cls, part)
-        if not dataclasses.is_dataclass(cls):
-            raise TypeError(f"checkpoint: {node['cls']} is not a dataclass")
-        return cls(**{k: decode_tree(v, arrays) for k, v in node["fields"].items()})
+    try:
+        if kind == "value":
+            value = node["v"]
+            if not (value is None or isinstance(value, (bool, int, float, str))):
+                raise ValueError(f"checkpoint: a plain value must be a number, string or null, got {value!r}")
+            return value
+        if kind in ("array", "scalar"):
+            if node["k"] not in arrays:
+                raise ValueError(f"checkpoint: array {node['k']!r} is missing from arrays.npz")
+            array = np.array(arrays[node["k"]])
+            return array[()] if kind == "scalar" else array
+        if kind == "dict":
+            return {str(k): decode_tree(v, arrays, allowed) for k, v in node["items"]}
+        if kind in ("list", "tuple"):
+            items = [decode_tree(v, arrays, allowed) for v in node["items"]]
+            return items if kind == "list" else tuple(items)
+        if kind == "dataclass":
+            cls = _allowed_class(node["cls"], allowed)
+            names = {f.name for f in dataclasses.fields(cls) if f.init}
+            fields = node["fields"]
+            if not isinstance(fields, Mapping) or set(fields) - names:
+                raise ValueError(f"checkpoint: fields {sorted(set(fields) - names)} do not belong to {node['cls']}")
+            return cls(**{k: decode_tree(v, arrays, allowed) for k, v in fields.items()})
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"checkpoint: malformed {kind!r} node ({type(exc).__name__}: {exc})") from None
     raise ValueError(f"checkpoint: unknown node kind {kind!r}")
 
 
@@ -128,13 +214,135 @@ def tracked_objects(algorithm: Any, clients: Mapping[str, Any], ready: List[str]
     return objects
 
 
+def _inside(directory: str, path: str) -> bool:
+    root = os.path.realpath(directory)
+    return os.path.commonpath([root, os.path.realpath(path)]) == root
+
+
 def latest_checkpoint(directory: str) -> Optional[str]:
-    """The path of the latest complete checkpoint in ``directory``, or None."""
+    """The path of the latest complete checkpoint in ``directory``, or None.
+
+    :raises ValueError: ``checkpoint.json`` is unreadable, or names anything but a ``round-<r>`` folder
+        inside ``directory``.
+    """
     pointer = os.path.join(directory, POINTER)
-    if not os.path.exists(pointer):
+    if not os.path.lexists(pointer):
         return None
-    with open(pointer) as f:
-        return os.path.join(directory, json.load(f)["latest"])
+    try:
+        with open(pointer) as f:
+            latest = json.load(f)["latest"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"checkpoint: {pointer} is unreadable or malformed ({type(exc).__name__}: {exc})") from None
+    if not isinstance(latest, str) or not _ROUND.fullmatch(latest):
+        raise ValueError(f"checkpoint: {pointer} names {latest!r}, not a round-<r> folder of {directory}")
+    path = os.path.join(directory, latest)
+    if os.path.islink(path) or not _inside(directory, path):
+        raise ValueError(f"checkpoint: {pointer} names {latest!r}, which leads outside {directory}")
+    if not os.path.isdir(path):
+        raise ValueError(f"checkpoint: {pointer} names {latest!r}, which is missing from {directory}")
+    return path
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _files(path: str) -> Dict[str, str]:
+    """``{relative name: absolute path}`` of every file under ``path``; a symbolic link raises ValueError."""
+    found = {}
+    for root, dirs, files in os.walk(path):
+        for name in dirs + files:
+            full = os.path.join(root, name)
+            if os.path.islink(full):
+                raise ValueError(f"checkpoint {path}: {os.path.relpath(full, path)} is a symbolic link; checkpoints "
+                                 "hold plain files only")
+        for name in files:
+            full = os.path.join(root, name)
+            found[os.path.relpath(full, path).replace(os.sep, "/")] = full
+    return found
+
+
+def _write_manifest(path: str) -> None:
+    files = {name: {"sha256": _sha256(full), "size": os.path.getsize(full)}
+             for name, full in sorted(_files(path).items()) if name != MANIFEST}
+    with open(os.path.join(path, MANIFEST), "w") as f:
+        json.dump({"format": 1, "files": files}, f, indent=0, sort_keys=True)
+
+
+def verify_manifest(path: str) -> None:
+    """Check every file of the checkpoint at ``path`` against its ``manifest.json``.
+
+    :raises ValueError: naming the file: manifest missing or malformed, a file missing, not listed, of
+        another size (truncated) or with another SHA-256 (altered), or a symbolic link.
+    """
+    manifest_path = os.path.join(path, MANIFEST)
+    if not os.path.isfile(manifest_path):
+        raise ValueError(f"checkpoint {path}: {MANIFEST} is missing (an incomplete checkpoint, or one written by "
+                         "an older version); use a fresh checkpoint_dir")
+    try:
+        with open(manifest_path) as f:
+            listed = json.load(f)["files"]
+        listed = {str(k): (str(v["sha256"]), int(v["size"])) for k, v in listed.items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"checkpoint {path}: {MANIFEST} is malformed ({type(exc).__name__}: {exc})") from None
+    present = {k: v for k, v in _files(path).items() if k != MANIFEST}
+    for name in sorted(set(listed) - set(present)):
+        raise ValueError(f"checkpoint {path}: {name} is listed in {MANIFEST} but missing")
+    for name in sorted(set(present) - set(listed)):
+        raise ValueError(f"checkpoint {path}: {name} is not listed in {MANIFEST} (added after the checkpoint)")
+    for name, (sha, size) in sorted(listed.items()):
+        actual = os.path.getsize(present[name])
+        if actual != size:
+            raise ValueError(f"checkpoint {path}: {name} has {actual} bytes but {MANIFEST} records {size} "
+                             "(truncated or altered)")
+        if not hmac.compare_digest(_sha256(present[name]).encode(), sha.encode()):
+            raise ValueError(f"checkpoint {path}: {name} does not match its SHA-256 in {MANIFEST} "
+                             "(corrupted or altered)")
+
+
+def _client_file(cid: str) -> str:
+    return f"{CLIENTS}/{_object_name(cid)}.json"
+
+
+def _write_client_parts(path: str, clients: Mapping[str, Any]) -> None:
+    """Each client's own part: its size and a digest of its data under a key it draws from the OS."""
+    os.makedirs(os.path.join(path, CLIENTS))
+    for cid, client in clients.items():
+        key = secrets.token_bytes(32)
+        X, Y = client.data
+        part = {"id": cid, "num_data": int(client.num_data), "key": key.hex(), "digest": data_digest(key, X, Y)}
+        with open(os.path.join(path, _client_file(cid)), "w") as f:
+            json.dump(part, f)
+
+
+def check_client_data(path: str, clients: Mapping[str, Any]) -> None:
+    """Each client checks its current data against its part of the checkpoint (run on the client's side).
+
+    :raises ValueError: a client's part is missing or malformed, or its data differ (size or values).
+    """
+    for cid, client in clients.items():
+        name = _client_file(cid)
+        try:
+            with open(os.path.join(path, name)) as f:
+                part = json.load(f)
+            saved_id, size, key, digest = part["id"], int(part["num_data"]), bytes.fromhex(part["key"]), part["digest"]
+        except FileNotFoundError:
+            raise ValueError(f"checkpoint {path}: {name} (client {cid}'s part) is missing") from None
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise ValueError(f"checkpoint {path}: {name} is malformed ({type(exc).__name__}: {exc})") from None
+        if saved_id != cid:
+            raise ValueError(f"checkpoint {path}: {name} belongs to client {saved_id!r}, not {cid!r}")
+        if size != client.num_data:
+            raise ValueError(f"checkpoint {path} was written with other data: client {cid} had {size} rows, now "
+                             f"{client.num_data}; use a fresh checkpoint_dir or resume=False")
+        X, Y = client.data
+        if not hmac.compare_digest(str(digest).encode(), data_digest(key, X, Y).encode()):
+            raise ValueError(f"checkpoint {path} was written with other data: client {cid}'s {size} rows have "
+                             "other values now; use a fresh checkpoint_dir or resume=False")
 
 
 def save_checkpoint(
@@ -149,7 +357,9 @@ def save_checkpoint(
     """Write the checkpoint after ``round`` and make it the latest.
 
     :param run: ``state``, ``sampling_rng`` (a numpy Generator), ``history``, ``ledger`` (entries),
-        ``releases`` (the privacy accountant's) and ``meta`` (what must match on resume).
+        ``releases`` (the privacy accountant's) and ``meta`` (what must match on resume; its ``"settings"``
+        are compared setting by setting).
+    :param clients: every client of the run; each writes its own part (size, keyed digest of its data).
     :return: the checkpoint's path.
     """
     name = f"round-{round}"
@@ -178,6 +388,8 @@ def save_checkpoint(
     tf.train.Checkpoint(**tracked_objects(algorithm, clients, ready)).write(os.path.join(path, "tf", "objects"))
     with open(os.path.join(path, "run.json"), "w") as f:
         json.dump(record, f)
+    _write_client_parts(path, clients)
+    _write_manifest(path)
     tmp = os.path.join(directory, POINTER + ".tmp")
     with open(tmp, "w") as f:
         json.dump({"latest": name}, f)
@@ -191,29 +403,70 @@ def save_checkpoint(
     return path
 
 
-def load_checkpoint(path: str, meta: Mapping[str, Any]) -> Tuple[Dict[str, Any], Mapping[str, np.ndarray]]:
-    """Read a checkpoint's record (the TensorFlow objects are restored by :func:`restore_objects`).
-
-    :raises ValueError: the checkpoint belongs to a different run (algorithm, rounds, seed or clients).
-    """
-    with open(os.path.join(path, "run.json")) as f:
-        record = json.load(f)
-    with np.load(os.path.join(path, "arrays.npz")) as npz:
-        arrays = {k: npz[k] for k in npz.files}
-    saved = record["meta"]
+def _check_meta(path: str, saved: Any, meta: Mapping[str, Any]) -> None:
+    if not isinstance(saved, Mapping):
+        raise ValueError(f"checkpoint {path}: run.json has no meta record")
     for key, value in meta.items():
-        if saved.get(key) != value:
+        if key == "settings":
+            differences = settings_differences(saved.get("settings") or {}, value)
+            if differences:
+                listed = "; ".join(f"{k}: {a} in the checkpoint, {b} now" for k, a, b in differences[:5])
+                more = f" (and {len(differences) - 5} more)" if len(differences) > 5 else ""
+                raise ValueError(f"checkpoint {path} was written by an algorithm with other settings: {listed}"
+                                 f"{more}; use a fresh checkpoint_dir or resume=False")
+        elif saved.get(key) != value:
             raise ValueError(
                 f"checkpoint {path} was written by a different run: {key} = {saved.get(key)!r}, this run has "
                 f"{value!r}; use a fresh checkpoint_dir or resume=False"
             )
-    record["state"] = decode_tree(record["state"], arrays)
-    record["history"] = decode_tree(record["history"], arrays)
-    record["ledger"] = [
-        LedgerEntry(**{**e, "names": tuple(e["names"]), "shapes": tuple(tuple(s) for s in e["shapes"]),
-                       "dtypes": tuple(e["dtypes"])})
-        for e in record["ledger"]
-    ]
+
+
+def load_checkpoint(
+    path: str,
+    meta: Mapping[str, Any],
+    clients: Optional[Mapping[str, Any]] = None,
+    allowed: Optional[Mapping[str, type]] = None,
+) -> Tuple[Dict[str, Any], Mapping[str, np.ndarray]]:
+    """Verify and read a checkpoint's record (the TensorFlow objects are restored by :func:`restore_objects`).
+
+    :param meta: what must match (algorithm, seed, clients, privacy settings, ``"settings"``).
+    :param clients: the run's clients, each checked against its own part of the checkpoint (None: unchecked).
+    :param allowed: extra state dataclasses that may be instantiated (see :func:`decode_tree`).
+    :raises ValueError: naming the file and the problem: a manifest failure (missing, extra, truncated or
+        altered file), a malformed file, a class that is not allowed, or a different run (which setting, which
+        client's data).
+    """
+    verify_manifest(path)
+    try:
+        with open(os.path.join(path, "run.json")) as f:
+            record = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"checkpoint {path}: run.json is unreadable ({type(exc).__name__}: {exc})") from None
+    try:
+        with np.load(os.path.join(path, "arrays.npz"), allow_pickle=False) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+    except Exception as exc:  # noqa: BLE001 - zip, npy and OS errors all mean an unreadable file
+        raise ValueError(f"checkpoint {path}: arrays.npz is unreadable ({type(exc).__name__}: {exc})") from None
+    if not isinstance(record, dict):
+        raise ValueError(f"checkpoint {path}: run.json does not hold a checkpoint record")
+    _check_meta(path, record.get("meta"), meta)
+    if clients is not None:
+        check_client_data(path, clients)
+    try:
+        record["state"] = decode_tree(record["state"], arrays, allowed)
+        record["history"] = decode_tree(record["history"], arrays, allowed)
+        record["ledger"] = [
+            LedgerEntry(**{**e, "names": tuple(e["names"]), "shapes": tuple(tuple(s) for s in e["shapes"]),
+                           "dtypes": tuple(e["dtypes"])})
+            for e in record["ledger"]
+        ]
+        record["round"] = int(record["round"])
+        ready, saved_clients = list(record["ready"]), dict(record["clients"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"checkpoint {path}: run.json is malformed ({type(exc).__name__}: {exc})") from None
+    expected = set(meta.get("clients", ready))
+    if not (set(ready) <= expected and set(saved_clients) <= set(ready)):
+        raise ValueError(f"checkpoint {path}: run.json names clients that are not in this run")
     return record, arrays
 
 
@@ -221,11 +474,18 @@ def restore_clients(record: Mapping[str, Any], arrays: Mapping[str, np.ndarray],
     """Restore each saved client's RNG state and the plain values of its ``client.state``."""
     for cid, saved in record["clients"].items():
         client = clients[cid]
-        client.rng.bit_generator.state = saved["rng"]
+        try:
+            client.rng.bit_generator.state = saved["rng"]
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"checkpoint: run.json holds a malformed RNG state for {cid} ({exc})") from None
         client.state.update(decode_tree(saved["state"], arrays))
 
 
 def restore_objects(path: str, algorithm: Any, clients: Mapping[str, Any], ready: List[str]) -> None:
     """Restore the algorithm's and the set-up clients' TensorFlow objects (they must exist already)."""
-    status = tf.train.Checkpoint(**tracked_objects(algorithm, clients, ready)).read(os.path.join(path, "tf", "objects"))
-    status.assert_existing_objects_matched()
+    try:
+        objects = tf.train.Checkpoint(**tracked_objects(algorithm, clients, ready))
+        objects.read(os.path.join(path, "tf", "objects")).assert_existing_objects_matched()
+    except (tf.errors.OpError, AssertionError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ValueError(f"checkpoint {path}: tf/objects cannot be restored ({first})") from None

@@ -17,7 +17,10 @@ def num_sampled_clients(num_clients: int, client_fraction: float) -> int:
 
 
 def validate_client_fraction(client_fraction: float) -> None:
-    """Raise ``ValueError`` unless ``0 < ρ ≤ 1``."""
+    """Raise ``TypeError`` for a bool (``True`` is not ρ = 1) and ``ValueError`` unless ``0 < ρ ≤ 1``."""
+    if isinstance(client_fraction, (bool, np.bool_)):
+        raise TypeError(f"client_fraction must be a number, not a bool (got {client_fraction!r}); pass 1.0 for "
+                        "every client each round")
     if not (isinstance(client_fraction, (int, float)) and 0.0 < float(client_fraction) <= 1.0):
         raise ValueError(f"client_fraction must lie in (0, 1], got {client_fraction!r}")
 

@@ -280,9 +280,9 @@ def release(
     density: Optional[float] = None,
     method: str = "strong",
     noise_variance: Optional[float] = None,
-    seed: int = 0,
     fit: bool = True,
     low_rank: Optional[bool] = None,
+    insecure_noise_seed: Optional[int] = None,
 ) -> PrivacyRelease:
     r"""The owner's release workflow (§3.2): fit, compute Σ (eq. 8/10/11), obfuscate (§4.1), build the model.
 
@@ -297,9 +297,11 @@ def release(
     :param density: grid points per unit length when ``sensitive`` is a region.
     :param method: ``"strong" | "weak" | "diagonal"``.
     :param noise_variance: σ² of V: None to estimate it, a number to fix it (0 for deterministic data).
-    :param seed: seeds the obfuscation noise (§4.1), so W is reproducible.
     :param fit: False to keep the kernel's (and σ²'s) values as given (mean = ``mean(Y)``).
     :param low_rank: see :func:`~gpflow_fed.privacy.synthetic_noise_covariance`.
+    :param insecure_noise_seed: leave None: the synthetic noise (§4.1) comes from the OS, so the release cannot
+        be de-noised by regenerating it; an int makes W reproducible for tests only (see
+        :func:`~gpflow_fed.privacy.obfuscate`).
     :raises ValueError: bad data or any of the tolerance errors, before any fitting.
     """
     _check_method(method)
@@ -315,6 +317,8 @@ def release(
         S = region.discretise(density)
     else:
         X, S = _inputs(data[0], sensitive)
+    if np.iscomplexobj(data[1]):
+        raise TypeError("Y is complex; pass real outputs (casting would drop the imaginary part)")
     Y = np.asarray(data[1], dtype=gpflow.default_float())
     if Y.ndim == 1:
         Y = Y[:, None]
@@ -338,7 +342,7 @@ def release(
     else:
         Sigma = synthetic_noise_covariance(kernel, X, S, tolerance, noise_variance=sigma2, method=method,
                                            low_rank=low_rank)
-    W = obfuscate(Y, Sigma, seed)
+    W = obfuscate(Y, Sigma, insecure_noise_seed=insecure_noise_seed)
     released_kernel = gpflow.utilities.deepcopy(kernel)
     model = PrivacyAwareGPR((X, W), released_kernel, Sigma, gpflow.mean_functions.Constant(mean_value),
                             noise_variance=sigma2)

@@ -16,12 +16,14 @@ KERNEL_BLOCK_ROWS = 1024
 def as_inputs(value: object, what: str) -> np.ndarray:
     """Return ``value`` as a finite ``[N, D]`` array of ``gpflow.default_float()`` (a 1-D array is ``[N, 1]``).
 
-    :raises TypeError: if it is not numeric.
+    :raises TypeError: if it is not numeric, or complex.
     :raises ValueError: if it is empty, of rank > 2 or holds NaN/inf.
     """
     array = np.asarray(value)
     if not (np.issubdtype(array.dtype, np.number) or array.dtype == bool):
         raise TypeError(f"{what} must be numeric, got dtype {array.dtype}")
+    if np.iscomplexobj(array):
+        raise TypeError(f"{what} is complex ({array.dtype}); pass real values (casting would drop the imaginary part)")
     if array.ndim == 0:
         array = array.reshape(1, 1)
     elif array.ndim == 1:

@@ -24,6 +24,7 @@ from scipy.linalg import cholesky, solve_triangular
 
 from ._linalg import as_inputs, kernel_diag, kernel_matrix, noise_vector, psd_check, psd_factor
 from .lowrank import CERTIFY_TOL, LowRankCovariance, krylov_positive_part
+from .randomness import private_rng
 from .sdp import solve_privacy_sdp
 from .tolerance import ResolvedTolerance, Tolerance, resolve_tolerance
 
@@ -174,7 +175,7 @@ def _eigenpairs(Sigma: object) -> "tuple[np.ndarray, np.ndarray]":
     return psd_factor(dense)
 
 
-def obfuscate(Y: np.ndarray, Sigma: Covariance, seed: int) -> np.ndarray:
+def obfuscate(Y: np.ndarray, Sigma: Covariance, *, insecure_noise_seed: Optional[int] = None) -> np.ndarray:
     r"""Obfuscated outputs ``W = Y + Z``, ``Z ~ N(0, Σ)``, by the eigen-decomposition steps of §4.1.
 
     Step 1: ``Σ = Oᵀ diag(λ) O``. Step 2: ``U = (√λ₁⁺ ω₁, …, √λₙ⁺ ωₙ)`` with ωᵢ iid standard normal (only for
@@ -182,17 +183,23 @@ def obfuscate(Y: np.ndarray, Sigma: Covariance, seed: int) -> np.ndarray:
 
     :param Y: ``[N]`` or ``[N, P]`` raw outputs.
     :param Sigma: ``[N, N]`` PSD covariance (dense or :class:`LowRankCovariance`).
-    :param seed: seed of ω (explicit, so W is reproducible).
+    :param insecure_noise_seed: leave None: ω is drawn from 128 OS-random bits
+        (:func:`~gpflow_fed.privacy.randomness.private_rng`), so nobody can regenerate Z and compute
+        ``W − Z = Y`` (Σ itself is public: it follows from the released kernel, X and tolerance). An int makes W
+        reproducible for tests and removes all protection.
     :return: W with the shape of Y.
     :raises ValueError: shape mismatch, or Σ not square / not PSD / not finite.
+    :raises TypeError: a positional third argument (the former ``seed``) or a non-int ``insecure_noise_seed``.
     """
+    if np.iscomplexobj(Y):
+        raise TypeError("Y is complex; pass real outputs (casting would drop the imaginary part)")
     Ya = np.asarray(Y, dtype=gpflow.default_float())
     if Ya.ndim not in (1, 2) or not np.all(np.isfinite(Ya)):
         raise ValueError(f"Y must be a finite [N] or [N, P] array, got shape {Ya.shape}")
     lam, O = _eigenpairs(Sigma)
     if O.shape[0] != Ya.shape[0]:
         raise ValueError(f"Sigma is {O.shape[0]}×{O.shape[0]} but Y has {Ya.shape[0]} rows")
-    rng = np.random.default_rng(seed)
+    rng = private_rng(insecure_noise_seed)
     columns = 1 if Ya.ndim == 1 else Ya.shape[1]
     omega = rng.standard_normal((lam.shape[0], columns))
     Z = O @ (np.sqrt(lam)[:, None] * omega)

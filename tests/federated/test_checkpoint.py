@@ -50,7 +50,7 @@ class Inner:
 def test_state_tree_round_trips():
     state = {"a": (1, 2.5, None, "x"), "b": [np.arange(3.0), np.float64(np.nan)], "c": Inner(np.eye(2), "z")}
     arrays = {}
-    back = decode_tree(encode_tree(state, arrays), arrays)
+    back = decode_tree(encode_tree(state, arrays), arrays, allowed={f"{__name__}:Inner": Inner})
     assert back["a"] == state["a"] and isinstance(back["a"], tuple)
     np.testing.assert_array_equal(back["b"][0], state["b"][0]) and np.isnan(back["b"][1])
     assert isinstance(back["c"], Inner) and back["c"].label == "z"

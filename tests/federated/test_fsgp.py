@@ -183,6 +183,8 @@ def test_failing_client_is_named_and_global_state_unchanged(mode, phase):
         (dict(mode="async"), ValueError, "mode must be one of"),
         (dict(mode="exact", client_fraction=0.5), ValueError, "use client_fraction=1.0"),
         (dict(noise_variance=-1.0), ValueError, "noise_variance must be positive"),
+        (dict(noise_variance=1e-6), ValueError, "must exceed GPflow's Gaussian-likelihood floor 1e-06"),
+        (dict(client_fraction=True), TypeError, "client_fraction must be a number, not a bool"),
         (dict(kernel="rbf"), TypeError, "gpflow.kernels.Kernel"),
         (dict(inducing_variable=np.zeros(4)), ValueError, r"\[M, D\]"),
         (dict(inducing_variable=np.full((3, 2), np.nan)), ValueError, "NaN or inf"),

@@ -261,24 +261,32 @@ def test_low_rank_repeated_eigenvalues_and_zero_noise_fallbacks():
                                                                            low_rank=False), atol=1e-9)
 
 
-def test_obfuscate_follows_sigma_and_is_seeded():
+def test_obfuscate_follows_sigma_and_draws_from_the_os():
     k = example_kernel()
     Sigma = synthetic_noise_covariance(k, X9, [[0.5]], 0.5)
     Y = np.sin(X9)
-    W1, W2 = obfuscate(Y, Sigma, seed=7), obfuscate(Y, Sigma, seed=7)
+    # by default two releases of the same data differ (OS randomness); only the test-only seed repeats a draw
+    assert not np.allclose(obfuscate(Y, Sigma), obfuscate(Y, Sigma))
+    W1, W2 = obfuscate(Y, Sigma, insecure_noise_seed=7), obfuscate(Y, Sigma, insecure_noise_seed=7)
     np.testing.assert_array_equal(W1, W2)
-    assert not np.allclose(obfuscate(Y, Sigma, seed=8), W1)
+    assert not np.allclose(obfuscate(Y, Sigma, insecure_noise_seed=8), W1)
+    with pytest.raises(TypeError):
+        obfuscate(Y, Sigma, 7)  # the former positional seed is refused, not silently used
+    with pytest.raises(TypeError, match="insecure_noise_seed must be None"):
+        obfuscate(Y, Sigma, insecure_noise_seed=True)
+    with pytest.raises(ValueError, match="insecure_noise_seed must be ≥ 0"):
+        obfuscate(Y, Sigma, insecure_noise_seed=-1)
     # Z lies in the range of Σ (no noise in its null space) ...
     lam, vecs = np.linalg.eigh(Sigma)
     small = lam < 1e-10 * lam.max()
     assert np.all(np.abs(vecs[:, small].T @ (W1 - Y))[:, 0] <= 6 * np.sqrt(np.clip(lam[small], 0, None)) + 1e-12)
     # ... and has covariance Σ: 20,000 columns; the standard error of each entry is ≤ √(2/20000)·max λ.
-    Z = obfuscate(np.zeros((9, 20000)), Sigma, seed=0)
+    Z = obfuscate(np.zeros((9, 20000)), Sigma)
     np.testing.assert_allclose(np.cov(Z), Sigma, atol=6 * np.sqrt(2 / 20000) * lam.max())
     with pytest.raises(ValueError, match="Sigma is 9×9 but Y has 3 rows"):
-        obfuscate(np.zeros(3), Sigma, seed=0)
+        obfuscate(np.zeros(3), Sigma)
     with pytest.raises(ValueError, match="Sigma is not positive semi-definite"):
-        obfuscate(np.zeros(9), -np.eye(9), seed=0)
+        obfuscate(np.zeros(9), -np.eye(9))
 
 
 def test_regions_refinement_and_uniform_solution():

@@ -158,6 +158,11 @@ class FSGP(Algorithm):
             raise TypeError(f"FSGP: noise_variance must be a number, got {type(noise_variance).__name__}")
         if not (np.isfinite(noise_variance) and noise_variance > 0):
             raise ValueError(f"FSGP: noise_variance must be positive and finite, got {noise_variance!r}")
+        floor = gpflow.config.default_likelihood_positive_minimum()
+        if noise_variance <= floor:
+            raise ValueError(f"FSGP: noise_variance must exceed GPflow's Gaussian-likelihood floor {floor:g} "
+                             f"(gpflow.config likelihood_positive_minimum), got {noise_variance!r}; start from a "
+                             "larger σ², e.g. 10× the floor")
         if whiten is not None and not isinstance(whiten, (bool, np.bool_)):
             raise TypeError(f"FSGP: whiten must be True, False or None (the mode's default), got {whiten!r}")
         if mode == "exact" and self.client_fraction != 1.0:
@@ -198,7 +203,20 @@ class FSGP(Algorithm):
         return int(self.inducing_variable.num_inducing)
 
     def validate(self, dataset: Any) -> None:
-        """M ≤ N, Z's input dimension (and ARD lengthscales') equal to the data's D."""
+        """M ≤ N, Z's input dimension (and ARD lengthscales') equal to the data's D, and N_k ≥ 2 for every client.
+
+        A client with ``N_k = 1`` is refused: its statistics ``(c cᵀ, c y, y², k(x, x), 1)`` with
+        ``c = k(Z, x)`` give ``|y| = √(y²)``, its sign from ``c y``, then ``c`` and (for a stationary kernel)
+        ``x`` from ``k(Z, x)`` — the rotation ambiguity of Theorem 1 (Guo et al.,
+        doi:10.1007/978-3-031-13832-4_23) needs ``N_k > 1``.
+        """
+        single = [k for k, n in enumerate(dataset.client_sizes) if int(n) < 2]
+        if single:
+            raise ValueError(
+                f"FSGP: client(s) {single} (by position) hold a single data point; its (x, y) can be read back "
+                "exactly from the statistics it would send (Theorem 1 needs N_k > 1). Merge such clients with "
+                "others or drop them"
+            )
         D = int(dataset.input_dim)
         Z_dim = int(self.inducing_variable.Z.shape[1])
         if Z_dim != D:

@@ -30,8 +30,10 @@ from tqdm.auto import tqdm
 from ...data.dataset import FederatedDataset
 from ..protection.dp import PrivacyAccountant
 from ..algorithm import Aggregate, Algorithm, FederationInfo
-from ..checkpoint import latest_checkpoint, load_checkpoint, restore_clients, restore_objects, save_checkpoint
+from ..checkpoint import (latest_checkpoint, load_checkpoint, restore_clients, restore_objects, save_checkpoint,
+                          state_classes)
 from ..client import Client
+from ..fingerprint import describe_settings
 from ..ledger import Channel, CommunicationLedger
 from ..messages import Message
 from ..result import FederatedResult
@@ -324,6 +326,7 @@ class RoundLoopRuntime(Runtime):
         seed: int = 0,
     ) -> FederatedResult:
         start = time.perf_counter()
+        settings = describe_settings(algorithm)  # before anything touches the algorithm (checkpoint fingerprint)
         algorithm.validate(dataset)
         self.aggregator.check(algorithm)
         self.aggregator.start()
@@ -352,11 +355,12 @@ class RoundLoopRuntime(Runtime):
             "clients": list(ids),
             "secure_aggregation": repr(aggregator.secure),
             "differential_privacy": repr(aggregator.dp),
+            "settings": settings,
         }
         first_round = 0
         checkpoint = latest_checkpoint(self.checkpoint_dir) if self.resume and self.checkpoint_dir else None
         if checkpoint is not None:
-            record, saved = load_checkpoint(checkpoint, meta)
+            record, saved = load_checkpoint(checkpoint, meta, by_id, state_classes(state))
             state = record["state"]
             sampling_rng.bit_generator.state = record["sampling_rng"]
             history = record["history"]
