@@ -49,7 +49,7 @@ import numpy as np
 
 from .protection.dp import DifferentialPrivacy, PrivacyAccountant, clip_payload
 from .protection.masking import Exchange, MaskingKeys, SecureAggregation, check_senders, mask
-from .protection.randomness import new_run_id
+from ..randomness import new_run_id
 from .protection.robust import RobustAggregation
 from .algorithm import Aggregate, Algorithm, reduce_messages
 from .messages import Message

@@ -24,7 +24,7 @@ from scipy.linalg import cholesky, solve_triangular
 
 from ._linalg import as_inputs, kernel_diag, kernel_matrix, noise_vector, psd_check, psd_factor
 from .lowrank import CERTIFY_TOL, LowRankCovariance, krylov_positive_part
-from .randomness import private_rng
+from ..randomness import protective_rng
 from .sdp import solve_privacy_sdp
 from .tolerance import ResolvedTolerance, Tolerance, resolve_tolerance
 
@@ -184,7 +184,7 @@ def obfuscate(Y: np.ndarray, Sigma: Covariance, *, insecure_noise_seed: Optional
     :param Y: ``[N]`` or ``[N, P]`` raw outputs.
     :param Sigma: ``[N, N]`` PSD covariance (dense or :class:`LowRankCovariance`).
     :param insecure_noise_seed: leave None: ω is drawn from 128 OS-random bits
-        (:func:`~gpflow_fed.privacy.randomness.private_rng`), so nobody can regenerate Z and compute
+        (:func:`~gpflow_fed.randomness.protective_rng`), so nobody can regenerate Z and compute
         ``W − Z = Y`` (Σ itself is public: it follows from the released kernel, X and tolerance). An int makes W
         reproducible for tests and removes all protection.
     :return: W with the shape of Y.
@@ -199,7 +199,7 @@ def obfuscate(Y: np.ndarray, Sigma: Covariance, *, insecure_noise_seed: Optional
     lam, O = _eigenpairs(Sigma)
     if O.shape[0] != Ya.shape[0]:
         raise ValueError(f"Sigma is {O.shape[0]}×{O.shape[0]} but Y has {Ya.shape[0]} rows")
-    rng = private_rng(insecure_noise_seed)
+    rng = protective_rng(insecure_noise_seed)
     columns = 1 if Ya.ndim == 1 else Ya.shape[1]
     omega = rng.standard_normal((lam.shape[0], columns))
     Z = O @ (np.sqrt(lam)[:, None] * omega)

@@ -30,6 +30,8 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import dp_accounting
 import numpy as np
 
+from ...randomness import check_insecure_seed
+
 __all__ = ["ACCOUNTANTS", "DifferentialPrivacy", "PrivacyAccountant", "clip_payload"]
 
 ACCOUNTANTS = ("rdp", "pld")
@@ -91,9 +93,7 @@ class DifferentialPrivacy:
             if isinstance(self.phases, str) or not all(isinstance(p, str) for p in self.phases) or not self.phases:
                 raise TypeError(f"DifferentialPrivacy: phases must be a non-empty tuple of phase names, got {self.phases!r}")
             object.__setattr__(self, "phases", tuple(self.phases))
-        seed = self.insecure_noise_seed
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
-            raise ValueError(f"DifferentialPrivacy: insecure_noise_seed must be None or a non-negative integer, got {seed!r}")
+        check_insecure_seed(self.insecure_noise_seed, "DifferentialPrivacy: insecure_noise_seed")
 
     def applies(self, phase: str) -> bool:
         """Whether ``phase``'s sums are clipped and noised."""
