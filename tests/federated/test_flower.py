@@ -280,6 +280,26 @@ def test_server_app_with_restarted_client_apps_matches_local_runtime(tmp_path, t
     assert sorted(os.listdir(tmp_path / "state" / f"run-{task_identity}")) == ["node-1001-client_1", "node-1002-client_0"]
 
 
+def test_server_app_runs_the_shared_round_loop_with_evaluation_and_checkpoints(tmp_path, task_identity):
+    """The ServerApp runs the round loop every runtime shares: eval_every and server checkpoints, as LocalRuntime."""
+    from gpflow_fed.federated.runtimes.flower_deploy import read_result
+    from gpflow_fed.federated.runtimes.flower_server import app as server_app
+
+    ds = dataset()
+    local = run(fsgp({"rounds": 3}), ds, runtime=LocalRuntime(eval_every=1), seed=4)
+    config = {"algorithm": FACTORY, "seed": 4, "rounds": 3, "output": str(tmp_path / "out"), "num-clients": 2,
+              "eval-every": 1, "checkpoint-dir": str(tmp_path / "ckpt")}
+    grid, test = _loopback(tmp_path, ds, config, task_identity)
+    config["test-data"] = test
+    server_app(grid, Context(run_id=task_identity, node_id=1, node_config={}, state=RecordDict(), run_config=config))
+    history = read_result(str(tmp_path / "out"))["record"]["history"]
+    assert [h["test_rmse"] for h in history] == pytest.approx([h["test_rmse"] for h in local.history], rel=1e-10)
+    assert {"checkpoint.json", "round-2"} <= set(os.listdir(tmp_path / "ckpt"))  # the latest round is saved
+    assert [e["purpose"] for e in read_result(str(tmp_path / "out"))["record"]["ledger"]].count("evaluate") == sum(
+        e.purpose == "evaluate" for e in local.ledger
+    )
+
+
 def test_server_app_failure_is_written_for_the_caller(tmp_path, task_identity):
     from gpflow_fed.federated.runtimes.flower_server import app as server_app
 

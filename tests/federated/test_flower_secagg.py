@@ -153,7 +153,7 @@ def test_a_client_dropping_out_inside_secagg_plus_is_recovered_exactly(task_iden
 
 def test_secure_phase_needs_two_clients_and_layout_is_checked(dataset):  # noqa: F811
     one = type(dataset)(clients=dataset.clients[:1], test=dataset.test)
-    with pytest.raises(RoundFailedError, match="at least 2 clients"):
+    with pytest.raises(RoundFailedError, match="min_cohort=2"):
         run(FederatedMean(1), one, runtime=FlowerRuntime(secure_aggregation=True), seed=0)
     with pytest.raises(TypeError, match="SecureAggregation"):
         FlowerRuntime(secure_aggregation="yes")

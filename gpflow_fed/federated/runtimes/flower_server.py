@@ -43,6 +43,7 @@ from flwr.serverapp import Grid, ServerApp
 from ..algorithm import Aggregate, Algorithm, FederationInfo, ReplySpec, reduce_messages
 from ..ledger import Channel, CommunicationLedger
 from ..messages import SERVER, Message
+from ..fingerprint import describe_settings
 from ..result import FederatedResult
 from ..aggregator import Aggregator, ExchangeContext
 from .base import ClientUpdateError, evaluate_model
@@ -64,7 +65,7 @@ from .flower_secagg import (
     protocol_arrays,
     secagg_plus_sum,
 )
-from .loop import final_phases, record_releases, screen, train_round
+from .loop import check_loop_settings, run_rounds, screen
 
 __all__ = ["FederationShape", "FlowerServer", "app", "save_error", "save_result"]
 
@@ -104,7 +105,11 @@ class FlowerServer:
         count > 2 (1.0: every client; fewer make the protocol cheaper for large cohorts).
     :param secagg_threshold: SecAgg+'s ``reconstruction_threshold``: the shares needed to unmask, a
         fraction of ``num_shares`` or a count; more clients than ``num_shares`` minus this may drop out.
-    :raises ValueError: bad ``seed``, ``timeout``, ``num_clients``, ``wait`` or SecAgg+ settings.
+    :param eval_every: evaluate on the ``test`` set of :meth:`run` every this many rounds (0: only at the end).
+    :param checkpoint_dir: save the server's part of the run (state, sampling RNG, history, ledger, DP releases)
+        there every ``checkpoint_every`` rounds; ``resume`` continues from it (the clients keep their own state
+        on their SuperNodes).
+    :raises ValueError: bad ``seed``, ``timeout``, ``num_clients``, ``wait``, round-loop or SecAgg+ settings.
     """
 
     def __init__(
@@ -120,7 +125,14 @@ class FlowerServer:
         aggregator: Optional[Aggregator] = None,
         secagg_shares: Union[int, float] = 1.0,
         secagg_threshold: Union[int, float] = 0.5,
+        eval_every: int = 0,
+        checkpoint_dir: Optional[str] = None,
+        checkpoint_every: int = 1,
+        resume: bool = False,
     ) -> None:
+        check_loop_settings(eval_every, checkpoint_dir, checkpoint_every, resume)
+        self.eval_every, self.checkpoint_every, self.resume = eval_every, checkpoint_every, bool(resume)
+        self.checkpoint_dir = None if checkpoint_dir is None else os.fspath(checkpoint_dir)
         if not isinstance(algorithm, Algorithm):
             raise TypeError(f"algorithm must be a gpflow_fed Algorithm, got {type(algorithm).__name__}")
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
@@ -322,16 +334,14 @@ class FlowerServer:
         """
         start = time.perf_counter()
         algorithm = self.algorithm
+        settings = describe_settings(algorithm)
         info, node_of = self.discover(grid)
         ids = list(info.client_ids)
         algorithm.validate(FederationShape(tuple(info.client_sizes[c] for c in ids), info.input_dim, info.output_dim, test))
         self.aggregator.check(algorithm)
         self.aggregator.start()
-        accountant = self.aggregator.accountant()
-        ledger = CommunicationLedger(keep_payloads=self.keep_payloads)
-        channel = Channel(ledger)
+        channel = Channel(CommunicationLedger(keep_payloads=self.keep_payloads))
         rng = self.aggregator.sampling_rng(sampling_rng(self.seed, len(ids)))
-        state = algorithm.initial_state(info)
 
         def gather(
             state: Any, round: int, phase: str, arrays: Mapping[str, np.ndarray], selected: Sequence[str]
@@ -339,27 +349,10 @@ class FlowerServer:
             down = Message(sender=SERVER, round=round, phase=phase, arrays=arrays, weight=0.0)
             return self.gather(grid, channel, info, node_of, down, selected, algorithm.reply_spec(state, round, phase))
 
-        history: List[Dict[str, Any]] = []
-        for r in range(algorithm.rounds):
-            state, entry, sample_size = train_round(algorithm, state, r, ids, rng, gather, ledger)
-            record_releases(accountant, self.aggregator, algorithm, algorithm.phases(r), len(ids), sample_size)
-            if accountant is not None:
-                entry["epsilon"] = accountant.epsilon()
-            history.append(entry)
-            if monitor is not None:
-                monitor(r, history=history, state=state, algorithm=algorithm)
-        channel.purpose = "final"
-        state = final_phases(algorithm, state, algorithm.rounds, ids, gather)
-        record_releases(accountant, self.aggregator, algorithm, algorithm.final_phases(), len(ids), len(ids))
-        model = algorithm.result(state)
-        return FederatedResult(
-            model=model,
-            history=history,
-            ledger=ledger,
-            state=state,
-            metrics=evaluate_model(model, test) if test is not None else {},
-            seconds=time.perf_counter() - start,
-            privacy=accountant.report() if accountant is not None else None,
+        return run_rounds(
+            algorithm, info, gather, channel, self.aggregator, rng, settings=settings, test=test,
+            eval_every=self.eval_every, checkpoint_dir=self.checkpoint_dir, checkpoint_every=self.checkpoint_every,
+            resume=self.resume, monitor=monitor, start=start,
         )
 
 
@@ -403,7 +396,8 @@ def _run_config_number(config: Mapping[str, Any], key: str, default: Any) -> Any
 def make_server_app() -> ServerApp:
     """A ServerApp configured entirely by the run config (``flwr run … --run-config``):
 
-    * ``algorithm`` (required): the factory ``"package.module:function"``, called with the run config;
+    * ``algorithm`` (required): a registered algorithm factory (:mod:`gpflow_fed.federated.factories`),
+      called with the run config;
     * ``seed`` (default 0); ``num-clients``: wait for this many SuperNodes (default: those connected);
     * ``timeout``: seconds per phase (default: none); ``min-clients`` and ``on-error``
       (``"raise"``/``"exclude"``) for the :class:`FaultPolicy`;
@@ -412,7 +406,8 @@ def make_server_app() -> ServerApp:
     * secure aggregation and DP: the keys of
       :func:`~gpflow_fed.federated.runtimes.flower_secagg.aggregator_to_config` (``secure-aggregation``,
       ``fractional-bits``, ``dp-*``), which every ClientApp reads too, and ``secagg-shares``,
-      ``secagg-threshold`` for SecAgg+.
+      ``secagg-threshold`` for SecAgg+;
+    * ``eval-every``, ``checkpoint-dir``, ``checkpoint-every``, ``resume``: as for ``LocalRuntime``.
     """
     server_app = ServerApp()
 
@@ -437,6 +432,10 @@ def make_server_app() -> ServerApp:
             aggregator=aggregator_from_config(config),
             secagg_shares=config.get("secagg-shares", 1.0),  # type: ignore[arg-type]
             secagg_threshold=config.get("secagg-threshold", 0.5),  # type: ignore[arg-type]
+            eval_every=int(config.get("eval-every", 0)),
+            checkpoint_dir=str(config["checkpoint-dir"]) if config.get("checkpoint-dir") else None,
+            checkpoint_every=int(config.get("checkpoint-every", 1)),
+            resume=bool(config.get("resume", False)),
         )
         test = None
         if config.get("test-data"):

@@ -42,7 +42,8 @@ from .base import ClientUpdateError, Runtime, evaluate_model, make_clients
 from .faults import FaultPolicy, RoundFailedError, log_exclusions, reply_fault, spec_faults, weight_fault
 
 __all__ = [
-    "Answer", "FederationRun", "Gather", "RoundLoopRuntime", "final_phases", "record_releases", "screen", "train_round",
+    "Answer", "FederationRun", "Gather", "RoundLoopRuntime", "final_phases", "record_releases", "run_rounds", "screen",
+    "train_round",
 ]
 
 #: A runtime's part of one phase: ``gather(state, round, phase, arrays, selected) -> (aggregate, excluded)``
@@ -262,6 +263,19 @@ def screen(
     return good
 
 
+def check_loop_settings(eval_every: int, checkpoint_dir: Optional[str], checkpoint_every: int, resume: bool) -> None:
+    """The round loop's own settings (see :func:`run_rounds`).
+
+    :raises ValueError: a bad ``eval_every``/``checkpoint_every``, or ``resume`` without ``checkpoint_dir``.
+    """
+    if isinstance(eval_every, bool) or not isinstance(eval_every, int) or eval_every < 0:
+        raise ValueError(f"eval_every must be a non-negative integer, got {eval_every!r}")
+    if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 1:
+        raise ValueError(f"checkpoint_every must be a positive integer, got {checkpoint_every!r}")
+    if resume and checkpoint_dir is None:
+        raise ValueError("resume=True needs checkpoint_dir, the folder the interrupted run wrote to")
+
+
 class RoundLoopRuntime(Runtime):
     """Base of the runtimes that run the round loop in this process (see the module docstring).
 
@@ -288,12 +302,7 @@ class RoundLoopRuntime(Runtime):
         checkpoint_every: int = 1,
         resume: bool = False,
     ) -> None:
-        if isinstance(eval_every, bool) or not isinstance(eval_every, int) or eval_every < 0:
-            raise ValueError(f"eval_every must be a non-negative integer, got {eval_every!r}")
-        if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 1:
-            raise ValueError(f"checkpoint_every must be a positive integer, got {checkpoint_every!r}")
-        if resume and checkpoint_dir is None:
-            raise ValueError("resume=True needs checkpoint_dir, the folder the interrupted run wrote to")
+        check_loop_settings(eval_every, checkpoint_dir, checkpoint_every, resume)
         if faults is not None and not isinstance(faults, FaultPolicy):
             raise TypeError(f"faults must be a FaultPolicy, got {type(faults).__name__}")
         self.progress = progress
@@ -345,34 +354,6 @@ class RoundLoopRuntime(Runtime):
         ledger = CommunicationLedger(keep_payloads=self.keep_payloads)
         channel = Channel(ledger)
         run = FederationRun(algorithm, int(seed), by_id, channel, self.faults, self.aggregator, info)
-        state = algorithm.initial_state(info)
-        history: List[Dict[str, Any]] = []
-        aggregator = self.aggregator
-        accountant = aggregator.accountant()
-        meta = {
-            "algorithm": algorithm.name,
-            "seed": int(seed),
-            "clients": list(ids),
-            "secure_aggregation": repr(aggregator.secure),
-            "differential_privacy": repr(aggregator.dp),
-            "settings": settings,
-        }
-        first_round = 0
-        checkpoint = latest_checkpoint(self.checkpoint_dir) if self.resume and self.checkpoint_dir else None
-        if checkpoint is not None:
-            record, saved = load_checkpoint(checkpoint, meta, by_id, state_classes(state))
-            state = record["state"]
-            sampling_rng.bit_generator.state = record["sampling_rng"]
-            history = record["history"]
-            ledger.extend(record["ledger"])
-            if accountant is not None:
-                accountant.restore(record["releases"])
-            for cid in record["ready"]:
-                algorithm.setup_client(by_id[cid], state)
-                run.ready.add(cid)
-            restore_clients(record, saved, by_id)
-            restore_objects(checkpoint, algorithm, by_id, [c for c in ids if c in run.ready])
-            first_round = int(record["round"]) + 1
 
         def gather(
             state: Any, round: int, phase: str, arrays: Mapping[str, np.ndarray], selected: Sequence[str]
@@ -380,47 +361,119 @@ class RoundLoopRuntime(Runtime):
             run.state = state
             return self.gather(run, round, phase, arrays, selected)
 
-        def finalize(state: Any, round: int) -> Any:
-            state = final_phases(algorithm, state, round, ids, gather)
-            record_releases(accountant, aggregator, algorithm, algorithm.final_phases(), len(ids), len(ids))
-            return state
-
-        rounds = range(first_round, algorithm.rounds)
-        for r in tqdm(rounds, desc=algorithm.name, disable=not self.progress, leave=False):
-            state, entry, sample_size = train_round(algorithm, state, r, ids, sampling_rng, gather, ledger)
-            record_releases(accountant, aggregator, algorithm, algorithm.phases(r), len(ids), sample_size)
-            if dataset.test is not None and self.eval_every and (r + 1) % self.eval_every == 0:
-                channel.purpose = "evaluate"
-                try:
-                    entry.update(evaluate_model(algorithm.result(finalize(algorithm.copy_state(state), r)), dataset.test))
-                finally:
-                    channel.purpose = "train"
-            if accountant is not None:
-                entry["epsilon"] = accountant.epsilon()
-            history.append(entry)
-            if self.checkpoint_dir is not None and ((r + 1) % self.checkpoint_every == 0 or r + 1 == algorithm.rounds):
-                run_record = {
-                    "state": state,
-                    "sampling_rng": sampling_rng,
-                    "history": history,
-                    "ledger": ledger.entries,
-                    "releases": accountant.releases if accountant is not None else (),
-                    "meta": meta,
-                }
-                save_checkpoint(self.checkpoint_dir, r, run_record, algorithm, by_id, [c for c in ids if c in run.ready])
-            if monitor is not None:
-                monitor(r, history=history, state=state, algorithm=algorithm)
-
-        channel.purpose = "final"
-        state = finalize(state, algorithm.rounds)
-        model = algorithm.result(state)
-        metrics = evaluate_model(model, dataset.test) if dataset.test is not None else {}
-        return FederatedResult(
-            model=model,
-            history=history,
-            ledger=ledger,
-            state=state,
-            metrics=metrics,
-            seconds=time.perf_counter() - start,
-            privacy=accountant.report() if accountant is not None else None,
+        return run_rounds(
+            algorithm, info, gather, channel, self.aggregator, sampling_rng,
+            settings=settings, test=dataset.test, clients=by_id, ready=run.ready, progress=self.progress,
+            eval_every=self.eval_every, checkpoint_dir=self.checkpoint_dir, checkpoint_every=self.checkpoint_every,
+            resume=self.resume, monitor=monitor, start=start,
         )
+
+
+def run_rounds(
+    algorithm: Algorithm,
+    info: FederationInfo,
+    gather: Gather,
+    channel: Channel,
+    aggregator: Aggregator,
+    sampling_rng: np.random.Generator,
+    *,
+    settings: Any,
+    test: Optional[Tuple[np.ndarray, np.ndarray]] = None,
+    clients: Optional[Mapping[str, Client]] = None,
+    ready: Optional[set] = None,
+    progress: bool = False,
+    eval_every: int = 0,
+    checkpoint_dir: Optional[str] = None,
+    checkpoint_every: int = 1,
+    resume: bool = False,
+    monitor: Optional[Any] = None,
+    start: Optional[float] = None,
+) -> FederatedResult:
+    """The round loop of every runtime, from the initial state to the result (DESIGN.md §3).
+
+    Resumes from the latest checkpoint if asked, runs :func:`train_round` for each remaining round (recording
+    DP releases, evaluating every ``eval_every`` rounds on ``test`` with the final phases run on a copy of the
+    state, saving a checkpoint every ``checkpoint_every`` rounds, calling ``monitor``), then the final phases,
+    and returns the :class:`FederatedResult`.
+
+    :param gather: the runtime's part of one phase (:data:`Gather`).
+    :param channel: the channel whose ledger records the run (its ``purpose`` is set here).
+    :param sampling_rng: the server's client-sampling generator (already protected under DP).
+    :param settings: the algorithm's settings fingerprint (:func:`~gpflow_fed.federated.fingerprint.describe_settings`).
+    :param clients: the clients held in this process (empty for a Flower server) and ``ready``, those set up.
+    """
+    start = time.perf_counter() if start is None else start
+    clients = {} if clients is None else clients
+    ready = set() if ready is None else ready
+    ids = list(info.client_ids)
+    ledger = channel.ledger
+    state = algorithm.initial_state(info)
+    history: List[Dict[str, Any]] = []
+    accountant = aggregator.accountant()
+    meta = {
+        "algorithm": algorithm.name,
+        "seed": int(info.seed),
+        "clients": list(ids),
+        "secure_aggregation": repr(aggregator.secure),
+        "differential_privacy": repr(aggregator.dp),
+        "settings": settings,
+    }
+    first_round = 0
+    checkpoint = latest_checkpoint(checkpoint_dir) if resume and checkpoint_dir else None
+    if checkpoint is not None:
+        record, saved = load_checkpoint(checkpoint, meta, clients, state_classes(state))
+        state = record["state"]
+        sampling_rng.bit_generator.state = record["sampling_rng"]
+        history = record["history"]
+        ledger.extend(record["ledger"])
+        if accountant is not None:
+            accountant.restore(record["releases"])
+        for cid in record["ready"]:
+            if cid in clients:
+                algorithm.setup_client(clients[cid], state)
+                ready.add(cid)
+        restore_clients(record, saved, clients)
+        restore_objects(checkpoint, algorithm, clients, [c for c in ids if c in ready])
+        first_round = int(record["round"]) + 1
+
+    def finalize(state: Any, round: int) -> Any:
+        state = final_phases(algorithm, state, round, ids, gather)
+        record_releases(accountant, aggregator, algorithm, algorithm.final_phases(), len(ids), len(ids))
+        return state
+
+    rounds = range(first_round, algorithm.rounds)
+    for r in tqdm(rounds, desc=algorithm.name, disable=not progress, leave=False):
+        channel.purpose = "train"
+        state, entry, sample_size = train_round(algorithm, state, r, ids, sampling_rng, gather, ledger)
+        record_releases(accountant, aggregator, algorithm, algorithm.phases(r), len(ids), sample_size)
+        if test is not None and eval_every and (r + 1) % eval_every == 0:
+            channel.purpose = "evaluate"
+            entry.update(evaluate_model(algorithm.result(finalize(algorithm.copy_state(state), r)), test))
+        if accountant is not None:
+            entry["epsilon"] = accountant.epsilon()
+        history.append(entry)
+        if checkpoint_dir is not None and ((r + 1) % checkpoint_every == 0 or r + 1 == algorithm.rounds):
+            run_record = {
+                "state": state,
+                "sampling_rng": sampling_rng,
+                "history": history,
+                "ledger": ledger.entries,
+                "releases": accountant.releases if accountant is not None else (),
+                "meta": meta,
+            }
+            save_checkpoint(checkpoint_dir, r, run_record, algorithm, clients, [c for c in ids if c in ready])
+        if monitor is not None:
+            monitor(r, history=history, state=state, algorithm=algorithm)
+
+    channel.purpose = "final"
+    state = finalize(state, algorithm.rounds)
+    model = algorithm.result(state)
+    return FederatedResult(
+        model=model,
+        history=history,
+        ledger=ledger,
+        state=state,
+        metrics=evaluate_model(model, test) if test is not None else {},
+        seconds=time.perf_counter() - start,
+        privacy=accountant.report() if accountant is not None else None,
+    )
