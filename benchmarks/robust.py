@@ -58,10 +58,10 @@ def federation(seed: int, num_clients: int) -> FederatedDataset:
     return FederatedDataset([(data.X_train[p], data.Y_train[p]) for p in parts], test=(data.X_test, data.Y_test))
 
 
-def one_run(seed: int, num_bad: int, config: str, shift: float, num_clients: int) -> float:
+def one_run(seed: int, num_bad: int, config: str, shift: float, num_clients: int, rounds: int = 10) -> float:
     dataset = federation(seed, num_clients)
     Z = np.linspace(-10, 10, 20)[:, None]  # public: no client data
-    algorithm = PoisonedFSGP(gpflow.kernels.SquaredExponential(), Z, 0.1, rounds=10, local_steps=20,
+    algorithm = PoisonedFSGP(gpflow.kernels.SquaredExponential(), Z, 0.1, rounds=rounds, local_steps=20,
                              learning_rate=0.05, num_bad=num_bad, shift=shift)
     result = run(algorithm, dataset, runtime=LocalRuntime(robust=CONFIGS[config]), seed=seed)
     return float(result.metrics["test_rmse"])
@@ -73,13 +73,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--bad", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--shift", type=float, default=30.0)
+    parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
     rows: List[Dict[str, Any]] = []
     for seed in args.seeds:
         for num_bad in [0, *args.bad]:
             for config in (CONFIGS if num_bad else ["mean"]):
-                rmse = one_run(seed, num_bad, config, args.shift, args.clients)
+                rmse = one_run(seed, num_bad, config, args.shift, args.clients, args.rounds)
                 rows.append({"seed": seed, "bad": num_bad, "config": config, "test_rmse": rmse})
                 print(f"seed {seed}, {num_bad} bad, {config}: RMSE {rmse:.4f}", file=sys.stderr, flush=True)
     clean = np.array([r["test_rmse"] for r in rows if r["bad"] == 0])
@@ -96,7 +97,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.out:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
         with open(args.out, "w") as fh:
-            json.dump({"commit": commit, "command": " ".join(["python", *sys.argv]), "rows": rows}, fh, indent=1)
+            command = " ".join(["python", f"benchmarks/{os.path.basename(__file__)}", *(sys.argv[1:] if argv is None else argv)])
+            json.dump({"commit": commit, "command": command, "rows": rows}, fh, indent=1)
     return 0
 
 

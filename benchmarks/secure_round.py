@@ -88,7 +88,8 @@ def main(argv: List[str] = None) -> int:
     if args.out:
         commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
         with open(args.out, "w") as fh:
-            json.dump({"commit": commit, "command": " ".join(["python", *sys.argv]), "rows": rows}, fh, indent=1)
+            command = " ".join(["python", f"benchmarks/{os.path.basename(__file__)}", *(sys.argv[1:] if argv is None else argv)])
+            json.dump({"commit": commit, "command": command, "rows": rows}, fh, indent=1)
     return 0
 
 
