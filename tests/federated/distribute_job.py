@@ -106,6 +106,9 @@ def build_jobs() -> Dict[str, Tuple[Callable[[], Any], Any, Dict[str, Any]]]:
         "toy_secure_dp": (lambda: Faulty(2, "nan", bad=("client_1",)), toy,
                           {"faults": exclude, "secure_aggregation": True, "differential_privacy": dp}),
         "fsgp_exact_secure": (fsgp("exact", 1.0), fsgp_data, {"placement": "blocks", "secure_aggregation": True}),
+        # OS-random DP noise and sampling: the workers must agree on them (the chief's server secret)
+        "toy_dp_os": (lambda: FederatedMean(3, client_fraction=0.5), toy,
+                      {"differential_privacy": DifferentialPrivacy(noise_multiplier=1.0, clip_norm=5.0)}),
         "fedbnr_fedavg": (fedbnr("fedavg"), fsgp_data, {}),
         "fedbnr_kd": (fedbnr("kd"), fsgp_data, {"placement": "blocks"}),
         "pvi_dpo": (pvi("dpo"), fsgp_data, {}),
@@ -190,6 +193,7 @@ def main(argv: Any = None) -> None:
     parser.add_argument("out")
     parser.add_argument("--index", type=int, default=0)
     parser.add_argument("--ports", default="")
+    parser.add_argument("--jobs", nargs="*", default=None, help="only these jobs (default: all of the strategy's)")
     args = parser.parse_args(argv)
     if args.strategy == "mwms":
         workers = [f"127.0.0.1:{p}" for p in args.ports.split(",")]
@@ -207,6 +211,7 @@ def main(argv: Any = None) -> None:
         )
         strategy = tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
         names = list(MWMS_JOBS)
+    names = names if args.jobs is None else list(args.jobs)
     summary = run_jobs(strategy, names, worker=args.index if args.strategy == "mwms" else None)
     with open(args.out, "w") as f:
         json.dump(summary, f)
