@@ -40,24 +40,28 @@ from ..posteriors.whitened import assemble_whitened, whitened_kl, whitened_margi
 UFactor = Union[PseudoObservations, NaturalFactor]
 
 
-def expected_log_likelihood(
-    likelihood: gpflow.likelihoods.Likelihood, noise: Optional[tf.Tensor], X: tf.Tensor, Y: tf.Tensor,
-    means: tf.Tensor, variances: tf.Tensor,
-) -> tf.Tensor:
-    """``Σ_n E_{N(f; μ_n, v_n)} log p(y_n | f)`` for marginals ``[N, 1]`` or a batch ``[S, N, 1]`` (returns ``[]`` or
-    ``[S]``): closed form with a sampled Gaussian noise ``noise`` (``[]`` or ``[S]``), else the likelihood's
-    ``variational_expectations`` (spec §2.2)."""
+class _NoiseColumn(gpflow.functions.Function):
+    """σ_n² carried as the last input column (a sampled noise variance per row)."""
+
+    def __call__(self, X: tf.Tensor) -> tf.Tensor:
+        return X[..., -1:]
+
+
+def per_sample_likelihood(
+    likelihood: gpflow.likelihoods.Likelihood, noise: Optional[tf.Tensor], method: str, X: tf.Tensor,
+    means: tf.Tensor, variances: tf.Tensor, Y: Optional[tf.Tensor] = None,
+) -> Tuple[tf.Tensor, ...]:
+    """``likelihood.<method>`` for every sample's marginals ``[S, N, 1]`` in one call (X and Y tiled); outputs
+    ``[S, N]`` or ``[S, N, 1]``. With a sampled noise σ²_s ``[S]`` it is GPflow's ``Gaussian`` with that variance
+    (heteroskedastic, through an extra input column)."""
+    S, N = tf.shape(means)[0], tf.shape(means)[1]
+    Xf = tf.tile(X, [S, 1])
     if noise is not None:
-        noise = noise[..., None, None]
-        terms = -0.5 * np.log(2 * np.pi) - 0.5 * tf.math.log(noise) - 0.5 * ((Y - means) ** 2 + variances) / noise
-        return tf.reduce_sum(terms, axis=[-2, -1])
-    if means.shape.rank == 2:
-        return tf.reduce_sum(likelihood.variational_expectations(X, means, variances, Y))
-    S = tf.shape(means)[0]
-    ve = likelihood.variational_expectations(
-        tf.tile(X, [S, 1]), tf.reshape(means, [-1, 1]), tf.reshape(variances, [-1, 1]), tf.tile(Y, [S, 1])
-    )
-    return tf.reduce_sum(tf.reshape(ve, [S, -1]), -1)
+        likelihood = gpflow.likelihoods.Gaussian(variance=_NoiseColumn())
+        Xf = tf.concat([Xf, tf.repeat(noise, N)[:, None]], axis=1)
+    args = [Xf, tf.reshape(means, [-1, 1]), tf.reshape(variances, [-1, 1])] + ([] if Y is None else [tf.tile(Y, [S, 1])])
+    out = getattr(likelihood, method)(*args)
+    return tuple(tf.reshape(o, tf.concat([[S, N], tf.shape(o)[1:]], 0)) for o in (out if isinstance(out, tuple) else (out,)))
 
 
 def dpo_free_energy_terms(
@@ -77,11 +81,13 @@ def dpo_free_energy_terms(
     means, variances = whitened_marginals(A, Kdiag, mu, LB)
     if mean_function is not None:
         means = means + mean_function(X)
-    if cavity:
-        kl = whitened_kl(mu, LB, *assemble_whitened(cav_terms, M, dtype))
-    else:
-        kl = whitened_prior_kl(mu, LB)
-    return expected_log_likelihood(likelihood, noise, X, Y, means, variances), kl
+    kl = whitened_kl(mu, LB, *assemble_whitened(cav_terms, M, dtype)) if cavity else whitened_prior_kl(mu, LB)
+    if means.shape.rank == 2:  # one sample
+        (ve,) = per_sample_likelihood(likelihood, None if noise is None else noise[None], "variational_expectations",
+                                      X, means[None], variances[None], Y)
+        return tf.reduce_sum(ve), kl
+    (ve,) = per_sample_likelihood(likelihood, noise, "variational_expectations", X, means, variances, Y)
+    return tf.reduce_sum(ve, axis=-1), kl
 
 
 class BaseDPOSVGP(GPModel):
@@ -163,6 +169,11 @@ class BaseDPOSVGP(GPModel):
             raise ValueError(f"pseudo-inputs have D = {self.pseudo.V.shape[1]} but X has D = {X.shape[1]}")
 
     @property
+    def Z(self) -> tf.Tensor:
+        """The inducing inputs: the mean of q(Z), or the point Z."""
+        return tf.convert_to_tensor(self.q_Z.Z_mean if self.q_Z is not None else self.pseudo.Z)
+
+    @property
     def is_mixture(self) -> bool:
         """True when Z or β is random (prediction is a Monte-Carlo mixture)."""
         return self.q_Z is not None or self.q_beta is not None
@@ -174,8 +185,9 @@ class BaseDPOSVGP(GPModel):
         """``E q(f|Z_s,β_s) log p(Y|f, β_s) − KL[q(u|Z_s,β_s) ‖ p(u|Z_s,β_s)]`` for each of ``num`` samples ``[S]``."""
         Zs, betas = draw_samples(self.q_Z, self._point_Z(), self.q_beta, num, seed)
         kern = sampled_kernel(self.kernel, self.q_beta, betas)
-        ell, kl = dpo_free_energy_terms(kern, self.likelihood, self._noise(betas), X, Y, Zs, [self.pseudo], [],
-                                        self.jitter, self.mean_function)
+        noise = None if self.q_beta is None else self.q_beta.noise(betas)
+        ell, kl = dpo_free_energy_terms(kern, self.likelihood, noise, X, Y, Zs, [self.pseudo], [], self.jitter,
+                                        self.mean_function)
         return ell - kl
 
     def _bound(self, data: Tuple[tf.Tensor, tf.Tensor], seed: tf.Tensor, num: int) -> tf.Tensor:
@@ -210,17 +222,8 @@ class BaseDPOSVGP(GPModel):
         )
 
     def _samples(self, Xnew: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor, Optional[tf.Tensor]]:
-        posterior = self.posterior(PrecomputeCacheType.NOCACHE)
-        return posterior.predict_f_samples(Xnew)
-
-    def _noise(self, betas: Optional[tf.Tensor]) -> Optional[tf.Tensor]:
-        return None if self.q_beta is None else self.q_beta.noise(betas)
-
-    @staticmethod
-    def _flat(X: tf.Tensor, *arrays: tf.Tensor) -> Tuple[tf.Tensor, ...]:
-        """``[S, N, 1]`` → ``[S·N, 1]`` with X tiled, to hand every sample to a GPflow likelihood in one call."""
-        S = tf.shape(arrays[0])[0]
-        return (tf.tile(X, [S, 1]), *(tf.reshape(a, [-1, 1]) for a in arrays))
+        means, variances, betas = self.posterior(PrecomputeCacheType.NOCACHE).predict_f_samples(Xnew)
+        return means, variances, None if self.q_beta is None else self.q_beta.noise(betas)
 
     @inherit_check_shapes
     def predict_y(self, Xnew: tf.Tensor, full_cov: bool = False, full_output_cov: bool = False) -> MeanAndVariance:
@@ -229,15 +232,8 @@ class BaseDPOSVGP(GPModel):
         if full_cov or full_output_cov:
             raise NotImplementedError("predict_y of the DPO mixture gives marginal variances only; use full_cov=False")
         Xnew = tf.convert_to_tensor(Xnew, gpflow.default_float())
-        means, variances, betas = self._samples(Xnew)
-        noise = self._noise(betas)
-        if noise is not None:
-            variances = variances + noise[:, None, None]
-        else:
-            Xf, mf, vf = self._flat(Xnew, means, variances)
-            mf, vf = self.likelihood.predict_mean_and_var(Xf, mf, vf)
-            means, variances = tf.reshape(mf, tf.shape(means)), tf.reshape(vf, tf.shape(variances))
-        return mixture_moments(means, variances)
+        means, variances, noise = self._samples(Xnew)
+        return mixture_moments(*per_sample_likelihood(self.likelihood, noise, "predict_mean_and_var", Xnew, means, variances))
 
     @inherit_check_shapes
     def predict_log_density(self, data: Tuple[tf.Tensor, tf.Tensor], full_cov: bool = False, full_output_cov: bool = False) -> tf.Tensor:
@@ -245,17 +241,9 @@ class BaseDPOSVGP(GPModel):
         if not self.is_mixture:
             return super().predict_log_density(data, full_cov=full_cov, full_output_cov=full_output_cov)
         X, Y = (tf.convert_to_tensor(a, gpflow.default_float()) for a in data)
-        means, variances, betas = self._samples(X)
-        noise = self._noise(betas)
-        if noise is not None:
-            total = variances + noise[:, None, None]
-            per = tf.reduce_sum(-0.5 * np.log(2 * np.pi) - 0.5 * tf.math.log(total) - 0.5 * (Y - means) ** 2 / total, -1)
-        else:
-            Xf, mf, vf = self._flat(X, means, variances)
-            S = tf.shape(means)[0]
-            per = tf.reshape(self.likelihood.predict_log_density(Xf, mf, vf, tf.tile(Y, [S, 1])), [S, -1])
-        S = tf.cast(tf.shape(means)[0], per.dtype)
-        return tf.reduce_logsumexp(per, axis=0) - tf.math.log(S)
+        means, variances, noise = self._samples(X)
+        (per,) = per_sample_likelihood(self.likelihood, noise, "predict_log_density", X, means, variances, Y)
+        return tf.reduce_logsumexp(per, axis=0) - tf.math.log(tf.cast(tf.shape(per)[0], per.dtype))
 
 
 class DPOSVGP(BaseDPOSVGP, InternalDataTrainingLossMixin):

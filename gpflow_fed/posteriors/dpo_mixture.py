@@ -120,22 +120,19 @@ class DPOMixturePosterior(AbstractPosterior):
             betas = tf.zeros([Zs.shape[0], 0], dtype=Zs.dtype)
         return tuple(PrecomputedValue(v, (False,) * len(v.shape)) for v in (Zs, L, mu, LB, betas))
 
-    def _cache(self) -> Tuple[tf.Tensor, ...]:
-        return self.cache if self.cache is not None else tuple(c.value for c in self._precompute())
-
     def predict_f_samples(self, Xnew: tf.Tensor, full_cov: bool = False) -> Tuple[tf.Tensor, tf.Tensor, Optional[tf.Tensor]]:
         """``(μ_s [S, N, 1], v_s [S, N, 1] (or [S, N, N]), β_s [S, H] or None)``: every sample's q(f_* | Z_s, β_s),
         the mean function included (from the cache when there is one)."""
-        Zs, L, mu, LB, betas = self._cache()
+        Zs, L, mu, LB, betas = self.cache if self.cache is not None else tuple(c.value for c in self._precompute())
         betas = betas if self.q_beta is not None else None
-        kern = sampled_kernel(self.kernel, self.q_beta, betas)
         Xnew = tf.convert_to_tensor(Xnew, Zs.dtype)
-        means, variances = per_sample_conditional(kern, Zs, L, mu, LB, Xnew, full_cov)
+        means, variances = per_sample_conditional(sampled_kernel(self.kernel, self.q_beta, betas), Zs, L, mu, LB, Xnew, full_cov)
         if self.mean_function is not None:
             means = means + self.mean_function(Xnew)
         return means, variances, betas
 
-    def _mixture(self, cache: Tuple[tf.Tensor, ...], Xnew: tf.Tensor, full_cov: bool, full_output_cov: bool) -> MeanAndVariance:
+    def _conditional_with_precompute(self, cache: Tuple[tf.Tensor, ...], Xnew: tf.Tensor, full_cov: bool = False,
+                                     full_output_cov: bool = False) -> MeanAndVariance:
         if full_output_cov:
             raise NotImplementedError("the DPO mixture is single-output; full_output_cov=True is not supported")
         Zs, L, mu, LB, betas = cache
@@ -147,9 +144,6 @@ class DPOMixturePosterior(AbstractPosterior):
         second = tf.reduce_mean(variances + tf.matmul(means, means, transpose_b=True), axis=0)
         return mean, (second - tf.matmul(mean, mean, transpose_b=True))[None]
 
-    def _conditional_with_precompute(self, cache: Tuple[tf.Tensor, ...], Xnew: tf.Tensor, full_cov: bool = False,
-                                     full_output_cov: bool = False) -> MeanAndVariance:
-        return self._mixture(cache, Xnew, full_cov, full_output_cov)
-
     def _conditional_fused(self, Xnew: tf.Tensor, full_cov: bool = False, full_output_cov: bool = False) -> MeanAndVariance:
-        return self._mixture(tuple(c.value for c in self._precompute()), Xnew, full_cov, full_output_cov)
+        cache = tuple(c.value for c in self._precompute())
+        return self._conditional_with_precompute(cache, Xnew, full_cov, full_output_cov)

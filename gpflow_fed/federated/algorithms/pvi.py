@@ -51,15 +51,9 @@ INDUCING_MODES = ("distribution", "fixed", "fedavg")
 
 @dataclass(frozen=True)
 class ClientUpdate:
-    """What :class:`PVI` reports to its ``on_client_update`` hook after each client update (for diagnostics).
-
-    :ivar client_id: the client.
-    :ivar worker: the :class:`~.pvi_local.LocalProblem` that ran the update, still holding the client's fitted
-        q(Z), q(log β) and own factor (valid until the next update that uses the same worker).
-    :ivar factors: the client's new factors if the server accepts the update: ``tZ``, ``trho`` (natural
-        parameters) and, for CPO, ``t_eta``, ``t_Lam``.
-    :ivar metrics: the reply's metrics (``local_steps``, ``cavity_clipped``, ``free_energy``).
-    """
+    """What PVI's ``on_client_update`` hook receives after each client update: the client, the worker that ran
+    it (holding the fitted q(Z), q(log β) and own factor until its next use), the client's new factors if the
+    server accepts them (``tZ``, ``trho``; CPO ``t_eta``, ``t_Lam``) and the reply's metrics."""
 
     client_id: str
     worker: LocalProblem

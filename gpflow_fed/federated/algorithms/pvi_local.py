@@ -1,19 +1,15 @@
-"""The client side of PVI: trainable q(Z), q(log β) and a client's own u-factor, fitted by Adam on the
-Monte-Carlo local free energy (paper eq. 7 with the α-scaled Z-KL of §4.1; spec §2.1, §2.6, §5) with early
-stopping (spec P9)::
+"""The client side of PVI: q(Z), q(log β) and the client's own u-factor, fitted by Adam with early stopping
+(spec §2.6, §5, P9) on the Monte-Carlo local free energy (paper eq. 7 with the α-scaled Z-KL of §4.1)::
 
     L_k,α = E_{q(Z)q(β)}[ ELL_k(Z, β) − KL[q(u|Z,β) ‖ q_\\k(u|Z,β)] ] − KL[q(β) ‖ q_\\k(β)] − α KL[q(Z) ‖ q_\\k(Z)]
 
-The pieces are the package's GPflow objects: q(Z) is a :class:`~gpflow_fed.inducing_variables.GaussianInducingPoints`,
-q(log β) a :class:`~gpflow_fed.posteriors.LogNormalHyperparameters`, the client's DPO factor and the cavity's
-pseudo-sets are :class:`~gpflow_fed.inducing_variables.PseudoObservations` (CPO: natural factors), and the
-per-sample ELL and u-KL are :func:`gpflow_fed.models.dpo_svgp.dpo_free_energy_terms`, the terms of DPOSVGP's bound.
+built from the package's objects: GaussianInducingPoints (q(Z)), LogNormalHyperparameters (q(log β)),
+PseudoObservations (the own DPO factor and the cavity's pseudo-sets; CPO: natural factors) and
+:func:`gpflow_fed.models.dpo_svgp.dpo_free_energy_terms` (the per-sample terms of DPOSVGP's bound).
 
-A :class:`LocalProblem` is a *worker*: its variables, Adam optimizer and compiled step are shared by every
-client whose own factor has the same shape (the same M_k). The data, the cavity and the client's persistent
-factor are loaded into the worker before each local update (:meth:`LocalProblem.load`) and read back after it
-(:meth:`LocalProblem.snapshot`), so the step is traced once per shape signature and reused across clients and
-rounds; data and cavity variables have a dynamic leading dimension, so N_k and the cavity size do not retrace.
+A :class:`LocalProblem` is a *worker* shared by every client with the same M_k: its variables, Adam optimizer
+and compiled step are reused across clients and rounds (data and cavity have a dynamic leading dimension, so
+N_k and the cavity size do not retrace); a client's data, cavity and factor are loaded before each update.
 """
 
 from __future__ import annotations
@@ -63,13 +59,9 @@ class CPOFactor:
 
     def cpo_sqrt(self) -> tf.Tensor:
         """Cholesky factor of ``S_k = L Lᵀ + S_FLOOR·I``, ``L`` lower-triangular with an exp diagonal (spec P3).
-
-        The floor bounds the factor's precision S_k⁻¹ by 1/S_FLOOR, as it bounds DPO's diagonal s. Without it,
-        directions of u that the client's objective cannot see (where the sampled K_ZZ is nearly singular) let
-        Adam drive S_k's eigenvalues below 1e-15: the factor then breaks every other client's cavity (another Z
-        sample sees that direction) and the server's running sum of natural parameters loses all its digits
-        (seen on an ozone CPO run: a factor precision of 2.4e17 after round 6, an indefinite cavity in round 31;
-        ``benchmarks/pvi_diagnostics.py cpo-factors``)."""
+        The floor bounds the factor's precision by 1/S_FLOOR, as for DPO's diagonal s: without it Adam drives
+        S_k's eigenvalues to 0 in directions the client cannot see, which breaks other clients' cavities (docs
+        "Why CPO's S_k has a floor")."""
         raw = tf.linalg.band_part(self.S_raw, -1, 0)
         L = raw - tf.linalg.diag(tf.linalg.diag_part(raw)) + tf.linalg.diag(tf.exp(tf.linalg.diag_part(raw)))
         eye = tf.eye(tf.shape(L)[0], dtype=L.dtype)
