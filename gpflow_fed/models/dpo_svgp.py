@@ -40,7 +40,7 @@ from ..posteriors.whitened import assemble_whitened, whitened_kl, whitened_margi
 UFactor = Union[PseudoObservations, NaturalFactor]
 
 
-class _NoiseColumn(gpflow.functions.Function):
+class NoiseColumn(gpflow.functions.Function):
     """σ_n² carried as the last input column (a sampled noise variance per row)."""
 
     def __call__(self, X: tf.Tensor) -> tf.Tensor:
@@ -57,7 +57,7 @@ def per_sample_likelihood(
     S, N = tf.shape(means)[0], tf.shape(means)[1]
     Xf = tf.tile(X, [S, 1])
     if noise is not None:
-        likelihood = gpflow.likelihoods.Gaussian(variance=_NoiseColumn())
+        likelihood = gpflow.likelihoods.Gaussian(variance=NoiseColumn())
         Xf = tf.concat([Xf, tf.repeat(noise, N)[:, None]], axis=1)
     args = [Xf, tf.reshape(means, [-1, 1]), tf.reshape(variances, [-1, 1])] + ([] if Y is None else [tf.tile(Y, [S, 1])])
     out = getattr(likelihood, method)(*args)
