@@ -174,3 +174,15 @@ def test_dpo_with_q_Z_through_the_ledger(dataset):
     np.testing.assert_allclose(result.model.q_Z.Z_mean.numpy(), result.state.qZ.moments()[0], rtol=1e-12)
     V = result.model.pseudo.V.numpy()
     np.testing.assert_array_equal(V, np.concatenate([latest[c]["V"] for c in ("client_0", "client_1", "client_2")]))
+
+
+def test_compiled_prediction_equals_eager(dataset):
+    """``tf.function(model.predict_f)`` with a dynamic number of test points equals the eager prediction."""
+    import tensorflow as tf
+
+    alg = PVI(gpflow.kernels.SquaredExponential(lengthscales=0.5), Z, gpflow.likelihoods.Gaussian(0.05), rounds=1,
+              local_steps=10, patience=5, num_predict_samples=3)
+    model = run(alg, dataset).model
+    compiled = tf.function(model.predict_f, input_signature=[tf.TensorSpec([None, 1], tf.float64)])
+    for a, b in zip(compiled(XT), model.predict_f(XT)):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-12)
