@@ -47,6 +47,7 @@ class NoiseColumn(gpflow.functions.Function):
         return X[..., -1:]
 
 
+@check_shapes("X: [N, D]", "means: [S, N, 1]", "variances: [S, N, 1]", "Y: [N, 1] if Y is not None")
 def per_sample_likelihood(
     likelihood: gpflow.likelihoods.Likelihood, noise: Optional[tf.Tensor], method: str, X: tf.Tensor,
     means: tf.Tensor, variances: tf.Tensor, Y: Optional[tf.Tensor] = None,
@@ -64,6 +65,7 @@ def per_sample_likelihood(
     return tuple(tf.reshape(o, tf.concat([[S, N], tf.shape(o)[1:]], 0)) for o in (out if isinstance(out, tuple) else (out,)))
 
 
+@check_shapes("X: [N, D]", "Y: [N, 1]", "Z: [batch..., M, D]", "return[0]: [batch...]", "return[1]: [batch...]")
 def dpo_free_energy_terms(
     kern: Callable, likelihood: gpflow.likelihoods.Likelihood, noise: Optional[tf.Tensor], X: tf.Tensor, Y: tf.Tensor,
     Z: tf.Tensor, own: Sequence[UFactor], cavity: Sequence[UFactor], jitter: object,

@@ -33,7 +33,6 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import gpflow
 import numpy as np
-import tensorflow as tf
 
 from ..algorithm import Aggregate, Algorithm, FederationInfo
 from ..client import Client
