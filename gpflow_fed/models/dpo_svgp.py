@@ -183,18 +183,14 @@ class BaseDPOSVGP(GPModel):
     def _point_Z(self) -> Optional[tf.Tensor]:
         return None if self.pseudo.Z is None else tf.convert_to_tensor(self.pseudo.Z)
 
-    def _per_sample_elbo_terms(self, X: tf.Tensor, Y: tf.Tensor, seed: tf.Tensor, num: int) -> tf.Tensor:
-        """``E q(f|Z_s,β_s) log p(Y|f, β_s) − KL[q(u|Z_s,β_s) ‖ p(u|Z_s,β_s)]`` for each of ``num`` samples ``[S]``."""
-        Zs, betas = draw_samples(self.q_Z, self._point_Z(), self.q_beta, num, seed)
-        kern = sampled_kernel(self.kernel, self.q_beta, betas)
-        noise = None if self.q_beta is None else self.q_beta.noise(betas)
-        ell, kl = dpo_free_energy_terms(kern, self.likelihood, noise, X, Y, Zs, [self.pseudo], [], self.jitter,
-                                        self.mean_function)
-        return ell - kl
-
     def _bound(self, data: Tuple[tf.Tensor, tf.Tensor], seed: tf.Tensor, num: int) -> tf.Tensor:
+        """The bound of the module docstring, Monte Carlo over ``num`` draws with the stateless ``seed``."""
         X, Y = (tf.convert_to_tensor(a, gpflow.default_float()) for a in data)
-        bound = tf.reduce_mean(self._per_sample_elbo_terms(X, Y, seed, num))
+        Zs, betas = draw_samples(self.q_Z, self._point_Z(), self.q_beta, num, seed)
+        noise = None if self.q_beta is None else self.q_beta.noise(betas)
+        ell, kl = dpo_free_energy_terms(sampled_kernel(self.kernel, self.q_beta, betas), self.likelihood, noise, X, Y,
+                                        Zs, [self.pseudo], [], self.jitter, self.mean_function)
+        bound = tf.reduce_mean(ell - kl)
         if self.q_beta is not None:
             bound = bound - self.q_beta.kl_divergence()
         if self.q_Z is not None:

@@ -166,7 +166,7 @@ class LocalProblem:
             self.cavR_nu.assign(qrho.nu), self.cavR_lam.assign(qrho.lam)
         if self.param == "dpo":
             self.cav.V.assign(sets["V"]), self.cav.m.assign(sets["m"])
-            self.cav.S_diag.unconstrained_variable.assign(np.log(np.asarray(sets["s"]) - S_FLOOR))
+            self.cav.S_diag.unconstrained_variable.assign(np.log(np.maximum(np.asarray(sets["s"]) - S_FLOOR, 1e-300)))
         else:
             self.cav.eta.assign(sets["eta"]), self.cav.Lam.assign(sets["Lam"])
 
