@@ -186,3 +186,24 @@ def test_compiled_prediction_equals_eager(dataset):
     compiled = tf.function(model.predict_f, input_signature=[tf.TensorSpec([None, 1], tf.float64)])
     for a, b in zip(compiled(XT), model.predict_f(XT)):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-12)
+
+
+def test_checkpoint_and_multiple_assign_round_trip(dataset, tmp_path):
+    """GPflow's parameter round trips: ``read_values``/``multiple_assign`` and ``tf.train.Checkpoint`` restore the
+    predictions of a model whose values were changed."""
+    import tensorflow as tf
+
+    alg = PVI(gpflow.kernels.SquaredExponential(lengthscales=0.5), Z, gpflow.likelihoods.Gaussian(0.05), rounds=1,
+              local_steps=10, patience=5, num_predict_samples=3)
+    model = run(alg, dataset).model
+    gpflow.utilities.print_summary(model)
+    reference = model.predict_f(XT)[0].numpy()
+    values = gpflow.utilities.read_values(model)
+    path = tf.train.Checkpoint(model=model).write(str(tmp_path / "ckpt"))
+    model.q_Z.Z_mean.assign(model.q_Z.Z_mean.numpy() + 1.0)
+    assert np.max(np.abs(model.predict_f(XT)[0].numpy() - reference)) > 1e-3
+    gpflow.utilities.multiple_assign(model, values)
+    np.testing.assert_allclose(model.predict_f(XT)[0].numpy(), reference, rtol=1e-12)
+    model.q_Z.Z_mean.assign(model.q_Z.Z_mean.numpy() + 1.0)
+    tf.train.Checkpoint(model=model).read(path).assert_consumed()
+    np.testing.assert_allclose(model.predict_f(XT)[0].numpy(), reference, rtol=1e-12)
