@@ -207,3 +207,15 @@ def test_checkpoint_and_multiple_assign_round_trip(dataset, tmp_path):
     model.q_Z.Z_mean.assign(model.q_Z.Z_mean.numpy() + 1.0)
     tf.train.Checkpoint(model=model).read(path).assert_consumed()
     np.testing.assert_allclose(model.predict_f(XT)[0].numpy(), reference, rtol=1e-12)
+
+
+def test_result_before_any_reply_is_the_prior(dataset):
+    """The server's initial state gives the prior (every t_k ≡ 1): zero mean, the kernel's variance."""
+    from gpflow_fed.federated.algorithm import FederationInfo
+
+    kernel = gpflow.kernels.SquaredExponential(lengthscales=0.5, variance=1.7)
+    alg = PVI(kernel, Z, gpflow.likelihoods.Gaussian(0.05), learn_inducing="fixed", learn_hyperparameters=False)
+    state = alg.initial_state(FederationInfo(("client_0",), {"client_0": 20}, 1, 1, 0))
+    mean, var = alg.result(state).predict_f(XT)
+    np.testing.assert_allclose(mean.numpy(), 0.0, atol=1e-12)
+    np.testing.assert_allclose(var.numpy(), 1.7, rtol=1e-9)

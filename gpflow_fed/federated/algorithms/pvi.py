@@ -310,8 +310,10 @@ class PVI(Algorithm):
         if self.parameterisation == "dpo":
             sets = stack_sets([state.sets[c] for c in self._ids if c in state.sets], self.Z0.shape[1])
             M = self.Z0.shape[0]  # before any client has replied, t ≡ 1: zero natural parameters (the prior)
-            empty = sets["m"].shape[0] == 0
-            pseudo: Any = NaturalFactor(np.zeros((M, 1)), np.zeros((M, M)), Z=Z) if empty else PseudoObservations(sets["V"], sets["m"], sets["s"], Z=Z)
+            if sets["m"].shape[0] == 0:
+                pseudo: Any = NaturalFactor(np.zeros((M, 1)), np.zeros((M, M)), Z=Z)
+            else:
+                pseudo = PseudoObservations(sets["V"], sets["m"], sets["s"], Z=Z)
         else:
             pseudo = NaturalFactor(state.eta, state.Lam, Z=Z)
         q_Z = None if Z_var is None else GaussianInducingPoints(Z, Z_var)
