@@ -85,11 +85,12 @@ def first_client(a: argparse.Namespace) -> None:
     fed = load_split(a)
 
     def first_update(local_steps: int) -> Any:
+        updates: list = []
         algorithm = make_pvi("dpo", fed.input_dim, 1, a.inducing, a.split, alpha=a.alpha, local_steps=local_steps,
-                             patience=a.patience, num_predict_samples=2)
-        result = run(algorithm, fed, seed=a.split)
-        (problem,) = algorithm._workers.values()
-        return problem, result.history[0]["local_steps"]
+                             patience=a.patience, num_predict_samples=2, on_client_update=updates.append)
+        run(algorithm, fed, seed=a.split)
+        (update,) = updates
+        return update.worker, update.metrics["local_steps"]
 
     def free_energy(problem: Any, samples: int = 400) -> str:
         values = []
@@ -99,11 +100,11 @@ def first_client(a: argparse.Namespace) -> None:
         return f"{np.mean(values):.1f} ± {np.std(values) / np.sqrt(samples):.1f}"
 
     problem, steps = first_update(a.local_steps)
-    std = float(np.exp(0.5 * problem.Z_logvar.numpy()).mean())
+    std = float(np.sqrt(problem.q_Z_moments()[1]).mean())
     print(f"first client, its own fit ({steps:.0f} Adam steps): q(Z) std {std:.3f}, free energy {free_energy(problem)}")
     problem, _ = first_update(1)  # the same client from its initial state, with q(Z)'s variance held at 0.01
-    problem.Z_logvar.assign(np.full(problem.Z_logvar.shape, np.log(0.01)))
-    variables = [*problem.factor_vars.values(), problem.rho_mean, problem.rho_logvar, problem.Z_mean]
+    problem.set_q((problem.q_Z_moments()[0], np.full(problem.q_Z_moments()[1].shape, 0.01)), None)
+    variables = problem.trainables("joint")  # own factor, q(log β) and the mean of q(Z)
     optimizer = tf_keras.optimizers.Adam(problem.learning_rate)
 
     @tf.function
@@ -123,14 +124,13 @@ def cpo_factors(a: argparse.Namespace) -> None:
     from gpflow_fed.federated.algorithms.pvi_experiment import make_pvi
 
     fed = load_split(a)
-    algorithm = make_pvi("cpo", fed.input_dim, a.rounds, a.inducing, a.split, local_steps=a.local_steps,
-                         patience=a.patience, num_predict_samples=2)
-    update, factors = algorithm.client_update, {}
+    factors = {}
 
-    def recorded(client: Any, broadcast: Any) -> Any:  # the factor precision each client will hold if accepted
-        reply = update(client, broadcast)
-        factors[client.id] = client.state["pending"]["t_Lam"]
-        return reply
+    def recorded(update: Any) -> None:  # the factor precision each client will hold if accepted
+        factors[update.client_id] = update.factors["t_Lam"]
+
+    algorithm = make_pvi("cpo", fed.input_dim, a.rounds, a.inducing, a.split, local_steps=a.local_steps,
+                         patience=a.patience, num_predict_samples=2, on_client_update=recorded)
 
     def monitor(r: int, *, state: Any, **_: Any) -> None:
         total = sum(factors.values())
@@ -139,7 +139,6 @@ def cpo_factors(a: argparse.Namespace) -> None:
                           "smallest_factor_eigenvalue": float(min(e.min() for e in eig)),
                           "server_sum_error": float(np.abs(state.Lam - 0.5 * (total + total.T)).max())}), flush=True)
 
-    algorithm.client_update = recorded
     run(algorithm, fed, monitor=monitor, seed=a.split)
 
 

@@ -8,10 +8,10 @@ from check_shapes import check_shapes
 from gpflow import covariances
 from gpflow.base import TensorLike
 
-from ..inducing_variables import GaussianInducingPoints, PseudoObservations
+from ..inducing_variables import GaussianInducingPoints, NaturalFactor, PseudoObservations
 
 
-@covariances.Kuu.register(PseudoObservations, gpflow.kernels.Kernel)
+@covariances.Kuu.register((PseudoObservations, NaturalFactor), gpflow.kernels.Kernel)
 @check_shapes("inducing_variable: [M, D, 1]", "return: [M, M]")
 def Kuu_pseudo_observations(inducing_variable: PseudoObservations, kernel: gpflow.kernels.Kernel, *, jitter: float = 0.0) -> tf.Tensor:
     """``K(Z, Z) + jitter·I`` at the inducing inputs Z (u = f(Z); the pseudo-inputs V enter only the factor)."""
@@ -20,7 +20,7 @@ def Kuu_pseudo_observations(inducing_variable: PseudoObservations, kernel: gpflo
     return K + jitter * tf.eye(tf.shape(Z)[0], dtype=K.dtype)
 
 
-@covariances.Kuf.register(PseudoObservations, gpflow.kernels.Kernel, TensorLike)
+@covariances.Kuf.register((PseudoObservations, NaturalFactor), gpflow.kernels.Kernel, TensorLike)
 @check_shapes("inducing_variable: [M, D, 1]", "Xnew: [batch..., N, D]", "return: [M, batch..., N]")
 def Kuf_pseudo_observations(inducing_variable: PseudoObservations, kernel: gpflow.kernels.Kernel, Xnew: tf.Tensor) -> tf.Tensor:
     """``K(Z, Xnew)``."""

@@ -34,7 +34,8 @@ class GaussianInducingPoints(gpflow.inducing_variables.InducingVariables):
         if np.any(var <= 0):
             raise ValueError("Z_var must be positive everywhere")
         self.Z_mean = gpflow.Parameter(mean, name="Z_mean")
-        self.Z_var = gpflow.Parameter(var, transform=positive(), name="Z_var")
+        # log-variance parameterisation (spec P6): the unconstrained variable is log σ²
+        self.Z_var = gpflow.Parameter(var, transform=positive(lower=0.0, base="exp"), name="Z_var")
 
     @property
     def num_inducing(self) -> tf.Tensor:

@@ -7,7 +7,7 @@ Paper eq. (12): the factor is a Gaussian pseudo-likelihood of pseudo-targets ``m
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 import gpflow
 import numpy as np
@@ -16,7 +16,7 @@ from check_shapes import Shape, check_shapes
 from gpflow.utilities import positive, triangular
 
 S_FLOOR = 1e-6
-"""Lower bound on every pseudo-noise variance (spec P3), enforced by the positive transform."""
+"""Lower bound on every pseudo-noise variance (spec P3): diagonal S is ``S_FLOOR + exp(raw)``."""
 
 
 def _as_float_array(value: object, name: str, ndims: Tuple[int, ...]) -> np.ndarray:
@@ -44,11 +44,15 @@ class PseudoObservations(gpflow.inducing_variables.InducingVariables):
     :param S: pseudo-noise, diagonal (``[J]`` or ``[J, 1]``, every entry ≥ 1e-6) or full ``[J, J]``
         (symmetric positive definite, stored through its Cholesky factor).
     :param Z: inducing inputs ``[M, D]`` (default: ``V``).
+    :param dynamic: let the number of pseudo-points change by ``assign`` (a diagonal S only; used for the
+        union of other clients' pseudo-sets in a PVI cavity, whose size varies between clients).
     :raises ValueError: non-finite values, mismatched shapes, non-positive diagonal S, or a full S that is
         not symmetric positive definite (use a diagonal S, or add a multiple of the identity).
     """
 
-    def __init__(self, V: object, m: object, S: object, Z: Optional[object] = None, *, name: Optional[str] = None):
+    def __init__(
+        self, V: object, m: object, S: object, Z: Optional[object] = None, *, dynamic: bool = False, name: Optional[str] = None
+    ):
         super().__init__(name=name)
         V_arr = _as_float_array(V, "V", (2,))
         m_arr = _as_float_array(m, "m", (1, 2)).reshape(-1, 1)
@@ -75,9 +79,12 @@ class PseudoObservations(gpflow.inducing_variables.InducingVariables):
                 raise ValueError(f"S must be [J], [J, 1] or [J, J] with J = {J}, got shape {S_arr.shape}")
             if np.any(S_diag <= S_FLOOR):
                 raise ValueError(f"diagonal S must be > {S_FLOOR} everywhere (non-PSD pseudo-noise), got min {S_diag.min()}")
-            self.S_diag = gpflow.Parameter(S_diag, transform=positive(lower=S_FLOOR), name="S_diag")
-        self.V = gpflow.Parameter(V_arr, name="V")
-        self.m = gpflow.Parameter(m_arr, name="m")
+            shape = [None] if dynamic else None
+            self.S_diag = gpflow.Parameter(S_diag, transform=positive(lower=S_FLOOR, base="exp"), name="S_diag", shape=shape)
+        if dynamic and self.full_S:
+            raise ValueError("dynamic=True needs a diagonal S (a full S has a fixed size)")
+        self.V = gpflow.Parameter(V_arr, name="V", shape=[None, D] if dynamic else None)
+        self.m = gpflow.Parameter(m_arr, name="m", shape=[None, 1] if dynamic else None)
         if Z is None:
             self.Z = None
         else:
@@ -96,7 +103,7 @@ class PseudoObservations(gpflow.inducing_variables.InducingVariables):
     @property
     def num_pseudo(self) -> int:
         """J = M_k, the number of pseudo-points."""
-        return int(self.V.shape[0])
+        return int(tf.shape(self.V)[0])
 
     @property
     def num_inducing(self) -> tf.Tensor:
@@ -114,7 +121,7 @@ class PseudoObservations(gpflow.inducing_variables.InducingVariables):
             return tf.matmul(self.S_sqrt, self.S_sqrt, transpose_b=True)
         return tf.linalg.diag(tf.convert_to_tensor(self.S_diag))
 
-    @check_shapes("P: [M, J]", "return[0]: [M, J]", "return[1]: [J, 1]")
+    @check_shapes("P: [batch..., M, J]", "return[0]: [batch..., M, J]", "return[1]: [J, 1]")
     def noise_whiten(self, P: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
         """``(P S^{-½}ᵀ, S^{-½} m)`` with ``S^{½}`` the Cholesky factor (or √diag): so that
         ``P S⁻¹ Pᵀ = Ps Psᵀ`` and ``P S⁻¹ m = Ps r`` (spec §1.4)."""
@@ -124,4 +131,12 @@ class PseudoObservations(gpflow.inducing_variables.InducingVariables):
             Ps = tf.linalg.adjoint(tf.linalg.triangular_solve(Ls, tf.linalg.adjoint(P), lower=True))
             return Ps, tf.linalg.triangular_solve(Ls, m, lower=True)
         sd = tf.sqrt(tf.convert_to_tensor(self.S_diag))
-        return P / sd[None, :], m / sd[:, None]
+        return P / sd, m / sd[:, None]
+
+    @check_shapes("Z: [batch..., M, D]", "L: [batch..., M, M]", "return[0]: [batch..., M, M]", "return[1]: [batch..., M, 1]")
+    def whitened_terms(self, kernel: Callable, Z: tf.Tensor, L: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+        """This factor's whitened precision and shift ``(Ps Psᵀ, Ps r)`` with ``P = L⁻¹ K_ZV`` (spec §1.4; paper
+        eq. 12), for ``L = chol K_ZZ`` at ``Z`` (a leading sample dimension of Z, L and the kernel broadcasts)."""
+        P = tf.linalg.triangular_solve(L, kernel(Z, tf.convert_to_tensor(self.V)), lower=True)
+        Ps, r = self.noise_whiten(P)
+        return tf.matmul(Ps, Ps, transpose_b=True), tf.matmul(Ps, r)

@@ -2,7 +2,7 @@
 
 from .bayesian_linear_regression import BayesianLinearRegression, blr_log_marginal_likelihood, blr_posterior, blr_statistics
 from .aggregated_sgpr import AggregatedSGPR, collapsed_sgpr_bound
-from .dpo_svgp import DPOSVGP
+from .dpo_svgp import DPOSVGP, BaseDPOSVGP, FederatedDPOSVGP
 from .ensemble_pyramid import fit_pyramid
 from .ensemble_svgp import EnsembleSVGP, RecyclableWarning, as_recyclable
 from .privacy_aware_gpr import PrivacyAwareGPR, PrivacyRelease, fit_hyperparameters, release
@@ -13,4 +13,4 @@ __all__: list = ["PrivacyAwareGPR", "PrivacyRelease", "fit_hyperparameters", "re
     "BayesianLinearRegression", "blr_log_marginal_likelihood", "blr_posterior", "blr_statistics",
     "EnsembleSVGP", "RecyclableModel", "RecyclableWarning", "as_recyclable", "export_svgp", "fit_pyramid",
     "load_recyclable", "save_recyclable", "train_local_svgp", "LocalSVGPTrainer",
-    "DPOSVGP", "AggregatedSGPR", "collapsed_sgpr_bound"]
+    "DPOSVGP", "BaseDPOSVGP", "FederatedDPOSVGP", "AggregatedSGPR", "collapsed_sgpr_bound"]

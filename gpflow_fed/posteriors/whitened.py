@@ -11,30 +11,24 @@ forms the DPO "mean" Λ̃⁻¹η̃ of paper eq. (25), which does not exist when 
 
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Sequence, Tuple
 
 import gpflow
 import tensorflow as tf
 from check_shapes import check_shapes
 
-JITTER = 1e-6
+
+@check_shapes("return[0]: [batch..., M, 1]", "return[1]: [batch..., M, M]")
+def assemble_whitened(terms: Sequence[Tuple[tf.Tensor, tf.Tensor]], M: int, dtype: tf.DType) -> Tuple[tf.Tensor, tf.Tensor]:
+    """``(μ_w, L_B)`` of q(w) ∝ N(w; 0, I) Π_j t_j(w) from each factor's whitened ``(Ps_j Ps_jᵀ, Ps_j r_j)``:
+    ``B = I + Σ_j Ps_j Ps_jᵀ``, ``b = Σ_j Ps_j r_j`` (no factors: the prior)."""
+    if not terms:
+        return tf.zeros([M, 1], dtype=dtype), tf.eye(M, dtype=dtype)
+    B = tf.eye(M, dtype=dtype) + tf.add_n([t[0] for t in terms])
+    return whitened_posterior(B, tf.add_n([t[1] for t in terms]))
 
 
-@check_shapes("K: [M, M]", "return: [M, M]")
-def jittered_cholesky(K: tf.Tensor, jitter: float = JITTER) -> tf.Tensor:
-    """``chol(K + εI)`` (spec P1: the same ε must be used for q and its cavity within one step)."""
-    return tf.linalg.cholesky(K + tf.cast(jitter, K.dtype) * tf.eye(tf.shape(K)[0], dtype=K.dtype))
-
-
-@check_shapes("Ps: [M, J]", "r: [J, 1]", "return[0]: [M, M]", "return[1]: [M, 1]")
-def whitened_precision(Ps: tf.Tensor, r: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
-    """``(B, b) = (I + Ps Psᵀ, Ps r)``: the whitened precision and precision-adjusted mean of one pseudo-set
-    combined with the N(0, I) prior."""
-    M = tf.shape(Ps)[0]
-    return tf.eye(M, dtype=Ps.dtype) + tf.matmul(Ps, Ps, transpose_b=True), tf.matmul(Ps, r)
-
-
-@check_shapes("B: [M, M]", "b: [M, 1]", "return[0]: [M, 1]", "return[1]: [M, M]")
+@check_shapes("B: [batch..., M, M]", "b: [batch..., M, 1]", "return[0]: [batch..., M, 1]", "return[1]: [batch..., M, M]")
 def whitened_posterior(B: tf.Tensor, b: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
     """``(μ_w, L_B)`` with ``L_B = chol(B)``, ``μ_w = L_B⁻ᵀ L_B⁻¹ b`` (spec §1.4, as in paper eq. 22)."""
     LB = tf.linalg.cholesky(B)
@@ -43,34 +37,44 @@ def whitened_posterior(B: tf.Tensor, b: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor
 
 
 @check_shapes(
-    "A: [M, N]", "Kdiag: [N]", "mu_w: [M, 1]", "LB: [M, M]", "return[0]: [N, 1]", "return[1]: [N, 1]"
+    "A: [batch..., M, N]",
+    "Kdiag: [batch..., N]",
+    "mu_w: [batch..., M, 1]",
+    "LB: [batch..., M, M]",
+    "return[0]: [batch..., N, 1]",
+    "return[1]: [batch..., N, 1]",
 )
 def whitened_marginals(A: tf.Tensor, Kdiag: tf.Tensor, mu_w: tf.Tensor, LB: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
     """Marginals of q(f_n) with ``a_n = L⁻¹ k_{Z x_n}`` (spec §2.2):
-    ``μ_n = a_nᵀ μ_w``, ``v_n = k_nn − a_nᵀ a_n + ‖L_B⁻¹ a_n‖²``."""
+    ``μ_n = a_nᵀ μ_w``, ``v_n = k_nn − a_nᵀ a_n + ‖L_B⁻¹ a_n‖²`` (leading batch dimensions broadcast)."""
     mean = tf.matmul(A, mu_w, transpose_a=True)
     LBinvA = tf.linalg.triangular_solve(LB, A, lower=True)
-    var = Kdiag - tf.reduce_sum(A**2, axis=0) + tf.reduce_sum(LBinvA**2, axis=0)
-    return mean, var[:, None]
+    var = Kdiag - tf.reduce_sum(A**2, axis=-2) + tf.reduce_sum(LBinvA**2, axis=-2)
+    return mean, var[..., None]
 
 
-@check_shapes("mu: [M, 1]", "LB: [M, M]", "mu_c: [M, 1]", "LBc: [M, M]", "return: []")
+@check_shapes(
+    "mu: [batch..., M, 1]", "LB: [batch..., M, M]", "mu_c: [batch..., M, 1]", "LBc: [batch..., M, M]", "return: [batch...]"
+)
 def whitened_kl(mu: tf.Tensor, LB: tf.Tensor, mu_c: tf.Tensor, LBc: tf.Tensor) -> tf.Tensor:
     """KL[N(μ, B⁻¹) ‖ N(μ_c, B_c⁻¹)] in whitened coordinates (spec §2.3):
 
     ``½[tr(B_c B⁻¹) + (μ − μ_c)ᵀ B_c (μ − μ_c) − M + log|B| − log|B_c|]``; K_ZZ drops out.
     """
-    M = tf.cast(tf.shape(mu)[0], mu.dtype)
-    trace = tf.reduce_sum(tf.linalg.triangular_solve(LB, LBc, lower=True) ** 2)
-    maha = tf.reduce_sum(tf.matmul(LBc, mu - mu_c, transpose_a=True) ** 2)
-    logdet = 2.0 * (tf.reduce_sum(tf.math.log(tf.linalg.diag_part(LB))) - tf.reduce_sum(tf.math.log(tf.linalg.diag_part(LBc))))
+    M = tf.cast(tf.shape(mu)[-2], mu.dtype)
+    trace = tf.reduce_sum(tf.linalg.triangular_solve(LB, LBc, lower=True) ** 2, axis=[-2, -1])
+    maha = tf.reduce_sum(tf.matmul(LBc, mu - mu_c, transpose_a=True) ** 2, axis=[-2, -1])
+    logdet = 2.0 * (
+        tf.reduce_sum(tf.math.log(tf.linalg.diag_part(LB)), -1) - tf.reduce_sum(tf.math.log(tf.linalg.diag_part(LBc)), -1)
+    )
     return 0.5 * (trace + maha - M + logdet)
 
 
-@check_shapes("mu: [M, 1]", "LB: [M, M]", "return: []")
+@check_shapes("mu: [batch..., M, 1]", "LB: [batch..., M, M]", "return: [batch...]")
 def whitened_prior_kl(mu: tf.Tensor, LB: tf.Tensor) -> tf.Tensor:
     """KL[N(μ_w, B⁻¹) ‖ N(0, I)] = ½[tr(B⁻¹) + μ_wᵀμ_w − M + log|B|] (whitened form of KL[q(u) ‖ p(u)])."""
-    return whitened_kl(mu, LB, tf.zeros_like(mu), tf.eye(tf.shape(mu)[0], dtype=mu.dtype))
+    eye = tf.broadcast_to(tf.eye(tf.shape(mu)[-2], dtype=mu.dtype), tf.shape(LB))
+    return whitened_kl(mu, LB, tf.zeros_like(mu), eye)
 
 
 def meanfield_gaussian_kl(mean_q: object, var_q: object, mean_p: object, var_p: object) -> tf.Tensor:

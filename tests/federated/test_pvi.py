@@ -149,11 +149,10 @@ def test_local_step_is_traced_once_across_clients_and_rounds():
 
 def _cpo_problem():
     from gpflow_fed.federated.algorithms.pvi_local import LocalProblem
-    from gpflow_fed.federated.algorithms.pvi_objective import HyperModel
 
-    hyper = HyperModel(gpflow.kernels.SquaredExponential(), gpflow.likelihoods.Gaussian(0.1), 1, False)
-    problem = LocalProblem(hyper, 1, M=3, num_pseudo=3, mode="distribution", param="cpo", alpha=0.1,
-                           num_samples=1, learning_rate=0.01)
+    problem = LocalProblem(gpflow.kernels.SquaredExponential(), gpflow.likelihoods.Gaussian(0.1), 1,
+                           learn_hyperparameters=False, M=3, num_pseudo=3, mode="distribution", param="cpo",
+                           alpha=0.1, num_samples=1, learning_rate=0.01)
     X = np.linspace(-1, 1, 8)[:, None]
     problem.load((X, np.sin(X)), {"m": np.zeros((3, 1)), "S_raw": np.zeros((3, 3))}, seed=0, counter=0, jitter=1e-6)
     return problem
@@ -163,13 +162,13 @@ def test_cpo_factor_precision_is_bounded_by_the_floor():
     """S_k = L Lᵀ + S_FLOOR·I: a raw diagonal driven to −40 (what Adam did in directions the objective cannot see)
     still gives a factor precision of at most 1/S_FLOOR, so other clients' cavities and the server's sum keep
     their digits; an ordinary S is only shifted by the floor."""
-    from gpflow_fed.federated.algorithms.pvi_local import S_FLOOR
+    from gpflow_fed.inducing_variables import S_FLOOR
 
     problem = _cpo_problem()
-    problem.S_raw.assign(np.diag([-40.0, 0.0, -1.0]) + np.tril(np.full((3, 3), 0.3), -1))
-    Lam = problem.own_sets().Lam.numpy()
+    problem.own.S_raw.assign(np.diag([-40.0, 0.0, -1.0]) + np.tril(np.full((3, 3), 0.3), -1))
+    Lam = problem.own_factor_arrays()["Lam"]
     assert np.linalg.eigvalsh(Lam).max() <= 1 / S_FLOOR * (1 + 1e-9)
-    L = np.tril(problem.S_raw.numpy(), -1) + np.diag(np.exp(np.diag(problem.S_raw.numpy())))
+    L = np.tril(problem.own.S_raw.numpy(), -1) + np.diag(np.exp(np.diag(problem.own.S_raw.numpy())))
     np.testing.assert_allclose(np.linalg.inv(Lam), L @ L.T + S_FLOOR * np.eye(3), rtol=1e-9, atol=1e-12)
 
 
@@ -183,7 +182,7 @@ def test_failed_cholesky_chunk_is_undone_and_retried_with_more_jitter(failure):
 
     def flaky(n):
         if float(problem.jitter.numpy()) < 5e-6:  # fails at the initial jitter, after moving the variables
-            problem.m.assign_add(tf.ones_like(problem.m))
+            problem.own.m.assign_add(tf.ones_like(problem.own.m))
             problem.counter.assign_add(7)
             calls.append("failed")
             if failure == "raise":
@@ -201,7 +200,7 @@ def test_failed_cholesky_chunk_is_undone_and_retried_with_more_jitter(failure):
     reference = _cpo_problem()
     reference.jitter.assign(1e-5)
     reference.fit("factor", max_steps=10, patience=100)
-    np.testing.assert_allclose(problem.m.numpy(), reference.m.numpy(), rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(problem.own.m.numpy(), reference.own.m.numpy(), rtol=1e-12, atol=1e-14)
 
 
 def test_cholesky_failing_at_the_largest_jitter_raises_and_keeps_the_factor():
@@ -209,7 +208,7 @@ def test_cholesky_failing_at_the_largest_jitter_raises_and_keeps_the_factor():
     before = problem.snapshot()
 
     def always_nan(n):
-        problem.m.assign_add(tf.ones_like(problem.m))
+        problem.own.m.assign_add(tf.ones_like(problem.own.m))
         return tf.constant([np.nan], gpflow.default_float())
 
     problem._steps["factor"] = always_nan

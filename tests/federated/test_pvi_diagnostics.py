@@ -38,7 +38,7 @@ def test_trace_prints_one_line_per_communication(diagnostics, capsys, method, ev
 
 
 def test_cpo_factors_stay_below_the_floor_and_the_server_sum_is_exact(diagnostics, capsys):
-    from gpflow_fed.federated.algorithms.pvi_local import S_FLOOR
+    from gpflow_fed.inducing_variables import S_FLOOR
 
     assert diagnostics.main(["cpo-factors", *TINY]) == 0
     for entry in _lines(capsys):

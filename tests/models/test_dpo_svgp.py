@@ -71,3 +71,42 @@ def test_bad_input(data):
         DPOSVGP((X, Y), k, lik, Z)
     with pytest.raises(ValueError, match="NaN"):
         DPOSVGP((X, Y * np.nan), k, lik, pseudo)
+
+
+def test_mean_function_shifts_every_sample_of_the_mixture(data):
+    """With q(Z), a constant mean function c moves the mixture mean by c and leaves the variance unchanged."""
+    X, Y, Z = data
+    k, lik = gpflow.kernels.SquaredExponential(lengthscales=0.7), gpflow.likelihoods.Gaussian(0.02)
+    pseudo = PseudoObservations(X[::2], Y[::2], np.full(20, 0.05), Z=Z)
+
+    def model(mf):
+        return DPOSVGP((X, Y), k, lik, pseudo, GaussianInducingPoints(Z, 0.01), num_predict_samples=4, mean_function=mf)
+
+    plain, shifted = model(None), model(gpflow.mean_functions.Constant(1.5))
+    (m0, v0), (m1, v1) = plain.predict_f(X[:5]), shifted.predict_f(X[:5])
+    np.testing.assert_allclose(m1.numpy() - m0.numpy(), 1.5, rtol=1e-12)
+    np.testing.assert_allclose(v1.numpy(), v0.numpy(), rtol=1e-10)
+    np.testing.assert_allclose(shifted.predict_log_density((X, Y + 1.5)).numpy(),
+                               plain.predict_log_density((X, Y)).numpy(), rtol=1e-10)
+
+
+def test_q_beta_elbo_approaches_point_beta_elbo_minus_kl(data):
+    """A q(log β) of tiny variance at log β = log(ℓ, σ_f², σ_n²) gives the point-β ELBO minus KL[q(β) ‖ p(β)],
+    and the kernel's own parameters are then not trainable."""
+    from gpflow_fed.posteriors import LogNormalHyperparameters
+
+    X, Y, Z = data
+    pseudo = PseudoObservations(X[::2], Y[::2], np.full(20, 0.05), Z=Z)
+    point = DPOSVGP((X, Y), gpflow.kernels.SquaredExponential(lengthscales=0.7, variance=1.3),
+                    gpflow.likelihoods.Gaussian(0.02), pseudo).elbo().numpy()
+    q_beta = LogNormalHyperparameters(np.log([0.7, 1.3, 0.02]), 1e-14, 1)
+    kernel = gpflow.kernels.SquaredExponential()
+    model = DPOSVGP((X, Y), kernel, gpflow.likelihoods.Gaussian(), pseudo, q_beta=q_beta, num_samples=2)
+    np.testing.assert_allclose(model.elbo().numpy(), point - q_beta.kl_divergence().numpy(), rtol=1e-6)
+    assert not any(p.trainable for p in (kernel.lengthscales, kernel.variance, model.likelihood.variance))
+    with pytest.raises(ValueError, match="D \\+ 1"):
+        LogNormalHyperparameters(np.zeros(5), 1.0, 1)
+    with pytest.raises(ValueError, match="positive"):
+        LogNormalHyperparameters(np.zeros(3), -1.0, 1)
+    with pytest.raises(ValueError, match="Gaussian"):
+        DPOSVGP((X, Y), kernel, gpflow.likelihoods.Bernoulli(), pseudo, q_beta=q_beta)

@@ -114,3 +114,23 @@ def test_posterior_rejects_other_inducing_variables(problem):
     X, Y, Z, V, kernel, rng = problem
     with pytest.raises(TypeError, match="PseudoObservations"):
         DPOPosterior(kernel, gpflow.inducing_variables.InducingPoints(Z))
+
+
+def test_natural_factor_of_the_data_recovers_sgpr(problem):
+    """The CPO factor of the data, η = K_ZZ⁻¹K_ZX y/σ², Λ = K_ZZ⁻¹K_ZX K_XZ K_ZZ⁻¹/σ² (paper eq. 11), routes to
+    DPOPosterior in a stock SVGP and gives SGPR's bound and predictions."""
+    from gpflow_fed.inducing_variables import NaturalFactor
+
+    X, Y, Z, V, kernel, rng = problem
+    noise = 0.05
+    A = np.linalg.solve(kernel(Z).numpy() + JIT * np.eye(6), kernel(Z, X).numpy())
+    iv = NaturalFactor(A @ Y / noise, A @ A.T / noise, Z=Z)
+    sgpr = gpflow.models.SGPR((X, Y), kernel, Z, noise_variance=noise)
+    svgp = gpflow.models.SVGP(kernel, gpflow.likelihoods.Gaussian(noise), iv)
+    np.testing.assert_allclose(svgp.elbo((X, Y)).numpy(), sgpr.elbo().numpy(), rtol=1e-8)
+    for a, b in zip(svgp.predict_f(X[:7]), sgpr.predict_f(X[:7])):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-7, atol=1e-10)
+    with pytest.raises(ValueError, match="symmetric"):
+        NaturalFactor(np.zeros(2), np.array([[1.0, 1.0], [0.0, 1.0]]))
+    with pytest.raises(ValueError, match="M = 2"):
+        NaturalFactor(np.zeros(2), np.eye(3))

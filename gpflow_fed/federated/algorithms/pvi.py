@@ -29,23 +29,35 @@ from __future__ import annotations
 import copy
 import warnings
 from dataclasses import dataclass, field, replace
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import gpflow
 import numpy as np
-import tensorflow as tf
 
 from ..algorithm import Aggregate, Algorithm, FederationInfo
 from ..client import Client
 from ..messages import Message
+from ...inducing_variables import S_FLOOR, GaussianInducingPoints, NaturalFactor, PseudoObservations
+from ...models.dpo_svgp import FederatedDPOSVGP
+from ...posteriors import LogNormalHyperparameters
 from .pvi_factors import NaturalGaussian, pack_lower, unpack_lower
-from .pvi_local import S_FLOOR, LocalProblem, stack_sets
-from .pvi_model import PVIPosteriorModel
-from .pvi_objective import HyperModel, PseudoSets
+from .pvi_local import LocalProblem, initial_log_beta, num_hyperparameters, stack_sets
 
 PARAMETERISATIONS = ("dpo", "cpo")
 SCHEDULES = ("sequential", "synchronous")
 INDUCING_MODES = ("distribution", "fixed", "fedavg")
+
+
+@dataclass(frozen=True)
+class ClientUpdate:
+    """What PVI's ``on_client_update`` hook receives after each client update: the client, the worker that ran
+    it (holding the fitted q(Z), q(log β) and own factor until its next use), the client's new factors if the
+    server accepts them (``tZ``, ``trho``; CPO ``t_eta``, ``t_Lam``) and the reply's metrics."""
+
+    client_id: str
+    worker: LocalProblem
+    factors: Dict[str, Any]
+    metrics: Dict[str, float]
 
 
 @dataclass
@@ -64,8 +76,6 @@ class PVIState:
 
 
 def _inducing_init(inducing_variable: Any) -> tuple:
-    from ...inducing_variables import GaussianInducingPoints
-
     if isinstance(inducing_variable, GaussianInducingPoints):
         return inducing_variable.Z_mean.numpy(), inducing_variable.Z_var.numpy()
     if isinstance(inducing_variable, gpflow.inducing_variables.InducingPoints):
@@ -107,6 +117,8 @@ class PVI(Algorithm):
     :param fedavg_steps: J of Alg. 1.
     :param local_solver: ``"auto"`` solves the conjugate case (Gaussian likelihood, fixed Z and β, CPO, or
         DPO with M_k = N_k) exactly; ``"adam"`` always optimises.
+    :param on_client_update: called with a :class:`ClientUpdate` after every client update (a diagnostics hook;
+        it runs where the client update runs).
     """
 
     name = "pvi"
@@ -139,6 +151,7 @@ class PVI(Algorithm):
         fedavg_steps: int = 1000,
         local_solver: str = "auto",
         jitter: float = 1e-6,
+        on_client_update: Optional[Callable[[ClientUpdate], None]] = None,
     ) -> None:
         super().__init__(rounds, client_fraction)
         checks = [
@@ -161,6 +174,8 @@ class PVI(Algorithm):
                 raise ValueError(message)
         if not isinstance(kernel, gpflow.kernels.Kernel):
             raise TypeError(f"kernel must be a gpflow Kernel, got {type(kernel).__name__}")
+        if on_client_update is not None and not callable(on_client_update):
+            raise TypeError(f"on_client_update must be callable, got {type(on_client_update).__name__}")
         if not isinstance(likelihood, gpflow.likelihoods.Likelihood):
             raise TypeError(f"likelihood must be a gpflow Likelihood, got {type(likelihood).__name__}")
         if learn_hyperparameters and not isinstance(kernel, gpflow.kernels.SquaredExponential):
@@ -177,7 +192,8 @@ class PVI(Algorithm):
         self.num_samples, self.num_predict_samples = int(num_samples), int(num_predict_samples)
         self.learning_rate, self.local_steps, self.patience = float(learning_rate), int(local_steps), int(patience)
         self.fedavg_steps, self.local_solver, self.jitter = int(fedavg_steps), local_solver, float(jitter)
-        self.hyper = HyperModel(kernel, likelihood, self.Z0.shape[1], self.learn_hyperparameters)
+        self.num_hyper = num_hyperparameters(self.Z0.shape[1], likelihood, self.learn_hyperparameters)
+        self.on_client_update = on_client_update
         self._workers: Dict[int, LocalProblem] = {}
 
     # --- configuration -------------------------------------------------------------------------------
@@ -223,7 +239,7 @@ class PVI(Algorithm):
         self._sizes = dict(info.client_sizes)
         self._N = float(info.num_data)
         M, D = self.Z0.shape
-        H = self.hyper.num_hyper
+        H = self.num_hyper
         state = PVIState(
             versions=np.zeros(len(self._ids), dtype=np.int64),
             qZ=NaturalGaussian.standard((M, D)) if self.learn_inducing == "distribution" else None,
@@ -286,16 +302,25 @@ class PVI(Algorithm):
         out["rejected_updates"] = float(state.rejected)
         return out
 
-    def result(self, state: PVIState) -> PVIPosteriorModel:
-        if self.parameterisation == "dpo":
-            stacked = stack_sets([state.sets[c] for c in self._ids if c in state.sets], self.Z0.shape[1])
-            sets = [PseudoSets(**{k: tf.constant(v) for k, v in stacked.items()})]
-        else:
-            sets = [PseudoSets(eta=tf.constant(state.eta), Lam=tf.constant(state.Lam))]
+    def result(self, state: PVIState) -> FederatedDPOSVGP:
+        """The GPflow model of the server state (spec §4): a :class:`~gpflow_fed.models.FederatedDPOSVGP` whose
+        u-factor is every client's DPO pseudo-set (their union) or the summed CPO natural parameters, with q(Z)
+        (or the point Z) and q(log β) (or the kernel's fixed values)."""
         Z, Z_var = (state.Z, None) if state.qZ is None else state.qZ.moments()
-        rho = None if state.qrho is None else state.qrho.moments()
-        return PVIPosteriorModel(
-            self.hyper, sets, Z, Z_var, rho, alpha=self.alpha, num_samples=self.num_predict_samples, jitter=self.jitter
+        if self.parameterisation == "dpo":
+            sets = stack_sets([state.sets[c] for c in self._ids if c in state.sets], self.Z0.shape[1])
+            M = self.Z0.shape[0]  # before any client has replied, t ≡ 1: zero natural parameters (the prior)
+            if sets["m"].shape[0] == 0:
+                pseudo: Any = NaturalFactor(np.zeros((M, 1)), np.zeros((M, M)), Z=Z)
+            else:
+                pseudo = PseudoObservations(sets["V"], sets["m"], sets["s"], Z=Z)
+        else:
+            pseudo = NaturalFactor(state.eta, state.Lam, Z=Z)
+        q_Z = None if Z_var is None else GaussianInducingPoints(Z, Z_var)
+        q_beta = None if state.qrho is None else LogNormalHyperparameters(*state.qrho.moments(), self.Z0.shape[1])
+        return FederatedDPOSVGP(
+            gpflow.utilities.deepcopy(self.kernel), gpflow.utilities.deepcopy(self.likelihood), pseudo, q_Z, q_beta,
+            alpha=self.alpha, num_predict_samples=self.num_predict_samples, jitter=self.jitter,
         )
 
     # --- client --------------------------------------------------------------------------------------
@@ -304,7 +329,7 @@ class PVI(Algorithm):
         client.state.update(
             num_pseudo=self.num_pseudo(client.num_data), factor=None, counter=0, jitter=self.jitter,
             version=0, pending=None,
-            tZ=NaturalGaussian.unit((M, D)), trho=NaturalGaussian.unit((self.hyper.num_hyper,)),
+            tZ=NaturalGaussian.unit((M, D)), trho=NaturalGaussian.unit((self.num_hyper,)),
             t_eta=np.zeros((M, 1)), t_Lam=np.zeros((M, M)),
         )
 
@@ -314,7 +339,8 @@ class PVI(Algorithm):
         key = num_pseudo if self.parameterisation == "dpo" else 0
         if key not in self._workers:
             self._workers[key] = LocalProblem(
-                self.hyper, self.Z0.shape[1], M=self.Z0.shape[0], num_pseudo=num_pseudo,
+                self.kernel, self.likelihood, self.Z0.shape[1], learn_hyperparameters=self.learn_hyperparameters,
+                M=self.Z0.shape[0], num_pseudo=num_pseudo,
                 mode="distribution" if self.learn_inducing == "distribution" else "point",
                 param=self.parameterisation, alpha=self.alpha, num_samples=self.num_samples,
                 learning_rate=self.learning_rate,
@@ -337,31 +363,29 @@ class PVI(Algorithm):
         qZ = NaturalGaussian(broadcast["qZ_nu"], broadcast["qZ_lam"]) if "qZ_nu" in broadcast.arrays else None
         qrho = NaturalGaussian(broadcast["qrho_nu"], broadcast["qrho_lam"]) if "qrho_nu" in broadcast.arrays else None
         first = int(np.sum(versions)) == 0
+        cavZ = cavR = None
         if qZ is not None:
-            cav, n = (qZ - st["tZ"]).clipped()
+            cavZ, n = (qZ - st["tZ"]).clipped()
             clipped += n
-            problem.cavZ_nu.assign(cav.nu), problem.cavZ_lam.assign(cav.lam)
-            mean, var = (self.Z0, self.Z0_var) if first else qZ.moments()
-            problem.Z_mean.assign(mean), problem.Z_logvar.assign(np.log(var))
+            problem.set_q(((self.Z0, self.Z0_var) if first else qZ.moments()), None)
         else:
-            problem.Z_mean.assign(broadcast["Z"])
+            problem.set_q((broadcast["Z"], None), None)
         if qrho is not None:
-            cav, n = (qrho - st["trho"]).clipped()
+            cavR, n = (qrho - st["trho"]).clipped()
             clipped += n
-            problem.cavR_nu.assign(cav.nu), problem.cavR_lam.assign(cav.lam)
-            mean, var = (self.hyper.initial_log_beta(), np.full(qrho.nu.shape, self.init_rho_var)) if first else qrho.moments()
-            problem.rho_mean.assign(mean), problem.rho_logvar.assign(np.log(var))
+            start = (initial_log_beta(self.kernel, self.likelihood, self.Z0.shape[1]), np.full(qrho.nu.shape, self.init_rho_var))
+            problem.set_q(None, start if first else qrho.moments())
         # cavity over u: every other client's factor
         if self.parameterisation == "dpo":
             sizes = broadcast["sizes"]
-            start = int(np.sum(sizes[:idx]))
+            begin = int(np.sum(sizes[:idx]))
             keep = np.ones(int(np.sum(sizes)), dtype=bool)
-            keep[start : start + int(sizes[idx])] = False
+            keep[begin : begin + int(sizes[idx])] = False
+            # clients not yet heard from contribute t ≡ 1 (the cavity has a dynamic size)
             others = {k: broadcast[k][keep] for k in ("V", "m", "s")}
-            # clients not yet heard from contribute t ≡ 1 (the cavity variables have a dynamic size)
-            problem.set_cavity_sets(others)
         else:
-            problem.set_cavity_sets({"eta": broadcast["eta"] - st["t_eta"], "Lam": unpack_lower(broadcast["Lam"], self.Z0.shape[0]) - st["t_Lam"]})
+            others = {"eta": broadcast["eta"] - st["t_eta"], "Lam": unpack_lower(broadcast["Lam"], self.Z0.shape[0]) - st["t_Lam"]}
+        problem.set_cavity(cavZ, cavR, others)
         # local optimisation
         steps, free_energy = 0, float("nan")
         if self._conjugate(client.num_data):
@@ -382,7 +406,7 @@ class PVI(Algorithm):
             arrays.update(dZ_nu=delta.nu, dZ_lam=delta.lam)
             new_state["tZ"] = st["tZ"] + delta.scale(self.rho_step)
         if self.learn_inducing == "fedavg":
-            arrays["Z"] = problem.Z_mean.numpy()
+            arrays["Z"] = problem.q_Z.Z_mean.numpy()
         if qrho is not None:
             delta = NaturalGaussian.from_moments(*problem.q_rho_moments()) - qrho
             arrays.update(drho_nu=delta.nu, drho_lam=delta.lam)
@@ -397,6 +421,8 @@ class PVI(Algorithm):
         metrics = {"local_steps": float(steps), "cavity_clipped": float(clipped)}
         if np.isfinite(free_energy):  # not computed by the conjugate solver
             metrics["free_energy"] = free_energy
+        if self.on_client_update is not None:
+            self.on_client_update(ClientUpdate(client.id, problem, dict(new_state), metrics))
         return self.reply(client, broadcast, arrays, weight=float(client.num_data), metrics=metrics)
 
     def _init_factor(self, client: Client) -> Dict[str, np.ndarray]:
@@ -418,7 +444,7 @@ class PVI(Algorithm):
             problem.load(client.data, {"V": X, "m": Y, "log_s": np.full(X.shape[0], np.log(noise - S_FLOOR))},
                          seed=client.seed, counter=0, jitter=self.jitter)
             return problem.own_factor_arrays()
-        Z = problem.Z_mean.numpy()
+        Z = problem.q_Z.Z_mean.numpy()
         Kzz = self.kernel(Z).numpy() + self.jitter * np.eye(Z.shape[0])
         Kzx = self.kernel(Z, X).numpy()
         A = np.linalg.solve(Kzz, Kzx)  # K_ZZ⁻¹ K_ZX (natural parameters over u; the client's own data)

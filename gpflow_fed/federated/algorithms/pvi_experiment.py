@@ -10,7 +10,7 @@ import numpy as np
 from ...data.dataset import FederatedDataset
 from ..api import run
 from .pvi import PVI
-from .pvi_model import PVIPosteriorModel
+from ...models.dpo_svgp import FederatedDPOSVGP
 
 METHODS = ("dpo", "cpo", "fixed", "fedavg", "global")
 REGIONAL = ("ozone",)
@@ -80,7 +80,7 @@ def run_method(
     ``eval_every`` communications (default: one sweep, K; for ``"global"`` only the final value).
 
     The curve is computed from the server state by a monitor (no extra client exchange), with the compiled,
-    vectorised predictor of :class:`~.pvi_model.PVIPosteriorModel`, so it is the same quantity as ``ll``."""
+    batched predictor of :class:`~gpflow_fed.models.FederatedDPOSVGP`, so it is the same quantity as ``ll``."""
     if method == "global":
         X, Y = dataset.pooled()
         dataset = FederatedDataset([(X, Y)], test=dataset.test, name=dataset.name)
@@ -89,7 +89,7 @@ def run_method(
     Xt, Yt = dataset.test
     curve: List[float] = []
 
-    def score(model: PVIPosteriorModel) -> Tuple[float, float]:
+    def score(model: FederatedDPOSVGP) -> Tuple[float, float]:
         ll = float(np.mean(model.predict_log_density((Xt, Yt)).numpy()))
         mean = model.predict_y(Xt)[0].numpy()
         return ll, float(np.sqrt(np.mean((mean - Yt) ** 2)))

@@ -1,26 +1,33 @@
-"""The client side of PVI: trainable q(Z), q(log β) and a client's own u-factor, fitted by Adam on the
-Monte-Carlo local free energy of :mod:`pvi_objective` (spec §2.6, §5) with early stopping (spec P9).
+"""The client side of PVI: q(Z), q(log β) and the client's own u-factor, fitted by Adam with early stopping
+(spec §2.6, §5, P9) on the Monte-Carlo local free energy (paper eq. 7 with the α-scaled Z-KL of §4.1)::
 
-A :class:`LocalProblem` is a *worker*: its variables, Adam optimizer and compiled step are shared by every
-client whose own factor has the same shape (the same M_k). The data, the cavity and the client's persistent
-factor are loaded into the worker before each local update (:meth:`LocalProblem.load`) and read back after it
-(:meth:`LocalProblem.snapshot`), so the step is traced once per shape signature and reused across clients and
-rounds; data and cavity variables have a dynamic leading dimension, so N_k and the cavity size do not retrace.
+    L_k,α = E_{q(Z)q(β)}[ ELL_k(Z, β) − KL[q(u|Z,β) ‖ q_\\k(u|Z,β)] ] − KL[q(β) ‖ q_\\k(β)] − α KL[q(Z) ‖ q_\\k(Z)]
+
+built from the package's objects: GaussianInducingPoints (q(Z)), LogNormalHyperparameters (q(log β)),
+PseudoObservations (the own DPO factor and the cavity's pseudo-sets; CPO: natural factors) and
+:func:`gpflow_fed.models.dpo_svgp.dpo_free_energy_terms` (the per-sample terms of DPOSVGP's bound).
+
+A :class:`LocalProblem` is a *worker* shared by every client with the same M_k: its variables, Adam optimizer
+and compiled step are reused across clients and rounds (data and cavity have a dynamic leading dimension, so
+N_k and the cavity size do not retrace); a client's data, cavity and factor are loaded before each update.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from typing import Dict, List, Mapping, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import gpflow
 import numpy as np
 import tensorflow as tf
 from gpflow.keras import tf_keras
 
-from .pvi_objective import RHO_CLIP, HyperModel, PseudoSets, meanfield_kl_natural, sample_terms
+from ...inducing_variables import S_FLOOR, GaussianInducingPoints, NaturalFactor, PseudoObservations
+from ...inducing_variables.natural_factor import natural_whitened_terms
+from ...models.dpo_svgp import dpo_free_energy_terms
+from ...posteriors import LogNormalHyperparameters
+from ..algorithms.pvi_factors import NaturalGaussian
 
-S_FLOOR = 1e-6
 MAX_JITTER = 1e-2
 MAX_HALVINGS = 6
 """After the jitter is exhausted, a failed chunk is retried with half the learning rate, at most this many times."""
@@ -28,20 +35,70 @@ CHUNK = 10
 """Adam steps per call of the compiled step (one Python round trip per chunk)."""
 
 
+def num_hyperparameters(input_dim: int, likelihood: gpflow.likelihoods.Likelihood, learn: bool) -> int:
+    """H = D + 1, or D + 2 with a learned Gaussian noise variance (0 when β is fixed)."""
+    return (int(input_dim) + 1 + int(isinstance(likelihood, gpflow.likelihoods.Gaussian))) if learn else 0
+
+
+def initial_log_beta(kernel: gpflow.kernels.Kernel, likelihood: gpflow.likelihoods.Likelihood, input_dim: int) -> np.ndarray:
+    """log of the SE-ARD kernel's (and a Gaussian noise's) values: the initial mean of q(log β)."""
+    ls = np.broadcast_to(np.asarray(kernel.lengthscales.numpy(), float), (int(input_dim),))
+    values = list(ls) + [float(kernel.variance.numpy())]
+    if isinstance(likelihood, gpflow.likelihoods.Gaussian):
+        values.append(float(likelihood.variance.numpy()))
+    return np.log(np.asarray(values))
+
+
+class CPOFactor:
+    """A client's own CPO factor over u (paper §5.1) as trainable ``(m [M, 1], S_raw [M, M])``: S_k = L Lᵀ +
+    S_FLOOR·I with L = tril(S_raw) and an exp diagonal (spec P3); natural parameters Λ = S_k⁻¹, η = Λ m."""
+
+    def __init__(self, M: int, dtype: tf.DType) -> None:
+        self.m = tf.Variable(tf.zeros((M, 1), dtype), shape=(M, 1))
+        self.S_raw = tf.Variable(tf.zeros((M, M), dtype), shape=(M, M))
+
+    def cpo_sqrt(self) -> tf.Tensor:
+        """Cholesky factor of ``S_k = L Lᵀ + S_FLOOR·I``, ``L`` lower-triangular with an exp diagonal (spec P3).
+        The floor bounds the factor's precision by 1/S_FLOOR, as for DPO's diagonal s: without it Adam drives
+        S_k's eigenvalues to 0 in directions the client cannot see, which breaks other clients' cavities (docs
+        "Why CPO's S_k has a floor")."""
+        raw = tf.linalg.band_part(self.S_raw, -1, 0)
+        L = raw - tf.linalg.diag(tf.linalg.diag_part(raw)) + tf.linalg.diag(tf.exp(tf.linalg.diag_part(raw)))
+        eye = tf.eye(tf.shape(L)[0], dtype=L.dtype)
+        return tf.linalg.cholesky(tf.matmul(L, L, transpose_b=True) + S_FLOOR * eye)
+
+    def natural(self) -> Tuple[tf.Tensor, tf.Tensor]:
+        """``(η, Λ)`` with Λ = S_k⁻¹ = Ls⁻ᵀ Ls⁻¹ and η = Λ m."""
+        Ls = self.cpo_sqrt()
+        Linv = tf.linalg.triangular_solve(Ls, tf.eye(tf.shape(Ls)[0], dtype=Ls.dtype), lower=True)
+        Lam = tf.matmul(Linv, Linv, transpose_a=True)
+        return tf.matmul(Lam, self.m), Lam
+
+    def whitened_terms(self, kernel: object, Z: tf.Tensor, L: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
+        return natural_whitened_terms(L, *self.natural())
+
+
 class LocalProblem:
     """Variables and a compiled Adam step for every client with the same own-factor shape.
 
+    :param kernel: the GPflow kernel (used as is when β is fixed; its SE-ARD values initialise q(log β) otherwise).
+    :param likelihood: the GPflow likelihood (a Gaussian's noise variance is part of β when it is learned).
+    :param input_dim: D.
+    :param learn_hyperparameters: train q(log β) (else β is the kernel's and likelihood's fixed values).
+    :param M: number of inducing inputs.
     :param mode: how Z is handled: ``"distribution"`` (q(Z) mean and log-variance are trained, α-scaled KL to
-        the cavity), ``"point"`` (a point Z is a variable; trained only in the FedAvg-Z joint phase).
+        the cavity), ``"point"`` (a point Z, the mean of q(Z); trained only in the FedAvg-Z joint phase).
     :param param: ``"dpo"`` (own pseudo-set V, m, log s) or ``"cpo"`` (own m and Cholesky of S over u).
     :param num_pseudo: M_k (DPO; the only shape that is fixed per worker).
     """
 
     def __init__(
         self,
-        hyper: HyperModel,
+        kernel: gpflow.kernels.Kernel,
+        likelihood: gpflow.likelihoods.Likelihood,
         input_dim: int,
         *,
+        learn_hyperparameters: bool,
         M: int,
         num_pseudo: int,
         mode: str,
@@ -51,26 +108,30 @@ class LocalProblem:
         learning_rate: float,
     ) -> None:
         dtype = gpflow.default_float()
-        self.hyper, self.mode, self.param, self.alpha, self.S = hyper, mode, param, float(alpha), int(num_samples)
-        D, H = int(input_dim), hyper.num_hyper
-        z = lambda *shape: tf.Variable(tf.zeros(shape, dtype), shape=shape)  # noqa: E731
+        self.kernel, self.likelihood = kernel, likelihood
+        self.mode, self.param, self.alpha, self.S = mode, param, float(alpha), int(num_samples)
+        D, H = int(input_dim), num_hyperparameters(input_dim, likelihood, learn_hyperparameters)
+        self.num_hyper = H
+        z = lambda *shape: tf.Variable(tf.zeros(shape, dtype), shape=shape, trainable=False)  # noqa: E731
 
         def dynamic(*shape: int) -> tf.Variable:  # leading dimension may change between loads
             return tf.Variable(tf.zeros((0, *shape), dtype), shape=tf.TensorShape([None, *shape]), trainable=False)
 
         self.X, self.Y = dynamic(D), dynamic(1)
-        self.Z_mean, self.Z_logvar = z(M, D), z(M, D)
+        self.q_Z = GaussianInducingPoints(np.zeros((M, D)), 1.0)
         self.cavZ_nu, self.cavZ_lam = z(M, D), z(M, D)
-        self.rho_mean, self.rho_logvar, self.cavR_nu, self.cavR_lam = z(H), z(H), z(H), z(H)
+        self.q_beta = LogNormalHyperparameters(np.zeros(H), 1.0, D) if H else None
+        self.cavR_nu, self.cavR_lam = z(max(H, 1)), z(max(H, 1))
+        self.own: object
         if param == "dpo":
-            self.V, self.m, self.log_s = z(num_pseudo, D), z(num_pseudo, 1), z(num_pseudo)
-            cav_s = tf.Variable(tf.zeros((0,), dtype), shape=tf.TensorShape([None]), trainable=False)
-            self.cav = PseudoSets(V=dynamic(D), m=dynamic(1), s=cav_s)
-            self.factor_vars = {"V": self.V, "m": self.m, "log_s": self.log_s}
+            self.own = PseudoObservations(np.zeros((num_pseudo, D)), np.zeros(num_pseudo), np.ones(num_pseudo))
+            self.cav: object = PseudoObservations(np.zeros((1, D)), np.zeros(1), np.ones(1), dynamic=True)
+            self.factor_vars = {"V": self.own.V.unconstrained_variable, "m": self.own.m.unconstrained_variable,
+                                "log_s": self.own.S_diag.unconstrained_variable}
         else:
-            self.m, self.S_raw = z(M, 1), z(M, M)
-            self.cav = PseudoSets(eta=z(M, 1), Lam=z(M, M))
-            self.factor_vars = {"m": self.m, "S_raw": self.S_raw}
+            self.own = CPOFactor(M, dtype)
+            self.cav = NaturalFactor(np.zeros((M, 1)), np.zeros((M, M)))
+            self.factor_vars = {"m": self.own.m, "S_raw": self.own.S_raw}
         self.jitter = tf.Variable(tf.cast(1e-6, dtype), trainable=False)
         self.counter = tf.Variable(0, dtype=tf.int64, trainable=False)
         self.seed = tf.Variable(0, dtype=tf.int64, trainable=False)
@@ -96,74 +157,64 @@ class LocalProblem:
         """The client's own trainable factor parameters, to keep between rounds (warm start)."""
         return {name: var.numpy() for name, var in self.factor_vars.items()}
 
-    def set_cavity_sets(self, arrays: Mapping[str, np.ndarray]) -> None:
-        """Load the other clients' u-factors (DPO ``V, m, s``; CPO ``eta, Lam``) into the cavity."""
-        for name, value in arrays.items():
-            getattr(self.cav, name).assign(value)
-
-    # --- the client's own factor -------------------------------------------------------------------
-    def own_sets(self) -> PseudoSets:
+    def set_cavity(self, qZ: Optional[NaturalGaussian], qrho: Optional[NaturalGaussian], sets: Mapping[str, np.ndarray]) -> None:
+        """Load the cavities: q_\\k(Z) and q_\\k(log β) in natural parameters, and the other clients' u-factors
+        (DPO pseudo-sets ``V, m, s``, possibly none; CPO summed natural parameters ``eta, Lam``)."""
+        if qZ is not None:
+            self.cavZ_nu.assign(qZ.nu), self.cavZ_lam.assign(qZ.lam)
+        if qrho is not None:
+            self.cavR_nu.assign(qrho.nu), self.cavR_lam.assign(qrho.lam)
         if self.param == "dpo":
-            return PseudoSets(V=self.V, m=self.m, s=S_FLOOR + tf.exp(self.log_s))
-        Ls = self.cpo_sqrt()
-        # Λ = S⁻¹ = Ls⁻ᵀ Ls⁻¹, η = Λ m
-        Linv = tf.linalg.triangular_solve(Ls, tf.eye(tf.shape(Ls)[0], dtype=Ls.dtype), lower=True)
-        Lam = tf.matmul(Linv, Linv, transpose_a=True)
-        return PseudoSets(eta=tf.matmul(Lam, self.m), Lam=Lam)
+            self.cav.V.assign(sets["V"]), self.cav.m.assign(sets["m"])
+            self.cav.S_diag.unconstrained_variable.assign(np.log(np.maximum(np.asarray(sets["s"]) - S_FLOOR, 1e-300)))
+        else:
+            self.cav.eta.assign(sets["eta"]), self.cav.Lam.assign(sets["Lam"])
 
-    def cpo_sqrt(self) -> tf.Tensor:
-        """Cholesky factor of ``S_k = L Lᵀ + S_FLOOR·I``, ``L`` lower-triangular with an exp diagonal (spec P3).
-
-        The floor bounds the factor's precision S_k⁻¹ by 1/S_FLOOR, as it bounds DPO's diagonal s. Without it,
-        directions of u that the client's objective cannot see (where the sampled K_ZZ is nearly singular) let
-        Adam drive S_k's eigenvalues below 1e-15: the factor then breaks every other client's cavity (another Z
-        sample sees that direction) and the server's running sum of natural parameters loses all its digits
-        (seen on the ozone CPO run: a factor precision of 2.4e17 after round 6, an indefinite cavity in round 31;
-        ``benchmarks/pvi_diagnostics.py cpo-factors``)."""
-        raw = tf.linalg.band_part(self.S_raw, -1, 0)
-        L = raw - tf.linalg.diag(tf.linalg.diag_part(raw)) + tf.linalg.diag(tf.exp(tf.linalg.diag_part(raw)))
-        eye = tf.eye(tf.shape(L)[0], dtype=L.dtype)
-        return tf.linalg.cholesky(tf.matmul(L, L, transpose_b=True) + S_FLOOR * eye)
+    def set_q(self, Z: Optional[Tuple[np.ndarray, np.ndarray]], rho: Optional[Tuple[np.ndarray, np.ndarray]]) -> None:
+        """Start values ``(mean, var)`` of q(Z) (or a point Z with var None) and of q(log β)."""
+        if Z is not None:
+            self.q_Z.Z_mean.assign(Z[0])
+            if Z[1] is not None:
+                self.q_Z.Z_var.unconstrained_variable.assign(np.log(Z[1]))
+        if rho is not None:
+            self.q_beta.mean.assign(rho[0])
+            self.q_beta.var.unconstrained_variable.assign(np.log(rho[1]))
 
     # --- the objective --------------------------------------------------------------------------------
     def free_energy(self, point_Z: bool) -> tf.Tensor:
         """The Monte-Carlo estimate of L_k,α (spec §2.6) at the loaded client's current random-stream position."""
-        dtype = self.Z_mean.dtype
+        dtype = gpflow.default_float()
         seed = tf.stack([tf.convert_to_tensor(self.seed), tf.convert_to_tensor(self.counter)])
-        M, D = self.Z_mean.shape
-        H = self.hyper.num_hyper
+        M, D = self.q_Z.Z_mean.shape
+        H = self.num_hyper
         eps_Z = tf.random.stateless_normal([self.S, M, D], seed=seed, dtype=dtype)
         eps_R = tf.random.stateless_normal([self.S, max(H, 1)], seed=seed + 1, dtype=dtype)
-        own = [self.own_sets()]
         X, Y = tf.convert_to_tensor(self.X), tf.convert_to_tensor(self.Y)
         total = tf.constant(0.0, dtype)
         for s in range(self.S):
-            if point_Z:
-                Z = tf.convert_to_tensor(self.Z_mean)
-            else:
-                Z = self.Z_mean + tf.exp(0.5 * self.Z_logvar) * eps_Z[s]
-            beta = None
+            Z = tf.convert_to_tensor(self.q_Z.Z_mean) if point_Z else self.q_Z.sample_from_noise(eps_Z[s][None])[0]
+            kern, noise = self.kernel, None
             if H:
-                rho = self.rho_mean + tf.exp(0.5 * self.rho_logvar) * eps_R[s, :H]
-                beta = tf.exp(tf.clip_by_value(rho, -RHO_CLIP, RHO_CLIP))
-            ell, kl_u = sample_terms(self.hyper, X, Y, Z, beta, own, [self.cav], self.jitter)
+                beta = self.q_beta.sample_from_noise(eps_R[s, :H])
+                kern, noise = self.q_beta.kernel(beta), self.q_beta.noise(beta)
+            ell, kl_u = dpo_free_energy_terms(kern, self.likelihood, noise, X, Y, Z, [self.own], [self.cav], self.jitter)
             total += ell - kl_u
         bound = total / self.S
         if H:
-            bound -= meanfield_kl_natural(self.rho_mean, tf.exp(self.rho_logvar), self.cavR_nu, self.cavR_lam)
+            bound -= self.q_beta.kl_divergence(self.cavR_nu / self.cavR_lam, 1.0 / self.cavR_lam)
         if not point_Z:
-            bound -= self.alpha * meanfield_kl_natural(self.Z_mean, tf.exp(self.Z_logvar), self.cavZ_nu, self.cavZ_lam)
+            bound -= self.alpha * self.q_Z.kl_divergence(self.cavZ_nu / self.cavZ_lam, 1.0 / self.cavZ_lam)
         return bound
 
     def trainables(self, which: str) -> List[tf.Variable]:
         """``"factor"``: own factor (+ q(log β)); ``"all"``: also q(Z) (or the point Z for ``which="joint"``)."""
         out = list(self.factor_vars.values())
-        if self.hyper.num_hyper:
-            out += [self.rho_mean, self.rho_logvar]
+        if self.q_beta is not None:
+            out += [self.q_beta.mean.unconstrained_variable, self.q_beta.var.unconstrained_variable]
         if which == "all":
-            out += [self.Z_mean, self.Z_logvar]
+            out += [self.q_Z.Z_mean.unconstrained_variable, self.q_Z.Z_var.unconstrained_variable]
         elif which == "joint":
-            out += [self.Z_mean]
+            out += [self.q_Z.Z_mean.unconstrained_variable]
         return out
 
     def step_function(self, which: str) -> tf.types.experimental.GenericFunction:
@@ -172,7 +223,7 @@ class LocalProblem:
         if which not in self._steps:
             variables = self.trainables(which)
             point_Z = which != "all" or self.mode == "point"
-            dtype = self.Z_mean.dtype
+            dtype = gpflow.default_float()
 
             @tf.function
             def steps(n: tf.Tensor) -> tf.Tensor:
@@ -240,17 +291,21 @@ class LocalProblem:
 
     # --- reading the result -----------------------------------------------------------------------
     def q_Z_moments(self) -> Tuple[np.ndarray, np.ndarray]:
-        return self.Z_mean.numpy(), np.exp(self.Z_logvar.numpy())
+        """``(mean, var)`` of the client's q(Z)."""
+        return self.q_Z.Z_mean.numpy(), self.q_Z.Z_var.numpy()
 
     def q_rho_moments(self) -> Tuple[np.ndarray, np.ndarray]:
-        return self.rho_mean.numpy(), np.exp(self.rho_logvar.numpy())
+        """``(mean, var)`` of the client's q(log β) (empty arrays when β is fixed)."""
+        if self.q_beta is None:
+            return np.zeros(0), np.zeros(0)
+        return self.q_beta.mean.numpy(), self.q_beta.var.numpy()
 
     def own_factor_arrays(self) -> Dict[str, np.ndarray]:
         """DPO: ``V, m, s``; CPO: natural parameters ``eta [M, 1], Lam [M, M]`` of t_k(u)."""
-        own = self.own_sets()
         if self.param == "dpo":
-            return {"V": self.V.numpy(), "m": self.m.numpy(), "s": own.s.numpy()}
-        return {"eta": own.eta.numpy(), "Lam": own.Lam.numpy()}
+            return {"V": self.own.V.numpy(), "m": self.own.m.numpy(), "s": self.own.S_diag.numpy()}
+        eta, Lam = self.own.natural()
+        return {"eta": eta.numpy(), "Lam": Lam.numpy()}
 
 
 def stack_sets(sets: Sequence[Dict[str, np.ndarray]], D: int) -> Dict[str, np.ndarray]:
