@@ -24,10 +24,12 @@ from .regions import (
 from .sdp import SDPInfo, solve_privacy_sdp
 from .secure_aggregation import SecureAggregation
 from .tolerance import ProportionalKernel, check_tolerance_kernel, gaussian_tolerance_kernel, resolve_tolerance
+from .weak import CertifiedCovariance, WeakCertificate, solve_weak_krylov
 
 __all__ = [
     "DifferentialPrivacy", "PrivacyAccountant", "SecureAggregation", "clip_payload",
     "Box",
+    "CertifiedCovariance",
     "Interval",
     "LowRankCovariance",
     "METHODS",
@@ -49,4 +51,6 @@ __all__ = [
     "synthetic_noise_covariance",
     "uniform_privacy_covariance",
     "verify_privacy",
+    "WeakCertificate",
+    "solve_weak_krylov",
 ]
