@@ -283,14 +283,15 @@ def release(
     seed: int = 0,
     fit: bool = True,
     low_rank: Optional[bool] = None,
+    solver: Optional[str] = None,
 ) -> PrivacyRelease:
     r"""The owner's release workflow (§3.2): fit, compute Σ (eq. 8/10/11), obfuscate (§4.1), build the model.
 
     :param data: raw ``(X [N, D], Y [N, 1])`` — never stored in the result's model.
     :param sensitive: ``[γ, D]`` sensitive inputs, or a :class:`~gpflow_fed.privacy.Region` (interval, box,
         union) discretised at ``density`` and handled by
-        :func:`~gpflow_fed.privacy.region_noise_covariance` (eq. 12–13; needs a kernel tolerance H and
-        ``method="strong"``).
+        :func:`~gpflow_fed.privacy.region_noise_covariance` (needs a kernel tolerance H; ``method="strong"``:
+        eq. 12–13, ``method="weak"``: eq. 10 at the grid points, certified Krylov reduction).
     :param tolerance: as for :func:`~gpflow_fed.privacy.synthetic_noise_covariance`; a kernel H may wrap
         ``kernel`` (e.g. ``ProportionalKernel(kernel, 0.5)``) and then follows the fitted hyperparameters.
     :param kernel: K (``SquaredExponential()`` if None); its hyperparameters are fitted in place.
@@ -300,14 +301,16 @@ def release(
     :param seed: seeds the obfuscation noise (§4.1), so W is reproducible.
     :param fit: False to keep the kernel's (and σ²'s) values as given (mean = ``mean(Y)``).
     :param low_rank: see :func:`~gpflow_fed.privacy.synthetic_noise_covariance`.
+    :param solver: for the SDP methods (see :func:`~gpflow_fed.privacy.synthetic_noise_covariance`): the weak
+        method uses the certified Krylov reduction unless ``solver="dense"``.
     :raises ValueError: bad data or any of the tolerance errors, before any fitting.
     """
     _check_method(method)
     region = sensitive if isinstance(sensitive, Region) else None
     if region is not None:
-        if method != "strong":
-            raise ValueError(f"a sensitive region needs method='strong' (got {method!r}); discretise it yourself "
-                             "with region.discretise(density) for the SDP methods")
+        if method == "diagonal":
+            raise ValueError("a sensitive region needs method='strong' or 'weak' (got 'diagonal'); discretise it "
+                             "yourself with region.discretise(density) for the diagonal SDP")
         if density is None or not (np.isfinite(density) and density > 0):
             raise ValueError(f"a sensitive region needs density > 0 (grid points per unit length), got {density}")
         X = as_inputs(data[0], "X")
@@ -334,10 +337,10 @@ def release(
         lml = float("nan")
     if region is not None:
         Sigma = region_noise_covariance(kernel, X, region, tolerance, density=float(density), noise_variance=sigma2,
-                                        low_rank=bool(low_rank))
+                                        low_rank=bool(low_rank), method=method)
     else:
         Sigma = synthetic_noise_covariance(kernel, X, S, tolerance, noise_variance=sigma2, method=method,
-                                           low_rank=low_rank)
+                                           low_rank=low_rank, solver=solver)
     W = obfuscate(Y, Sigma, seed)
     released_kernel = gpflow.utilities.deepcopy(kernel)
     model = PrivacyAwareGPR((X, W), released_kernel, Sigma, gpflow.mean_functions.Constant(mean_value),

@@ -165,3 +165,31 @@ def test_release_uses_the_certified_path():
     assert isinstance(result.Sigma, CertifiedCovariance)
     _, var = result.model.predict_f(np.array([[0.5], [0.7]]))
     assert np.all(var.numpy() >= 0.6 * (1 - 1e-9))
+
+
+def test_weak_region_and_cli(tmp_path, capsys):
+    import csv
+
+    from gpflow_fed.cli import main
+    from gpflow_fed.privacy import Interval, ProportionalKernel, region_noise_covariance
+
+    k = gpflow.kernels.SquaredExponential(lengthscales=0.15)
+    X = np.linspace(0, 1, 30)[:, None]
+    H = ProportionalKernel(k, 0.5)
+    weak = region_noise_covariance(k, X, Interval(0.4, 0.6), H, density=100, noise_variance=1e-3, method="weak")
+    strong = region_noise_covariance(k, X, Interval(0.4, 0.6), H, density=100, noise_variance=1e-3)
+    grid = Interval(0.4, 0.6).discretise(100)
+    assert isinstance(weak, CertifiedCovariance) and weak.certificate.krylov_dimension < grid.shape[0]
+    assert verify_privacy(k, X, grid, H, weak, noise_variance=1e-3).weak_margin >= -1e-9
+    assert weak.trace() <= float(np.trace(np.asarray(strong))) * (1 + 1e-9)  # Theorem 2 on the grid
+    with pytest.raises(ValueError, match="method='strong' or 'weak'"):
+        region_noise_covariance(k, X, Interval(0.4, 0.6), H, density=10, method="diagonal")
+    path = tmp_path / "data.csv"
+    with open(path, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["t", "y"])
+        writer.writerows(zip(X[:, 0], np.sin(6 * X[:, 0])))
+    rc = main(["privacy", str(path), "--sensitive", "0.4,0.6", "--tolerance", "0.3", "--method", "weak",
+               "--noise-variance", "1e-3", "--out", str(tmp_path / "out")])
+    assert rc == 0
+    assert "relative gap" in capsys.readouterr().out
