@@ -22,21 +22,23 @@ for the full problem: the reduced optimum is an upper bound, tightening as 𝒦 
 
 because this holds iff ``Z ⪰ HᵀG̃⁻¹H`` with ``G̃ = S + G⁻¹``, i.e. iff ``hᵢᵀG̃⁻¹hᵢ ≤ mᵢ`` for every i.
 
-**Certificate.** The dual of (10) is ``max Σᵢ ⟨Λᵢ, bᵢbᵢᵀ/mᵢ − C⟩ s.t. Σᵢ Λᵢ ⪯ I, Λᵢ ⪰ 0`` and its optimal
-Λᵢ are rank one along ``uᵢ = (C + Σ*)⁻¹bᵢ`` (complementary slackness). With ``U = (C + Σ)⁻¹B`` from the
-returned Σ (full dimension, by Woodbury on the Cholesky factor of C) and ``U = Q_U R`` (thin QR), any
-``μ ≥ 0`` with ``Σᵢ μᵢ rᵢrᵢᵀ ⪯ I`` (``rᵢ`` the columns of R, so ``Σ μᵢuᵢuᵢᵀ ⪯ I``) is dual feasible, and
-``Σᵢ μᵢ wᵢ``, ``wᵢ = (bᵢᵀuᵢ)²/mᵢ − uᵢᵀCuᵢ``, is a lower bound on the optimal trace (weak duality). The best
-such μ solves a γ-variable SDP with one ``γ × γ`` LMI; μ is rescaled to satisfy the LMI exactly (``λ_max`` of
-a ``γ × γ`` matrix) before the bound is evaluated. The Krylov space grows by one block (γ columns, one
-O(N²γ) product) until ``(tr Σ − bound) / tr Σ ≤ gap_rtol``.
+**Certificate.** In the same bordered form the dual of (10) is
+``max −⟨Y₁₁, C⟩ − 2⟨Y₁₂, B⟩ − νᵀm`` over ``[[Y₁₁, Y₁₂], [Y₁₂ᵀ, diag ν]] ⪰ 0``, ``Y₁₁ ⪯ I`` (weak duality:
+any such point bounds the optimal trace from below). The small problem's dual ``(Y₁₁, Y₁₂, ν)``, lifted to
+``(QY₁₁Qᵀ, QY₁₂, ν)``, satisfies both conditions in N dimensions (a congruence, and Q orthonormal), and its
+value is ``−⟨Y₁₁, QᵀCQ⟩ − 2⟨Y₁₂, QᵀB⟩ − νᵀm``: the small optimum minus ``⟨Y₁₁, QᵀCQ − G⁻¹⟩`` (the Krylov
+"escape", which for a Krylov basis lives on the last block only) — an O(k²) evaluation, no N×N eigenvalue.
+Solver round-off is removed before the bound is evaluated (:func:`_lifted_lower_bound`). The Krylov space
+grows by one block (at most γ columns, one O(N²γ) product) until ``(tr Σ − bound) / tr Σ ≤ gap_rtol``; the
+small SDP is first solved once ``k‖QᵀCQ − G⁻¹‖₂ / tr(QᵀCQ) ≤ ESCAPE_RTOL`` (or at the largest dimension).
 
 **Exact feasibility.** The reduced S is projected onto the PSD cone and shifted by ``2δ·I_k`` when a reduced
 constraint is violated by δ (solver round-off); the returned Σ is then checked in full dimension by one
 Cholesky of ``C + Σ``: ``minᵢ (Var[f(sᵢ) | W] − ξᵢ) / mᵢ ≥ −FEASIBILITY_RTOL`` or ValueError.
 
 Cost: O(N³/3) for two Cholesky factorisations (C, and the final check), O(N²k) for the Krylov products and
-solves, plus the small SDP in ``k + γ`` dimensions (Clarabel, interior point).
+solves, plus the small SDP in ``k + γ`` dimensions (Clarabel, interior point; its cost grows like
+``(k + γ)⁶`` and dominates for γ ≳ 40).
 """
 
 from __future__ import annotations
@@ -224,7 +226,7 @@ def solve_weak_krylov(
     Q = _orthonormal_block(Bs, None, float(np.linalg.norm(Bs, 2)))
     CQ = Cs @ Q
     steps, last = 1, Q.shape[1]
-    solved = False
+    solving = False  # becomes True at the first small solve; from then on every step solves
     while True:
         Ginv = _schur_inverse(L, Q)
         T = Q.T @ CQ
@@ -232,22 +234,22 @@ def solve_weak_krylov(
         # The lifted bound loses at most ⟨Y₁₁, T − G⁻¹⟩ (Y₁₁ ⪯ I): skip the small SDP while that escape term is
         # visibly large; after the first solve, solve at every step.
         escape = float(np.linalg.norm(T - Ginv, 2)) * T.shape[0] / max(float(np.trace(T)), np.finfo(float).tiny)
-        if solved or escape <= ESCAPE_RTOL or Q.shape[1] >= max_dim:
+        solving = solving or escape <= ESCAPE_RTOL or Q.shape[1] >= max_dim
+        if solving:
             H = Q.T @ Bs
             S, Y, nu = _small_weak_sdp(Ginv, H, m)
             S = _repair(S, Ginv, H, m)
             upper = float(np.trace(S))
             lower = _lifted_lower_bound(Y, nu, T, H, m)
             gap = (upper - lower) / upper if upper > 0 else 0.0
-            solved = True
             if gap <= gap_rtol or Q.shape[1] >= max_dim:
                 break
         Z = CQ[:, -last:]
         new = _orthonormal_block(Z, Q, float(np.linalg.norm(Z, 2)) or 1.0)[:, : max_dim - Q.shape[1]]
         if new.shape[1] == 0:  # invariant subspace: the reduced problem is the full one
-            if solved:
+            if solving:
                 break
-            solved = True  # (not yet solved: force one solve in this space)
+            solving = True  # not solved yet: solve once in this space
             continue
         Q = np.concatenate([Q, new], axis=1)
         CQ = np.concatenate([CQ, Cs @ new], axis=1)
