@@ -3,7 +3,7 @@
 Usage::
 
     python benchmarks/peer/privacygp_weak.py PEER_CHECKOUT [--sizes 100 200 500 1000] [--gamma 2]
-        [--json benchmarks/results/privacygp_weak.json]
+        [--json benchmarks/results/privacygp_weak.json] [--peer-commit SHA]
 
 ``PEER_CHECKOUT`` is a checkout of github.com/hchen19/privacygp (the design notes used commit 9067e7f); nothing
 of it is copied here. The harness imports its ``experiments/example.py`` and calls ``SDP.solve_sdp`` exactly as
@@ -51,10 +51,11 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[100, 200, 500, 1000])
     parser.add_argument("--gamma", type=int, default=2)
     parser.add_argument("--json", default="benchmarks/results/privacygp_weak.json")
+    parser.add_argument("--peer-commit", default=None, help="the peer's commit, when the checkout is an export")
     args = parser.parse_args()
     SDP = load_peer(args.peer.resolve())
-    peer_commit = subprocess.run(["git", "-C", str(args.peer), "rev-parse", "HEAD"], capture_output=True,
-                                 text=True).stdout.strip() or "unknown"
+    peer_commit = args.peer_commit or subprocess.run(["git", "-C", str(args.peer), "rev-parse", "HEAD"],
+                                                     capture_output=True, text=True).stdout.strip() or "unknown"
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     record = dict(command="python benchmarks/peer/privacygp_weak.py PEER " + " ".join(sys.argv[2:]), commit=commit,
                   peer_commit=peer_commit, load_start=os.getloadavg()[0], rows=[])
