@@ -165,6 +165,16 @@ def test_release_uses_the_certified_path():
     assert isinstance(result.Sigma, CertifiedCovariance)
     _, var = result.model.predict_f(np.array([[0.5], [0.7]]))
     assert np.all(var.numpy() >= 0.6 * (1 - 1e-9))
+    from gpflow_fed.privacy import Interval, ProportionalKernel
+
+    region = release((X, Y), Interval(0.4, 0.6), ProportionalKernel(k, 0.5), kernel=k, density=50, method="weak",
+                     noise_variance=1e-3, fit=False)
+    assert isinstance(region.Sigma, CertifiedCovariance) and region.sensitive.shape[0] == 11
+    _, var = region.model.predict_f(region.sensitive)
+    assert np.all(var.numpy() >= 0.5 * float(k.variance.numpy()) * (1 - 1e-9))
+    with pytest.raises(ValueError, match="'strong' or 'weak'"):
+        release((X, Y), Interval(0.4, 0.6), ProportionalKernel(k, 0.5), kernel=k, density=50, method="diagonal",
+                noise_variance=1e-3, fit=False)
 
 
 def test_weak_region_and_cli(tmp_path, capsys):
