@@ -1,6 +1,8 @@
-"""Privacy-aware GPR: certified low-rank (block Krylov) vs dense strong solution Σ (eq. 11), side by side.
+"""Privacy-aware GPR: certified low-rank (block Krylov) vs dense strong solution Σ (eq. 11), side by side;
+with ``--weak``, the weak solution (eq. 10) by certified Krylov reduction vs the dense SDP.
 
-Usage: ``python benchmarks/privacy_aware.py [--sizes 1000 2000 4000 8000] [--gamma 20] [--dense-max 8000]``.
+Usage: ``python benchmarks/privacy_aware.py [--sizes 1000 2000 4000 8000] [--gamma 20] [--dense-max 8000]``;
+``python benchmarks/privacy_aware.py --weak [--scale 1000:50 8000:20] [--json PATH]`` (see :func:`weak_main`).
 Prints the load average and a Markdown table: N, γ, seconds of ``synthetic_noise_covariance`` (dense eigh /
 low-rank, both including the kernel matrices), their ratio, the rank, the Krylov dimension and steps, the
 certified margin ``λ_min(I − Bᵀ(K + V + Σ)⁻¹B)`` (≥ −1e-9 means the guarantee is proved), the relative Frobenius
@@ -10,20 +12,151 @@ read its peak memory.
 """
 
 import argparse
+import json
 import os
 import resource
+import subprocess
+import sys
 import time
 
 import gpflow
 import numpy as np
 
-from gpflow_fed.privacy import ProportionalKernel, synthetic_noise_covariance
+from gpflow_fed.privacy import LowRankCovariance, ProportionalKernel, synthetic_noise_covariance, verify_privacy
 from gpflow_fed.privacy._linalg import kernel_matrix
 from gpflow_fed.privacy.lowrank import krylov_positive_part
-from gpflow_fed.privacy.obfuscation import strong_factor
+from gpflow_fed.privacy.obfuscation import positive_part_of_difference, strong_factor
+from gpflow_fed.privacy.regions import pivoted_region_factor
+
+
+#: Oracle cases of ``--weak``: (kernel name, lengthscale, N, γ, V, ξ as a fraction of the prior variance).
+#: The dense N×N SDP (Clarabel, γ cones of size N) is the oracle for γ > 1; for γ = 1 the weak and strong
+#: problems coincide, so the closed form (eq. 8) is the oracle up to N = 150.
+WEAK_ORACLE_CASES = [
+    ("SE", 0.2, 30, 2, 1e-2, 0.5),
+    ("SE", 0.1, 40, 3, 1e-3, 0.7),
+    ("Matern52", 0.3, 50, 2, 0.1, 0.3),
+    ("Matern32", 0.25, 60, 4, 1e-4, 0.6),
+    ("SE", 0.1, 80, 3, 1e-2, 0.5),
+    ("SE", 0.2, 150, 1, 1e-2, 0.5),
+    ("Matern52", 0.1, 150, 1, 1e-3, 0.8),
+]
+
+
+def _kernel(name: str, lengthscale: float) -> gpflow.kernels.Kernel:
+    return {"SE": gpflow.kernels.SquaredExponential, "Matern52": gpflow.kernels.Matern52,
+            "Matern32": gpflow.kernels.Matern32}[name](lengthscales=lengthscale)
+
+
+def _weak_row(k, X, S, alpha, noise):
+    """Krylov weak solve (timed with its kernel matrices), full check, Theorem 2 against strong H = αK."""
+    H = ProportionalKernel(k, alpha)
+    t = time.perf_counter()
+    weak = synthetic_noise_covariance(k, X, S, H, noise_variance=noise, method="weak")
+    seconds = time.perf_counter() - t
+    try:
+        strong, strong_kind = synthetic_noise_covariance(k, X, S, H, noise_variance=noise), "eq. 11"
+    except ValueError:
+        # K_SS − H_SS numerically singular (dense sensitive inputs): the strong solution on the pivoted
+        # well-conditioned subset P ⊆ S of the region code (G(P) = G(S) to PIVOT_RTOL; eq. 12–13).
+        M = kernel_matrix(k, S) - kernel_matrix(H, S)
+        B, P = pivoted_region_factor(kernel_matrix(k, X, S), 0.5 * (M + M.T))
+        strong = positive_part_of_difference(B, kernel_matrix(k, X), np.full(X.shape[0], noise), low_rank=True)
+        strong_kind = f"pivoted, |P| = {P.shape[0]}"
+    tr_strong = strong.trace() if isinstance(strong, LowRankCovariance) else float(np.trace(strong))
+    check = verify_privacy(k, X, S, H, weak, noise_variance=noise)
+    c = weak.certificate
+    return weak, dict(seconds=seconds, trace=weak.trace(), lower_bound=c.lower_bound, gap=c.relative_gap,
+                      margin=c.feasibility_margin, oracle_margin=check.weak_margin, k=c.krylov_dimension,
+                      steps=c.steps, rank=weak.rank, strong_trace=tr_strong, strong_kind=strong_kind,
+                      # The weak optimum lies in [lower bound, tr Σ_weak]: Theorem 2 is confirmed when tr Σ_weak ≤
+                      # tr Σ_strong up to the certified gap (when weak = strong, e.g. far-apart sensitive inputs).
+                      theorem2=bool(weak.trace() <= tr_strong * (1 + max(c.relative_gap, 1e-9))))
+
+
+def weak_main(argv: "list[str]") -> None:
+    """``--weak``: (1) equality to the dense oracle for N ≤ 150; (2) the scale targets; JSON with the commit.
+
+    Scale cases ``N:γ``: SE(ℓ = 0.5) on [0, 10] (X ~ U, seed 0), V = 0.01, γ evenly spaced sensitive inputs,
+    tolerance H = 0.5K (ξᵢ = 0.5 K(sᵢ,sᵢ) for the weak method; the strong solution with Ξ = H_SS has the same
+    diagonal, so Theorem 2 says tr Σ_weak ≤ tr Σ_strong). Seconds include the kernel matrices.
+    """
+    parser = argparse.ArgumentParser(prog="privacy_aware.py --weak")
+    parser.add_argument("--scale", nargs="*", default=["1000:50", "8000:20"], help="N:γ cases")
+    parser.add_argument("--no-oracle", action="store_true", help="skip the dense-oracle table")
+    parser.add_argument("--json", default="benchmarks/results/privacy_weak.json")
+    args = parser.parse_args(argv)
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    dirty = bool(subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True).stdout.strip())
+    record = dict(command="python benchmarks/privacy_aware.py --weak " + " ".join(argv), commit=commit,
+                  dirty_tree=dirty, load_start=os.getloadavg()[0], oracle=[], scale=[])
+    print(f"load average at start: {record['load_start']:.1f} (1 min), {os.cpu_count()} CPUs; commit {commit}")
+    if not args.no_oracle:
+        print("| kernel | ℓ | N | γ | V | ξ/K | oracle | oracle s | Krylov s | tr oracle | tr Krylov | rel. diff "
+              "| certified gap | margin (full dim) | k |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+        for name, ls, N, gamma, noise, frac in WEAK_ORACLE_CASES:
+            rng = np.random.default_rng(N + gamma)
+            X = np.sort(rng.uniform(0, 1, (N, 1)), 0)
+            S = rng.uniform(0.1, 0.9, (gamma, 1))
+            k = _kernel(name, ls)
+            xi = frac * float(k.variance.numpy())
+            t = time.perf_counter()
+            red = synthetic_noise_covariance(k, X, S, xi, noise_variance=noise, method="weak")
+            t_red = time.perf_counter() - t
+            t = time.perf_counter()
+            if gamma == 1:
+                oracle, kind = synthetic_noise_covariance(k, X, S, xi, noise_variance=noise, low_rank=False), "eq. 8"
+            else:
+                oracle, kind = synthetic_noise_covariance(k, X, S, xi, noise_variance=noise, method="weak",
+                                                          solver="dense"), "dense SDP"
+            t_oracle = time.perf_counter() - t
+            tr_o, tr_r = float(np.trace(np.asarray(oracle))), red.trace()
+            c = red.certificate
+            row = dict(kernel=name, lengthscale=ls, N=N, gamma=gamma, noise=noise, xi=xi, oracle=kind,
+                       oracle_seconds=t_oracle, krylov_seconds=t_red, oracle_trace=tr_o, krylov_trace=tr_r,
+                       rel_diff=abs(tr_r - tr_o) / tr_o, gap=c.relative_gap, margin=c.feasibility_margin,
+                       k=c.krylov_dimension)
+            record["oracle"].append(row)
+            _dump(record, args.json)
+            print(f"| {name} | {ls} | {N} | {gamma} | {noise:g} | {frac} | {kind} | {t_oracle:.2f} | {t_red:.2f} "
+                  f"| {tr_o:.8g} | {tr_r:.8g} | {row['rel_diff']:.1e} | {c.relative_gap:.1e} "
+                  f"| {c.feasibility_margin:.1e} | {c.krylov_dimension} |", flush=True)
+    print("\n| N | γ | Krylov s | tr Σ_weak | certified lower bound | certified gap | margin (Krylov, full dim) "
+          "| margin (verify_privacy) | k (steps) | rank | tr Σ_strong (Ξ = H_SS) | Theorem 2 | peak RSS GiB |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for case in args.scale:
+        N, gamma = (int(v) for v in case.split(":"))
+        rng = np.random.default_rng(0)
+        X = np.sort(rng.uniform(0, 10, (N, 1)), 0)
+        S = np.linspace(0.25, 9.75, gamma)[:, None]
+        k = gpflow.kernels.SquaredExponential(lengthscales=0.5)
+        _, row = _weak_row(k, X, S, 0.5, 0.01)
+        row.update(N=N, gamma=gamma, peak_rss_gib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)
+        record["scale"].append(row)
+        _dump(record, args.json)
+        print(f"| {N} | {gamma} | {row['seconds']:.1f} | {row['trace']:.10g} | {row['lower_bound']:.10g} "
+              f"| {row['gap']:.1e} | {row['margin']:.1e} | {row['oracle_margin']:.1e} | {row['k']} ({row['steps']}) "
+              f"| {row['rank']} | {row['strong_trace']:.10g} ({row['strong_kind']}) | {'yes' if row['theorem2'] else 'NO'} "
+              f"| {row['peak_rss_gib']:.2f} |", flush=True)
+    record["load_end"] = os.getloadavg()[0]
+    print(f"load average at end: {record['load_end']:.1f} (1 min)")
+    _dump(record, args.json)
+    print(f"wrote {args.json}")
+
+
+def _dump(record: dict, path: str) -> None:
+    """Write the record so far (each row is saved as soon as it is measured)."""
+    if path:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with open(path, "w") as fh:
+            json.dump(record, fh, indent=1)
 
 
 def main() -> None:
+    if "--weak" in sys.argv[1:]:
+        weak_main([a for a in sys.argv[1:] if a != "--weak"])
+        return
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 2000, 4000, 8000])
     parser.add_argument("--gamma", type=int, default=20)

@@ -49,6 +49,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--tolerance", type=float, default=None, help="variance tolerance ξ at each sensitive point")
     p.add_argument("--alpha", type=float, default=None, help="kernel tolerance H = αK, 0 < α < 1 (larger hides more)")
     p.add_argument("--method", choices=("strong", "weak", "diagonal"), default="strong")
+    p.add_argument("--solver", choices=("krylov", "dense"), default=None,
+                   help="weak method: certified Krylov reduction (default) or the dense N×N SDP (small N)")
     p.add_argument("--noise-variance", type=float, default=None, help="fix σ² of V (default: estimate it)")
     p.add_argument("--out", type=Path, default=Path("privacy_release"), help="output directory (created if absent)")
     p.set_defaults(func=run)
@@ -145,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
     kernel = gpflow.kernels.SquaredExponential(lengthscales=float(np.std(X)) or 1.0)
     tolerance = ProportionalKernel(kernel, args.alpha) if args.alpha is not None else args.tolerance
     result = release((X, Y), sensitive, tolerance, kernel=kernel, method=args.method,
-                     noise_variance=args.noise_variance, density=args.density)
+                     noise_variance=args.noise_variance, density=args.density, solver=args.solver)
     args.out.mkdir(parents=True, exist_ok=True)
     with open(args.out / "released.csv", "w", newline="") as fh:
         writer = csv.writer(fh)
@@ -156,6 +158,12 @@ def run(args: argparse.Namespace) -> int:
     mean, var = result.model.predict_f(S)
     print(f"released {X.shape[0]} points, {S.shape[0]} sensitive; tr Σ = {np.trace(np.asarray(result.Sigma)):.6g}; "
           f"min predictive variance at sensitive inputs = {float(np.min(var)):.6g}")
+    certificate = getattr(result.Sigma, "certificate", None)
+    if certificate is not None:
+        print(f"certificate: tr Σ = {certificate.objective:.10g} ≥ optimum ≥ {certificate.lower_bound:.10g} "
+              f"(relative gap {certificate.relative_gap:.1e}); min (Var − ξ) at sensitive inputs = "
+              f"{certificate.feasibility_margin:.2e}; Krylov dimension {certificate.krylov_dimension}; "
+              f"{certificate.seconds:.2f} s")
     print(f"wrote {args.out / 'released.csv'}, {args.out / 'model.npz'}, {args.out / 'privacy.png'}")
     return 0
 

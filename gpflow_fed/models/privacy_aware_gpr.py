@@ -282,6 +282,7 @@ def release(
     noise_variance: Optional[float] = None,
     fit: bool = True,
     low_rank: Optional[bool] = None,
+    solver: Optional[str] = None,
     insecure_noise_seed: Optional[int] = None,
 ) -> PrivacyRelease:
     r"""The owner's release workflow (§3.2): fit, compute Σ (eq. 8/10/11), obfuscate (§4.1), build the model.
@@ -289,8 +290,8 @@ def release(
     :param data: raw ``(X [N, D], Y [N, 1])`` — never stored in the result's model.
     :param sensitive: ``[γ, D]`` sensitive inputs, or a :class:`~gpflow_fed.privacy.Region` (interval, box,
         union) discretised at ``density`` and handled by
-        :func:`~gpflow_fed.privacy.region_noise_covariance` (eq. 12–13; needs a kernel tolerance H and
-        ``method="strong"``).
+        :func:`~gpflow_fed.privacy.region_noise_covariance` (needs a kernel tolerance H; ``method="strong"``:
+        eq. 12–13, ``method="weak"``: eq. 10 at the grid points, certified Krylov reduction).
     :param tolerance: as for :func:`~gpflow_fed.privacy.synthetic_noise_covariance`; a kernel H may wrap
         ``kernel`` (e.g. ``ProportionalKernel(kernel, 0.5)``) and then follows the fitted hyperparameters.
     :param kernel: K (``SquaredExponential()`` if None); its hyperparameters are fitted in place.
@@ -299,6 +300,8 @@ def release(
     :param noise_variance: σ² of V: None to estimate it, a number to fix it (0 for deterministic data).
     :param fit: False to keep the kernel's (and σ²'s) values as given (mean = ``mean(Y)``).
     :param low_rank: see :func:`~gpflow_fed.privacy.synthetic_noise_covariance`.
+    :param solver: for the SDP methods (see :func:`~gpflow_fed.privacy.synthetic_noise_covariance`): the weak
+        method uses the certified Krylov reduction unless ``solver="dense"``.
     :param insecure_noise_seed: leave None: the synthetic noise (§4.1) comes from the OS, so the release cannot
         be de-noised by regenerating it; an int makes W reproducible for tests only (see
         :func:`~gpflow_fed.privacy.obfuscate`).
@@ -307,9 +310,9 @@ def release(
     _check_method(method)
     region = sensitive if isinstance(sensitive, Region) else None
     if region is not None:
-        if method != "strong":
-            raise ValueError(f"a sensitive region needs method='strong' (got {method!r}); discretise it yourself "
-                             "with region.discretise(density) for the SDP methods")
+        if method == "diagonal":
+            raise ValueError("a sensitive region needs method='strong' or 'weak' (got 'diagonal'); discretise it "
+                             "yourself with region.discretise(density) for the diagonal SDP")
         if density is None or not (np.isfinite(density) and density > 0):
             raise ValueError(f"a sensitive region needs density > 0 (grid points per unit length), got {density}")
         X = as_inputs(data[0], "X")
@@ -338,10 +341,10 @@ def release(
         lml = float("nan")
     if region is not None:
         Sigma = region_noise_covariance(kernel, X, region, tolerance, density=float(density), noise_variance=sigma2,
-                                        low_rank=bool(low_rank))
+                                        low_rank=bool(low_rank), method=method)
     else:
         Sigma = synthetic_noise_covariance(kernel, X, S, tolerance, noise_variance=sigma2, method=method,
-                                           low_rank=low_rank)
+                                           low_rank=low_rank, solver=solver)
     W = obfuscate(Y, Sigma, insecure_noise_seed=insecure_noise_seed)
     released_kernel = gpflow.utilities.deepcopy(kernel)
     model = PrivacyAwareGPR((X, W), released_kernel, Sigma, gpflow.mean_functions.Constant(mean_value),

@@ -22,9 +22,11 @@ from .regions import (
 )
 from .sdp import SDPInfo, solve_privacy_sdp
 from .tolerance import ProportionalKernel, check_tolerance_kernel, gaussian_tolerance_kernel, resolve_tolerance
+from .weak import CertifiedCovariance, WeakCertificate, solve_weak_krylov
 
 __all__ = [
     "Box",
+    "CertifiedCovariance",
     "Interval",
     "LowRankCovariance",
     "METHODS",
@@ -46,4 +48,6 @@ __all__ = [
     "synthetic_noise_covariance",
     "uniform_privacy_covariance",
     "verify_privacy",
+    "WeakCertificate",
+    "solve_weak_krylov",
 ]

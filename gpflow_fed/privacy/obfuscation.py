@@ -6,9 +6,13 @@ tolerance ξᵢ (eq. 5). Among all such Σ the returned one has minimum trace:
 
 * ``method="strong"``: ``Σ = (K_XS (K_SS − Ξ)⁻¹ K_SX − K_XX − V)⁺`` (eq. 8, 11; Theorem 1), which also
   guarantees ``Var[βᵀf(S) | W] ≥ βᵀΞβ`` for every β. Needs ``K_SS − Ξ ≻ 0``.
-* ``method="weak"``: the SDP (10) (one constraint per sensitive input), solved by cvxpy; ``tr Σ_weak ≤
-  tr Σ_strong`` (Theorem 2).
+* ``method="weak"``: the SDP (10) (one constraint per sensitive input); ``tr Σ_weak ≤ tr Σ_strong``
+  (Theorem 2). By default solved by the exact block-Krylov reduction of :mod:`~gpflow_fed.privacy.weak`,
+  which returns a :class:`~gpflow_fed.privacy.weak.CertifiedCovariance` (low rank, with a certified optimality
+  gap and a full-dimensional feasibility margin); ``solver="dense"`` solves the N×N SDP with cvxpy.
 * ``method="diagonal"``: the SDP (10) restricted to diagonal Σ (independent noise; Example 1's comparison).
+  Always the dense cvxpy SDP: a diagonal Σ is generally of full rank, so no low-dimensional subspace holds it
+  and the Krylov reduction (which needs ``range Σ`` inside a small space containing ``K_XS``) does not apply.
 """
 
 from __future__ import annotations
@@ -26,10 +30,13 @@ from ._linalg import as_inputs, kernel_diag, kernel_matrix, noise_vector, psd_ch
 from .lowrank import CERTIFY_TOL, LowRankCovariance, krylov_positive_part
 from ..randomness import protective_rng
 from .sdp import solve_privacy_sdp
+from .weak import solve_weak_krylov
 from .tolerance import ResolvedTolerance, Tolerance, resolve_tolerance
 
 Covariance = Union[np.ndarray, LowRankCovariance]
 METHODS = ("strong", "weak", "diagonal")
+#: ``solver=`` values for the SDP methods: the certified Krylov reduction (weak only) or the dense cvxpy SDP.
+SOLVERS = ("krylov", "dense", "CLARABEL", "SCS")
 #: Automatic low-rank rule: use block Krylov when N ≥ this, γ ≤ N / 5 and min V > 0 (so the O(N k²)
 #: certificate applies; with V = 0 the kernel matrix is often numerically singular and eigh is used).
 LOW_RANK_MIN_N = 200
@@ -140,12 +147,24 @@ def synthetic_noise_covariance(
     :param low_rank: strong method only; compute the rank-≤γ positive part by certified block Krylov in
         O(N²γ) (deterministic; ``None``: when ``N ≥ 200``, ``γ ≤ N/5`` and ``min V > 0``). The result is then
         a :class:`LowRankCovariance`.
-    :param solver: cvxpy solver for the SDP methods, ``"CLARABEL"`` (default) or ``"SCS"``.
-    :return: Σ, ``[N, N]`` PSD: a dense array, or a :class:`LowRankCovariance` (``np.asarray`` gives the dense).
+    :param solver: for the SDP methods: ``"krylov"`` (the default for ``"weak"``: certified block-Krylov
+        reduction, :func:`~gpflow_fed.privacy.weak.solve_weak_krylov`; needs ``K + V`` numerically positive
+        definite), ``"dense"`` (= ``"CLARABEL"``, the N×N SDP with cvxpy; the default for ``"diagonal"``) or
+        ``"SCS"`` (dense, lower accuracy).
+    :return: Σ, ``[N, N]`` PSD: a dense array, or a :class:`LowRankCovariance` (``np.asarray`` gives the dense);
+        the weak Krylov path returns a :class:`~gpflow_fed.privacy.weak.CertifiedCovariance` whose
+        ``.certificate`` holds the objective, certified lower bound, relative gap, feasibility margin, Krylov
+        dimension and time.
     :raises ValueError: negative tolerance; tolerance ≥ prior variance; Ξ not PSD; ``K_SS − Ξ`` not PD
-        (strong); dimension mismatch between X and S; unknown method; infeasible or failed SDP.
+        (strong); dimension mismatch between X and S; unknown method or solver; infeasible or failed SDP; a
+        weak solution that cannot be certified (the message names the gap and margin reached and the fix).
     """
     _check_method(method)
+    if solver is not None and solver not in SOLVERS and str(solver).upper() not in SOLVERS:
+        raise ValueError(f"unknown solver {solver!r}; use one of {', '.join(SOLVERS)}")
+    if solver == "krylov" and method != "weak":
+        raise ValueError(f"solver='krylov' applies to method='weak' only (got method={method!r}); a diagonal Σ is of "
+                         "full rank, so use solver='dense' (the default) for method='diagonal'")
     Xa, S = _inputs(X, sensitive)
     v = noise_vector(noise_variance, Xa.shape[0])
     resolved = resolve_tolerance(kernel, S, tolerance)
@@ -158,8 +177,11 @@ def synthetic_noise_covariance(
         return positive_part_of_difference(B, KXX, v, low_rank=bool(low_rank))
     C = KXX
     C[np.diag_indices(Xa.shape[0])] += v
-    Sigma, _ = solve_privacy_sdp(C, KXS, resolved.prior_variance - resolved.xi, diagonal=method == "diagonal",
-                                 solver=solver)
+    margin = resolved.prior_variance - resolved.xi
+    if method == "weak" and solver in (None, "krylov"):
+        return solve_weak_krylov(C, KXS, margin)
+    dense_solver = "CLARABEL" if solver in (None, "dense") else str(solver).upper()
+    Sigma, _ = solve_privacy_sdp(C, KXS, margin, diagonal=method == "diagonal", solver=dense_solver)
     return Sigma
 
 
@@ -265,6 +287,7 @@ def prior_variance(kernel: gpflow.kernels.Kernel, X: np.ndarray) -> np.ndarray:
 
 __all__ = [
     "METHODS",
+    "SOLVERS",
     "PrivacyCheck",
     "obfuscate",
     "posterior_covariance",

@@ -217,16 +217,33 @@ def region_noise_covariance(
     density: float,
     noise_variance: Union[float, np.ndarray] = 0.0,
     low_rank: bool = False,
+    method: str = "strong",
 ) -> Covariance:
     r"""``Σ_opt(Sₙ) = (G(Sₙ) − K_XX − V)⁺`` (eq. 12–13) for the region's grid ``Sₙ`` at ``density``.
 
     G is evaluated on the well-conditioned pivot subset of ``Sₙ`` (module docstring, :func:`pivoted_region_factor`).
 
+    With ``method="weak"`` the weak criterion ``Var[f(s) | W] ≥ H(s, s)`` is imposed at every grid point of
+    ``Sₙ`` (the SDP (10) with γ = |Sₙ|), solved by the certified Krylov reduction of
+    :mod:`~gpflow_fed.privacy.weak`: the reduction applies unchanged, and on a dense grid the columns of
+    ``K_{X,Sₙ}`` are nearly dependent, so the Krylov dimension k stays far below γ (only the size ``k + γ`` of
+    the one small LMI grows with the grid). The guarantee holds at the grid points; between them it holds up to
+    the grid's resolution (the strong method's region theory, Theorems 3–4, is about eq. 12–13).
+
     :param tolerance: the kernel H (``K − H`` is checked positive definite on the grid's coarsest level).
+    :param method: ``"strong"`` (eq. 12–13) or ``"weak"`` (eq. 10 on the grid).
     :raises TypeError: for a non-kernel tolerance or an unknown region type.
-    :raises ValueError: dimension mismatch or ``K − H`` not positive definite.
+    :raises ValueError: dimension mismatch, ``K − H`` not positive definite, an unknown method, or a weak
+        solution that cannot be certified.
     """
+    if method not in ("strong", "weak"):
+        raise ValueError(f"a region supports method='strong' or 'weak', got {method!r}")
     Xa = _prepare(kernel, X, region, tolerance, density)
+    if method == "weak":
+        from .obfuscation import synthetic_noise_covariance
+
+        return synthetic_noise_covariance(kernel, Xa, region.discretise(density), tolerance,
+                                          noise_variance=noise_variance, method="weak")
     return _region_sigma(kernel, Xa, region.discretise(density), tolerance, noise_variance, low_rank, forced=0)[0]
 
 

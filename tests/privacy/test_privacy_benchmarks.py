@@ -1,0 +1,85 @@
+"""The scripts behind BENCHMARKS.md's weak-solution and paper sections run on tiny cases and report the truth."""
+
+import importlib.util
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def _load(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_weak_benchmark_scale_row(tmp_path, capsys):
+    bench = _load(ROOT / "privacy_aware.py", "privacy_aware_bench")
+    out = tmp_path / "weak.json"
+    bench.weak_main(["--no-oracle", "--scale", "200:3", "--json", str(out)])
+    record = json.loads(out.read_text())
+    (row,) = record["scale"]
+    assert row["N"] == 200 and row["gamma"] == 3 and row["theorem2"]
+    assert row["gap"] <= 1e-6 and row["oracle_margin"] >= -1e-9 and row["lower_bound"] <= row["trace"]
+    assert record["commit"] and "| 200 | 3 |" in capsys.readouterr().out
+
+
+def test_paper_examples_1_and_2():
+    paper = _load(ROOT / "privacy_paper.py", "privacy_paper_bench")
+    out: dict = {}
+    paper.example_1(out)
+    paper.example_2(out)
+    assert out["example_1"]["trace"] == pytest.approx(3.545614, abs=1e-6)
+    assert out["example_1"]["diagonal_sdp_trace"] == pytest.approx(20.0729, rel=1e-5)
+    assert out["example_2"]["weak_trace_krylov"] == pytest.approx(5.32992, rel=1e-5)
+    assert all(r["theorem2"] for r in out["example_2"]["strong"])
+    by_c = {r["c"]: r["strong_trace"] for r in out["example_2"]["strong"]}
+    assert by_c[0.45] == pytest.approx(5.5883, abs=1e-4) and by_c[0.5] == pytest.approx(6.1367, abs=1e-4)
+
+
+def test_satellite_states_are_an_orbit():
+    import numpy as np
+
+    paper = _load(ROOT / "privacy_paper.py", "privacy_paper_bench2")
+    states = paper.satellite_states(np.linspace(0.0, 1.0, 21))
+    r, theta = states[:, 0], states[:, 2]
+    assert np.all(np.abs(r - r[0]) < 1e-2 * r[0])  # near-circular at 340 km (J2 perturbs it slightly)
+    assert theta[-1] == pytest.approx(2 * np.pi, rel=2e-2)  # one orbit per unit time
+
+
+def test_peer_harness_against_a_stand_in_checkout(tmp_path, capsys, monkeypatch):
+    """The harness imports ``experiments/example.py`` of the checkout it is given. A stand-in ``SDP`` with
+    privacygp's call signature returns the feasible but non-optimal ``X = Σᵢ (ssᵢ)⁺`` (each term ⪰ ssᵢ and ⪰ 0):
+    the harness must report it feasible and no better than ours."""
+    experiments = tmp_path / "peer" / "experiments"
+    experiments.mkdir(parents=True)
+    (experiments / "example.py").write_text(textwrap.dedent("""
+        import numpy as np
+
+        class SDP:
+            def solve_sdp(self, ss_matrices, is_diagonal=False):
+                X = 0
+                for ss in ss_matrices:
+                    lam, vecs = np.linalg.eigh(ss)
+                    X = X + (vecs * np.clip(lam, 0, None)) @ vecs.T
+                return {"optimal_value": float(np.trace(X)), "optimal_solution": X}
+    """))
+    harness = _load(ROOT / "peer" / "privacygp_weak.py", "privacygp_weak_harness")
+    with pytest.raises(SystemExit, match="not a privacygp checkout"):
+        harness.load_peer(tmp_path)
+    out = tmp_path / "peer.json"
+    monkeypatch.setattr(sys, "argv", ["privacygp_weak.py", str(tmp_path / "peer"), "--sizes", "40", "--gamma", "2",
+                                      "--json", str(out), "--peer-commit", "stand-in"])
+    try:
+        harness.main()
+    finally:
+        sys.modules.pop("example", None)
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["peer_margin"] >= -1e-9 and row["ours_margin"] >= -1e-9
+    assert row["peer_trace"] >= row["ours_trace"] * (1 - 1e-6)
+    assert "| 40 | 2 |" in capsys.readouterr().out
