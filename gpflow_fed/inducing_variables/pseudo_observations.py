@@ -102,8 +102,8 @@ class PseudoObservations(gpflow.inducing_variables.InducingVariables):
 
     @property
     def num_pseudo(self) -> int:
-        """J = M_k, the number of pseudo-points."""
-        return int(tf.shape(self.V)[0])
+        """J = M_k, the number of pseudo-points (its current value when ``dynamic``)."""
+        return int(self.V.shape[0]) if self.V.shape[0] is not None else int(tf.shape(self.V)[0])
 
     @property
     def num_inducing(self) -> tf.Tensor:

@@ -68,3 +68,20 @@ def test_gaussian_inducing_points_sampling_and_kl():
     np.testing.assert_allclose(gpflow.covariances.Kuu(q, k).numpy(), k(mean).numpy())
     with pytest.raises(ValueError, match="positive"):
         GaussianInducingPoints(mean, -var)
+
+
+def test_dynamic_pseudo_observations_change_size_and_keep_the_floor():
+    """``dynamic=True`` (a PVI cavity): V, m, S can be re-assigned with another J (0 included), and the diagonal S
+    is ``S_FLOOR + exp(raw)``."""
+    from gpflow_fed.inducing_variables import S_FLOOR
+
+    iv = PseudoObservations(np.zeros((1, 2)), np.zeros(1), np.ones(1), dynamic=True)
+    iv.V.assign(np.ones((3, 2))), iv.m.assign(np.zeros((3, 1))), iv.S_diag.assign(np.full(3, 0.5))
+    assert iv.num_pseudo == 3
+    np.testing.assert_allclose(iv.S_diag.numpy(), 0.5, rtol=1e-12)
+    iv.S_diag.unconstrained_variable.assign(np.full(3, -800.0))
+    np.testing.assert_allclose(iv.S_diag.numpy(), S_FLOOR, rtol=1e-12)
+    iv.V.assign(np.zeros((0, 2))), iv.m.assign(np.zeros((0, 1))), iv.S_diag.assign(np.zeros(0) + 1.0)
+    assert iv.num_pseudo == 0
+    with pytest.raises(ValueError, match="diagonal S"):
+        PseudoObservations(np.zeros((2, 1)), np.zeros(2), np.eye(2), dynamic=True)
