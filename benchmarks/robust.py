@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 from typing import Any, Dict, List, Optional
 
@@ -27,6 +26,9 @@ import gpflow  # noqa: E402
 import numpy as np  # noqa: E402
 
 from gpflow_fed.data import FederatedDataset, fsgp_synthetic_1  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from provenance import save  # noqa: E402
 from gpflow_fed.data.partition import iid_partition  # noqa: E402
 from gpflow_fed.federated import LocalRuntime, RobustAggregation, run  # noqa: E402
 from gpflow_fed.federated.algorithms import FSGP  # noqa: E402
@@ -95,10 +97,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             cells.append(f"{v.mean():.3f} ± {v.std(ddof=1) if len(v) > 1 else 0:.3f}")
         print(f"| {num_bad} of {args.clients} | " + " | ".join(cells) + " |")
     if args.out:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-        with open(args.out, "w") as fh:
-            command = " ".join(["python", f"benchmarks/{os.path.basename(__file__)}", *(sys.argv[1:] if argv is None else argv)])
-            json.dump({"commit": commit, "command": command, "rows": rows}, fh, indent=1)
+        save(args.out, {"rows": rows}, __file__, argv)
     return 0
 
 

@@ -27,7 +27,6 @@ import json
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import time
 from typing import Any, Dict, List
@@ -35,6 +34,9 @@ from typing import Any, Dict, List
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from provenance import command, git_commit  # noqa: E402
 
 
 def payload(rng: np.random.Generator, M: int) -> Dict[str, np.ndarray]:
@@ -45,18 +47,6 @@ def payload(rng: np.random.Generator, M: int) -> Dict[str, np.ndarray]:
         "b": rng.normal(size=(M, 1)),
         "weight": np.array([rng.uniform(50, 150)]),
     }
-
-
-def git_commit() -> str:
-    here = os.path.dirname(os.path.abspath(__file__))
-    try:
-        def git(*words: str) -> str:
-            return subprocess.run(["git", *words], cwd=here, capture_output=True, text=True, check=True).stdout.strip()
-
-        commit, dirty = git("rev-parse", "HEAD"), git("status", "--porcelain")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return commit + ("-dirty" if dirty else "")
 
 
 def main(argv: Any = None) -> Dict[str, Any]:
@@ -159,7 +149,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
         )
     result = {
         "benchmark": "secure_aggregation",
-        "command": " ".join(["python", *sys.argv]),
+        "command": command(__file__, argv),
         "git_commit": git_commit(),
         "machine": {
             "platform": platform.platform(),

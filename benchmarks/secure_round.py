@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import time
 from typing import Any, Dict, List
@@ -29,6 +28,9 @@ import gpflow  # noqa: E402
 import numpy as np  # noqa: E402
 
 from gpflow_fed.data import FederatedDataset, fsgp_synthetic_1  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from provenance import save  # noqa: E402
 from gpflow_fed.data.partition import iid_partition  # noqa: E402
 from gpflow_fed.federated import LocalRuntime, SecureAggregation, run  # noqa: E402
 from gpflow_fed.federated.algorithms import FSGP, initial_inducing_inputs  # noqa: E402
@@ -86,10 +88,7 @@ def main(argv: List[str] = None) -> int:
         print(f"| {row['K']} | {row['config']} | {row['degree']} | {row['round0_s']:.2f} | {row['steady_s']:.2f} | "
               f"{row['ratio']:.2f} | {diff:.1e} |")
     if args.out:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-        with open(args.out, "w") as fh:
-            command = " ".join(["python", f"benchmarks/{os.path.basename(__file__)}", *(sys.argv[1:] if argv is None else argv)])
-            json.dump({"commit": commit, "command": command, "rows": rows}, fh, indent=1)
+        save(args.out, {"rows": rows}, __file__, argv)
     return 0
 
 

@@ -266,7 +266,8 @@ def _files(path: str) -> Dict[str, str]:
     return found
 
 
-def _write_manifest(path: str) -> None:
+def write_manifest(path: str) -> None:
+    """Write ``manifest.json`` with the SHA-256 and size of every other file under ``path``."""
     files = {name: {"sha256": _sha256(full), "size": os.path.getsize(full)}
              for name, full in sorted(_files(path).items()) if name != MANIFEST}
     with open(os.path.join(path, MANIFEST), "w") as f:
@@ -389,7 +390,7 @@ def save_checkpoint(
     with open(os.path.join(path, "run.json"), "w") as f:
         json.dump(record, f)
     _write_client_parts(path, clients)
-    _write_manifest(path)
+    write_manifest(path)
     tmp = os.path.join(directory, POINTER + ".tmp")
     with open(tmp, "w") as f:
         json.dump({"latest": name}, f)

@@ -23,7 +23,7 @@ def test_robust_benchmark_table_and_json(tmp_path, capsys):
     assert "| 1 of 4 |" in table and "median" in table
     saved = json.loads(out.read_text())
     assert {r["config"] for r in saved["rows"] if r["bad"] == 1} == {"mean", "median", "trimmed_mean(0.3)"}
-    assert saved["commit"] and "robust" in saved["command"]
+    assert saved["git_commit"] and saved["command"].startswith("python benchmarks/robust.py")
 
 
 def test_secure_round_benchmark_sums_equal_plain(tmp_path, capsys):

@@ -353,3 +353,21 @@ def test_in_process_flower_runs_every_algorithm_as_local_runtime(job):
     assert flower["ledger"] == local["ledger"]
     assert flower["history"] == local["history"]
     np.testing.assert_allclose(flower["predict_f"], local["predict_f"], rtol=1e-10, atol=1e-12)
+
+
+def test_client_state_on_disk_is_verified_before_it_is_restored(tmp_path):
+    """A ClientApp's own state between messages carries a manifest: tampered files are refused, naming them."""
+    from gpflow_fed.federated import Client
+    from gpflow_fed.federated.runtimes.flower_client import _restore_client, _save_client
+
+    client = Client("client_0", (np.zeros((3, 1)), np.zeros((3, 1))), seed=1)
+    client.state["factor"] = np.arange(4.0)
+    directory = str(tmp_path / "node")
+    _save_client(directory, client)
+    again = Client("client_0", (np.zeros((3, 1)), np.zeros((3, 1))), seed=1)
+    assert _restore_client(directory, again)
+    np.testing.assert_array_equal(again.state["factor"], np.arange(4.0))
+    with open(os.path.join(directory, "arrays.npz"), "ab") as f:
+        f.write(b"tampered")
+    with pytest.raises(ValueError, match="arrays.npz"):
+        _restore_client(directory, Client("client_0", (np.zeros((3, 1)), np.zeros((3, 1))), seed=1))

@@ -40,7 +40,7 @@ from flwr.clientapp import ClientApp
 
 from ...data.dataset import validate_regression_data
 from ..algorithm import Algorithm
-from ..checkpoint import decode_tree, encode_tree, is_trackable, tracked_objects
+from ..checkpoint import decode_tree, encode_tree, is_trackable, tracked_objects, verify_manifest, write_manifest
 from ..client import Client
 from ..messages import Message as FedMessage
 from .flower_records import (
@@ -118,6 +118,7 @@ def _save_client(directory: str, client: Client) -> None:
     with open(tmp, "w") as f:
         json.dump(record, f)
     os.replace(tmp, os.path.join(directory, "client.json"))
+    write_manifest(directory)  # SHA-256 of every file, checked before the next restore
 
 
 def _encodable(value: Any) -> bool:
@@ -133,12 +134,13 @@ def _restore_client(directory: str, client: Client) -> bool:
     pointer = os.path.join(directory, "client.json")
     if not os.path.exists(pointer):
         return False
+    verify_manifest(directory)  # a truncated, altered, added or missing file is a ValueError naming it
     with open(pointer) as f:
         record = json.load(f)
-    with np.load(os.path.join(directory, "arrays.npz")) as npz:
+    with np.load(os.path.join(directory, "arrays.npz"), allow_pickle=False) as npz:
         arrays = {k: npz[k] for k in npz.files}
     client.rng.bit_generator.state = record["rng"]
-    client.state.update(decode_tree(record["state"], arrays))
+    client.state.update(decode_tree(record["state"], arrays, allowed={}))
     objects = tracked_objects(types.SimpleNamespace(), {client.id: client}, [client.id])
     tf.train.Checkpoint(**objects).read(os.path.join(directory, "tf", "objects")).assert_existing_objects_matched()
     return True

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "secure_aggregation.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "secure_aggregation.py"
 
 
 @pytest.fixture(scope="module")
