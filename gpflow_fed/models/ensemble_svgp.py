@@ -88,7 +88,9 @@ class EnsembleSVGP(GPModel, InternalDataTrainingLossMixin):
     :param kernel: the global kernel ψ (trained).
     :param inducing_variable: ``InducingPoints`` or ``[M, D]`` array Z_* (trained).
     :param likelihood: used for ``predict_y`` / ``predict_log_density`` and the data term; ``None`` takes the
-        local models' common likelihood (Gaussian: the mean of their noise variances, pitfall P13).
+        local models' common likelihood (Gaussian: the mean of their noise variances, pitfall P13). Without
+        ``data`` the bound does not depend on it, so its parameters are made non-trainable (also on the object
+        passed in), and ``Scipy().minimize(model.training_loss, model.trainable_variables)`` works.
     :param q_mu: ``[M, 1]`` initial μ_* (default zeros). :param q_sqrt: ``[1, M, M]`` initial L_* (default prior).
     :param data: optional new ``(X, Y)`` whose likelihood term is kept exact (combined bound, App. C eq. 19).
     :param whiten: parameterise q in whitened coordinates (``α, R``); the bound is the same.
@@ -134,6 +136,8 @@ class EnsembleSVGP(GPModel, InternalDataTrainingLossMixin):
         if data is not None:
             data = self._check_data(data, D, likelihood)
         super().__init__(kernel, likelihood, None, num_latent_gps=1)
+        if data is None:  # the bound does not involve the likelihood: leave nothing without a gradient
+            set_trainable(self.likelihood, False)
         self.inducing_variable = inducing_variable
         self.data = data
         self.whiten = bool(whiten)
@@ -182,7 +186,7 @@ class EnsembleSVGP(GPModel, InternalDataTrainingLossMixin):
         total_c, ratios = 0.0, []
         self._local_chol: List[Tuple[np.ndarray, np.ndarray]] = []
         for i, m in enumerate(self.local_models):
-            K_k = m.build_kernel().K(m.Z).numpy() + self.jitter * np.eye(m.num_inducing, dtype=dtype)
+            K_k = m.build_kernel().K(m.Z.astype(dtype)).numpy() + self.jitter * np.eye(m.num_inducing, dtype=dtype)
             # L_S is q_sqrt itself with a positive diagonal (forming S_k = L_kL_kᵀ and refactorising it would
             # square its condition number)
             diag = np.diag(m.q_sqrt)
@@ -251,8 +255,9 @@ class EnsembleSVGP(GPModel, InternalDataTrainingLossMixin):
             V_S = tf.einsum("mbi,bji->mbj", T, g.Q)
             G += tf.einsum("mbj,nbj->mn", V_S, V_S) - tf.einsum("mbj,nbj->mn", T, T)
             c += tf.einsum("mbi,bi->m", T, g.h)
-            # tr(Λ_kK^ψ_kk) = tr((QᵀQ − I)L_K⁻¹K^ψ_kkL_K⁻ᵀ)
-            A = tf.linalg.triangular_solve(g.L_K, self.kernel.K(g.Z), lower=True)
+            # tr(Λ_kK^ψ_kk) = tr((QᵀQ − I)L_K⁻¹K^ψ_kkL_K⁻ᵀ), K^ψ_kk with the nugget ε (see _cross)
+            K_kk = self.kernel.K(g.Z) + tf.cast(self.jitter, L.dtype) * tf.eye(g.M, dtype=L.dtype)
+            A = tf.linalg.triangular_solve(g.L_K, K_kk, lower=True)
             K_w = tf.linalg.triangular_solve(g.L_K, tf.linalg.matrix_transpose(A), lower=True)
             trace += tf.reduce_sum(tf.matmul(g.Q, K_w) * g.Q) - tf.linalg.trace(tf.reduce_sum(K_w, 0))
         kappa = -0.5 * trace + 0.5 * tf.linalg.trace(G) + self._sum_c
@@ -363,7 +368,7 @@ class EnsembleSVGP(GPModel, InternalDataTrainingLossMixin):
     # --- diagnostics -----------------------------------------------------------------------------------
     def contrastive_predictive(self, k: int) -> Tuple[np.ndarray, np.ndarray]:
         """``(m_C,k [M_k, 1], Σ_C,k [M_k, M_k])`` of eq. 17, via GPflow's ``base_conditional``."""
-        Z_k = tf.constant(self.local_models[k].Z)
+        Z_k = tf.constant(self.local_models[k].Z, gpflow.default_float())
         Z = self.inducing_variable.Z
         mean, cov = base_conditional(
             self._cross(Z, Z_k), self._Kuu(), self.kernel.K(Z_k), self.q_mu,
@@ -389,7 +394,11 @@ class EnsembleSVGP(GPModel, InternalDataTrainingLossMixin):
     # --- prediction, export, training ----------------------------------------------------------------
     @inherit_check_shapes
     def predict_f(self, Xnew: Any, full_cov: bool = False, full_output_cov: bool = False) -> MeanAndVariance:
-        """``q(f_⋆) = N(k_{⋆*}K_**⁻¹μ_*, k_⋆⋆ − k_{⋆*}(K_**⁻¹ − K_**⁻¹S_*K_**⁻¹)k_{*⋆})`` (paper §2.3, spec §4.1)."""
+        """``q(f_⋆) = N(k_{⋆*}K_**⁻¹μ_*, k_⋆⋆ − k_{⋆*}(K_**⁻¹ − K_**⁻¹S_*K_**⁻¹)k_{*⋆})`` (paper §2.3, spec §4.1).
+
+        :raises NotImplementedError: for ``full_output_cov=True`` (one latent function).
+        """
+        assert_params_false(self.predict_f, full_output_cov=full_output_cov)
         Z = self.inducing_variable.Z
         Knn = self.kernel.K(Xnew) if full_cov else self.kernel.K_diag(Xnew)
         return base_conditional(
