@@ -101,10 +101,10 @@ def _privacy_aware(lengthscale: float):
                            gpflow.mean_functions.Constant(0.1), noise_variance=0.01)
 
 
-def _dataset():
+def _dataset(test=True):
     from gpflow_fed.data import FederatedDataset
 
-    return FederatedDataset([(X[i::2], Y[i::2]) for i in range(2)], test=(XS, YS))
+    return FederatedDataset([(X[i::2], Y[i::2]) for i in range(2)], test=(XS, YS) if test else None)
 
 
 @functools.lru_cache(maxsize=None)
@@ -173,7 +173,7 @@ def _pvi_result():
 
     algorithm = PVI(gpflow.kernels.SquaredExponential(lengthscales=0.7), Z.copy(), gpflow.likelihoods.Gaussian(0.1),
                     rounds=2, learn_inducing="fixed", learn_hyperparameters=False, pseudo_fraction=1.0)
-    return run(algorithm, _dataset()).model
+    return run(algorithm, _dataset(test=False)).model  # no test set: the model has not predicted yet
 
 
 def _pvi(value: float):
@@ -184,7 +184,7 @@ def _pvi(value: float):
     return m
 
 
-PVI_PATH = ".likelihood.variance"
+PVI_PATH = ".kernel.lengthscales"
 
 CASES = [
     Case("AggregatedSGPR", _aggregated, ".likelihood.variance", 0.1, 0.2),
@@ -195,5 +195,5 @@ CASES = [
     Case("FSGP.result", _fsgp, ".likelihood.variance", 0.1, 0.2),
     Case("FedBNR.result", _fedbnr, ".likelihood.variance", 0.1, 0.2),
     Case("Recycle.result", _recycle, ".kernel.lengthscales", 0.7, 0.9),
-    Case("PVI.result", _pvi, PVI_PATH, 0.1, 0.2),
+    Case("PVI.result", _pvi, PVI_PATH, 0.7, 0.9),
 ]
