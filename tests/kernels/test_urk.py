@@ -128,11 +128,17 @@ def test_urk_inside_stock_gpr_sgpr_svgp() -> None:
     # Z = X: the Titsias bound's trace term vanishes and the bound equals the exact marginal likelihood, up to
     # the effect of GPflow's 1e-6 jitter on Kuu
     np.testing.assert_allclose(sgpr.elbo().numpy(), gpr.log_marginal_likelihood().numpy(), atol=1e-4)
-    svgp = gpflow.models.SVGP(kernel, gpflow.likelihoods.Gaussian(0.1), X[:10].copy())
+    rng = np.random.default_rng(4)
+    q = dict(q_mu=rng.normal(size=(10, 1)), q_sqrt=np.tril(0.3 * rng.normal(size=(10, 10)))[None] + 0.5 * np.eye(10))
+    svgp = gpflow.models.SVGP(kernel, gpflow.likelihoods.Gaussian(0.1), X[:10].copy(), **q)
     with tf.GradientTape() as tape:
         loss = -svgp.elbo((X, Y))
     grads = tape.gradient(loss, kernel.trainable_variables)
     assert np.isfinite(loss.numpy()) and all(g is not None for g in grads)
+    # oracle: K = φφᵀ, so SVGP with a linear kernel on the explicit features φ(X), φ(Z) has the same ELBO
+    phi_X, phi_Z = kernel.features(X).numpy(), kernel.features(X[:10]).numpy()
+    linear = gpflow.models.SVGP(gpflow.kernels.Linear(variance=1.0), gpflow.likelihoods.Gaussian(0.1), phi_Z, **q)
+    np.testing.assert_allclose(-loss.numpy(), linear.elbo((phi_X, Y)).numpy(), rtol=1e-10)
 
 
 def test_extractor_weights_receive_gradients() -> None:
