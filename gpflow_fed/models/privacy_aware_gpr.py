@@ -189,7 +189,9 @@ class PrivacyAwareGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
         if mean_function is None:
             if mean_name == "Zero":
                 mean_function = gpflow.mean_functions.Zero()
-            elif mean_name == "Constant" and "param.mean_function.c" in arrays:
+            elif mean_name == "Constant":
+                if "param.mean_function.c" not in arrays:
+                    raise ValueError(f"{path}: incomplete file, missing arrays ['param.mean_function.c'] of its Constant mean")
                 # the saved value fixes c's shape (a scalar Constant(0.0) or the default [1])
                 mean_function = gpflow.mean_functions.Constant(arrays["param.mean_function.c"])
             else:

@@ -104,7 +104,8 @@ def test_bit_flips_never_leak_a_raw_error(tmp_path, kind):
 
 
 @pytest.mark.parametrize(
-    "kind, member", [("privacy", m) for m in ("X", "W", "noise_factor", "noise_variance", "spec", "format")]
+    "kind, member", [("privacy", m) for m in ("X", "W", "noise_factor", "noise_variance", "spec", "format",
+                                              "param.mean_function.c")]
     + [("recyclable", m) for m in ("names", "0/q_mu", "0/spec", "format")],
 )
 def test_incomplete_file(tmp_path, kind, member):
