@@ -21,7 +21,7 @@ def test_scipy_after_freezing_the_unused_variational_parameters():
     gpflow.set_trainable((model.q_mu, model.q_sqrt), False)
     loss = model.training_loss_closure((X, Y))
     before = float(loss())
-    gpflow.optimizers.Scipy().minimize(loss, model.trainable_variables, options=dict(maxiter=5), compile=False)
+    gpflow.optimizers.Scipy().minimize(loss, model.trainable_variables, options=dict(maxiter=5))
     assert float(loss()) < before and np.all(np.isfinite(model.predict_f(XS)[1].numpy()))
 
 
