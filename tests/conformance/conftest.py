@@ -5,13 +5,14 @@ import pytest
 from .cases import CASES
 
 #: Checks PVI's result model fails today (issue 18 items 1–2: stale compiled predictions after a parameter
-#: change, no deepcopy/freeze, marginal variances only); it is being rewritten, so they are expected failures
+#: change, no deepcopy/freeze, marginal variances only, a ValueError for full_output_cov); it is being rewritten, so they are expected failures
 #: (not strict: they pass once the rewrite lands, and the marker can go).
 PVI_KNOWN_FAILURES = {
     "test_deepcopy_and_freeze",
     "test_predictions_follow_a_parameter_change",
     "test_full_cov_diagonal_equals_marginals",
     "test_compiled_equals_eager",
+    "test_full_output_cov_is_supported_or_not_implemented_like_gpflow",
 }
 
 

@@ -136,3 +136,17 @@ def test_gradients_are_finite(case):
         loss = _loss(model)()
     grads = tape.gradient(loss, model.trainable_variables)
     assert all(g is not None and np.all(np.isfinite(g.numpy())) for g in grads)
+
+
+def test_full_output_cov_is_supported_or_not_implemented_like_gpflow(case):
+    """Issue 18 item 7: ``full_output_cov=True`` either raises ``NotImplementedError`` (as GPflow's GPR/SGPR)
+    or returns ``[N, P, P]`` output covariances whose diagonals are the marginals (as GPflow's SVGP)."""
+    model = case.build(case.value)
+    mean, var = _predict(model)
+    try:
+        mean_full, cov = (t.numpy() for t in model.predict_f(XS, full_output_cov=True))
+    except NotImplementedError as exc:
+        assert "full_output_cov" in str(exc)
+        return
+    assert cov.shape == (len(XS), var.shape[1], var.shape[1])
+    _assert_same([mean_full, np.diagonal(cov, axis1=1, axis2=2)], [mean, var])
