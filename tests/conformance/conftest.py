@@ -5,8 +5,8 @@ import pytest
 from .cases import CASES
 
 #: Checks PVI's result model fails today (issue 18 items 1–2: stale compiled predictions after a parameter
-#: change, no deepcopy/freeze, marginal variances only, a ValueError for full_output_cov); it is being rewritten, so they are expected failures
-#: (not strict: they pass once the rewrite lands, and the marker can go).
+#: change, no deepcopy/freeze, marginal variances only, a ValueError for full_output_cov). It is being
+#: rewritten, so they are expected failures (not strict: they pass once the rewrite lands; then drop them).
 PVI_KNOWN_FAILURES = {
     "test_deepcopy_and_freeze",
     "test_predictions_follow_a_parameter_change",
