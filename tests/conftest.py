@@ -1,4 +1,5 @@
-"""Suite-wide settings: shape checks on everywhere, float64, fail on AutoGraph conversion warnings."""
+"""Suite-wide settings: shape checks on everywhere, float64, fail on AutoGraph conversion warnings, and no silent
+skips under ``make test`` (``GPFLOW_FED_NO_SKIPS=1``) or in CI (``CI=true``)."""
 
 import logging
 import os
@@ -23,3 +24,6 @@ def _float64_and_no_autograph_failures(caplog):
         yield
     bad = [r.getMessage() for r in caplog.records if "AutoGraph could not transform" in r.getMessage()]
     assert not bad, bad
+
+
+from .skip_policy import pytest_make_collect_report, pytest_runtest_makereport  # noqa: E402,F401  (hooks)

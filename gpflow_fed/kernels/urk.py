@@ -133,39 +133,48 @@ class URK(gpflow.kernels.Kernel):
         """L = m·d."""
         return self.num_samples * self.feature_map.output_dim()
 
+    @property
+    def dtype(self) -> tf.DType:
+        """The dtype of the kernel's parameters, which its features and Gram matrices follow."""
+        return self.variance.dtype
+
     @check_shapes("return: [M, Q]")
     def omega(self) -> tf.Tensor:
         """The random weights g uses: ω = h(ω⁰), then the map's own scaling (e.g. ω/ℓ for Fourier)."""
-        omega = self._omega_base
+        omega = tf.cast(self._omega_base, self.dtype)
         if self.distribution_shifter is not None:
-            omega = tf.cast(self.distribution_shifter(omega), gpflow.default_float())
+            omega = tf.cast(self.distribution_shifter(omega), self.dtype)
         return self.feature_map.transform_omega(omega)
 
     @check_shapes("X: [N, D]", "return: [N, D_f]")
     def extract(self, X: tf.Tensor) -> tf.Tensor:
-        """f(X) cast to ``gpflow.default_float()`` (the identity without an extractor)."""
+        """f(X) cast to the kernel's dtype (the identity without an extractor)."""
         X = tf.convert_to_tensor(X)
         if self.feature_extractor is None:
-            return tf.cast(X, gpflow.default_float())
-        return tf.cast(self.feature_extractor(X), gpflow.default_float())
+            return tf.cast(X, self.dtype)
+        return tf.cast(self.feature_extractor(X), self.dtype)
 
-    @check_shapes("X: [N, D]", "return: [N, L]")
+    @check_shapes("X: [batch..., N, D]", "return: [batch..., N, L]")
     def features(self, X: tf.Tensor) -> tf.Tensor:
-        """φ(X), the ``[N, L]`` features of eq. 3.2 (``active_dims`` applied), with ``K = φ(X)φ(X')ᵀ``."""
+        """φ(X), the ``[..., N, L]`` features of eq. 3.2 (``active_dims`` applied), with ``K = φ(X)φ(X')ᵀ``."""
         X, _ = self.slice(X, None)
         return self._features(X)
 
     def _features(self, X: tf.Tensor) -> tf.Tensor:
-        z = self.feature_map(self.omega(), self.extract(X))  # [N, m, d]
+        """φ of ``[..., N, D]`` inputs: the leading axes are flattened for f and g, then restored."""
+        X = tf.convert_to_tensor(X)
+        leading = tf.shape(X)[:-1]
+        z = self.feature_map(self.omega(), self.extract(tf.reshape(X, [-1, tf.shape(X)[-1]])))  # [N', m, d]
         denominator = self.num_samples - 1 if self.scaling == "m-1" else self.num_samples
-        scale = tf.sqrt(self.variance / tf.cast(denominator, gpflow.default_float()))
-        return scale * tf.reshape(z, [tf.shape(z)[0], self.num_features])
+        scale = tf.sqrt(self.variance / tf.cast(denominator, self.dtype))
+        return scale * tf.reshape(z, tf.concat([leading, [self.num_features]], axis=0))
 
     @inherit_check_shapes
     def K(self, X: tf.Tensor, X2: Optional[tf.Tensor] = None) -> tf.Tensor:
         phi = self._features(X)
-        phi2 = phi if X2 is None else self._features(X2)
-        return tf.linalg.matmul(phi, phi2, transpose_b=True)
+        if X2 is None:
+            return tf.linalg.matmul(phi, phi, transpose_b=True)  # [..., N, N]
+        return tf.tensordot(phi, self._features(X2), axes=[[-1], [-1]])  # [..., N, ...2, N2]
 
     @inherit_check_shapes
     def K_diag(self, X: tf.Tensor) -> tf.Tensor:

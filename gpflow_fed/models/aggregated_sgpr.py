@@ -29,6 +29,7 @@ from check_shapes import check_shapes, inherit_check_shapes
 from gpflow.covariances import Kuu
 from gpflow.models.training_mixins import InternalDataTrainingLossMixin
 from gpflow.models.util import inducingpoint_wrapper
+from gpflow.utilities import assert_params_false
 
 __all__ = ["AggregatedSGPR", "collapsed_sgpr_bound", "project_to_psd"]
 
@@ -130,8 +131,11 @@ class AggregatedSGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
     ``full_cov``), ``predict_y`` and ``predict_log_density`` equal :class:`gpflow.models.SGPR` on the pooled
     data with the same kernel, inducing inputs and noise variance. With the three optional scalars it
     also offers :meth:`elbo` (eq. 9 times N), so it can be monitored and trained like SGPR on fixed
-    statistics (note the statistics depend on θ and Z: training them needs fresh client statistics, which
-    is what ``FSGP(mode="exact")`` does).
+    statistics. The statistics depend on θ and Z, so training those needs fresh client statistics (what
+    ``FSGP(mode="exact")`` does): the kernel's and Z's parameters are therefore made non-trainable
+    (``gpflow.set_trainable(kernel, False)``, which also affects the kernel object passed in), and
+    ``Scipy().minimize(model.training_loss, model.trainable_variables)`` trains σ² alone, for which the
+    statistics stay valid.
 
     :param kernel: the kernel ``c(·,·; θ)``.
     :param inducing_variable: Z as ``gpflow.inducing_variables.InducingPoints`` or an ``[M, D]`` array.
@@ -143,6 +147,10 @@ class AggregatedSGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
     :param trace_kff: ``Σ_n c(x_n, x_n)`` (for the bound).
     :param whitened: ``kuf_kfu`` and ``kuf_y`` are whitened, ``L⁻¹ Kuf Kfu L⁻ᵀ`` and ``L⁻¹ Kuf y`` with
         ``L Lᵀ = Kuu + jitter`` at this kernel and Z (better conditioned; what ``FSGP(mode="exact")`` sends).
+    :param freeze_statistics_parameters: make the kernel and Z non-trainable (default). ``False`` keeps their
+        trainability as given, for a container of parameters whose statistics are recomputed by the clients
+        after every change (FSGP's server state); training them against fixed statistics is meaningless
+        (the bound diverges).
     :raises ValueError: shapes inconsistent with Z, a non-symmetric ``kuf_kfu``, non-finite statistics,
         or a non-positive noise variance.
     """
@@ -159,6 +167,7 @@ class AggregatedSGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
         y_squared_sum: Optional[float] = None,
         trace_kff: Optional[float] = None,
         whitened: bool = False,
+        freeze_statistics_parameters: bool = True,
     ) -> None:
         if not isinstance(kernel, gpflow.kernels.Kernel):
             raise TypeError(f"AggregatedSGPR: kernel must be a gpflow.kernels.Kernel, got {type(kernel).__name__}")
@@ -180,6 +189,9 @@ class AggregatedSGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
         likelihood = gpflow.likelihoods.Gaussian(float(noise_variance))
         super().__init__(kernel, likelihood, mean_function=None, num_latent_gps=int(kuf_y_t.shape[1]))
         self.inducing_variable = inducing_variable
+        if freeze_statistics_parameters:
+            gpflow.set_trainable(self.kernel, False)
+            gpflow.set_trainable(self.inducing_variable, False)
         self.whitened = bool(whitened)
         self.kuf_kfu = kuf_kfu_t
         self.kuf_y = kuf_y_t
@@ -217,7 +229,11 @@ class AggregatedSGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
     def predict_f(
         self, Xnew: gpflow.base.InputData, full_cov: bool = False, full_output_cov: bool = False
     ) -> gpflow.models.model.MeanAndVariance:
-        """The approximate posterior ``q(f*)`` (FSGP eqs. 14, 15 without the noise term σ²)."""
+        """The approximate posterior ``q(f*)`` (FSGP eqs. 14, 15 without the noise term σ²).
+
+        :raises NotImplementedError: for ``full_output_cov=True`` (as ``gpflow.models.SGPR``).
+        """
+        assert_params_false(self.predict_f, full_output_cov=full_output_cov)
         L, LB, c = self._posterior_factors()
         Kus = gpflow.covariances.Kuf(self.inducing_variable, self.kernel, Xnew)  # [M, N*]
         tmp1 = tf.linalg.triangular_solve(L, Kus, lower=True)

@@ -146,6 +146,8 @@ class BayesianLinearRegression(gpflow.models.GPModel, InternalDataTrainingLossMi
             self._statistics = stats
         likelihood = gpflow.likelihoods.Gaussian(variance=noise)
         super().__init__(kernel, likelihood, None, num_latent_gps=num_outputs)
+        if statistics is not None:  # the sums fix the features: the kernel is outside the objective
+            gpflow.set_trainable(self.kernel, False)
         self.data = data if data is None else (X, Y)
         self.prior_variance = gpflow.Parameter(prior, transform=positive())
 
@@ -173,8 +175,10 @@ class BayesianLinearRegression(gpflow.models.GPModel, InternalDataTrainingLossMi
     ) -> "BayesianLinearRegression":
         """The model from summed statistics ``{phi_t_phi, phi_t_y, y_t_y, num_data}`` (eqs. 3.5–3.6).
 
-        The features are frozen at ``kernel``'s current hyperparameters; σ² and λ² can still be trained
-        (the marginal likelihood needs only the statistics).
+        The features are frozen at ``kernel``'s current hyperparameters, so the kernel's parameters are made
+        non-trainable (``gpflow.set_trainable(kernel, False)``, on the kernel passed in); σ² and λ² can still
+        be trained (the marginal likelihood needs only the statistics), e.g. with
+        ``Scipy().minimize(model.training_loss, model.trainable_variables)``.
         """
         return cls(None, kernel, noise_variance, prior_variance, statistics=statistics)
 

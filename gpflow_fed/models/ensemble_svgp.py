@@ -36,7 +36,8 @@ from gpflow.conditionals import base_conditional
 from gpflow.kullback_leiblers import gauss_kl
 from gpflow.models.model import GPModel, MeanAndVariance
 from gpflow.models.training_mixins import InternalDataTrainingLossMixin
-from gpflow.utilities import triangular
+from gpflow.utilities import assert_params_false, set_trainable, triangular
+from scipy.linalg import solve_triangular
 
 from .recyclable import RecyclableModel, export_svgp, likelihood_from_spec, likelihood_spec
 
@@ -68,12 +69,15 @@ def as_recyclable(model: Any, index: int = 0) -> RecyclableModel:
 
 
 class _Group:
-    """Constants of the local models that share one M_k, stacked along a leading axis B."""
+    """Constants of the local models that share one M_k, stacked along a leading axis B, in the local models'
+    whitened coordinates: ``L_K = chol(K_k)``, ``Q = L_S⁻¹L_K`` and ``h̃ = QᵀL_S⁻¹μ_k``, so that
+    ``Λ_k = L_K⁻ᵀ(QᵀQ − I)L_K⁻¹`` and ``h_k = L_K⁻ᵀh̃``."""
 
-    def __init__(self, Z: np.ndarray, P_S: np.ndarray, P_K: np.ndarray, h: np.ndarray, offset: int) -> None:
+    def __init__(self, Z: np.ndarray, L_K: np.ndarray, Q: np.ndarray, h: np.ndarray, offset: int) -> None:
+        dtype = gpflow.default_float()
         self.B, self.M = Z.shape[0], Z.shape[1]
-        self.Z, self.h, self.offset = tf.constant(Z), tf.constant(h), offset
-        self.P_S, self.P_K = tf.constant(P_S), tf.constant(P_K)  # L_S⁻¹ and L_K⁻¹: Λ = P_SᵀP_S − P_KᵀP_K
+        self.Z, self.h, self.offset = tf.constant(Z, dtype), tf.constant(h, dtype), offset
+        self.L_K, self.Q = tf.constant(L_K, dtype), tf.constant(Q, dtype)
 
 
 class EnsembleSVGP(GPModel, InternalDataTrainingLossMixin):
@@ -84,7 +88,9 @@ class EnsembleSVGP(GPModel, InternalDataTrainingLossMixin):
     :param kernel: the global kernel ψ (trained).
     :param inducing_variable: ``InducingPoints`` or ``[M, D]`` array Z_* (trained).
     :param likelihood: used for ``predict_y`` / ``predict_log_density`` and the data term; ``None`` takes the
-        local models' common likelihood (Gaussian: the mean of their noise variances, pitfall P13).
+        local models' common likelihood (Gaussian: the mean of their noise variances, pitfall P13). Without
+        ``data`` the bound does not depend on it, so its parameters are made non-trainable (also on the object
+        passed in), and ``Scipy().minimize(model.training_loss, model.trainable_variables)`` works.
     :param q_mu: ``[M, 1]`` initial μ_* (default zeros). :param q_sqrt: ``[1, M, M]`` initial L_* (default prior).
     :param data: optional new ``(X, Y)`` whose likelihood term is kept exact (combined bound, App. C eq. 19).
     :param whiten: parameterise q in whitened coordinates (``α, R``); the bound is the same.
@@ -130,6 +136,8 @@ class EnsembleSVGP(GPModel, InternalDataTrainingLossMixin):
         if data is not None:
             data = self._check_data(data, D, likelihood)
         super().__init__(kernel, likelihood, None, num_latent_gps=1)
+        if data is None:  # the bound does not involve the likelihood: leave nothing without a gradient
+            set_trainable(self.likelihood, False)
         self.inducing_variable = inducing_variable
         self.data = data
         self.whiten = bool(whiten)
@@ -178,22 +186,25 @@ class EnsembleSVGP(GPModel, InternalDataTrainingLossMixin):
         total_c, ratios = 0.0, []
         self._local_chol: List[Tuple[np.ndarray, np.ndarray]] = []
         for i, m in enumerate(self.local_models):
-            K_k = m.build_kernel().K(m.Z).numpy() + self.jitter * np.eye(m.num_inducing, dtype=dtype)
-            S_k = m.q_sqrt @ m.q_sqrt.T
+            K_k = m.build_kernel().K(m.Z.astype(dtype)).numpy() + self.jitter * np.eye(m.num_inducing, dtype=dtype)
+            # L_S is q_sqrt itself with a positive diagonal (forming S_k = L_kL_kᵀ and refactorising it would
+            # square its condition number)
+            diag = np.diag(m.q_sqrt)
             try:
-                L_K, L_S = np.linalg.cholesky(K_k), np.linalg.cholesky(S_k)
+                if not np.all(np.abs(diag) > 0):
+                    raise np.linalg.LinAlgError("zero on the diagonal of q_sqrt")
+                L_K, L_S = np.linalg.cholesky(K_k), m.q_sqrt * np.sign(diag)[None, :]
             except np.linalg.LinAlgError as exc:
                 raise ValueError(f"local model {i}: K_k or S_k is not positive definite (singular q_sqrt?)") from exc
             self._local_chol.append((L_S, L_K))
-            P_S = np.linalg.solve(L_S, np.eye(m.num_inducing))
-            P_K = np.linalg.solve(L_K, np.eye(m.num_inducing))
-            h = (P_S.T @ (P_S @ m.q_mu))[:, 0]
+            Q = solve_triangular(L_S, L_K, lower=True)  # L_S⁻¹L_K: no explicit inverse of an ill-conditioned factor
+            mu_s = solve_triangular(L_S, m.q_mu[:, 0], lower=True)  # L_S⁻¹μ_k
             total_c += float(
-                -0.5 * m.q_mu[:, 0] @ h - np.sum(np.log(np.abs(np.diag(L_S)))) + np.sum(np.log(np.diag(L_K)))
+                -0.5 * mu_s @ mu_s - np.sum(np.log(np.abs(np.diag(L_S)))) + np.sum(np.log(np.diag(L_K)))
             )
-            A = np.linalg.solve(L_K, L_S)
+            A = solve_triangular(L_K, L_S, lower=True)
             ratios.append(float(np.linalg.svd(A, compute_uv=False)[0] ** 2))
-            per_size.setdefault(m.num_inducing, []).append((m.Z, P_S, P_K, h))
+            per_size.setdefault(m.num_inducing, []).append((m.Z, L_K, Q, Q.T @ mu_s))
         self.prior_width_ratios = np.array(ratios)
         wide = np.flatnonzero(self.prior_width_ratios > 1.0 + 1e-3)
         if wide.size:
@@ -207,32 +218,48 @@ class EnsembleSVGP(GPModel, InternalDataTrainingLossMixin):
         self._groups: List[_Group] = []
         offset, Z_all = 0, []
         for Mk, items in per_size.items():
-            Z, P_S, P_K, h = (np.stack(parts) for parts in zip(*items))
-            self._groups.append(_Group(Z, P_S, P_K, h, offset))
+            Z, L_K, Q, h = (np.stack(parts) for parts in zip(*items))
+            self._groups.append(_Group(Z, L_K, Q, h, offset))
             Z_all.append(Z.reshape(-1, Z.shape[-1]))
             offset += Z.shape[0] * Mk
-        self._Z_all = tf.constant(np.concatenate(Z_all, axis=0))
+        self._Z_all = tf.constant(np.concatenate(Z_all, axis=0), dtype)
 
     # --- the bound -------------------------------------------------------------------------------------
     def _Kuu(self) -> tf.Tensor:
         return gpflow.covariances.Kuu(self.inducing_variable, self.kernel, jitter=self.jitter)
 
+    def _cross(self, Za: tf.Tensor, Zb: tf.Tensor) -> tf.Tensor:
+        """``Cov(u(Za), u(Zb)) = ψ(Za, Zb) + ε·[za = zb]``: the jitter ε of ``K_**`` and ``K_k`` is a nugget on the
+        inducing outputs, so an inducing input shared by Z_* and Z_k carries it in the cross-covariance too.
+        Without it ``A_k = K_{k*}K_**⁻¹`` is not the identity when Z_* = Z_k, ψ = θ_k, and an ensemble of one
+        model would not reproduce that model where ``ε/λ_min(K_k)`` is not negligible (ill-conditioned Z_k)."""
+        same = tf.reduce_all(tf.equal(Za[:, None, :], Zb[None, :, :]), axis=-1)
+        return self.kernel.K(Za, Zb) + tf.cast(self.jitter, Za.dtype) * tf.cast(same, Za.dtype)
+
     def _statistics(self, with_data: bool) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
         """``(L, G, c, κ)`` of the module docstring; with Gaussian data also its exact terms (closed form)."""
         Z = self.inducing_variable.Z
         L = tf.linalg.cholesky(self._Kuu())
-        W = tf.linalg.triangular_solve(L, self.kernel.K(Z, self._Z_all), lower=True)  # [M*, ΣM_k]
+        K_all = self._cross(self._Z_all, Z)  # [ΣM_k, M*]
         M = tf.shape(L)[0]
         G = tf.zeros_like(L)
         c = tf.zeros([M], dtype=L.dtype)
         trace = tf.constant(0.0, dtype=L.dtype)
         for g in self._groups:
-            Wg = tf.reshape(W[:, g.offset : g.offset + g.B * g.M], [M, g.B, g.M])
-            V_S, V_K = tf.einsum("mbi,bji->mbj", Wg, g.P_S), tf.einsum("mbi,bji->mbj", Wg, g.P_K)
-            G += tf.einsum("mbj,nbj->mn", V_S, V_S) - tf.einsum("mbj,nbj->mn", V_K, V_K)
-            c += tf.einsum("mbi,bi->m", Wg, g.h)
-            K_kk = self.kernel.K(g.Z)
-            trace += tf.reduce_sum(tf.matmul(g.P_S, K_kk) * g.P_S) - tf.reduce_sum(tf.matmul(g.P_K, K_kk) * g.P_K)
+            # T_k = L⁻¹K^ψ_{*k}L_K⁻ᵀ = W_kL_K⁻ᵀ (the identity when ψ = θ_k and Z_* = Z_k), so that
+            # W_kΛ_kW_kᵀ = T_k(QᵀQ − I)T_kᵀ and W_kh_k = T_kh̃ (§2.5, whitened in both coordinates).
+            Kg = tf.reshape(K_all[g.offset : g.offset + g.B * g.M], [g.B, g.M, M])
+            U = tf.linalg.triangular_solve(g.L_K, Kg, lower=True)  # L_K⁻¹K^ψ_{k*}, [B, M_k, M*]
+            T = tf.linalg.triangular_solve(L, tf.reshape(tf.transpose(U, [2, 0, 1]), [M, g.B * g.M]), lower=True)
+            T = tf.reshape(T, [M, g.B, g.M])
+            V_S = tf.einsum("mbi,bji->mbj", T, g.Q)
+            G += tf.einsum("mbj,nbj->mn", V_S, V_S) - tf.einsum("mbj,nbj->mn", T, T)
+            c += tf.einsum("mbi,bi->m", T, g.h)
+            # tr(Λ_kK^ψ_kk) = tr((QᵀQ − I)L_K⁻¹K^ψ_kkL_K⁻ᵀ), K^ψ_kk with the nugget ε (see _cross)
+            K_kk = self.kernel.K(g.Z) + tf.cast(self.jitter, L.dtype) * tf.eye(g.M, dtype=L.dtype)
+            A = tf.linalg.triangular_solve(g.L_K, K_kk, lower=True)
+            K_w = tf.linalg.triangular_solve(g.L_K, tf.linalg.matrix_transpose(A), lower=True)
+            trace += tf.reduce_sum(tf.matmul(g.Q, K_w) * g.Q) - tf.linalg.trace(tf.reduce_sum(K_w, 0))
         kappa = -0.5 * trace + 0.5 * tf.linalg.trace(G) + self._sum_c
         if with_data and self.data is not None:
             if not isinstance(self.likelihood, gpflow.likelihoods.Gaussian):
@@ -246,7 +273,7 @@ class EnsembleSVGP(GPModel, InternalDataTrainingLossMixin):
             kappa += (
                 -0.5 * tf.reduce_sum(self.kernel.K_diag(X)) / s2
                 + 0.5 * tf.reduce_sum(tf.square(Wn)) / s2
-                - 0.5 * n * tf.math.log(2 * np.pi * s2)
+                - 0.5 * n * tf.math.log(tf.cast(2 * np.pi, L.dtype) * s2)
                 - 0.5 * tf.reduce_sum(tf.square(Y)) / s2
             )
         return L, G, c[:, None], kappa
@@ -341,10 +368,10 @@ class EnsembleSVGP(GPModel, InternalDataTrainingLossMixin):
     # --- diagnostics -----------------------------------------------------------------------------------
     def contrastive_predictive(self, k: int) -> Tuple[np.ndarray, np.ndarray]:
         """``(m_C,k [M_k, 1], Σ_C,k [M_k, M_k])`` of eq. 17, via GPflow's ``base_conditional``."""
-        Z_k = tf.constant(self.local_models[k].Z)
+        Z_k = tf.constant(self.local_models[k].Z, gpflow.default_float())
         Z = self.inducing_variable.Z
         mean, cov = base_conditional(
-            self.kernel.K(Z, Z_k), self._Kuu(), self.kernel.K(Z_k), self.q_mu,
+            self._cross(Z, Z_k), self._Kuu(), self.kernel.K(Z_k), self.q_mu,
             full_cov=True, q_sqrt=self.q_sqrt, white=self.whiten,
         )  # fmt: skip
         return mean.numpy(), cov.numpy()[0]
@@ -367,7 +394,11 @@ class EnsembleSVGP(GPModel, InternalDataTrainingLossMixin):
     # --- prediction, export, training ----------------------------------------------------------------
     @inherit_check_shapes
     def predict_f(self, Xnew: Any, full_cov: bool = False, full_output_cov: bool = False) -> MeanAndVariance:
-        """``q(f_⋆) = N(k_{⋆*}K_**⁻¹μ_*, k_⋆⋆ − k_{⋆*}(K_**⁻¹ − K_**⁻¹S_*K_**⁻¹)k_{*⋆})`` (paper §2.3, spec §4.1)."""
+        """``q(f_⋆) = N(k_{⋆*}K_**⁻¹μ_*, k_⋆⋆ − k_{⋆*}(K_**⁻¹ − K_**⁻¹S_*K_**⁻¹)k_{*⋆})`` (paper §2.3, spec §4.1).
+
+        :raises NotImplementedError: for ``full_output_cov=True`` (one latent function).
+        """
+        assert_params_false(self.predict_f, full_output_cov=full_output_cov)
         Z = self.inducing_variable.Z
         Knn = self.kernel.K(Xnew) if full_cov else self.kernel.K_diag(Xnew)
         return base_conditional(

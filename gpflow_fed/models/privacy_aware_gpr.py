@@ -22,13 +22,16 @@ import gpflow
 import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes, inherit_check_shapes
+from check_shapes.exceptions import CheckShapesError
 from gpflow.models.training_mixins import InternalDataTrainingLossMixin
+from gpflow.utilities import assert_params_false
 
 from ..privacy._linalg import as_inputs
 from ..privacy.lowrank import LowRankCovariance
 from ..privacy.obfuscation import Covariance, _check_method, _inputs, obfuscate, synthetic_noise_covariance
 from ..privacy.regions import Region, check_region, region_noise_covariance
 from ..privacy.tolerance import Tolerance
+from ._npz import read_npz
 from .recyclable import kernel_from_spec, kernel_spec
 
 
@@ -115,7 +118,11 @@ class PrivacyAwareGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
     def predict_f(
         self, Xnew: tf.Tensor, full_cov: bool = False, full_output_cov: bool = False
     ) -> "tuple[tf.Tensor, tf.Tensor]":
-        r"""Eq. (3) mean and eq. (4) (co)variance of f at ``Xnew`` given the released ``(X, W)``."""
+        r"""Eq. (3) mean and eq. (4) (co)variance of f at ``Xnew`` given the released ``(X, W)``.
+
+        :raises NotImplementedError: for ``full_output_cov=True`` (as ``gpflow.models.GPR``).
+        """
+        assert_params_false(self.predict_f, full_output_cov=full_output_cov)
         X, W = self.data
         Xnew = tf.convert_to_tensor(Xnew, dtype=gpflow.default_float())
         L = self._observation_cholesky()
@@ -160,37 +167,54 @@ class PrivacyAwareGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
         :param kernel: a kernel of the saved structure, needed only when the file could not describe it
             (non-stationary or composite kernels); its parameter values are overwritten by the saved ones.
         :param mean_function: likewise, for mean functions other than ``Zero`` and ``Constant``.
-        :raises ValueError: a file that is not a saved PrivacyAwareGPR, or whose parameters do not fit the
-            given kernel / mean function.
+        :raises FileNotFoundError: ``path`` does not exist.
+        :raises ValueError: naming the file: a file that is not a saved PrivacyAwareGPR (another kind of
+            file, truncated, bit-flipped, incomplete, pickled data), inconsistent arrays, or parameters that do
+            not fit the given kernel / mean function.
         """
+        arrays = read_npz(path, "PrivacyAwareGPR file (PrivacyAwareGPR.save)", SAVE_FORMAT,
+                          ("spec", "X", "W", "noise_factor", "noise_variance"))
         try:
-            with np.load(path, allow_pickle=False) as f:
-                if "format" not in f.files or str(f["format"]) != SAVE_FORMAT:
-                    raise ValueError(f"{path} does not hold a PrivacyAwareGPR saved by PrivacyAwareGPR.save")
-                arrays = {name: f[name] for name in f.files}
-        except FileNotFoundError:
-            raise
-        except (OSError, EOFError) as exc:  # not an npz at all
-            raise ValueError(f"{path} does not hold a PrivacyAwareGPR saved by PrivacyAwareGPR.save: {exc}") from exc
-        spec = json.loads(str(arrays["spec"]))
+            spec = json.loads(str(arrays["spec"]))
+            kernel_description, mean_name = spec["kernel"], str(spec["mean_function"])
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise ValueError(f"{path}: corrupt model description ({type(exc).__name__}: {exc})") from exc
         if kernel is None:
-            if spec["kernel"] is None:
+            if kernel_description is None:
                 raise ValueError(f"{path} holds a kernel that only its values describe: pass kernel= a kernel of the same structure")
-            kernel = kernel_from_spec(spec["kernel"])
+            try:
+                kernel = kernel_from_spec(kernel_description)
+            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+                raise ValueError(f"{path}: corrupt kernel description ({type(exc).__name__}: {exc})") from exc
         if mean_function is None:
-            if spec["mean_function"] not in ("Zero", "Constant"):
-                raise ValueError(f"{path} holds a {spec['mean_function']} mean: pass mean_function= one of that class")
-            mean_function = getattr(gpflow.mean_functions, spec["mean_function"])()
-        model = PrivacyAwareGPR((arrays["X"], arrays["W"]), kernel, _covariance_from_factor(arrays["noise_factor"]),
-                                mean_function, float(arrays["noise_variance"]))
+            if mean_name == "Zero":
+                mean_function = gpflow.mean_functions.Zero()
+            elif mean_name == "Constant":
+                if "param.mean_function.c" not in arrays:
+                    raise ValueError(f"{path}: incomplete file, missing arrays ['param.mean_function.c'] of its Constant mean")
+                # the saved value fixes c's shape (a scalar Constant(0.0) or the default [1])
+                mean_function = gpflow.mean_functions.Constant(arrays["param.mean_function.c"])
+            else:
+                raise ValueError(f"{path} holds a {mean_name} mean: pass mean_function= one of that class")
         saved = {key[len("param"):]: value for key, value in arrays.items() if key.startswith("param.")}
+        try:
+            model = PrivacyAwareGPR((arrays["X"], arrays["W"]), kernel, _covariance_from_factor(arrays["noise_factor"]),
+                                    mean_function, float(arrays["noise_variance"]))
+        except (ValueError, TypeError, CheckShapesError, np.linalg.LinAlgError, tf.errors.InvalidArgumentError) as exc:
+            raise ValueError(f"{path}: inconsistent or corrupt arrays ({type(exc).__name__}: {exc})") from exc
         expected = _saved_parameters(model)
         if set(saved) != set(expected) or any(np.shape(expected[k].numpy()) != v.shape for k, v in saved.items()):
             raise ValueError(
                 f"{path}: saved parameters {sorted(saved)} do not fit the kernel/mean function given "
                 f"({sorted(expected)})"
             )
-        gpflow.utilities.multiple_assign(model, saved)
+        bad = [k for k, v in saved.items() if v.dtype.kind != "f" or not np.all(np.isfinite(v))]
+        if bad:
+            raise ValueError(f"{path}: corrupt parameter values (not finite floats) for {bad}")
+        try:
+            gpflow.utilities.multiple_assign(model, saved)
+        except (ValueError, tf.errors.InvalidArgumentError) as exc:  # e.g. a lengthscale outside its support
+            raise ValueError(f"{path}: parameter values outside their support ({exc})") from exc
         return model
 
 

@@ -25,6 +25,7 @@ import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes
 
+from ._npz import read_npz
 from .recyclable_training import train_local_svgp
 
 __all__ = [
@@ -305,19 +306,17 @@ def load_recyclable(path: Union[str, os.PathLike]) -> Dict[str, RecyclableModel]
     """Read a dictionary written by :func:`save_recyclable` (never unpickles anything).
 
     :raises FileNotFoundError: if ``path`` does not exist.
-    :raises ValueError: for a corrupt or incompatible file (wrong format tag, missing or malformed arrays).
+    :raises ValueError: naming the file, for a corrupt or incompatible file (not an ``.npz``, truncated,
+        bit-flipped, pickled data, wrong format tag, missing or malformed arrays).
     """
-    try:
-        with np.load(path, allow_pickle=False) as f:
-            arrays = {k: f[k] for k in f.files}
-    except FileNotFoundError:
-        raise
-    except Exception as exc:  # zipfile / numpy format errors vary
-        raise ValueError(f"{path}: not a readable recyclable-model file ({type(exc).__name__}: {exc})") from exc
-    tag = str(arrays.get("format", ""))
-    if tag != FORMAT:
-        raise ValueError(f"{path}: incompatible file format {tag!r}, expected {FORMAT!r}")
-    names = [str(n) for n in np.atleast_1d(arrays.get("names", np.array([], dtype=str)))]
+    arrays = read_npz(path, "recyclable-model file (save_recyclable)", FORMAT, ("names",))
+    names = [str(n) for n in np.atleast_1d(arrays["names"])]
     if not names:
         raise ValueError(f"{path}: the file holds no models")
-    return {n: RecyclableModel.from_arrays(arrays, prefix=f"{i}/") for i, n in enumerate(names)}
+    models = {}
+    for i, n in enumerate(names):
+        try:
+            models[n] = RecyclableModel.from_arrays(arrays, prefix=f"{i}/")
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise ValueError(f"{path}: model {n!r} is corrupt or incomplete ({type(exc).__name__}: {exc})") from exc
+    return models

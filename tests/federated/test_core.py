@@ -258,10 +258,31 @@ def test_client_sampling_is_deterministic_per_seed(dataset):
 
 
 def test_failing_client_is_named_and_state_is_unchanged(dataset):
-    algorithm = FederatedMean(rounds=1, fail_client="client_2")
-    with pytest.raises(ClientUpdateError, match="client_2.*round 0.*disk on fire") as info:
-        run(algorithm, dataset)
+    class FailsInRoundOne(FederatedMean):
+        server_updates = 0
+
+        def client_update(self, client, broadcast):
+            if client.id == "client_2" and broadcast.round == 1:
+                raise RuntimeError("disk on fire")
+            return super().client_update(client, broadcast)
+
+        def server_update(self, state, aggregate):
+            self.server_updates += 1
+            return super().server_update(state, aggregate)
+
+    snapshots = []
+
+    def monitor(round, *, history, state, algorithm):
+        snapshots.append((dict(state), state))
+
+    algorithm = FailsInRoundOne(rounds=3)
+    with pytest.raises(ClientUpdateError, match="client_2.*round 1.*disk on fire") as info:
+        run(algorithm, dataset, monitor=monitor)
     assert info.value.client_id == "client_2" and isinstance(info.value.cause, RuntimeError)
+    # round 0 completed; round 1 reached no server update and left round 0's state as it was
+    assert algorithm.server_updates == 1 and len(snapshots) == 1
+    copy, state = snapshots[0]
+    assert state == copy and state["mean"] == pytest.approx(dataset.pooled()[1].mean(), rel=1e-12)
 
 
 def test_evaluation_traffic_is_tagged(dataset):

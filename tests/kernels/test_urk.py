@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import gpflow
 import numpy as np
 import pytest
@@ -126,11 +128,17 @@ def test_urk_inside_stock_gpr_sgpr_svgp() -> None:
     # Z = X: the Titsias bound's trace term vanishes and the bound equals the exact marginal likelihood, up to
     # the effect of GPflow's 1e-6 jitter on Kuu
     np.testing.assert_allclose(sgpr.elbo().numpy(), gpr.log_marginal_likelihood().numpy(), atol=1e-4)
-    svgp = gpflow.models.SVGP(kernel, gpflow.likelihoods.Gaussian(0.1), X[:10].copy())
+    rng = np.random.default_rng(4)
+    q = dict(q_mu=rng.normal(size=(10, 1)), q_sqrt=np.tril(0.3 * rng.normal(size=(10, 10)))[None] + 0.5 * np.eye(10))
+    svgp = gpflow.models.SVGP(kernel, gpflow.likelihoods.Gaussian(0.1), X[:10].copy(), **q)
     with tf.GradientTape() as tape:
         loss = -svgp.elbo((X, Y))
     grads = tape.gradient(loss, kernel.trainable_variables)
     assert np.isfinite(loss.numpy()) and all(g is not None for g in grads)
+    # oracle: K = φφᵀ, so SVGP with a linear kernel on the explicit features φ(X), φ(Z) has the same ELBO
+    phi_X, phi_Z = kernel.features(X).numpy(), kernel.features(X[:10]).numpy()
+    linear = gpflow.models.SVGP(gpflow.kernels.Linear(variance=1.0), gpflow.likelihoods.Gaussian(0.1), phi_Z, **q)
+    np.testing.assert_allclose(-loss.numpy(), linear.elbo((phi_X, Y)).numpy(), rtol=1e-10)
 
 
 def test_extractor_weights_receive_gradients() -> None:
@@ -197,3 +205,32 @@ def test_callable_module_feature_map_is_tracked() -> None:
     # scale·ω with ω ~ N(0, I) is the Fourier map with lengthscale 1/scale
     reference = URK(2, 20, seed=1, feature_map_options={"lengthscales": 1 / 1.5})
     np.testing.assert_allclose(kernel.K(X).numpy(), reference.K(X).numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("feature_map", ["fourier", "polynomial"])
+def test_batch_inputs_like_stock_kernels(feature_map: str) -> None:
+    """Issue 18 item 8: ``[B, N, D]`` inputs give the stacked Gram matrices, as GPflow's kernels do."""
+    kernel = URK(2, 20, feature_map=feature_map, seed=1)
+    X, X2 = RNG.normal(size=(3, 4, 2)), RNG.normal(size=(5, 2))
+    K, K_cross, K_diag = kernel(X), kernel(X, X2), kernel(X, full_cov=False)
+    assert K.shape == (3, 4, 4) and K_cross.shape == (3, 4, 5) and K_diag.shape == (3, 4)
+    for b in range(3):
+        np.testing.assert_allclose(K[b].numpy(), kernel(X[b]).numpy(), rtol=1e-12)
+        np.testing.assert_allclose(K_cross[b].numpy(), kernel(X[b], X2).numpy(), rtol=1e-12)
+        np.testing.assert_allclose(K_diag[b].numpy(), kernel(X[b], full_cov=False).numpy(), rtol=1e-12)
+    stock = gpflow.kernels.SquaredExponential()
+    assert kernel(X, X[:2]).shape == stock(X, X[:2]).shape == (3, 4, 2, 4)
+
+
+def test_follows_its_parameters_dtype() -> None:
+    """A float32 URK stays float32 when the default float is float64 at call time (it cast to the default)."""
+    config = dataclasses.replace(gpflow.config.config(), float=np.float32)
+    with gpflow.config.as_context(config):
+        kernel = URK(1, 10, seed=0)
+    X = np.linspace(0, 1, 4, dtype=np.float32)[:, None]
+    assert gpflow.default_float() == np.float64
+    K = kernel(X)
+    assert K.dtype == tf.float32 and kernel(X, full_cov=False).dtype == tf.float32
+    with gpflow.config.as_context(config):
+        expected = URK(1, 10, seed=0)(X).numpy()
+    np.testing.assert_array_equal(K.numpy(), expected)

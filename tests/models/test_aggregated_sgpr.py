@@ -128,3 +128,40 @@ def test_project_to_psd_is_the_nearest_psd_matrix_and_leaves_psd_sums_alone():
         project_to_psd(np.ones((2, 3)))
     with pytest.raises(ValueError, match="NaN"):
         project_to_psd(np.full((2, 2), np.nan))
+
+
+@pytest.mark.parametrize("whiten", [False, True])
+def test_scipy_on_trainable_variables_trains_the_noise_alone_like_sgpr_with_theta_and_z_fixed(problem, whiten):
+    """Issue 18 item 3: the statistics are fixed at (θ, Z), so only σ² is trainable; Scipy on every trainable
+    variable then reaches the σ² that SGPR on the pooled data reaches with θ and Z fixed."""
+    X, Y, Z, kernel = problem
+    model = _aggregated(X, Y, Z, kernel, 0.5, whiten=whiten)
+    assert [id(v) for v in model.trainable_variables] == [id(model.likelihood.variance.unconstrained_variable)]
+    oracle = gpflow.models.SGPR((X, Y), gpflow.utilities.deepcopy(kernel), Z, noise_variance=0.5)
+    gpflow.set_trainable(oracle.kernel, False)
+    gpflow.set_trainable(oracle.inducing_variable, False)
+    before = float(model.training_loss())
+    for m in (model, oracle):
+        gpflow.optimizers.Scipy().minimize(m.training_loss, m.trainable_variables, options=dict(maxiter=50), compile=False)
+    assert np.isfinite(float(model.training_loss())) and float(model.training_loss()) < before
+    np.testing.assert_allclose(model.likelihood.variance.numpy(), oracle.likelihood.variance.numpy(), rtol=1e-5)
+    np.testing.assert_array_equal(model.inducing_variable.Z.numpy(), Z)
+    np.testing.assert_array_equal(model.kernel.lengthscales.numpy(), kernel.lengthscales.numpy())
+
+
+def test_trainability_can_be_kept_for_a_parameter_container(problem):
+    """FSGP's server model keeps θ and Z trainable: the clients recompute the statistics after every change."""
+    _, _, Z, kernel = problem
+    model = AggregatedSGPR(
+        gpflow.utilities.deepcopy(kernel), Z, 0.1, np.eye(12), np.zeros((12, 1)), freeze_statistics_parameters=False
+    )
+    assert len(model.trainable_variables) == 4  # variance, lengthscales, Z, σ²
+
+
+def test_full_output_cov_raises_not_implemented_like_sgpr(problem):
+    X, Y, Z, kernel = problem
+    model = _aggregated(X, Y, Z, kernel, 0.05)
+    oracle = gpflow.models.SGPR((X, Y), gpflow.utilities.deepcopy(kernel), Z, noise_variance=0.05)
+    for m in (model, oracle):
+        with pytest.raises(NotImplementedError, match="full_output_cov"):
+            m.predict_f(X[:3], full_output_cov=True)

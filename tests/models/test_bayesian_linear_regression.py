@@ -65,7 +65,11 @@ def test_from_statistics_equals_data_model_and_trains_variances() -> None:
     summed = BayesianLinearRegression.from_statistics(stats, kernel, noise_variance=0.5)
     np.testing.assert_allclose(summed.log_marginal_likelihood().numpy(), blr.log_marginal_likelihood().numpy(), rtol=1e-12)
     np.testing.assert_allclose(summed.predict_f(X_NEW)[1].numpy(), blr.predict_f(X_NEW)[1].numpy(), atol=1e-12)
-    gpflow.set_trainable(kernel, False)
+    # the statistics fix the features: only σ² and λ² are trainable, so Scipy runs on trainable_variables
+    # (issue 18; the kernel, shared with blr here, is frozen for both)
+    assert {id(v) for v in summed.trainable_variables} == {
+        id(summed.likelihood.variance.unconstrained_variable), id(summed.prior_variance.unconstrained_variable)}
+    assert not kernel.trainable_variables
     gpflow.optimizers.Scipy().minimize(summed.training_loss, summed.trainable_variables, options={"maxiter": 50})
     gpflow.optimizers.Scipy().minimize(blr.training_loss, blr.trainable_variables, options={"maxiter": 50})
     np.testing.assert_allclose(summed.likelihood.variance.numpy(), blr.likelihood.variance.numpy(), rtol=1e-6)

@@ -51,7 +51,7 @@ def test_release_save_load_without_raw_y(tmp_path):
     np.savez(tmp_path / "other.npz", x=np.zeros(3))
     with pytest.raises(FileNotFoundError):
         PrivacyAwareGPR.load(tmp_path / "missing.npz")
-    with pytest.raises(ValueError, match="does not hold a PrivacyAwareGPR"):
+    with pytest.raises(ValueError, match="not a PrivacyAwareGPR file"):
         PrivacyAwareGPR.load(tmp_path / "other.npz")
 
 

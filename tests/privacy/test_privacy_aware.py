@@ -174,13 +174,33 @@ def test_kernel_tolerance_errors():
         gaussian_tolerance_kernel(gpflow.kernels.Matern52(), 0.1, 1.0, 1)
 
 
-def test_infeasible_sdp_raises():
-    k = example_kernel()
-    # A negative-definite "K + V" cannot be made feasible with trace-bounded solvers: use SCS with 0 iterations.
+def test_unknown_solver_infeasible_and_failed_sdp_raise(monkeypatch):
+    """Eq. 10 is always feasible (Σ = cI for c large), so a non-optimal status or a solver failure can only come
+    from the solver; both paths are forced here and must raise the ValueError that names the status and a fix."""
+    import cvxpy as cp
+
     from gpflow_fed.privacy import solve_privacy_sdp
 
+    k = example_kernel()
+    args = (k.K(X9).numpy() + 0.01 * np.eye(9), k.K(X9, [[0.5]]).numpy(), np.array([0.5]))
     with pytest.raises(ValueError, match="unknown SDP solver"):
-        solve_privacy_sdp(k.K(X9).numpy(), k.K(X9, [[0.5]]).numpy(), np.array([0.5]), solver="MOSEK")
+        solve_privacy_sdp(*args, solver="MOSEK")
+    Sigma, info = solve_privacy_sdp(*args)  # the real solve: optimal
+    assert info.status == cp.OPTIMAL and np.isfinite(Sigma).all()
+
+    def infeasible(self, *a, **kw):
+        self._status = cp.INFEASIBLE
+
+    monkeypatch.setattr(cp.Problem, "solve", infeasible)
+    with pytest.raises(ValueError, match="the privacy SDP is infeasible .*method='strong'"):
+        solve_privacy_sdp(*args)
+
+    def failing(self, *a, **kw):
+        raise cp.error.SolverError("numerical trouble")
+
+    monkeypatch.setattr(cp.Problem, "solve", failing)
+    with pytest.raises(ValueError, match="failed in SCS .*numerical trouble"):
+        solve_privacy_sdp(*args, solver="SCS")
 
 
 def _strong_problem(k, X, S, alpha):

@@ -78,6 +78,12 @@ def fedbnr_shared_state(model: BayesianLinearRegression) -> SharedState:
     return SharedState({**params, **keras}, space="unconstrained")
 
 
+def _architecture(model: BayesianLinearRegression) -> Tuple[str, ...]:
+    """Every public parameter path of ``model`` and its kernel's networks, trainable or not."""
+    keras = _keras_paths(model.kernel)
+    return tuple(sorted(SharedState.from_module(model, trainable_only=False, exclude=tuple(keras)).keys + tuple(keras)))
+
+
 @dataclass(frozen=True)
 class FedBNRState:
     """The server's state: the global shared values and, after phase 2, the summed statistics.
@@ -372,9 +378,11 @@ class FedBNR(Algorithm):
         """
         if not isinstance(model, BayesianLinearRegression):
             raise TypeError(f"start_from needs a BayesianLinearRegression, got {type(model).__name__}")
-        keys = fedbnr_shared_state(model).keys
-        if keys != self.shared.keys:
-            raise ValueError(f"start_from: the model shares {sorted(keys)}, this FedBNR shares {sorted(self.shared.keys)}; "
+        # compare architectures by every parameter (a result model's kernel is frozen: its statistics fix the
+        # features), then read the values this algorithm shares
+        keys, mine = _architecture(model), _architecture(self._template)
+        if keys != mine:
+            raise ValueError(f"start_from: the model has parameters {sorted(keys)}, this FedBNR {sorted(mine)}; "
                              "give a model with this algorithm's kernel architecture")
         self.shared.assign(self._template, self.shared.read(model))
 

@@ -259,6 +259,7 @@ class FSGP(Algorithm):
             self.noise_variance,
             np.zeros((M, M), dtype),
             np.zeros((M, output_dim), dtype),
+            freeze_statistics_parameters=False,  # the server's parameters: clients recompute the statistics
         )
 
     def _unconstrained(self, module: Any) -> List[tf.Variable]:
