@@ -163,8 +163,9 @@ def synthetic_noise_covariance(
     if solver is not None and solver not in SOLVERS and str(solver).upper() not in SOLVERS:
         raise ValueError(f"unknown solver {solver!r}; use one of {', '.join(SOLVERS)}")
     if solver == "krylov" and method != "weak":
-        raise ValueError(f"solver='krylov' applies to method='weak' only (got method={method!r}); a diagonal Σ is of "
-                         "full rank, so use solver='dense' (the default) for method='diagonal'")
+        raise ValueError(f"solver='krylov' applies to method='weak' only (got method={method!r}): the strong method "
+                         "has a closed form, and a diagonal Σ is of full rank, so use solver='dense' (the default) for "
+                         "method='diagonal'")
     Xa, S = _inputs(X, sensitive)
     v = noise_vector(noise_variance, Xa.shape[0])
     resolved = resolve_tolerance(kernel, S, tolerance)
