@@ -106,7 +106,7 @@ def fsgp_data():
 
 @pytest.mark.parametrize(
     "mode, fraction",
-    [("fedavg", 0.5), pytest.param("exact", 1.0, marks=pytest.mark.slow)],  # exact: restores the server Adam
+    [("fedavg", 0.5), ("exact", 1.0)],  # exact: restores the server Adam
 )
 def test_fsgp_resume_is_identical(fsgp_data, tmp_path, mode, fraction):
     Z = np.linspace(-2.5, 2.5, 4)[:, None]

@@ -35,7 +35,6 @@ def test_one_sequential_sweep_reproduces_pooled_sgpr(dataset, param):
     np.testing.assert_allclose(result.model.elbo(dataset.pooled()).numpy(), sgpr.elbo().numpy(), rtol=1e-9)
 
 
-@pytest.mark.slow
 def test_dpo_distribution_run_messages_and_sequential_equality(dataset):
     kernel, lik = gpflow.kernels.SquaredExponential(lengthscales=0.5), gpflow.likelihoods.Gaussian(0.05)
     alg = PVI(kernel, Z, lik, rounds=4, local_steps=30, patience=5, num_predict_samples=4)

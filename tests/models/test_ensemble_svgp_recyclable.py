@@ -48,7 +48,6 @@ def test_save_load_roundtrip_gives_identical_bound(tmp_path):
     assert bounds[0] == bounds[1]
 
 
-@pytest.mark.slow
 def test_pyramid_of_ensembles_roundtrip(tmp_path):
     models = [export_svgp(_svgp(True, seed=s)).shifted(np.array([float(s)])) for s in range(4)]
     top = fit_pyramid(models, 2, gpflow.kernels.SquaredExponential(lengthscales=0.5), np.linspace(0, 4, 10)[:, None],
