@@ -195,10 +195,13 @@ def test_server_app_runs_secagg_plus_from_the_run_config(tmp_path, task_identity
     np.testing.assert_array_equal(read_result(str(tmp_path / "out"))["predictions"]["mean"], mean.numpy())
 
 
-@pytest.mark.slow
 def test_secagg_plus_on_a_superlink_and_two_supernodes(tmp_path):
     """SecAgg+ between real processes: the SuperNodes keep SecAgg+'s state and the kept encodings in their
-    Context between messages, and the result equals LocalRuntime's pairwise masking."""
+    Context between messages, and the result equals LocalRuntime's pairwise masking.
+
+    In the default suite (about 3.5 minutes on 2 cores): it is also the test of Flower's Deployment Engine with a
+    real SuperLink and SuperNodes (one round); the two-round plain run is the slow
+    ``test_flower.py::test_superlink_and_two_supernodes_on_loopback_match_local_runtime``."""
     import os
 
     from gpflow_fed.federated.runtimes.flower_deploy import LoopbackFederation
