@@ -39,7 +39,7 @@ from gpflow.models.training_mixins import InternalDataTrainingLossMixin
 from gpflow.utilities import assert_params_false, set_trainable, triangular
 from scipy.linalg import solve_triangular
 
-from .recyclable import RecyclableModel, export_svgp, likelihood_from_spec, likelihood_spec
+from .recyclable import RecyclableModel, export_svgp, kernel_spec, likelihood_from_spec, likelihood_spec
 
 __all__ = ["EnsembleSVGP", "RecyclableWarning", "as_recyclable"]
 
@@ -408,8 +408,6 @@ class EnsembleSVGP(GPModel, InternalDataTrainingLossMixin):
 
     def to_recyclable(self, name: str = "") -> RecyclableModel:
         """This ensemble as a recyclable model ``{μ_*, L_*, Z_*, ψ}`` for the next pyramid level (§3.2)."""
-        from .recyclable import kernel_spec
-
         q_mu, q_sqrt = self.q_mu.numpy(), self.q_sqrt.numpy()[0]
         if self.whiten:
             L = np.linalg.cholesky(self._Kuu().numpy())

@@ -241,9 +241,7 @@ def export_svgp(model: Any, name: str = "") -> RecyclableModel:
     :raises TypeError: for other model types, kernels or likelihoods, or non-``InducingPoints`` inducing variables.
     :raises ValueError: for multi-output models.
     """
-    from .ensemble_svgp import EnsembleSVGP
-
-    if isinstance(model, EnsembleSVGP):
+    if callable(getattr(model, "to_recyclable", None)):  # an EnsembleSVGP (or any model that exports itself)
         return model.to_recyclable(name=name)
     if not isinstance(model, gpflow.models.SVGP):
         raise TypeError(f"export_svgp needs a gpflow.models.SVGP or an EnsembleSVGP, got {type(model).__name__}")
