@@ -7,6 +7,7 @@ from typing import Optional
 import gpflow
 import numpy as np
 import tensorflow as tf
+import tensorflow_probability as tfp
 from check_shapes import Shape, check_shapes
 from gpflow.utilities import positive
 
@@ -61,6 +62,12 @@ class GaussianInducingPoints(gpflow.inducing_variables.InducingVariables):
 
     def kl_divergence(self, prior_mean: object = 0.0, prior_var: object = 1.0) -> tf.Tensor:
         """KL[q(Z) ‖ Π N(prior_mean, prior_var)] summed over coordinates (spec §2.4; p̃(Z) = N(0, I) by default)."""
-        from ..posteriors.whitened import meanfield_gaussian_kl
-
         return meanfield_gaussian_kl(self.Z_mean, self.Z_var, prior_mean, prior_var)
+
+
+def meanfield_gaussian_kl(mean_q: object, var_q: object, mean_p: object, var_p: object) -> tf.Tensor:
+    """Σ_i KL[N(μ_q,i, σ²_q,i) ‖ N(μ_p,i, σ²_p,i)] (arguments broadcast), by TensorFlow Probability."""
+    dtype = gpflow.default_float()
+    mq, vq, mp, vp = (tf.cast(tf.convert_to_tensor(a), dtype) for a in (mean_q, var_q, mean_p, var_p))
+    q = tfp.distributions.Normal(mq, tf.sqrt(vq))
+    return tf.reduce_sum(q.kl_divergence(tfp.distributions.Normal(mp, tf.sqrt(vp))))

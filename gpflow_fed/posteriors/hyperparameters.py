@@ -16,7 +16,7 @@ import tensorflow as tf
 from check_shapes import check_shapes
 from gpflow.utilities import positive
 
-from .whitened import meanfield_gaussian_kl
+from ..inducing_variables.gaussian_inducing_points import meanfield_gaussian_kl
 
 LOG_BETA_CLIP = 10.0
 """log β samples are clipped to [−10, 10] before exponentiating (spec P6)."""

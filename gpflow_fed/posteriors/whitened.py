@@ -75,10 +75,3 @@ def whitened_prior_kl(mu: tf.Tensor, LB: tf.Tensor) -> tf.Tensor:
     """KL[N(μ_w, B⁻¹) ‖ N(0, I)] = ½[tr(B⁻¹) + μ_wᵀμ_w − M + log|B|] (whitened form of KL[q(u) ‖ p(u)])."""
     eye = tf.broadcast_to(tf.eye(tf.shape(mu)[-2], dtype=mu.dtype), tf.shape(LB))
     return whitened_kl(mu, LB, tf.zeros_like(mu), eye)
-
-
-def meanfield_gaussian_kl(mean_q: object, var_q: object, mean_p: object, var_p: object) -> tf.Tensor:
-    """Σ_i KL[N(μ_q,i, σ²_q,i) ‖ N(μ_p,i, σ²_p,i)] (spec §2.4, §2.5; arguments broadcast)."""
-    dtype = gpflow.default_float()
-    mq, vq, mp, vp = (tf.cast(tf.convert_to_tensor(a), dtype) for a in (mean_q, var_q, mean_p, var_p))
-    return tf.reduce_sum(0.5 * (tf.math.log(vp) - tf.math.log(vq)) + (vq + (mq - mp) ** 2) / (2.0 * vp) - 0.5)
