@@ -105,3 +105,21 @@ def test_replayed_message_is_refused():
         aggregator.reduce([fresh, replayed], context)
     with pytest.raises(ValueError, match="replayed or stale"):
         Aggregator().reduce([fresh, replayed], context)
+
+
+@pytest.mark.parametrize("protocol", ["statistics", "two_step"])
+def test_noised_scatter_is_post_processed_not_blamed_on_a_client(protocol):
+    """FedBNR phase 2 under DP: the noised ΦᵀΦ may be indefinite; the server projects it (post-processing)."""
+    from gpflow_fed.federated.algorithms import FedBNR
+    from gpflow_fed.kernels import URK
+
+    rng = np.random.default_rng(0)
+    X = rng.uniform(-3, 3, (60, 1))
+    dataset = FederatedDataset([(X[i::3], np.sin(X[i::3])) for i in range(3)], test=(X, np.sin(X)))
+    dp = DifferentialPrivacy(noise_multiplier=5.0, clip_norm=1.0, phases=("scatter",), insecure_noise_seed=1)
+    algorithm = FedBNR(URK(1, num_samples=12, seed=0), rounds=0, protocol=protocol)
+    result = run(algorithm, dataset, runtime=LocalRuntime(differential_privacy=dp), seed=0)
+    phi = result.state.statistics["phi_t_phi"]
+    assert np.linalg.eigvalsh(phi).min() >= -1e-10 * max(1.0, np.abs(phi).max())
+    mean, var = result.model.predict_f(X[:5])
+    assert np.all(np.isfinite(mean.numpy())) and np.all(var.numpy() > 0)
