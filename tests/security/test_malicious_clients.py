@@ -142,3 +142,16 @@ def test_robust_aggregation_is_the_same_on_every_runtime():
     for name in ("distribute", "flower"):
         for key, value in results["local"].state.params.items():
             np.testing.assert_allclose(results[name].state.params[key], value, rtol=1e-9, atol=1e-12)
+
+
+def test_a_reply_of_strings_where_numbers_are_expected_is_refused():
+    class StringFSGP(FSGP):
+        def client_update(self, client, broadcast):
+            reply = super().client_update(client, broadcast)
+            if client.id != "client_0" or broadcast.phase != "train":
+                return reply
+            arrays = {k: np.full(np.shape(v), "x") for k, v in reply.arrays.items()}
+            return self.reply(client, broadcast, arrays, reply.weight)
+
+    result = run(_fsgp(StringFSGP, rounds=1), _dataset(3), runtime=LocalRuntime(faults=FaultPolicy(on_error="exclude")))
+    assert "not real numbers" in result.history[0]["excluded"]["client_0"]

@@ -61,11 +61,11 @@ LIMB_BITS = 16
 
 
 class _Shapes:
-    """A reply known only by its description (another worker's client): enough for ``shape_faults``."""
+    """A reply known only by its description (another worker's client): enough for ``spec_faults``."""
 
-    def __init__(self, sender: str, names: Sequence[str], shapes: Sequence[Sequence[int]]) -> None:
+    def __init__(self, sender: str, names: Sequence[str], shapes: Sequence[Sequence[int]], dtypes: Sequence[str]) -> None:
         self.sender = sender
-        self.arrays = {n: np.broadcast_to(np.float64(0.0), tuple(s)) for n, s in zip(names, shapes)}
+        self.arrays = {n: np.broadcast_to(np.zeros((), d), tuple(s)) for n, s, d in zip(names, shapes, dtypes)}
 
 
 def _describe(answer: Answer, protect: bool, secure: bool) -> Dict[str, Any]:
@@ -319,7 +319,7 @@ class DistributeRuntime(RoundLoopRuntime):
             cause = answers[cid].error if cid in answers else None
             reason = excluded[cid] if cid in answers else f"{excluded[cid]} (reported by another worker)"
             raise ClientUpdateError(cid, round, phase, cause or ValueError(reason)) from cause
-        well_formed = [_Shapes(cid, meta[cid]["names"], meta[cid]["shapes"]) for cid in selected if cid not in excluded]
+        well_formed = [_Shapes(cid, meta[cid]["names"], meta[cid]["shapes"], meta[cid]["dtypes"]) for cid in selected if cid not in excluded]
         good = screen(
             run.faults, round, phase, selected, well_formed, excluded, run.algorithm.reply_spec(run.state, round, phase)
         )

@@ -96,6 +96,7 @@ def spec_faults(replies: Sequence[Any], spec: Optional[Mapping[str, Tuple[Option
     signatures = {m.sender: {n: tuple(m.arrays[n].shape) for n in m.arrays if not n.startswith("secagg/")} for m in replies}
     if not signatures:
         return {}
+    declared = spec is not None
     if spec is None:
         keys = [tuple(sorted(sig.items())) for sig in signatures.values()]
         counts = Counter(keys)
@@ -109,12 +110,18 @@ def spec_faults(replies: Sequence[Any], spec: Optional[Mapping[str, Tuple[Option
         spec = dict(best)
     expected = _signature_text(spec)
     faults = {}
-    for sender, sig in signatures.items():
+    for m in replies:
+        sig = signatures[m.sender]
         ok = set(sig) == set(spec) and all(
             len(sig[n]) == len(spec[n]) and all(e is None or e == d for e, d in zip(spec[n], sig[n])) for n in spec
         )
         if not ok:
-            faults[sender] = f"payload shapes differ from the server's expectation ({expected}): sent {_signature_text(sig)}"
+            faults[m.sender] = f"payload shapes differ from the server's expectation ({expected}): sent {_signature_text(sig)}"
+        elif declared:
+            kinds = {n: np.asarray(m.arrays[n]).dtype for n in spec}
+            odd = {n: str(d) for n, d in kinds.items() if d.kind not in "biuf"}
+            if odd:
+                faults[m.sender] = f"payload dtypes {odd} are not real numbers, which the server expects"
     return faults
 
 
