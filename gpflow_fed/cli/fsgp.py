@@ -22,10 +22,12 @@ import argparse
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
-import gpflow
 import numpy as np
+
+if TYPE_CHECKING:  # imported when a command runs, not when the CLI parses its arguments
+    import gpflow
 
 DATASETS = ("co2", "diabetes", "synthetic1", "synthetic2")
 PARTITIONS = ("iid", "random_sizes", "sorted_chunks", "spatial")
@@ -217,6 +219,8 @@ def make_kernel(dataset: str, scaler: Any) -> gpflow.kernels.Kernel:
     :param dataset: the dataset name (see :data:`DATASETS`).
     :param scaler: the standardizer of the inputs (its ``X_std`` gives the period for ``co2``).
     """
+    import gpflow
+
     input_dim = int(np.size(scaler.X_std))
     kernel = gpflow.kernels.SquaredExponential(variance=1.0, lengthscales=np.ones(input_dim))
     if dataset != "co2":

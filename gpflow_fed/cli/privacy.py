@@ -15,7 +15,6 @@ import csv
 from pathlib import Path
 from typing import List
 
-import gpflow
 import numpy as np
 
 
@@ -126,6 +125,8 @@ def run(args: argparse.Namespace) -> int:
     """Run the release and write its three outputs."""
     from ..models.privacy_aware_gpr import release
     from ..privacy import ProportionalKernel, RegionUnion, Interval
+
+    import gpflow
 
     X, Y, names = _read_csv(args.csv, args.x_columns, args.y_column)
     if (args.tolerance is None) == (args.alpha is None):
