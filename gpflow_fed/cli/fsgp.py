@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from .own_data import add_own_data_arguments, check_own_data_arguments
+
 if TYPE_CHECKING:  # imported when a command runs, not when the CLI parses its arguments
     import gpflow
 
@@ -124,6 +126,7 @@ def register(subparsers: Any) -> None:
         ),
     )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_own_data_arguments(parser)
     parser.set_defaults(func=main)
 
 
@@ -155,7 +158,14 @@ def resolve_settings(args: argparse.Namespace) -> Dict[str, Any]:
         test_fraction=float(args.test_fraction),
         seed=int(args.seed),
         quick=bool(args.quick),
+        csv=getattr(args, "csv", None),
+        party_column=getattr(args, "party_column", None),
+        target=getattr(args, "target", None),
+        features=getattr(args, "features", None),
     )
+    if settings["csv"] is not None:
+        check_own_data_arguments(args)
+        settings["dataset"] = Path(settings["csv"]).stem
     return settings
 
 
@@ -181,6 +191,14 @@ def build_dataset(settings: Dict[str, Any]) -> Tuple[Any, Any]:
     """
     from ..data.partition import make_federated, split_indices
 
+    if settings.get("csv") is not None:  # your own parties: no simulated split, no --quick row cap
+        from ..data import federated_from_table
+
+        own = federated_from_table(
+            settings["csv"], party_column=settings["party_column"], target=settings["target"],
+            features=settings["features"], test_fraction=settings["test_fraction"], seed=settings["seed"],
+        )  # fmt: skip
+        return own.standardized()
     X, Y, test = _raw_data(settings["dataset"], settings["seed"])
     if test is None:
         train, held_out = split_indices(X.shape[0], settings["test_fraction"], seed=settings["seed"])
