@@ -27,7 +27,7 @@ _SUBMODULES = (
     "posteriors",
 )
 #: public functions defined in a submodule and re-exported here: name -> module.
-_FUNCTIONS = {"fit": "fit"}
+_FUNCTIONS = {"fit": "fitting"}
 
 __all__ = ["__version__", *_SUBMODULES, *_FUNCTIONS]
 
@@ -44,7 +44,9 @@ def __getattr__(name: str) -> Any:
         return importlib.import_module(f"{__name__}.{name}")
     if name in _FUNCTIONS:
         _load_all()
-        return getattr(importlib.import_module(f"{__name__}.{_FUNCTIONS[name]}"), name)
+        function = getattr(importlib.import_module(f"{__name__}.{_FUNCTIONS[name]}"), name)
+        globals()[name] = function
+        return function
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
