@@ -101,8 +101,8 @@ def fit(
     result.standardizer = scaler
     if raw.test is not None:
         X_test, Y_test = raw.test
-        mean, var = (t.numpy() for t in result.model.predict_y(scaler.transform_X(X_test)))
-        mean, var = scaler.inverse_mean(mean), scaler.inverse_variance(var)
+        mean, var = (t.numpy() for t in result.model.predict_y(scaler.transform(X_test)))
+        mean, var = scaler.inverse_transform(mean, var)
         result.metrics = {"test_rmse": _metrics.rmse(Y_test, mean), "test_mae": _metrics.mae(Y_test, mean),
                           "test_nlpd": _metrics.nlpd(Y_test, mean, var)}
     return result

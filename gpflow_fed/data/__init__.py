@@ -15,6 +15,7 @@ from .partition import (
     sorted_chunk_partition,
     spatial_partition,
     split_indices,
+    holdout_split,
     train_test_split,
 )
 from .pvi_tasks import pvi_five_partition_toy
@@ -65,6 +66,7 @@ __all__ = [
     "sorted_chunk_partition",
     "spatial_partition",
     "split_indices",
+    "holdout_split",
     "train_test_split",
     "validate_regression_data",
 ]
