@@ -9,16 +9,15 @@ import gpflow
 import numpy as np
 from check_shapes import check_shapes
 
-__all__ = ["plot_predictions", "plot_run"]
+__all__ = ["figure", "plot_predictions", "plot_run"]
 
 
-def _pyplot() -> Any:
-    import matplotlib
+def figure(**kwargs: Any) -> Any:
+    """A ``matplotlib.figure.Figure`` for saving to a file, outside pyplot: it needs no display and leaves
+    pyplot's backend alone (so notebooks keep showing their own inline figures)."""
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    return plt
+    return Figure(**kwargs)
 
 
 @check_shapes("X_test: [N, D]", "Y_test: [N, 1]")
@@ -77,12 +76,14 @@ def plot_run(
     metric: str,
     title: str = "",
     inducing: Optional[np.ndarray] = None,
+    metric_label: Optional[str] = None,
 ) -> Path:
     """Save a two-panel PNG: ``metric`` per round from ``history``, and :func:`plot_predictions`.
 
     :param path: the PNG file to write (parent directories are created).
     :param history: per-round records (``FederatedResult.history``); rounds without ``metric`` are skipped.
     :param metric: the history key to plot per round (e.g. FSGP's local bound).
+    :param metric_label: the curve's axis label for readers (default: ``metric``).
     :return: the path written.
     :raises ValueError: if no round of ``history`` has ``metric``.
     """
@@ -90,22 +91,23 @@ def plot_run(
     if not points:
         keys = sorted({k for h in history for k in h})
         raise ValueError(f"no round of the history has metric {metric!r}; available keys: {keys}")
-    plt = _pyplot()
-    fig, (ax_curve, ax_pred) = plt.subplots(1, 2, figsize=(12, 4.5))
-    try:
-        rounds, values = zip(*points)
-        ax_curve.plot(rounds, values, "-")
-        ax_curve.set_xlabel("round")
-        ax_curve.set_ylabel(metric)
-        ax_curve.set_title(f"{metric} per round")
-        plot_predictions(ax_pred, models, test[0], test[1], inducing=inducing)
-        ax_pred.set_title("test predictions")
-        if title:
-            fig.suptitle(title)
-        fig.tight_layout()
-        out = Path(path)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(out, dpi=110)
-    finally:
-        plt.close(fig)
+    fig = figure(figsize=(12, 4.5))
+    ax_curve, ax_pred = fig.subplots(1, 2)
+    rounds, values = zip(*points)
+    from matplotlib.ticker import MaxNLocator
+
+    label = metric_label or metric
+    ax_curve.plot(rounds, values, "-")
+    ax_curve.xaxis.set_major_locator(MaxNLocator(integer=True))  # rounds are whole numbers
+    ax_curve.set_xlabel("communication round")
+    ax_curve.set_ylabel(label)
+    ax_curve.set_title(f"{label} per round")
+    plot_predictions(ax_pred, models, test[0], test[1], inducing=inducing)
+    ax_pred.set_title("test predictions")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
     return out

@@ -96,7 +96,7 @@ def _run(args: argparse.Namespace) -> int:
     plot = None
     if any(curve in h for h in result.history):
         plot = str(plot_run(logdir / "fedbnr.png", result.history, {f"FedBNR ({args.aggregation})": result.model},
-                            dataset.test, metric=curve, title=f"FedBNR on {dataset.name}: K={dataset.num_clients}, "
+                            dataset.test, metric=curve, metric_label="negative log marginal likelihood per point", title=f"FedBNR on {dataset.name}: K={dataset.num_clients}, "
                             "standardised units"))
     bytes_up = {}
     for phase in ("kernel", "scatter", "weights"):

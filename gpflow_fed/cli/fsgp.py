@@ -391,6 +391,7 @@ def main(args: argparse.Namespace) -> int:
         extras["models"],
         dataset.test,
         metric=metric,
+        metric_label="mean local bound ELBO_k / N_k (eq. 9)" if metric == "local_bound" else "global bound ELBO / N",
         title=f"FSGP on {dataset.name}: K={dataset.num_clients}, M={settings['inducing']}, mode={settings['mode']}",
         inducing=extras["inducing"] if dataset.input_dim == 1 else None,
     )

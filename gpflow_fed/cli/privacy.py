@@ -187,32 +187,29 @@ def _plot(X: np.ndarray, Y: "np.ndarray | None", result: object, path: Path, nam
     """The released posterior (and, given the raw ``Y``, the raw-data posterior with the same hyperparameters)."""
     import gpflow
 
-    from ..plotting import _pyplot
+    from ..plotting import figure
 
-    plt = _pyplot()
     grid = np.linspace(X.min(), X.max(), 400)[:, None]
-    fig, ax = plt.subplots(figsize=(7, 3.8))
-    try:
-        curves = [("released", result.model, "k", "C1")]
-        if Y is not None:
-            ax.plot(X[:, 0], Y[:, 0], ".", color="0.5", ms=4, label="raw data (owner only)")
-            raw = gpflow.models.GPR((X, Y), kernel=result.model.kernel, mean_function=result.model.mean_function,
-                                    noise_variance=result.noise_variance)
-            curves.insert(0, ("raw-data", raw, "C0", None))
-        ax.plot(X[:, 0], result.W[:, 0], "o", ms=3, color="C1", alpha=0.6, label="released outputs W")
-        for label, model, colour, _ in curves:
-            mean, var = model.predict_f(grid)
-            mean, sd = mean.numpy()[:, 0], np.sqrt(np.maximum(var.numpy()[:, 0], 0))
-            ax.plot(grid[:, 0], mean, "-", color=colour, label=f"{label} posterior mean")
-            ax.fill_between(grid[:, 0], mean - 2 * sd, mean + 2 * sd, color=colour, alpha=0.15,
-                            label=f"{label} ±2 sd")
-        ax.plot(result.sensitive[:, 0], np.full(result.sensitive.shape[0], ax.get_ylim()[0]), "r|", ms=12,
-                label="sensitive inputs")
-        ax.set_xlabel(names[0])
-        ax.set_ylabel(names[-1])
-        ax.set_title("raw vs released posterior" if Y is not None else "released posterior")
-        ax.legend(fontsize=7)
-        fig.tight_layout()
-        fig.savefig(path, dpi=110)
-    finally:
-        plt.close(fig)
+    fig = figure(figsize=(7, 3.8))
+    ax = fig.subplots()
+    curves = [("released", result.model, "k", "C1")]
+    if Y is not None:
+        ax.plot(X[:, 0], Y[:, 0], ".", color="0.5", ms=4, label="raw data (owner only)")
+        raw = gpflow.models.GPR((X, Y), kernel=result.model.kernel, mean_function=result.model.mean_function,
+                                noise_variance=result.noise_variance)
+        curves.insert(0, ("raw-data", raw, "C0", None))
+    ax.plot(X[:, 0], result.W[:, 0], "o", ms=3, color="C1", alpha=0.6, label="released outputs W")
+    for label, model, colour, _ in curves:
+        mean, var = model.predict_f(grid)
+        mean, sd = mean.numpy()[:, 0], np.sqrt(np.maximum(var.numpy()[:, 0], 0))
+        ax.plot(grid[:, 0], mean, "-", color=colour, label=f"{label} posterior mean")
+        ax.fill_between(grid[:, 0], mean - 2 * sd, mean + 2 * sd, color=colour, alpha=0.15,
+                        label=f"{label} ±2 sd")
+    ax.plot(result.sensitive[:, 0], np.full(result.sensitive.shape[0], ax.get_ylim()[0]), "r|", ms=12,
+            label="sensitive inputs")
+    ax.set_xlabel(names[0])
+    ax.set_ylabel(names[-1])
+    ax.set_title("raw vs released posterior" if Y is not None else "released posterior")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)

@@ -73,7 +73,7 @@ def main(args: argparse.Namespace) -> int:
     metrics = {k: float(result.metrics[k]) for k in ("test_rmse", "test_nlpd")}
     write_scalars(str(logdir / "result"), metrics, step=settings["rounds"])
     plot = plot_run(logdir / "pvi.png", result.history, {f"PVI ({args.method})": result.model}, dataset.test,
-                    metric="free_energy", title=f"PVI ({args.method}) on {dataset.name}: K={dataset.num_clients}, "
+                    metric="free_energy", metric_label="client's local free energy", title=f"PVI ({args.method}) on {dataset.name}: K={dataset.num_clients}, "
                     f"M={settings['inducing']}, standardised units")
     payload = {"dataset": dataset.name, "method": args.method, "settings": settings, **metrics,
                "seconds": float(result.seconds), "bytes_sent": int(result.ledger.total_bytes()),

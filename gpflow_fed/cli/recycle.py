@@ -81,17 +81,14 @@ def _report(args: argparse.Namespace, payload: Dict[str, Any], rows: List[Tuple[
 
 
 def _plot(path: Path, models: Dict[str, Any], X: Any, Y: Any, title: str) -> str:
-    from ..plotting import _pyplot, plot_predictions
+    from ..plotting import figure, plot_predictions
 
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4))
-    try:
-        plot_predictions(ax, models, X, Y)
-        ax.set_title(title)
-        fig.tight_layout()
-        fig.savefig(path, dpi=110)
-    finally:
-        plt.close(fig)
+    fig = figure(figsize=(7, 4))
+    ax = fig.subplots()
+    plot_predictions(ax, models, X, Y)
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
     return str(path)
 
 
@@ -103,7 +100,7 @@ def _locals(args: argparse.Namespace) -> int:
     logdir.mkdir(parents=True, exist_ok=True)
     import gpflow
     import numpy as np
-    from tqdm.auto import tqdm
+    from ..progress import tqdm
 
     from ..models import LocalSVGPTrainer, export_svgp, save_recyclable
     from ..monitor import write_scalars
