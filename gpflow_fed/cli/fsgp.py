@@ -135,8 +135,8 @@ class MethodResult:
     """One row of the comparison table."""
 
     method: str
-    rmse: float
-    nlpd: float
+    test_rmse: float
+    test_nlpd: float
     seconds: float
     bytes_sent: int
 
@@ -257,8 +257,8 @@ INITIAL_NOISE_VARIANCE = 0.1
 def _fsgp_row(label: str, result: Any) -> MethodResult:
     return MethodResult(
         method=label,
-        rmse=float(result.metrics["test_rmse"]),
-        nlpd=float(result.metrics["test_nlpd"]),
+        test_rmse=float(result.metrics["test_rmse"]),
+        test_nlpd=float(result.metrics["test_nlpd"]),
         seconds=float(result.seconds),
         bytes_sent=int(result.ledger.total_bytes()),
     )
@@ -367,7 +367,7 @@ def format_table(rows: List[MethodResult]) -> str:
         "|---|---:|---:|---:|---:|",
     ]
     for r in rows:
-        lines.append(f"| {r.method} | {r.rmse:.4f} | {r.nlpd:.4f} | {r.seconds:.2f} | {r.bytes_sent:,} |")
+        lines.append(f"| {r.method} | {r.test_rmse:.4f} | {r.test_nlpd:.4f} | {r.seconds:.2f} | {r.bytes_sent:,} |")
     return "\n".join(lines)
 
 
@@ -380,7 +380,7 @@ def main(args: argparse.Namespace) -> int:
     from ..plotting import plot_run
 
     rows, extras = compare(settings, logdir, progress=not (args.no_progress or args.json))
-    comparison = {f"{r.method}/{k}": float(getattr(r, k)) for r in rows for k in ("rmse", "nlpd", "seconds")}
+    comparison = {f"{r.method}/{k}": float(getattr(r, k)) for r in rows for k in ("test_rmse", "test_nlpd", "seconds")}
     comparison.update({f"{r.method}/bytes_sent": float(r.bytes_sent) for r in rows})
     write_scalars(str(logdir / "comparison"), comparison, step=settings["rounds"])
     dataset = extras["dataset"]
