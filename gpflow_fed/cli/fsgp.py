@@ -353,11 +353,31 @@ def compare(settings: Dict[str, Any], logdir: Path, progress: bool) -> Tuple[Lis
         )
     extras = {
         "dataset": dataset,
+        "scaler": scaler,
         "history": runs[settings["mode"]].history,
         "models": {labels[settings["mode"]]: runs[settings["mode"]].model, "centralized SGPR": central.model},
         "inducing": runs[settings["mode"]].model.inducing_variable.Z.numpy(),
     }
     return rows, extras
+
+
+class _InDataUnits:
+    """A model trained on standardised data, predicting in the data's units (for the plot)."""
+
+    def __init__(self, model: Any, scaler: Any) -> None:
+        self.model, self.scaler = model, scaler
+
+    def predict_y(self, X: np.ndarray) -> Tuple[Any, Any]:
+        import tensorflow as tf
+
+        mean, var = (t.numpy() for t in self.model.predict_y(self.scaler.transform(X)))
+        return tuple(tf.constant(a) for a in self.scaler.inverse_transform(mean, var))  # type: ignore[return-value]
+
+
+def _axis_labels(settings: Dict[str, Any]) -> Tuple[str, str]:
+    if settings.get("csv"):
+        return ((settings["features"] or ["input"])[0], settings["target"])
+    return {"co2": ("year", "CO₂ (ppm)")}.get(settings["dataset"], ("x", "y"))
 
 
 def format_table(rows: List[MethodResult]) -> str:
@@ -385,15 +405,20 @@ def main(args: argparse.Namespace) -> int:
     write_scalars(str(logdir / "comparison"), comparison, step=settings["rounds"])
     dataset = extras["dataset"]
     metric = "local_bound" if settings["mode"] == "fedavg" else "bound"
+    scaler = extras["scaler"]
+    X_test, Y_test = dataset.test
+    test_in_data_units = (X_test * scaler.X_std + scaler.X_mean, scaler.inverse_transform(Y_test))
+    inducing = extras["inducing"] * scaler.X_std + scaler.X_mean if dataset.input_dim == 1 else None
     plot = plot_run(
         logdir / "fsgp.png",
         extras["history"],
-        extras["models"],
-        dataset.test,
+        {label: _InDataUnits(model, scaler) for label, model in extras["models"].items()},
+        test_in_data_units,
+        labels=_axis_labels(settings),
         metric=metric,
         metric_label="mean local bound ELBO_k / N_k (eq. 9)" if metric == "local_bound" else "global bound ELBO / N",
         title=f"FSGP on {dataset.name}: K={dataset.num_clients}, M={settings['inducing']}, mode={settings['mode']}",
-        inducing=extras["inducing"] if dataset.input_dim == 1 else None,
+        inducing=inducing,
     )
     if args.json:
         payload = {
