@@ -288,6 +288,7 @@ def run_federated(
         client_fraction=settings["client_fraction"] if mode == "fedavg" else 1.0,
         mode=mode,
     )
+    algorithm.name = f"fsgp-{mode}"  # labels this run's progress bar (the two modes run one after the other)
     monitor = federated_monitor(str(logdir / f"fsgp-{mode}"))
     return run(algorithm, dataset, runtime=LocalRuntime(progress=progress), monitor=monitor, seed=settings["seed"])
 
