@@ -20,16 +20,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
-
-import numpy as np
 
 from .own_data import add_own_data_arguments, check_own_data_arguments
 
 if TYPE_CHECKING:  # imported when a command runs, not when the CLI parses its arguments
     import gpflow
+    import numpy as np
 
 DATASETS = ("co2", "diabetes", "synthetic1", "synthetic2")
 PARTITIONS = ("iid", "random_sizes", "sorted_chunks", "spatial")
@@ -57,7 +57,7 @@ def _checked(cast: Callable[[str], Any], expected: str, check: Callable[[Any], b
 
 _positive_int = _checked(int, "a positive integer", lambda v: v >= 1)
 _non_negative_int = _checked(int, "a non-negative integer", lambda v: v >= 0)
-_positive_float = _checked(float, "a positive finite number", lambda v: bool(np.isfinite(v) and v > 0))
+_positive_float = _checked(float, "a positive finite number", lambda v: math.isfinite(v) and v > 0)
 _fraction = _checked(float, "a number in (0, 1] (the fraction ρ of clients per round)", lambda v: 0 < v <= 1)
 _open_fraction = _checked(float, "a number in (0, 1)", lambda v: 0 < v < 1)
 
@@ -189,6 +189,8 @@ def build_dataset(settings: Dict[str, Any]) -> Tuple[Any, Any]:
     Real datasets hold out a random ``test_fraction``; the synthetic ones come with their own test grid.
     ``quick`` keeps at most :data:`QUICK_MAX_TRAIN` random training and test rows.
     """
+    import numpy as np
+
     from ..data.partition import make_federated, split_indices
 
     if settings.get("csv") is not None:  # your own parties: no simulated split, no --quick row cap
@@ -237,6 +239,8 @@ def make_kernel(dataset: str, scaler: Any) -> gpflow.kernels.Kernel:
     :param dataset: the dataset name (see :data:`DATASETS`).
     :param scaler: the standardizer of the inputs (its ``X_std`` gives the period for ``co2``).
     """
+    import numpy as np
+
     import gpflow
 
     input_dim = int(np.size(scaler.X_std))
@@ -300,6 +304,8 @@ def _fgp_bytes(result: Any, dataset: Any, settings: Dict[str, Any]) -> int:
     Prediction by rBCM: every client receives the test inputs and returns its predictive mean and variance
     at each test point (this grows with the test set, unlike FSGP's prediction from summed statistics).
     """
+    import numpy as np
+
     from ..federated import num_sampled_clients
 
     num_params = sum(int(np.size(p.numpy())) for p in result.models[0].trainable_parameters)
@@ -319,6 +325,8 @@ def compare(settings: Dict[str, Any], logdir: Path, progress: bool) -> Tuple[Lis
     exact federated SGPR T rounds of one Adam step, centralized and local-only SGPR T Adam steps, FGP R
     rounds of P local steps.
     """
+    import numpy as np
+
     from ..baselines import centralized_sgpr, fgp, local_only_sgpr
     from ..federated.algorithms import initial_inducing_inputs
 

@@ -15,9 +15,10 @@ import argparse
 import csv
 import json
 from pathlib import Path
-from typing import List
+from typing import TYPE_CHECKING, List
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 
 def _floats(text: str) -> List[float]:
@@ -72,6 +73,8 @@ def _read_csv(path: Path, x_columns: "str | None", y_column: "str | None") -> "t
     The first row is a header iff one of its cells is not a number; without a header, columns are named by
     their 1-based position (``--y 2``). Every value must be a finite number.
     """
+    import numpy as np
+
     if not path.is_file():
         raise ValueError(f"CSV file {path} not found")
     with open(path, newline="") as fh:
@@ -128,6 +131,8 @@ def _check_out(out: Path) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the release and write its three outputs."""
+    import numpy as np
+
     from ..models.privacy_aware_gpr import release
     from ..privacy import ProportionalKernel, RegionUnion, Interval
 
@@ -185,6 +190,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _plot(X: np.ndarray, Y: "np.ndarray | None", result: object, path: Path, names: List[str]) -> None:
     """The released posterior (and, given the raw ``Y``, the raw-data posterior with the same hyperparameters)."""
+    import numpy as np
+
     import gpflow
 
     from ..plotting import figure
