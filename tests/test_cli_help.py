@@ -68,6 +68,8 @@ def test_every_help_shows_defaults_and_no_rest(path: list, capsys: pytest.Captur
         assert "--learning-rate LEARNING_RATE" in text and "(default 0.05)" in text
     if path == ["privacy"]:
         assert "(default: strong)" in text  # --method had no help text: the default is still shown
+    if path == ["pvi"]:
+        assert "--seed SEED           (default: 0)" in text  # a default of 0 is shown too
 
 
 def test_unknown_option_prints_the_subcommands_usage(capsys: pytest.CaptureFixture) -> None:

@@ -75,7 +75,9 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         default = action.default
         if (
             "default" in text
-            or default in (None, False, argparse.SUPPRESS)
+            or default is None
+            or default is False
+            or default is argparse.SUPPRESS
             or not action.option_strings
             or isinstance(action, (argparse._HelpAction, argparse._VersionAction))
         ):
@@ -97,7 +99,7 @@ def _finish(parser: argparse.ArgumentParser) -> None:
         p.formatter_class = HelpFormatter
         p.description = plain_text(p.description)
         for action in p._actions:
-            if action.help is None and action.option_strings and action.default not in (None, False):
+            if action.help is None and action.option_strings and action.default is not None and action.default is not False:
                 action.help = "(default: %(default)s)"
             elif action.help != argparse.SUPPRESS:
                 action.help = plain_text(action.help)
