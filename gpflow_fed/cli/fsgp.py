@@ -163,8 +163,9 @@ def resolve_settings(args: argparse.Namespace) -> Dict[str, Any]:
         target=getattr(args, "target", None),
         features=getattr(args, "features", None),
     )
+    if hasattr(args, "csv"):
+        check_own_data_arguments(args)  # before anything runs: --target without --csv is a mistake
     if settings["csv"] is not None:
-        check_own_data_arguments(args)
         settings["dataset"] = Path(settings["csv"]).stem
     return settings
 
