@@ -104,7 +104,7 @@ def test_pvi_json_events_and_plot(walkthrough):
 
 def test_recycle_locals_then_ensemble(walkthrough):
     out, stdout, _, _ = walkthrough
-    assert f"| saved | {out / 'rec' / 'models.npz'} |" in stdout["locals"]  # .npz appended, folder created
+    assert json.loads(stdout["locals"])["saved"] == str(out / "rec" / "models.npz")  # .npz appended, folder created
     ensemble = json.loads(stdout["ensemble"])
     assert ensemble["models"] == 3 and ensemble["test_rmse"] < 1.0  # standardised units: better than the mean
     assert Path(ensemble["plot"]).is_file() and (out / "rec" / "recycle-locals.png").is_file()

@@ -98,11 +98,12 @@ def _run(args: argparse.Namespace) -> int:
         plot = str(plot_run(logdir / "fedbnr.png", result.history, {f"FedBNR ({args.aggregation})": result.model},
                             dataset.test, metric=curve, metric_label="negative log marginal likelihood per point", title=f"FedBNR on {dataset.name}: K={dataset.num_clients}, "
                             "standardised units"))
-    bytes_up = {}
+    bytes_up, shapes = {}, {}
     for phase in ("kernel", "scatter", "weights"):
         up = result.ledger.select(direction="up", phase=phase)
         if up:
             bytes_up[phase] = int(sum(e.nbytes for e in up))
+            shapes[phase] = sorted({tuple(s for s in e.shapes) for e in up})[0]
     if args.json:
         print(json.dumps({"dataset": dataset.name, "settings": settings, **values, "bytes_up": bytes_up,
                           "logdir": str(logdir), "plot": plot}, indent=2))
@@ -112,6 +113,6 @@ def _run(args: argparse.Namespace) -> int:
         for name, value in values.items():
             print(f"| {name} | {value:.4f} |")
         for phase, nbytes in bytes_up.items():
-            print(f"| bytes up, phase {phase} | {nbytes} |")
+            print(f"| bytes up, phase {phase} | {nbytes} (shapes {shapes[phase]}) |")
         print(f"TensorBoard: tensorboard --logdir {logdir}    plot: {plot}")
     return 0 if np.isfinite(mean).all() else 1

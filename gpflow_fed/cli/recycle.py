@@ -10,7 +10,8 @@ another process and without the data, fit the Recyclable-GP ensemble from that d
   recycled again: pyramids); --evaluate (or the held-out rows of --csv, same --seed and --test-fraction) gives
   test_rmse and test_nlpd.
 
-Both print a table (--json: JSON), write TensorBoard scalars and a PNG under --logdir.
+Both print their result as one JSON line (--json: indented), and write TensorBoard scalars and a PNG under
+--logdir.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import argparse
 import json
 import warnings
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from .own_data import add_own_data_arguments, own_dataset
 
@@ -70,14 +71,9 @@ def _inducing_inputs(X: Any, M: int, seed: int) -> Any:
     return X[np.sort(rows)]
 
 
-def _report(args: argparse.Namespace, payload: Dict[str, Any], rows: List[Tuple[str, Any]]) -> None:
-    if args.json:
-        print(json.dumps(payload, indent=2))
-        return
-    print("| quantity | value |\n|---|---|")
-    for name, value in rows:
-        print(f"| {name} | {value:.4f} |" if isinstance(value, float) else f"| {name} | {value} |")
-    print(f"TensorBoard: tensorboard --logdir {payload['logdir']}    plot: {payload['plot']}")
+def _report(args: argparse.Namespace, payload: Dict[str, Any]) -> None:
+    """One JSON line (machine-readable, as this command always printed); ``--json`` indents it."""
+    print(json.dumps(payload, indent=2 if args.json else None))
 
 
 def _plot(path: Path, models: Dict[str, Any], X: Any, Y: Any, title: str) -> str:
@@ -134,7 +130,7 @@ def _locals(args: argparse.Namespace) -> int:
                "logdir": str(logdir), "plot": plot}
     if scaler is not None:
         payload["standardizer"] = str(_standardizer_path(out))
-    _report(args, payload, [("saved", str(out)), ("models", len(models)), *bounds.items()])
+    _report(args, payload)
     return 0
 
 
@@ -203,7 +199,7 @@ def _ensemble(args: argparse.Namespace) -> int:
                      f"Recyclable-GP ensemble of {len(models)} models on {name} (test set)")
     write_scalars(str(logdir / "ensemble"), {k: v for k, v in payload.items() if isinstance(v, float)}, step=0)
     payload.update(logdir=str(logdir), plot=plot)
-    _report(args, payload, [(k, v) for k, v in payload.items() if k not in ("logdir", "plot")])
+    _report(args, payload)
     return 0
 
 
@@ -231,7 +227,7 @@ def register(subparsers: Any) -> None:
         p.add_argument("--test-fraction", type=float, default=0.2, help="held-out rows of each party (--csv only)")
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--logdir", default="runs/recycle", help="TensorBoard scalars and the PNG go here")
-        p.add_argument("--json", action="store_true", help="print the result as JSON")
+        p.add_argument("--json", action="store_true", help="indent the JSON result (one line without)")
         p.add_argument("--quick", action="store_true", help="tiny settings for a smoke test (seconds)")
         p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
         add_own_data_arguments(p)
