@@ -18,11 +18,11 @@ DOCS = Path(__file__).resolve().parent
 ROOT = DOCS.parent
 sys.path.insert(0, str(ROOT))
 
-# The executed notebooks inherit this environment: small settings, CPU only, quiet TensorFlow.
+# The executed notebooks inherit this environment: small settings, CPU only, quiet TensorFlow. (No MPLBACKEND:
+# the kernel's inline backend is what puts the notebooks' figures on the page.)
 os.environ["GPFLOW_FED_SMALL"] = "1"
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-os.environ.setdefault("MPLBACKEND", "Agg")
 
 
 def _convert_notebooks() -> None:

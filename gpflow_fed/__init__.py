@@ -1,26 +1,19 @@
 """gpflow-fed: federated and privacy-aware Gaussian processes for GPflow 2.
 
-Importing the package activates its GPflow dispatch registrations (``Kuu``/``Kuf``, posteriors, ``prior_kl``).
+Submodules load on first use (``gpflow_fed.models``, ``from gpflow_fed import federated``), so that
+``import gpflow_fed`` and the ``gpflow-fed`` command's ``--help`` do not import TensorFlow. The first access to
+any of them imports all of them, which activates the package's GPflow dispatch registrations (``Kuu``/``Kuf``,
+posteriors, ``prior_kl``) exactly as an eager import did.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, List
 
 __version__ = "0.1.0"
 
-from . import (  # noqa: E402
-    baselines,
-    covariances,
-    data,
-    federated,
-    inducing_variables,
-    kernels,
-    likelihoods,
-    metrics,
-    models,
-    monitor,
-    posteriors,
-)
-
-__all__ = [
-    "__version__",
+_SUBMODULES = (
     "baselines",
     "covariances",
     "data",
@@ -32,4 +25,30 @@ __all__ = [
     "models",
     "monitor",
     "posteriors",
-]
+)
+#: public functions defined in a submodule and re-exported here: name -> module.
+_FUNCTIONS = {"fit": "fitting"}
+
+__all__ = ["__version__", *_SUBMODULES, *_FUNCTIONS]
+
+
+def _load_all() -> None:
+    for name in _SUBMODULES:
+        importlib.import_module(f"{__name__}.{name}")
+
+
+def __getattr__(name: str) -> Any:
+    """Import the submodules on first use (PEP 562)."""
+    if name in _SUBMODULES:
+        _load_all()
+        return importlib.import_module(f"{__name__}.{name}")
+    if name in _FUNCTIONS:
+        _load_all()
+        function = getattr(importlib.import_module(f"{__name__}.{_FUNCTIONS[name]}"), name)
+        globals()[name] = function
+        return function
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> List[str]:
+    return sorted(set(globals()) | set(__all__))

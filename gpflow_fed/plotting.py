@@ -9,16 +9,15 @@ import gpflow
 import numpy as np
 from check_shapes import check_shapes
 
-__all__ = ["plot_predictions", "plot_run"]
+__all__ = ["figure", "plot_predictions", "plot_run"]
 
 
-def _pyplot() -> Any:
-    import matplotlib
+def figure(**kwargs: Any) -> Any:
+    """A ``matplotlib.figure.Figure`` for saving to a file, outside pyplot: it needs no display and leaves
+    pyplot's backend alone (so notebooks keep showing their own inline figures)."""
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    return plt
+    return Figure(**kwargs)
 
 
 @check_shapes("X_test: [N, D]", "Y_test: [N, 1]")
@@ -29,6 +28,7 @@ def plot_predictions(
     Y_test: np.ndarray,
     *,
     inducing: Optional[np.ndarray] = None,
+    labels: Tuple[str, str] = ("x", "y"),
 ) -> None:
     """Draw each model's ``predict_y`` on the test set into the matplotlib axes ``ax``.
 
@@ -38,6 +38,7 @@ def plot_predictions(
 
     :param models: ``{label: model}``, each with ``predict_y``.
     :param inducing: optional ``[M, 1]`` inducing inputs to mark (D = 1 only).
+    :param labels: the input's and the output's names (with units) for the axes.
     :raises ValueError: if ``models`` is empty.
     """
     if not models:
@@ -47,24 +48,25 @@ def plot_predictions(
     if X.shape[1] == 1:
         order = np.argsort(X[:, 0])
         ax.plot(X[order, 0], Y[order, 0], ".", color="0.6", markersize=3, label="test data")
-        for label, model in models.items():
+        styles = ["-", "--", ":", "-."]
+        for i, (label, model) in enumerate(models.items()):  # dashed after solid: coinciding curves stay visible
             mean, var = (t.numpy()[order, 0] for t in model.predict_y(X))
-            line = ax.plot(X[order, 0], mean, label=label)[0]
+            line = ax.plot(X[order, 0], mean, styles[i % len(styles)], label=label)[0]
             std = np.sqrt(var)
             ax.fill_between(X[order, 0], mean - 2 * std, mean + 2 * std, color=line.get_color(), alpha=0.15)
         if inducing is not None:
             Z = np.asarray(inducing)[:, 0]
             ax.plot(Z, np.full_like(Z, ax.get_ylim()[0]), "k|", markersize=12, label="inducing inputs Z")
-        ax.set_xlabel("x")
-        ax.set_ylabel("y")
+        ax.set_xlabel(labels[0])
+        ax.set_ylabel(labels[1])
     else:
         low, high = float(Y.min()), float(Y.max())
         ax.plot([low, high], [low, high], "k--", linewidth=1)
         for label, model in models.items():
             mean, var = (t.numpy()[:, 0] for t in model.predict_y(X))
             ax.errorbar(Y[:, 0], mean, yerr=2 * np.sqrt(var), fmt=".", markersize=3, alpha=0.5, label=label)
-        ax.set_xlabel("observed y")
-        ax.set_ylabel("predicted mean (± 2 sd)")
+        ax.set_xlabel(f"observed {labels[1]}")
+        ax.set_ylabel(f"predicted {labels[1]} (mean ± 2 sd)")
     ax.legend(fontsize="small")
 
 
@@ -77,12 +79,16 @@ def plot_run(
     metric: str,
     title: str = "",
     inducing: Optional[np.ndarray] = None,
+    metric_label: Optional[str] = None,
+    labels: Tuple[str, str] = ("x", "y"),
 ) -> Path:
     """Save a two-panel PNG: ``metric`` per round from ``history``, and :func:`plot_predictions`.
 
     :param path: the PNG file to write (parent directories are created).
     :param history: per-round records (``FederatedResult.history``); rounds without ``metric`` are skipped.
     :param metric: the history key to plot per round (e.g. FSGP's local bound).
+    :param metric_label: the curve's axis label for readers (default: ``metric``).
+    :param labels: the prediction panel's input and output names (see :func:`plot_predictions`).
     :return: the path written.
     :raises ValueError: if no round of ``history`` has ``metric``.
     """
@@ -90,22 +96,23 @@ def plot_run(
     if not points:
         keys = sorted({k for h in history for k in h})
         raise ValueError(f"no round of the history has metric {metric!r}; available keys: {keys}")
-    plt = _pyplot()
-    fig, (ax_curve, ax_pred) = plt.subplots(1, 2, figsize=(12, 4.5))
-    try:
-        rounds, values = zip(*points)
-        ax_curve.plot(rounds, values, "-")
-        ax_curve.set_xlabel("round")
-        ax_curve.set_ylabel(metric)
-        ax_curve.set_title(f"{metric} per round")
-        plot_predictions(ax_pred, models, test[0], test[1], inducing=inducing)
-        ax_pred.set_title("test predictions")
-        if title:
-            fig.suptitle(title)
-        fig.tight_layout()
-        out = Path(path)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(out, dpi=110)
-    finally:
-        plt.close(fig)
+    fig = figure(figsize=(12, 4.5))
+    ax_curve, ax_pred = fig.subplots(1, 2)
+    rounds, values = zip(*points)
+    from matplotlib.ticker import MaxNLocator
+
+    label = metric_label or metric
+    ax_curve.plot(rounds, values, "-")
+    ax_curve.xaxis.set_major_locator(MaxNLocator(integer=True))  # rounds are whole numbers
+    ax_curve.set_xlabel("communication round")
+    ax_curve.set_ylabel(label)
+    ax_curve.set_title(f"{label} per round")
+    plot_predictions(ax_pred, models, test[0], test[1], inducing=inducing, labels=labels)
+    ax_pred.set_title("test predictions")
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
     return out

@@ -35,9 +35,6 @@ import tempfile
 from pathlib import Path
 
 import gpflow
-import matplotlib
-
-matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import tensorflow as tf

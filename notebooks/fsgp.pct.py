@@ -15,7 +15,7 @@
 # # Federated sparse GP regression (FSGP)
 #
 # K parties each hold private data `(X_k, y_k)` from the same regression problem. FSGP (Guo et al.,
-# `papers/fsgp-federated-sparse-gp.txt`) trains one sparse GP without pooling the data:
+# [doi:10.1007/978-3-031-13832-4_23](https://doi.org/10.1007/978-3-031-13832-4_23)) trains one sparse GP without pooling the data:
 #
 # * **training** (Algorithm 1): every round, sampled clients run P Adam steps on their own collapsed
 #   Titsias bound `F_k = ELBO_k / N_k` (eq. 9) and send back the shared parameters `w = (θ, σ², Z)`; the

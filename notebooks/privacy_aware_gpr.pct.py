@@ -9,9 +9,6 @@
 import os
 
 import gpflow
-import matplotlib
-
-matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 

@@ -33,7 +33,7 @@ from gpflow_fed.models import (
 
 small = os.environ.get("GPFLOW_FED_SMALL") == "1"
 iters = 100 if small else 300
-warnings.simplefilter("ignore", RecyclableWarning)  # the width check of spec §2.4 is reported below instead
+warnings.simplefilter("ignore", RecyclableWarning)  # the width check is reported below instead
 
 
 def fit_ensemble(models, kernel, Z, likelihood=None):
@@ -64,7 +64,7 @@ print(f"saved {len(local)} recyclable models to {path} ({os.path.getsize(path)} 
 
 # %% [markdown]
 # Another process can now load the dictionary and fit the ensemble (35 global inducing points). The VE step is
-# the closed form of spec §2.3c and (Z_*, ψ) maximise the collapsed bound.
+# the closed-form optimum of q(u_*) and (Z_*, ψ) maximise the collapsed bound.
 
 # %%
 models = load_recyclable(path)
@@ -164,7 +164,7 @@ for name, m in (("recycled ensemble", ens_b), ("single SVGP", single)):
 # ## 5. Heterogeneous recycling on the Ames house sales
 # Inputs: standardised (longitude, latitude). Quadrant 1 is a Gaussian regression of the standardised log sale
 # price; quadrants 2–4 are Bernoulli classifiers of "has central air". One latent function, one local model per
-# data type (spec §1.3). The ensemble bound has no likelihood, so it combines them unchanged; we then predict the
+# data type. The ensemble bound has no likelihood, so it combines them unchanged; we then predict the
 # **binary** output in quadrant 1, where no classifier was trained, and compare with the ensemble of the three
 # classifiers alone. A `HeterogeneousLikelihood` scores mixed test data (index column 0: price, 1: air).
 

@@ -62,10 +62,10 @@ def test_fsgp_json_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture) -> 
     rows = {r["method"]: r for r in payload["results"]}
     assert list(rows) == METHODS
     for row in rows.values():
-        assert np.isfinite(row["rmse"]) and row["rmse"] > 0 and np.isfinite(row["nlpd"]) and row["seconds"] > 0
+        assert np.isfinite(row["test_rmse"]) and row["test_rmse"] > 0 and np.isfinite(row["test_nlpd"]) and row["seconds"] > 0
     # exact federated SGPR is centralized SGPR trained by the same Adam steps, computed from client sums
-    np.testing.assert_allclose(rows["exact federated SGPR"]["rmse"], rows["centralized SGPR"]["rmse"], rtol=1e-6)
-    np.testing.assert_allclose(rows["exact federated SGPR"]["nlpd"], rows["centralized SGPR"]["nlpd"], rtol=1e-6)
+    np.testing.assert_allclose(rows["exact federated SGPR"]["test_rmse"], rows["centralized SGPR"]["test_rmse"], rtol=1e-6)
+    np.testing.assert_allclose(rows["exact federated SGPR"]["test_nlpd"], rows["centralized SGPR"]["test_nlpd"], rtol=1e-6)
     # centralized "sends" the raw training data: 300 rows of (x, y) in float64
     assert rows["centralized SGPR"]["bytes_sent"] == 300 * 2 * 8
     assert rows["local-only SGPR (mean of 2)"]["bytes_sent"] == 0
@@ -80,11 +80,11 @@ def test_fsgp_json_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture) -> 
         for event in tf.compat.v1.train.summary_iterator(str(path)):
             for value in event.summary.value:
                 tags.add(value.tag)
-                if value.tag == "FSGP (fedavg)/rmse":
+                if value.tag == "FSGP (fedavg)/test_rmse":
                     np.testing.assert_allclose(
-                        float(tf.make_ndarray(value.tensor)), rows["FSGP (fedavg)"]["rmse"], rtol=1e-6
+                        float(tf.make_ndarray(value.tensor)), rows["FSGP (fedavg)"]["test_rmse"], rtol=1e-6
                     )
-    assert {f"{m}/{k}" for m in METHODS for k in ("rmse", "nlpd", "seconds", "bytes_sent")} == tags
+    assert {f"{m}/{k}" for m in METHODS for k in ("test_rmse", "test_nlpd", "seconds", "bytes_sent")} == tags
 
 
 @pytest.mark.parametrize(

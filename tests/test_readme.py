@@ -42,3 +42,18 @@ def test_setup_commands_match_the_makefile() -> None:
     assert re.search(r"^\$\(STAMP\): \$\(VENV\)/bin/python", makefile, flags=re.M)
     assert re.search(r"^\$\(VENV\)/bin/python:\n\t\$\(PYTHON\) -m venv \$\(VENV\)", makefile, flags=re.M)
     assert "gpflow-fed fsgp --logdir runs/fsgp" in makefile
+
+
+def test_install_line_and_extras_match_setup_cfg() -> None:
+    import configparser
+
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    extras = set(config["options.extras_require"])
+    install = _section("Install as a library")
+    assert 'pip install "gpflow-fed[data]"' in install
+    assert set(re.findall(r"`(\w+)` \(", install)) == extras  # every extra named, and only those
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    installed = re.search(r'pip install .*-e "\.\[([\w,]+)\]"', makefile).group(1)
+    assert f'pip install -e ".[{installed}]"' in _section("Set-up: two commands")
+    assert set(installed.split(",")) == extras

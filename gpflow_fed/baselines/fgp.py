@@ -15,19 +15,18 @@ with its own posterior mean and variance, which are functions of its private dat
 from __future__ import annotations
 
 import time
-from typing import Callable, List
+from typing import List
 
 import gpflow
 import numpy as np
 import tensorflow as tf
-from gpflow.keras import tf_keras
 
 from ..data.dataset import FederatedDataset
-from ..federated.algorithms.fsgp_utils import compiled_adam_loop
 from ..federated.runtimes.base import evaluate_model
 from ..federated.sampling import sample_clients, validate_client_fraction
 from .experts import COMBINATION_RULES, ExpertCommittee
 from .sgpr import BaselineResult
+from .shared_trainer import SharedAdamTrainer
 
 __all__ = ["fgp"]
 
@@ -69,24 +68,19 @@ def fgp(
     if rule not in COMBINATION_RULES:
         raise ValueError(f"rule must be one of {COMBINATION_RULES}, got {rule!r}")
     start = time.perf_counter()
-    models: List[gpflow.models.GPR] = []
-    trainers = []
-    for X, Y in dataset.clients:
-        model = gpflow.models.GPR(
+    models: List[gpflow.models.GPR] = [
+        gpflow.models.GPR(
             (tf.constant(X), tf.constant(Y)), kernel=gpflow.utilities.deepcopy(kernel), noise_variance=noise_variance
         )
-        optimizer = tf_keras.optimizers.Adam(learning_rate=learning_rate)
-        variables = model.trainable_variables
-        optimizer.build(variables)
-        scale = tf.constant(float(X.shape[0]), gpflow.default_float())
-
-        def make_loss(model: gpflow.models.GPR = model, scale: tf.Tensor = scale) -> Callable[[], tf.Tensor]:
-            return lambda: model.training_loss() / scale
-
-        models.append(model)
-        trainers.append(compiled_adam_loop(make_loss(), variables, optimizer, int(local_steps)))
-    shared = [p for p in models[0].trainable_parameters]
-    global_values = [p.unconstrained_variable.numpy() for p in shared]
+        for X, Y in dataset.clients
+    ]
+    # one compiled loop for every client; each client keeps its own Adam state across rounds
+    trainer = SharedAdamTrainer(
+        lambda data: gpflow.models.GPR(data, kernel=gpflow.utilities.deepcopy(kernel), noise_variance=noise_variance),
+        dataset.input_dim, dataset.output_dim, learning_rate, int(local_steps),
+    )  # fmt: skip
+    adam_states = [trainer.initial_adam() for _ in models]
+    global_values = trainer.initial_values()
     sizes = np.asarray(dataset.client_sizes, dtype=float)
     rng = np.random.default_rng(seed)
     ids = list(range(len(models)))
@@ -95,16 +89,15 @@ def fgp(
         selected = sample_clients(ids, client_fraction, rng)
         updates = []
         for k in selected:
-            for p, value in zip(models[k].trainable_parameters, global_values):
-                p.unconstrained_variable.assign(value)
-            trainers[k]()
-            updates.append([p.unconstrained_variable.numpy() for p in models[k].trainable_parameters])
+            X, Y = dataset.clients[k]
+            update, adam_states[k] = trainer.train(X, Y, global_values, adam_states[k])
+            updates.append(update)
             steps += int(local_steps)
         weights = sizes[selected] / sizes[selected].sum()
         global_values = [sum(w * u[i] for w, u in zip(weights, updates)) for i in range(len(global_values))]
     for model in models:
-        for p, value in zip(model.trainable_parameters, global_values):
-            p.unconstrained_variable.assign(value)
+        for variable, value in zip(model.trainable_variables, global_values):
+            variable.assign(value)
     committee = ExpertCommittee(models, rule=rule)
     seconds = time.perf_counter() - start
     metrics = evaluate_model(committee, dataset.test) if dataset.test is not None else {}

@@ -110,12 +110,23 @@ def local_only_sgpr(
     Z must satisfy M ≤ N_k for every client only in the sense that SGPR stays well-posed; with M > N_k the
     bound is still defined (Kuu carries jitter).
     """
+    from .shared_trainer import SharedAdamTrainer
+
     _check_training(steps, learning_rate)
     start = time.perf_counter()
     models = []
+    trainer = None
+    if steps > 0:  # one compiled loop for every client (no retracing per client)
+        trainer = SharedAdamTrainer(
+            lambda data: _sgpr(*data, kernel, inducing_variable, noise_variance),
+            dataset.input_dim, dataset.output_dim, learning_rate, steps,
+        )  # fmt: skip
     for X, Y in dataset.clients:
         model = _sgpr(X, Y, kernel, inducing_variable, noise_variance)
-        train_adam(model, X.shape[0], steps, learning_rate)
+        if trainer is not None:
+            values, _ = trainer.train(X, Y, trainer.initial_values(), trainer.initial_adam())
+            for variable, value in zip(model.trainable_variables, values):
+                variable.assign(value)
         models.append(model)
     seconds = time.perf_counter() - start
     metrics: Dict[str, float] = {}

@@ -1,37 +1,148 @@
 """The ``gpflow-fed`` command. Each subcommand lives in its own module of this package, exposing
-``register(subparsers)`` (adds its parser and sets ``func``) and is listed in ``SUBCOMMANDS``."""
+``register(subparsers)`` (adds its parser and sets ``func``) and is listed in ``SUBCOMMANDS``.
+
+Parsing, ``--help`` and usage errors import neither TensorFlow nor GPflow (a subcommand module imports them
+inside its ``func``): ``gpflow-fed --help`` answers in a fraction of a second. TensorFlow's log noise is
+silenced before TensorFlow is imported, when a command runs (see :func:`quiet_tensorflow`).
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import os
+import re
 import sys
-from typing import List, Optional, Sequence
+from typing import Dict, Iterator, List, Optional, Sequence
 
 SUBCOMMANDS: List[str] = ["datasets", "fedbnr", "flower", "fsgp", "privacy", "pvi", "recycle"]
 
+#: environment set (unless the user set it) before TensorFlow is imported: no C++ INFO/WARNING lines.
+#: ``GPFLOW_FED_TF_LOGS=1`` keeps TensorFlow's start-up messages (see :func:`quiet_tensorflow`).
+QUIET_ENV: Dict[str, str] = {"TF_CPP_MIN_LOG_LEVEL": "2"}
+
+
+def quiet_tensorflow() -> None:
+    """Import TensorFlow (and GPflow) without its start-up noise; a no-op once TensorFlow is imported.
+
+    ``TF_CPP_MIN_LOG_LEVEL`` does not reach the lines TensorFlow's C++ runtime writes before its logging is
+    initialised (``WARNING: All log messages before absl::InitializeLog()``, the CUDA probe), so file
+    descriptor 2 is pointed at ``/dev/null`` while ``tensorflow`` is imported and restored afterwards; Python
+    exceptions from the import are unaffected, and TensorFlow's Python-side warnings (e.g. retracing) still show.
+    """
+    for key, value in QUIET_ENV.items():
+        os.environ.setdefault(key, value)
+    if "tensorflow" in sys.modules:
+        return
+    if os.environ.get("GPFLOW_FED_TF_LOGS") == "1":
+        import tensorflow  # noqa: F401
+    else:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        try:
+            with open(os.devnull, "w") as devnull:
+                os.dup2(devnull.fileno(), 2)
+                import tensorflow as tf
+
+                tf.constant(0.0)  # the CUDA probe runs on first use; keep it inside the redirection
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+_ROLE = re.compile(r":[a-z:]+:`(?:([^`<]*?)\s*<[^`>]*>|~?([^`]*))`")
+
+
+def plain_text(text: Optional[str]) -> Optional[str]:
+    """Help text without reST markup: ``code`` → code, :role:`~a.b.Name` → Name, :role:`label <t>` → label."""
+    if not text:
+        return text
+
+    def role(match: "re.Match[str]") -> str:
+        label, target = match.group(1), match.group(2)
+        return label if label is not None else target.lstrip("~").rsplit(".", 1)[-1]
+
+    text = _ROLE.sub(role, text)
+    return text.replace("``", "").replace("**", "")
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Descriptions keep their line breaks; every option's help ends with its default when it has one (and
+    its help does not already state it)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (
+            "default" in text
+            or default is None
+            or default is False
+            or default is argparse.SUPPRESS
+            or not action.option_strings
+            or isinstance(action, (argparse._HelpAction, argparse._VersionAction))
+        ):
+            return text
+        return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
+
+
+def _parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    yield parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _parsers(sub)
+
+
+def _finish(parser: argparse.ArgumentParser) -> None:
+    """Every (sub)parser: the shared formatter, reST-free descriptions and help texts."""
+    for p in _parsers(parser):
+        p.formatter_class = HelpFormatter
+        p.description = plain_text(p.description)
+        for action in p._actions:
+            if action.help is None and action.option_strings and action.default is not None and action.default is not False:
+                action.help = "(default: %(default)s)"
+            elif action.help != argparse.SUPPRESS:
+                action.help = plain_text(action.help)
+            if isinstance(action, argparse._SubParsersAction):
+                for choice in action._choices_actions:
+                    choice.help = plain_text(choice.help)
+
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every registered subcommand."""
-    parser = argparse.ArgumentParser(prog="gpflow-fed", description="Federated and privacy-aware GPs for GPflow.")
+    """The argument parser with every registered subcommand (imports no TensorFlow)."""
     from .. import __version__
 
+    parser = argparse.ArgumentParser(prog="gpflow-fed", description="Federated and privacy-aware GPs for GPflow.")
     parser.add_argument("--version", action="version", version=f"gpflow-fed {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMANDS:
         importlib.import_module(f"{__name__}.{name}").register(subparsers)
+    _finish(parser)
+    return parser
+
+
+def _innermost(parser: argparse.ArgumentParser, args: argparse.Namespace) -> argparse.ArgumentParser:
+    """The (sub)parser of the command line's deepest subcommand, so errors print that subcommand's usage."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = getattr(args, action.dest, None)
+            if chosen in action.choices:
+                return _innermost(action.choices[chosen], args)
     return parser
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the console script; returns the exit status."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    for key, value in QUIET_ENV.items():
+        os.environ.setdefault(key, value)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        _innermost(parser, args).error(f"unrecognized arguments: {' '.join(extra)}")
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 2
+    quiet_tensorflow()
     try:
         return int(args.func(args) or 0)
     except USER_ERRORS as exc:

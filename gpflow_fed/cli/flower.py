@@ -1,10 +1,13 @@
 """``gpflow-fed flower``: write a Flower app folder for an algorithm factory and print the commands that run it.
 
 ``gpflow-fed flower APP_DIR --algorithm mypkg.jobs:fsgp --clients 2 [--superlink HOST:PORT]
-[--data-dir DIR] [--set key=value ...]`` writes ``APP_DIR/pyproject.toml`` (gpflow-fed's ServerApp and
-ClientApp, the run config) and prints, one per line, the ``flower-superlink`` command, one
-``flower-supernode`` command per party (party k reads ``DIR/client_k.npz``) and the ``flwr run`` command.
-See ``docs/guides/flower.md``.
+[--data-dir DIR] [--set key=value ...]`` checks that ``mypkg.jobs`` imports and that ``fsgp`` is a registered
+algorithm factory (``@register_algorithm_factory``), writes ``APP_DIR/pyproject.toml`` (depends on
+``gpflow-fed[flower]``; gpflow-fed's ServerApp and ClientApp; the run config) and ``APP_DIR/flwr_home/config.toml``
+(the SuperLink connection), and prints, one per line, the environment to export on every machine (including
+``GPFLOW_FED_ALGORITHM_MODULES``, so each party loads the factory's registration), the ``flower-superlink``
+command, one ``flower-supernode`` command per party (party k reads ``DIR/client_k.npz``) and the ``flwr run``
+command. See the Flower guide (docs/guides/flower.md).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ def _settings(pairs: List[str]) -> Dict[str, Any]:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from ..federated.factories import TRUSTED_MODULES_ENV
     from ..federated.runtimes.flower_deploy import OFFLINE_ENV, superlink_command, supernode_command, write_app
 
     if args.clients < 1:
@@ -43,16 +47,53 @@ def _run(args: argparse.Namespace) -> int:
     if not sep or not _host or not port.isdigit():
         raise ValueError(f"--superlink must be HOST:PORT, got {args.superlink!r}")
     config = {"num-clients": args.clients, **_settings(args.set or [])}
+    module = _check_factory(args.algorithm)
     app = os.path.abspath(write_app(args.app_dir, args.algorithm, config))
-    env = " ".join(f"{k}={v}" for k, v in OFFLINE_ENV.items())
+    home = os.path.join(app, "flwr_home")
+    os.makedirs(home, exist_ok=True)
+    with open(os.path.join(home, "config.toml"), "w") as f:
+        f.write(f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\naddress = "{args.superlink}"\n'
+                "insecure = true\n")
+    env = " ".join(f"{k}={v}" for k, v in {**OFFLINE_ENV, TRUSTED_MODULES_ENV: module}.items())
     print(f"export {env}")
     print(shlex.join(superlink_command(int(port), host="0.0.0.0")))
     data_dir = os.path.abspath(args.data_dir)
     for k in range(args.clients):
         data = os.path.join(data_dir, f"client_{k}.npz")
         print(shlex.join(supernode_command(args.superlink, 9110 + k, data, k)))
-    print(shlex.join(["flwr", "run", app, "<connection in $FLWR_HOME/config.toml>"]))
+    print(f"FLWR_HOME={shlex.quote(home)} " + shlex.join(["flwr", "run", app, CONNECTION]))
     return 0
+
+
+#: the SuperLink connection's name in the written ``flwr_home/config.toml``.
+CONNECTION = "gpflow-fed"
+
+
+def _check_factory(spec: str) -> str:
+    """Import the factory's module (the app writer's own code) and check the factory is registered; returns
+    the module name. Flower run configs may name registered factories only (see
+    :mod:`gpflow_fed.federated.factories`)."""
+    import importlib
+
+    from ..federated.factories import TRUSTED_MODULES_ENV, load_factory
+
+    if not isinstance(spec, str) or spec.count(":") != 1 or not all(spec.split(":")):
+        raise ValueError(f"--algorithm must be a factory 'package.module:function', got {spec!r}")
+    module, function = spec.split(":")
+    try:
+        imported = importlib.import_module(module)
+    except ImportError as exc:
+        raise ValueError(f"--algorithm {spec}: module {module!r} does not import ({exc}); every party needs it "
+                         "installed or on PYTHONPATH") from None
+    if not callable(getattr(imported, function, None)):
+        raise ValueError(f"--algorithm {spec}: {module!r} has no function {function!r}")
+    try:
+        load_factory(spec)
+    except ValueError:
+        raise ValueError(f"--algorithm {spec} is not a registered algorithm factory: decorate {function} with "
+                         f"@gpflow_fed.federated.register_algorithm_factory in {module} (parties load it through "
+                         f"{TRUSTED_MODULES_ENV}={module})") from None
+    return module
 
 
 def register(subparsers: Any) -> None:

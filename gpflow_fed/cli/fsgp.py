@@ -20,12 +20,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
-import gpflow
-import numpy as np
+from .own_data import add_own_data_arguments, check_own_data_arguments
+
+if TYPE_CHECKING:  # imported when a command runs, not when the CLI parses its arguments
+    import gpflow
+    import numpy as np
 
 DATASETS = ("co2", "diabetes", "synthetic1", "synthetic2")
 PARTITIONS = ("iid", "random_sizes", "sorted_chunks", "spatial")
@@ -53,7 +57,7 @@ def _checked(cast: Callable[[str], Any], expected: str, check: Callable[[Any], b
 
 _positive_int = _checked(int, "a positive integer", lambda v: v >= 1)
 _non_negative_int = _checked(int, "a non-negative integer", lambda v: v >= 0)
-_positive_float = _checked(float, "a positive finite number", lambda v: bool(np.isfinite(v) and v > 0))
+_positive_float = _checked(float, "a positive finite number", lambda v: math.isfinite(v) and v > 0)
 _fraction = _checked(float, "a number in (0, 1] (the fraction ρ of clients per round)", lambda v: 0 < v <= 1)
 _open_fraction = _checked(float, "a number in (0, 1)", lambda v: 0 < v < 1)
 
@@ -122,6 +126,7 @@ def register(subparsers: Any) -> None:
         ),
     )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_own_data_arguments(parser)
     parser.set_defaults(func=main)
 
 
@@ -130,8 +135,8 @@ class MethodResult:
     """One row of the comparison table."""
 
     method: str
-    rmse: float
-    nlpd: float
+    test_rmse: float
+    test_nlpd: float
     seconds: float
     bytes_sent: int
 
@@ -153,7 +158,15 @@ def resolve_settings(args: argparse.Namespace) -> Dict[str, Any]:
         test_fraction=float(args.test_fraction),
         seed=int(args.seed),
         quick=bool(args.quick),
+        csv=getattr(args, "csv", None),
+        party_column=getattr(args, "party_column", None),
+        target=getattr(args, "target", None),
+        features=getattr(args, "features", None),
     )
+    if hasattr(args, "csv"):
+        check_own_data_arguments(args)  # before anything runs: --target without --csv is a mistake
+    if settings["csv"] is not None:
+        settings["dataset"] = Path(settings["csv"]).stem
     return settings
 
 
@@ -177,8 +190,18 @@ def build_dataset(settings: Dict[str, Any]) -> Tuple[Any, Any]:
     Real datasets hold out a random ``test_fraction``; the synthetic ones come with their own test grid.
     ``quick`` keeps at most :data:`QUICK_MAX_TRAIN` random training and test rows.
     """
+    import numpy as np
+
     from ..data.partition import make_federated, split_indices
 
+    if settings.get("csv") is not None:  # your own parties: no simulated split, no --quick row cap
+        from ..data import federated_from_table
+
+        own = federated_from_table(
+            settings["csv"], party_column=settings["party_column"], target=settings["target"],
+            features=settings["features"], test_fraction=settings["test_fraction"], seed=settings["seed"],
+        )  # fmt: skip
+        return own.standardized()
     X, Y, test = _raw_data(settings["dataset"], settings["seed"])
     if test is None:
         train, held_out = split_indices(X.shape[0], settings["test_fraction"], seed=settings["seed"])
@@ -217,6 +240,10 @@ def make_kernel(dataset: str, scaler: Any) -> gpflow.kernels.Kernel:
     :param dataset: the dataset name (see :data:`DATASETS`).
     :param scaler: the standardizer of the inputs (its ``X_std`` gives the period for ``co2``).
     """
+    import numpy as np
+
+    import gpflow
+
     input_dim = int(np.size(scaler.X_std))
     kernel = gpflow.kernels.SquaredExponential(variance=1.0, lengthscales=np.ones(input_dim))
     if dataset != "co2":
@@ -235,8 +262,8 @@ INITIAL_NOISE_VARIANCE = 0.1
 def _fsgp_row(label: str, result: Any) -> MethodResult:
     return MethodResult(
         method=label,
-        rmse=float(result.metrics["test_rmse"]),
-        nlpd=float(result.metrics["test_nlpd"]),
+        test_rmse=float(result.metrics["test_rmse"]),
+        test_nlpd=float(result.metrics["test_nlpd"]),
         seconds=float(result.seconds),
         bytes_sent=int(result.ledger.total_bytes()),
     )
@@ -266,6 +293,7 @@ def run_federated(
         client_fraction=settings["client_fraction"] if mode == "fedavg" else 1.0,
         mode=mode,
     )
+    algorithm.name = f"fsgp-{mode}"  # labels this run's progress bar (the two modes run one after the other)
     monitor = federated_monitor(str(logdir / f"fsgp-{mode}"))
     return run(algorithm, dataset, runtime=LocalRuntime(progress=progress), monitor=monitor, seed=settings["seed"])
 
@@ -277,6 +305,8 @@ def _fgp_bytes(result: Any, dataset: Any, settings: Dict[str, Any]) -> int:
     Prediction by rBCM: every client receives the test inputs and returns its predictive mean and variance
     at each test point (this grows with the test set, unlike FSGP's prediction from summed statistics).
     """
+    import numpy as np
+
     from ..federated import num_sampled_clients
 
     num_params = sum(int(np.size(p.numpy())) for p in result.models[0].trainable_parameters)
@@ -296,6 +326,8 @@ def compare(settings: Dict[str, Any], logdir: Path, progress: bool) -> Tuple[Lis
     exact federated SGPR T rounds of one Adam step, centralized and local-only SGPR T Adam steps, FGP R
     rounds of P local steps.
     """
+    import numpy as np
+
     from ..baselines import centralized_sgpr, fgp, local_only_sgpr
     from ..federated.algorithms import initial_inducing_inputs
 
@@ -331,11 +363,31 @@ def compare(settings: Dict[str, Any], logdir: Path, progress: bool) -> Tuple[Lis
         )
     extras = {
         "dataset": dataset,
+        "scaler": scaler,
         "history": runs[settings["mode"]].history,
         "models": {labels[settings["mode"]]: runs[settings["mode"]].model, "centralized SGPR": central.model},
         "inducing": runs[settings["mode"]].model.inducing_variable.Z.numpy(),
     }
     return rows, extras
+
+
+class _InDataUnits:
+    """A model trained on standardised data, predicting in the data's units (for the plot)."""
+
+    def __init__(self, model: Any, scaler: Any) -> None:
+        self.model, self.scaler = model, scaler
+
+    def predict_y(self, X: np.ndarray) -> Tuple[Any, Any]:
+        import tensorflow as tf
+
+        mean, var = (t.numpy() for t in self.model.predict_y(self.scaler.transform(X)))
+        return tuple(tf.constant(a) for a in self.scaler.inverse_transform(mean, var))  # type: ignore[return-value]
+
+
+def _axis_labels(settings: Dict[str, Any]) -> Tuple[str, str]:
+    if settings.get("csv"):
+        return ((settings["features"] or ["input"])[0], settings["target"])
+    return {"co2": ("year", "CO₂ (ppm)")}.get(settings["dataset"], ("x", "y"))
 
 
 def format_table(rows: List[MethodResult]) -> str:
@@ -345,7 +397,7 @@ def format_table(rows: List[MethodResult]) -> str:
         "|---|---:|---:|---:|---:|",
     ]
     for r in rows:
-        lines.append(f"| {r.method} | {r.rmse:.4f} | {r.nlpd:.4f} | {r.seconds:.2f} | {r.bytes_sent:,} |")
+        lines.append(f"| {r.method} | {r.test_rmse:.4f} | {r.test_nlpd:.4f} | {r.seconds:.2f} | {r.bytes_sent:,} |")
     return "\n".join(lines)
 
 
@@ -358,19 +410,25 @@ def main(args: argparse.Namespace) -> int:
     from ..plotting import plot_run
 
     rows, extras = compare(settings, logdir, progress=not (args.no_progress or args.json))
-    comparison = {f"{r.method}/{k}": float(getattr(r, k)) for r in rows for k in ("rmse", "nlpd", "seconds")}
+    comparison = {f"{r.method}/{k}": float(getattr(r, k)) for r in rows for k in ("test_rmse", "test_nlpd", "seconds")}
     comparison.update({f"{r.method}/bytes_sent": float(r.bytes_sent) for r in rows})
     write_scalars(str(logdir / "comparison"), comparison, step=settings["rounds"])
     dataset = extras["dataset"]
     metric = "local_bound" if settings["mode"] == "fedavg" else "bound"
+    scaler = extras["scaler"]
+    X_test, Y_test = dataset.test
+    test_in_data_units = (X_test * scaler.X_std + scaler.X_mean, scaler.inverse_transform(Y_test))
+    inducing = extras["inducing"] * scaler.X_std + scaler.X_mean if dataset.input_dim == 1 else None
     plot = plot_run(
         logdir / "fsgp.png",
         extras["history"],
-        extras["models"],
-        dataset.test,
+        {label: _InDataUnits(model, scaler) for label, model in extras["models"].items()},
+        test_in_data_units,
+        labels=_axis_labels(settings),
         metric=metric,
+        metric_label="mean local bound ELBO_k / N_k (eq. 9)" if metric == "local_bound" else "global bound ELBO / N",
         title=f"FSGP on {dataset.name}: K={dataset.num_clients}, M={settings['inducing']}, mode={settings['mode']}",
-        inducing=extras["inducing"] if dataset.input_dim == 1 else None,
+        inducing=inducing,
     )
     if args.json:
         payload = {

@@ -4,19 +4,21 @@ Reads a CSV (input columns and one output column), fits a GP by maximum likeliho
 the minimum-trace synthetic-noise covariance Σ for the sensitive points or intervals, obfuscates the outputs
 with noise drawn from the operating system's randomness (so nobody can regenerate and subtract it; there is
 deliberately no seed), and writes ``released.csv`` (inputs and obfuscated outputs), ``model.npz`` (the released
-:class:`~gpflow_fed.models.PrivacyAwareGPR`, no raw outputs inside) and ``privacy.png`` (raw vs released
-posterior, 1-D inputs) into ``--out``.
+:class:`~gpflow_fed.models.PrivacyAwareGPR`, no raw outputs inside) and ``privacy.png`` (the released posterior,
+1-D inputs) into ``--out``: everything there is safe to publish. For the data owner only (it shows the raw
+data), ``privacy-raw-vs-released.png`` (raw vs released posterior) and TensorBoard scalars go to ``--logdir``.
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import json
 from pathlib import Path
-from typing import List
+from typing import TYPE_CHECKING, List
 
-import gpflow
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 
 def _floats(text: str) -> List[float]:
@@ -53,6 +55,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="weak method: certified Krylov reduction (default) or the dense N×N SDP (small N)")
     p.add_argument("--noise-variance", type=float, default=None, help="fix σ² of V (default: estimate it)")
     p.add_argument("--out", type=Path, default=Path("privacy_release"), help="output directory (created if absent)")
+    p.add_argument("--logdir", type=Path, default=None,
+                   help="owner-only outputs: TensorBoard scalars and the raw-vs-released plot (default: <out>_owner)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(func=run)
 
 
@@ -70,6 +75,8 @@ def _read_csv(path: Path, x_columns: "str | None", y_column: "str | None") -> "t
     The first row is a header iff one of its cells is not a number; without a header, columns are named by
     their 1-based position (``--y 2``). Every value must be a finite number.
     """
+    import numpy as np
+
     if not path.is_file():
         raise ValueError(f"CSV file {path} not found")
     with open(path, newline="") as fh:
@@ -126,8 +133,12 @@ def _check_out(out: Path) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run the release and write its three outputs."""
+    import numpy as np
+
     from ..models.privacy_aware_gpr import release
     from ..privacy import ProportionalKernel, RegionUnion, Interval
+
+    import gpflow
 
     X, Y, names = _read_csv(args.csv, args.x_columns, args.y_column)
     if (args.tolerance is None) == (args.alpha is None):
@@ -154,36 +165,71 @@ def run(args: argparse.Namespace) -> int:
         writer.writerow(names)
         writer.writerows(np.concatenate([X, result.W], axis=1).tolist())
     result.model.save(args.out / "model.npz")
-    _plot(X, result, args.out / "privacy.png")
+    _plot(X, None, result, args.out / "privacy.png", names)
+    if args.logdir is None:
+        args.logdir = args.out.with_name(args.out.name + "_owner")
+    args.logdir.mkdir(parents=True, exist_ok=True)
+    comparison = args.logdir / "privacy-raw-vs-released.png"
+    _plot(X, Y, result, comparison, names)
     mean, var = result.model.predict_f(S)
-    print(f"released {X.shape[0]} points, {S.shape[0]} sensitive; tr Σ = {np.trace(np.asarray(result.Sigma)):.6g}; "
-          f"min predictive variance at sensitive inputs = {float(np.min(var)):.6g}")
+    summary = {"released_points": int(X.shape[0]), "sensitive_points": int(S.shape[0]),
+               "trace_sigma": float(np.trace(np.asarray(result.Sigma))),
+               "min_sensitive_variance": float(np.min(var))}
     certificate = getattr(result.Sigma, "certificate", None)
+    if certificate is not None:
+        summary.update({"certified_lower_bound": float(certificate.lower_bound),
+                        "relative_gap": float(certificate.relative_gap),
+                        "feasibility_margin": float(certificate.feasibility_margin),
+                        "krylov_dimension": float(certificate.krylov_dimension)})
+    from ..monitor import write_scalars
+
+    write_scalars(str(args.logdir / "privacy"), {k: float(v) for k, v in summary.items()}, step=0)
+    written = [str(args.out / name) for name in OUTPUTS]
+    if args.json:
+        print(json.dumps({**summary, "released": written, "logdir": str(args.logdir), "plot": str(comparison)},
+                         indent=2))
+        return 0
+    print(f"released {X.shape[0]} points, {S.shape[0]} sensitive; tr Σ = {summary['trace_sigma']:.6g}; "
+          f"min predictive variance at sensitive inputs = {summary['min_sensitive_variance']:.6g}")
     if certificate is not None:
         print(f"certificate: tr Σ = {certificate.objective:.10g} ≥ optimum ≥ {certificate.lower_bound:.10g} "
               f"(relative gap {certificate.relative_gap:.1e}); min (Var − ξ) at sensitive inputs = "
               f"{certificate.feasibility_margin:.2e}; Krylov dimension {certificate.krylov_dimension}; "
               f"{certificate.seconds:.2f} s")
-    print(f"wrote {args.out / 'released.csv'}, {args.out / 'model.npz'}, {args.out / 'privacy.png'}")
+    print(f"wrote {', '.join(written)} (safe to publish)")
+    print(f"owner only (shows raw data): {comparison}; TensorBoard: tensorboard --logdir {args.logdir}")
     return 0
 
 
-def _plot(X: np.ndarray, result: object, path: Path) -> None:
-    import matplotlib
+def _plot(X: np.ndarray, Y: "np.ndarray | None", result: object, path: Path, names: List[str]) -> None:
+    """The released posterior (and, given the raw ``Y``, the raw-data posterior with the same hyperparameters)."""
+    import numpy as np
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import gpflow
+
+    from ..plotting import figure
 
     grid = np.linspace(X.min(), X.max(), 400)[:, None]
-    mean, var = result.model.predict_f(grid)
-    mean, sd = mean.numpy()[:, 0], np.sqrt(np.maximum(var.numpy()[:, 0], 0))
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    ax.plot(X[:, 0], result.W[:, 0], "o", ms=3, label="released W")
-    ax.plot(grid[:, 0], mean, "k-", label="released mean (eq. 3)")
-    ax.fill_between(grid[:, 0], mean - 2 * sd, mean + 2 * sd, color="g", alpha=0.2, label="±2σ (eq. 4)")
+    fig = figure(figsize=(7, 3.8))
+    ax = fig.subplots()
+    curves = [("released", result.model, "k", "C1")]
+    if Y is not None:
+        ax.plot(X[:, 0], Y[:, 0], ".", color="0.5", ms=4, label="raw data (owner only)")
+        raw = gpflow.models.GPR((X, Y), kernel=result.model.kernel, mean_function=result.model.mean_function,
+                                noise_variance=result.noise_variance)
+        curves.insert(0, ("raw-data", raw, "C0", None))
+    ax.plot(X[:, 0], result.W[:, 0], "o", ms=3, color="C1", alpha=0.6, label="released outputs W")
+    for label, model, colour, _ in curves:
+        mean, var = model.predict_f(grid)
+        mean, sd = mean.numpy()[:, 0], np.sqrt(np.maximum(var.numpy()[:, 0], 0))
+        ax.plot(grid[:, 0], mean, "-", color=colour, label=f"{label} posterior mean")
+        ax.fill_between(grid[:, 0], mean - 2 * sd, mean + 2 * sd, color=colour, alpha=0.15,
+                        label=f"{label} ±2 sd")
     ax.plot(result.sensitive[:, 0], np.full(result.sensitive.shape[0], ax.get_ylim()[0]), "r|", ms=12,
-            label="sensitive")
-    ax.legend(fontsize=8)
+            label="sensitive inputs")
+    ax.set_xlabel(names[0])
+    ax.set_ylabel(names[-1])
+    ax.set_title("raw vs released posterior" if Y is not None else "released posterior")
+    ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)

@@ -15,12 +15,14 @@ from .partition import (
     sorted_chunk_partition,
     spatial_partition,
     split_indices,
+    holdout_split,
     train_test_split,
 )
 from .pvi_tasks import pvi_five_partition_toy
 from .real import RealDataset, available_datasets, load_dataset
 from .recyclable_tasks import banana, digit_pixels, distributed_segments, quadrant_tasks, smooth_function, smooth_function_bias, toy_concatenation
 from .standardize import Standardizer, client_moments, combine_moments
+from .tabular import federated_from_table, read_table
 from .synthetic import (
     SegmentedRegression,
     SyntheticRegression,
@@ -33,6 +35,7 @@ from .synthetic import (
 )
 
 __all__ = [
+    "federated_from_table", "read_table",
     "SatelliteData", "orbit_constants", "satellite_data", "satellite_trajectory",
     "banana", "digit_pixels", "distributed_segments", "quadrant_tasks", "smooth_function", "smooth_function_bias", "toy_concatenation",
     "FedBNRTask", "fedbnr_function", "fedbnr_real_task", "new_client_task", "step_function_data", "two_range_clients",
@@ -63,6 +66,7 @@ __all__ = [
     "sorted_chunk_partition",
     "spatial_partition",
     "split_indices",
+    "holdout_split",
     "train_test_split",
     "validate_regression_data",
 ]

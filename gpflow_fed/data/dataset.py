@@ -129,13 +129,13 @@ class FederatedDataset:
         :mod:`gpflow_fed.data.standardize`). Every client and the test set are then transformed with them.
 
         :return: the standardised dataset and the :class:`~gpflow_fed.data.standardize.Standardizer` (use its
-            ``inverse_mean`` / ``inverse_variance`` to report predictions in data units).
+            ``inverse_transform`` to report predictions in data units).
         """
         mean, std = combine_moments([client_moments(np.concatenate([X, Y], axis=1)) for X, Y in self.clients])
         D = self.input_dim
         scaler = Standardizer(X_mean=mean[:D], X_std=std[:D], Y_mean=mean[D:], Y_std=std[D:])
-        clients = [(scaler.transform_X(X), scaler.transform_Y(Y)) for X, Y in self.clients]
-        test = None if self.test is None else (scaler.transform_X(self.test[0]), scaler.transform_Y(self.test[1]))
+        clients = [scaler.transform(X, Y) for X, Y in self.clients]
+        test = None if self.test is None else scaler.transform(*self.test)
         return FederatedDataset(clients=clients, test=test, name=self.name), scaler
 
     def __repr__(self) -> str:

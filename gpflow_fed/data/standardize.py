@@ -60,22 +60,54 @@ class Standardizer:
     Y_mean: np.ndarray
     Y_std: np.ndarray
 
-    @check_shapes("X: [N, D]", "return: [N, D]")
+    def transform(self, X: np.ndarray, Y: "np.ndarray | None" = None) -> "np.ndarray | Tuple[np.ndarray, np.ndarray]":
+        """Standardise inputs ``X: [N, D]`` to ``(X − μ_X)/σ_X``, and outputs ``Y: [N, P]`` to ``(Y − μ_Y)/σ_Y``
+        when given: returns ``X'`` or ``(X', Y')``."""
+        X_out = self._scale(X, self.X_mean, self.X_std, "X")
+        return X_out if Y is None else (X_out, self._scale(Y, self.Y_mean, self.Y_std, "Y"))
+
+    def inverse_transform(
+        self, mean: np.ndarray, var: "np.ndarray | None" = None
+    ) -> "np.ndarray | Tuple[np.ndarray, np.ndarray]":
+        """A model's predictions ``[N, P]`` back in the outputs' units: the mean ``μ_Y + σ_Y · mean`` and, when
+        given, the variance ``σ_Y² · var``: returns ``mean'`` or ``(mean', var')``."""
+        mean_out = self.Y_mean + self.Y_std * self._checked(mean, self.Y_mean, "mean")
+        return mean_out if var is None else (mean_out, self.Y_std**2 * self._checked(var, self.Y_mean, "var"))
+
+    @staticmethod
+    def _checked(A: np.ndarray, reference: np.ndarray, name: str) -> np.ndarray:
+        array = np.asarray(A, dtype=gpflow.default_float())
+        width = int(np.size(reference))
+        if array.ndim != 2 or array.shape[1] != width:
+            raise ValueError(f"Standardizer: {name} must have shape [N, {width}], got {array.shape}")
+        return array
+
+    def _scale(self, A: np.ndarray, mean: np.ndarray, std: np.ndarray, name: str) -> np.ndarray:
+        return (self._checked(A, mean, name) - mean) / std
+
+    # --- deprecated names (one release) ---------------------------------------------------------------
     def transform_X(self, X: np.ndarray) -> np.ndarray:
-        """``(X − μ_X)/σ_X``."""
-        return (np.asarray(X, dtype=gpflow.default_float()) - self.X_mean) / self.X_std
+        """Deprecated: use ``transform(X)``."""
+        _deprecated("transform_X(X)", "transform(X)")
+        return self.transform(X)
 
-    @check_shapes("Y: [N, P]", "return: [N, P]")
     def transform_Y(self, Y: np.ndarray) -> np.ndarray:
-        """``(Y − μ_Y)/σ_Y``."""
-        return (np.asarray(Y, dtype=gpflow.default_float()) - self.Y_mean) / self.Y_std
+        """Deprecated: use ``transform(X, Y)[1]``."""
+        _deprecated("transform_Y(Y)", "transform(X, Y)")
+        return self._scale(Y, self.Y_mean, self.Y_std, "Y")
 
-    @check_shapes("mean: [N, P]", "return: [N, P]")
     def inverse_mean(self, mean: np.ndarray) -> np.ndarray:
-        """A predictive mean back in data units: ``μ_Y + σ_Y · mean``."""
-        return self.Y_mean + self.Y_std * np.asarray(mean)
+        """Deprecated: use ``inverse_transform(mean)``."""
+        _deprecated("inverse_mean(mean)", "inverse_transform(mean)")
+        return self.inverse_transform(mean)
 
-    @check_shapes("var: [N, P]", "return: [N, P]")
     def inverse_variance(self, var: np.ndarray) -> np.ndarray:
-        """A predictive variance back in data units: ``σ_Y² · var``."""
-        return self.Y_std**2 * np.asarray(var)
+        """Deprecated: use ``inverse_transform(mean, var)[1]``."""
+        _deprecated("inverse_variance(var)", "inverse_transform(mean, var)")
+        return self.Y_std**2 * self._checked(var, self.Y_mean, "var")
+
+
+def _deprecated(old: str, new: str) -> None:
+    import warnings
+
+    warnings.warn(f"Standardizer.{old} is deprecated; use Standardizer.{new}", DeprecationWarning, stacklevel=3)

@@ -40,14 +40,15 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import warnings
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import gpflow
 import numpy as np
 
-from .protection.dp import DifferentialPrivacy, PrivacyAccountant, clip_payload
+from .protection.dp import DifferentialPrivacy, DPUtilityWarning, PrivacyAccountant, clip_payload, utility_warning
 from .protection.masking import Exchange, MaskingKeys, SecureAggregation, check_senders, mask
 from ..randomness import new_run_id
 from .protection.robust import RobustAggregation
@@ -141,6 +142,8 @@ class Aggregator:
         self.server_secret = secrets.token_bytes(32) if server_secret is None else bytes(server_secret)
         self._keys: Dict[str, MaskingKeys] = {}
         self._graphs: Dict[ExchangeContext, Dict[str, Tuple[str, ...]]] = {}
+        self._clipped: Dict[Tuple[int, str], List[bool]] = {}  # DP diagnostics of in-process clients
+        self._warned: set = set()
 
     def _secret_rng(self, *context: object) -> np.random.Generator:
         label = "\x1f".join(str(c) for c in context).encode("utf-8")
@@ -231,7 +234,8 @@ class Aggregator:
         weight = message.weight
         metrics = dict(message.metrics)
         if self.dp is not None and self.noised(message.phase, aggregation):
-            arrays, _ = clip_payload(arrays, self.dp.clip_norm)
+            arrays, norm = clip_payload(arrays, self.dp.clip_norm)
+            self._clipped.setdefault((message.round, message.phase), []).append(norm > self.dp.clip_norm)
             if aggregation == "mean":
                 weight = min(weight, self.dp.weight_bound)
             metrics = {}
@@ -351,6 +355,11 @@ class Aggregator:
         if self.dp is not None and self.noised(context.phase, context.aggregation):
             rng = self.noise_rng(context)
             std = self.dp.noise_std(context.aggregation)
+            flags = self._clipped.pop((context.round, context.phase), None)
+            text = utility_warning(context.phase, out, std, (sum(flags), len(flags)) if flags else None)
+            if text and context.phase not in self._warned:  # once per phase and run
+                self._warned.add(context.phase)
+                warnings.warn(text, DPUtilityWarning, stacklevel=2)
             out = {k: v + rng.normal(0.0, std, size=np.shape(v)) for k, v in sorted(out.items())}
         if context.aggregation == "mean":
             if total_weight <= 0:

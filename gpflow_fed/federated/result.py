@@ -23,6 +23,8 @@ class FederatedResult:
     :param seconds: wall time of the whole run.
     :param privacy: with differential privacy, the spent ``epsilon`` at ``delta`` and the mechanism's
         settings (see :class:`gpflow_fed.federated.DifferentialPrivacy`); None otherwise.
+    :param standardizer: set by :func:`gpflow_fed.fit`: the :class:`~gpflow_fed.data.Standardizer` between the
+        data's units and the model's (None from ``run``).
     """
 
     model: gpflow.models.GPModel
@@ -32,3 +34,13 @@ class FederatedResult:
     metrics: Dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
     privacy: Optional[Dict[str, Any]] = None
+    standardizer: Optional[Any] = None
+
+    def __repr__(self) -> str:
+        """One line: model, rounds, seconds, bytes, test metrics and privacy (the history is not printed)."""
+        parts = [f"model={type(self.model).__name__}", f"rounds={len(self.history)}", f"seconds={self.seconds:.2f}",
+                 f"bytes={self.ledger.total_bytes():,}"]
+        parts += [f"{k}={v:.4g}" for k, v in self.metrics.items()]
+        if self.privacy:
+            parts += [f"{k}={self.privacy[k]:.4g}" for k in ("epsilon", "delta") if k in self.privacy]
+        return f"FederatedResult({', '.join(parts)})"

@@ -5,3 +5,7 @@ from .natural_factor import NaturalFactor
 from .pseudo_observations import S_FLOOR, PseudoObservations
 
 __all__ = ["GaussianInducingPoints", "NaturalFactor", "PseudoObservations", "S_FLOOR"]
+
+# GPflow dispatches (Kuu/Kuf, posterior class, prior_kl) for these types live in covariances/posteriors; load
+# them with the types, since ``import gpflow_fed`` no longer imports every submodule eagerly.
+from .. import covariances, posteriors  # noqa: E402,F401

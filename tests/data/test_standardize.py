@@ -53,3 +53,43 @@ def test_constant_column_is_left_unscaled():
     assert scaler.X_std[0] == 1.0 and np.all(scaled.pooled()[0] == 0.0)
     with pytest.raises(ValueError, match="at least one client"):
         combine_moments([])
+
+
+def test_transform_and_inverse_transform_with_deprecated_aliases():
+    import warnings
+
+    import pytest
+
+    from gpflow_fed.data import Standardizer
+
+    scaler = Standardizer(X_mean=np.array([1.0, 2.0]), X_std=np.array([2.0, 4.0]), Y_mean=np.array([10.0]),
+                          Y_std=np.array([3.0]))
+    X, Y = np.array([[3.0, 6.0]]), np.array([[16.0]])
+    np.testing.assert_allclose(scaler.transform(X), [[1.0, 1.0]])
+    X_s, Y_s = scaler.transform(X, Y)
+    np.testing.assert_allclose(Y_s, [[2.0]])
+    np.testing.assert_allclose(scaler.inverse_transform(Y_s), Y)
+    mean, var = scaler.inverse_transform(Y_s, np.array([[0.5]]))
+    np.testing.assert_allclose(var, [[4.5]])
+    with pytest.raises(ValueError, match=r"X must have shape \[N, 2\]"):
+        scaler.transform(np.ones((3, 1)))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        np.testing.assert_allclose(scaler.transform_X(X), X_s)
+        np.testing.assert_allclose(scaler.inverse_mean(Y_s), Y)
+    assert [w.category for w in caught] == [DeprecationWarning] * 2 and "use Standardizer.transform(X)" in str(caught[0].message)
+
+
+def test_holdout_split_and_its_deprecated_alias():
+    import pytest
+
+    from gpflow_fed.data import holdout_split, train_test_split
+
+    X, Y = np.arange(20.0).reshape(10, 2), np.arange(10.0)[:, None]
+    X_tr, Y_tr, X_te, Y_te = holdout_split(X, Y, test_fraction=0.3, seed=1)
+    assert X_tr.shape == (7, 2) and Y_te.shape == (3, 1)
+    np.testing.assert_allclose(X_tr[:, 0] / 2, Y_tr[:, 0])  # pairs stay together
+    with pytest.deprecated_call():
+        old = train_test_split(X, Y, test_fraction=0.3, seed=1)
+    for a, b in zip(old, (X_tr, Y_tr, X_te, Y_te)):
+        np.testing.assert_array_equal(a, b)

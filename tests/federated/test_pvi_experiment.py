@@ -67,12 +67,13 @@ def test_real_split_is_standardised_and_regional_for_ozone():
     assert spread(regional) < 0.3 < 0.9 < spread(iid)
 
 
-def test_cli_runs_pvi_on_a_real_subset(capsys):
+def test_cli_runs_pvi_on_a_real_subset(capsys, tmp_path):
     from gpflow_fed.cli import main
 
     argv = ["pvi", "--dataset", "boston", "--method", "cpo", "--clients", "3", "--rounds", "3", "--inducing", "4",
-            "--local-steps", "5", "--max-points", "90"]
+            "--local-steps", "5", "--max-points", "90", "--logdir", str(tmp_path), "--no-progress"]
     assert main(argv) == 0
-    assert capsys.readouterr().out.startswith("boston cpo: test log-lik/point")
+    out = capsys.readouterr().out
+    assert out.startswith("FederatedDataset(name='boston'") and "| PVI (cpo) |" in out
     assert main(["pvi", "--max-points", "-1"]) == 2
     assert "--max-points" in capsys.readouterr().err

@@ -56,12 +56,16 @@ def test_cli_locals_then_ensemble_from_file(tmp_path, capsys):
 
     path = tmp_path / "models.npz"
     assert main(["recycle", "locals", "--dataset", "toy", "--points", "40", "--inducing", "4", "--maxiter", "5",
-                 "--out", str(path)]) == 0
+                 "--out", str(path), "--json", "--logdir", str(tmp_path)]) == 0
     assert main(["recycle", "ensemble", str(path), "--inducing", "8", "--maxiter", "5",
-                 "--out", str(tmp_path / "ens.npz"), "--evaluate", "toy"]) == 0
+                 "--out", str(tmp_path / "ens.npz"), "--evaluate", "toy", "--json", "--logdir", str(tmp_path)]) == 0
     import json
 
-    lines = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    decoder, text, lines = json.JSONDecoder(), capsys.readouterr().out, []
+    while text.strip():
+        value, end = decoder.raw_decode(text.strip())
+        lines.append(value)
+        text = text.strip()[end:]
     assert lines[0]["models"] == 5 and lines[1]["models"] == 5 and np.isfinite(lines[1]["test_nlpd"])
     (tmp_path / "bad.npz").write_bytes(b"junk")
     assert main(["recycle", "ensemble", str(tmp_path / "bad.npz")]) == 2

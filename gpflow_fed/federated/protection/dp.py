@@ -32,7 +32,7 @@ import numpy as np
 
 from ...randomness import check_insecure_seed
 
-__all__ = ["ACCOUNTANTS", "DifferentialPrivacy", "PrivacyAccountant", "clip_payload"]
+__all__ = ["ACCOUNTANTS", "DPUtilityWarning", "DifferentialPrivacy", "PrivacyAccountant", "clip_payload", "utility_warning"]
 
 ACCOUNTANTS = ("rdp", "pld")
 
@@ -95,6 +95,64 @@ class DifferentialPrivacy:
             object.__setattr__(self, "phases", tuple(self.phases))
         check_insecure_seed(self.insecure_noise_seed, "DifferentialPrivacy: insecure_noise_seed")
 
+    @classmethod
+    def for_target(
+        cls,
+        epsilon: float,
+        delta: float = 1e-5,
+        *,
+        clip_norm: float,
+        num_clients: int,
+        rounds: int,
+        clients_per_round: Optional[int] = None,
+        sums_per_round: int = 1,
+        final_sums: int = 0,
+        tolerance: float = 1e-3,
+        **options: object,
+    ) -> "DifferentialPrivacy":
+        """The mechanism with the smallest noise multiplier z whose run spends at most ``epsilon`` at ``delta``.
+
+        The run's releases are described as the accountant records them (module docstring): ``rounds`` rounds,
+        each ``sums_per_round`` noised sums over ``clients_per_round`` (m) of ``num_clients`` (K) sampled without
+        replacement, then ``final_sums`` sums over all K (e.g. FSGP fedavg: ``rounds=R``, ``clients_per_round=
+        max(⌈Kρ⌉, 1)``, ``final_sums=1`` for the ``"predict"`` statistics; with ``phases=("predict",)``:
+        ``rounds=0, final_sums=1``). z is found by bisection on the :class:`PrivacyAccountant`'s ε(z), which
+        decreases in z, to relative precision ``tolerance``; ``result.privacy["epsilon"]`` of that run is then
+        at most ``epsilon``.
+
+        :param epsilon: target ε > 0; :param delta: δ ∈ (0, 1).
+        :param clip_norm: C (as in the constructor; calibration does not depend on it).
+        :param options: the constructor's other keywords (``weight_bound``, ``accountant``, ``phases``…).
+        :raises ValueError: inconsistent counts, no release at all, or a target no z in [1e-3, 1e4] reaches.
+        """
+        K = int(num_clients)
+        m = K if clients_per_round is None else int(clients_per_round)
+        if K < 1 or not 1 <= m <= K or rounds < 0 or sums_per_round < 0 or final_sums < 0:
+            raise ValueError(f"for_target: need 1 ≤ clients_per_round ({m}) ≤ num_clients ({K}) and non-negative "
+                             f"rounds ({rounds}), sums_per_round ({sums_per_round}), final_sums ({final_sums})")
+        releases = [(K, m, int(sums_per_round))] * (int(rounds) if sums_per_round else 0)
+        releases += [(K, K, int(final_sums))] if final_sums else []
+        if not releases:
+            raise ValueError("for_target: the described run releases nothing; give rounds and/or final_sums")
+        if not (isinstance(epsilon, (int, float)) and math.isfinite(epsilon) and epsilon > 0):
+            raise ValueError(f"for_target: epsilon must be positive and finite, got {epsilon!r}")
+
+        def spent(z: float) -> float:
+            accountant = PrivacyAccountant(cls(z, clip_norm, delta, **options))  # type: ignore[arg-type]
+            accountant.restore(releases)
+            return accountant.epsilon()
+
+        low, high = 1e-3, 1e4
+        if spent(high) > epsilon:
+            raise ValueError(f"for_target: ε = {epsilon} at δ = {delta} is out of reach for these releases (even "
+                             f"z = {high:g} spends {spent(high):.3g}); allow a larger ε or fewer releases")
+        if spent(low) <= epsilon:
+            return cls(low, clip_norm, delta, **options)  # type: ignore[arg-type]
+        while high / low > 1 + tolerance:
+            mid = math.sqrt(low * high)
+            low, high = (low, mid) if spent(mid) <= epsilon else (mid, high)
+        return cls(high, clip_norm, delta, **options)  # type: ignore[arg-type]
+
     def applies(self, phase: str) -> bool:
         """Whether ``phase``'s sums are clipped and noised."""
         return self.phases is None or phase in self.phases
@@ -103,6 +161,36 @@ class DifferentialPrivacy:
         """``z C`` for a ``"sum"`` phase, ``z B C`` for a ``"mean"`` phase (before dividing by Σ w̄_k)."""
         scale = self.weight_bound if aggregation == "mean" else 1.0
         return float(self.noise_multiplier * self.clip_norm * scale)
+
+
+class DPUtilityWarning(UserWarning):
+    """Clipping or noise swamps the signal of a differentially private sum (see :func:`utility_warning`)."""
+
+
+#: thresholds of :func:`utility_warning`: most clients clipped, or noise larger than the clipped sum.
+CLIPPED_FRACTION_WARNING = 0.5
+NOISE_TO_SIGNAL_WARNING = 1.0
+
+
+def utility_warning(
+    phase: str, clean_sum: Mapping[str, np.ndarray], noise_std: float, clipped: Optional[Tuple[int, int]] = None
+) -> Optional[str]:
+    """A warning text when a release is mostly noise or most clients were clipped, else None.
+
+    The noise-to-signal ratio is ``σ √d / ‖Σ_k ā_k‖`` (the expected norm of the noise over the norm of the
+    clipped sum, d numbers); the server computes it from the sum it noises (central DP: it holds that sum).
+    ``clipped = (n_clipped, n_clients)`` where known (clients in this process).
+    """
+    d = sum(int(np.size(v)) for v in clean_sum.values())
+    signal = math.sqrt(sum(float(np.sum(np.square(v))) for v in clean_sum.values()))
+    ratio = noise_std * math.sqrt(d) / signal if signal > 0 else math.inf
+    fraction = clipped[0] / clipped[1] if clipped and clipped[1] else None
+    if ratio <= NOISE_TO_SIGNAL_WARNING and (fraction is None or fraction <= CLIPPED_FRACTION_WARNING):
+        return None
+    clip_text = f"{clipped[0]} of {clipped[1]} clients clipped" if fraction is not None else "clipping unknown here"
+    return (f"DP phase {phase!r}: noise-to-signal ratio {ratio:.3g} ({clip_text}); the released sums are mostly "
+            "noise or clipping — raise clip_norm if most clients are clipped, lower the noise (a larger ε via "
+            "DifferentialPrivacy.for_target), or add clients")
 
 
 class PrivacyAccountant:

@@ -78,7 +78,7 @@ def write_app(directory: str, algorithm: str, config: Optional[Mapping[str, Any]
         'name = "gpflow-fed-flower-app"',
         'version = "1.0.0"',
         'description = "gpflow-fed algorithms as a Flower ServerApp/ClientApp"',
-        "dependencies = []",
+        'dependencies = ["gpflow-fed[flower]"]',
         "",
         "[tool.flwr.app]",
         'publisher = "gpflow-fed"',

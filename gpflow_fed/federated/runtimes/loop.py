@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
-from tqdm.auto import tqdm
+from ...progress import tqdm
 
 from ...data.dataset import FederatedDataset
 from ..protection.dp import PrivacyAccountant
