@@ -1,16 +1,10 @@
 """The federated core: messages, ledger, sampling, reduction, shared state, LocalRuntime and run()."""
 
-from typing import Any
-
 import gpflow
 import numpy as np
 import pytest
-import tensorflow as tf
 
-from gpflow_fed.data import FederatedDataset
 from gpflow_fed.federated import (
-    Aggregate,
-    Algorithm,
     ClientUpdateError,
     CommunicationLedger,
     LocalRuntime,
@@ -22,65 +16,7 @@ from gpflow_fed.federated import (
     sample_clients,
 )
 
-
-class ConstantGP(gpflow.models.GPModel):
-    """A GP whose latent function is a known constant ± a fixed variance: enough to test the core."""
-
-    def __init__(self, mean: float, variance: float) -> None:
-        super().__init__(gpflow.kernels.Constant(), gpflow.likelihoods.Gaussian(1e-2), num_latent_gps=1)
-        self.mean, self.variance = mean, variance
-
-    def predict_f(self, Xnew, full_cov=False, full_output_cov=False):
-        n = tf.shape(Xnew)[0]
-        return (
-            tf.fill([n, 1], tf.constant(self.mean, gpflow.default_float())),
-            tf.fill([n, 1], tf.constant(self.variance, gpflow.default_float())),
-        )
-
-    def maximum_log_likelihood_objective(self, *args: Any, **kwargs: Any) -> tf.Tensor:
-        return tf.constant(0.0, gpflow.default_float())
-
-
-class FederatedMean(Algorithm):
-    """Estimates the global mean of Y from sums; the per-round state records the running estimate."""
-
-    name = "mean"
-
-    def __init__(self, rounds: int, client_fraction: float = 1.0, fail_client: str = "") -> None:
-        super().__init__(rounds, client_fraction)
-        self.fail_client = fail_client
-
-    def initial_state(self, info):
-        return {"mean": 0.0, "seen": ()}
-
-    def aggregation(self, phase):
-        return "sum"
-
-    def broadcast(self, state, round, phase):
-        return {"mean": np.array(state["mean"])}
-
-    def client_update(self, client, broadcast):
-        if client.id == self.fail_client:
-            raise RuntimeError("disk on fire")
-        X, Y = client.data
-        return self.reply(client, broadcast, {"sum_y": Y.sum(0), "n": np.array([len(Y)], float)}, weight=len(Y),
-                          metrics={"local_mean": float(Y.mean())})
-
-    def server_update(self, state, aggregate: Aggregate):
-        return {"mean": float(aggregate["sum_y"][0] / aggregate["n"][0]), "seen": state["seen"] + (aggregate.senders,)}
-
-    def result(self, state):
-        return ConstantGP(state["mean"], 1.0)
-
-    def copy_state(self, state):
-        return dict(state)
-
-
-@pytest.fixture
-def dataset():
-    rng = np.random.default_rng(0)
-    clients = [(rng.normal(size=(n, 2)), rng.normal(loc=k, size=(n, 1))) for k, n in enumerate([5, 7, 9, 11])]
-    return FederatedDataset(clients=clients, test=(rng.normal(size=(6, 2)), rng.normal(size=(6, 1))), name="toy")
+from tests.federated.helpers import FederatedMean
 
 
 def test_message_is_frozen_and_copies_arrays():

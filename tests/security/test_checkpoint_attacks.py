@@ -16,9 +16,9 @@ import pytest
 from gpflow_fed.data import FederatedDataset
 from gpflow_fed.federated import LocalRuntime, run
 from gpflow_fed.federated.algorithms import FSGP
-from gpflow_fed.federated.checkpoint import MANIFEST, POINTER, _write_manifest, latest_checkpoint
+from gpflow_fed.federated.checkpoint import MANIFEST, POINTER, write_manifest, latest_checkpoint
 
-from ..federated.test_core import FederatedMean
+from tests.federated.helpers import FederatedMean
 
 
 def _data(shift: float = 0.0, sizes=(6, 5, 7)) -> FederatedDataset:
@@ -118,7 +118,7 @@ def _rewrite_state(path, node):
     record["state"] = node
     json.dump(record, open(os.path.join(path, "run.json"), "w"))
     os.remove(os.path.join(path, MANIFEST))
-    _write_manifest(path)
+    write_manifest(path)
 
 
 @pytest.mark.parametrize("cls", ["subprocess:Popen", "this:Anything", "builtins:eval", "os:system",
@@ -195,7 +195,7 @@ def _rewrite_file(path, name, text):
     with open(os.path.join(path, name), "w") as f:
         f.write(text)
     os.remove(os.path.join(path, MANIFEST))
-    _write_manifest(path)
+    write_manifest(path)
 
 
 def test_client_parts_rewritten_with_a_consistent_manifest(tmp_path):

@@ -19,10 +19,10 @@ import tensorflow as tf
 from gpflow_fed.federated import ClientUpdateError, DistributeRuntime, FaultPolicy, LocalRuntime, run
 from gpflow_fed.federated import DifferentialPrivacy
 
-from .distribute_job import MWMS_JOBS, build_jobs, summarize
-from .test_core import FederatedMean, dataset  # noqa: F401  (fixture)
+from tests.federated.runtimes.distribute_job import MWMS_JOBS, build_jobs, summarize
+from tests.federated.helpers import FederatedMean
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 ENV = dict(
     os.environ, OMP_NUM_THREADS="1", TF_NUM_INTRAOP_THREADS="1", TF_NUM_INTEROP_THREADS="1", TF_CPP_MIN_LOG_LEVEL="2"
 )
@@ -32,7 +32,7 @@ LOCAL_ONLY = ("placement", "threads")
 
 def _launch(args: List[str]) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.federated.distribute_job", *args],
+        [sys.executable, "-m", "tests.federated.runtimes.distribute_job", *args],
         cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
 
@@ -206,7 +206,7 @@ PROTECTIONS = {
 def test_one_device_strategy_protects_sums_as_local_runtime(dataset, protection, tmp_path):  # noqa: F811
     """Secure aggregation and DP give LocalRuntime's result exactly (same fixed point, same noise), with the
     masked/clipped messages in the ledger; an interrupted run resumes from its checkpoint to the same end."""
-    from .test_checkpoint import Stop, stop_after
+    from tests.federated.helpers import Stop, stop_after
 
     options = PROTECTIONS[protection]
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")

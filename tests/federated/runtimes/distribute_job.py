@@ -1,7 +1,7 @@
 """The jobs of ``test_distribute.py``, and the script that runs them under a tf.distribute strategy.
 
-``python -m tests.federated.distribute_job mirrored OUT.json`` runs every job under a MirroredStrategy over two
-logical CPU devices; ``python -m tests.federated.distribute_job mwms OUT.json --index i --ports p0,p1`` runs
+``python -m tests.federated.runtimes.distribute_job mirrored OUT.json`` runs every job under a MirroredStrategy over two
+logical CPU devices; ``python -m tests.federated.runtimes.distribute_job mwms OUT.json --index i --ports p0,p1`` runs
 the FSGP jobs as worker ``i`` of a two-worker MultiWorkerMirroredStrategy on 127.0.0.1, with the other
 worker's clients blanked (zeros). Logical devices and
 ``TF_CONFIG`` must be set before TensorFlow initialises its devices, hence a separate process. The test
@@ -31,8 +31,8 @@ def build_jobs() -> Dict[str, Tuple[Callable[[], Any], Any, Dict[str, Any]]]:
     from gpflow_fed.kernels import URK
     from gpflow_fed.federated import DifferentialPrivacy
 
-    from .test_core import FederatedMean
-    from .test_faults import Faulty
+    from tests.federated.helpers import FederatedMean
+    from tests.federated.helpers import Faulty
 
     import tensorflow as tf
 

@@ -11,8 +11,7 @@ from gpflow_fed.federated import LocalRuntime, Message, run
 from gpflow_fed.federated.aggregator import Aggregator, ExchangeContext
 from gpflow_fed.federated.protection.dp import DifferentialPrivacy, PrivacyAccountant, clip_payload
 
-from .test_core import FederatedMean, dataset  # noqa: F401  (fixture)
-from .test_secure_aggregation import WeightedMean
+from tests.federated.helpers import FederatedMean, WeightedMean
 
 
 def analytic_gaussian_epsilon(ratio: float, delta: float) -> float:

@@ -4,25 +4,10 @@ import numpy as np
 import pytest
 
 from gpflow_fed.federated import ClientUpdateError, FaultPolicy, LocalRuntime, Message, run
-from gpflow_fed.federated.aggregator import Aggregator, ExchangeContext
+from gpflow_fed.federated.aggregator import Aggregator
 from gpflow_fed.federated.protection.masking import SecureAggregation, sum_masked
 
-from .test_core import FederatedMean, dataset  # noqa: F401  (fixture)
-from .test_faults import Faulty
-
-
-class WeightedMean(FederatedMean):
-    """The same estimate through a 'mean' phase: Σ_k N_k ȳ_k / Σ_k N_k."""
-
-    def aggregation(self, phase):
-        return "mean"
-
-    def client_update(self, client, broadcast):
-        X, Y = client.data
-        return self.reply(client, broadcast, {"mean_y": Y.mean(0)}, weight=len(Y), metrics={"local_mean": float(Y.mean())})
-
-    def server_update(self, state, aggregate):
-        return {"mean": float(aggregate["mean_y"][0]), "seen": state["seen"] + (aggregate.senders,)}
+from tests.federated.helpers import FederatedMean, Faulty, WeightedMean
 
 
 class Collecting(FederatedMean):

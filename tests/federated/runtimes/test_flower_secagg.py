@@ -21,9 +21,8 @@ from gpflow_fed.federated.aggregator import Aggregator  # noqa: E402
 from gpflow_fed.federated import DifferentialPrivacy, SecureAggregation  # noqa: E402
 from gpflow_fed.federated.protection.masking import from_limb_sums  # noqa: E402
 
-from .test_core import FederatedMean, dataset  # noqa: E402,F401  (fixture)
-from .test_faults import Faulty  # noqa: E402
-from .test_flower import FACTORY, _loopback, dataset as fsgp_dataset, fsgp, task_identity  # noqa: E402,F401
+from tests.federated.helpers import FACTORY, Faulty, FederatedMean, flower_dataset as fsgp_dataset, fsgp  # noqa: E402
+from tests.federated.runtimes.flower_helpers import loopback as _loopback, task_identity  # noqa: E402,F401
 
 
 @pytest.mark.parametrize("cohort", [1, 2, 3, 100, 1000, 2**20])
@@ -208,9 +207,9 @@ def test_secagg_plus_on_a_superlink_and_two_supernodes(tmp_path):
 
     ds = fsgp_dataset()
     local = run(fsgp({"rounds": 1}), ds, runtime=LocalRuntime(secure_aggregation=True), seed=3)
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     settings = {"seed": 3, "rounds": 1, **secagg.aggregator_to_config(Aggregator(secure=True))}
-    with LoopbackFederation(str(tmp_path), ds, env={"PYTHONPATH": root, "GPFLOW_FED_ALGORITHM_MODULES": "tests.federated.test_flower"}) as federation:
+    with LoopbackFederation(str(tmp_path), ds, env={"PYTHONPATH": root, "GPFLOW_FED_ALGORITHM_MODULES": "tests.federated.helpers"}) as federation:
         out = federation.run(FACTORY, settings, timeout=580)
     mean, var = local.model.predict_f(ds.test[0])
     np.testing.assert_allclose(out["predictions"]["mean"], mean.numpy(), rtol=1e-6, atol=1e-9)

@@ -2,8 +2,6 @@
 (slow) a real SuperLink + 2 SuperNodes on loopback running two FSGP rounds."""
 
 import os
-from typing import Any, Mapping, Tuple
-
 import gpflow
 import numpy as np
 import pytest
@@ -12,9 +10,7 @@ pytest.importorskip("flwr")
 
 from flwr.app import Context, RecordDict  # noqa: E402
 
-from gpflow_fed.data import FederatedDataset  # noqa: E402
 from gpflow_fed.federated import FederationInfo, LocalRuntime, Message, run  # noqa: E402
-from gpflow_fed.federated.algorithms import FSGP  # noqa: E402
 from gpflow_fed.federated.runtimes import flower_records as records  # noqa: E402
 from gpflow_fed.federated.runtimes import make_clients  # noqa: E402
 from gpflow_fed.federated import register_algorithm_factory  # noqa: E402
@@ -24,32 +20,8 @@ from gpflow_fed.federated.runtimes.flower_deploy import LoopbackFederation, supe
 from gpflow_fed.federated.runtimes.flower_runtime import FlowerRuntime, _over_the_wire  # noqa: E402
 from gpflow_fed.federated.runtimes.flower_server import FederationShape, FlowerServer  # noqa: E402
 
-#: the factory every party (ServerApp, ClientApps) imports by name
-FACTORY = "tests.federated.test_flower:fsgp"
-
-
-def dataset(sizes: Tuple[int, ...] = (30, 45), seed: int = 0) -> FederatedDataset:
-    """Two small parties with ``y = sin(x₁) cos(x₂) + noise`` and a held-out test set."""
-    rng = np.random.default_rng(seed)
-    N = sum(sizes)
-    X = rng.uniform(-3, 3, (N + 15, 2))
-    Y = np.sin(X[:, :1]) * np.cos(X[:, 1:]) + 0.1 * rng.normal(size=(N + 15, 1))
-    cuts = np.cumsum((0,) + tuple(sizes))
-    return FederatedDataset([(X[a:b], Y[a:b]) for a, b in zip(cuts, cuts[1:])], test=(X[N:], Y[N:]))
-
-
-@register_algorithm_factory
-def fsgp(run_config: Mapping[str, Any]) -> FSGP:
-    """FSGP (fedavg) with ``rounds`` (default 2) and ``local-steps`` (default 5) from the run config."""
-    Z = np.random.default_rng(1).uniform(-3, 3, (6, 2))
-    kernel = gpflow.kernels.SquaredExponential(variance=1.0, lengthscales=[1.0, 1.0])
-    return FSGP(
-        kernel, Z, 0.1,
-        rounds=int(run_config.get("rounds", 2)),
-        local_steps=int(run_config.get("local-steps", 5)),
-        learning_rate=0.05,
-        client_fraction=float(run_config.get("client-fraction", 1.0)),
-    )
+from tests.federated.helpers import FACTORY, flower_dataset as dataset, fsgp  # noqa: E402
+from tests.federated.runtimes.flower_helpers import loopback as _loopback, task_identity  # noqa: E402,F401
 
 
 def _message():
@@ -110,7 +82,7 @@ def test_bad_wire_content_and_factory_specs_are_named():
 
 
 @pytest.mark.parametrize("spec", ["subprocess:run", "os:system", "builtins:eval", "gpflow_fed_no_such_module:f",
-                                  "tests.federated.test_flower:nothing", "no_colon"])
+                                  "tests.federated.helpers:nothing", "no_colon"])
 def test_unregistered_factory_is_neither_imported_nor_called(spec, monkeypatch):
     """A run config is written by whoever submits the run: naming any importable callable must not run it."""
     import sys
@@ -235,28 +207,6 @@ def test_excluded_faulty_client_matches_local_runtime():
     assert flower.ledger.total_bytes() == local.ledger.total_bytes()
 
 
-@pytest.fixture
-def task_identity():
-    """Flower builds messages for the task of this process; set one as a SuperLink's ServerApp task would."""
-    from flwr.supercore.task_identity import TaskIdentity
-
-    previous = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
-    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 77, 1, 1
-    yield 77
-    TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = previous
-
-
-def _loopback(tmp_path, ds, run_config, run_id):
-    """A grid of restartable ClientApps: every message rebuilds its client from the state on disk."""
-    from gpflow_fed.federated.runtimes.flower_client import make_client_app
-    from gpflow_fed.federated.runtimes.flower_deploy import write_client_data
-    from gpflow_fed.federated.runtimes.flower_runtime import LoopbackGrid
-
-    paths, test = write_client_data(str(tmp_path / "data"), ds)
-    configs = [{"data": p, "client-index": k, "state-dir": str(tmp_path / "state")} for k, p in enumerate(paths)]
-    return LoopbackGrid(make_client_app(), configs[::-1], run_config, run_id), test
-
-
 def test_server_app_with_restarted_client_apps_matches_local_runtime(tmp_path, task_identity):
     """The ServerApp's main (run config, result files) over ClientApps that keep state only on disk."""
     from gpflow_fed.federated.runtimes.flower_deploy import read_result
@@ -304,7 +254,7 @@ def test_server_app_failure_is_written_for_the_caller(tmp_path, task_identity):
     from gpflow_fed.federated.runtimes.flower_server import app as server_app
 
     ds = dataset()
-    config = {"algorithm": "tests.federated.test_flower:nothing", "output": str(tmp_path / "out")}
+    config = {"algorithm": "tests.federated.helpers:nothing", "output": str(tmp_path / "out")}
     grid, _ = _loopback(tmp_path, ds, config, task_identity)
     with pytest.raises(ValueError, match="not a registered algorithm factory"):
         server_app(grid, Context(run_id=task_identity, node_id=1, node_config={}, state=RecordDict(), run_config=config))
@@ -322,8 +272,8 @@ def test_superlink_and_two_supernodes_on_loopback_match_local_runtime(tmp_path):
     """Two FSGP rounds on Flower's Deployment Engine (real processes, HTTP on 127.0.0.1) equal LocalRuntime."""
     ds = dataset()
     local = run(fsgp({"rounds": 2}), ds, runtime=LocalRuntime(), seed=3)
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    with LoopbackFederation(str(tmp_path), ds, env={"PYTHONPATH": root, TRUSTED_MODULES_ENV: "tests.federated.test_flower"}) as federation:
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    with LoopbackFederation(str(tmp_path), ds, env={"PYTHONPATH": root, TRUSTED_MODULES_ENV: "tests.federated.helpers"}) as federation:
         out = federation.run(FACTORY, {"seed": 3, "rounds": 2}, timeout=400)
     mean, var = local.model.predict_f(ds.test[0])
     np.testing.assert_allclose(out["predictions"]["mean"], mean.numpy(), rtol=1e-6, atol=1e-9)
@@ -345,7 +295,7 @@ def test_superlink_and_two_supernodes_on_loopback_match_local_runtime(tmp_path):
 def test_in_process_flower_runs_every_algorithm_as_local_runtime(job):
     """FedBNR (FedAvg and KD), PVI (DPO, CPO) and Recycle run unchanged through the Flower adapters (every
     message through RecordDict and back) and give LocalRuntime's run: history, ledger, predictions."""
-    from .distribute_job import build_jobs, summarize
+    from tests.federated.runtimes.distribute_job import build_jobs, summarize
 
     factory, data, _ = build_jobs()[job]
     local = summarize(run(factory(), data, runtime=LocalRuntime(), seed=3))

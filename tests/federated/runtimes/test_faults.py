@@ -3,37 +3,11 @@
 import logging
 import time
 
-import numpy as np
 import pytest
 
 from gpflow_fed.federated import ClientUpdateError, FaultPolicy, LocalRuntime, RoundFailedError, run
 
-from .test_core import FederatedMean, dataset  # noqa: F401  (fixture)
-
-
-class Faulty(FederatedMean):
-    """Client ``bad`` misbehaves in the way named by ``kind``."""
-
-    def __init__(self, rounds, kind, bad=("client_1",), **kwargs):
-        super().__init__(rounds, **kwargs)
-        self.kind, self.bad = kind, bad
-
-    def client_update(self, client, broadcast):
-        reply = super().client_update(client, broadcast)
-        if client.id not in self.bad:
-            return reply
-        if self.kind == "raise":
-            raise RuntimeError("out of memory")
-        if self.kind == "nan":
-            return self.reply(client, broadcast, {"sum_y": np.array([np.nan]), "n": np.array([1.0])})
-        if self.kind == "shape":
-            return self.reply(client, broadcast, {"sum_y": np.zeros(3), "n": np.array([1.0])})
-        if self.kind == "slow":
-            time.sleep(0.3)
-            return reply
-        if self.kind == "not-a-message":
-            return {"sum_y": 1.0}
-        raise AssertionError(self.kind)
+from tests.federated.helpers import FederatedMean, Faulty
 
 
 def _expected_mean(ds, bad):

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "pvi_diagnostics.py"
+SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "pvi_diagnostics.py"
 TINY = ["--dataset", "boston", "--clients", "3", "--max-points", "120", "--inducing", "4", "--rounds", "3",
         "--local-steps", "5", "--patience", "5", "--predict-samples", "2"]
 

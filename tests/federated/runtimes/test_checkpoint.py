@@ -12,19 +12,7 @@ from gpflow_fed.federated.algorithms import FSGP
 from gpflow_fed.federated.checkpoint import decode_tree, encode_tree, latest_checkpoint
 from gpflow_fed.federated.protection.dp import DifferentialPrivacy
 
-from .test_core import FederatedMean, dataset  # noqa: F401  (fixture)
-
-
-class Stop(Exception):
-    """Simulates a crash after a round (the checkpoint of that round is already written)."""
-
-
-def stop_after(round_):
-    def monitor(r, **kwargs):
-        if r == round_:
-            raise Stop
-
-    return monitor
+from tests.federated.helpers import FederatedMean, Stop, stop_after
 
 
 def interrupted_then_resumed(algorithm_factory, data, tmp_path, stop, **runtime_kwargs):
@@ -130,7 +118,7 @@ def test_every_algorithm_resumes_to_the_uninterrupted_run(tmp_path, job, stop):
     """FedBNR (FedAvg, KD), PVI (DPO, CPO) and Recycle: server state, client state (Adam moments, factors,
     random-stream positions) and the round survive a restart; the resumed run's history, ledger and
     predictions equal the uninterrupted run's exactly."""
-    from .distribute_job import build_jobs, summarize
+    from tests.federated.runtimes.distribute_job import build_jobs, summarize
 
     factory, data, _ = build_jobs()[job]
     directory = tmp_path / "ckpt"

@@ -1,0 +1,25 @@
+"""Flower test helpers: the task identity a ServerApp runs under, and a grid of restartable ClientApps."""
+
+import pytest
+
+
+@pytest.fixture
+def task_identity():
+    """Flower builds messages for the task of this process; set one as a SuperLink's ServerApp task would."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    previous = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 77, 1, 1
+    yield 77
+    TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = previous
+
+
+def loopback(tmp_path, ds, run_config, run_id):
+    """A grid of restartable ClientApps: every message rebuilds its client from the state on disk."""
+    from gpflow_fed.federated.runtimes.flower_client import make_client_app
+    from gpflow_fed.federated.runtimes.flower_deploy import write_client_data
+    from gpflow_fed.federated.runtimes.flower_runtime import LoopbackGrid
+
+    paths, test = write_client_data(str(tmp_path / "data"), ds)
+    configs = [{"data": p, "client-index": k, "state-dir": str(tmp_path / "state")} for k, p in enumerate(paths)]
+    return LoopbackGrid(make_client_app(), configs[::-1], run_config, run_id), test
