@@ -1,9 +1,9 @@
 """gpflow-fed: federated and privacy-aware Gaussian processes for GPflow 2.
 
 Submodules load on first use (``gpflow_fed.models``, ``from gpflow_fed import federated``), so that
-``import gpflow_fed`` and the ``gpflow-fed`` command's ``--help`` do not import TensorFlow. The first access to
-any of them imports all of them, which activates the package's GPflow dispatch registrations (``Kuu``/``Kuf``,
-posteriors, ``prior_kl``) exactly as an eager import did.
+``import gpflow_fed`` and the ``gpflow-fed`` command's ``--help`` do not import TensorFlow. The package's GPflow
+dispatch registrations (``Kuu``/``Kuf``, posteriors, ``prior_kl``) are all for its own inducing variables, and
+``gpflow_fed.inducing_variables`` loads them with the types, so they are active whenever a type they serve is.
 """
 
 from __future__ import annotations
@@ -32,18 +32,11 @@ _FUNCTIONS = {"fit": "fitting"}
 __all__ = ["__version__", *_SUBMODULES, *_FUNCTIONS]
 
 
-def _load_all() -> None:
-    for name in _SUBMODULES:
-        importlib.import_module(f"{__name__}.{name}")
-
-
 def __getattr__(name: str) -> Any:
-    """Import the submodules on first use (PEP 562)."""
+    """Import a submodule on first use (PEP 562); only that one (and what it imports itself)."""
     if name in _SUBMODULES:
-        _load_all()
         return importlib.import_module(f"{__name__}.{name}")
     if name in _FUNCTIONS:
-        _load_all()
         function = getattr(importlib.import_module(f"{__name__}.{_FUNCTIONS[name]}"), name)
         globals()[name] = function
         return function

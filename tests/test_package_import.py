@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -15,7 +17,7 @@ def _run(code: str) -> str:
     return done.stdout
 
 
-def test_import_is_lazy_and_attributes_load_everything() -> None:
+def test_import_is_lazy_and_a_submodule_loads_its_dispatches() -> None:
     out = _run(
         "import sys, gpflow_fed\n"
         "print('before', 'tensorflow' in sys.modules, gpflow_fed.__version__)\n"
@@ -34,3 +36,19 @@ def test_importing_inducing_variables_registers_their_dispatches() -> None:
         "print(f.__module__)\n"
     )
     assert "gpflow_fed.covariances" in out
+
+
+ENTRY_POINTS = [
+    "from gpflow_fed.federated import run, LocalRuntime",
+    "from gpflow_fed.federated.algorithms import PVI, FSGP",
+    "from gpflow_fed.data import satellite_data; from gpflow_fed.models import release",
+    "from gpflow_fed.models import DPOSVGP, EnsembleSVGP, AggregatedSGPR",
+    "from gpflow_fed.baselines import fgp; from gpflow_fed.privacy import obfuscate",
+    "import gpflow_fed.federated.runtimes.base; import gpflow_fed.metrics",
+]
+
+
+@pytest.mark.parametrize("statement", ENTRY_POINTS)
+def test_every_entry_point_imports_first_in_a_fresh_interpreter(statement) -> None:
+    """No import order may matter: each public entry point works as the first import of a session."""
+    assert "ok" in _run(f"{statement}\nprint('ok')")

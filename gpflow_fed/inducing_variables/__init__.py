@@ -8,4 +8,5 @@ __all__ = ["GaussianInducingPoints", "NaturalFactor", "PseudoObservations", "S_F
 
 # GPflow dispatches (Kuu/Kuf, posterior class, prior_kl) for these types live in covariances/posteriors; load
 # them with the types, since ``import gpflow_fed`` no longer imports every submodule eagerly.
-from .. import covariances, posteriors  # noqa: E402,F401
+from ..covariances import kuus_kufs  # noqa: E402,F401
+from ..posteriors import dpo_posterior  # noqa: E402,F401
