@@ -85,6 +85,8 @@ def weak_main(argv: "list[str]") -> None:
     parser.add_argument("--scale", nargs="*", default=["1000:50", "8000:20"], help="N:γ cases")
     parser.add_argument("--no-oracle", action="store_true", help="skip the dense-oracle table")
     parser.add_argument("--json", default="benchmarks/results/privacy_weak.json")
+    parser.add_argument("--oracle-cases", type=int, nargs="*", default=None,
+                        help="indices into WEAK_ORACLE_CASES to run (default: all)")
     parser.add_argument("--compare-small", action="store_true",
                         help="also time solve_weak_krylov on each scale case with small_solver='clarabel' and "
                              "'barrier' side by side (same C, B, m)")
@@ -98,7 +100,8 @@ def weak_main(argv: "list[str]") -> None:
         print("| kernel | ℓ | N | γ | V | ξ/K | oracle | oracle s | Krylov s | tr oracle | tr Krylov | rel. diff "
               "| certified gap | margin (full dim) | k |")
         print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-        for name, ls, N, gamma, noise, frac in WEAK_ORACLE_CASES:
+        chosen = range(len(WEAK_ORACLE_CASES)) if args.oracle_cases is None else args.oracle_cases
+        for name, ls, N, gamma, noise, frac in (WEAK_ORACLE_CASES[i] for i in chosen):
             rng = np.random.default_rng(N + gamma)
             X = np.sort(rng.uniform(0, 1, (N, 1)), 0)
             S = rng.uniform(0.1, 0.9, (gamma, 1))

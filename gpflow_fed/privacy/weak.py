@@ -36,9 +36,17 @@ small SDP is first solved once ``k‖QᵀCQ − G⁻¹‖₂ / tr(QᵀCQ) ≤ ES
 constraint is violated by δ (solver round-off); the returned Σ is then checked in full dimension by one
 Cholesky of ``C + Σ``: ``minᵢ (Var[f(sᵢ) | W] − ξᵢ) / mᵢ ≥ −FEASIBILITY_RTOL`` or ValueError.
 
+**Small solver.** The reduced SDP is solved by a numpy log-barrier method in the k(k+1)/2 entries of S
+(:func:`_small_weak_barrier`; it uses that all γ constraints share ``S + G⁻¹``: constraint i is the scalar
+``hᵢᵀ(S + G⁻¹)⁻¹hᵢ ≤ mᵢ``). The KKT conditions make each dual multiplier rank one, ``Λᵢ = λᵢuᵢuᵢᵀ`` with
+``uᵢ = (S + G⁻¹)⁻¹hᵢ``; with the uᵢ of the barrier solution fixed, the best λ is a small SDP in γ scalars
+(:func:`_rank_one_lower_bound`), and the lifted bound is evaluated at that exactly dual-feasible point. If the
+barrier fails, or ``k > BARRIER_MAX_DIMENSION``, the bordered LMI above goes to Clarabel (``small_solver=
+"clarabel"`` forces it).
+
 Cost: O(N³/3) for two Cholesky factorisations (C, and the final check), O(N²k) for the Krylov products and
-solves, plus the small SDP in ``k + γ`` dimensions (Clarabel, interior point; its cost grows like
-``(k + γ)⁶`` and dominates for γ ≳ 40).
+solves, plus the small SDP: per Newton step O(k⁶/8) for the factorisation of the k(k+1)/2-dimensional Newton
+system (a few dozen steps), against Clarabel's bordered LMI whose cost grows like ``(k + γ)⁶``.
 """
 
 from __future__ import annotations
