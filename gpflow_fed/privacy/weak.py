@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Optional
 
@@ -273,11 +274,26 @@ def _rank_one_lower_bound(U: np.ndarray, Ginv: np.ndarray, T: np.ndarray, H: np.
     return float(np.sum(lam * (uh ** 2 / m - np.einsum("ki,kl,li->i", U, T, U))))
 
 
+def _one_blas_thread():
+    """Limit BLAS to one thread where threadpoolctl is installed (else no-op).
+
+    The barrier's Newton systems are small (k(k+1)/2 ≲ 3,240 unknowns) and factored ~60 times; on a shared
+    2-core machine multithreaded OpenBLAS made the N = 1,000, γ = 50 case 50 s instead of 6.9 s (measured
+    with ``OPENBLAS_NUM_THREADS=2`` vs ``1``, load average 4, see BENCHMARKS.md issue-17 section).
+    """
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # optional: installed with scikit-learn
+        return nullcontext()
+    return threadpool_limits(limits=1, user_api="blas")
+
+
 def _small_solve(Ginv: np.ndarray, H: np.ndarray, m: np.ndarray, T: np.ndarray, solver: str) -> "tuple[np.ndarray, float]":
     """The reduced weak SDP and a certified lower bound: the numpy barrier first, Clarabel as the fallback."""
     if solver == "barrier" and H.shape[0] <= BARRIER_MAX_DIMENSION:
         try:
-            S, U = _small_weak_barrier(Ginv, H, m)
+            with _one_blas_thread():
+                S, U = _small_weak_barrier(Ginv, H, m)
         except _BarrierFailure:
             pass
         else:
