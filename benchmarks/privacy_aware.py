@@ -85,17 +85,23 @@ def weak_main(argv: "list[str]") -> None:
     parser.add_argument("--scale", nargs="*", default=["1000:50", "8000:20"], help="N:γ cases")
     parser.add_argument("--no-oracle", action="store_true", help="skip the dense-oracle table")
     parser.add_argument("--json", default="benchmarks/results/privacy_weak.json")
+    parser.add_argument("--oracle-cases", type=int, nargs="*", default=None,
+                        help="indices into WEAK_ORACLE_CASES to run (default: all)")
+    parser.add_argument("--compare-small", action="store_true",
+                        help="also time solve_weak_krylov on each scale case with small_solver='clarabel' and "
+                             "'barrier' side by side (same C, B, m)")
     args = parser.parse_args(argv)
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     dirty = bool(subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True).stdout.strip())
     record = dict(command="python benchmarks/privacy_aware.py --weak " + " ".join(argv), commit=commit,
-                  dirty_tree=dirty, load_start=os.getloadavg()[0], oracle=[], scale=[])
+                  dirty_tree=dirty, load_start=os.getloadavg()[0], oracle=[], scale=[], small_solvers=[])
     print(f"load average at start: {record['load_start']:.1f} (1 min), {os.cpu_count()} CPUs; commit {commit}")
     if not args.no_oracle:
         print("| kernel | ℓ | N | γ | V | ξ/K | oracle | oracle s | Krylov s | tr oracle | tr Krylov | rel. diff "
               "| certified gap | margin (full dim) | k |")
         print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-        for name, ls, N, gamma, noise, frac in WEAK_ORACLE_CASES:
+        chosen = range(len(WEAK_ORACLE_CASES)) if args.oracle_cases is None else args.oracle_cases
+        for name, ls, N, gamma, noise, frac in (WEAK_ORACLE_CASES[i] for i in chosen):
             rng = np.random.default_rng(N + gamma)
             X = np.sort(rng.uniform(0, 1, (N, 1)), 0)
             S = rng.uniform(0.1, 0.9, (gamma, 1))
@@ -139,10 +145,46 @@ def weak_main(argv: "list[str]") -> None:
               f"| {row['gap']:.1e} | {row['margin']:.1e} | {row['oracle_margin']:.1e} | {row['k']} ({row['steps']}) "
               f"| {row['rank']} | {row['strong_trace']:.10g} ({row['strong_kind']}) | {'yes' if row['theorem2'] else 'NO'} "
               f"| {row['peak_rss_gib']:.2f} |", flush=True)
+    if args.compare_small:
+        _compare_small(args.scale, record, args.json)
     record["load_end"] = os.getloadavg()[0]
     print(f"load average at end: {record['load_end']:.1f} (1 min)")
     _dump(record, args.json)
     print(f"wrote {args.json}")
+
+
+def _compare_small(cases: "list[str]", record: dict, path: str) -> None:
+    """The reduced SDP by Clarabel (bordered LMI) vs the numpy barrier, on the same scale cases (Krylov s only)."""
+    from gpflow_fed.privacy.weak import solve_weak_krylov
+
+    print("\n| N | γ | small solver | Krylov s | tr Σ_weak | certified gap | margin (full dim) | k (steps) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for case in cases:
+        N, gamma = (int(v) for v in case.split(":"))
+        rng = np.random.default_rng(0)
+        X = np.sort(rng.uniform(0, 10, (N, 1)), 0)
+        S = np.linspace(0.25, 9.75, gamma)[:, None]
+        k = gpflow.kernels.SquaredExponential(lengthscales=0.5)
+        C = kernel_matrix(k, X) + 0.01 * np.eye(N)
+        B = kernel_matrix(k, X, S)
+        m = 0.5 * np.diag(kernel_matrix(k, S))
+        traces = {}
+        for solver in ("clarabel", "barrier"):
+            t = time.perf_counter()
+            sigma = solve_weak_krylov(C, B, m, small_solver=solver)
+            seconds = time.perf_counter() - t
+            c = sigma.certificate
+            traces[solver] = sigma.trace()
+            row = dict(N=N, gamma=gamma, small_solver=solver, seconds=seconds, trace=sigma.trace(),
+                       lower_bound=c.lower_bound, gap=c.relative_gap, margin=c.feasibility_margin,
+                       k=c.krylov_dimension, steps=c.steps)
+            record["small_solvers"].append(row)
+            _dump(record, path)
+            print(f"| {N} | {gamma} | {solver} | {seconds:.1f} | {sigma.trace():.10g} | {c.relative_gap:.1e} "
+                  f"| {c.feasibility_margin:.1e} | {c.krylov_dimension} ({c.steps}) |", flush=True)
+        del C
+        print(f"relative trace difference barrier vs Clarabel: "
+              f"{abs(traces['barrier'] - traces['clarabel']) / traces['clarabel']:.1e}", flush=True)
 
 
 def _dump(record: dict, path: str) -> None:

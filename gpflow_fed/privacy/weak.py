@@ -36,14 +36,24 @@ small SDP is first solved once ``k‖QᵀCQ − G⁻¹‖₂ / tr(QᵀCQ) ≤ ES
 constraint is violated by δ (solver round-off); the returned Σ is then checked in full dimension by one
 Cholesky of ``C + Σ``: ``minᵢ (Var[f(sᵢ) | W] − ξᵢ) / mᵢ ≥ −FEASIBILITY_RTOL`` or ValueError.
 
+**Small solver.** The reduced SDP is solved by a numpy log-barrier method in the k(k+1)/2 entries of S
+(:func:`_small_weak_barrier`; it uses that all γ constraints share ``S + G⁻¹``: constraint i is the scalar
+``hᵢᵀ(S + G⁻¹)⁻¹hᵢ ≤ mᵢ``). The KKT conditions make each dual multiplier rank one, ``Λᵢ = λᵢuᵢuᵢᵀ`` with
+``uᵢ = (S + G⁻¹)⁻¹hᵢ``; with the uᵢ of the barrier solution fixed, the best λ is a small SDP in γ scalars
+(:func:`_rank_one_lower_bound`), and the lifted bound is evaluated at that exactly dual-feasible point. If the
+barrier fails, or ``k > BARRIER_MAX_DIMENSION``, the bordered LMI above goes to Clarabel (``small_solver=
+"clarabel"`` forces it).
+
 Cost: O(N³/3) for two Cholesky factorisations (C, and the final check), O(N²k) for the Krylov products and
-solves, plus the small SDP in ``k + γ`` dimensions (Clarabel, interior point; its cost grows like
-``(k + γ)⁶`` and dominates for γ ≳ 40).
+solves, plus the small SDP: per Newton step O(k⁶/8) for the factorisation of the k(k+1)/2-dimensional Newton
+system (a few dozen steps), against Clarabel's bordered LMI whose cost grows like ``(k + γ)⁶``.
 """
 
 from __future__ import annotations
 
 import time
+import warnings
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Optional
 
@@ -51,7 +61,7 @@ import cvxpy as cp
 import gpflow
 import numpy as np
 from check_shapes import check_shapes
-from scipy.linalg import cho_solve, cholesky, solve_triangular
+from scipy.linalg import cho_factor, cho_solve, cholesky, solve_triangular
 
 from .lowrank import LowRankCovariance, _orthonormal_block
 
@@ -131,6 +141,167 @@ def _small_weak_sdp(Ginv: np.ndarray, H: np.ndarray, m: np.ndarray) -> "tuple[np
     return (vecs * np.clip(lam, 0.0, None)) @ vecs.T, 0.5 * (Y + Y.T), nu
 
 
+#: Largest Krylov dimension k for the numpy barrier solver (its Newton system has k(k+1)/2 unknowns).
+BARRIER_MAX_DIMENSION = 80
+#: The barrier path stops once its duality-gap bound ``(k + γ)/t`` is below this fraction of ``tr S``.
+BARRIER_RTOL = 1e-8
+#: Newton steps per centring stage, and the factor by which t grows between stages.
+BARRIER_MAX_NEWTON, BARRIER_GROWTH = 60, 50.0
+
+
+class _BarrierFailure(RuntimeError):
+    """The numpy barrier method could not follow the central path (the caller falls back to Clarabel)."""
+
+
+def _small_weak_barrier(Ginv: np.ndarray, H: np.ndarray, m: np.ndarray) -> "tuple[np.ndarray, np.ndarray]":
+    r"""``min tr S s.t. S ⪰ 0, hᵢᵀ(S + G⁻¹)⁻¹hᵢ ≤ mᵢ`` by a primal log-barrier method with Newton steps.
+
+    The barrier ``t·tr S − log det S − Σᵢ log rᵢ``, ``rᵢ = mᵢ − hᵢᵀM⁻¹hᵢ``, ``M = S + G⁻¹`` describes the
+    same feasible set as the bordered LMI of :func:`_small_weak_sdp` (``hᵢᵀM⁻¹hᵢ ≤ mᵢ`` is the Schur
+    complement of ``[[M, hᵢ], [hᵢᵀ, mᵢ]] ⪰ 0``) in k(k+1)/2 unknowns instead of Clarabel's cone of size
+    ``k + γ``. With ``uᵢ = M⁻¹hᵢ`` its gradient is ``tI − S⁻¹ − Σᵢ uᵢuᵢᵀ/rᵢ`` and its Hessian the quadratic
+    form ``tr(S⁻¹XS⁻¹X) + Σᵢ [2(Xuᵢ)ᵀM⁻¹(Xuᵢ)/rᵢ + (uᵢᵀXuᵢ)²/rᵢ²]``, assembled in the orthonormal ``svec``
+    basis of symmetric matrices, in the eigenbasis of S with a Jacobi scaling (S approaches rank ≤ γ). Every
+    iterate is strictly feasible. At the end of the path ``tr S`` exceeds the reduced optimum by at most
+    ``(k + γ)/t ≤ BARRIER_RTOL·tr S``.
+
+    :return: ``(S, U)``: S [k, k] (positive definite, strictly feasible) and ``U = M⁻¹H`` [k, γ].
+    :raises _BarrierFailure: no strictly feasible start, or a centring stage that does not converge.
+    """
+    k, gamma = H.shape
+    Ginv = 0.5 * (Ginv + Ginv.T)
+    a, b = np.triu_indices(k)
+    w = np.where(a == b, 1.0, np.sqrt(2.0))  # svec(X) = X[a, b]·w is an isometry
+    c = np.where(a == b, 0.5, np.sqrt(0.5))  # svec basis vectors: e_aa and (e_ab + e_ba)/√2
+    cc = np.outer(c, c)
+    eye = np.eye(k)
+
+    def smat(v: np.ndarray) -> np.ndarray:
+        X = np.zeros((k, k))
+        X[a, b] = v / w
+        X[b, a] = v / w
+        return X
+
+    def kron_sym(X: np.ndarray, Y: np.ndarray) -> np.ndarray:
+        """``X ⊗ Y + Y ⊗ X`` restricted to symmetric matrices, in the svec basis (up to the factor cc)."""
+        aa, bb, ab, ba = np.ix_(a, a), np.ix_(b, b), np.ix_(a, b), np.ix_(b, a)
+        return X[aa] * Y[bb] + X[ab] * Y[ba] + Y[aa] * X[bb] + Y[ab] * X[ba]
+
+    def evaluate(S: np.ndarray) -> "Optional[tuple[float, np.ndarray, np.ndarray, np.ndarray]]":
+        try:
+            Ls = np.linalg.cholesky(S)
+            Lm = np.linalg.cholesky(S + Ginv)
+        except np.linalg.LinAlgError:
+            return None
+        U = cho_solve((Lm, True), H, check_finite=False)
+        r = m - np.einsum("ki,ki->i", H, U)
+        if np.any(r <= 0):
+            return None
+        return 2.0 * float(np.sum(np.log(np.diag(Ls)))), Lm, U, r
+
+    S = (2.0 * float(np.max(np.sum(H * H, axis=0) / m)) + 1e-12) * eye  # then hᵢᵀM⁻¹hᵢ < mᵢ/2
+    state = evaluate(S)
+    if state is None:
+        raise _BarrierFailure("no strictly feasible starting point")
+    nbar = k + gamma
+    t = nbar / float(np.trace(S))
+    while True:
+        for it in range(BARRIER_MAX_NEWTON):
+            logdet, Lm, U, r = state
+            sig, V = np.linalg.eigh(S)
+            Minv = V.T @ cho_solve((Lm, True), V, check_finite=False)
+            Ur = V.T @ U
+            g = t * eye - np.diag(1.0 / sig) - (Ur / r) @ Ur.T
+            P = (Ur * (2.0 / r)) @ Ur.T
+            A = Ur[a] * Ur[b] * (w[:, None] / r)
+            Hs = cc * kron_sym(Minv, P) + A @ A.T
+            Hs[np.diag_indices_from(Hs)] += 1.0 / (sig[a] * sig[b])  # tr(S⁻¹XS⁻¹X): diagonal in this basis
+            gs = g[a, b] * w
+            sc = 1.0 / np.sqrt(np.diag(Hs))
+            try:
+                d = -sc * cho_solve(cho_factor(0.5 * (Hs + Hs.T) * np.outer(sc, sc)), gs * sc)
+            except np.linalg.LinAlgError as exc:
+                raise _BarrierFailure("singular Newton system") from exc
+            dec = -float(gs @ d)  # squared Newton decrement
+            if dec <= 2e-10:
+                break
+            if it == BARRIER_MAX_NEWTON - 1:
+                raise _BarrierFailure(f"centring stalled at t = {t:.3g}")
+            D = V @ smat(d) @ V.T
+            f0 = t * float(np.trace(S)) - logdet - float(np.sum(np.log(r)))
+            step = 1.0
+            while True:  # full steps near the centre (dec < 1/4), Armijo backtracking elsewhere
+                trial = S + step * D
+                new = evaluate(trial)
+                if new is not None and (dec < 0.25 or t * float(np.trace(trial)) - new[0] - float(np.sum(np.log(new[3])))
+                                        <= f0 - 0.25 * step * dec):
+                    break
+                step *= 0.5
+                if step < 1e-14:
+                    raise _BarrierFailure("line search failed")
+            S, state = 0.5 * (trial + trial.T), new
+        if nbar / t <= BARRIER_RTOL * float(np.trace(S)):
+            return S, state[2]
+        t *= BARRIER_GROWTH
+
+
+def _rank_one_lower_bound(U: np.ndarray, Ginv: np.ndarray, T: np.ndarray, H: np.ndarray, m: np.ndarray) -> float:
+    r"""A certified lower bound from rank-one dual multipliers ``Λᵢ = λᵢuᵢuᵢᵀ`` (``uᵢ = M⁻¹hᵢ``, the KKT form).
+
+    With the directions uᵢ fixed, the reduced dual ``max Σᵢ λᵢ[(uᵢᵀhᵢ)²/mᵢ − uᵢᵀG⁻¹uᵢ]`` over ``λ ≥ 0``,
+    ``Σᵢ λᵢuᵢuᵢᵀ ⪯ I`` is a small SDP in γ scalars (Clarabel). The point ``Y = Σᵢ vᵢvᵢᵀ``,
+    ``vᵢ = √λᵢ[uᵢ; −(uᵢᵀhᵢ/mᵢ)eᵢ]`` is PSD by construction; after scaling λ so that ``λ_max(Y₁₁) ≤ 1`` it is
+    feasible for the lifted dual (module docstring), whose value is ``Σᵢ λᵢ[(uᵢᵀhᵢ)²/mᵢ − uᵢᵀTuᵢ]``.
+    """
+    k, gamma = U.shape
+    norms = np.maximum(np.linalg.norm(U, axis=0), np.finfo(float).tiny)
+    Un = U / norms
+    uh = np.einsum("ki,ki->i", U, H)
+    value = (uh ** 2 / m - np.einsum("ki,kl,li->i", U, Ginv, U)) / norms ** 2
+    lam = cp.Variable(gamma, nonneg=True)
+    problem = cp.Problem(cp.Maximize(value @ lam), [Un @ cp.diag(lam) @ Un.T << np.eye(k)])
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            problem.solve(solver="CLARABEL", tol_gap_abs=1e-12, tol_gap_rel=1e-12, tol_feas=1e-12)
+    except cp.error.SolverError:
+        return -np.inf
+    if lam.value is None:
+        return -np.inf
+    lam = np.clip(np.asarray(lam.value, dtype=float), 0.0, None) / norms ** 2
+    top = float(np.linalg.eigvalsh((U * lam) @ U.T)[-1])
+    lam = lam / max(1.0, top * (1.0 + 1e-12))
+    return float(np.sum(lam * (uh ** 2 / m - np.einsum("ki,kl,li->i", U, T, U))))
+
+
+def _one_blas_thread():
+    """Limit BLAS to one thread where threadpoolctl is installed (else no-op).
+
+    The barrier's Newton systems are small (k(k+1)/2 ≲ 3,240 unknowns) and factored ~60 times; on a shared
+    2-core machine multithreaded OpenBLAS made the N = 1,000, γ = 50 case 50 s instead of 6.9 s (measured
+    with ``OPENBLAS_NUM_THREADS=2`` vs ``1``, load average 4, see BENCHMARKS.md issue-17 section).
+    """
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # optional: installed with scikit-learn
+        return nullcontext()
+    return threadpool_limits(limits=1, user_api="blas")
+
+
+def _small_solve(Ginv: np.ndarray, H: np.ndarray, m: np.ndarray, T: np.ndarray, solver: str) -> "tuple[np.ndarray, float]":
+    """The reduced weak SDP and a certified lower bound: the numpy barrier first, Clarabel as the fallback."""
+    if solver == "barrier" and H.shape[0] <= BARRIER_MAX_DIMENSION:
+        try:
+            with _one_blas_thread():
+                S, U = _small_weak_barrier(Ginv, H, m)
+        except _BarrierFailure:
+            pass
+        else:
+            return S, _rank_one_lower_bound(U, Ginv, T, H, m)
+    S, Y, nu = _small_weak_sdp(Ginv, H, m)
+    return S, _lifted_lower_bound(Y, nu, T, H, m)
+
+
 def _repair(S: np.ndarray, Ginv: np.ndarray, H: np.ndarray, m: np.ndarray) -> np.ndarray:
     """Shift S by ``2δ·I`` if a reduced constraint ``S + G⁻¹ − hᵢhᵢᵀ/mᵢ`` has smallest eigenvalue −δ < 0."""
     M = S + 0.5 * (Ginv + Ginv.T)
@@ -182,6 +353,7 @@ def solve_weak_krylov(
     *,
     gap_rtol: float = GAP_RTOL,
     max_dimension: Optional[int] = None,
+    small_solver: str = "barrier",
 ) -> CertifiedCovariance:
     r"""The weak SDP (10) ``min tr Σ s.t. Σ + C ⪰ bᵢbᵢᵀ/mᵢ, Σ ⪰ 0`` by certified block-Krylov reduction.
 
@@ -190,6 +362,9 @@ def solve_weak_krylov(
     :param margin: ``[γ]`` ``mᵢ = K(sᵢ, sᵢ) − ξᵢ > 0``.
     :param gap_rtol: the certified relative gap to reach (default 1e-6).
     :param max_dimension: the largest Krylov dimension k tried (default ``min(N, max(12γ, 60))``).
+    :param small_solver: ``"barrier"`` (default: the numpy barrier method of :func:`_small_weak_barrier` for
+        ``k ≤ BARRIER_MAX_DIMENSION``, Clarabel otherwise or if it fails) or ``"clarabel"`` (always the bordered
+        LMI in cvxpy/Clarabel).
     :return: Σ as a :class:`CertifiedCovariance` (rank ≤ k) with its :class:`WeakCertificate`.
     :raises ValueError: ``C`` not positive definite, ``mᵢ ≤ 0``, bad ``gap_rtol``, a failed small SDP, or a
         gap/feasibility margin not reached within ``max_dimension`` (the message names the values reached).
@@ -205,6 +380,8 @@ def solve_weak_krylov(
     if np.any(m <= 0):
         raise ValueError(f"every margin mᵢ = K(sᵢ,sᵢ) − ξᵢ must be > 0, got min {m.min():g}; lower the tolerance "
                          "below the prior variance")
+    if small_solver not in ("barrier", "clarabel"):
+        raise ValueError(f"small_solver must be 'barrier' or 'clarabel', got {small_solver!r}")
     if not 0.0 < gap_rtol < 1.0:
         raise ValueError(f"gap_rtol must lie in (0, 1), got {gap_rtol}")
     max_dim = min(N, max(12 * gamma, 60)) if max_dimension is None else int(max_dimension)
@@ -237,10 +414,9 @@ def solve_weak_krylov(
         solving = solving or escape <= ESCAPE_RTOL or Q.shape[1] >= max_dim
         if solving:
             H = Q.T @ Bs
-            S, Y, nu = _small_weak_sdp(Ginv, H, m)
+            S, lower = _small_solve(Ginv, H, m, T, small_solver)
             S = _repair(S, Ginv, H, m)
             upper = float(np.trace(S))
-            lower = _lifted_lower_bound(Y, nu, T, H, m)
             gap = (upper - lower) / upper if upper > 0 else 0.0
             if gap <= gap_rtol or Q.shape[1] >= max_dim:
                 break

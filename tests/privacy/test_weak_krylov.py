@@ -12,8 +12,11 @@ from gpflow_fed.privacy import (
 )
 from gpflow_fed.privacy.lowrank import _orthonormal_block
 from gpflow_fed.privacy.sdp import solve_privacy_sdp
+from gpflow_fed.privacy import weak as weak_module
 from gpflow_fed.privacy.weak import (
     _lifted_lower_bound,
+    _rank_one_lower_bound,
+    _small_weak_barrier,
     _schur_inverse,
     _small_weak_sdp,
     solve_weak_krylov,
@@ -203,3 +206,53 @@ def test_weak_region_and_cli(tmp_path, capsys):
                "--noise-variance", "1e-3", "--out", str(tmp_path / "out")])
     assert rc == 0
     assert "relative gap" in capsys.readouterr().out
+
+
+def _reduced_problem(steps, seed=3, N=40, gamma=4):
+    """A reduced weak SDP (G⁻¹, H, m, T) after ``steps`` Krylov blocks, and the full-dimensional oracle optimum."""
+    k = gpflow.kernels.SquaredExponential(lengthscales=0.15)
+    X, S = problem(k, N, gamma, 1e-3, 0.5, seed=seed)
+    C = k.K(X).numpy() + 1e-3 * np.eye(N)
+    B, m = k.K(X, S).numpy(), np.full(gamma, 0.5)
+    Q = _orthonormal_block(B, None, 1.0)
+    for _ in range(steps - 1):
+        Q = np.concatenate([Q, _orthonormal_block(C @ Q[:, -gamma:], Q, 1.0)], axis=1)
+    Ginv = _schur_inverse(np.linalg.cholesky(C), Q)
+    optimum = float(np.trace(solve_privacy_sdp(C, B, m)[0]))
+    return Ginv, Q.T @ B, m, Q.T @ C @ Q, optimum
+
+
+@pytest.mark.parametrize("steps", [1, 3])
+def test_barrier_matches_clarabel_on_the_reduced_sdp(steps):
+    Ginv, H, m, T, optimum = _reduced_problem(steps)
+    S_bar, U = _small_weak_barrier(Ginv, H, m)
+    S_cla, _, _ = _small_weak_sdp(Ginv, H, m)
+    assert float(np.trace(S_bar)) == pytest.approx(float(np.trace(S_cla)), rel=1e-7)
+    # strictly feasible: S ≻ 0 and every reduced constraint hᵢᵀ(S + G⁻¹)⁻¹hᵢ < mᵢ
+    assert np.linalg.eigvalsh(S_bar)[0] > 0
+    np.testing.assert_array_less(np.einsum("ki,ki->i", H, np.linalg.solve(S_bar + Ginv, H)), m)
+    np.testing.assert_allclose(U, np.linalg.solve(S_bar + Ginv, H), rtol=1e-8, atol=1e-12)
+    lower = _rank_one_lower_bound(U, Ginv, T, H, m)
+    assert lower <= optimum * (1 + 1e-10) <= float(np.trace(S_bar)) * (1 + 1e-8)
+    if steps == 3:  # converged space: the rank-one dual certifies the optimum
+        assert (float(np.trace(S_bar)) - lower) / float(np.trace(S_bar)) <= 1e-6
+
+
+def test_small_solvers_agree_and_fallback_certifies(monkeypatch):
+    k = gpflow.kernels.Matern52(lengthscales=0.2)
+    X, S = problem(k, 60, 5, 1e-2, 0.6, seed=11)
+    C, B, m = k.K(X).numpy() + 1e-2 * np.eye(60), k.K(X, S).numpy(), np.full(5, 0.4)
+    bar = solve_weak_krylov(C, B, m)
+    cla = solve_weak_krylov(C, B, m, small_solver="clarabel")
+    assert bar.trace() == pytest.approx(cla.trace(), rel=1e-6)
+    for sigma in (bar, cla):
+        assert sigma.certificate.relative_gap <= 1e-6 and sigma.certificate.feasibility_margin >= -1e-9
+    calls = []
+    original = weak_module._small_weak_sdp
+    monkeypatch.setattr(weak_module, "_small_weak_sdp", lambda *a: calls.append(1) or original(*a))
+    monkeypatch.setattr(weak_module, "BARRIER_MAX_NEWTON", 1)  # every centring stage "stalls"
+    fallback = solve_weak_krylov(C, B, m)
+    assert calls and fallback.trace() == pytest.approx(cla.trace(), rel=1e-9)
+    assert fallback.certificate.relative_gap <= 1e-6
+    with pytest.raises(ValueError, match="small_solver"):
+        solve_weak_krylov(C, B, m, small_solver="scs")
