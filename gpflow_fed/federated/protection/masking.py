@@ -42,8 +42,8 @@ What it guarantees, and against whom:
   each member learns the other's payload from the total; ``min_cohort`` bounds that).
 
 Cost: ``d`` key agreements (cached for the run), ``d`` HKDFs and ``d`` pads of ``P`` words per client,
-``O(d P)``; with the
-default ``d ≈ 2 ⌈log₂ K⌉`` a cohort of ``K`` costs ``O(K log K · P)`` instead of all pairs' ``O(K² P)``.
+``O(d P)``; with the default ``d ≈ 2 ⌈log₂ K⌉`` a cohort of ``K`` costs ``O(K log K · P)`` instead of all
+pairs' ``O(K² P)``.
 """
 
 from __future__ import annotations
