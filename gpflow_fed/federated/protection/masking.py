@@ -1,8 +1,8 @@
 """Secure aggregation by pairwise additive masking over a sparse masking graph, with X25519 pair secrets.
 
 Protocol (Bonawitz et al., "Practical Secure Aggregation for Privacy-Preserving Machine Learning", CCS 2017,
-doi:10.1145/3133956.3133982, §3 "one-time pads"; the sparse graph of Bell et al., "Secure Single-Server
-Aggregation with (Poly)Logarithmic Overhead", CCS 2020, doi:10.1145/3372297.3417885, arXiv:2004.07271, §3).
+doi:10.1145/3133956.3133982: pairwise masks as one-time pads; the sparse graph of Bell et al., "Secure Single-Server
+Aggregation with (Poly)Logarithmic Overhead", CCS 2020, doi:10.1145/3372297.3417885).
 Without the secret-sharing layer that recovers from drop-outs: a member that does not answer after masking
 leaves its pads in the sum, so the cohort must be fixed before masking (see :class:`Exchange`).
 
@@ -16,7 +16,7 @@ derive the same pad seed
 and expand it with AES-256-CTR into a pad ``PRG(s_ij) ∈ Z_{2^64}^P``. Client ``i`` encodes its payload in fixed
 point, ``q_i = round(2^f x_i) mod 2^64`` (:class:`SecureAggregation`), and sends
 
-    y_i = q_i + Σ_{j ∈ N(i), j > i} PRG(s_ij) − Σ_{j ∈ N(i), j < i} PRG(s_ij)   (mod 2^64)       (Bonawitz §3)
+    y_i = q_i + Σ_{j ∈ N(i), j > i} PRG(s_ij) − Σ_{j ∈ N(i), j < i} PRG(s_ij)   (mod 2^64)
 
 (ids compared as strings). Every pad is added once and subtracted once, so ``Σ_{i∈U} y_i = Σ_{i∈U} q_i``
 exactly, and the server decodes ``Σ_i x_i`` to the fixed-point resolution.
@@ -37,12 +37,13 @@ What it guarantees, and against whom:
   masked for one exchange does not cancel in another; :func:`check_exchange` rejects stale headers up
   front. A replay with a forged header is not detected by the server, but it makes the total meaningless
   rather than revealing anything.
-* Not covered: a server that substitutes public keys (an active attacker; Bonawitz et al. §6 add
+* Not covered: a server that substitutes public keys (an active attacker; Bonawitz et al. add
   signatures and a PKI), drop-outs after masking, and what the total itself reveals (with a cohort of two,
   each member learns the other's payload from the total; ``min_cohort`` bounds that).
 
-Cost: ``d`` key agreements, ``d`` HKDFs and ``d`` pads of ``P`` words per client, ``O(d P)``; with the
-default ``d ≈ 2 ⌈log₂ K⌉`` a cohort of ``K`` costs ``O(K log K · P)`` instead of all pairs' ``O(K² P)``.
+Cost: ``d`` key agreements (cached for the run), ``d`` HKDFs and ``d`` pads of ``P`` words per client,
+``O(d P)``; with the default ``d ≈ 2 ⌈log₂ K⌉`` a cohort of ``K`` costs ``O(K log K · P)`` instead of all
+pairs' ``O(K² P)``.
 """
 
 from __future__ import annotations
@@ -332,7 +333,7 @@ def check_senders(senders: Sequence[str], exchange: Exchange) -> None:
 
     A member that masked and then dropped out leaves its neighbours' pads in the sum, and a stranger's or a
     repeated message adds pads that nothing cancels; recovering a drop-out needs the secret sharing of
-    Bonawitz et al. (§4), which these in-process exchanges do not run, so such a sum is refused.
+    Bonawitz et al., which these in-process exchanges do not run, so such a sum is refused.
 
     :raises ValueError: naming the missing, unexpected or repeated senders.
     """
@@ -405,7 +406,7 @@ def keystream(seed: bytes, count: int) -> np.ndarray:
 
 
 class MaskingKeys:
-    """One client's X25519 key pair for secure aggregation (Bonawitz et al. 2017, §4: key agreement).
+    """One client's X25519 key pair for secure aggregation (the key agreement of Bonawitz et al. 2017).
 
     The private key is generated from the OS by ``cryptography`` and stays inside this object: it has no
     accessor, and pickling raises ``TypeError`` (copies share the object). Shared secrets are cached per

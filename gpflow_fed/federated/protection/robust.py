@@ -3,7 +3,7 @@
 A "mean" phase reduces the clients' arrays ``a_k`` to ``Σ_k w_k a_k / Σ_k w_k``, where one client sending
 ``a_k = 10^6`` (or claiming ``w_k = 10^12``) moves the result arbitrarily. :class:`RobustAggregation`
 replaces that mean, for each coordinate separately (Yin et al., "Byzantine-Robust Distributed Learning:
-Towards Optimal Statistical Rates", ICML 2018, arXiv:1803.01498, §3 coordinate-wise median and trimmed mean),
+Towards Optimal Statistical Rates", ICML 2018, arXiv:1803.01498: coordinate-wise median and trimmed mean),
 by:
 
 1. optionally, clipping each client's deviation from the coordinate-wise median ``m`` (all arrays as one
