@@ -101,8 +101,9 @@ class Aggregator:
 
     :param secure: ``True`` or a :class:`~gpflow_fed.federated.SecureAggregation` for pairwise masking.
     :param dp: a :class:`~gpflow_fed.federated.DifferentialPrivacy` for clipping and Gaussian noise.
+    :param robust: a :class:`~gpflow_fed.federated.RobustAggregation` for ``"mean"`` phases (not with the other two).
 
-    With neither, :meth:`reduce` is :func:`~gpflow_fed.federated.reduce_messages` and :meth:`encode` the
+    With none of them, :meth:`reduce` is :func:`~gpflow_fed.federated.reduce_messages` and :meth:`encode` the
     identity.
     """
 
