@@ -43,7 +43,7 @@ import secrets
 import warnings
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import gpflow
 import numpy as np
@@ -143,7 +143,6 @@ class Aggregator:
         self.server_secret = secrets.token_bytes(32) if server_secret is None else bytes(server_secret)
         self._keys: Dict[str, MaskingKeys] = {}
         self._graphs: Dict[ExchangeContext, Dict[str, Tuple[str, ...]]] = {}
-        self._clipped: Dict[Tuple[int, str], List[bool]] = {}  # DP diagnostics of in-process clients
         self._warned: set = set()
 
     def _secret_rng(self, *context: object) -> np.random.Generator:
@@ -235,8 +234,7 @@ class Aggregator:
         weight = message.weight
         metrics = dict(message.metrics)
         if self.dp is not None and self.noised(message.phase, aggregation):
-            arrays, norm = clip_payload(arrays, self.dp.clip_norm)
-            self._clipped.setdefault((message.round, message.phase), []).append(norm > self.dp.clip_norm)
+            arrays, _ = clip_payload(arrays, self.dp.clip_norm)
             if aggregation == "mean":
                 weight = min(weight, self.dp.weight_bound)
             metrics = {}
@@ -356,12 +354,11 @@ class Aggregator:
         if self.dp is not None and self.noised(context.phase, context.aggregation):
             rng = self.noise_rng(context)
             std = self.dp.noise_std(context.aggregation)
-            flags = self._clipped.pop((context.round, context.phase), None)
-            text = utility_warning(context.phase, out, std, (sum(flags), len(flags)) if flags else None)
+            out = {k: v + rng.normal(0.0, std, size=np.shape(v)) for k, v in sorted(out.items())}
+            text = utility_warning(context.phase, out, std)
             if text and context.phase not in self._warned:  # once per phase and run
                 self._warned.add(context.phase)
                 warnings.warn(text, DPUtilityWarning, stacklevel=2)
-            out = {k: v + rng.normal(0.0, std, size=np.shape(v)) for k, v in sorted(out.items())}
         if context.aggregation == "mean":
             if total_weight <= 0:
                 raise ValueError("a 'mean' aggregation needs a positive total weight")

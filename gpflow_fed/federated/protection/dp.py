@@ -167,30 +167,27 @@ class DPUtilityWarning(UserWarning):
     """Clipping or noise swamps the signal of a differentially private sum (see :func:`utility_warning`)."""
 
 
-#: thresholds of :func:`utility_warning`: most clients clipped, or noise larger than the clipped sum.
-CLIPPED_FRACTION_WARNING = 0.5
+#: threshold of :func:`utility_warning`: estimated noise larger than the clipped sum.
 NOISE_TO_SIGNAL_WARNING = 1.0
 
 
-def utility_warning(
-    phase: str, clean_sum: Mapping[str, np.ndarray], noise_std: float, clipped: Optional[Tuple[int, int]] = None
-) -> Optional[str]:
-    """A warning text when a release is mostly noise or most clients were clipped, else None.
+def utility_warning(phase: str, noised_sum: Mapping[str, np.ndarray], noise_std: float) -> Optional[str]:
+    """A warning text when a release is mostly noise, else None; computed from the *noised* sum only.
 
-    The noise-to-signal ratio is ``σ √d / ‖Σ_k ā_k‖`` (the expected norm of the noise over the norm of the
-    clipped sum, d numbers); the server computes it from the sum it noises (central DP: it holds that sum).
-    ``clipped = (n_clipped, n_clients)`` where known (clients in this process).
+    The noise-to-signal ratio is estimated as ``σ √d / √max(‖s̃‖² − σ² d, 0)`` from the released ``s̃`` (d numbers,
+    ``E‖s̃‖² = ‖s‖² + σ² d``): post-processing of the release, so it costs no privacy and the warning (which ends
+    up in logs) reveals nothing the (ε, δ) does not cover. For the same reason the number of clipped clients is
+    not reported: whether a client's payload exceeded C is a fact about its data.
     """
-    d = sum(int(np.size(v)) for v in clean_sum.values())
-    signal = math.sqrt(sum(float(np.sum(np.square(v))) for v in clean_sum.values()))
+    d = sum(int(np.size(v)) for v in noised_sum.values())
+    energy = sum(float(np.sum(np.square(v))) for v in noised_sum.values())
+    signal = math.sqrt(max(energy - noise_std**2 * d, 0.0))
     ratio = noise_std * math.sqrt(d) / signal if signal > 0 else math.inf
-    fraction = clipped[0] / clipped[1] if clipped and clipped[1] else None
-    if ratio <= NOISE_TO_SIGNAL_WARNING and (fraction is None or fraction <= CLIPPED_FRACTION_WARNING):
+    if ratio <= NOISE_TO_SIGNAL_WARNING:
         return None
-    clip_text = f"{clipped[0]} of {clipped[1]} clients clipped" if fraction is not None else "clipping unknown here"
-    return (f"DP phase {phase!r}: noise-to-signal ratio {ratio:.3g} ({clip_text}); the released sums are mostly "
-            "noise or clipping — raise clip_norm if most clients are clipped, lower the noise (a larger ε via "
-            "DifferentialPrivacy.for_target), or add clients")
+    return (f"DP phase {phase!r}: estimated noise-to-signal ratio {ratio:.3g} (from the noised release); the "
+            "released sums are mostly noise — check that clip_norm is not far below the payloads' norms, lower the "
+            "noise (a larger ε via DifferentialPrivacy.for_target), or add clients")
 
 
 class PrivacyAccountant:
