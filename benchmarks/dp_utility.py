@@ -28,9 +28,9 @@ FSGP's server always projects the noised ``Σ C Cᵀ`` onto the PSD cone (post-p
 constants (x/10, y/3, then y clipped to ±``--y-bound``). Clients send ``(Φ_kᵀΦ_k, Φ_kᵀy_k, y_kᵀy_k, N_k)``
 (phase ``"scatter"``). C is a *public* bound, not a pilot: Fourier features have ``‖φ(x)‖² = σ_f² m/(m−1)``
 exactly, so one point adds at most ``b = (B² + B y_max² + y_max⁴ + 1)^{1/2}`` (B = ‖φ‖²) to the payload norm
-and a client at most ``N_k b``; C = ``max_k N_k · b`` never clips. FedBNR itself uses the noised ``Σ ΦᵀΦ`` as
-it is (columns RMSE/NLPD); the "PSD" columns use a subclass that projects it onto the PSD cone first, and the
-"PSD + τI" columns add ``τ = z C √(2L)`` (post-processing, no privacy cost).
+and a client at most ``N_k b``; C = ``max_k N_k · b`` never clips. Columns RMSE/NLPD: a subclass that uses the
+noised ``Σ ΦᵀΦ`` as it is; "PSD": a subclass that projects it onto the PSD cone; "PSD + τI": FedBNR itself, whose
+server adds ``τ = z C √(2L)`` after the projection (``denoised_gram``; post-processing, no privacy cost).
 
 Usage: ``python benchmarks/dp_utility.py [--part fsgp|fedbnr|all] [--draws 3] [--quick]``; prints Markdown
 tables.
@@ -86,16 +86,18 @@ class RidgeFSGP(FSGP):
 
 
 class RepairedFedBNR(FedBNR):
-    """FedBNR whose server replaces the released ``Σ Φ_kᵀΦ_k`` by ``PSD(Σ Φ_kᵀΦ_k) + τ I`` (post-processing;
-    FedBNR itself uses the noised sum as it is)."""
+    """FedBNR whose server replaces the released ``Σ Φ_kᵀΦ_k`` by ``PSD(Σ Φ_kᵀΦ_k) + ridge · I`` itself and hides
+    the noise from FedBNR's own repair (which is ``PSD + τ I``, :func:`~gpflow_fed.models.aggregated_sgpr.denoised_gram`):
+    ``ridge = None`` keeps the noised sum as it is, ``0.0`` projects it only."""
 
-    ridge = 0.0
+    ridge: Any = 0.0
 
     def server_update(self, state: Any, aggregate: Aggregate) -> Any:
         if aggregate.phase == "scatter":
             arrays = dict(aggregate.arrays)
-            arrays["phi_t_phi"] = repaired(arrays["phi_t_phi"], self.ridge)
-            aggregate = dataclasses.replace(aggregate, arrays=arrays)
+            if self.ridge is not None:
+                arrays["phi_t_phi"] = repaired(arrays["phi_t_phi"], self.ridge)
+            aggregate = dataclasses.replace(aggregate, arrays=arrays, noised=False, noise_std=0.0)
         return super().server_update(state, aggregate)
 
 
@@ -236,10 +238,10 @@ def fedbnr_part(args: argparse.Namespace) -> None:
         for z in NOISE_MULTIPLIERS:
             dp = DifferentialPrivacy(noise_multiplier=z, clip_norm=clip, phases=("scatter",), accountant="pld")
             eps = epsilon(dp, K)
-            rmse, nlpd, failed = noised_runs(factory, dataset, dp, args.draws, scale=3.0)
+            rmse, nlpd, failed = noised_runs(lambda: with_ridge(factory(RepairedFedBNR), None), dataset, dp,
+                                             args.draws, scale=3.0)
             projected = noised_runs(lambda: factory(RepairedFedBNR), dataset, dp, args.draws, scale=3.0)
-            tau = noise_ridge(dp, 2 * m)
-            ridge = noised_runs(lambda: with_ridge(factory(RepairedFedBNR), tau), dataset, dp, args.draws, scale=3.0)
+            ridge = noised_runs(factory, dataset, dp, args.draws, scale=3.0)  # FedBNR's own repair: PSD + τI
             print(f"| {K} | {dataset.num_data} | {clip:.4g} | {z:g} | {eps:.3g} | {cells(rmse, nlpd, failed, args.draws)} "
                   f"| {cells(*projected, args.draws)} | {cells(*ridge, args.draws)} |", flush=True)
         print(f"\nK = {K}: client 'scatter' payload norms {min(norms):.4g}..{max(norms):.4g} (bound C = {clip:.4g}); "

@@ -341,6 +341,7 @@ class Aggregator:
         """
         out: Dict[str, np.ndarray]
         means: Dict[str, float] = {}
+        std = 0.0
         if self.secure is not None:
             out = {k: self.secure.decode(v) for k, v in sums.items()}
             total_weight = float(out.pop(WEIGHT_KEY)[0])
@@ -363,6 +364,7 @@ class Aggregator:
             if total_weight <= 0:
                 raise ValueError("a 'mean' aggregation needs a positive total weight")
             out = {k: v / total_weight for k, v in out.items()}
+            std /= total_weight
         dtype = gpflow.default_float()
         return Aggregate(
             round=context.round,
@@ -372,6 +374,7 @@ class Aggregator:
             senders=tuple(context.cohort),
             metrics=means,
             noised=self.noised(context.phase, context.aggregation),
+            noise_std=float(std),
         )
 
     def accountant(self) -> Optional[PrivacyAccountant]:

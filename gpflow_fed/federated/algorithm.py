@@ -61,6 +61,9 @@ class Aggregate:
     :param messages: the messages themselves, only for ``"collect"`` phases.
     :param noised: differential privacy added noise to ``arrays`` (the server step must expect, e.g., a
         Gram sum that is no longer PSD, and may post-process it).
+    :param noise_std: the standard deviation of that noise on every entry of ``arrays`` (0 when not noised).
+        It is public (``z·C``, divided by the total weight for a ``"mean"``), so a server step may use it in
+        post-processing, e.g. a ridge of the noise's size.
     """
 
     round: int
@@ -71,6 +74,7 @@ class Aggregate:
     metrics: Mapping[str, float] = field(default_factory=dict)
     messages: Optional[Tuple[Message, ...]] = None
     noised: bool = False
+    noise_std: float = 0.0
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.arrays[name]

@@ -70,6 +70,31 @@ def project_to_psd(matrix: Any) -> np.ndarray:
     return 0.5 * (projected + projected.T)
 
 
+def denoised_gram(matrix: Any, noise_std: float) -> np.ndarray:
+    r"""A noised Gram-type sum (``Σ_k Φ_kᵀΦ_k``) repaired for use: ``PSD(S) + τ I`` with ``τ = s √(2L)``.
+
+    Under differential privacy every entry of the released ``[L, L]`` sum carries ``N(0, s²)`` noise
+    (``s = z·C``). Its symmetrized part ``(E + Eᵀ)/2`` is a Wigner matrix whose spectral norm is about
+    ``2 √(L s²/2) = s √(2L)`` (the semicircle law), so after :func:`project_to_psd` the directions the
+    noise dominates still carry eigenvalues up to τ, and in them the noise of the paired ``Σ Φᵀy`` would reach
+    a prediction amplified by ``σ⁻²``. Adding ``τ I`` bounds that amplification: it acts as a prior of the
+    noise's size. Both steps are post-processing of the release (``s`` is public), so they cost no privacy.
+    Measured (``benchmarks/dp_utility.py --part fedbnr``, BENCHMARKS.md "Differential privacy"): FedBNR's
+    global last layer over K = 1,000 clients at ε = 10 has test RMSE 0.52 with the ridge (no DP: 0.47), and
+    thousands without it.
+
+    :param matrix: ``[L, L]`` finite array.
+    :param noise_std: s ≥ 0, the noise standard deviation on every entry (0 returns ``PSD(S)``).
+    :return: ``[L, L]`` symmetric positive definite array (semi-definite when ``noise_std`` is 0).
+    :raises ValueError: a non-square or non-finite matrix, or a negative or non-finite ``noise_std``.
+    """
+    if not (np.isfinite(noise_std) and noise_std >= 0.0):
+        raise ValueError(f"denoised_gram: noise_std must be finite and >= 0, got {noise_std}")
+    projected = project_to_psd(matrix)
+    ridge = float(noise_std) * np.sqrt(2.0 * projected.shape[0])
+    return projected + ridge * np.eye(projected.shape[0], dtype=projected.dtype)
+
+
 @check_shapes(
     "kuu: [M, M]",
     "kuf_kfu: [M, M]",

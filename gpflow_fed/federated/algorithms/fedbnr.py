@@ -36,7 +36,7 @@ from gpflow.keras import tf_keras
 
 from ...data.dataset import FederatedDataset, validate_regression_data
 from ...kernels.urk import URK
-from ...models.aggregated_sgpr import project_to_psd
+from ...models.aggregated_sgpr import denoised_gram
 from ...models.bayesian_linear_regression import (
     BayesianLinearRegression,
     _positive_value,
@@ -321,8 +321,8 @@ class FedBNR(Algorithm):
             return replace(state, values=self._distil(aggregate))
         if aggregate.phase == "scatter":
             stats = {k: np.array(v) for k, v in aggregate.arrays.items()}
-            if aggregate.noised:  # post-processing, free under DP: a noised ΦᵀΦ is made symmetric PSD again
-                stats["phi_t_phi"] = project_to_psd(stats["phi_t_phi"])
+            if aggregate.noised:
+                stats["phi_t_phi"] = denoised_gram(stats["phi_t_phi"], aggregate.noise_std)
             a_inverse = None
             if self.protocol == "two_step":
                 model = self._server_model(state.values, None)

@@ -142,12 +142,21 @@ class DifferentialPrivacy:
             accountant.restore(releases)
             return accountant.epsilon()
 
-        low, high = 1e-3, 1e4
-        if spent(high) > epsilon:
-            raise ValueError(f"for_target: ε = {epsilon} at δ = {delta} is out of reach for these releases (even "
-                             f"z = {high:g} spends {spent(high):.3g}); allow a larger ε or fewer releases")
-        if spent(low) <= epsilon:
-            return cls(low, clip_norm, delta, **options)  # type: ignore[arg-type]
+        # Bracket [low, high] by halving/doubling from z = 1, so ε(z) is never evaluated far below the target's
+        # z: the PLD accountant's memory grows with ε(z) (at z = 1e-3 it would need hundreds of GiB).
+        smallest, largest = 1e-3, 1e4
+        high = 1.0
+        while spent(high) > epsilon:
+            if high >= largest:
+                raise ValueError(f"for_target: ε = {epsilon} at δ = {delta} is out of reach for these releases (even "
+                                 f"z = {largest:g} spends {spent(largest):.3g}); allow a larger ε or fewer releases")
+            high = min(2.0 * high, largest)
+        low = high / 2.0
+        while spent(low) <= epsilon:
+            high = low
+            if high <= smallest:
+                return cls(smallest, clip_norm, delta, **options)  # type: ignore[arg-type]
+            low = max(low / 2.0, smallest)
         while high / low > 1 + tolerance:
             mid = math.sqrt(low * high)
             low, high = (low, mid) if spent(mid) <= epsilon else (mid, high)

@@ -234,3 +234,38 @@ def test_concurrent_client_updates_equal_sequential_ones() -> None:
         assert sequential.arrays.keys() == threaded.arrays.keys()
         for name in sequential.arrays:
             np.testing.assert_array_equal(sequential[name], threaded[name])
+
+
+def test_noised_scatter_sums_are_repaired_with_a_noise_sized_ridge() -> None:
+    """Under DP the server uses PSD(Σ ΦᵀΦ) + τI, τ = zC√(2L): the Cholesky of A never fails and the ridge shows."""
+    from gpflow_fed.federated.protection.dp import DifferentialPrivacy, DPUtilityWarning
+
+    dp = DifferentialPrivacy(noise_multiplier=1.0, clip_norm=60.0, phases=("scatter",), accountant="pld",
+                             insecure_noise_seed=7)
+    dataset = _dataset()
+    kernel = URK(1, num_samples=10, seed=5)
+    with pytest.warns(DPUtilityWarning):  # three clients: mostly noise, and the run says so
+        result = run(FedBNR(kernel, noise_variance=0.2, prior_variance=1.5, rounds=0),
+                     dataset, runtime=LocalRuntime(differential_privacy=dp))
+    used = result.state.statistics["phi_t_phi"]
+    L = used.shape[0]
+    tau = 1.0 * 60.0 * np.sqrt(2.0 * L)
+    np.testing.assert_array_equal(used, used.T)
+    assert np.linalg.eigvalsh(used).min() >= tau * (1 - 1e-9)
+    exact = sum(kernel.features(x).numpy().T @ kernel.features(x).numpy() for x, _ in dataset.clients)
+    assert np.abs(used - tau * np.eye(L) - exact).max() > 1.0  # noise was really added
+    mean, var = result.model.predict_f(X)
+    assert np.all(np.isfinite(mean.numpy())) and np.all(var.numpy() > 0)
+
+
+def test_denoised_gram_checks_and_ridge() -> None:
+    from gpflow_fed.models.aggregated_sgpr import denoised_gram, project_to_psd
+
+    noisy = np.array([[1.0, 2.0], [2.0, -3.0]])
+    np.testing.assert_allclose(denoised_gram(noisy, 0.0), project_to_psd(noisy))
+    np.testing.assert_allclose(denoised_gram(noisy, 0.5), project_to_psd(noisy) + 0.5 * 2.0 * np.eye(2))
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="noise_std"):
+            denoised_gram(noisy, bad)
+    with pytest.raises(ValueError, match="square"):
+        denoised_gram(np.ones((2, 3)), 1.0)

@@ -28,6 +28,16 @@ def test_for_target_meets_the_target_tightly(epsilon):
     assert _spent(slightly_less_noise, releases) > epsilon  # the smallest such z, to 1 %
 
 
+def test_for_target_with_the_pld_accountant():
+    epsilon = 10.0
+    # PLD's memory grows with ε(z): the bracket must not evaluate z far below the answer (z = 1e-3 needed 301 GiB)
+    dp = DifferentialPrivacy.for_target(epsilon, 1e-5, clip_norm=1.0, num_clients=1000, rounds=0, final_sums=1,
+                                        accountant="pld", tolerance=0.1)
+    releases = [(1000, 1000, 1)]
+    assert _spent(dp, releases) <= epsilon
+    assert _spent(DifferentialPrivacy(dp.noise_multiplier * 0.9, 1.0, 1e-5, accountant="pld"), releases) > epsilon
+
+
 def test_for_target_orders_and_errors():
     z = [DifferentialPrivacy.for_target(e, clip_norm=1.0, num_clients=3, rounds=5).noise_multiplier for e in (1, 4)]
     assert z[0] > z[1]
