@@ -44,7 +44,7 @@ def _commands(csv: Path, out: Path):
         "ensemble": ["recycle", "ensemble", str(out / "rec" / "models.npz"), *own, "--quick", "--json",
                      "--logdir", str(out / "rec")],
         "privacy": ["privacy", str(csv), "--x", "age", "--y", "los", "--sensitive", "45", "--alpha", "0.5",
-                    "--out", str(out / "release"), "--logdir", str(out / "privacy")],
+                    "--quick", "--out", str(out / "release"), "--logdir", str(out / "privacy")],
     }
 
 

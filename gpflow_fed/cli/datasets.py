@@ -3,13 +3,15 @@
 ``gpflow-fed datasets`` prints every real dataset of :func:`gpflow_fed.data.available_datasets` (N, D,
 groups, coordinates, licence; a dataset whose package is missing is marked so) and the FSGP synthetic sets.
 ``gpflow-fed datasets NAME --partition P --clients K`` loads one and prints its client sizes and their
-max − min (the imbalance the FSGP paper reports). ``--json`` prints machine-readable output.
+max − min (the imbalance the FSGP paper reports); ``--plot FILE`` draws the split. ``--json`` prints
+machine-readable output.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 from typing import Any, Dict, List
 
 SYNTHETIC = ("synthetic1", "synthetic2")
@@ -49,6 +51,8 @@ def _run(args: argparse.Namespace) -> int:
     from ..data import available_datasets, make_federated
 
     if args.name is None:
+        if args.plot is not None:
+            raise ValueError("--plot draws one dataset's split: name the dataset (gpflow-fed datasets NAME --plot FILE)")
         rows: List[Dict[str, Any]] = [_summary(n) for n in (*available_datasets(), *SYNTHETIC)]
         if args.json:
             print(json.dumps(rows, indent=2))
@@ -72,8 +76,39 @@ def _run(args: argparse.Namespace) -> int:
     )
     sizes = list(fed.client_sizes)
     result = {"name": args.name, "partition": args.partition, "sizes": sizes, "imbalance": max(sizes) - min(sizes)}
-    print(json.dumps(result) if args.json else f"{fed}\nmax - min client size: {result['imbalance']}")
+    if args.plot is not None:
+        result["plot"] = str(_plot(fed, args))
+    text = f"{fed}\nmax - min client size: {result['imbalance']}"
+    print(json.dumps(result) if args.json else text + (f"\nwrote {result['plot']}" if args.plot else ""))
     return 0
+
+
+def _plot(fed: Any, args: argparse.Namespace) -> Path:
+    """The split: each client's size, and the first input column (against the output, or the second input)
+    coloured by client; written to ``args.plot`` (``.png`` appended when missing, folders created)."""
+    import numpy as np
+
+    from ..plotting import figure
+
+    path = args.plot if args.plot.suffix == ".png" else args.plot.with_name(args.plot.name + ".png")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig = figure(figsize=(9, 3.6))
+    sizes_ax, data_ax = fig.subplots(1, 2, gridspec_kw={"width_ratios": [1, 2]})
+    sizes_ax.bar(np.arange(fed.num_clients), fed.client_sizes, color="C0")
+    sizes_ax.set_xlabel("client")
+    sizes_ax.set_ylabel("points")
+    sizes_ax.set_title(f"{fed.num_clients} clients, {args.partition}")
+    two_inputs = fed.clients[0][0].shape[1] >= 2
+    for k, (X, Y) in enumerate(fed.clients):
+        data_ax.plot(X[:, 0], X[:, 1] if two_inputs else Y[:, 0], ".", ms=3, label=f"client {k}" if k < 10 else None)
+    data_ax.set_xlabel("input 1")
+    data_ax.set_ylabel("input 2" if two_inputs else "output")
+    data_ax.set_title(f"{args.name}: points by client" + (" (first two inputs)" if two_inputs else ""))
+    if fed.num_clients <= 10:
+        data_ax.legend(fontsize=7, markerscale=3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path
 
 
 def register(subparsers: Any) -> None:
@@ -84,4 +119,6 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--clients", type=int, default=None, help="K (default for group: one per group)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("--plot", type=Path, default=None, metavar="FILE",
+                        help="with NAME: write a PNG of the split (client sizes, points coloured by client)")
     parser.set_defaults(func=_run)

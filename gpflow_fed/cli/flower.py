@@ -7,12 +7,15 @@ algorithm factory (``@register_algorithm_factory``), writes ``APP_DIR/pyproject.
 (the SuperLink connection), and prints, one per line, the environment to export on every machine (including
 ``GPFLOW_FED_ALGORITHM_MODULES``, so each party loads the factory's registration), the ``flower-superlink``
 command, one ``flower-supernode`` command per party (party k reads ``DIR/client_k.npz``) and the ``flwr run``
-command. See the Flower guide (docs/guides/flower.md).
+command (``--json``: the same as one JSON object). The training itself runs under ``flwr run``, in the
+ServerApp, so this command has no progress bar, TensorBoard or plot of its own. See the Flower guide
+(docs/guides/flower.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 from typing import Any, Dict, List
@@ -54,14 +57,19 @@ def _run(args: argparse.Namespace) -> int:
     with open(os.path.join(home, "config.toml"), "w") as f:
         f.write(f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\naddress = "{args.superlink}"\n'
                 "insecure = true\n")
-    env = " ".join(f"{k}={v}" for k, v in {**OFFLINE_ENV, TRUSTED_MODULES_ENV: module}.items())
-    print(f"export {env}")
-    print(shlex.join(superlink_command(int(port), host="0.0.0.0")))
+    environment = {**OFFLINE_ENV, TRUSTED_MODULES_ENV: module}
     data_dir = os.path.abspath(args.data_dir)
-    for k in range(args.clients):
-        data = os.path.join(data_dir, f"client_{k}.npz")
-        print(shlex.join(supernode_command(args.superlink, 9110 + k, data, k)))
-    print(f"FLWR_HOME={shlex.quote(home)} " + shlex.join(["flwr", "run", app, CONNECTION]))
+    commands = {
+        "superlink": shlex.join(superlink_command(int(port), host="0.0.0.0")),
+        "supernodes": [shlex.join(supernode_command(args.superlink, 9110 + k, os.path.join(data_dir, f"client_{k}.npz"), k))
+                       for k in range(args.clients)],
+        "run": f"FLWR_HOME={shlex.quote(home)} " + shlex.join(["flwr", "run", app, CONNECTION]),
+    }
+    if args.json:
+        print(json.dumps({"app": app, "environment": environment, **commands}, indent=2))
+        return 0
+    print("export " + " ".join(f"{k}={v}" for k, v in environment.items()))
+    print("\n".join([commands["superlink"], *commands["supernodes"], commands["run"]]))
     return 0
 
 
@@ -105,4 +113,6 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--superlink", default="127.0.0.1:9100", help="the SuperLink's HOST:PORT")
     parser.add_argument("--data-dir", default=".", help="where party k's client_k.npz is (X, Y)")
     parser.add_argument("--set", action="append", metavar="KEY=VALUE", help="a run-config default (repeatable)")
+    parser.add_argument("--json", action="store_true",
+                        help="print the app folder, the environment and the commands as JSON")
     parser.set_defaults(func=_run)

@@ -15,10 +15,16 @@ import argparse
 import csv
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, List
+from typing import TYPE_CHECKING, Any, List
 
 if TYPE_CHECKING:
     import numpy as np
+
+
+MAXITER = 1000
+QUICK_MAXITER = 20
+#: the stages the progress bar counts
+STAGES = ("fit, Σ and noise", "write the release", "plots and TensorBoard")
 
 
 def _floats(text: str) -> List[float]:
@@ -57,7 +63,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--out", type=Path, default=Path("privacy_release"), help="output directory (created if absent)")
     p.add_argument("--logdir", type=Path, default=None,
                    help="owner-only outputs: TensorBoard scalars and the raw-vs-released plot (default: <out>_owner)")
+    p.add_argument("--maxiter", type=int, default=None,
+                   help=f"L-BFGS iterations of the maximum-likelihood fit (default {MAXITER}; --quick {QUICK_MAXITER})")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--quick", action="store_true", help="a short hyperparameter fit, for a smoke test (seconds)")
+    p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     p.set_defaults(func=run)
 
 
@@ -135,11 +145,15 @@ def run(args: argparse.Namespace) -> int:
     """Run the release and write its three outputs."""
     import numpy as np
 
-    from ..models.privacy_aware_gpr import release
     from ..privacy import ProportionalKernel, RegionUnion, Interval
 
     import gpflow
 
+    from ..progress import tqdm
+
+    maxiter = args.maxiter if args.maxiter is not None else QUICK_MAXITER if args.quick else MAXITER
+    if maxiter < 1:
+        raise ValueError(f"--maxiter must be at least 1, got {maxiter}")
     X, Y, names = _read_csv(args.csv, args.x_columns, args.y_column)
     if (args.tolerance is None) == (args.alpha is None):
         raise ValueError("give exactly one of --tolerance (a variance) or --alpha (H = αK)")
@@ -157,8 +171,21 @@ def run(args: argparse.Namespace) -> int:
     _check_out(args.out)
     kernel = gpflow.kernels.SquaredExponential(lengthscales=float(np.std(X)) or 1.0)
     tolerance = ProportionalKernel(kernel, args.alpha) if args.alpha is not None else args.tolerance
-    result = release((X, Y), sensitive, tolerance, kernel=kernel, method=args.method,
+    with tqdm(total=len(STAGES), desc="privacy", disable=args.json or args.no_progress) as bar:
+        bar.set_postfix_str(STAGES[0])
+        return _release(args, X, Y, names, S, sensitive, tolerance, kernel, maxiter, bar)
+
+
+def _release(args: argparse.Namespace, X: "np.ndarray", Y: "np.ndarray", names: List[str], S: "np.ndarray",
+             sensitive: Any, tolerance: Any, kernel: Any, maxiter: int, bar: Any) -> int:
+    """Fit, compute Σ, obfuscate, write the release and the owner's outputs, ticking ``bar`` per stage."""
+    import numpy as np
+
+    from ..models.privacy_aware_gpr import release
+
+    result = release((X, Y), sensitive, tolerance, kernel=kernel, method=args.method, maxiter=maxiter,
                      noise_variance=args.noise_variance, density=args.density, solver=args.solver)
+    _advance(bar, 1)
     args.out.mkdir(parents=True, exist_ok=True)
     with open(args.out / "released.csv", "w", newline="") as fh:
         writer = csv.writer(fh)
@@ -166,6 +193,7 @@ def run(args: argparse.Namespace) -> int:
         writer.writerows(np.concatenate([X, result.W], axis=1).tolist())
     result.model.save(args.out / "model.npz")
     _plot(X, None, result, args.out / "privacy.png", names)
+    _advance(bar, 2)
     if args.logdir is None:
         args.logdir = args.out.with_name(args.out.name + "_owner")
     args.logdir.mkdir(parents=True, exist_ok=True)
@@ -184,6 +212,8 @@ def run(args: argparse.Namespace) -> int:
     from ..monitor import write_scalars
 
     write_scalars(str(args.logdir / "privacy"), {k: float(v) for k, v in summary.items()}, step=0)
+    bar.update(1)
+    bar.close()  # before the result lines, so they do not share the bar's line
     written = [str(args.out / name) for name in OUTPUTS]
     if args.json:
         print(json.dumps({**summary, "released": written, "logdir": str(args.logdir), "plot": str(comparison)},
@@ -199,6 +229,12 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {', '.join(written)} (safe to publish)")
     print(f"owner only (shows raw data): {comparison}; TensorBoard: tensorboard --logdir {args.logdir}")
     return 0
+
+
+def _advance(bar: Any, stage: int) -> None:
+    """Count one finished stage and name the next."""
+    bar.update(1)
+    bar.set_postfix_str(STAGES[stage])
 
 
 def _plot(X: np.ndarray, Y: "np.ndarray | None", result: object, path: Path, names: List[str]) -> None:

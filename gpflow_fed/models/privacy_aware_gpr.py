@@ -307,6 +307,7 @@ def release(
     fit: bool = True,
     low_rank: Optional[bool] = None,
     solver: Optional[str] = None,
+    maxiter: int = 1000,
     insecure_noise_seed: Optional[int] = None,
 ) -> PrivacyRelease:
     r"""The owner's release workflow (§3.2): fit, compute Σ (eq. 8/10/11), obfuscate (§4.1), build the model.
@@ -326,6 +327,7 @@ def release(
     :param low_rank: see :func:`~gpflow_fed.privacy.synthetic_noise_covariance`.
     :param solver: for the SDP methods (see :func:`~gpflow_fed.privacy.synthetic_noise_covariance`): the weak
         method uses the certified Krylov reduction unless ``solver="dense"``.
+    :param maxiter: L-BFGS iterations of the maximum-likelihood fit (ignored with ``fit=False``).
     :param insecure_noise_seed: leave None: the synthetic noise (§4.1) comes from the OS, so the release cannot
         be de-noised by regenerating it; an int makes W reproducible for tests only (see
         :func:`~gpflow_fed.privacy.obfuscate`).
@@ -356,7 +358,7 @@ def release(
     kernel = gpflow.kernels.SquaredExponential() if kernel is None else kernel
     _check_tolerance_shape(tolerance, S.shape[0])
     if fit:
-        gpr, sigma2 = fit_hyperparameters((X, Y), kernel, noise_variance=noise_variance)
+        gpr, sigma2 = fit_hyperparameters((X, Y), kernel, noise_variance=noise_variance, maxiter=maxiter)
         mean_value = gpr.mean_function.c.numpy()
         lml = float(gpr.log_marginal_likelihood().numpy())
     else:

@@ -32,3 +32,14 @@ def test_group_partition_and_errors(capsys):
     assert "exceeds the number of data points" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["datasets", "kin40k"])
+
+
+def test_plot_of_a_split(tmp_path, capsys):
+    target = tmp_path / "figs" / "split"
+    assert main(["datasets", "synthetic2", "--partition", "spatial", "--clients", "4", "--plot", str(target),
+                 "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["plot"] == str(tmp_path / "figs" / "split.png")  # folder created, .png appended
+    assert (tmp_path / "figs" / "split.png").stat().st_size > 10_000
+    assert main(["datasets", "--plot", str(target)]) == 2
+    assert "name the dataset" in capsys.readouterr().err

@@ -110,3 +110,19 @@ def test_privacy_cli_ragged_row_and_existing_out_file(tmp_path, capsys):
     assert existing.read_text() == "keep me"
     assert main(["privacy", str(tmp_path / "missing.csv"), "--sensitive", "0.5", "--alpha", "0.5"]) == 2
     assert "missing.csv not found" in capsys.readouterr().err
+
+
+def test_privacy_cli_quick_progress_and_maxiter(tmp_path, capsys):
+    x = np.linspace(0, 1, 15)
+    path = tmp_path / "data.csv"
+    _write(path, [["t", "y"], *zip(x, np.sin(6 * x))])
+    rc = main(["privacy", str(path), "--sensitive", "0.5", "--alpha", "0.5", "--quick", "--out", str(tmp_path / "q")])
+    assert rc == 0
+    err = capsys.readouterr().err
+    assert "privacy: 100%" in err and "3/3" in err  # one tick per stage: release, write, plots
+    rc = main(["privacy", str(path), "--sensitive", "0.5", "--alpha", "0.5", "--maxiter", "3", "--no-progress",
+               "--out", str(tmp_path / "m")])
+    assert rc == 0 and "privacy:" not in capsys.readouterr().err
+    assert main(["privacy", str(path), "--sensitive", "0.5", "--alpha", "0.5", "--maxiter", "0",
+                 "--out", str(tmp_path / "z")]) == 2
+    assert "--maxiter must be at least 1" in capsys.readouterr().err

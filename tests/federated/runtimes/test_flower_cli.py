@@ -1,5 +1,6 @@
 """``gpflow-fed flower``: the app folder it writes and the commands it prints."""
 
+import json
 import shlex
 import tomllib
 
@@ -47,6 +48,12 @@ def test_flower_writes_the_app_and_prints_the_commands(tmp_path, capsys, factory
         assert words[:4] == ["flower-supernode", "--insecure", "--superlink", "10.0.0.5:9100"]
         assert words[-1] == f'data="{tmp_path / "data" / f"client_{k}.npz"}" client-index={k}'
     assert shlex.split(lines[4]) == [f"FLWR_HOME={app / 'flwr_home'}", "flwr", "run", str(app), "gpflow-fed"]
+    assert main(["flower", str(tmp_path / "app2"), "--algorithm", "h20pkg.jobs:fsgp", "--clients", "2",
+                 "--superlink", "10.0.0.5:9100", "--data-dir", str(tmp_path / "data"), "--json"]) == 0
+    payload = json.loads(capsys.readouterr().out)
+    assert payload["app"] == str(tmp_path / "app2") and payload["environment"]["GPFLOW_FED_ALGORITHM_MODULES"] == "h20pkg.jobs"
+    assert payload["supernodes"][1] == lines[3] and payload["superlink"] == lines[1]
+    assert payload["run"] == f"FLWR_HOME={tmp_path / 'app2' / 'flwr_home'} flwr run {tmp_path / 'app2'} gpflow-fed"
 
 
 def test_flower_checks_the_factory_before_writing(tmp_path, capsys, factory_module):
