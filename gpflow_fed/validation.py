@@ -8,7 +8,7 @@ rate of 1.0). A value of the wrong kind raises :class:`ArgumentTypeError`, which
 
 from __future__ import annotations
 
-from numbers import Integral
+from numbers import Integral, Real
 from typing import Any, Optional
 
 import numpy as np
@@ -24,7 +24,7 @@ class ArgumentTypeError(TypeError, ValueError):
 
 
 def _is_bool(value: Any) -> bool:
-    return isinstance(value, (bool, np.bool_))
+    return isinstance(value, (bool, np.bool_)) or getattr(value, "dtype", None) == np.bool_
 
 
 def _count_phrase(minimum: Optional[int]) -> str:
@@ -52,12 +52,13 @@ def integer(value: Any, name: str, minimum: Optional[int] = None) -> int:
 
 
 def _real(value: Any, name: str, phrase: str) -> float:
-    """``float(value)`` for a real number (Python, numpy, or a one-element array or tensor), never a bool."""
-    if _is_bool(value) or isinstance(value, (str, bytes)):
+    """``float(value)`` for a real scalar (Python, numpy, or a 0-d array or tensor), never a bool."""
+    scalar = isinstance(value, Real) or (hasattr(value, "__float__") and np.ndim(value) == 0)
+    if _is_bool(value) or not scalar:
         raise ArgumentTypeError(f"{name} must be {phrase}, got {value!r} ({type(value).__name__})")
     try:
         return float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError):  # e.g. a complex 0-d array
         raise ArgumentTypeError(f"{name} must be {phrase}, got {type(value).__name__}") from None
 
 
