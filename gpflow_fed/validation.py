@@ -51,15 +51,16 @@ def integer(value: Any, name: str, minimum: Optional[int] = None) -> int:
     return int(value)
 
 
-def _real(value: Any, name: str, phrase: str) -> float:
+def _real(value: Any, name: str) -> float:
     """``float(value)`` for a real scalar (Python, numpy, or a 0-d array or tensor), never a bool."""
-    scalar = isinstance(value, Real) or (hasattr(value, "__float__") and np.ndim(value) == 0)
-    if _is_bool(value) or not scalar:
-        raise ArgumentTypeError(f"{name} must be {phrase}, got {value!r} ({type(value).__name__})")
-    try:
-        return float(value)
-    except (TypeError, ValueError):  # e.g. a complex 0-d array
-        raise ArgumentTypeError(f"{name} must be {phrase}, got {type(value).__name__}") from None
+    if _is_bool(value):
+        raise ArgumentTypeError(f"{name} must be a number, not a bool (got {value!r})")
+    if isinstance(value, Real) or (hasattr(value, "__float__") and np.ndim(value) == 0):
+        try:
+            return float(value)
+        except (TypeError, ValueError):  # e.g. a complex 0-d array
+            pass
+    raise ArgumentTypeError(f"{name} must be a number, got {value!r} ({type(value).__name__})")
 
 
 def positive_float(value: Any, name: str) -> float:
@@ -68,7 +69,7 @@ def positive_float(value: Any, name: str) -> float:
     :raises ArgumentTypeError: not a real number.
     :raises ValueError: zero, negative, infinite or NaN.
     """
-    v = _real(value, name, "a positive number")
+    v = _real(value, name)
     if not (np.isfinite(v) and v > 0):
         raise ValueError(f"{name} must be positive and finite, got {value!r}")
     return v
@@ -80,7 +81,7 @@ def non_negative_float(value: Any, name: str) -> float:
     :raises ArgumentTypeError: not a real number.
     :raises ValueError: negative, infinite or NaN.
     """
-    v = _real(value, name, "a non-negative number")
+    v = _real(value, name)
     if not (np.isfinite(v) and v >= 0):
         raise ValueError(f"{name} must be non-negative and finite, got {value!r}")
     return v
@@ -94,7 +95,7 @@ def probability(value: Any, name: str, *, include_one: bool = True) -> float:
     :raises ValueError: outside the interval, or NaN.
     """
     interval = "(0, 1]" if include_one else "(0, 1)"
-    v = _real(value, name, f"a number in {interval}")
+    v = _real(value, name)
     if not (0.0 < v < 1.0 or (include_one and v == 1.0)):
         raise ValueError(f"{name} must lie in {interval}, got {value!r}")
     return v
