@@ -31,6 +31,8 @@ import numpy as np
 import tensorflow as tf
 from gpflow.monitor import Monitor, MonitorTask, MonitorTaskGroup, ScalarToTensorBoard, ToTensorBoard
 
+from .validation import integer
+
 __all__ = [
     "BYTES_TAGS",
     "HistoryToTensorBoard",
@@ -165,8 +167,7 @@ def federated_monitor(
     :raises ValueError: if ``period`` is not a positive integer.
     :raises TypeError: if an extra task is not a ``gpflow.monitor.MonitorTask`` or a callback not callable.
     """
-    if isinstance(period, bool) or not isinstance(period, (int, np.integer)) or period < 1:
-        raise ValueError(f"period must be a positive integer (write every period-th round), got {period!r}")
+    period = integer(period, "period", minimum=1)
     tasks: list = [HistoryToTensorBoard(log_dir, include=include)]
     for task in extra_tasks:
         if not isinstance(task, MonitorTask):

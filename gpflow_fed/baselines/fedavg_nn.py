@@ -13,7 +13,7 @@ returned model has the maximum-likelihood noise variance ``σ² = Σ_c SSE_c / N
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Final, Mapping, Optional, Tuple
 
 import gpflow
 import numpy as np
@@ -22,13 +22,17 @@ from check_shapes import inherit_check_shapes
 from gpflow.keras import tf_keras
 from gpflow.models.training_mixins import InternalDataTrainingLossMixin
 
-from ..federated.algorithm import Aggregate, Algorithm, FederationInfo
+from ..federated.algorithm import TRAIN_PHASE, Aggregate, Algorithm, FederationInfo
 from ..federated.algorithms.compiled_training import CompiledAdam, deepcopy_without
 from ..federated.client import Client
 from ..federated.messages import Message
 from ..federated.state import SharedState
+from ..validation import integer, non_negative_float, positive_float
 
 __all__ = ["FedAvgNN", "FedAvgNNState", "NetworkMean", "NeuralRegression"]
+
+#: The final exchange: the clients' residual sums of squares, for the noise variance of the returned model.
+NOISE_PHASE: Final[str] = "noise"
 
 
 class NetworkMean(gpflow.functions.MeanFunction):
@@ -117,12 +121,9 @@ class FedAvgNN(Algorithm):
         super().__init__(rounds, client_fraction)
         if not callable(network_factory):
             raise TypeError("network_factory must be a callable that returns a new tf_keras model")
-        if not (np.isfinite(proximal_mu) and proximal_mu >= 0):
-            raise ValueError(f"proximal_mu must be non-negative, got {proximal_mu!r}")
-        if not (np.isfinite(learning_rate) and learning_rate > 0):
-            raise ValueError(f"learning_rate must be positive, got {learning_rate!r}")
-        if isinstance(local_steps, bool) or not isinstance(local_steps, int) or local_steps < 1:
-            raise ValueError(f"local_steps must be a positive integer, got {local_steps!r}")
+        non_negative_float(proximal_mu, "proximal_mu")
+        positive_float(learning_rate, "learning_rate")
+        integer(local_steps, "local_steps", minimum=1)
         self.network_factory = network_factory
         self.local_steps = local_steps
         self.learning_rate = float(learning_rate)
@@ -137,10 +138,10 @@ class FedAvgNN(Algorithm):
         return net
 
     def final_phases(self) -> Tuple[str, ...]:
-        return ("noise",)
+        return (NOISE_PHASE,)
 
     def aggregation(self, phase: str) -> str:
-        return "mean" if phase == "train" else "sum"
+        return "mean" if phase == TRAIN_PHASE else "sum"
 
     def initial_state(self, info: FederationInfo) -> FedAvgNNState:
         self._server = NeuralRegression(None, self._network(info.input_dim), num_outputs=info.output_dim)
@@ -186,7 +187,7 @@ class FedAvgNN(Algorithm):
         with trainer.lock:  # one shared worker: client updates run one at a time
             self.shared.assign(worker, dict(broadcast.arrays))
             X, Y = client.state["tensors"]
-            if broadcast.phase == "noise":
+            if broadcast.phase == NOISE_PHASE:
                 sse = float(tf.reduce_sum(tf.square(Y - worker.mean_function(X))))
                 return self.reply(client, broadcast, {"sse": np.array(sse), "num_data": np.array(float(client.num_data))})
             anchors = [tf.constant(w) for w in worker.mean_function.network.trainable_weights]  # the global weights
@@ -194,7 +195,7 @@ class FedAvgNN(Algorithm):
             return self.reply(client, broadcast, self.shared.read(worker), weight=client.num_data, metrics={"loss": loss})
 
     def server_update(self, state: FedAvgNNState, aggregate: Aggregate) -> FedAvgNNState:
-        if aggregate.phase == "noise":
+        if aggregate.phase == NOISE_PHASE:
             return replace(state, noise_variance=float(aggregate["sse"] / aggregate["num_data"]))
         return replace(state, values={k: np.array(v) for k, v in aggregate.arrays.items()})
 

@@ -24,6 +24,7 @@ import tensorflow as tf
 from ..data.dataset import FederatedDataset
 from ..federated.runtimes.base import evaluate_model
 from ..federated.sampling import sample_clients, validate_client_fraction
+from ..validation import integer, positive_float
 from .experts import COMBINATION_RULES, ExpertCommittee
 from .sgpr import BaselineResult
 from .shared_trainer import SharedAdamTrainer
@@ -56,14 +57,10 @@ def fgp(
     """
     if not isinstance(dataset, FederatedDataset):
         raise TypeError(f"dataset must be a FederatedDataset, got {type(dataset).__name__}")
-    if isinstance(rounds, bool) or not isinstance(rounds, (int, np.integer)) or rounds < 0:
-        raise ValueError(f"rounds must be a non-negative integer, got {rounds!r}")
-    if isinstance(local_steps, bool) or not isinstance(local_steps, (int, np.integer)) or local_steps < 1:
-        raise ValueError(f"local_steps must be a positive integer, got {local_steps!r}")
-    if not (isinstance(learning_rate, (int, float, np.floating)) and np.isfinite(learning_rate) and learning_rate > 0):
-        raise ValueError(f"learning_rate must be positive and finite, got {learning_rate!r}")
-    if not (isinstance(noise_variance, (int, float, np.floating)) and np.isfinite(noise_variance) and noise_variance > 0):
-        raise ValueError(f"noise_variance must be positive and finite, got {noise_variance!r}")
+    integer(rounds, "rounds", minimum=0)
+    integer(local_steps, "local_steps", minimum=1)
+    positive_float(learning_rate, "learning_rate")
+    positive_float(noise_variance, "noise_variance")
     validate_client_fraction(client_fraction)
     if rule not in COMBINATION_RULES:
         raise ValueError(f"rule must be one of {COMBINATION_RULES}, got {rule!r}")

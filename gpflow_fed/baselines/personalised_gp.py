@@ -16,7 +16,7 @@ of the client models (a global read-out of personalised models, which is what th
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Final, Mapping, Optional, Sequence, Tuple
 
 import gpflow
 import numpy as np
@@ -24,13 +24,17 @@ import tensorflow as tf
 from check_shapes import check_shapes, inherit_check_shapes
 from gpflow.keras import tf_keras
 
-from ..federated.algorithm import Aggregate, Algorithm, FederationInfo
+from ..federated.algorithm import TRAIN_PHASE, Aggregate, Algorithm, FederationInfo
 from ..federated.algorithms.compiled_training import CompiledAdam, deepcopy_without
 from ..federated.client import Client
 from ..federated.messages import Message
 from ..federated.state import SharedState
+from ..validation import integer, positive_float
 
 __all__ = ["PersonalisedGP", "PersonalisedGPState", "PersonalisedGPs"]
+
+#: The final exchange: each client's own SGPR statistics at the global parameters, for its personal model.
+PERSONAL_PHASE: Final[str] = "personal"
 
 
 class PersonalisedGPs(gpflow.models.GPModel):
@@ -127,10 +131,8 @@ class PersonalisedGP(Algorithm):
         Z = np.asarray(inducing_points, dtype=gpflow.default_float())
         if Z.ndim != 2 or Z.shape[0] == 0:
             raise ValueError(f"inducing_points must be [M, D] with M ≥ 1, got shape {Z.shape}")
-        if not (np.isfinite(noise_variance) and noise_variance > 0):
-            raise ValueError(f"noise_variance must be positive, got {noise_variance!r}")
-        if isinstance(local_steps, bool) or not isinstance(local_steps, int) or local_steps < 1:
-            raise ValueError(f"local_steps must be a positive integer, got {local_steps!r}")
+        positive_float(noise_variance, "noise_variance")
+        integer(local_steps, "local_steps", minimum=1)
         self.kernel, self.Z = kernel, Z
         self.noise_variance, self.local_steps, self.learning_rate = float(noise_variance), local_steps, float(learning_rate)
         template = self._model((Z[:1], np.zeros((1, 1))))
@@ -147,10 +149,10 @@ class PersonalisedGP(Algorithm):
             raise ValueError(f"inducing_points have D={self.Z.shape[1]} columns, the dataset has D={dataset.input_dim}")
 
     def final_phases(self) -> Tuple[str, ...]:
-        return ("personal",)
+        return (PERSONAL_PHASE,)
 
     def aggregation(self, phase: str) -> str:
-        return "mean" if phase == "train" else "collect"
+        return "mean" if phase == TRAIN_PHASE else "collect"
 
     def initial_state(self, info: FederationInfo) -> PersonalisedGPState:
         return PersonalisedGPState(values=self.shared.read(self._template))
@@ -190,7 +192,7 @@ class PersonalisedGP(Algorithm):
         with trainer.lock:  # one shared worker: client updates run one at a time
             self.shared.assign(model, dict(broadcast.arrays))
             X, Y = client.state["tensors"]
-            if broadcast.phase == "personal":
+            if broadcast.phase == PERSONAL_PHASE:
                 kuf = gpflow.covariances.Kuf(model.inducing_variable, model.kernel, X)
                 return self.reply(client, broadcast, {
                     "kuf_kfu": tf.linalg.matmul(kuf, kuf, transpose_b=True).numpy(),
@@ -200,7 +202,7 @@ class PersonalisedGP(Algorithm):
             return self.reply(client, broadcast, self.shared.read(model), weight=client.num_data, metrics={"neg_elbo_per_point": loss})
 
     def server_update(self, state: PersonalisedGPState, aggregate: Aggregate) -> PersonalisedGPState:
-        if aggregate.phase == "personal":
+        if aggregate.phase == PERSONAL_PHASE:
             stats = tuple((np.array(m["kuf_kfu"]), np.array(m["kuf_y"])) for m in aggregate.messages or ())
             return replace(state, client_statistics=stats)
         return replace(state, values={k: np.array(v) for k, v in aggregate.arrays.items()})

@@ -18,6 +18,7 @@ from gpflow.keras import tf_keras
 from ..data.dataset import FederatedDataset
 from ..federated.algorithms.fsgp_utils import compiled_adam_loop
 from ..federated.runtimes.base import evaluate_model
+from ..validation import integer, positive_float
 
 __all__ = ["BaselineResult", "centralized_sgpr", "local_only_sgpr", "train_adam"]
 
@@ -42,10 +43,8 @@ class BaselineResult:
 
 
 def _check_training(steps: int, learning_rate: float) -> None:
-    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
-        raise ValueError(f"steps must be a non-negative integer, got {steps!r}")
-    if not (isinstance(learning_rate, (int, float, np.floating)) and np.isfinite(learning_rate) and learning_rate > 0):
-        raise ValueError(f"learning_rate must be positive and finite, got {learning_rate!r}")
+    integer(steps, "steps", minimum=0)
+    positive_float(learning_rate, "learning_rate")
 
 
 def train_adam(model: gpflow.models.GPModel, num_data: int, steps: int, learning_rate: float) -> None:

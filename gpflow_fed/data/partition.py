@@ -22,6 +22,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 from check_shapes import check_shapes
 
+from ..validation import integer, probability
 from .dataset import FederatedDataset, validate_regression_data
 
 __all__ = [
@@ -43,17 +44,10 @@ __all__ = [
 Partition = List[np.ndarray]
 
 
-def _count(value: object, what: str, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{what} must be an integer, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{what} must be at least {minimum}, got {value}")
-    return int(value)
-
 
 def _check_clients(num_clients: object, num_data: object) -> Tuple[int, int]:
-    num_data = _count(num_data, "num_data (N)")
-    num_clients = _count(num_clients, "num_clients (K)")
+    num_data = integer(num_data, "num_data (N)", minimum=1)
+    num_clients = integer(num_clients, "num_clients (K)", minimum=1)
     if num_clients > num_data:
         raise ValueError(
             f"num_clients K={num_clients} exceeds the number of data points N={num_data}: every client needs a point; "
@@ -130,14 +124,14 @@ def random_size_partition(
     :param imbalance: exact max − min of the sizes, or ``None``.
     """
     num_clients, num_data = _check_clients(num_clients, num_data)
-    min_size = _count(min_size, "min_size")
+    min_size = integer(min_size, "min_size", minimum=1)
     if num_clients * min_size > num_data:
         raise ValueError(f"K={num_clients} clients of at least min_size={min_size} need N ≥ {num_clients * min_size}")
     if not np.isfinite(concentration) or concentration <= 0:
         raise ValueError(f"concentration must be a positive number, got {concentration}")
     rng = np.random.default_rng(seed)
     if imbalance is not None:
-        sizes = _sizes_with_imbalance(num_data, num_clients, _count(imbalance, "imbalance", 0), min_size, rng)
+        sizes = _sizes_with_imbalance(num_data, num_clients, integer(imbalance, "imbalance", minimum=0), min_size, rng)
     else:
         spare = num_data - num_clients * min_size
         proportions = rng.dirichlet(np.full(num_clients, float(concentration)))
@@ -166,7 +160,7 @@ def sorted_chunk_partition(
     """
     X_arr, Y_arr = validate_regression_data(X, Y, "sorted_chunk_partition")
     num_clients, num_data = _check_clients(num_clients, X_arr.shape[0])
-    chunks_per_client = _count(chunks_per_client, "chunks_per_client")
+    chunks_per_client = integer(chunks_per_client, "chunks_per_client", minimum=1)
     num_chunks = num_clients * chunks_per_client
     if num_chunks > num_data:
         raise ValueError(f"K·chunks_per_client = {num_chunks} chunks exceed N={num_data}; use fewer chunks or clients")
@@ -205,7 +199,7 @@ def group_partition(groups: Sequence[Any], num_clients: Optional[int] = None) ->
     members = [np.flatnonzero(inverse == g) for g in range(len(values))]
     if num_clients is None:
         return members
-    num_clients = _count(num_clients, "num_clients (K)")
+    num_clients = integer(num_clients, "num_clients (K)", minimum=1)
     if num_clients > len(values):
         raise ValueError(
             f"num_clients K={num_clients} exceeds the {len(values)} distinct groups; use K ≤ {len(values)} "
@@ -236,7 +230,7 @@ def spatial_partition(
     if not np.all(np.isfinite(coords)):
         raise ValueError("coordinates contain NaN or inf values")
     num_clients, num_data = _check_clients(num_clients, coords.shape[0])
-    max_iterations = _count(max_iterations, "max_iterations")
+    max_iterations = integer(max_iterations, "max_iterations", minimum=1)
     if len(np.unique(coords, axis=0)) < num_clients:
         raise ValueError(f"fewer than K={num_clients} distinct coordinates: cannot form {num_clients} regions")
     rng = np.random.default_rng(seed)
@@ -264,9 +258,8 @@ def spatial_partition(
 
 def split_indices(num_data: int, test_fraction: float, *, seed: int = 0) -> Tuple[np.ndarray, np.ndarray]:
     """Random ``(train_idx, test_idx)``, sorted, with ``round(test_fraction·N)`` test rows (both parts non-empty)."""
-    num_data = _count(num_data, "num_data (N)", 2)
-    if isinstance(test_fraction, bool) or not isinstance(test_fraction, (float, int)) or not 0 < test_fraction < 1:
-        raise ValueError(f"test_fraction must be a number in (0, 1), got {test_fraction!r}")
+    num_data = integer(num_data, "num_data (N)", minimum=2)
+    test_fraction = probability(test_fraction, "test_fraction", include_one=False)
     num_test = int(np.clip(round(test_fraction * num_data), 1, num_data - 1))
     order = np.random.default_rng(seed).permutation(num_data)
     return np.sort(order[num_test:]), np.sort(order[:num_test])

@@ -23,6 +23,7 @@ import gpflow
 import numpy as np
 from check_shapes import check_shapes
 
+from ..validation import integer
 from .dataset import FederatedDataset
 
 __all__ = [
@@ -79,13 +80,6 @@ def fsgp_latent_2(X: np.ndarray) -> np.ndarray:
     return 2.5 * np.sin(2.0 * np.pi * (X[:, :1] + X[:, 1:2]) / 90.0)
 
 
-def _check_count(value: object, what: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{what} must be an integer, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{what} must be at least {minimum}, got {value}")
-    return int(value)
-
 
 def _grid(low: float, high: float, per_axis: int) -> np.ndarray:
     axis = np.linspace(low, high, per_axis)
@@ -104,8 +98,8 @@ def fsgp_synthetic_1(seed: int = 0, num_train: int = 500, num_test: int = 300) -
     :param num_test: number of test points (the paper: 300).
     :return: a :class:`SyntheticRegression` with ``X: [N, 1]``, ``Y: [N, 1]`` in ``gpflow.default_float()``.
     """
-    num_train = _check_count(num_train, "num_train", 2)
-    num_test = _check_count(num_test, "num_test", 2)
+    num_train = integer(num_train, "num_train", minimum=2)
+    num_test = integer(num_test, "num_test", minimum=2)
     dtype = gpflow.default_float()
     rng = np.random.default_rng(seed)
     X_train = np.linspace(-10.0, 10.0, num_train, dtype=dtype)[:, None]
@@ -131,8 +125,8 @@ def fsgp_synthetic_2(seed: int = 0, grid_train: int = 70, grid_test: int = 30) -
     :param grid_test: test points per axis.
     :return: a :class:`SyntheticRegression` with ``X: [N, 2]``, ``Y: [N, 1]`` in ``gpflow.default_float()``.
     """
-    grid_train = _check_count(grid_train, "grid_train", 2)
-    grid_test = _check_count(grid_test, "grid_test", 2)
+    grid_train = integer(grid_train, "grid_train", minimum=2)
+    grid_test = integer(grid_test, "grid_test", minimum=2)
     dtype = gpflow.default_float()
     rng = np.random.default_rng(seed)
     X_train = _grid(-25.0, 25.0, grid_train).astype(dtype)
@@ -203,10 +197,10 @@ def recyclable_segments(
     of 400 points on ``[−0.5, 6]``. Experiment (ii): ``recyclable_segments(50, 200, (0, 5), bias=False,
     test_interval=(-0.5, 5.5))`` (10k points), with ``replicas=5, points_per_task=400`` for 100k.
     """
-    num_segments = _check_count(num_segments, "num_segments", 1)
-    points_per_task = _check_count(points_per_task, "points_per_task", 1)
-    replicas = _check_count(replicas, "replicas", 1)
-    num_test = _check_count(num_test, "num_test", 2)
+    num_segments = integer(num_segments, "num_segments", minimum=1)
+    points_per_task = integer(points_per_task, "points_per_task", minimum=1)
+    replicas = integer(replicas, "replicas", minimum=1)
+    num_test = integer(num_test, "num_test", minimum=2)
     for what, (low, high) in (("interval", interval), ("test_interval", test_interval)):
         if not (np.isfinite(low) and np.isfinite(high) and low < high):
             raise ValueError(f"{what} must be (low, high) with low < high, got {(low, high)}")

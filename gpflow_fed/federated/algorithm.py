@@ -16,16 +16,20 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Final, List, Mapping, Optional, Sequence, Tuple
 
 import gpflow
 import numpy as np
 
+from ..validation import integer
 from .client import Client
 from .messages import Message
-from .sampling import sample_clients
+from .sampling import sample_clients, validate_client_fraction
 
 AGGREGATIONS = ("sum", "mean", "collect")
+
+#: The phase of an algorithm that exchanges once per round (the default :meth:`Algorithm.phases`).
+TRAIN_PHASE: Final[str] = "train"
 
 #: What the server expects of one phase's replies: array name -> shape, ``None`` for a free dimension.
 ReplySpec = Mapping[str, Tuple[Optional[int], ...]]
@@ -146,12 +150,8 @@ class Algorithm(abc.ABC):
     name: str = "algorithm"
 
     def __init__(self, rounds: int, client_fraction: float = 1.0) -> None:
-        if isinstance(rounds, bool) or not isinstance(rounds, (int, np.integer)) or rounds < 0:
-            raise ValueError(f"rounds must be a non-negative integer, got {rounds!r}")
-        from .sampling import validate_client_fraction
-
+        self.rounds = integer(rounds, "rounds", minimum=0)
         validate_client_fraction(client_fraction)
-        self.rounds = int(rounds)
         self.client_fraction = float(client_fraction)
 
     # --- configuration -------------------------------------------------------------------------------
@@ -160,7 +160,7 @@ class Algorithm(abc.ABC):
 
     def phases(self, round: int) -> Tuple[str, ...]:
         """The exchanges of one training round, in order."""
-        return ("train",)
+        return (TRAIN_PHASE,)
 
     def final_phases(self) -> Tuple[str, ...]:
         """Exchanges with every client after the last round, to build the returned model."""

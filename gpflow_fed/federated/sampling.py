@@ -7,6 +7,8 @@ from typing import List, Sequence
 
 import numpy as np
 
+from ..validation import probability
+
 
 def num_sampled_clients(num_clients: int, client_fraction: float) -> int:
     """``max(⌈Kρ⌉, 1)``, robust to round-off in ``Kρ`` (e.g. ``10 * 0.3`` gives 3, not 4)."""
@@ -18,11 +20,7 @@ def num_sampled_clients(num_clients: int, client_fraction: float) -> int:
 
 def validate_client_fraction(client_fraction: float) -> None:
     """Raise ``TypeError`` for a bool (``True`` is not ρ = 1) and ``ValueError`` unless ``0 < ρ ≤ 1``."""
-    if isinstance(client_fraction, (bool, np.bool_)):
-        raise TypeError(f"client_fraction must be a number, not a bool (got {client_fraction!r}); pass 1.0 for "
-                        "every client each round")
-    if not (isinstance(client_fraction, (int, float)) and 0.0 < float(client_fraction) <= 1.0):
-        raise ValueError(f"client_fraction must lie in (0, 1], got {client_fraction!r}")
+    probability(client_fraction, "client_fraction")
 
 
 def sample_clients(client_ids: Sequence[str], client_fraction: float, rng: np.random.Generator) -> List[str]:

@@ -29,6 +29,8 @@ import tensorflow as tf
 from check_shapes import check_shapes
 from gpflow.utilities import positive
 
+from ..validation import integer
+
 __all__ = [
     "CallableFeatureMap",
     "ExponentialFeatureMap",
@@ -44,13 +46,6 @@ _STREAM_NORMAL, _STREAM_GAMMA, _STREAM_CATEGORICAL = 0, 1, 2
 def _seed(seed: int, stream: int) -> tf.Tensor:
     return tf.constant([int(seed), stream], dtype=tf.int64)
 
-
-def _positive_int(value: Any, what: str, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise TypeError(f"{what} must be an integer, got {type(value).__name__}")
-    if value < minimum:
-        raise ValueError(f"{what} must be at least {minimum}, got {value}")
-    return int(value)
 
 
 class FeatureMap(gpflow.Module, abc.ABC):
@@ -159,7 +154,7 @@ class PolynomialFeatureMap(FeatureMap):
 
     def __init__(self, degree: int = 2, offset: float = 1.0) -> None:
         super().__init__()
-        self.degree = _positive_int(degree, "polynomial degree")
+        self.degree = integer(degree, "polynomial degree", minimum=1)
         if not offset > 0:
             raise ValueError(f"polynomial offset c must be positive, got {offset!r}")
         self.offset = gpflow.Parameter(offset, transform=positive())
@@ -204,8 +199,8 @@ class CallableFeatureMap(FeatureMap):
         if not callable(function):
             raise TypeError(f"function must be callable, got {type(function).__name__}")
         self.function = function
-        self._omega_dim = _positive_int(omega_dim, "omega_dim")
-        self._output_dim = _positive_int(output_dim, "output_dim")
+        self._omega_dim = integer(omega_dim, "omega_dim", minimum=1)
+        self._output_dim = integer(output_dim, "output_dim", minimum=1)
 
     def omega_dim(self, input_dim: int) -> int:
         return self._omega_dim

@@ -11,7 +11,8 @@ from check_shapes import check_shapes, inherit_check_shapes
 from gpflow.keras import tf_keras
 from gpflow.utilities import positive
 
-from .feature_maps import FeatureMap, _positive_int, make_feature_map
+from ..validation import integer
+from .feature_maps import FeatureMap, make_feature_map
 
 __all__ = ["URK", "UnifyingRandomKernel"]
 
@@ -69,10 +70,9 @@ class URK(gpflow.kernels.Kernel):
         name: Optional[str] = None,
     ) -> None:
         super().__init__(active_dims=active_dims, name=name)
-        self.input_dim = _positive_int(input_dim, "input_dim (D)")
-        self.num_samples = _positive_int(num_samples, "num_samples (m)", minimum=2)
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-            raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+        self.input_dim = integer(input_dim, "input_dim (D)", minimum=1)
+        self.num_samples = integer(num_samples, "num_samples (m)", minimum=2)
+        seed = integer(seed, "seed", minimum=0)
         if scaling not in SCALINGS:
             raise ValueError(f"scaling must be one of {SCALINGS}, got {scaling!r}")
         if not (np.isfinite(variance) and variance > 0):

@@ -25,6 +25,8 @@ from check_shapes import check_shapes, inherit_check_shapes
 from gpflow.models.training_mixins import InternalDataTrainingLossMixin
 from gpflow.utilities import positive
 
+from ..validation import positive_float
+
 __all__ = [
     "BLR_STATISTICS",
     "BayesianLinearRegression",
@@ -91,16 +93,6 @@ def blr_log_marginal_likelihood(
     return -0.5 * (num_outputs * per_output + tf.reduce_sum(y_t_y) / noise - tf.reduce_sum(tf.square(c)))
 
 
-def _positive_value(value: Any, what: str) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError) as exc:
-        raise TypeError(f"{what} must be a positive number, got {type(value).__name__}") from exc
-    if not (np.isfinite(v) and v > 0):
-        raise ValueError(f"{what} must be positive and finite, got {value!r}")
-    return v
-
-
 class BayesianLinearRegression(gpflow.models.GPModel, InternalDataTrainingLossMixin):
     """Bayesian linear regression on ``kernel.features`` (e.g. a :class:`~gpflow_fed.kernels.URK`).
 
@@ -128,8 +120,8 @@ class BayesianLinearRegression(gpflow.models.GPModel, InternalDataTrainingLossMi
             raise TypeError(
                 f"kernel must expose features(X) and num_features (e.g. gpflow_fed.kernels.URK), got {type(kernel).__name__}"
             )
-        noise = _positive_value(noise_variance, "noise_variance")
-        prior = _positive_value(prior_variance, "prior_variance")
+        noise = positive_float(noise_variance, "noise_variance")
+        prior = positive_float(prior_variance, "prior_variance")
         if (data is None) == (statistics is None):
             raise ValueError("give exactly one of data=(X, Y) and statistics=")
         if data is not None:

@@ -11,6 +11,7 @@ from typing import Any, Optional, Sequence
 import gpflow
 import numpy as np
 
+from ..validation import integer
 from .ensemble_svgp import EnsembleSVGP, as_recyclable
 
 __all__ = ["fit_pyramid"]
@@ -35,8 +36,7 @@ def fit_pyramid(
     level = [as_recyclable(m, i) for i, m in enumerate(local_models)]
     if not level:
         raise ValueError("fit_pyramid needs at least one local model")
-    if isinstance(group_size, bool) or not isinstance(group_size, (int, np.integer)) or group_size < 2:
-        raise ValueError(f"group_size must be an integer ≥ 2, got {group_size!r}")
+    group_size = integer(group_size, "group_size", minimum=2)
     while True:
         nodes = []
         for start in range(0, len(level), group_size):

@@ -39,6 +39,7 @@ from gpflow.models.training_mixins import InternalDataTrainingLossMixin
 from gpflow.utilities import assert_params_false, set_trainable, triangular
 from scipy.linalg import solve_triangular
 
+from ..validation import integer
 from .recyclable import RecyclableModel, export_svgp, kernel_spec, likelihood_from_spec, likelihood_spec
 
 __all__ = ["EnsembleSVGP", "RecyclableWarning", "as_recyclable"]
@@ -429,8 +430,7 @@ class EnsembleSVGP(GPModel, InternalDataTrainingLossMixin):
         """
         if method not in ("collapsed", "alternate", "joint"):
             raise ValueError(f"method must be 'collapsed', 'alternate' or 'joint', got {method!r}")
-        if isinstance(maxiter, bool) or not isinstance(maxiter, (int, np.integer)) or maxiter < 0:
-            raise ValueError(f"maxiter must be a non-negative integer, got {maxiter!r}")
+        integer(maxiter, "maxiter", minimum=0)
         hyper = list(self.kernel.trainable_variables) + list(self.inducing_variable.trainable_variables)
         if self.data is not None:
             hyper += list(self.likelihood.trainable_variables)

@@ -26,20 +26,17 @@ of any ``N_k``, reuses the traced graph instead of tracing a new one.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 import gpflow
 import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes
 
+from ..validation import integer
+
 __all__ = ["LocalSVGPTrainer", "train_local_svgp"]
 
-
-def _check_maxiter(maxiter: Any) -> int:
-    if isinstance(maxiter, bool) or not isinstance(maxiter, (int, np.integer)) or maxiter < 0:
-        raise ValueError(f"maxiter must be a non-negative integer, got {maxiter!r}")
-    return int(maxiter)
 
 
 @dataclass
@@ -86,7 +83,7 @@ class LocalSVGPTrainer:
             raise TypeError(f"likelihood must be a gpflow Likelihood, got {type(likelihood).__name__}")
         self.kernel = gpflow.utilities.deepcopy(kernel)
         self.likelihood = gpflow.utilities.deepcopy(likelihood)
-        self.maxiter = _check_maxiter(maxiter)
+        self.maxiter = integer(maxiter, "maxiter", minimum=0)
         self.train_inducing = bool(train_inducing)
         self.whiten = bool(whiten)
         self._slots: Dict[Tuple[int, int, int], _Slot] = {}

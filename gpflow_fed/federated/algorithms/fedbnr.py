@@ -26,7 +26,7 @@ sizes L×L, L×P, P and 1 — none depends on N_c, and no row of Φ_c, X_c or y_
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Final, Mapping, Optional, Tuple
 
 import gpflow
 import numpy as np
@@ -39,10 +39,10 @@ from ...kernels.urk import URK
 from ...models.aggregated_sgpr import denoised_gram
 from ...models.bayesian_linear_regression import (
     BayesianLinearRegression,
-    _positive_value,
     blr_log_marginal_likelihood,
     blr_statistics,
 )
+from ...validation import integer, non_negative_float, positive_float
 from ..algorithm import Aggregate, Algorithm, FederationInfo
 from ..client import Client
 from ..messages import Message
@@ -54,6 +54,12 @@ __all__ = ["FedBNR", "FedBNRState", "fedbnr_shared_state", "negative_log_margina
 
 AGGREGATIONS = ("fedavg", "kd")
 PROTOCOLS = ("statistics", "two_step")
+
+#: Phase 1's exchange (each round): the clients' kernel, σ² and λ² after local training.
+KERNEL_PHASE: Final[str] = "kernel"
+#: Phase 2's exchanges (final): the summed statistics, then (two-step protocol) the summed weights.
+SCATTER_PHASE: Final[str] = "scatter"
+WEIGHTS_PHASE: Final[str] = "weights"
 
 
 def _keras_paths(kernel: gpflow.kernels.Kernel) -> Dict[str, str]:
@@ -92,11 +98,14 @@ class FedBNRState:
     :param values: wire key → unconstrained value of the global kernel, σ² and λ².
     :param statistics: ``{phi_t_phi, phi_t_y, y_t_y, num_data}`` summed over clients (after ``"scatter"``).
     :param a_inverse: ``A⁻¹`` (two-step protocol, broadcast in ``"weights"``).
+    :param kd_adam: ``aggregation="kd"``: the server's Adam state for distillation (iterations, then the
+        moments of each variable), kept across rounds; ``None`` with FedAvg.
     """
 
     values: Mapping[str, np.ndarray]
     statistics: Optional[Mapping[str, np.ndarray]] = None
     a_inverse: Optional[np.ndarray] = None
+    kd_adam: Optional[Tuple[np.ndarray, ...]] = None
 
 
 @check_shapes("X: [N, D]", "Y: [N, P]", "return: []")
@@ -126,11 +135,6 @@ def negative_log_marginal_likelihood_per_point(model: BayesianLinearRegression, 
     lml = tf.cond(num_data < tf.shape(Phi)[1], dual, primal)
     return -lml / tf.cast(num_data, Phi.dtype)
 
-
-def _count(value: Any, what: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{what} must be an integer ≥ {minimum}, got {value!r}")
-    return int(value)
 
 
 class FedBNR(Algorithm):
@@ -183,18 +187,12 @@ class FedBNR(Algorithm):
             raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
         if protocol not in PROTOCOLS:
             raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
-        self.noise_variance = _positive_value(noise_variance, "noise_variance")
-        self.prior_variance = _positive_value(prior_variance, "prior_variance")
-        self.learning_rate = _positive_value(learning_rate, "learning_rate")
-        try:
-            alpha = float(alpha)
-        except (TypeError, ValueError) as exc:
-            raise TypeError(f"alpha must be a number, got {type(alpha).__name__}") from exc
-        if not (np.isfinite(alpha) and alpha >= 0):
-            raise ValueError(f"alpha must be non-negative (the weight of the distillation MSE), got {alpha!r}")
-        self.alpha = alpha
-        self.local_steps = _count(local_steps, "local_steps", 1)
-        self.kd_steps = _count(kd_steps, "kd_steps", 1)
+        self.noise_variance = positive_float(noise_variance, "noise_variance")
+        self.prior_variance = positive_float(prior_variance, "prior_variance")
+        self.learning_rate = positive_float(learning_rate, "learning_rate")
+        self.alpha = non_negative_float(alpha, "alpha (the weight of the distillation MSE)")
+        self.local_steps = integer(local_steps, "local_steps", minimum=1)
+        self.kd_steps = integer(kd_steps, "kd_steps", minimum=1)
         if aggregation == "kd" and distillation_data is None:
             raise ValueError('aggregation="kd" needs distillation_data=(X_kd, y_kd) held by the server')
         if distillation_data is not None:
@@ -216,7 +214,6 @@ class FedBNR(Algorithm):
         self._server = gpflow.utilities.deepcopy(self._template)  # the server's scratch model (the template stays put)
         self._kd_model: Optional[BayesianLinearRegression] = None
         self._kd_trainer: Optional[CompiledAdam] = None
-        self._kd_state: List[np.ndarray] = []
         self._worker: Optional[Tuple[BayesianLinearRegression, CompiledAdam]] = None
         self._statistics_fn: Any = None
         self._gram_fn: Any = None
@@ -231,13 +228,13 @@ class FedBNR(Algorithm):
             )
 
     def phases(self, round: int) -> Tuple[str, ...]:
-        return ("kernel",)
+        return (KERNEL_PHASE,)
 
     def final_phases(self) -> Tuple[str, ...]:
-        return ("scatter",) if self.protocol == "statistics" else ("scatter", "weights")
+        return (SCATTER_PHASE,) if self.protocol == "statistics" else (SCATTER_PHASE, WEIGHTS_PHASE)
 
     def aggregation(self, phase: str) -> str:
-        if phase == "kernel":
+        if phase == KERNEL_PHASE:
             return "collect" if self.aggregation_method == "kd" else "mean"
         return "sum"
 
@@ -249,9 +246,9 @@ class FedBNR(Algorithm):
             )
             kd_model = self._kd_model
             self._kd_trainer = self._trainer(kd_model, lambda X, Y, target: distillation_loss(kd_model, target, self.alpha, data=(X, Y)))
-        if self._kd_trainer is not None:
-            self._kd_state = self._kd_trainer.initial_state()  # the server's own Adam, kept across rounds
-        return FedBNRState(values=self.shared.read(self._template))
+        # the server's own Adam, kept across rounds
+        kd_adam = None if self._kd_trainer is None else tuple(self._kd_trainer.initial_state())
+        return FedBNRState(values=self.shared.read(self._template), kd_adam=kd_adam)
 
     def _trainer(self, model: BayesianLinearRegression, loss_fn: Any) -> CompiledAdam:
         return CompiledAdam(model.trainable_variables, loss_fn, self.learning_rate, compile=self.compile)
@@ -287,7 +284,7 @@ class FedBNR(Algorithm):
 
     # --- the round -----------------------------------------------------------------------------------
     def broadcast(self, state: FedBNRState, round: int, phase: str) -> Mapping[str, np.ndarray]:
-        if phase == "weights":
+        if phase == WEIGHTS_PHASE:
             return {"a_inverse": state.a_inverse}  # type: ignore[dict-item]
         return dict(state.values)
 
@@ -295,31 +292,32 @@ class FedBNR(Algorithm):
         model, trainer = self._local()
         with trainer.lock:  # one shared worker: client updates run one at a time
             X, Y = client.state["tensors"]
-            if broadcast.phase == "kernel":
+            if broadcast.phase == KERNEL_PHASE:
                 self.shared.assign(model, dict(broadcast.arrays))
                 loss, client.state["adam"] = trainer.fit(self.local_steps, client.state["adam"], X, Y)
                 return self.reply(
                     client, broadcast, self.shared.read(model), weight=client.num_data,
                     metrics={"neg_log_marginal_likelihood_per_point": loss},
                 )
-            if broadcast.phase == "scatter":
+            if broadcast.phase == SCATTER_PHASE:
                 self.shared.assign(model, dict(broadcast.arrays))
                 stats = {k: v.numpy() for k, v in self._statistics(X, Y).items()}
                 if self.protocol == "two_step":
                     del stats["phi_t_y"]
                 return self.reply(client, broadcast, stats)
-            if broadcast.phase == "weights":
+            if broadcast.phase == WEIGHTS_PHASE:
                 phi_t_y = tf.linalg.matmul(model.kernel.features(X), Y, transpose_a=True)
                 w_c = tf.linalg.matmul(tf.constant(broadcast["a_inverse"]), phi_t_y) / model.likelihood.variance
                 return self.reply(client, broadcast, {"w_mean": w_c.numpy()})
             raise ValueError(f"unknown FedBNR phase {broadcast.phase!r}")
 
     def server_update(self, state: FedBNRState, aggregate: Aggregate) -> FedBNRState:
-        if aggregate.phase == "kernel":
+        if aggregate.phase == KERNEL_PHASE:
             if self.aggregation_method == "fedavg":
                 return replace(state, values={k: np.array(v) for k, v in aggregate.arrays.items()})
-            return replace(state, values=self._distil(aggregate))
-        if aggregate.phase == "scatter":
+            values, kd_adam = self._distil(aggregate, state.kd_adam)
+            return replace(state, values=values, kd_adam=kd_adam)
+        if aggregate.phase == SCATTER_PHASE:
             stats = {k: np.array(v) for k, v in aggregate.arrays.items()}
             if aggregate.noised:
                 stats["phi_t_phi"] = denoised_gram(stats["phi_t_phi"], aggregate.noise_std)
@@ -332,7 +330,7 @@ class FedBNR(Algorithm):
                 chol_A = tf.linalg.cholesky(tf.constant(stats["phi_t_phi"]) / noise + eye / prior)
                 a_inverse = tf.linalg.cholesky_solve(chol_A, eye).numpy()
             return replace(state, statistics=stats, a_inverse=a_inverse)
-        if aggregate.phase == "weights":
+        if aggregate.phase == WEIGHTS_PHASE:
             # Φᵀy = σ² A w̄ (eq. 3.6), so the model below is the same BLR as with the one-step protocol.
             model = self._server_model(state.values, None)
             noise = float(model.likelihood.variance.numpy())
@@ -342,8 +340,11 @@ class FedBNR(Algorithm):
             return replace(state, statistics=stats)
         raise ValueError(f"unknown FedBNR phase {aggregate.phase!r}")
 
-    def _distil(self, aggregate: Aggregate) -> Dict[str, np.ndarray]:
-        """Eq. 3.4: start from the FedAvg mean of the collected client values, then distil on (X_kd, y_kd)."""
+    def _distil(
+        self, aggregate: Aggregate, kd_adam: Optional[Tuple[np.ndarray, ...]]
+    ) -> Tuple[Dict[str, np.ndarray], Tuple[np.ndarray, ...]]:
+        """Eq. 3.4: start from the FedAvg mean of the collected client values, then distil on (X_kd, y_kd) with
+        the server's Adam from state ``kd_adam``; returns the distilled values and the new Adam state."""
         messages = aggregate.messages or ()
         weights = np.array([m.weight for m in messages], dtype=float)
         mean = {k: sum(w * np.asarray(m[k]) for w, m in zip(weights, messages)) / weights.sum() for k in messages[0].arrays}
@@ -357,8 +358,8 @@ class FedBNR(Algorithm):
             grams.append(self._gram_fn(X_kd))
         target = tf.add_n(grams) / float(len(grams))
         self.shared.assign(self._kd_model, mean)
-        _, self._kd_state = self._kd_trainer.fit(self.kd_steps, self._kd_state, X_kd, Y_kd, target)  # type: ignore[union-attr]
-        return self.shared.read(self._kd_model)
+        _, new_adam = self._kd_trainer.fit(self.kd_steps, kd_adam, X_kd, Y_kd, target)  # type: ignore[union-attr,arg-type]
+        return self.shared.read(self._kd_model), tuple(new_adam)
 
     def _server_model(self, values: Mapping[str, np.ndarray], statistics: Optional[Mapping[str, Any]]) -> BayesianLinearRegression:
         self.shared.assign(self._server, dict(values))
@@ -396,7 +397,7 @@ class FedBNR(Algorithm):
         return self._server_model(state.values, state.statistics)
 
     def __deepcopy__(self, memo: Dict[int, Any]) -> "FedBNR":
-        return deepcopy_without(self, memo, ("_worker", "_statistics_fn", "_gram_fn", "_kd_model", "_kd_trainer", "_kd_state"))
+        return deepcopy_without(self, memo, ("_worker", "_statistics_fn", "_gram_fn", "_kd_model", "_kd_trainer"))
 
     def copy_state(self, state: FedBNRState) -> FedBNRState:
         return replace(state, values={k: np.array(v) for k, v in state.values.items()})

@@ -6,7 +6,7 @@ Paper: ``fsgp-federated-sparse-gp.txt`` (Guo et al.), Algorithm 1 and eqs. 9, 14
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Final, List, Mapping, Optional, Sequence, Tuple
 
 import gpflow
 import numpy as np
@@ -15,7 +15,8 @@ from gpflow.keras import tf_keras
 from gpflow.models.util import inducingpoint_wrapper
 
 from ...models.aggregated_sgpr import AggregatedSGPR, collapsed_sgpr_bound, project_to_psd
-from ..algorithm import Aggregate, Algorithm, FederationInfo, ReplySpec
+from ...validation import integer, positive_float
+from ..algorithm import TRAIN_PHASE, Aggregate, Algorithm, FederationInfo, ReplySpec
 from ..client import Client
 from ..state import SharedState, resolve_path
 from .fsgp_statistics import ADJOINT_NAMES, STATISTIC_NAMES
@@ -25,6 +26,12 @@ from .inducing_inputs import STANDARDISED_BOX, inducing_grid
 __all__ = ["FSGP", "FSGPState", "SGPRClientWorker", "compiled_adam_loop", "initial_inducing_inputs"]
 
 MODES = ("fedavg", "exact")
+
+#: Exact mode's two exchanges per round: the clients' statistics, then their vector-Jacobian products.
+STATISTICS_PHASE: Final[str] = "statistics"
+GRADIENT_PHASE: Final[str] = "gradient"
+#: The final exchange (both modes): the statistics at the final parameters, for the returned model.
+PREDICT_PHASE: Final[str] = "predict"
 
 
 @dataclass(frozen=True)
@@ -37,6 +44,10 @@ class FSGPState:
     :param direct_gradient: exact mode: ``∂(−F)/∂params`` at fixed statistics S (through Kuu and σ).
     :param bound: the latest global bound ``F = ELBO/N`` known to the server (exact mode and after the
         final phase), NaN otherwise.
+    :param steps: the updates of ``params`` so far (FedAvg averages or exact-mode Adam steps).
+    :param output_dim: P, the number of outputs (fixes the shape of the statistics ``Σ C y``).
+    :param server_adam: exact mode: the server's ``tf_keras`` Adam state, the step count then the moments
+        m and v of each shared value (plain arrays, so checkpoints save them); ``None`` in FedAvg.
     """
 
     params: Mapping[str, np.ndarray]
@@ -45,6 +56,42 @@ class FSGPState:
     direct_gradient: Optional[Mapping[str, np.ndarray]] = None
     bound: float = float("nan")
     steps: int = 0
+    output_dim: int = 1
+    server_adam: Optional[Tuple[np.ndarray, ...]] = None
+
+
+class ServerAdam:
+    """The exact-mode server's ``tf_keras`` Adam as one compiled step whose optimizer state is an argument.
+
+    :meth:`step` loads the given Adam state (step count, moments) into the optimizer, applies the gradients
+    to ``variables`` and returns the new state, so the state lives in :class:`FSGPState` (and its
+    checkpoints) while the update is exactly the one a persistent ``tf_keras.optimizers.Adam`` takes.
+
+    :param variables: the server model's unconstrained shared variables (scratch space, assigned by the caller).
+    :param learning_rate: λ.
+    """
+
+    def __init__(self, variables: Sequence[tf.Variable], learning_rate: float) -> None:
+        self.variables = list(variables)
+        self.optimizer = tf_keras.optimizers.Adam(learning_rate=learning_rate)
+        self.optimizer.build(self.variables)
+        self.slots: List[tf.Variable] = list(self.optimizer.variables)  # the step count, then m and v per variable
+        signature = ([tf.TensorSpec(v.shape, v.dtype) for v in self.variables], [tf.TensorSpec(s.shape, s.dtype) for s in self.slots])
+        self._step = tf.function(self._apply, input_signature=signature, autograph=False)
+
+    def initial_state(self) -> Tuple[np.ndarray, ...]:
+        """Step 0 and zero moments, as plain arrays."""
+        return tuple(np.zeros(s.shape, s.dtype.as_numpy_dtype) for s in self.slots)
+
+    def _apply(self, grads: List[tf.Tensor], slots: List[tf.Tensor]) -> List[tf.Tensor]:
+        for slot, value in zip(self.slots, slots):
+            slot.assign(value)
+        self.optimizer.apply_gradients(zip(grads, self.variables))
+        return [s.read_value() for s in self.slots]  # automatic control dependencies order these after the update
+
+    def step(self, grads: Sequence[tf.Tensor], state: Sequence[np.ndarray]) -> Tuple[np.ndarray, ...]:
+        """One Adam step on ``variables`` from the Adam ``state``; returns the new state."""
+        return tuple(s.numpy() for s in self._step(list(grads), [tf.constant(s) for s in state]))
 
 
 @dataclass(frozen=True)
@@ -159,16 +206,9 @@ class FSGP(Algorithm):
             raise TypeError(f"FSGP: kernel must be a gpflow.kernels.Kernel, got {type(kernel).__name__}")
         if mode not in MODES:
             raise ValueError(f"FSGP: mode must be one of {MODES}, got {mode!r}")
-        if isinstance(local_steps, bool) or not isinstance(local_steps, (int, np.integer)) or local_steps < 1:
-            raise ValueError(f"FSGP: local_steps must be a positive integer, got {local_steps!r}")
-        if isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float, np.floating)):
-            raise TypeError(f"FSGP: learning_rate must be a number, got {type(learning_rate).__name__}")
-        if not (np.isfinite(learning_rate) and learning_rate > 0):
-            raise ValueError(f"FSGP: learning_rate must be positive and finite, got {learning_rate!r}")
-        if isinstance(noise_variance, bool) or not isinstance(noise_variance, (int, float, np.floating)):
-            raise TypeError(f"FSGP: noise_variance must be a number, got {type(noise_variance).__name__}")
-        if not (np.isfinite(noise_variance) and noise_variance > 0):
-            raise ValueError(f"FSGP: noise_variance must be positive and finite, got {noise_variance!r}")
+        integer(local_steps, "FSGP: local_steps", minimum=1)
+        positive_float(learning_rate, "FSGP: learning_rate")
+        positive_float(noise_variance, "FSGP: noise_variance")
         floor = gpflow.config.default_likelihood_positive_minimum()
         if noise_variance <= floor:
             raise ValueError(f"FSGP: noise_variance must exceed GPflow's Gaussian-likelihood floor {floor:g} "
@@ -209,10 +249,9 @@ class FSGP(Algorithm):
         self.whiten = (mode == "exact") if whiten is None else bool(whiten)
         self._shared: Optional[SharedState] = None
         self._server_model: Optional[AggregatedSGPR] = None
-        self._server_optimizer: Any = None
+        self._server_adam: Optional[ServerAdam] = None
         self._worker: Optional[SGPRClientWorker] = None
         self._clients: List[str] = []
-        self._output_dim = 1
 
     # --- configuration -------------------------------------------------------------------------------
     @property
@@ -252,19 +291,19 @@ class FSGP(Algorithm):
             )
 
     def phases(self, round: int) -> Tuple[str, ...]:
-        return ("train",) if self.mode == "fedavg" else ("statistics", "gradient")
+        return (TRAIN_PHASE,) if self.mode == "fedavg" else (STATISTICS_PHASE, GRADIENT_PHASE)
 
     def final_phases(self) -> Tuple[str, ...]:
-        return ("predict",)
+        return (PREDICT_PHASE,)
 
     def aggregation(self, phase: str) -> str:
-        return "mean" if phase == "train" else "sum"
+        return "mean" if phase == TRAIN_PHASE else "sum"
 
     def reply_spec(self, state: FSGPState, round: int, phase: str) -> ReplySpec:
         """Parameters (``"train"``, ``"gradient"``) shaped as the broadcast; statistics with M and P."""
-        if phase in ("train", "gradient"):
+        if phase in (TRAIN_PHASE, GRADIENT_PHASE):
             return {k: tuple(np.shape(v)) for k, v in state.params.items()}
-        M, P = self.num_inducing, self._output_dim
+        M, P = self.num_inducing, state.output_dim
         return {"kuf_kfu": (M, M), "kuf_y": (M, P), "y_squared_sum": (), "trace_kff": (), "num_data": ()}
 
     def expected_weight(self, phase: str, num_data: int) -> float:
@@ -295,7 +334,6 @@ class FSGP(Algorithm):
         return out
 
     def initial_state(self, info: FederationInfo) -> FSGPState:
-        self._output_dim = int(info.output_dim)
         self._server_model = self._empty_model(info.output_dim)
         self._shared = SharedState.from_module(self._server_model, space="unconstrained")
         self._worker = SGPRClientWorker(
@@ -309,10 +347,13 @@ class FSGP(Algorithm):
             self.whiten,
         )
         self._clients = []
+        server_adam = None
         if self.mode == "exact":
-            self._server_optimizer = tf_keras.optimizers.Adam(learning_rate=self.learning_rate)
-            self._server_optimizer.build(self._unconstrained(self._server_model))
-        return FSGPState(params=self._shared.read(self._server_model))
+            self._server_adam = ServerAdam(self._unconstrained(self._server_model), self.learning_rate)
+            server_adam = self._server_adam.initial_state()
+        return FSGPState(
+            params=self._shared.read(self._server_model), output_dim=int(info.output_dim), server_adam=server_adam
+        )
 
     def setup_client(self, client: Client, state: FSGPState) -> None:
         """The client's data as tensors and, in FedAvg, its own fresh Adam state (step 0, zero moments).
@@ -338,7 +379,7 @@ class FSGP(Algorithm):
         if self._worker is None:
             return {}
         counts = self._worker.tracing_counts()
-        names = ("train",) if self.mode == "fedavg" else ("statistics", "gradient")
+        names = self.phases(0)
         return {cid: {name: counts[name] for name in names} for cid in self._clients}
 
     @property
@@ -349,7 +390,7 @@ class FSGP(Algorithm):
     # --- the round -----------------------------------------------------------------------------------
     def broadcast(self, state: FSGPState, round: int, phase: str) -> Mapping[str, np.ndarray]:
         arrays = dict(state.params)
-        if phase == "gradient":
+        if phase == GRADIENT_PHASE:
             if state.adjoints is None:
                 raise RuntimeError("FSGP: the 'gradient' phase needs the adjoints of a 'statistics' phase")
             arrays.update({f"adjoint/{k}": v for k, v in state.adjoints.items()})
@@ -360,15 +401,15 @@ class FSGP(Algorithm):
         data: _ClientData = client.state["fsgp"]
         values = [broadcast[k] for k in self._shared.keys]
         weight = float(client.num_data)
-        if broadcast.phase == "train":
+        if broadcast.phase == TRAIN_PHASE:
             new_values, adam, bound = self._worker.train(data.X, data.Y, values, client.state["adam"])
             if not np.isfinite(bound):
                 raise FloatingPointError(f"the local bound became {bound} after {self.local_steps} steps")
             client.state["adam"] = adam  # only a successful update changes the client's Adam state
             return self.reply(client, broadcast, dict(zip(self._shared.keys, new_values)), weight, {"bound": bound})
-        if broadcast.phase in ("statistics", "predict"):
+        if broadcast.phase in (STATISTICS_PHASE, PREDICT_PHASE):
             return self.reply(client, broadcast, self._worker.statistics(data.X, data.Y, values), weight)
-        if broadcast.phase == "gradient":
+        if broadcast.phase == GRADIENT_PHASE:
             adjoints = {k: broadcast[f"adjoint/{k}"] for k in ADJOINT_NAMES}
             grads = self._worker.vjp(data.X, data.Y, values, adjoints)
             return self.reply(client, broadcast, dict(zip(self._shared.keys, grads)), weight)
@@ -408,15 +449,15 @@ class FSGP(Algorithm):
 
     def server_update(self, state: FSGPState, aggregate: Aggregate) -> FSGPState:
         phase = aggregate.phase
-        if phase == "train":
+        if phase == TRAIN_PHASE:
             return replace(state, params={k: np.array(aggregate[k]) for k in state.params}, steps=state.steps + 1)
-        if phase == "predict":
+        if phase == PREDICT_PHASE:
             stats = {k: np.array(aggregate[k]) for k in STATISTIC_NAMES}
             # post-processing (free under DP): a noised Σ C Cᵀ is made symmetric PSD again
             stats["kuf_kfu"] = project_to_psd(stats["kuf_kfu"])
             bound, _, _ = self._objective(state, stats)
             return replace(state, statistics=stats, bound=bound)
-        if phase == "statistics":
+        if phase == STATISTICS_PHASE:
             stats = {k: np.array(aggregate[k]) for k in STATISTIC_NAMES}
             if aggregate.noised:  # post-processing, free under DP
                 stats["kuf_kfu"] = project_to_psd(stats["kuf_kfu"])
@@ -428,17 +469,18 @@ class FSGP(Algorithm):
                 )
                 raise FloatingPointError(f"FSGP exact mode, round {aggregate.round}: the global bound is not finite: {cause}")
             return replace(state, adjoints=adjoints, direct_gradient=direct, bound=bound)
-        if phase == "gradient":
+        if phase == GRADIENT_PHASE:
             assert self._server_model is not None and self._shared is not None and state.direct_gradient is not None
+            assert self._server_adam is not None and state.server_adam is not None
             model = self._server_model
-            self._shared.assign(model, state.params)
-            variables = self._unconstrained(model)
+            self._shared.assign(model, state.params)  # the variables the server Adam steps
             grads = [tf.constant(state.direct_gradient[k] + aggregate[k]) for k in self._shared.keys]
             if not all(np.all(np.isfinite(g.numpy())) for g in grads):
                 raise FloatingPointError("FSGP exact mode: the aggregated gradient is not finite")
-            self._server_optimizer.apply_gradients(zip(grads, variables))
+            server_adam = self._server_adam.step(grads, state.server_adam)
             return replace(
-                state, params=self._shared.read(model), adjoints=None, direct_gradient=None, steps=state.steps + 1
+                state, params=self._shared.read(model), adjoints=None, direct_gradient=None, steps=state.steps + 1,
+                server_adam=server_adam,
             )
         raise ValueError(f"FSGP: unknown phase {phase!r}")
 

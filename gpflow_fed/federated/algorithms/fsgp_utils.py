@@ -12,6 +12,7 @@ import tensorflow as tf
 from check_shapes import check_shapes
 from gpflow.keras import tf_keras
 
+from ...validation import integer
 from ..state import resolve_path
 from .fsgp_statistics import ADJOINT_NAMES, SGPRStatistics, sgpr_statistics, statistics_vjp
 
@@ -33,8 +34,7 @@ def initial_inducing_inputs(X: np.ndarray, num_inducing: int, seed: int = 0) -> 
     X = np.asarray(X, dtype=gpflow.default_float())
     if X.ndim != 2:
         raise ValueError(f"initial_inducing_inputs: X must have shape [N, D], got {X.shape}")
-    if isinstance(num_inducing, bool) or not isinstance(num_inducing, (int, np.integer)) or num_inducing < 1:
-        raise ValueError(f"initial_inducing_inputs: num_inducing must be a positive integer, got {num_inducing!r}")
+    integer(num_inducing, "initial_inducing_inputs: num_inducing", minimum=1)
     if num_inducing > X.shape[0]:
         raise ValueError(f"initial_inducing_inputs: M = {num_inducing} exceeds the number of inputs N = {X.shape[0]}")
     rows = np.random.default_rng(seed).choice(X.shape[0], size=int(num_inducing), replace=False)

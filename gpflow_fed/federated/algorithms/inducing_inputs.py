@@ -4,22 +4,19 @@ paper's draw from the pooled training inputs, which a real federation does not h
 
 from __future__ import annotations
 
-from typing import Any, Sequence, Tuple
+from typing import Sequence, Tuple
 
 import gpflow
 import numpy as np
 from check_shapes import check_shapes
+
+from ...validation import integer
 
 __all__ = ["inducing_from_public", "inducing_grid"]
 
 #: the box an integer M is spread over when the inputs are standardised (about 95 % of a unit normal).
 STANDARDISED_BOX = (-2.0, 2.0)
 
-
-def _positive_int(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ValueError(f"{what} must be a positive integer, got {value!r}")
-    return int(value)
 
 
 @check_shapes("return: [M, D]")
@@ -33,7 +30,7 @@ def inducing_grid(bounds: Sequence[Tuple[float, float]], num_inducing: int) -> n
     :param num_inducing: M ≥ 1.
     :return: ``[M, D]`` array of ``gpflow.default_float()``.
     """
-    M = _positive_int(num_inducing, "inducing_grid: num_inducing")
+    M = integer(num_inducing, "inducing_grid: num_inducing", minimum=1)
     box = np.asarray(bounds, dtype=float)
     if box.ndim != 2 or box.shape[1] != 2 or box.shape[0] < 1:
         raise ValueError(f"inducing_grid: bounds must be [(low, high), ...], one pair per input dimension; got shape {box.shape}")
@@ -61,7 +58,7 @@ def inducing_from_public(X_public: np.ndarray, num_inducing: int, seed: int = 0)
     """
     from scipy.cluster.vq import kmeans2
 
-    M = _positive_int(num_inducing, "inducing_from_public: num_inducing")
+    M = integer(num_inducing, "inducing_from_public: num_inducing", minimum=1)
     X = np.asarray(X_public, dtype=gpflow.default_float())
     if not np.all(np.isfinite(X)):
         raise ValueError("inducing_from_public: X_public contains NaN or inf values")

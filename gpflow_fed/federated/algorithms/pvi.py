@@ -29,7 +29,7 @@ from __future__ import annotations
 import copy
 import warnings
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import gpflow
 import numpy as np
@@ -63,7 +63,11 @@ class ClientUpdate:
 @dataclass
 class PVIState:
     """The server state (spec §3.1): accepted-update counters, global q(Z)/q(log β) in natural parameters
-    (or a point Z), every client's DPO pseudo-set (or the summed CPO natural parameters over u)."""
+    (or a point Z), every client's DPO pseudo-set (or the summed CPO natural parameters over u).
+
+    ``client_ids`` (the order of ``versions`` and of the broadcast pseudo-sets) and ``client_sizes`` (the
+    weights ``N_k / N`` of the FedAvg step on Z) are the federation's shape, as the server knows it.
+    """
 
     versions: np.ndarray
     qZ: Optional[NaturalGaussian]
@@ -73,6 +77,8 @@ class PVIState:
     eta: Optional[np.ndarray] = None
     Lam: Optional[np.ndarray] = None
     rejected: int = 0
+    client_ids: Tuple[str, ...] = ()
+    client_sizes: Dict[str, int] = field(default_factory=dict)
 
 
 def _inducing_init(inducing_variable: Any) -> tuple:
@@ -235,16 +241,15 @@ class PVI(Algorithm):
 
     # --- server --------------------------------------------------------------------------------------
     def initial_state(self, info: FederationInfo) -> PVIState:
-        self._ids = list(info.client_ids)
-        self._sizes = dict(info.client_sizes)
-        self._N = float(info.num_data)
         M, D = self.Z0.shape
         H = self.num_hyper
         state = PVIState(
-            versions=np.zeros(len(self._ids), dtype=np.int64),
+            versions=np.zeros(info.num_clients, dtype=np.int64),
             qZ=NaturalGaussian.standard((M, D)) if self.learn_inducing == "distribution" else None,
             Z=self.Z0.copy(),
             qrho=NaturalGaussian.standard((H,)) if H else None,
+            client_ids=tuple(info.client_ids),
+            client_sizes={cid: int(n) for cid, n in info.client_sizes.items()},
         )
         if self.parameterisation == "cpo":
             state.eta, state.Lam = np.zeros((M, 1)), np.zeros((M, M))
@@ -259,10 +264,11 @@ class PVI(Algorithm):
         if state.qrho is not None:
             arrays.update(qrho_nu=state.qrho.nu, qrho_lam=state.qrho.lam)
         if self.parameterisation == "dpo":
-            skip = self._ids[round % len(self._ids)] if self.schedule == "sequential" else None
-            included = [cid for cid in self._ids if cid in state.sets and cid != skip]
+            ids = state.client_ids
+            skip = ids[round % len(ids)] if self.schedule == "sequential" else None
+            included = [cid for cid in ids if cid in state.sets and cid != skip]
             arrays.update(stack_sets([state.sets[c] for c in included], self.Z0.shape[1]))
-            arrays["sizes"] = np.array([state.sets[c]["m"].shape[0] if c in included else 0 for c in self._ids], dtype=np.int64)
+            arrays["sizes"] = np.array([state.sets[c]["m"].shape[0] if c in included else 0 for c in ids], dtype=np.int64)
         else:
             arrays.update(eta=state.eta, Lam=pack_lower(state.Lam))
         return arrays
@@ -286,6 +292,7 @@ class PVI(Algorithm):
             return replace(state, rejected=state.rejected + 1)
         new = replace(state, versions=state.versions.copy(), qZ=qZ, qrho=qrho, sets=dict(state.sets), Z=state.Z.copy())
         M = self.Z0.shape[0]
+        num_data = float(sum(state.client_sizes.values()))
         for msg in messages:
             if self.parameterisation == "dpo":
                 new.sets[msg.sender] = {k: np.array(msg[k]) for k in ("V", "m", "s")}
@@ -293,8 +300,8 @@ class PVI(Algorithm):
                 new.eta = new.eta + self.rho_step * msg["d_eta"]
                 new.Lam = new.Lam + self.rho_step * unpack_lower(msg["d_Lam"], M)
             if self.learn_inducing == "fedavg":
-                new.Z = new.Z + self._sizes[msg.sender] / self._N * (msg["Z"] - state.Z)
-            new.versions[self._ids.index(msg.sender)] += 1
+                new.Z = new.Z + state.client_sizes[msg.sender] / num_data * (msg["Z"] - state.Z)
+            new.versions[state.client_ids.index(msg.sender)] += 1
         return new
 
     def round_metrics(self, state: PVIState, aggregates: Sequence[Aggregate]) -> Dict[str, float]:
@@ -308,7 +315,7 @@ class PVI(Algorithm):
         (or the point Z) and q(log β) (or the kernel's fixed values)."""
         Z, Z_var = (state.Z, None) if state.qZ is None else state.qZ.moments()
         if self.parameterisation == "dpo":
-            sets = stack_sets([state.sets[c] for c in self._ids if c in state.sets], self.Z0.shape[1])
+            sets = stack_sets([state.sets[c] for c in state.client_ids if c in state.sets], self.Z0.shape[1])
             M = self.Z0.shape[0]  # before any client has replied, t ≡ 1: zero natural parameters (the prior)
             if sets["m"].shape[0] == 0:
                 pseudo: Any = NaturalFactor(np.zeros((M, 1)), np.zeros((M, M)), Z=Z)
@@ -325,8 +332,11 @@ class PVI(Algorithm):
 
     # --- client --------------------------------------------------------------------------------------
     def setup_client(self, client: Client, state: PVIState) -> None:
+        """The client's own factors and optimiser position, and its position in the federation (its entry in the
+        broadcast ``versions`` and ``sizes``)."""
         M, D = self.Z0.shape
         client.state.update(
+            index=state.client_ids.index(client.id),
             num_pseudo=self.num_pseudo(client.num_data), factor=None, counter=0, jitter=self.jitter,
             version=0, pending=None,
             tZ=NaturalGaussian.unit((M, D)), trho=NaturalGaussian.unit((self.num_hyper,)),
@@ -348,7 +358,8 @@ class PVI(Algorithm):
         return self._workers[key]
 
     def client_update(self, client: Client, broadcast: Message) -> Message:
-        st, idx = client.state, self._ids.index(client.id)
+        st = client.state
+        idx = st["index"]
         if st["factor"] is None:
             st["factor"] = self._init_factor(client)
         problem = self.local_problem(st["num_pseudo"])

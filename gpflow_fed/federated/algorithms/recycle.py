@@ -9,7 +9,7 @@ so an honest-but-curious server learns M_k locations near the client's data and 
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Final, Mapping, Optional
 
 import gpflow
 import numpy as np
@@ -17,11 +17,15 @@ import numpy as np
 from ...models.ensemble_svgp import EnsembleSVGP
 from ...models.recyclable import RecyclableModel, export_svgp
 from ...models.recyclable_training import LocalSVGPTrainer
+from ...validation import integer
 from ..algorithm import Aggregate, Algorithm, FederationInfo
 from ..client import Client
 from ..messages import Message
 
 __all__ = ["Recycle"]
+
+#: The single exchange: every client fits its local SVGP and sends it as a recyclable model.
+FIT_PHASE: Final[str] = "fit"
 
 
 class Recycle(Algorithm):
@@ -58,16 +62,14 @@ class Recycle(Algorithm):
         Z = np.asarray(Z, dtype=gpflow.default_float())
         if Z.ndim != 2 or Z.shape[0] == 0:
             raise ValueError(f"Z must be [M, D] with M > 0, got shape {Z.shape}")
-        if isinstance(num_local_inducing, bool) or not isinstance(num_local_inducing, int) or num_local_inducing < 1:
-            raise ValueError(f"num_local_inducing must be a positive integer, got {num_local_inducing!r}")
+        num_local_inducing = integer(num_local_inducing, "num_local_inducing", minimum=1)
         if method not in ("collapsed", "alternate", "joint"):
             raise ValueError(f"method must be 'collapsed', 'alternate' or 'joint', got {method!r}")
         self.kernel, self.Z, self.num_local_inducing = kernel, Z, num_local_inducing
         self.local_kernel = local_kernel if local_kernel is not None else kernel
         self.local_likelihood = local_likelihood if local_likelihood is not None else gpflow.likelihoods.Gaussian()
         self.likelihood, self.local_maxiter, self.maxiter, self.method = likelihood, local_maxiter, maxiter, method
-        if isinstance(local_maxiter, bool) or not isinstance(local_maxiter, int) or local_maxiter < 0:
-            raise ValueError(f"local_maxiter must be a non-negative integer, got {local_maxiter!r}")
+        integer(local_maxiter, "local_maxiter", minimum=0)
         # created at the first client update (after any runtime's deep copy of the algorithm), then one compiled
         # L-BFGS loop serves every client simulated in this process; each fit starts from copies of the templates
         self._trainer: Optional[LocalSVGPTrainer] = None
@@ -79,7 +81,7 @@ class Recycle(Algorithm):
             raise ValueError(f"Recycle fits single-output models; the clients have P = {dataset.output_dim}")
 
     def phases(self, round: int) -> tuple:
-        return ("fit",)
+        return (FIT_PHASE,)
 
     def aggregation(self, phase: str) -> str:
         return "collect"

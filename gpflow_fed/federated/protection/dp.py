@@ -31,6 +31,7 @@ import dp_accounting
 import numpy as np
 
 from ...randomness import check_insecure_seed
+from ...validation import positive_float
 
 __all__ = ["ACCOUNTANTS", "DPUtilityWarning", "DifferentialPrivacy", "PrivacyAccountant", "clip_payload", "utility_warning"]
 
@@ -80,11 +81,7 @@ class DifferentialPrivacy:
 
     def __post_init__(self) -> None:
         for name in ("noise_multiplier", "clip_norm", "delta", "weight_bound"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float, np.floating, np.integer)):
-                raise TypeError(f"DifferentialPrivacy: {name} must be a number, got {type(value).__name__}")
-            if not (math.isfinite(value) and value > 0):
-                raise ValueError(f"DifferentialPrivacy: {name} must be positive and finite, got {value!r}")
+            positive_float(getattr(self, name), f"DifferentialPrivacy: {name}")
         if not self.delta < 1:
             raise ValueError(f"DifferentialPrivacy: delta must lie in (0, 1), got {self.delta!r}")
         if self.accountant not in ACCOUNTANTS:

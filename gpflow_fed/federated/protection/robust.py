@@ -42,6 +42,8 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ...validation import integer, non_negative_float, positive_float
+
 __all__ = ["METHODS", "RobustAggregation", "weighted_median"]
 
 #: the robust reductions :class:`RobustAggregation` offers
@@ -95,29 +97,18 @@ class RobustAggregation:
     def __post_init__(self) -> None:
         if not isinstance(self.method, str) or self.method not in METHODS:
             raise ValueError(f"RobustAggregation: method must be one of {METHODS}, got {self.method!r}")
-        if isinstance(self.trim, bool) or not isinstance(self.trim, (int, float, np.integer, np.floating)):
-            raise TypeError(f"RobustAggregation: trim must be a float in [0, 0.5), got {type(self.trim).__name__}")
-        if not 0.0 <= float(self.trim) < 0.5:
-            raise ValueError(
-                f"RobustAggregation: trim must be in [0, 0.5) (a fraction dropped at each end), got {self.trim}"
-            )
-        object.__setattr__(self, "trim", float(self.trim))
+        trim = non_negative_float(self.trim, "RobustAggregation: trim")
+        if not trim < 0.5:
+            raise ValueError(f"RobustAggregation: trim must be in [0, 0.5) (a fraction dropped at each end), got {trim}")
+        object.__setattr__(self, "trim", trim)
         if self.clip_norm is not None:
-            c = self.clip_norm
-            if isinstance(c, bool) or not isinstance(c, (int, float, np.integer, np.floating)):
-                raise TypeError(
-                    f"RobustAggregation: clip_norm must be None or a positive float, got {type(c).__name__}"
-                )
-            if not (math.isfinite(float(c)) and float(c) > 0):
-                raise ValueError(f"RobustAggregation: clip_norm must be None or a positive finite float, got {c}")
-            object.__setattr__(self, "clip_norm", float(c))
+            object.__setattr__(self, "clip_norm", positive_float(self.clip_norm, "RobustAggregation: clip_norm"))
 
     def trimmed(self, num_clients: int) -> int:
         """``g = ⌊trim · K⌋``, the values dropped at each end of each coordinate (at most this many malicious
         clients are tolerated whatever their weights)."""
-        if isinstance(num_clients, bool) or not isinstance(num_clients, (int, np.integer)) or num_clients < 1:
-            raise ValueError(f"RobustAggregation: the number of clients must be a positive int, got {num_clients!r}")
-        return int(math.floor(self.trim * int(num_clients) + 1e-9))
+        num_clients = integer(num_clients, "RobustAggregation: the number of clients", minimum=1)
+        return int(math.floor(self.trim * num_clients + 1e-9))
 
     def reduce(self, arrays: Sequence[Mapping[str, np.ndarray]], weights: Sequence[float]) -> Dict[str, np.ndarray]:
         """The robust aggregate of one "mean" phase.

@@ -10,6 +10,7 @@ import numpy as np
 
 from ... import metrics as _metrics
 from ...data.dataset import FederatedDataset
+from ...validation import integer
 from ..algorithm import Algorithm
 from ..client import Client
 from ..result import FederatedResult
@@ -57,8 +58,7 @@ def make_clients(dataset: FederatedDataset, seed: int) -> Tuple[List[Client], np
     Seeds come from ``numpy.random.SeedSequence(seed).spawn(K + 1)`` (:func:`client_seed`,
     :func:`sampling_rng`), so the same seed gives the same run on every runtime (a Flower party derives its own).
     """
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    integer(seed, "seed", minimum=0)
     K = dataset.num_clients
     clients = [Client(f"client_{k}", data, client_seed(seed, k, K)) for k, data in enumerate(dataset.clients)]
     return clients, sampling_rng(seed, K)

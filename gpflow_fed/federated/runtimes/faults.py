@@ -15,6 +15,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ...validation import integer
 from ..messages import Message
 
 logger = logging.getLogger("gpflow_fed.federated")
@@ -43,8 +44,7 @@ class FaultPolicy:
     def __post_init__(self) -> None:
         if self.on_error not in ON_ERROR:
             raise ValueError(f"on_error must be one of {ON_ERROR}, got {self.on_error!r}")
-        if isinstance(self.min_clients, bool) or not isinstance(self.min_clients, int) or self.min_clients < 1:
-            raise ValueError(f"min_clients must be a positive integer, got {self.min_clients!r}")
+        integer(self.min_clients, "min_clients", minimum=1)
         if self.timeout is not None and not (self.timeout > 0):
             raise ValueError(f"timeout must be positive seconds or None, got {self.timeout!r}")
 

@@ -41,6 +41,7 @@ from flwr.clientapp import ClientApp
 from ...data.dataset import validate_regression_data
 from ..algorithm import Algorithm
 from ..checkpoint import decode_tree, encode_tree, is_trackable, tracked_objects, verify_manifest, write_manifest
+from ...validation import integer
 from ..client import Client
 from ..messages import Message as FedMessage
 from .flower_records import (
@@ -77,8 +78,7 @@ def load_client_data(context: Context) -> Tuple[int, np.ndarray, np.ndarray]:
     """
     path = str(_node_setting(context, "data"))
     index = _node_setting(context, "client-index")
-    if isinstance(index, bool) or not isinstance(index, int) or index < 0:
-        raise ValueError(f"node config client-index must be a non-negative integer, got {index!r}")
+    index = integer(index, "node config client-index", minimum=0)
     if not os.path.isfile(path):
         raise ValueError(f"node config data={path!r}: no such file")
     with np.load(path) as npz:

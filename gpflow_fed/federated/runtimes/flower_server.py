@@ -46,6 +46,7 @@ from ..messages import SERVER, Message
 from ..fingerprint import describe_settings
 from ..result import FederatedResult
 from ..aggregator import Aggregator, ExchangeContext
+from ...validation import integer
 from .base import ClientUpdateError, evaluate_model
 from .faults import FaultPolicy, RoundFailedError, reply_fault, weight_fault
 from .flower_client import DESCRIBE
@@ -135,12 +136,11 @@ class FlowerServer:
         self.checkpoint_dir = None if checkpoint_dir is None else os.fspath(checkpoint_dir)
         if not isinstance(algorithm, Algorithm):
             raise TypeError(f"algorithm must be a gpflow_fed Algorithm, got {type(algorithm).__name__}")
-        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-            raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+        integer(seed, "seed", minimum=0)
         if timeout is not None and not timeout > 0:
             raise ValueError(f"timeout must be positive seconds or None, got {timeout!r}")
-        if num_clients is not None and (isinstance(num_clients, bool) or not isinstance(num_clients, int) or num_clients < 1):
-            raise ValueError(f"num_clients must be a positive integer or None, got {num_clients!r}")
+        if num_clients is not None:
+            integer(num_clients, "num_clients", minimum=1)
         if not wait >= 0:
             raise ValueError(f"wait must be non-negative seconds, got {wait!r}")
         if faults is not None and not isinstance(faults, FaultPolicy):

@@ -38,6 +38,7 @@ from ..ledger import Channel, CommunicationLedger
 from ..messages import Message
 from ..result import FederatedResult
 from ..aggregator import Aggregator
+from ...validation import integer
 from .base import ClientUpdateError, Runtime, evaluate_model, make_clients
 from .faults import FaultPolicy, RoundFailedError, log_exclusions, reply_fault, spec_faults, weight_fault
 
@@ -268,10 +269,8 @@ def check_loop_settings(eval_every: int, checkpoint_dir: Optional[str], checkpoi
 
     :raises ValueError: a bad ``eval_every``/``checkpoint_every``, or ``resume`` without ``checkpoint_dir``.
     """
-    if isinstance(eval_every, bool) or not isinstance(eval_every, int) or eval_every < 0:
-        raise ValueError(f"eval_every must be a non-negative integer, got {eval_every!r}")
-    if isinstance(checkpoint_every, bool) or not isinstance(checkpoint_every, int) or checkpoint_every < 1:
-        raise ValueError(f"checkpoint_every must be a positive integer, got {checkpoint_every!r}")
+    integer(eval_every, "eval_every", minimum=0)
+    integer(checkpoint_every, "checkpoint_every", minimum=1)
     if resume and checkpoint_dir is None:
         raise ValueError("resume=True needs checkpoint_dir, the folder the interrupted run wrote to")
 
