@@ -64,7 +64,9 @@ class FGP(Algorithm):
     ``N_k``): ``train`` sends ``w`` down and ``w_k`` up; ``experts`` sends ``w`` down and an empty payload up.
     Every up message carries its weight ``N_k`` (the server knows the client sizes) and nothing else. With
     plain (non-secure) aggregation the server sees each client's ``w_k`` after P local steps, a function of
-    its data; with secure aggregation only the weighted sum.
+    its data; with secure aggregation only the weighted sum. With differential privacy, pass
+    ``DifferentialPrivacy(phases=("train",))``: the ``experts`` replies release nothing, and would otherwise be
+    accounted (and warned about) as a release.
 
     Defaults (``FGP(kernel)`` runs) are FSGP's, so the two are compared on equal terms: σ² = 0.1, R = 60, P = 3,
     λ = 0.1 on standardised data.

@@ -1,6 +1,7 @@
 """FGP: FedAvg semantics against hand-trained GPRs, the rBCM committee, the ledger, protections, resume, bad input."""
 
 import logging
+import warnings
 
 import gpflow
 import numpy as np
@@ -10,7 +11,7 @@ from gpflow.keras import tf_keras
 
 from gpflow_fed.baselines import ExpertCommittee, combine_experts
 from gpflow_fed.data import FederatedDataset
-from gpflow_fed.federated import DistributeRuntime, LocalRuntime, run
+from gpflow_fed.federated import DifferentialPrivacy, DistributeRuntime, LocalRuntime, run
 from gpflow_fed.federated.algorithms import FGP, FGPState
 from gpflow_fed.federated.checkpoint import latest_checkpoint
 
@@ -137,6 +138,19 @@ def test_secure_aggregation_masks_the_hyperparameters_and_keeps_the_result():
         np.testing.assert_allclose(secure.state.params[path], plain.state.params[path], rtol=1e-9)
     Xs = dataset.test[0]
     np.testing.assert_allclose(secure.model.predict_y(Xs)[0].numpy(), plain.model.predict_y(Xs)[0].numpy(), rtol=1e-7)
+
+
+def test_differential_privacy_on_the_training_rounds_only():
+    """As the docstring advises: DP on 'train' accounts two releases; the empty 'experts' phase is left alone."""
+    dataset = _dataset((10, 12, 14))
+    dp = DifferentialPrivacy(0.5, 10.0, phases=("train",), insecure_noise_seed=1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no DPUtilityWarning: the noised hyperparameters carry signal
+        result = run(FGP(_kernel(), 0.1, rounds=2, local_steps=2), dataset,
+                     runtime=LocalRuntime(differential_privacy=dp))
+    assert np.isfinite(result.privacy["epsilon"]) and [np.isfinite(h["epsilon"]) for h in result.history] == [True] * 2
+    assert result.history[0]["epsilon"] < result.history[1]["epsilon"] == result.privacy["epsilon"]
+    assert len(result.model.experts) == 3
 
 
 def test_resume_equals_uninterrupted_run(tmp_path):
