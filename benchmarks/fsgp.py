@@ -76,7 +76,8 @@ def _row(dataset: FederatedDataset, M: int, rounds: int, rho: float, seed: int) 
         for k in (".kernel.variance", ".kernel.lengthscales", ".likelihood.variance", ".inducing_variable.Z")
     )
     out["local"] = local_only_sgpr(dataset, _kernel(D), Z, 0.1, steps, LEARNING_RATE).metrics["test_rmse"]
-    out["fgp"] = run(FGP(_kernel(D), 0.1, rounds, LOCAL_STEPS, LEARNING_RATE, rho), dataset, seed=seed).metrics["test_rmse"]
+    fgp = run(FGP(_kernel(D), 0.1, rounds, LOCAL_STEPS, LEARNING_RATE, rho), dataset, seed=seed)
+    out["fgp"] = fgp.metrics["test_rmse"]
     return out
 
 

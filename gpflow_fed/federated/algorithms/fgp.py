@@ -41,7 +41,7 @@ class FGP(Algorithm):
 
     Training (Guo et al. §4, after Yue & Kontar): each round ``max(⌈Kρ⌉, 1)`` sampled clients receive the
     shared ``w = (θ, σ²)``, take ``local_steps`` (P) steps of their own ``tf_keras`` Adam (learning rate λ) on
-    ``(1/N_k) log N(y_k | 0, C_{N_kN_k} + σ² I)`` (``gpflow.models.GPR``'s ``training_loss() / N_k``) and send
+    ``−(1/N_k) log N(y_k | 0, C_{N_kN_k} + σ² I)`` (``gpflow.models.GPR``'s ``training_loss() / N_k``) and send
     back ``w_k``; the server sets ``w ← Σ_k N_k w_k / Σ_k N_k`` in GPflow's unconstrained space, as
     :class:`~gpflow_fed.federated.algorithms.FSGP` does. Each client keeps its own Adam moments and step count
     between rounds (``client.state["adam"]``, checkpointed with the client); the steps run on one compiled
@@ -57,8 +57,9 @@ class FGP(Algorithm):
     are functions of its private data, and pays ``O(N_k³)`` once plus ``O(N_k)`` per query. That query traffic
     (``N*·D`` inputs down, ``2·N*·P`` numbers up per client for ``N*`` test points) happens when the returned
     model predicts, after the run, so the run's ledger does not hold it. The returned model holds the
-    clients' experts, so it can only be built where the clients ran (``LocalRuntime``,
-    ``DistributeRuntime``); a Flower server holds no client and :meth:`result` raises there.
+    clients' experts, so it can only be built in the process where every client ran (``LocalRuntime``, or
+    ``DistributeRuntime`` in one process); a Flower server, or one worker of a multi-worker strategy, lacks
+    the other clients' experts and :meth:`result` raises there.
 
     Messages (``|w|`` numbers: the kernel's trainable parameters and σ²; 8 bytes a number; none depends on
     ``N_k``): ``train`` sends ``w`` down and ``w_k`` up; ``experts`` sends ``w`` down and an empty payload up.
@@ -151,7 +152,8 @@ class FGP(Algorithm):
 
     # --- clients -------------------------------------------------------------------------------------
     def _gpr(self, data: Tuple[Any, Any]) -> gpflow.models.GPR:
-        return gpflow.models.GPR(data, kernel=gpflow.utilities.deepcopy(self.kernel), noise_variance=self.noise_variance)
+        kernel = gpflow.utilities.deepcopy(self.kernel)
+        return gpflow.models.GPR(data, kernel=kernel, noise_variance=self.noise_variance)
 
     def initial_state(self, info: FederationInfo) -> FGPState:
         trainer = SharedAdamTrainer(self._gpr, info.input_dim, info.output_dim, self.learning_rate, self.local_steps)
