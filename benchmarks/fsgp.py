@@ -6,7 +6,8 @@ random subset of the pooled X, as in the paper §4):
 * FSGP-fedavg: R rounds, P local Adam steps (λ), ``max(⌈Kρ⌉, 1)`` clients per round;
 * FSGP-exact: R·P rounds (one global Adam step each) — must equal centralized SGPR;
 * centralized SGPR and local-only SGPR: R·P Adam steps each (the sequential steps a FedAvg model sees);
-* FGP: FedAvg over client exact-GP likelihoods (R rounds, P steps, same ρ), rBCM prediction;
+* FGP: FedAvg over client exact-GP likelihoods (R rounds, P steps, same ρ, and the same sampled clients as
+  FSGP-fedavg: both draw them from the run's seed), rBCM prediction;
 
 and prints a Markdown table of test RMSE. The federation overhead is FSGP-fedavg's wall time divided by
 centralized SGPR's wall time at the same *total* number of gradient steps (R·⌈Kρ⌉·P), both measured in this
@@ -28,11 +29,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import gpflow  # noqa: E402
 import numpy as np  # noqa: E402
 
-from gpflow_fed.baselines import centralized_sgpr, fgp, local_only_sgpr  # noqa: E402
+from gpflow_fed.baselines import centralized_sgpr, local_only_sgpr  # noqa: E402
 from gpflow_fed.data import FederatedDataset, fsgp_synthetic_1, fsgp_synthetic_2, load_dataset, make_federated  # noqa: E402
 from gpflow_fed.data.partition import size_imbalance  # noqa: E402
 from gpflow_fed.federated import run  # noqa: E402
-from gpflow_fed.federated.algorithms import FSGP, initial_inducing_inputs  # noqa: E402
+from gpflow_fed.federated.algorithms import FGP, FSGP, initial_inducing_inputs  # noqa: E402
 
 LOCAL_STEPS, LEARNING_RATE = 3, 0.1  # the paper's P and λ
 
@@ -75,7 +76,8 @@ def _row(dataset: FederatedDataset, M: int, rounds: int, rho: float, seed: int) 
         for k in (".kernel.variance", ".kernel.lengthscales", ".likelihood.variance", ".inducing_variable.Z")
     )
     out["local"] = local_only_sgpr(dataset, _kernel(D), Z, 0.1, steps, LEARNING_RATE).metrics["test_rmse"]
-    out["fgp"] = fgp(dataset, _kernel(D), 0.1, rounds, LOCAL_STEPS, LEARNING_RATE, rho, seed=seed).metrics["test_rmse"]
+    fgp = run(FGP(_kernel(D), 0.1, rounds, LOCAL_STEPS, LEARNING_RATE, rho), dataset, seed=seed)
+    out["fgp"] = fgp.metrics["test_rmse"]
     return out
 
 

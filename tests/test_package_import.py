@@ -40,10 +40,10 @@ def test_importing_inducing_variables_registers_their_dispatches() -> None:
 
 ENTRY_POINTS = [
     "from gpflow_fed.federated import run, LocalRuntime",
-    "from gpflow_fed.federated.algorithms import PVI, FSGP",
+    "from gpflow_fed.federated.algorithms import PVI, FSGP, FGP",
     "from gpflow_fed.data import satellite_data; from gpflow_fed.models import release",
     "from gpflow_fed.models import DPOSVGP, EnsembleSVGP, AggregatedSGPR",
-    "from gpflow_fed.baselines import fgp; from gpflow_fed.privacy import obfuscate",
+    "from gpflow_fed.baselines import ExpertCommittee; from gpflow_fed.privacy import obfuscate",
     "import gpflow_fed.federated.runtimes.base; import gpflow_fed.metrics",
 ]
 

@@ -1,8 +1,7 @@
-"""Baselines: committee-of-experts combination rules, centralized/local-only SGPR, and the FGP baseline."""
+"""Baselines: committee-of-experts combination rules and centralized/local-only SGPR."""
 
 from .expert_models import fit_gpr_experts
 from .experts import COMBINATION_RULES, ExpertCommittee, bcm, combine_experts, gpoe, poe, rbcm
-from .fgp import fgp
 from .fedavg_nn import FedAvgNN, FedAvgNNState, NetworkMean, NeuralRegression
 from .personalised_gp import PersonalisedGP, PersonalisedGPState, PersonalisedGPs
 from .sgpr import BaselineResult, centralized_sgpr, local_only_sgpr, train_adam
@@ -16,7 +15,6 @@ __all__ = [
     "bcm",
     "centralized_sgpr",
     "combine_experts",
-    "fgp",
     "gpoe",
     "local_only_sgpr",
     "poe",

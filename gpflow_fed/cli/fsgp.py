@@ -298,26 +298,6 @@ def run_federated(
     return run(algorithm, dataset, runtime=LocalRuntime(progress=progress), monitor=monitor, seed=settings["seed"])
 
 
-def _fgp_bytes(result: Any, dataset: Any, settings: Dict[str, Any]) -> int:
-    """Bytes FGP sends, counted as the ledger counts a message (8 bytes per number, plus 8 for the weight).
-
-    Training: each round every sampled client receives and returns the shared (θ, σ²) with its weight.
-    Prediction by rBCM: every client receives the test inputs and returns its predictive mean and variance
-    at each test point (this grows with the test set, unlike FSGP's prediction from summed statistics).
-    """
-    import numpy as np
-
-    from ..federated import num_sampled_clients
-
-    num_params = sum(int(np.size(p.numpy())) for p in result.models[0].trainable_parameters)
-    per_exchange = 2 * (8 * num_params + 8)
-    sampled = num_sampled_clients(dataset.num_clients, settings["client_fraction"])
-    training = settings["rounds"] * sampled * per_exchange
-    X_test = dataset.test[0]
-    prediction = dataset.num_clients * (X_test.nbytes + 8 + 2 * X_test.shape[0] * 8 + 8)
-    return int(training + prediction)
-
-
 def compare(settings: Dict[str, Any], logdir: Path, progress: bool) -> Tuple[List[MethodResult], Dict[str, Any]]:
     """Run FSGP (both modes) and the baselines on the same data and initial values; return the table rows
     (headline mode first) and what the plot needs.
@@ -328,8 +308,9 @@ def compare(settings: Dict[str, Any], logdir: Path, progress: bool) -> Tuple[Lis
     """
     import numpy as np
 
-    from ..baselines import centralized_sgpr, fgp, local_only_sgpr
-    from ..federated.algorithms import initial_inducing_inputs
+    from ..baselines import centralized_sgpr, local_only_sgpr
+    from ..federated import run
+    from ..federated.algorithms import FGP, initial_inducing_inputs
 
     dataset, scaler = build_dataset(settings)
     steps = settings["rounds"] * settings["local_steps"]
@@ -348,19 +329,17 @@ def compare(settings: Dict[str, Any], logdir: Path, progress: bool) -> Tuple[Lis
     lr, noise = settings["learning_rate"], INITIAL_NOISE_VARIANCE
     central = centralized_sgpr(dataset, kernel, Z, noise, steps, lr)
     local = local_only_sgpr(dataset, kernel, Z, noise, steps, lr)
-    fgp_result = fgp(
-        dataset, kernel, noise, settings["rounds"], settings["local_steps"], lr, settings["client_fraction"],
-        seed=settings["seed"],
-    )  # fmt: skip
+    fgp = FGP(kernel, noise, settings["rounds"], settings["local_steps"], lr, settings["client_fraction"])
+    fgp_result = run(fgp, dataset, seed=settings["seed"])
     raw_bytes = int(sum(X.nbytes + Y.nbytes for X, Y in dataset.clients))
     for label, baseline, sent in (
         ("centralized SGPR", central, raw_bytes),
         (f"local-only SGPR (mean of {dataset.num_clients})", local, 0),
-        ("FGP (rBCM)", fgp_result, _fgp_bytes(fgp_result, dataset, settings)),
     ):
         rows.append(
             MethodResult(label, baseline.metrics["test_rmse"], baseline.metrics["test_nlpd"], baseline.seconds, sent)
         )
+    rows.append(_fsgp_row("FGP (rBCM)", fgp_result))
     extras = {
         "dataset": dataset,
         "scaler": scaler,

@@ -1,11 +1,11 @@
-"""Centralized, local-only SGPR and FGP baselines against hand-rolled oracles."""
+"""Centralized and local-only SGPR baselines against hand-rolled oracles."""
 
 import gpflow
 import numpy as np
 import pytest
 from gpflow.keras import tf_keras
 
-from gpflow_fed.baselines import ExpertCommittee, centralized_sgpr, fgp, local_only_sgpr
+from gpflow_fed.baselines import centralized_sgpr, local_only_sgpr
 from gpflow_fed.data import FederatedDataset
 
 
@@ -39,45 +39,6 @@ def test_centralized_and_local_only_match_manual_training(dataset):
         np.testing.assert_allclose(model.predict_f(Z)[0].numpy(), own.predict_f(Z)[0].numpy(), rtol=1e-9)
         rmses.append(np.sqrt(np.mean((own.predict_y(dataset.test[0])[0].numpy() - dataset.test[1]) ** 2)))
     assert local.metrics["test_rmse"] == pytest.approx(np.mean(rmses), rel=1e-9)
-
-
-def test_fgp_fedavg_of_exact_gp_likelihoods(dataset):
-    """One round with every client: (θ, σ²) = N_k-weighted mean of the locally trained unconstrained values."""
-    kernel = gpflow.kernels.SquaredExponential()
-    result = fgp(dataset, kernel, 0.1, rounds=1, local_steps=3, learning_rate=0.1)
-    assert isinstance(result.model, ExpertCommittee) and result.steps == 6
-    sizes = np.asarray(dataset.client_sizes, float)
-    locals_ = []
-    for X, Y in dataset.clients:
-        model = gpflow.models.GPR((X, Y), gpflow.kernels.SquaredExponential(), noise_variance=0.1)
-        _adam(model, X.shape[0], 3, 0.1)
-        locals_.append(model)
-    for attr in ("kernel.variance", "kernel.lengthscales", "likelihood.variance"):
-        first, second = attr.split(".")
-        values = [getattr(getattr(m, first), second).unconstrained_variable.numpy() for m in locals_]
-        expected = np.dot(sizes / sizes.sum(), values)
-        for expert in result.models:
-            got = getattr(getattr(expert, first), second).unconstrained_variable.numpy()
-            np.testing.assert_allclose(got, expected, rtol=1e-9)
-    assert result.metrics["test_rmse"] < 0.3
-
-
-@pytest.mark.parametrize(
-    "kwargs, message",
-    [
-        (dict(rounds=-1), "rounds"),
-        (dict(local_steps=0), "local_steps"),
-        (dict(learning_rate=-1.0), "learning_rate"),
-        (dict(client_fraction=2.0), "client_fraction"),
-        (dict(rule="avg"), "rule must be one of"),
-        (dict(noise_variance=0.0), "noise_variance"),
-    ],
-)
-def test_fgp_rejects_bad_arguments(dataset, kwargs, message):
-    args = dict(kernel=gpflow.kernels.SquaredExponential(), noise_variance=0.1, rounds=1, local_steps=1, learning_rate=0.1)
-    args.update(kwargs)
-    with pytest.raises(ValueError, match=message):
-        fgp(dataset, **args)
 
 
 def test_sgpr_baselines_reject_bad_steps(dataset):

@@ -6,7 +6,7 @@ import gpflow
 import numpy as np
 import tensorflow as tf
 
-from gpflow_fed.baselines import fgp, local_only_sgpr
+from gpflow_fed.baselines import local_only_sgpr
 from gpflow_fed.baselines.shared_trainer import SharedAdamTrainer
 from gpflow_fed.data import FederatedDataset
 
@@ -36,7 +36,6 @@ def test_six_clients_trace_once_and_warn_nothing() -> None:
     tf.get_logger().addHandler(records)
     try:
         local_only_sgpr(dataset, kernel, Z, 0.1, steps=2, learning_rate=0.1)
-        fgp(dataset, kernel, 0.1, rounds=2, local_steps=2, learning_rate=0.1)
     finally:
         tf.get_logger().removeHandler(records)
     assert not [m for m in records.messages if "retracing" in m]

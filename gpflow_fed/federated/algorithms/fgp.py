@@ -1,0 +1,223 @@
+"""FGP: the FSGP paper's federated exact-GP baseline, as an :class:`~gpflow_fed.federated.Algorithm`.
+
+Paper: ``fsgp-federated-sparse-gp.txt`` (Guo et al., §4, after Yue & Kontar, arXiv:2111.14008).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, replace
+from typing import Any, Dict, Final, List, Mapping, Optional, Tuple
+
+import gpflow
+import numpy as np
+import tensorflow as tf
+
+from ...baselines.experts import COMBINATION_RULES, ExpertCommittee
+from ...baselines.shared_trainer import SharedAdamTrainer
+from ..algorithm import TRAIN_PHASE, Aggregate, Algorithm, FederationInfo, ReplySpec
+from ..client import Client
+from ..messages import Message
+from ..state import SharedState, resolve_path
+from ...validation import integer, positive_float
+
+__all__ = ["EXPERTS_PHASE", "FGP", "FGPState"]
+
+EXPERTS_PHASE: Final[str] = "experts"
+"""The final phase: every client sets its expert to the final hyperparameters (an empty reply)."""
+
+
+@dataclass(frozen=True)
+class FGPState:
+    """The FGP server state: the shared hyperparameters, never a client's data.
+
+    :param params: the shared (θ, σ²) as unconstrained values under stable wire keys.
+    :param experts: the clients that hold ``params`` in their expert after the final ``"experts"`` phase, in
+        client order (empty before it).
+    """
+
+    params: Mapping[str, np.ndarray]
+    experts: Tuple[str, ...] = ()
+
+
+class FGP(Algorithm):
+    r"""Federated exact GP (FGP): FedAvg over the clients' exact-GP marginal likelihoods, committee prediction.
+
+    Training (Guo et al. §4, after Yue & Kontar): each round ``max(⌈Kρ⌉, 1)`` sampled clients receive the
+    shared ``w = (θ, σ²)``, take ``local_steps`` (P) steps of their own ``tf_keras`` Adam (learning rate λ) on
+    ``−(1/N_k) log N(y_k | 0, C_{N_kN_k} + σ² I)`` (``gpflow.models.GPR``'s ``training_loss() / N_k``) and send
+    back ``w_k``; the server sets ``w ← Σ_k N_k w_k / Σ_k N_k`` in GPflow's unconstrained space, as
+    :class:`~gpflow_fed.federated.algorithms.FSGP` does. Each client keeps its own Adam moments and step count
+    between rounds (``client.state["adam"]``, checkpointed with the client); the steps run on one compiled
+    loop shared by all clients (:class:`~gpflow_fed.baselines.shared_trainer.SharedAdamTrainer`).
+
+    Final phase ``"experts"``: the server sends the final ``w`` to every client, which sets its expert, an
+    exact ``gpflow.models.GPR`` on its own data (``client.model``), to it and answers with an empty payload.
+
+    Prediction: :meth:`result` combines the clients' experts by ``rule`` (default the robust Bayesian committee
+    machine, Deisenroth & Ng 2015, eqs. 13–14: :class:`~gpflow_fed.baselines.ExpertCommittee`). **Privacy**:
+    unlike FSGP's :class:`~gpflow_fed.models.AggregatedSGPR`, this prediction cannot be made from a server-side
+    summary: every client must answer every test-point query with its own posterior mean and variance, which
+    are functions of its private data, and pays ``O(N_k³)`` once plus ``O(N_k)`` per query. That query traffic
+    (``N*·D`` inputs down, ``2·N*·P`` numbers up per client for ``N*`` test points) happens when the returned
+    model predicts, after the run, so the run's ledger does not hold it. The returned model holds the
+    clients' experts, so it can only be built in the process where every client ran (``LocalRuntime``, or
+    ``DistributeRuntime`` in one process); a Flower server, or one worker of a multi-worker strategy, lacks
+    the other clients' experts and :meth:`result` raises there.
+
+    Messages (``|w|`` numbers: the kernel's trainable parameters and σ²; 8 bytes a number; none depends on
+    ``N_k``): ``train`` sends ``w`` down and ``w_k`` up; ``experts`` sends ``w`` down and an empty payload up.
+    Every up message carries its weight ``N_k`` (the server knows the client sizes) and nothing else. With
+    plain (non-secure) aggregation the server sees each client's ``w_k`` after P local steps, a function of
+    its data; with secure aggregation only the weighted sum. With differential privacy, pass
+    ``DifferentialPrivacy(phases=("train",))``: the ``experts`` replies release nothing, and would otherwise be
+    accounted (and warned about) as a release.
+
+    Defaults (``FGP(kernel)`` runs) are FSGP's, so the two are compared on equal terms: σ² = 0.1, R = 60, P = 3,
+    λ = 0.1 on standardised data.
+
+    :param kernel: a ``gpflow.kernels.Kernel`` with the initial θ (copied, never modified).
+    :param noise_variance: initial σ² > 0.
+    :param rounds: communication rounds R ≥ 0.
+    :param local_steps: P ≥ 1, local Adam steps per round.
+    :param learning_rate: λ > 0 of every Adam optimizer.
+    :param client_fraction: ρ ∈ (0, 1]; ``max(⌈Kρ⌉, 1)`` clients per round.
+    :param rule: the committee's combination rule, one of
+        :data:`~gpflow_fed.baselines.experts.COMBINATION_RULES` (default ``"rbcm"``).
+    :raises TypeError: a kernel that is not a GPflow kernel, or a learning rate or noise variance that is not
+        a number.
+    :raises ValueError: negative rounds, non-positive local steps, learning rate or noise variance, ρ outside
+        (0, 1], an unknown rule; in :meth:`validate`: ARD lengthscales of another input dimension than the data's.
+    """
+
+    name = "fgp"
+
+    def __init__(
+        self,
+        kernel: gpflow.kernels.Kernel,
+        noise_variance: float = 0.1,
+        rounds: int = 60,
+        local_steps: int = 3,
+        learning_rate: float = 0.1,
+        client_fraction: float = 1.0,
+        *,
+        rule: str = "rbcm",
+    ) -> None:
+        super().__init__(rounds, client_fraction)
+        if not isinstance(kernel, gpflow.kernels.Kernel):
+            raise TypeError(f"FGP: kernel must be a gpflow.kernels.Kernel, got {type(kernel).__name__}")
+        if rule not in COMBINATION_RULES:
+            raise ValueError(f"FGP: rule must be one of {COMBINATION_RULES}, got {rule!r}")
+        self.kernel = gpflow.utilities.deepcopy(kernel)
+        self.noise_variance = positive_float(noise_variance, "FGP: noise_variance")
+        self.local_steps = integer(local_steps, "FGP: local_steps", minimum=1)
+        self.learning_rate = positive_float(learning_rate, "FGP: learning_rate")
+        self.rule = rule
+        self._trainer: Optional[SharedAdamTrainer] = None
+        self._shared: Optional[SharedState] = None
+        #: the wire keys in the order of the trainer's variables (``model.trainable_variables``)
+        self._keys: Tuple[str, ...] = ()
+        #: each set-up client's expert (its ``client.model``): the committee of :meth:`result` queries them
+        self._experts: Dict[str, gpflow.models.GPR] = {}
+        #: serialises the clients' use of the trainer's scratch model (runtimes may run clients in threads)
+        self._lock: Optional[threading.Lock] = None
+
+    # --- configuration -------------------------------------------------------------------------------
+    def validate(self, dataset: Any) -> None:
+        """ARD lengthscales, if any, must number 1 or the data's input dimension D."""
+        D = int(dataset.input_dim)
+        lengthscales = getattr(self.kernel, "lengthscales", None)
+        if lengthscales is not None and lengthscales.shape.ndims == 1 and int(lengthscales.shape[0]) not in (1, D):
+            raise ValueError(f"FGP: the kernel has {lengthscales.shape[0]} ARD lengthscales but the data have D = {D}")
+
+    def final_phases(self) -> Tuple[str, ...]:
+        return (EXPERTS_PHASE,)
+
+    def aggregation(self, phase: str) -> str:
+        """``"mean"`` (FedAvg) for ``train``; ``"sum"`` of the empty acknowledgements for ``experts``."""
+        return "mean" if phase == TRAIN_PHASE else "sum"
+
+    def reply_spec(self, state: FGPState, round: int, phase: str) -> ReplySpec:
+        """``train``: the parameters, shaped as the broadcast; ``experts``: nothing."""
+        if phase == TRAIN_PHASE:
+            return {k: tuple(np.shape(v)) for k, v in state.params.items()}
+        return {}
+
+    def expected_weight(self, phase: str, num_data: int) -> float:
+        """Every FGP message is weighted by the client's registered N_k."""
+        return float(num_data)
+
+    # --- clients -------------------------------------------------------------------------------------
+    def _gpr(self, data: Tuple[Any, Any]) -> gpflow.models.GPR:
+        kernel = gpflow.utilities.deepcopy(self.kernel)
+        return gpflow.models.GPR(data, kernel=kernel, noise_variance=self.noise_variance)
+
+    def initial_state(self, info: FederationInfo) -> FGPState:
+        trainer = SharedAdamTrainer(self._gpr, info.input_dim, info.output_dim, self.learning_rate, self.local_steps)
+        shared = SharedState.from_module(trainer.model, space="unconstrained")
+        position = {variable.ref(): i for i, variable in enumerate(trainer.variables)}
+        backing = {k: resolve_path(trainer.model, p).unconstrained_variable.ref() for k, p in shared.paths.items()}
+        if sorted(position[b] for b in backing.values()) != list(range(len(trainer.variables))):
+            raise TypeError("FGP shares the GPR's trainable GPflow Parameters only (θ and σ²)")
+        self._keys = tuple(sorted(shared.keys, key=lambda k: position[backing[k]]))
+        self._trainer, self._shared, self._experts, self._lock = trainer, shared, {}, threading.Lock()
+        return FGPState(params=shared.read(trainer.model))
+
+    def setup_client(self, client: Client, state: FGPState) -> None:
+        """The client's expert (an exact GPR on its own data, ``client.model``) and a fresh Adam state.
+
+        The Adam state (step count, then the moments, as numpy arrays) lives in ``client.state["adam"]``, so it
+        is saved with the client's checkpoint; the steps run on the shared compiled trainer.
+        """
+        assert self._trainer is not None
+        client.model = self._gpr(tuple(tf.constant(a) for a in client.data))
+        client.state["adam"] = self._trainer.initial_adam()
+        self._experts[client.id] = client.model
+
+    # --- the round -----------------------------------------------------------------------------------
+    def broadcast(self, state: FGPState, round: int, phase: str) -> Mapping[str, np.ndarray]:
+        return dict(state.params)
+
+    def client_update(self, client: Client, broadcast: Message) -> Message:
+        assert self._trainer is not None and self._shared is not None and self._lock is not None
+        weight = float(client.num_data)
+        if broadcast.phase == TRAIN_PHASE:
+            values = [broadcast[k] for k in self._keys]
+            X, Y = client.data
+            with self._lock:  # one scratch model for every client: updates run one at a time
+                new_values, adam = self._trainer.train(X, Y, values, client.state["adam"])
+            if not all(np.all(np.isfinite(v)) for v in new_values):
+                raise FloatingPointError(f"the local hyperparameters became non-finite after {self.local_steps} steps")
+            client.state["adam"] = adam  # only a successful update changes the client's Adam state
+            updated = dict(zip(self._keys, new_values))
+            return self.reply(client, broadcast, {k: updated[k] for k in self._shared.keys}, weight)
+        if broadcast.phase == EXPERTS_PHASE:
+            self._shared.assign(client.model, dict(broadcast.arrays))
+            return self.reply(client, broadcast, {}, weight)
+        raise ValueError(f"FGP: unknown phase {broadcast.phase!r}")
+
+    def server_update(self, state: FGPState, aggregate: Aggregate) -> FGPState:
+        if aggregate.phase == TRAIN_PHASE:
+            return replace(state, params={k: np.array(aggregate[k]) for k in state.params})
+        if aggregate.phase == EXPERTS_PHASE:
+            return replace(state, experts=tuple(aggregate.senders))
+        raise ValueError(f"FGP: unknown phase {aggregate.phase!r}")
+
+    def copy_state(self, state: FGPState) -> FGPState:
+        return replace(state)
+
+    def result(self, state: FGPState) -> ExpertCommittee:
+        """The committee (by ``rule``) of the experts of ``state.experts``, which hold ``state.params``.
+
+        :raises ValueError: before the final ``"experts"`` phase, or where the experts are not in this process
+            (a Flower server).
+        """
+        if not state.experts:
+            raise ValueError("FGP.result needs the final 'experts' phase, which sets every client's expert")
+        missing: List[str] = [c for c in state.experts if c not in self._experts]
+        if missing:
+            raise ValueError(
+                f"FGP.result: the experts of {missing} are held by clients outside this process (e.g. Flower "
+                "parties); FGP's prediction asks every client's own exact GP, so build it where the clients ran"
+            )
+        return ExpertCommittee([self._experts[c] for c in state.experts], rule=self.rule)
