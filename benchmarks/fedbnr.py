@@ -37,11 +37,13 @@ from gpflow_fed import metrics  # noqa: E402
 from gpflow_fed.baselines import FedAvgNN, PersonalisedGP  # noqa: E402
 from gpflow_fed.data import fedbnr_real_task, load_dataset  # noqa: E402
 from gpflow_fed.federated import run  # noqa: E402
-from gpflow_fed.federated.algorithms import last_layers, learn_kernels  # noqa: E402
 from gpflow_fed.federated.algorithms.compiled_training import CompiledAdam  # noqa: E402
 from gpflow_fed.federated.algorithms.fedbnr import negative_log_marginal_likelihood_per_point  # noqa: E402
 from gpflow_fed.kernels import DeepKernel, deep_urk, mlp  # noqa: E402
 from gpflow_fed.models import BayesianLinearRegression, blr_statistics  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fedbnr_ablations import last_layers, learn_kernels  # noqa: E402
 
 METHODS = (
     "central", "fedbnr", "fedbnr-kd", "local+local", "local+global", "avg+local", "kd+local", "fedavg", "fedprox", "pfedgp",

@@ -41,7 +41,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 def load_split(a: argparse.Namespace) -> Any:
     """The split of ``benchmarks/pvi.py`` (``--partition`` may force iid or regional clients)."""
-    from gpflow_fed.federated.algorithms.pvi_experiment import real_split
+    from gpflow_fed.data import real_split
 
     regional = {"auto": None, "iid": False, "regional": True}[a.partition]
     return real_split(a.dataset, a.split, a.clients, a.max_points, regional=regional)
@@ -50,7 +50,7 @@ def load_split(a: argparse.Namespace) -> Any:
 def trace(a: argparse.Namespace) -> None:
     from gpflow_fed.data import FederatedDataset
     from gpflow_fed.federated import run
-    from gpflow_fed.federated.algorithms.pvi_experiment import make_pvi
+    from gpflow_fed.federated.algorithms.pvi_methods import make_pvi
 
     fed = load_split(a)
     train = np.concatenate([X for X, _ in fed.clients])
@@ -80,7 +80,7 @@ def first_client(a: argparse.Namespace) -> None:
     from gpflow.keras import tf_keras
 
     from gpflow_fed.federated import run
-    from gpflow_fed.federated.algorithms.pvi_experiment import make_pvi
+    from gpflow_fed.federated.algorithms.pvi_methods import make_pvi
 
     fed = load_split(a)
 
@@ -121,7 +121,7 @@ def first_client(a: argparse.Namespace) -> None:
 
 def cpo_factors(a: argparse.Namespace) -> None:
     from gpflow_fed.federated import run
-    from gpflow_fed.federated.algorithms.pvi_experiment import make_pvi
+    from gpflow_fed.federated.algorithms.pvi_methods import make_pvi
 
     fed = load_split(a)
     factors = {}

@@ -33,7 +33,7 @@ def _algorithm(method: str, input_dim: int, num_inducing: int, kernel: Any, seed
     if method == "pvi":
         if kernel is not None:
             raise ValueError("fit(method='pvi') uses PVI's own prior over kernel hyperparameters; drop kernel=")
-        from .federated.algorithms.pvi_experiment import make_pvi
+        from .federated.algorithms.pvi_methods import make_pvi
 
         return make_pvi(options.pop("variant", "dpo"), input_dim, options.pop("rounds", 20), num_inducing, seed,
                         **options)
@@ -80,9 +80,9 @@ def fit(
         units and ``result.standardizer`` maps inputs and predictions (the model works in standardised units).
     :raises ValueError: an unknown method, or table input without ``party_column`` and ``target``.
     """
-    from . import metrics as _metrics
     from .data import FederatedDataset, federated_from_table
     from .federated import run
+    from .metrics import evaluate_model
 
     if method not in METHODS:
         raise ValueError(f"fit: method must be one of {METHODS}, got {method!r}")
@@ -100,9 +100,5 @@ def fit(
     result = run(algorithm, dataset, runtime=runtime, monitor=monitor, seed=seed)
     result.standardizer = scaler
     if raw.test is not None:
-        X_test, Y_test = raw.test
-        mean, var = (t.numpy() for t in result.model.predict_y(scaler.transform(X_test)))
-        mean, var = scaler.inverse_transform(mean, var)
-        result.metrics = {"test_rmse": _metrics.rmse(Y_test, mean), "test_mae": _metrics.mae(Y_test, mean),
-                          "test_nlpd": _metrics.nlpd(Y_test, mean, var)}
+        result.metrics = evaluate_model(result.model, raw.test, scaler)
     return result

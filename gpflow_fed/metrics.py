@@ -1,15 +1,21 @@
-"""Predictive metrics: RMSE, MAE, NLPD, calibration of central predictive intervals (ECE/MCE), Brier.
+"""Predictive metrics: RMSE, MAE, NLPD, calibration of central predictive intervals (ECE/MCE), Brier, and the
+evaluation of a model on a test set (:func:`evaluate_model`, :func:`log_likelihood_per_point`).
 
-All functions take numpy arrays (or anything ``np.asarray`` accepts) of matching shape and return floats.
+The metric functions take numpy arrays (or anything ``np.asarray`` accepts) of matching shape and return floats.
 """
 
 from __future__ import annotations
 
-from typing import Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 from check_shapes import check_shapes
 from scipy import stats
+
+if TYPE_CHECKING:
+    import gpflow
+
+    from .data.standardize import Standardizer
 
 DEFAULT_LEVELS: Tuple[float, ...] = tuple(np.round(np.arange(0.05, 1.0, 0.05), 2))
 
@@ -110,3 +116,28 @@ def brier(y: np.ndarray, prob: np.ndarray) -> float:
     if np.any((p_arr < 0) | (p_arr > 1)):
         raise ValueError("probabilities must lie in [0, 1]")
     return float(np.mean((p_arr - y_arr) ** 2))
+
+
+def evaluate_model(
+    model: "gpflow.models.GPModel", test: Tuple[np.ndarray, np.ndarray], standardizer: "Optional[Standardizer]" = None
+) -> Dict[str, float]:
+    """``test_rmse``, ``test_mae`` and ``test_nlpd`` (per point) of ``model.predict_y`` on ``test = (X, Y)``.
+
+    :param standardizer: for a model trained on standardised data and a ``test`` set in the data's units: the
+        inputs are standardised before prediction and the predictive mean and variance mapped back, so the
+        metrics are in the data's units.
+    """
+    X, Y = test
+    mean, var = (t.numpy() for t in model.predict_y(X if standardizer is None else standardizer.transform(X)))
+    if standardizer is not None:
+        mean, var = standardizer.inverse_transform(mean, var)
+    return {"test_rmse": rmse(Y, mean), "test_mae": mae(Y, mean), "test_nlpd": nlpd(Y, mean, var)}
+
+
+def log_likelihood_per_point(model: Any, data: Tuple[np.ndarray, np.ndarray]) -> float:
+    """The test log-likelihood per point, ``(1/N) Σ_n log p(y_n | x_n)``, of ``model.predict_log_density(data)``.
+
+    Unlike ``−nlpd`` of ``predict_y``'s moments it is the model's own predictive density: for a mixture such as
+    :class:`~gpflow_fed.models.FederatedDPOSVGP` (over q(Z) and q(log β)) the mixture's, not a Gaussian's.
+    """
+    return float(np.mean(model.predict_log_density(data).numpy()))

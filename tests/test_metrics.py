@@ -87,3 +87,26 @@ def test_mismatched_shapes_are_rejected():
         metrics.rmse(Y, MEAN[:3])
     with pytest.raises((ValueError, CheckShapesError)):
         metrics.nlpd(Y, MEAN, np.ones((4, 2)))
+
+
+def test_evaluate_model_in_standardised_and_data_units():
+    import gpflow
+
+    from gpflow_fed.data import Standardizer
+
+    rng = np.random.default_rng(0)
+    X, Y = rng.normal(3.0, 2.0, (30, 1)), rng.normal(10.0, 5.0, (30, 1))
+    scaler = Standardizer.from_data(X, Y)
+    model = gpflow.models.GPR(scaler.transform(X, Y), gpflow.kernels.SquaredExponential(), noise_variance=0.3)
+    X_test, Y_test = rng.normal(3.0, 2.0, (8, 1)), rng.normal(10.0, 5.0, (8, 1))
+    mean, var = (t.numpy() for t in model.predict_y(scaler.transform(X_test)))
+    standardised = metrics.evaluate_model(model, scaler.transform(X_test, Y_test))
+    assert standardised == {"test_rmse": metrics.rmse(scaler.transform(X_test, Y_test)[1], mean),
+                            "test_mae": metrics.mae(scaler.transform(X_test, Y_test)[1], mean),
+                            "test_nlpd": metrics.nlpd(scaler.transform(X_test, Y_test)[1], mean, var)}
+    in_units = metrics.evaluate_model(model, (X_test, Y_test), scaler)
+    assert in_units["test_rmse"] == pytest.approx(standardised["test_rmse"] * scaler.Y_std[0], rel=1e-12)
+    assert in_units["test_nlpd"] == pytest.approx(standardised["test_nlpd"] + np.log(scaler.Y_std[0]), rel=1e-12)
+    # the log-likelihood per point is the mean of predict_log_density: −NLPD for a Gaussian predictive
+    ll = metrics.log_likelihood_per_point(model, scaler.transform(X_test, Y_test))
+    assert ll == pytest.approx(-standardised["test_nlpd"], rel=1e-12)

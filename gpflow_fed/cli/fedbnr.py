@@ -62,7 +62,6 @@ def _run(args: argparse.Namespace) -> int:
     from ..data import fedbnr_real_task, load_dataset
     from ..federated import LocalRuntime, run
     from ..federated.algorithms import FedBNR
-    from ..federated.algorithms.pvi_experiment import standardise
     from ..kernels import deep_urk
     from ..monitor import federated_monitor, write_scalars
     from ..plotting import plot_run
@@ -72,7 +71,7 @@ def _run(args: argparse.Namespace) -> int:
     if own is not None:
         if own.test is None:
             raise ValueError("FedBNR needs a test set to report metrics; use --test-fraction > 0")
-        dataset = standardise(own)
+        dataset = own.standardized()[0]
     else:
         real = load_dataset(args.dataset)
         task = fedbnr_real_task(real.X, real.Y, args.clients, seed=args.seed, name=args.dataset)

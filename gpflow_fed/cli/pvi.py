@@ -48,17 +48,17 @@ def main(args: argparse.Namespace) -> int:
         raise ValueError(f"--local-steps must be ≥ 1, got {settings['local_steps']}")
     logdir = Path(args.logdir)
     logdir.mkdir(parents=True, exist_ok=True)
-    from ..data import FederatedDataset, pvi_five_partition_toy
+    from ..data import FederatedDataset, pvi_five_partition_toy, real_split
     from ..federated import LocalRuntime, run
-    from ..federated.algorithms.pvi_experiment import make_pvi, real_split, standardise
+    from ..federated.algorithms.pvi_methods import make_pvi
     from ..monitor import federated_monitor, write_scalars
     from ..plotting import plot_run
 
     own = own_dataset(args, args.test_fraction, args.seed)
     if own is not None:
-        dataset = standardise(own)
+        dataset = own.standardized()[0]
     elif args.dataset == "toy":
-        dataset = standardise(pvi_five_partition_toy(seed=args.seed))
+        dataset = pvi_five_partition_toy(seed=args.seed).standardized()[0]
     else:
         dataset = real_split(args.dataset, args.seed, args.clients, settings["max_points"])
     if dataset.test is None:

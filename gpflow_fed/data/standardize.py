@@ -60,6 +60,21 @@ class Standardizer:
     Y_mean: np.ndarray
     Y_std: np.ndarray
 
+    @classmethod
+    @check_shapes("X: [N, D]", "Y: [N, P]")
+    def from_data(cls, X: np.ndarray, Y: np.ndarray) -> "Standardizer":
+        """The column means and (population) standard deviations of arrays held in one place, a zero standard
+        deviation replaced by 1 (for federated data use :meth:`FederatedDataset.standardized
+        <gpflow_fed.data.FederatedDataset.standardized>`, which never pools the clients' rows)."""
+
+        def moments(A: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+            array = np.asarray(A, dtype=gpflow.default_float())
+            std = array.std(0)
+            return array.mean(0), np.where(std > 0, std, 1.0)
+
+        (X_mean, X_std), (Y_mean, Y_std) = moments(X), moments(Y)
+        return cls(X_mean=X_mean, X_std=X_std, Y_mean=Y_mean, Y_std=Y_std)
+
     def transform(self, X: np.ndarray, Y: "np.ndarray | None" = None) -> "np.ndarray | Tuple[np.ndarray, np.ndarray]":
         """Standardise inputs ``X: [N, D]`` to ``(X − μ_X)/σ_X``, and outputs ``Y: [N, P]`` to ``(Y − μ_Y)/σ_Y``
         when given: returns ``X'`` or ``(X', Y')``."""

@@ -1,20 +1,13 @@
 """``benchmarks/secure_aggregation.py``: runs on tiny cohorts, writes the JSON it promises, sums correctly."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "secure_aggregation.py"
-
 
 @pytest.fixture(scope="module")
-def benchmark():
-    spec = importlib.util.spec_from_file_location("secure_aggregation_benchmark", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def benchmark(load_benchmark):
+    return load_benchmark("secure_aggregation")
 
 
 def test_benchmark_times_every_configuration_and_saves_json(benchmark, tmp_path, capsys):

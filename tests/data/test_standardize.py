@@ -93,3 +93,14 @@ def test_holdout_split_and_its_deprecated_alias():
         old = train_test_split(X, Y, test_fraction=0.3, seed=1)
     for a, b in zip(old, (X_tr, Y_tr, X_te, Y_te)):
         np.testing.assert_array_equal(a, b)
+
+
+def test_from_data_is_the_column_statistics_of_arrays_in_one_place():
+    X, Y = _dataset().pooled()
+    X = np.concatenate([X, np.full((X.shape[0], 1), 4.0)], axis=1)  # a constant column stays unscaled
+    scaler = Standardizer.from_data(X, Y)
+    np.testing.assert_array_equal(scaler.X_mean, X.mean(0))
+    np.testing.assert_array_equal(scaler.X_std, [*X[:, :2].std(0), 1.0])
+    np.testing.assert_array_equal(scaler.transform(X, Y)[1], (Y - Y.mean(0)) / Y.std(0))
+    with pytest.raises(Exception, match="Y"):
+        Standardizer.from_data(X, Y[:-1])

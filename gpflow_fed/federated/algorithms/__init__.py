@@ -1,11 +1,13 @@
 """Federated algorithms (each an :class:`~gpflow_fed.federated.Algorithm`)."""
 
 from .fedbnr import FedBNR, FedBNRState, fedbnr_shared_state
-from .fedbnr_ablations import ABLATIONS, fedbnr_ablation, last_layers, learn_kernels
 from .fgp import FGP, FGPState
 from .fsgp import FSGP, FSGPState, initial_inducing_inputs
 from .inducing_inputs import inducing_from_public, inducing_grid
 from .pvi import PVI, PVIState
 from .recycle import Recycle
 
-__all__: list = ["Recycle", "FedBNR", "FedBNRState", "fedbnr_shared_state", "ABLATIONS", "fedbnr_ablation", "last_layers", "learn_kernels", "PVI", "PVIState", "FGP", "FGPState", "FSGP", "FSGPState", "initial_inducing_inputs", "inducing_grid", "inducing_from_public"]
+__all__: list = [
+    "FGP", "FGPState", "FSGP", "FSGPState", "FedBNR", "FedBNRState", "PVI", "PVIState", "Recycle",
+    "fedbnr_shared_state", "inducing_from_public", "inducing_grid", "initial_inducing_inputs",
+]

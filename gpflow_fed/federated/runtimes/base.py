@@ -1,14 +1,13 @@
-"""What every runtime shares: the Runtime interface, client construction and seeding, evaluation."""
+"""What every runtime shares: the Runtime interface, client construction and seeding."""
 
 from __future__ import annotations
 
 import abc
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
-import gpflow
 import numpy as np
 
-from ... import metrics as _metrics
+from ...metrics import evaluate_model  # noqa: F401  (the runtimes evaluate with it)
 from ...data.dataset import FederatedDataset
 from ...validation import integer
 from ..algorithm import Algorithm
@@ -62,14 +61,3 @@ def make_clients(dataset: FederatedDataset, seed: int) -> Tuple[List[Client], np
     K = dataset.num_clients
     clients = [Client(f"client_{k}", data, client_seed(seed, k, K)) for k, data in enumerate(dataset.clients)]
     return clients, sampling_rng(seed, K)
-
-
-def evaluate_model(model: gpflow.models.GPModel, test: Tuple[np.ndarray, np.ndarray]) -> Dict[str, float]:
-    """``test_rmse``, ``test_mae`` and ``test_nlpd`` (per point) of ``model.predict_y`` on ``test``."""
-    X, Y = test
-    mean, var = (t.numpy() for t in model.predict_y(X))
-    return {
-        "test_rmse": _metrics.rmse(Y, mean),
-        "test_mae": _metrics.mae(Y, mean),
-        "test_nlpd": _metrics.nlpd(Y, mean, var),
-    }

@@ -1,4 +1,4 @@
-"""FedBNR's ablations and baselines: FedAvg/FedProx networks, pFedGP-style personalised GPs."""
+"""FedBNR's baselines: FedAvg/FedProx networks, pFedGP-style personalised GPs."""
 
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ from gpflow.keras import tf_keras
 from gpflow_fed.baselines import FedAvgNN, NeuralRegression, PersonalisedGP
 from gpflow_fed.data import FederatedDataset
 from gpflow_fed.federated import run
-from gpflow_fed.federated.algorithms import FedBNR, fedbnr_ablation
-from gpflow_fed.kernels import URK, DeepKernel
-from gpflow_fed.models import BayesianLinearRegression
+from gpflow_fed.federated.algorithms import FedBNR
+from gpflow_fed.kernels import DeepKernel
 
 RNG = np.random.default_rng(5)
 X = RNG.uniform(-3, 3, size=(60, 1))
@@ -67,25 +66,6 @@ def test_personalised_gp_client_models_equal_sgpr_on_their_own_data() -> None:
             np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-8)
     ups = result.ledger.select(direction="up", phase="personal")
     assert [dict(zip(e.names, e.shapes)) for e in ups] == [{"kuf_kfu": (6, 6), "kuf_y": (6, 1)}] * 2
-
-
-def test_ablations() -> None:
-    dataset = FederatedDataset(CLIENTS)
-    options = dict(kernel=URK(1, num_samples=10, seed=0), rounds=1, local_steps=3, learning_rate=0.05, compile=False)
-    local_local = fedbnr_ablation("local+local", dataset, **options)
-    assert len(local_local) == 2
-    for model, data in zip(local_local, CLIENTS):
-        oracle = BayesianLinearRegression(data, model.kernel, model.likelihood.variance.numpy(), model.prior_variance.numpy())
-        np.testing.assert_allclose(model.predict_f(X)[0].numpy(), oracle.predict_f(X)[0].numpy(), atol=1e-10)
-    avg_global = fedbnr_ablation("avg+global", dataset, **options)
-    fedbnr = run(FedBNR(**options), dataset).model
-    np.testing.assert_allclose(avg_global[0].predict_f(X)[0].numpy(), fedbnr.predict_f(X)[0].numpy(), atol=1e-8)
-    local_global = fedbnr_ablation("local+global", dataset, **options)
-    for model in local_global:  # each client's kernel with the exact pooled last layer
-        oracle = BayesianLinearRegression(dataset.pooled(), model.kernel, model.likelihood.variance.numpy(), model.prior_variance.numpy())
-        np.testing.assert_allclose(model.predict_f(X)[0].numpy(), oracle.predict_f(X)[0].numpy(), atol=1e-8)
-    with pytest.raises(ValueError, match="unknown ablation"):
-        fedbnr_ablation("global+global", dataset, **options)
 
 
 def test_bad_input() -> None:

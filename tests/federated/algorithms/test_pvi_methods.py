@@ -1,4 +1,4 @@
-"""The benchmark configuration of PVI (``pvi_experiment``): a regression test for the "all-noise" start.
+"""PVI as the paper's methods (``pvi_methods.make_pvi``): a regression test for the "all-noise" start.
 
 With σ_n² initialised at 1 (the whole variance of standardised targets, the spec's literal log β = 0) the first
 DPO client update on a few points in many dimensions settles at σ_f² → 0 and m ≈ 0, and sequential PVI never
@@ -11,14 +11,14 @@ import pytest
 
 from gpflow_fed.data import FederatedDataset
 from gpflow_fed.federated import run
-from gpflow_fed.federated.algorithms.pvi_experiment import INIT_NOISE, make_pvi, standardise
+from gpflow_fed.federated.algorithms.pvi_methods import INIT_NOISE, make_pvi
 
 
 def _linear_task(D=8, K=5, n=40, seed=0):
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((K * n + 100, D))
     Y = (X @ rng.standard_normal(D) / np.sqrt(D))[:, None] + 0.1 * rng.standard_normal((len(X), 1))
-    return standardise(FederatedDataset([(X[i : K * n : K], Y[i : K * n : K]) for i in range(K)], test=(X[K * n :], Y[K * n :])))
+    return FederatedDataset([(X[i : K * n : K], Y[i : K * n : K]) for i in range(K)], test=(X[K * n :], Y[K * n :])).standardized()[0]
 
 
 def test_default_dpo_start_learns_the_signal_in_one_sweep():
@@ -36,35 +36,6 @@ def test_make_pvi_rejects_bad_input():
         make_pvi("dpo", 2, 1, 3, 0, init_noise=0.0)
     with pytest.raises(ValueError, match="method"):
         make_pvi("svgp", 2, 1, 3, 0)
-
-
-def test_run_method_curve_is_the_mixture_log_likelihood_after_each_sweep():
-    from gpflow_fed.federated.algorithms.pvi_experiment import run_method
-
-    data = _linear_task(D=2, K=3, n=15)
-    out = run_method("cpo", data, 6, 4, 0, local_steps=20, patience=5, num_predict_samples=5)
-    assert out["every"] == 3 and len(out["curve"]) == 2
-    assert out["curve"][-1] == out["ll"] and np.isfinite(out["curve"][0])
-    glob = run_method("global", data, 2, 4, 0, local_steps=20, patience=5, num_predict_samples=5)
-    assert glob["every"] == 2 and glob["curve"] == [glob["ll"]]
-
-
-def test_real_split_is_standardised_and_regional_for_ozone():
-    from gpflow_fed.federated.algorithms.pvi_experiment import real_split
-
-    boston = real_split("boston", 0, num_clients=10)
-    X, Y = boston.pooled()
-    assert boston.num_clients == 10 and X.shape[0] + boston.test[0].shape[0] == 506
-    np.testing.assert_allclose([X.mean(0), X.std(0)], [np.zeros(13), np.ones(13)], atol=1e-9)
-    with pytest.raises(ValueError, match="no coordinates"):
-        real_split("boston", 0, regional=True)
-
-    def spread(fed):  # mean within-client variance of (latitude, longitude), standardised
-        return float(np.mean([X[:, :2].var(0).mean() for X, _ in fed.clients]))
-
-    regional, iid = real_split("ozone", 1, 5, max_points=500), real_split("ozone", 1, 5, max_points=500, regional=False)
-    assert regional.num_data == iid.num_data == 450
-    assert spread(regional) < 0.3 < 0.9 < spread(iid)
 
 
 def test_cli_runs_pvi_on_a_real_subset(capsys, tmp_path):

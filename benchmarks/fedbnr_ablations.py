@@ -1,4 +1,4 @@
-"""The ablations of FedBNR (thesis §3.2.2): kernel learning ∈ {local, avg, kd} × last layer ∈ {local, global}.
+"""The ablations of FedBNR compared by ``benchmarks/fedbnr.py`` (thesis §3.2.2): kernel learning ∈ {local, avg, kd} × last layer ∈ {local, global}.
 
 ``avg+global`` is FedBNR and ``kd+global`` FedBNR-KD. An ablation that keeps a phase local yields one model
 per client (the thesis scores such methods by the mean error of the clients' models on the test set):
@@ -17,10 +17,10 @@ from typing import Any, Dict, List
 
 import gpflow
 
-from ...data.dataset import FederatedDataset
-from ...models.bayesian_linear_regression import BayesianLinearRegression
-from ..api import run
-from .fedbnr import FedBNR
+from gpflow_fed.data import FederatedDataset
+from gpflow_fed.federated import run
+from gpflow_fed.federated.algorithms import FedBNR
+from gpflow_fed.models import BayesianLinearRegression
 
 __all__ = ["ABLATIONS", "fedbnr_ablation", "last_layers", "learn_kernels"]
 

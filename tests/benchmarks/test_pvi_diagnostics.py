@@ -1,24 +1,18 @@
 """``benchmarks/pvi_diagnostics.py``, the script behind the "Regional clients" and "CPO floor" numbers in
 BENCHMARKS.md and the PVI guide: each mode runs on a tiny split and prints what its docstring promises."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[3] / "benchmarks" / "pvi_diagnostics.py"
 TINY = ["--dataset", "boston", "--clients", "3", "--max-points", "120", "--inducing", "4", "--rounds", "3",
         "--local-steps", "5", "--patience", "5", "--predict-samples", "2"]
 
 
 @pytest.fixture(scope="module")
-def diagnostics():
-    spec = importlib.util.spec_from_file_location("pvi_diagnostics", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def diagnostics(load_benchmark):
+    return load_benchmark("pvi_diagnostics")
 
 
 def _lines(capsys):

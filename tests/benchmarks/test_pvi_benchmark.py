@@ -1,0 +1,27 @@
+"""``benchmarks/pvi.py``'s protocol (``run_method``): the convergence curve is the final metric's quantity."""
+
+import numpy as np
+import pytest
+
+from gpflow_fed.data import FederatedDataset
+
+
+@pytest.fixture(scope="module")
+def benchmark(load_benchmark):
+    return load_benchmark("pvi")
+
+
+def _linear_task(D=2, K=3, n=15, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((K * n + 100, D))
+    Y = (X @ rng.standard_normal(D) / np.sqrt(D))[:, None] + 0.1 * rng.standard_normal((len(X), 1))
+    return FederatedDataset([(X[i : K * n : K], Y[i : K * n : K]) for i in range(K)], test=(X[K * n :], Y[K * n :])).standardized()[0]
+
+
+def test_run_method_curve_is_the_mixture_log_likelihood_after_each_sweep(benchmark):
+    data = _linear_task()
+    out = benchmark.run_method("cpo", data, 6, 4, 0, local_steps=20, patience=5, num_predict_samples=5)
+    assert out["every"] == 3 and len(out["curve"]) == 2
+    assert out["curve"][-1] == out["ll"] and np.isfinite(out["curve"][0])
+    glob = benchmark.run_method("global", data, 2, 4, 0, local_steps=20, patience=5, num_predict_samples=5)
+    assert glob["every"] == 2 and glob["curve"] == [glob["ll"]]
