@@ -43,10 +43,10 @@ from ..algorithm import Algorithm
 from ..checkpoint import decode_tree, encode_tree, is_trackable, tracked_objects, verify_manifest, write_manifest
 from ..client import Client
 from ..messages import Message as FedMessage
+from .base import client_seed
 from .flower_records import (
     INFO,
     build_algorithm,
-    client_seed,
     config_to_info,
     message_to_recorddict,
     recorddict_to_message,
