@@ -1,7 +1,8 @@
 """The federated core: messages, the ledger, clients, the Algorithm protocol, runtimes and ``run``."""
 
 from . import algorithms
-from .algorithm import Aggregate, Algorithm, FederationInfo, reduce_messages
+from .aggregator import reduce_messages
+from .algorithm import Aggregate, Algorithm, FederationInfo
 from .api import run
 from .client import Client
 from .factories import register_algorithm_factory

@@ -43,7 +43,7 @@ import secrets
 import warnings
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import gpflow
 import numpy as np
@@ -52,10 +52,13 @@ from .protection.dp import DifferentialPrivacy, DPUtilityWarning, PrivacyAccount
 from .protection.masking import Exchange, MaskingKeys, SecureAggregation, check_senders, mask
 from ..randomness import new_run_id
 from .protection.robust import RobustAggregation
-from .algorithm import Aggregate, Algorithm, reduce_messages
-from .messages import Message
+from .algorithm import AGGREGATIONS, Aggregate, Algorithm, ReplySpec
+from .faults import ClientUpdateError, FaultPolicy, RoundFailedError, screen
+from .ledger import Channel
+from .messages import SERVER, Message
+from .transport import Broadcast, SecureSum, Transport
 
-__all__ = ["Aggregator", "ExchangeContext"]
+__all__ = ["Aggregator", "ExchangeContext", "reduce_messages"]
 
 WEIGHT_KEY = "secagg/weight"
 METRIC_PREFIX = "secagg/metric/"
@@ -88,6 +91,54 @@ class ExchangeContext:
     def exchange(self) -> Exchange:
         """The masking :class:`~gpflow_fed.federated.protection.Exchange` of this context."""
         return Exchange(self.run_id, self.purpose, self.round, self.phase, tuple(self.cohort))
+
+
+def reduce_messages(messages: Sequence[Message], aggregation: str) -> Aggregate:
+    """Reduce client messages of one phase by the given aggregation (``sum``, ``mean`` or ``collect``).
+
+    :raises ValueError: for an unknown aggregation, no messages, or messages with different array names
+        or shapes (a malformed payload is reported with its sender).
+    """
+    if aggregation not in AGGREGATIONS:
+        raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
+    if not messages:
+        raise ValueError("cannot aggregate an empty round: no client answered")
+    first = messages[0]
+    names = tuple(first.arrays)
+    for m in messages[1:]:
+        if tuple(m.arrays) != names:
+            raise ValueError(f"message from {m.sender} has arrays {tuple(m.arrays)}, expected {names}")
+        for n in names:
+            if m.arrays[n].shape != first.arrays[n].shape:
+                raise ValueError(
+                    f"message from {m.sender}: array {n!r} has shape {m.arrays[n].shape}, "
+                    f"expected {first.arrays[n].shape}"
+                )
+    total_weight = float(sum(m.weight for m in messages))
+    metrics = {}
+    for k in sorted({k for m in messages for k in m.metrics}):
+        reporting = [m for m in messages if k in m.metrics]
+        weights = np.array([m.weight for m in reporting])
+        weights = weights if weights.sum() > 0 else np.ones(len(reporting))
+        metrics[k] = float(np.dot(weights, [m.metrics[k] for m in reporting]) / weights.sum())
+    arrays: Dict[str, np.ndarray] = {}
+    if aggregation in ("sum", "mean"):
+        for n in names:
+            if aggregation == "sum":
+                arrays[n] = np.sum([m.arrays[n] for m in messages], axis=0)
+            else:
+                if total_weight <= 0:
+                    raise ValueError("a 'mean' aggregation needs a positive total weight")
+                arrays[n] = np.sum([m.weight * m.arrays[n] for m in messages], axis=0) / total_weight
+    return Aggregate(
+        round=first.round,
+        phase=first.phase,
+        arrays=arrays,
+        total_weight=total_weight,
+        senders=tuple(m.sender for m in messages),
+        metrics=metrics,
+        messages=tuple(messages) if aggregation == "collect" else None,
+    )
 
 
 def _insecure_rng(seed: int, *context: object) -> np.random.Generator:
@@ -169,8 +220,6 @@ class Aggregator:
         try:
             self.secure.check_cohort(context.cohort)
         except ValueError as exc:
-            from .runtimes.faults import RoundFailedError
-
             raise RoundFailedError(f"round {context.round}, phase {context.phase!r}: {exc}") from None
 
     # --- client keys (client side: in-process runtimes hold each client's keys here) -----------------
@@ -376,6 +425,66 @@ class Aggregator:
             noised=self.noised(context.phase, context.aggregation),
             noise_std=float(std),
         )
+
+    # --- one phase, on every runtime ----------------------------------------------------------------
+    def aggregate(
+        self,
+        transport: Transport,
+        broadcast: Broadcast,
+        cohort: Sequence[str],
+        *,
+        channel: Channel,
+        faults: FaultPolicy,
+        spec: Optional[ReplySpec] = None,
+    ) -> Tuple[Aggregate, Dict[str, str]]:
+        """One phase from the server's side, whatever the transport: the only place a reply is recorded,
+        screened, protected and reduced.
+
+        ``transport.exchange`` delivers ``broadcast`` to ``cohort``; every message that crossed is recorded in
+        ``channel``'s ledger (in cohort order: the broadcast, then the reply); faulty replies stop the run or
+        are excluded under ``faults``, and the rest are checked against ``spec`` and ``faults.min_clients``
+        (:func:`~gpflow_fed.federated.faults.screen`). A protected phase then fixes its cohort
+        (:meth:`check_cohort`), has it sent masked (``transport.masked``), and is reduced like any other by
+        :meth:`reduce` (or, after the transport's own secure summation, by :meth:`finish`).
+
+        :return: the server's aggregate and ``{client: reason}`` of the excluded clients.
+        :raises ClientUpdateError: a faulty reply under ``FaultPolicy(on_error="raise")``.
+        :raises RoundFailedError: fewer than ``faults.min_clients`` good replies, or a cohort too small to mask.
+        """
+        down, purpose = broadcast.message, broadcast.purpose
+        where = (down.round, down.phase)
+        replies = transport.exchange(broadcast, cohort)
+        well_formed: List[Message] = []
+        excluded: Dict[str, str] = {}
+        for cid in cohort:
+            channel.send(down, cid, purpose)
+            reply = replies[cid]
+            if reply.message is not None and not broadcast.protected:
+                channel.send(reply.message, SERVER, purpose)
+            if reply.fault is None:
+                well_formed.append(reply.message)
+                continue
+            if faults.on_error == "raise":
+                raise ClientUpdateError(cid, *where, reply.error or ValueError(reply.fault)) from reply.error
+            excluded[cid] = reply.fault
+        good = screen(faults, *where, cohort, well_formed, excluded, spec)
+        context = self.context(purpose, *where, broadcast.aggregation, good)
+        if not broadcast.protected:
+            return self.reduce([replies[cid].message for cid in good], context), excluded
+        self.check_cohort(context)
+        masked = transport.masked(context, {cid: replies[cid] for cid in good})
+        if not isinstance(masked, SecureSum):
+            return self.reduce([channel.send(masked[cid], SERVER, purpose) for cid in good], context), excluded
+        for cid, reason in masked.dropped.items():
+            if faults.on_error == "raise":
+                raise ClientUpdateError(cid, *where, RuntimeError(reason))
+            excluded[cid] = reason
+        if len(masked.survivors) < faults.min_clients:
+            raise RoundFailedError(
+                f"round {down.round}, phase {down.phase!r}: {len(masked.survivors)} clients finished the secure "
+                f"summation, fewer than min_clients={faults.min_clients}"
+            )
+        return self.finish(masked.sums, replace(context, cohort=tuple(masked.survivors))), excluded
 
     def accountant(self) -> Optional[PrivacyAccountant]:
         """A fresh accountant for a run (None without DP)."""

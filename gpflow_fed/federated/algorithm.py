@@ -1,8 +1,9 @@
 """The Algorithm protocol: configure a round, update on clients, aggregate a weighted sum, return a model.
 
 A round is one or more *phases* (exchanges). In each phase the server broadcasts named arrays to the
-round's clients, each client answers with a :class:`Message`, the runtime reduces the answers, and the
-server updates its state from the reduction. Reductions are always weighted sums (DESIGN.md §3):
+round's clients, each client answers with a :class:`Message`, the aggregator
+(:mod:`gpflow_fed.federated.aggregator`) reduces the answers, and the server updates its state from the
+reduction. Reductions are always weighted sums (DESIGN.md §3):
 
 * ``"sum"``: ``Σ_k a_k`` (sufficient statistics);
 * ``"mean"``: ``Σ_k w_k a_k / Σ_k w_k`` with ``w_k`` the message weight (FedAvg);
@@ -82,54 +83,6 @@ class Aggregate:
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.arrays[name]
-
-
-def reduce_messages(messages: Sequence[Message], aggregation: str) -> Aggregate:
-    """Reduce client messages of one phase by the given aggregation (``sum``, ``mean`` or ``collect``).
-
-    :raises ValueError: for an unknown aggregation, no messages, or messages with different array names
-        or shapes (a malformed payload is reported with its sender).
-    """
-    if aggregation not in AGGREGATIONS:
-        raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
-    if not messages:
-        raise ValueError("cannot aggregate an empty round: no client answered")
-    first = messages[0]
-    names = tuple(first.arrays)
-    for m in messages[1:]:
-        if tuple(m.arrays) != names:
-            raise ValueError(f"message from {m.sender} has arrays {tuple(m.arrays)}, expected {names}")
-        for n in names:
-            if m.arrays[n].shape != first.arrays[n].shape:
-                raise ValueError(
-                    f"message from {m.sender}: array {n!r} has shape {m.arrays[n].shape}, "
-                    f"expected {first.arrays[n].shape}"
-                )
-    total_weight = float(sum(m.weight for m in messages))
-    metrics = {}
-    for k in sorted({k for m in messages for k in m.metrics}):
-        reporting = [m for m in messages if k in m.metrics]
-        weights = np.array([m.weight for m in reporting])
-        weights = weights if weights.sum() > 0 else np.ones(len(reporting))
-        metrics[k] = float(np.dot(weights, [m.metrics[k] for m in reporting]) / weights.sum())
-    arrays: Dict[str, np.ndarray] = {}
-    if aggregation in ("sum", "mean"):
-        for n in names:
-            if aggregation == "sum":
-                arrays[n] = np.sum([m.arrays[n] for m in messages], axis=0)
-            else:
-                if total_weight <= 0:
-                    raise ValueError("a 'mean' aggregation needs a positive total weight")
-                arrays[n] = np.sum([m.weight * m.arrays[n] for m in messages], axis=0) / total_weight
-    return Aggregate(
-        round=first.round,
-        phase=first.phase,
-        arrays=arrays,
-        total_weight=total_weight,
-        senders=tuple(m.sender for m in messages),
-        metrics=metrics,
-        messages=tuple(messages) if aggregation == "collect" else None,
-    )
 
 
 class Algorithm(abc.ABC):

@@ -118,15 +118,12 @@ class CommunicationLedger:
 
 
 class Channel:
-    """A transport that records every message in a ledger before delivering it.
-
-    In-process runtimes deliver the (already immutable) message object itself.
-    """
+    """Records every message in a ledger before delivering it (the message object itself: it is immutable)."""
 
     def __init__(self, ledger: CommunicationLedger) -> None:
         self.ledger = ledger
-        self.purpose = "train"
 
-    def send(self, message: Message, receiver: str) -> Message:
-        self.ledger.record(message, receiver, self.purpose)
+    def send(self, message: Message, receiver: str, purpose: str) -> Message:
+        """Record ``message`` to ``receiver`` under ``purpose`` (see :class:`LedgerEntry`) and return it."""
+        self.ledger.record(message, receiver, purpose)
         return message

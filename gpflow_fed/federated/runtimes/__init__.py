@@ -1,8 +1,8 @@
 """Runtimes that execute federated algorithms."""
 
-from .base import ClientUpdateError, Runtime, evaluate_model, make_clients
+from .base import Runtime, evaluate_model, make_clients
 from .distribute import DistributeRuntime
-from .faults import FaultPolicy, RoundFailedError
+from ..faults import ClientUpdateError, FaultPolicy, RoundFailedError
 from .local import LocalRuntime
 
 __all__ = ["ClientUpdateError", "DistributeRuntime", "FaultPolicy", "LocalRuntime", "RoundFailedError", "Runtime", "evaluate_model", "make_clients"]

@@ -15,17 +15,6 @@ from ..client import Client
 from ..result import FederatedResult
 
 
-class ClientUpdateError(RuntimeError):
-    """A client's update failed; the server state was not changed by the failed phase."""
-
-    def __init__(self, client_id: str, round: int, phase: str, cause: BaseException) -> None:
-        super().__init__(f"client {client_id!r} failed in round {round}, phase {phase!r}: {type(cause).__name__}: {cause}")
-        self.client_id = client_id
-        self.round = round
-        self.phase = phase
-        self.cause = cause
-
-
 class Runtime(abc.ABC):
     """Executes an :class:`~gpflow_fed.federated.Algorithm` over a :class:`FederatedDataset`."""
 

@@ -44,10 +44,10 @@ from ..checkpoint import decode_tree, encode_tree, is_trackable, tracked_objects
 from ...validation import integer
 from ..client import Client
 from ..messages import Message as FedMessage
+from .base import client_seed
 from .flower_records import (
     INFO,
     build_algorithm,
-    client_seed,
     config_to_info,
     message_to_recorddict,
     recorddict_to_message,

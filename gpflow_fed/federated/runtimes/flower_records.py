@@ -21,12 +21,10 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
 from ..algorithm import Algorithm, FederationInfo
 from ..factories import load_factory
-from .base import client_seed, sampling_rng
 from ..messages import Message
 
 __all__ = [
     "PURPOSES",
-    "client_seed",
     "config_to_info",
     "info_to_config",
     "load_factory",

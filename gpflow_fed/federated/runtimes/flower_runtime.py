@@ -41,7 +41,7 @@ from ..result import FederatedResult
 from ..aggregator import Aggregator
 from ..factories import register_algorithm_factory
 from .base import Runtime
-from .faults import FaultPolicy
+from ..faults import FaultPolicy
 from .flower_client import _LIVE, make_client_app
 from .flower_secagg import aggregator_to_config, check_secagg_settings
 from .flower_server import FlowerServer

@@ -59,7 +59,7 @@ from ..protection.robust import RobustAggregation
 from ..algorithm import Algorithm
 from ..messages import Message
 from ..aggregator import Aggregator
-from .faults import reply_fault
+from ..faults import reply_fault
 from .flower_records import message_to_recorddict
 
 __all__ = [

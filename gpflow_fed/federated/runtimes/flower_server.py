@@ -1,22 +1,19 @@
 """The Flower ServerApp of gpflow-fed: the round loop of any :class:`~gpflow_fed.federated.Algorithm` over a Grid.
 
-The server owns the loop, as in DESIGN.md §3, and runs it with the same
-:func:`~gpflow_fed.federated.runtimes.loop.train_round` and
-:func:`~gpflow_fed.federated.runtimes.loop.final_phases` as ``LocalRuntime``; only the phase's message
-transport (:meth:`FlowerServer.gather`) is Flower's. First it asks every SuperNode to ``describe`` itself
-(client index k, N_k, D, P: what :class:`~gpflow_fed.federated.FederationInfo` holds; no data), then for each
-round r it
+The server runs the round loop of every runtime,
+:func:`~gpflow_fed.federated.runtimes.loop.run_rounds` (evaluation and checkpoints included); only the
+transport of a phase's messages, :class:`GridTransport`, is Flower's. First it asks every SuperNode to
+``describe`` itself (client index k, N_k, D, P: what :class:`~gpflow_fed.federated.FederationInfo` holds; no
+data), then for each round r it
 
 1. selects the round's clients with ``Algorithm.select_clients`` and the server's sampling RNG (seeded as
    :func:`~gpflow_fed.federated.runtimes.make_clients` seeds it, so the same seed picks the same clients as
    ``LocalRuntime``);
 2. for each phase, sends ``Algorithm.broadcast`` to the selected SuperNodes as a Flower ``train`` message
-   (:mod:`~gpflow_fed.federated.runtimes.flower_records`), rebuilds the replies as
-   :class:`~gpflow_fed.federated.Message` objects, records both directions in the
-   :class:`~gpflow_fed.federated.CommunicationLedger`, screens faults under the :class:`FaultPolicy`
-   (an error reply or no reply within ``timeout`` is a fault, as are NaN and wrongly shaped payloads), and
-   reduces the good replies with :func:`~gpflow_fed.federated.reduce_messages` in the order of the
-   selection — the same reduction as ``LocalRuntime`` — before ``Algorithm.server_update``;
+   (:mod:`~gpflow_fed.federated.runtimes.flower_records`) and rebuilds their replies as
+   :class:`~gpflow_fed.federated.Message` objects; the aggregator
+   (:meth:`~gpflow_fed.federated.aggregator.Aggregator.aggregate`) records, screens and reduces them exactly
+   as on ``LocalRuntime``, before ``Algorithm.server_update``;
 3. after the last round runs ``Algorithm.final_phases`` with every client and returns
    ``Algorithm.result``.
 
@@ -27,7 +24,6 @@ accountant) protect the ``"sum"``/``"mean"`` phases as in ``LocalRuntime``; see
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import time
@@ -40,15 +36,16 @@ from flwr.app import ConfigRecord, Context, MessageType, RecordDict
 from flwr.app import Message as FlowerMessage
 from flwr.serverapp import Grid, ServerApp
 
-from ..algorithm import Aggregate, Algorithm, FederationInfo, ReplySpec, reduce_messages
+from ..algorithm import Algorithm, FederationInfo
 from ..ledger import Channel, CommunicationLedger
 from ..messages import SERVER, Message
 from ..fingerprint import describe_settings
 from ..result import FederatedResult
 from ..aggregator import Aggregator, ExchangeContext
 from ...validation import integer
-from .base import ClientUpdateError, evaluate_model
-from .faults import FaultPolicy, RoundFailedError, reply_fault, weight_fault
+from ..faults import FaultPolicy, RoundFailedError, reply_fault, weight_fault
+from ..transport import Broadcast, Reply, SecureSum, Transport
+from .base import sampling_rng
 from .flower_client import DESCRIBE
 from .flower_records import (
     INFO,
@@ -56,7 +53,6 @@ from .flower_records import (
     info_to_config,
     message_to_recorddict,
     recorddict_to_message,
-    sampling_rng,
 )
 from .flower_secagg import (
     PROTECT,
@@ -66,9 +62,9 @@ from .flower_secagg import (
     protocol_arrays,
     secagg_plus_sum,
 )
-from .loop import check_loop_settings, run_rounds, screen
+from .loop import Server, check_loop_settings, run_rounds
 
-__all__ = ["FederationShape", "FlowerServer", "app", "save_error", "save_result"]
+__all__ = ["FederationShape", "FlowerServer", "GridTransport", "app", "save_error", "save_result"]
 
 
 @dataclass(frozen=True)
@@ -87,6 +83,100 @@ class FederationShape:
     @property
     def num_data(self) -> int:
         return int(sum(self.client_sizes))
+
+
+@dataclass
+class GridTransport(Transport):
+    """The Flower ServerApp's transport: one phase's messages over a Flower ``Grid``.
+
+    Each selected SuperNode gets the broadcast as a Flower ``train`` message
+    (:mod:`~gpflow_fed.federated.runtimes.flower_records`); an error reply, no reply within ``timeout``, a
+    malformed reply, one that fails :func:`~gpflow_fed.federated.faults.reply_fault` or (unless its weight is
+    hidden) :func:`~gpflow_fed.federated.faults.weight_fault` is a fault. In a protected phase the clients
+    prepare their replies themselves (clipped under DP; under secure aggregation encoded, kept, and announced
+    by their layout only), and under secure aggregation :meth:`masked` runs Flower's SecAgg+
+    (:mod:`~gpflow_fed.federated.runtimes.flower_secagg`) over the cohort.
+    """
+
+    server: "FlowerServer"
+    grid: Grid
+    info: FederationInfo
+    node_of: Mapping[str, int]
+    channel: Channel
+
+    def exchange(self, broadcast: Broadcast, cohort: Sequence[str]) -> Dict[str, Reply]:
+        server, down, purpose = self.server, broadcast.message, broadcast.purpose
+        secure = broadcast.protected and server.aggregator.secure is not None
+        outgoing = []
+        for cid in cohort:
+            content = message_to_recorddict(down, purpose)
+            content[INFO] = info_to_config(self.info)
+            if broadcast.protected:
+                content[PROTECT] = ConfigRecord({"cohort-size": len(cohort)})
+            outgoing.append(
+                FlowerMessage(content, dst_node_id=self.node_of[cid], message_type=MessageType.TRAIN,
+                              group_id=f"{purpose}/{down.round}/{down.phase}")
+            )
+        client_of = {n: c for c, n in self.node_of.items()}
+        received = {
+            client_of[int(r.metadata.src_node_id)]: r for r in self.grid.send_and_receive(outgoing, timeout=server.timeout)
+        }
+        replies: Dict[str, Reply] = {}
+        for cid in cohort:
+            reply, message = received.get(cid), None
+            if reply is None:
+                fault = f"no reply within {server.timeout} s"
+            elif reply.has_error():
+                fault = f"raised on its SuperNode: {reply.error.reason}"
+            else:
+                try:
+                    message = layout_message(reply.content) if secure else recorddict_to_message(reply.content)[0]
+                except (ValueError, TypeError, KeyError) as exc:
+                    fault = f"sent a malformed reply: {exc}"
+                else:
+                    fault = reply_fault(message, cid, down)
+                    if fault is None and not secure:
+                        size = self.info.client_sizes[cid]
+                        fault = weight_fault(message, server.algorithm.expected_weight(down.phase, size), size)
+            replies[cid] = Reply(message, fault, None if fault is None else RuntimeError(fault))
+        return replies
+
+    def masked(self, context: ExchangeContext, replies: Mapping[str, Reply]) -> Union[Dict[str, Message], SecureSum]:
+        """Under DP alone, the clipped messages the clients sent; under secure aggregation, SecAgg+'s sum."""
+        if self.server.aggregator.secure is None:
+            return {cid: replies[cid].message for cid in context.cohort}
+        cohort, node_of = context.cohort, self.node_of
+        client_of = {node_of[c]: c for c in cohort}
+
+        def record(node: int, stage: str, outgoing: bool, config: Mapping[str, Any]) -> None:
+            message = Message(SERVER if outgoing else client_of[node], context.round,
+                              f"{context.phase}/secagg+/{stage}", protocol_arrays(config), weight=0.0)
+            self.channel.send(message, client_of[node] if outgoing else SERVER, context.purpose)
+
+        layout = replies[cohort[0]].message.arrays
+        names = sorted(layout)
+        size = int(sum(layout[n].size for n in names))
+        codes, survivors = secagg_plus_sum(
+            self.grid, [node_of[c] for c in cohort], size,
+            {"purpose": context.purpose, "round": int(context.round), "phase": context.phase},
+            num_shares=self.server.secagg_shares, reconstruction_threshold=self.server.secagg_threshold,
+            timeout=self.server.timeout, record=record,
+        )
+        if codes is None:
+            raise RoundFailedError(
+                f"round {context.round}, phase {context.phase!r}: SecAgg+ halted: too few of the cohort {cohort} "
+                "finished the protocol"
+            )
+        alive = tuple(c for c in cohort if node_of[c] in set(survivors))
+        dropped = {
+            c: "dropped out during SecAgg+ (its masks were removed with its neighbours' shares)"
+            for c in cohort if c not in alive
+        }
+        sums, offset = {}, 0
+        for name in names:
+            sums[name] = codes[offset: offset + layout[name].size].reshape(layout[name].shape)
+            offset += layout[name].size
+        return SecureSum(sums, alive, dropped)
 
 
 class FlowerServer:
@@ -216,112 +306,6 @@ class FlowerServer:
         )
         return info, dict(zip(ids, order))
 
-    # --- one phase -----------------------------------------------------------------------------------
-    def gather(
-        self, grid: Grid, channel: Channel, info: FederationInfo, node_of: Mapping[str, int],
-        down: Message, selected: Sequence[str], spec: Optional[ReplySpec] = None,
-    ) -> Tuple[Aggregate, Dict[str, str]]:
-        """Broadcast ``down`` to ``selected``, collect, screen and reduce; also ``{client: reason}`` excluded.
-
-        A phase the aggregator protects is prepared by the clients (clipped under DP; under secure
-        aggregation encoded, kept, and announced by its layout only) and, under secure aggregation, summed
-        by SecAgg+ (:mod:`~gpflow_fed.federated.runtimes.flower_secagg`).
-        """
-        purpose = channel.purpose
-        aggregation = self.algorithm.aggregation(down.phase)
-        protect = self.aggregator.protects(down.phase, aggregation)
-        secure = protect and self.aggregator.secure is not None
-        outgoing = []
-        for cid in selected:
-            content = message_to_recorddict(down, purpose)
-            content[INFO] = info_to_config(info)
-            if protect:
-                content[PROTECT] = ConfigRecord({"cohort-size": len(selected)})
-            outgoing.append(
-                FlowerMessage(content, dst_node_id=node_of[cid], message_type=MessageType.TRAIN,
-                              group_id=f"{purpose}/{down.round}/{down.phase}")
-            )
-        client_of = {n: c for c, n in node_of.items()}
-        received = {client_of[int(r.metadata.src_node_id)]: r for r in grid.send_and_receive(outgoing, timeout=self.timeout)}
-        replies: List[Message] = []
-        excluded: Dict[str, str] = {}
-        for cid in selected:  # recorded in LocalRuntime's order: down, then up, client by client
-            channel.send(down, cid)
-            reply = received.get(cid)
-            if reply is None:
-                fault = f"no reply within {self.timeout} s"
-            elif reply.has_error():
-                fault = f"raised on its SuperNode: {reply.error.reason}"
-            else:
-                try:
-                    message = layout_message(reply.content) if secure else recorddict_to_message(reply.content)[0]
-                except (ValueError, TypeError, KeyError) as exc:
-                    fault = f"sent a malformed reply: {exc}"
-                else:
-                    if not secure:
-                        channel.send(message, SERVER)
-                    fault = reply_fault(message, cid, down)
-                    if fault is None and not secure:
-                        size = info.client_sizes[cid]
-                        fault = weight_fault(message, self.algorithm.expected_weight(down.phase, size), size)
-            if fault is None:
-                replies.append(message)
-                continue
-            if self.faults.on_error == "raise":
-                raise ClientUpdateError(cid, down.round, down.phase, RuntimeError(fault))
-            excluded[cid] = fault
-        good = screen(self.faults, down.round, down.phase, selected, replies, excluded, spec)
-        kept = set(good)
-        replies = [m for m in replies if m.sender in kept]
-        context = self.aggregator.context(purpose, down.round, down.phase, aggregation, tuple(good))
-        if not protect:
-            return self.aggregator.reduce(replies, context), excluded
-        self.aggregator.check_cohort(context)
-        if not secure:
-            return self.aggregator.reduce(replies, context), excluded
-        return self._secure_sum(grid, channel, node_of, down, replies, context, excluded), excluded
-
-    def _secure_sum(
-        self, grid: Grid, channel: Channel, node_of: Mapping[str, int], down: Message, layouts: Sequence[Message],
-        context: ExchangeContext, excluded: Dict[str, str],
-    ) -> Aggregate:
-        """Step 2 of a secure phase: SecAgg+ over the cohort, then ``Aggregator.finish``."""
-        cohort = context.cohort
-        where = f"round {down.round}, phase {down.phase!r}"
-        client_of = {node_of[c]: c for c in cohort}
-
-        def record(node: int, stage: str, outgoing: bool, config: Mapping[str, Any]) -> None:
-            message = Message(SERVER if outgoing else client_of[node], down.round, f"{down.phase}/secagg+/{stage}",
-                              protocol_arrays(config), weight=0.0)
-            channel.send(message, client_of[node] if outgoing else SERVER)
-
-        layout = layouts[0].arrays
-        names = sorted(layout)
-        size = int(sum(layout[n].size for n in names))
-        codes, survivors = secagg_plus_sum(
-            grid, [node_of[c] for c in cohort], size,
-            {"purpose": context.purpose, "round": int(down.round), "phase": down.phase},
-            num_shares=self.secagg_shares, reconstruction_threshold=self.secagg_threshold,
-            timeout=self.timeout, record=record,
-        )
-        if codes is None:
-            raise RoundFailedError(f"{where}: SecAgg+ halted: too few of the cohort {cohort} finished the protocol")
-        alive = tuple(c for c in cohort if node_of[c] in set(survivors))
-        for cid in cohort:
-            if cid not in alive:
-                reason = "dropped out during SecAgg+ (its masks were removed with its neighbours' shares)"
-                if self.faults.on_error == "raise":
-                    raise ClientUpdateError(cid, down.round, down.phase, RuntimeError(reason))
-                excluded[cid] = reason
-        if len(alive) < self.faults.min_clients:
-            raise RoundFailedError(f"{where}: {len(alive)} clients finished SecAgg+, fewer than min_clients={self.faults.min_clients}")
-        sums, offset = {}, 0
-        for name in names:
-            shape = layout[name].shape
-            sums[name] = codes[offset: offset + layout[name].size].reshape(shape)
-            offset += layout[name].size
-        return self.aggregator.finish(sums, dataclasses.replace(context, cohort=alive))
-
     # --- the run -------------------------------------------------------------------------------------
     def run(
         self, grid: Grid, *, test: Optional[Tuple[np.ndarray, np.ndarray]] = None,
@@ -342,15 +326,10 @@ class FlowerServer:
         self.aggregator.start()
         channel = Channel(CommunicationLedger(keep_payloads=self.keep_payloads))
         rng = self.aggregator.sampling_rng(sampling_rng(self.seed, len(ids)))
-
-        def gather(
-            state: Any, round: int, phase: str, arrays: Mapping[str, np.ndarray], selected: Sequence[str]
-        ) -> Tuple[Aggregate, Dict[str, str]]:
-            down = Message(sender=SERVER, round=round, phase=phase, arrays=arrays, weight=0.0)
-            return self.gather(grid, channel, info, node_of, down, selected, algorithm.reply_spec(state, round, phase))
-
+        transport = GridTransport(self, grid, info, node_of, channel)
+        server = Server(algorithm, transport, self.aggregator, channel, self.faults)
         return run_rounds(
-            algorithm, info, gather, channel, self.aggregator, rng, settings=settings, test=test,
+            server, info, rng, settings=settings, test=test,
             eval_every=self.eval_every, checkpoint_dir=self.checkpoint_dir, checkpoint_every=self.checkpoint_every,
             resume=self.resume, monitor=monitor, start=start,
         )

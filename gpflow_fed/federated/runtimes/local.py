@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import os
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
-
-import numpy as np
+from typing import Dict, Mapping, Optional, Sequence, Union
 
 from ..protection.dp import DifferentialPrivacy
 from ..protection.masking import SecureAggregation
 from ..protection.robust import RobustAggregation
-from ..algorithm import Aggregate
-from ..messages import SERVER, Message
-from ..aggregator import Aggregator
-from .faults import FaultPolicy
-from .loop import FederationRun, RoundLoopRuntime, screen
+from ..messages import Message
+from ..aggregator import Aggregator, ExchangeContext
+from ..faults import FaultPolicy
+from ..transport import Broadcast, Reply
+from .loop import RoundLoopRuntime
 
 
 class LocalRuntime(RoundLoopRuntime):
@@ -73,36 +71,14 @@ class LocalRuntime(RoundLoopRuntime):
             resume=resume,
         )
 
-    def gather(
-        self, run: FederationRun, round: int, phase: str, arrays: Mapping[str, np.ndarray], selected: Sequence[str]
-    ) -> Tuple[Aggregate, Dict[str, str]]:
-        """The clients one after the other: screening, masking (after the cohort is fixed), reduction."""
-        aggregation = run.algorithm.aggregation(phase)
-        aggregator, channel = run.aggregator, run.channel
-        protect = aggregator.protects(phase, aggregation)
-        replies: List[Message] = []
-        prepared: Dict[str, Message] = {}
-        excluded: Dict[str, str] = {}
-        for cid in selected:
-            down = channel.send(Message(sender=SERVER, round=round, phase=phase, arrays=arrays, weight=0.0), cid)
-            answer = run.ask(cid, down, len(selected), raise_now=True)
-            if isinstance(answer.reply, Message) and not protect:
-                channel.send(answer.reply, SERVER)
-            if answer.fault is None:
-                replies.append(answer.reply)
-                prepared[cid] = answer.prepared
-            else:
-                excluded[cid] = answer.fault
-        spec = run.algorithm.reply_spec(run.state, round, phase)
-        good = set(screen(run.faults, round, phase, selected, replies, excluded, spec))
-        replies = [m for m in replies if m.sender in good]
-        # The cohort is fixed only now, after every exclusion, so the pairwise masks cancel.
-        cohort = tuple(m.sender for m in replies)
-        context = aggregator.context(channel.purpose, round, phase, aggregation, cohort)
-        if protect:
-            aggregator.check_cohort(context)
-            replies = [channel.send(aggregator.mask(prepared[m.sender], context), SERVER) for m in replies]
-        return aggregator.reduce(replies, context), excluded
+    def exchange(self, broadcast: Broadcast, cohort: Sequence[str]) -> Dict[str, Reply]:
+        """The clients one after the other, in this process (the first fault raises at once under
+        ``FaultPolicy(on_error="raise")``)."""
+        return {cid: self.pool.ask(cid, broadcast, len(cohort), raise_now=True) for cid in cohort}
+
+    def masked(self, context: ExchangeContext, replies: Mapping[str, Reply]) -> Dict[str, Message]:
+        """Each client of the fixed cohort masks its prepared message against it."""
+        return {cid: self.aggregator.mask(reply.prepared, context) for cid, reply in replies.items()}
 
 
 __all__ = ["LocalRuntime"]

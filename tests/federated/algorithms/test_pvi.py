@@ -63,7 +63,7 @@ def test_sequential_global_q_equals_client_q(dataset):
     kernel, lik = gpflow.kernels.SquaredExponential(lengthscales=0.5), gpflow.likelihoods.Gaussian(0.05)
     alg = PVI(kernel, Z, lik, rounds=2, local_steps=30, patience=5)
     from gpflow_fed.federated.runtimes.base import make_clients
-    from gpflow_fed.federated.algorithm import FederationInfo, reduce_messages
+    from gpflow_fed.federated import FederationInfo, reduce_messages
     from gpflow_fed.federated.messages import Message
 
     clients, _ = make_clients(dataset, 0)

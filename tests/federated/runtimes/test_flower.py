@@ -13,6 +13,7 @@ from flwr.app import Context, RecordDict  # noqa: E402
 from gpflow_fed.federated import FederationInfo, LocalRuntime, Message, run  # noqa: E402
 from gpflow_fed.federated.runtimes import flower_records as records  # noqa: E402
 from gpflow_fed.federated.runtimes import make_clients  # noqa: E402
+from gpflow_fed.federated.runtimes.base import client_seed, sampling_rng  # noqa: E402
 from gpflow_fed.federated import register_algorithm_factory  # noqa: E402
 from gpflow_fed.federated.factories import TRUSTED_MODULES_ENV, registered_factories  # noqa: E402
 from gpflow_fed.federated.runtimes.flower_client import describe_reply, load_client_data  # noqa: E402
@@ -61,10 +62,10 @@ def test_info_round_trip_and_client_seeds_match_make_clients():
     info = FederationInfo(("client_0", "client_1", "client_2"), {"client_0": 5, "client_1": 7, "client_2": 9}, 2, 1, 11)
     assert records.config_to_info(_over_the_wire(RecordDict({"i": records.info_to_config(info)}))["i"]) == info
     clients, rng = make_clients(ds, 11)
-    assert [records.client_seed(11, k, 3) for k in range(3)] == [c.seed for c in clients]
-    np.testing.assert_array_equal(records.sampling_rng(11, 3).integers(0, 10**9, 5), rng.integers(0, 10**9, 5))
+    assert [client_seed(11, k, 3) for k in range(3)] == [c.seed for c in clients]
+    np.testing.assert_array_equal(sampling_rng(11, 3).integers(0, 10**9, 5), rng.integers(0, 10**9, 5))
     with pytest.raises(ValueError, match="outside"):
-        records.client_seed(0, 3, 3)
+        client_seed(0, 3, 3)
 
 
 def test_bad_wire_content_and_factory_specs_are_named():

@@ -11,16 +11,27 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ...validation import integer
-from ..messages import Message
+from ..validation import integer
+from .messages import Message
 
 logger = logging.getLogger("gpflow_fed.federated")
 
 ON_ERROR = ("raise", "exclude")
+
+
+class ClientUpdateError(RuntimeError):
+    """A client's update failed; the server state was not changed by the failed phase."""
+
+    def __init__(self, client_id: str, round: int, phase: str, cause: BaseException) -> None:
+        super().__init__(f"client {client_id!r} failed in round {round}, phase {phase!r}: {type(cause).__name__}: {cause}")
+        self.client_id = client_id
+        self.round = round
+        self.phase = phase
+        self.cause = cause
 
 
 class RoundFailedError(RuntimeError):
@@ -129,3 +140,35 @@ def log_exclusions(round: int, phase: str, excluded: Dict[str, str]) -> None:
     for client_id, reason in excluded.items():
         logger.warning("round %d, phase %r: excluded %s: %s", round, phase, client_id, reason)
 
+
+def screen(
+    faults: FaultPolicy,
+    round: int,
+    phase: str,
+    selected: Sequence[str],
+    replies: Sequence[Any],
+    excluded: Dict[str, str],
+    spec: Optional[Mapping[str, Tuple[Optional[int], ...]]] = None,
+) -> List[str]:
+    """Exclude replies that differ from the server's expectation, log every exclusion, check ``min_clients``.
+
+    :param replies: the well-formed replies so far (objects with ``sender`` and ``arrays``), in order.
+    :param excluded: ``{client: reason}`` of earlier faults; extended in place.
+    :param spec: :meth:`Algorithm.reply_spec` of the phase (see :func:`~.faults.spec_faults`).
+    :return: the senders whose replies are aggregated, in order.
+    :raises ClientUpdateError: a wrongly shaped reply under ``on_error="raise"``.
+    :raises RoundFailedError: fewer than ``min_clients`` good replies.
+    """
+    bad_shapes = spec_faults(replies, spec)
+    if bad_shapes and faults.on_error == "raise":
+        cid, reason = next(iter(bad_shapes.items()))
+        raise ClientUpdateError(cid, round, phase, ValueError(reason))
+    excluded.update(bad_shapes)
+    good = [m.sender for m in replies if m.sender not in bad_shapes]
+    log_exclusions(round, phase, excluded)
+    if len(good) < faults.min_clients:
+        raise RoundFailedError(
+            f"round {round}, phase {phase!r}: {len(good)} of {len(selected)} clients answered well, "
+            f"fewer than min_clients={faults.min_clients}; excluded: {excluded}"
+        )
+    return good
