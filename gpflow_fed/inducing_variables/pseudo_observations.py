@@ -1,7 +1,7 @@
 """PseudoObservations: a decoupled pseudo-observation (DPO) factor t(u) = N(m; K_VZ K_ZZ⁻¹ u, S).
 
-*Federated Learning of Sparse Gaussian Processes* (the PVI paper of the docs guide 'PVI'), eq. (12): the factor is a Gaussian pseudo-likelihood of pseudo-targets ``m`` observed at pseudo-inputs
-``V`` through the sparse-GP projection ``A = K_VZ K_ZZ⁻¹`` of the inducing outputs ``u = f(Z)``. Because
+*Federated Learning of Sparse Gaussian Processes* (the PVI paper of the docs guide 'PVI'), eq. (12): the factor
+is a Gaussian pseudo-likelihood of pseudo-targets ``m`` observed at pseudo-inputs ``V`` through the sparse-GP projection ``A = K_VZ K_ZZ⁻¹`` of the inducing outputs ``u = f(Z)``. Because
 ``V`` and ``Z`` are decoupled, the factor keeps its meaning when ``Z`` changes (paper §5.2).
 """
 
@@ -149,7 +149,8 @@ class PseudoObservations(gpflow.inducing_variables.InducingVariables):
     )
     def whitened_terms(self, kernel: Callable, Z: tf.Tensor, L: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
         """This factor's whitened precision and shift ``(Ps Psᵀ, Ps r)`` with ``P = L⁻¹ K_ZV`` (paper eq. 12
-        in whitened form), for ``L = chol K_ZZ`` at ``Z`` (a leading sample dimension of Z, L and the kernel broadcasts)."""
+        in whitened form), for ``L = chol K_ZZ`` at ``Z`` (a leading sample dimension of Z, L and the kernel
+        broadcasts)."""
         P = tf.linalg.triangular_solve(L, kernel(Z, tf.convert_to_tensor(self.V)), lower=True)
         Ps, r = self.noise_whiten(P)
         return tf.matmul(Ps, Ps, transpose_b=True), tf.matmul(Ps, r)

@@ -1,6 +1,7 @@
 """DPOSVGP: sparse variational GPs whose q(u) is parameterised by pseudo-observations (DPO) or a CPO factor.
 
-The bound (paper eqs. 6, 13, 14 with K = 1; q(u|Z, β) from paper eq. 12, assembled in the whitened
+Paper: *Federated Learning of Sparse Gaussian Processes* (the PVI paper of the docs guide 'PVI'). The bound
+(paper eqs. 6, 13, 14 with K = 1; q(u|Z, β) from paper eq. 12, assembled in the whitened
 coordinates w = L⁻¹u of :mod:`gpflow_fed.posteriors.whitened`):
 
     L = E_{q(Z)q(β)}[ Σ_n E_{q(f_n|Z,β)} log p(y_n | f_n, β) − KL[q(u|Z,β) ‖ p(u|Z,β)] ]
@@ -12,9 +13,8 @@ Carlo and prediction is the mixture :class:`~gpflow_fed.posteriors.DPOMixturePos
 kernel's hyperparameters are point estimates and the posterior is :class:`~gpflow_fed.posteriors.DPOPosterior`.
 Any GPflow likelihood works (``variational_expectations``: closed form for ``Gaussian``, quadrature otherwise).
 
-:class:`DPOSVGP` holds its data (the centralized "global VI" reference of the PVI paper, §6:
-the same objective on the pooled data);
-:class:`FederatedDPOSVGP` takes the data in ``elbo(data)`` (PVI's result, assembled from the clients' factors).
+:class:`DPOSVGP` holds its data (the centralized "global VI" reference of the PVI paper, §6: the same
+objective on the pooled data); :class:`FederatedDPOSVGP` takes the data in ``elbo(data)`` (PVI's result, assembled from the clients' factors).
 Prediction goes through :meth:`BaseDPOSVGP.posterior`, as in GPflow: ``predict_f`` recomputes from the current
 parameters, ``posterior()`` gives a cached predictor.
 """
@@ -238,7 +238,8 @@ class BaseDPOSVGP(GPModel):
             raise NotImplementedError("predict_y of the DPO mixture gives marginal variances only; use full_cov=False")
         Xnew = tf.convert_to_tensor(Xnew, gpflow.default_float())
         means, variances, noise = self._samples(Xnew)
-        return mixture_moments(*per_sample_likelihood(self.likelihood, noise, "predict_mean_and_var", Xnew, means, variances))
+        moments = per_sample_likelihood(self.likelihood, noise, "predict_mean_and_var", Xnew, means, variances)
+        return mixture_moments(*moments)
 
     @inherit_check_shapes
     def predict_log_density(
