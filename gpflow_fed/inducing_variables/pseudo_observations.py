@@ -1,8 +1,9 @@
 """PseudoObservations: a decoupled pseudo-observation (DPO) factor t(u) = N(m; K_VZ K_ZZ⁻¹ u, S).
 
 *Federated Learning of Sparse Gaussian Processes* (the PVI paper of the docs guide 'PVI'), eq. (12): the factor
-is a Gaussian pseudo-likelihood of pseudo-targets ``m`` observed at pseudo-inputs ``V`` through the sparse-GP projection ``A = K_VZ K_ZZ⁻¹`` of the inducing outputs ``u = f(Z)``. Because
-``V`` and ``Z`` are decoupled, the factor keeps its meaning when ``Z`` changes (paper §5.2).
+is a Gaussian pseudo-likelihood of pseudo-targets ``m`` observed at pseudo-inputs ``V`` through the sparse-GP
+projection ``A = K_VZ K_ZZ⁻¹`` of the inducing outputs ``u = f(Z)``. Because ``V`` and ``Z`` are decoupled, the
+factor keeps its meaning when ``Z`` changes (paper §5.2).
 """
 
 from __future__ import annotations

@@ -14,9 +14,9 @@ kernel's hyperparameters are point estimates and the posterior is :class:`~gpflo
 Any GPflow likelihood works (``variational_expectations``: closed form for ``Gaussian``, quadrature otherwise).
 
 :class:`DPOSVGP` holds its data (the centralized "global VI" reference of the PVI paper, §6: the same
-objective on the pooled data); :class:`FederatedDPOSVGP` takes the data in ``elbo(data)`` (PVI's result, assembled from the clients' factors).
-Prediction goes through :meth:`BaseDPOSVGP.posterior`, as in GPflow: ``predict_f`` recomputes from the current
-parameters, ``posterior()`` gives a cached predictor.
+objective on the pooled data); :class:`FederatedDPOSVGP` takes the data in ``elbo(data)`` (PVI's result,
+assembled from the clients' factors). Prediction goes through :meth:`BaseDPOSVGP.posterior`, as in GPflow:
+``predict_f`` recomputes from the current parameters, ``posterior()`` gives a cached predictor.
 """
 
 from __future__ import annotations

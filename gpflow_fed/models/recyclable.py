@@ -2,8 +2,8 @@
 
 A *recyclable model* (Moreno-Muñoz et al., *Recyclable Gaussian Processes*, §2 and eq. 1) is the tuple
 ``M_k = {μ_k, L_k, Z_k, θ_k}`` of a fitted single-output SVGP ``q_k(u_k) = N(μ_k, S_k)``, ``S_k = L_k L_kᵀ``,
-``u_k = f(Z_k)`` with the local kernel ``k_{θ_k}``, plus the spec of the likelihood it was trained with. The ensemble bound (:class:`~gpflow_fed.models.EnsembleSVGP`) needs
-only these arrays, never ``X_k`` or ``y_k``.
+``u_k = f(Z_k)`` with the local kernel ``k_{θ_k}``, plus the spec of the likelihood it was trained with.
+The ensemble bound (:class:`~gpflow_fed.models.EnsembleSVGP`) needs only these arrays, never ``X_k`` or ``y_k``.
 
 GPflow's ``SVGP`` is whitened by default (``u = L_K v`` with ``L_K = chol(K_k + εI)``); :func:`export_svgp`
 converts to the paper's unwhitened form ``μ_k = L_K m̃``, ``L_k = L_K L̃``, with the Cholesky factor of the

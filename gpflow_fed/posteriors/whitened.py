@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from typing import Sequence, Tuple
 
-import gpflow
 import tensorflow as tf
 from check_shapes import check_shapes
 
