@@ -16,8 +16,8 @@ of any ``N_k``, reuses the traced graph instead of tracing a new one.
       S̃ = (I + ΦΦᵀ)⁻¹,   m̃ = S̃ Φ y / σ,   i.e.  S_k = L_K S̃ L_Kᵀ ⪯ K_k,   μ_k = L_K m̃,
 
   which is exactly one natural-gradient step with γ = 1 (Salimbeni et al. 2018) from any q. It is computed
-  directly here because GPflow's ``NaturalGradient`` round trip through the natural parameters fails
-  (Cholesky) on typical local models (all five of the toy-concatenation task), which would leave q where
+  directly here because GPflow's ``NaturalGradient`` round trip through the natural parameters can fail
+  (Cholesky) on typical local models (see BENCHMARKS.md 'Recyclable GPs'), which would leave q where
   L-BFGS stopped. ``S_k ⪯ K_k`` keeps the ensemble bound bounded (see
   :class:`~gpflow_fed.models.RecyclableWarning`).
 * **Other likelihoods.** ``gpflow.models.SVGP`` trained jointly on ``(q_k, Z_k, θ_k)`` with L-BFGS (GPflow's
