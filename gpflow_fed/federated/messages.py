@@ -1,4 +1,5 @@
-"""The message: the only thing that crosses from a client to the server (DESIGN.md §3)."""
+"""The message: the only thing that crosses from a client to the server (docs guide 'The federated core',
+"What leaves a client")."""
 
 from __future__ import annotations
 

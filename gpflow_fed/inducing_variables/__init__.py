@@ -1,4 +1,5 @@
-"""Inducing variables: DPO pseudo-observations, CPO natural factors, and a Gaussian distribution over inducing inputs."""
+"""Inducing variables: DPO pseudo-observations, CPO natural factors, and a Gaussian distribution over inducing
+inputs."""
 
 from .gaussian_inducing_points import GaussianInducingPoints
 from .natural_factor import NaturalFactor

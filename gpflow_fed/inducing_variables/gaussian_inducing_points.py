@@ -19,7 +19,8 @@ class GaussianInducingPoints(gpflow.inducing_variables.InducingVariables):
 
     ``Kuu``/``Kuf`` (registered in :mod:`gpflow_fed.covariances`) evaluate at the mean ``Z_mean``, so the
     object also works as a point estimate inside stock GPflow models; Monte-Carlo estimates over q(Z) use
-    :meth:`sample` (reparameterised, paper §4 / spec §2.6).
+    :meth:`sample` (reparameterised; the q(Z) of the PVI paper, *Federated Learning of Sparse Gaussian
+    Processes*, §4 and docs guide 'PVI').
 
     :param Z_mean: μ ``[M, D]``.
     :param Z_var: σ² ``[M, D]`` (or a positive scalar broadcast to ``[M, D]``).
@@ -35,7 +36,7 @@ class GaussianInducingPoints(gpflow.inducing_variables.InducingVariables):
         if np.any(var <= 0):
             raise ValueError("Z_var must be positive everywhere")
         self.Z_mean = gpflow.Parameter(mean, name="Z_mean")
-        # log-variance parameterisation (spec P6): the unconstrained variable is log σ²
+        # log-variance parameterisation: the unconstrained variable is log σ², so σ² stays positive
         self.Z_var = gpflow.Parameter(var, transform=positive(lower=0.0, base="exp"), name="Z_var")
 
     @property
@@ -48,7 +49,7 @@ class GaussianInducingPoints(gpflow.inducing_variables.InducingVariables):
 
     @check_shapes("eps: [S, M, D]", "return: [S, M, D]")
     def sample_from_noise(self, eps: tf.Tensor) -> tf.Tensor:
-        """Reparameterised samples ``Z_s = μ + σ ⊙ ε_s`` (spec §2.6), differentiable in (μ, σ²)."""
+        """Reparameterised samples ``Z_s = μ + σ ⊙ ε_s``, ε_s ~ N(0, I), differentiable in (μ, σ²)."""
         return self.Z_mean[None] + tf.sqrt(tf.convert_to_tensor(self.Z_var))[None] * eps
 
     @check_shapes("return: [S, M, D]")
@@ -61,7 +62,8 @@ class GaussianInducingPoints(gpflow.inducing_variables.InducingVariables):
         return self.sample_from_noise(eps)
 
     def kl_divergence(self, prior_mean: object = 0.0, prior_var: object = 1.0) -> tf.Tensor:
-        """KL[q(Z) ‖ Π N(prior_mean, prior_var)] summed over coordinates (spec §2.4; p̃(Z) = N(0, I) by default)."""
+        """KL[q(Z) ‖ Π N(prior_mean, prior_var)] summed over coordinates (the Z-KL of the PVI paper's eq. 7;
+        its p̃(Z) = N(0, I) is the default)."""
         return meanfield_gaussian_kl(self.Z_mean, self.Z_var, prior_mean, prior_var)
 
 

@@ -1,6 +1,7 @@
 """NaturalFactor: a Gaussian factor t(u) = exp(ηᵀu − ½ uᵀΛu) over the inducing outputs u = f(Z).
 
-This is the coupled (CPO) u-factor of PVI for sparse GPs (paper §5.1): its natural parameters are tied to the
+This is the coupled (CPO) u-factor of PVI for sparse GPs (*Federated Learning of Sparse Gaussian Processes*,
+§5.1; docs guide 'PVI'): its natural parameters are tied to the
 inducing inputs, so, unlike :class:`~gpflow_fed.inducing_variables.PseudoObservations`, it does not change when Z
 moves. Λ may be singular (a sum of clients' factors, or one client's data projected on u), so it is kept in
 natural parameters and never inverted.
@@ -60,13 +61,18 @@ class NaturalFactor(gpflow.inducing_variables.InducingVariables):
         Z = self.inducing_inputs
         return (Z.shape[0], Z.shape[1], 1)
 
-    @check_shapes("Z: [batch..., M, D]", "L: [batch..., M, M]", "return[0]: [batch..., M, M]", "return[1]: [batch..., M, 1]")
+    @check_shapes(
+        "Z: [batch..., M, D]", "L: [batch..., M, M]", "return[0]: [batch..., M, M]", "return[1]: [batch..., M, 1]"
+    )
     def whitened_terms(self, kernel: Callable, Z: tf.Tensor, L: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
-        """``(Lᵀ Λ L, Lᵀ η)``: the factor in the whitened coordinates ``u = L w`` (spec §1.4, CPO ``H = L``)."""
+        """``(Lᵀ Λ L, Lᵀ η)``: the factor in the whitened coordinates ``u = L w`` (design matrix ``H = L``;
+        see :mod:`gpflow_fed.posteriors.whitened`)."""
         return natural_whitened_terms(L, tf.convert_to_tensor(self.eta), tf.convert_to_tensor(self.Lam))
 
 
-@check_shapes("L: [batch..., M, M]", "eta: [M, 1]", "Lam: [M, M]", "return[0]: [batch..., M, M]", "return[1]: [batch..., M, 1]")
+@check_shapes(
+    "L: [batch..., M, M]", "eta: [M, 1]", "Lam: [M, M]", "return[0]: [batch..., M, M]", "return[1]: [batch..., M, 1]"
+)
 def natural_whitened_terms(L: tf.Tensor, eta: tf.Tensor, Lam: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
     """``(Lᵀ Λ L, Lᵀ η)`` for natural parameters ``(η, Λ)`` over u = L w."""
     return tf.matmul(tf.matmul(L, Lam, transpose_a=True), L), tf.matmul(L, eta, transpose_a=True)

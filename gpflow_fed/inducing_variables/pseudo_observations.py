@@ -1,8 +1,9 @@
 """PseudoObservations: a decoupled pseudo-observation (DPO) factor t(u) = N(m; K_VZ K_ZZ⁻¹ u, S).
 
-Paper eq. (12): the factor is a Gaussian pseudo-likelihood of pseudo-targets ``m`` observed at pseudo-inputs
-``V`` through the sparse-GP projection ``A = K_VZ K_ZZ⁻¹`` of the inducing outputs ``u = f(Z)``. Because
-``V`` and ``Z`` are decoupled, the factor keeps its meaning when ``Z`` changes (paper §5.2).
+*Federated Learning of Sparse Gaussian Processes* (the PVI paper of the docs guide 'PVI'), eq. (12): the factor
+is a Gaussian pseudo-likelihood of pseudo-targets ``m`` observed at pseudo-inputs ``V`` through the sparse-GP
+projection ``A = K_VZ K_ZZ⁻¹`` of the inducing outputs ``u = f(Z)``. Because ``V`` and ``Z`` are decoupled, the
+factor keeps its meaning when ``Z`` changes (paper §5.2).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from check_shapes import Shape, check_shapes
 from gpflow.utilities import positive, triangular
 
 S_FLOOR = 1e-6
-"""Lower bound on every pseudo-noise variance (spec P3): diagonal S is ``S_FLOOR + exp(raw)``."""
+"""Lower bound on every pseudo-noise variance, so S stays positive definite: diagonal S is ``S_FLOOR + exp(raw)``."""
 
 
 def _as_float_array(value: object, name: str, ndims: Tuple[int, ...]) -> np.ndarray:
@@ -51,7 +52,14 @@ class PseudoObservations(gpflow.inducing_variables.InducingVariables):
     """
 
     def __init__(
-        self, V: object, m: object, S: object, Z: Optional[object] = None, *, dynamic: bool = False, name: Optional[str] = None
+        self,
+        V: object,
+        m: object,
+        S: object,
+        Z: Optional[object] = None,
+        *,
+        dynamic: bool = False,
+        name: Optional[str] = None,
     ):
         super().__init__(name=name)
         V_arr = _as_float_array(V, "V", (2,))
@@ -78,9 +86,13 @@ class PseudoObservations(gpflow.inducing_variables.InducingVariables):
             if S_diag.shape[0] != J:
                 raise ValueError(f"S must be [J], [J, 1] or [J, J] with J = {J}, got shape {S_arr.shape}")
             if np.any(S_diag <= S_FLOOR):
-                raise ValueError(f"diagonal S must be > {S_FLOOR} everywhere (non-PSD pseudo-noise), got min {S_diag.min()}")
+                raise ValueError(
+                    f"diagonal S must be > {S_FLOOR} everywhere (non-PSD pseudo-noise), got min {S_diag.min()}"
+                )
             shape = [None] if dynamic else None
-            self.S_diag = gpflow.Parameter(S_diag, transform=positive(lower=S_FLOOR, base="exp"), name="S_diag", shape=shape)
+            self.S_diag = gpflow.Parameter(
+                S_diag, transform=positive(lower=S_FLOOR, base="exp"), name="S_diag", shape=shape
+            )
         if dynamic and self.full_S:
             raise ValueError("dynamic=True needs a diagonal S (a full S has a fixed size)")
         self.V = gpflow.Parameter(V_arr, name="V", shape=[None, D] if dynamic else None)
@@ -124,7 +136,7 @@ class PseudoObservations(gpflow.inducing_variables.InducingVariables):
     @check_shapes("P: [batch..., M, J]", "return[0]: [batch..., M, J]", "return[1]: [J, 1]")
     def noise_whiten(self, P: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
         """``(P S^{-½}ᵀ, S^{-½} m)`` with ``S^{½}`` the Cholesky factor (or √diag): so that
-        ``P S⁻¹ Pᵀ = Ps Psᵀ`` and ``P S⁻¹ m = Ps r`` (spec §1.4)."""
+        ``P S⁻¹ Pᵀ = Ps Psᵀ`` and ``P S⁻¹ m = Ps r`` (see :mod:`gpflow_fed.posteriors.whitened`)."""
         m = tf.convert_to_tensor(self.m)
         if self.full_S:
             Ls = tf.convert_to_tensor(self.S_sqrt)
@@ -133,10 +145,13 @@ class PseudoObservations(gpflow.inducing_variables.InducingVariables):
         sd = tf.sqrt(tf.convert_to_tensor(self.S_diag))
         return P / sd, m / sd[:, None]
 
-    @check_shapes("Z: [batch..., M, D]", "L: [batch..., M, M]", "return[0]: [batch..., M, M]", "return[1]: [batch..., M, 1]")
+    @check_shapes(
+        "Z: [batch..., M, D]", "L: [batch..., M, M]", "return[0]: [batch..., M, M]", "return[1]: [batch..., M, 1]"
+    )
     def whitened_terms(self, kernel: Callable, Z: tf.Tensor, L: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
-        """This factor's whitened precision and shift ``(Ps Psᵀ, Ps r)`` with ``P = L⁻¹ K_ZV`` (spec §1.4; paper
-        eq. 12), for ``L = chol K_ZZ`` at ``Z`` (a leading sample dimension of Z, L and the kernel broadcasts)."""
+        """This factor's whitened precision and shift ``(Ps Psᵀ, Ps r)`` with ``P = L⁻¹ K_ZV`` (paper eq. 12
+        in whitened form), for ``L = chol K_ZZ`` at ``Z`` (a leading sample dimension of Z, L and the kernel
+        broadcasts)."""
         P = tf.linalg.triangular_solve(L, kernel(Z, tf.convert_to_tensor(self.V)), lower=True)
         Ps, r = self.noise_whiten(P)
         return tf.matmul(Ps, Ps, transpose_b=True), tf.matmul(Ps, r)

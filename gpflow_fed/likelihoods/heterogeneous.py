@@ -1,10 +1,11 @@
-"""HeterogeneousLikelihood: one latent function, a different likelihood per output type (Recyclable GPs §1.3).
+"""HeterogeneousLikelihood: one latent function, a different likelihood per output type.
 
 The last column of ``Y`` holds the index of the likelihood of each row (GPflow's ``SwitchedLikelihood``
 convention). Unlike the stock class, the index is validated: a non-integer or out-of-range index raises a
 ``ValueError`` naming the offending value instead of being silently mis-partitioned.
 
-In Recyclable GPs each data type gets its own local model (paper §2.4, "heterogeneous" experiments; spec §1.3):
+In Recyclable GPs (Moreno-Muñoz et al., *Recyclable Gaussian Processes*, §4.3 "Heterogeneous tasks") each data
+type gets its own local model:
 :meth:`HeterogeneousLikelihood.split` separates a dataset by type so that each part is fitted with its own
 likelihood (Gauss–Hermite ``variational_expectations`` for non-Gaussian ones), and the ensemble bound, which
 has no likelihood term, combines them unchanged.
@@ -35,7 +36,9 @@ class HeterogeneousLikelihood(gpflow.likelihoods.SwitchedLikelihood):
             raise ValueError("HeterogeneousLikelihood needs at least one likelihood")
         for j, lik in enumerate(likelihoods):
             if not isinstance(lik, gpflow.likelihoods.ScalarLikelihood):
-                raise TypeError(f"likelihood {j} is a {type(lik).__name__}; HeterogeneousLikelihood needs scalar likelihoods")
+                raise TypeError(
+                    f"likelihood {j} is a {type(lik).__name__}; HeterogeneousLikelihood needs scalar likelihoods"
+                )
         super().__init__(likelihoods, **kwargs)
 
     @property

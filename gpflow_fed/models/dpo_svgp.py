@@ -1,6 +1,8 @@
 """DPOSVGP: sparse variational GPs whose q(u) is parameterised by pseudo-observations (DPO) or a CPO factor.
 
-The bound (paper eqs. 6, 13, 14 with K = 1; q(u|Z, β) from paper eq. 12 assembled as in spec §1.4):
+Paper: *Federated Learning of Sparse Gaussian Processes* (the PVI paper of the docs guide 'PVI'). The bound
+(paper eqs. 6, 13, 14 with K = 1; q(u|Z, β) from paper eq. 12, assembled in the whitened
+coordinates w = L⁻¹u of :mod:`gpflow_fed.posteriors.whitened`):
 
     L = E_{q(Z)q(β)}[ Σ_n E_{q(f_n|Z,β)} log p(y_n | f_n, β) − KL[q(u|Z,β) ‖ p(u|Z,β)] ]
         − KL[q(β) ‖ p(β)] − α KL[q(Z) ‖ N(0, I)]
@@ -11,10 +13,10 @@ Carlo and prediction is the mixture :class:`~gpflow_fed.posteriors.DPOMixturePos
 kernel's hyperparameters are point estimates and the posterior is :class:`~gpflow_fed.posteriors.DPOPosterior`.
 Any GPflow likelihood works (``variational_expectations``: closed form for ``Gaussian``, quadrature otherwise).
 
-:class:`DPOSVGP` holds its data (the centralized "global VI" reference of PVI, spec §6.3);
-:class:`FederatedDPOSVGP` takes the data in ``elbo(data)`` (PVI's result, assembled from the clients' factors).
-Prediction goes through :meth:`BaseDPOSVGP.posterior`, as in GPflow: ``predict_f`` recomputes from the current
-parameters, ``posterior()`` gives a cached predictor.
+:class:`DPOSVGP` holds its data (the centralized "global VI" reference of the PVI paper, §6: the same
+objective on the pooled data); :class:`FederatedDPOSVGP` takes the data in ``elbo(data)`` (PVI's result,
+assembled from the clients' factors). Prediction goes through :meth:`BaseDPOSVGP.posterior`, as in GPflow:
+``predict_f`` recomputes from the current parameters, ``posterior()`` gives a cached predictor.
 """
 
 from __future__ import annotations
@@ -60,20 +62,23 @@ def per_sample_likelihood(
     if noise is not None:
         likelihood = gpflow.likelihoods.Gaussian(variance=NoiseColumn())
         Xf = tf.concat([Xf, tf.repeat(noise, N)[:, None]], axis=1)
-    args = [Xf, tf.reshape(means, [-1, 1]), tf.reshape(variances, [-1, 1])] + ([] if Y is None else [tf.tile(Y, [S, 1])])
+    args = [Xf, tf.reshape(means, [-1, 1]), tf.reshape(variances, [-1, 1])]
+    args += [] if Y is None else [tf.tile(Y, [S, 1])]
     out = getattr(likelihood, method)(*args)
-    return tuple(tf.reshape(o, tf.concat([[S, N], tf.shape(o)[1:]], 0)) for o in (out if isinstance(out, tuple) else (out,)))
+    outs = out if isinstance(out, tuple) else (out,)
+    return tuple(tf.reshape(o, tf.concat([[S, N], tf.shape(o)[1:]], 0)) for o in outs)
 
 
 @check_shapes("X: [N, D]", "Y: [N, 1]", "Z: [batch..., M, D]", "return[0]: [batch...]", "return[1]: [batch...]")
 def dpo_free_energy_terms(
-    kern: Callable, likelihood: gpflow.likelihoods.Likelihood, noise: Optional[tf.Tensor], X: tf.Tensor, Y: tf.Tensor,
-    Z: tf.Tensor, own: Sequence[UFactor], cavity: Sequence[UFactor], jitter: object,
+    kern: Callable, likelihood: gpflow.likelihoods.Likelihood, noise: Optional[tf.Tensor], X: tf.Tensor,
+    Y: tf.Tensor, Z: tf.Tensor, own: Sequence[UFactor], cavity: Sequence[UFactor], jitter: object,
     mean_function: Optional[gpflow.mean_functions.MeanFunction] = None,
 ) -> Tuple[tf.Tensor, tf.Tensor]:
-    """``(ELL(Z, β), KL[q(u|Z,β) ‖ q_cav(u|Z,β)])`` at one sample of (Z, β) or a batch of them (spec §2.2, §2.3),
-    with q = cavity × own factors and the same Z, β, jitter and noise throughout (spec P10). With no ``cavity``
-    factors the cavity is the prior p(u|Z, β) (the global bound, paper eq. 13)."""
+    """``(ELL(Z, β), KL[q(u|Z,β) ‖ q_cav(u|Z,β)])`` at one sample of (Z, β) or a batch of them: the two terms
+    inside the expectation of the local free energy (paper eq. 7), with q = cavity × own factors. One sample uses
+    the same Z, β, jitter and noise for the ELL, for q and for the cavity, so the KL has no spurious terms. With
+    no ``cavity`` factors the cavity is the prior p(u|Z, β) (the global bound, paper eq. 13)."""
     L = jittered_cholesky(kern, Z, jitter)
     M, dtype = tf.shape(Z)[-2], Z.dtype
     cav_terms = [f.whitened_terms(kern, Z, L) for f in cavity]
@@ -200,7 +205,9 @@ class BaseDPOSVGP(GPModel):
     def _predict_seed(self) -> tf.Tensor:
         return tf.constant([self.seed, 1], tf.int64)
 
-    def posterior(self, precompute_cache: PrecomputeCacheType = PrecomputeCacheType.TENSOR) -> Union[DPOPosterior, DPOMixturePosterior]:
+    def posterior(
+        self, precompute_cache: PrecomputeCacheType = PrecomputeCacheType.TENSOR
+    ) -> Union[DPOPosterior, DPOMixturePosterior]:
         """The predictive posterior at the current parameters: :class:`DPOPosterior` for a point Z and β, else the
         :class:`DPOMixturePosterior` over ``num_predict_samples`` draws (GPflow's cache conventions: ``TENSOR`` and
         ``VARIABLE`` caches are fixed until ``update_cache``; ``NOCACHE`` recomputes at every call)."""
@@ -231,11 +238,15 @@ class BaseDPOSVGP(GPModel):
             raise NotImplementedError("predict_y of the DPO mixture gives marginal variances only; use full_cov=False")
         Xnew = tf.convert_to_tensor(Xnew, gpflow.default_float())
         means, variances, noise = self._samples(Xnew)
-        return mixture_moments(*per_sample_likelihood(self.likelihood, noise, "predict_mean_and_var", Xnew, means, variances))
+        moments = per_sample_likelihood(self.likelihood, noise, "predict_mean_and_var", Xnew, means, variances)
+        return mixture_moments(*moments)
 
     @inherit_check_shapes
-    def predict_log_density(self, data: Tuple[tf.Tensor, tf.Tensor], full_cov: bool = False, full_output_cov: bool = False) -> tf.Tensor:
-        """``log q(y*) = logsumexp_s log ∫ p(y*|f, β_s) q(f|Z_s, β_s) df − log S`` (spec §4)."""
+    def predict_log_density(
+        self, data: Tuple[tf.Tensor, tf.Tensor], full_cov: bool = False, full_output_cov: bool = False
+    ) -> tf.Tensor:
+        """``log q(y*) = logsumexp_s log ∫ p(y*|f, β_s) q(f|Z_s, β_s) df − log S``, the Monte-Carlo predictive
+        of the PVI paper §6 in log space."""
         if not self.is_mixture:
             return super().predict_log_density(data, full_cov=full_cov, full_output_cov=full_output_cov)
         X, Y = (tf.convert_to_tensor(a, gpflow.default_float()) for a in data)
@@ -245,7 +256,7 @@ class BaseDPOSVGP(GPModel):
 
 
 class DPOSVGP(BaseDPOSVGP, InternalDataTrainingLossMixin):
-    """The DPO sparse GP on data it holds (the "global VI" reference of the PVI paper, spec §6.3).
+    """The DPO sparse GP on data it holds (the "global VI" reference of the PVI paper, §6).
 
     :param data: ``(X [N, D], Y [N, 1])``; the other arguments are those of :class:`BaseDPOSVGP`. Each ELBO
         evaluation draws fresh Monte-Carlo samples (a counter advances the stateless seed).

@@ -1,25 +1,27 @@
 """EnsembleSVGP: the Recyclable-GP ensemble of already fitted sparse GPs, without revisiting their data.
 
-Paper: Moreno-Muñoz, Artés-Rodríguez & Álvarez, *Recyclable Gaussian Processes* (arXiv:2010.02554); formulas
-as reconstructed in ``shared/spec/recyclable-gp.md`` (section numbers below refer to that spec).
+Paper: Moreno-Muñoz, Artés-Rodríguez & Álvarez, *Recyclable Gaussian Processes* (arXiv:2010.02554); equation
+numbers below are that paper's. The whitened and closed forms are derived from them (checked numerically by the
+tests); the docs guide 'Recyclable Gaussian processes' lists them and where the authors' code departs.
 
 Given recyclable models ``M_k = {μ_k, S_k = L_kL_kᵀ, Z_k, θ_k}`` (:class:`RecyclableModel`) and a global sparse
 GP ``q(u_*) = N(μ_*, S_*)`` at ``Z_*`` with kernel ψ, the ensemble bound (paper eq. 6 = App. eq. 14) is
 
     L_E = Σ_k E_{q_C(u_k)}[log q_k(u_k) − log p_k(u_k)] − KL(q(u_*) ‖ p(u_*)),
 
-with the contrastive predictive ``q_C(u_k) = N(A_kμ_*, K^ψ_kk + A_k(S_* − K_**)A_kᵀ)``, ``A_k = K^ψ_{k*}K_**⁻¹``
-(eq. 17) and ``p_k(u_k) = N(0, K_k)`` under the **local** kernel (eq. 18). With ``Λ_k = S_k⁻¹ − K_k⁻¹``,
-``h_k = S_k⁻¹μ_k`` and the constant ``c_k`` (§2.3b), and in whitened coordinates ``L = chol(K_**)``,
-``W_k = L⁻¹K^ψ_{*k}``, ``α = L⁻¹μ_*``, ``R = L⁻¹L_*`` (§2.5):
+with the contrastive predictive ``q_C(u_k) = N(A_kμ_*, K^ψ_kk + A_k(S_* − K_**)A_kᵀ)``,
+``A_k = K^ψ_{k*}K_**⁻¹`` (eq. 17) and ``p_k(u_k) = N(0, K_k)`` under the **local** kernel (eq. 18). Writing
+``log q_k(u) − log p_k(u) = −½uᵀΛ_ku + h_kᵀu + c_k`` with ``Λ_k = S_k⁻¹ − K_k⁻¹``, ``h_k = S_k⁻¹μ_k`` and
+``c_k = −½μ_kᵀS_k⁻¹μ_k − ½log|S_k| + ½log|K_k|``, and in whitened coordinates ``L = chol(K_**)``,
+``W_k = L⁻¹K^ψ_{*k}``, ``α = L⁻¹μ_*``, ``R = L⁻¹L_*``:
 
     Σ_k E[·] = −½ tr(G(RRᵀ + ααᵀ)) + cᵀα + κ,   G = Σ_k W_kΛ_kW_kᵀ,  c = Σ_k W_kh_k,
     κ = −½ Σ_k tr(Λ_k K^ψ_kk) + ½ tr G + Σ_k c_k,
 
-so one evaluation costs ``O(M_*³ + Σ_k M_*²M_k)``, independent of N (§7). The closed-form optimum for fixed
-``(Z_*, ψ)`` is ``S̃ = (I + G)⁻¹``, ``α = S̃c`` with the collapsed bound ``½cᵀS̃c − ½log|I + G| + κ`` (§2.3c).
-Local parameters are constants here (pitfall P9). ``kl="reverse"`` reproduces the authors' code, which uses
-``KL(p‖q)`` (§2.2, pitfall P2); the default is the paper's ``KL(q‖p)``.
+so one evaluation costs ``O(M_*³ + Σ_k M_*²M_k)``, independent of N. The closed-form optimum for fixed
+``(Z_*, ψ)`` is ``S̃ = (I + G)⁻¹``, ``α = S̃c`` with the collapsed bound ``½cᵀS̃c − ½log|I + G| + κ``.
+Local parameters are constants here: the bound never sends gradients to the recyclable models.
+``kl="reverse"`` reproduces the authors' code, which uses ``KL(p‖q)``; the default is the paper's ``KL(q‖p)``.
 """
 
 from __future__ import annotations
@@ -46,13 +48,19 @@ __all__ = ["EnsembleSVGP", "RecyclableWarning", "as_recyclable"]
 
 
 class RecyclableWarning(UserWarning):
-    """A local model is wider than its own prior (``S_k ⋠ K_k``), so the ensemble bound may be unbounded (§2.4)."""
+    """A local model is wider than its own prior (``S_k ⋠ K_k``), so the ensemble bound may be unbounded.
+
+    With every ``S_k ⪯ K_k`` each ``Λ_k`` is positive semi-definite and the bound is concave and bounded in q;
+    otherwise overlapping local models can make ``K_**⁻¹ + B`` indefinite.
+    """
 
 
 def as_recyclable(model: Any, index: int = 0) -> RecyclableModel:
-    """Accept a :class:`RecyclableModel`, an unwhitened ``SVGP`` or an :class:`EnsembleSVGP` (pyramids, §3.2).
+    """Accept a :class:`RecyclableModel`, an unwhitened ``SVGP`` or an :class:`EnsembleSVGP` (pyramids,
+    paper App. E.1).
 
-    :raises ValueError: for a whitened SVGP (convert it explicitly with :func:`export_svgp`, pitfall P6).
+    :raises ValueError: for a whitened SVGP (convert it explicitly with :func:`export_svgp`, which
+        unwhitens with the local kernel's Cholesky factor).
     :raises TypeError: for anything else.
     """
     if isinstance(model, RecyclableModel):
@@ -89,7 +97,8 @@ class EnsembleSVGP(GPModel, InternalDataTrainingLossMixin):
     :param kernel: the global kernel ψ (trained).
     :param inducing_variable: ``InducingPoints`` or ``[M, D]`` array Z_* (trained).
     :param likelihood: used for ``predict_y`` / ``predict_log_density`` and the data term; ``None`` takes the
-        local models' common likelihood (Gaussian: the mean of their noise variances, pitfall P13). Without
+        local models' common likelihood (Gaussian: the mean of their noise variances; the
+        authors fix σ = 1). Without
         ``data`` the bound does not depend on it, so its parameters are made non-trainable (also on the object
         passed in), and ``Scipy().minimize(model.training_loss, model.trainable_variables)`` works.
     :param q_mu: ``[M, 1]`` initial μ_* (default zeros). :param q_sqrt: ``[1, M, M]`` initial L_* (default prior).
@@ -181,7 +190,7 @@ class EnsembleSVGP(GPModel, InternalDataTrainingLossMixin):
         return tf.constant(X), tf.constant(Y)
 
     def _precompute(self) -> None:
-        """Constants of every recyclable model, once (§2.2 table): Λ_k, h_k, c_k and the width check (§2.4)."""
+        """Constants of every recyclable model, once: Λ_k, h_k, c_k and the width check ``S_k ⪯ K_k``."""
         dtype = gpflow.default_float()
         per_size: Dict[int, List[Tuple[np.ndarray, ...]]] = {}
         total_c, ratios = 0.0, []
@@ -211,7 +220,7 @@ class EnsembleSVGP(GPModel, InternalDataTrainingLossMixin):
         if wide.size:
             warnings.warn(
                 f"local models {wide.tolist()} are wider than their own prior (max eigenvalue of L_K⁻¹S_kL_K⁻ᵀ up to "
-                f"{self.prior_width_ratios.max():.4g} > 1); the ensemble bound may be unbounded (spec §2.4)",
+                f"{self.prior_width_ratios.max():.4g} > 1); the ensemble bound may be unbounded",
                 RecyclableWarning,
                 stacklevel=3,
             )
@@ -248,7 +257,7 @@ class EnsembleSVGP(GPModel, InternalDataTrainingLossMixin):
         trace = tf.constant(0.0, dtype=L.dtype)
         for g in self._groups:
             # T_k = L⁻¹K^ψ_{*k}L_K⁻ᵀ = W_kL_K⁻ᵀ (the identity when ψ = θ_k and Z_* = Z_k), so that
-            # W_kΛ_kW_kᵀ = T_k(QᵀQ − I)T_kᵀ and W_kh_k = T_kh̃ (§2.5, whitened in both coordinates).
+            # W_kΛ_kW_kᵀ = T_k(QᵀQ − I)T_kᵀ and W_kh_k = T_kh̃ (whitened in both coordinates).
             Kg = tf.reshape(K_all[g.offset : g.offset + g.B * g.M], [g.B, g.M, M])
             U = tf.linalg.triangular_solve(g.L_K, Kg, lower=True)  # L_K⁻¹K^ψ_{k*}, [B, M_k, M*]
             T = tf.linalg.triangular_solve(L, tf.reshape(tf.transpose(U, [2, 0, 1]), [M, g.B * g.M]), lower=True)
@@ -289,7 +298,7 @@ class EnsembleSVGP(GPModel, InternalDataTrainingLossMixin):
 
     @check_shapes("return: []")
     def prior_kl(self) -> tf.Tensor:
-        """``KL(q(u_*)‖p(u_*))`` (paper) or, with ``kl="reverse"``, the code's ``KL(p‖q)`` (§2.2)."""
+        """``KL(q(u_*)‖p(u_*))`` (paper eq. 6) or, with ``kl="reverse"``, the authors' code's ``KL(p‖q)``."""
         alpha, R = self._whitened_q(tf.linalg.cholesky(self._Kuu()))
         if self.kl == "forward":
             return gauss_kl(alpha, R[None], K=None)
@@ -324,10 +333,10 @@ class EnsembleSVGP(GPModel, InternalDataTrainingLossMixin):
 
     @check_shapes("return: []")
     def collapsed_elbo(self) -> tf.Tensor:
-        """``max_q L_E`` for the current ``(Z_*, ψ)``: ``½cᵀ(I+G)⁻¹c − ½log|I+G| + κ`` (§2.3c, whitened form).
+        """``max_q L_E`` for the current ``(Z_*, ψ)``: ``½cᵀ(I+G)⁻¹c − ½log|I+G| + κ`` (whitened form).
 
         Needs ``kl="forward"`` and no data or Gaussian data. Fails (Cholesky error) where ``I + G`` is not
-        positive definite, i.e. where the bound is unbounded (§2.4).
+        positive definite, i.e. where the bound is unbounded in q (see :class:`RecyclableWarning`).
         """
         self._check_closed_form()
         _, G, c, kappa = self._statistics(with_data=True)
@@ -339,17 +348,19 @@ class EnsembleSVGP(GPModel, InternalDataTrainingLossMixin):
         if self.kl != "forward":
             raise ValueError("the closed-form optimum exists only for kl='forward' (the paper's bound)")
         if self.data is not None and not isinstance(self.likelihood, gpflow.likelihoods.Gaussian):
-            raise ValueError("the closed-form optimum needs a Gaussian likelihood for the new data; use fit(method='joint')")
+            raise ValueError(
+                "the closed-form optimum needs a Gaussian likelihood for the new data; use fit(method='joint')"
+            )
 
     def precision_min_eigenvalue(self) -> float:
-        """``λ_min(I + G)``; the bound is concave and bounded in q iff it is positive (§2.4 monitor)."""
+        """``λ_min(I + G)``; the bound is concave and bounded in q iff it is positive (a monitor to watch)."""
         _, G, _, _ = self._statistics(with_data=True)
         return float(np.linalg.eigvalsh(np.eye(G.shape[0]) + G.numpy())[0])
 
     def set_optimal_q(self) -> None:
         """Assign the closed-form optimum ``S_* = (K_**⁻¹ + B)⁻¹``, ``μ_* = S_*b`` for the current ``(Z_*, ψ)``.
 
-        :raises ValueError: if ``K_**⁻¹ + B`` is not positive definite (unbounded bound, §2.4); q is unchanged.
+        :raises ValueError: if ``K_**⁻¹ + B`` is not positive definite (unbounded bound); q is unchanged.
         """
         self._check_closed_form()
         L, G, c, _ = (t.numpy() for t in self._statistics(with_data=True))
@@ -357,7 +368,7 @@ class EnsembleSVGP(GPModel, InternalDataTrainingLossMixin):
         if np.linalg.eigvalsh(A)[0] <= 0:
             raise ValueError(
                 "K_**⁻¹ + B is not positive definite: some local models are wider than their prior and overlap, so "
-                "the ensemble bound is unbounded in S_* (spec §2.4); refit those local models or drop them"
+                "the ensemble bound is unbounded in S_*; refit those local models or drop them"
             )
         S_tilde = np.linalg.inv(A)
         alpha, R = S_tilde @ c, np.linalg.cholesky(0.5 * (S_tilde + S_tilde.T))
@@ -395,7 +406,8 @@ class EnsembleSVGP(GPModel, InternalDataTrainingLossMixin):
     # --- prediction, export, training ----------------------------------------------------------------
     @inherit_check_shapes
     def predict_f(self, Xnew: Any, full_cov: bool = False, full_output_cov: bool = False) -> MeanAndVariance:
-        """``q(f_⋆) = N(k_{⋆*}K_**⁻¹μ_*, k_⋆⋆ − k_{⋆*}(K_**⁻¹ − K_**⁻¹S_*K_**⁻¹)k_{*⋆})`` (paper §2.3, spec §4.1).
+        """``q(f_⋆) = N(k_{⋆*}K_**⁻¹μ_*, k_⋆⋆ − k_{⋆*}(K_**⁻¹ − K_**⁻¹S_*K_**⁻¹)k_{*⋆})``, the global
+        predictive (paper §2.3).
 
         :raises NotImplementedError: for ``full_output_cov=True`` (one latent function).
         """
@@ -408,7 +420,7 @@ class EnsembleSVGP(GPModel, InternalDataTrainingLossMixin):
         )  # fmt: skip
 
     def to_recyclable(self, name: str = "") -> RecyclableModel:
-        """This ensemble as a recyclable model ``{μ_*, L_*, Z_*, ψ}`` for the next pyramid level (§3.2)."""
+        """This ensemble as a recyclable model ``{μ_*, L_*, Z_*, ψ}`` for the next pyramid level (paper App. E.1)."""
         q_mu, q_sqrt = self.q_mu.numpy(), self.q_sqrt.numpy()[0]
         if self.whiten:
             L = np.linalg.cholesky(self._Kuu().numpy())
@@ -422,11 +434,11 @@ class EnsembleSVGP(GPModel, InternalDataTrainingLossMixin):
     def fit(self, maxiter: int = 200, method: str = "collapsed", iterations: int = 3) -> float:
         """Train ``(Z_*, ψ)`` (and the likelihood when data is given) and q; returns the final ``L_E``.
 
-        * ``"collapsed"``: L-BFGS on the collapsed bound, then :meth:`set_optimal_q` (§2.3c);
+        * ``"collapsed"``: L-BFGS on the collapsed bound, then :meth:`set_optimal_q` (closed form);
         * ``"alternate"``: ``iterations`` × (VE: closed form; VM: L-BFGS on ``L_E`` with q fixed) (App. A.3);
         * ``"joint"``: L-BFGS on ``L_E`` over everything (any likelihood, either KL).
 
-        :raises ValueError: for an unknown method, or if the closed form is unbounded at the start (§2.4).
+        :raises ValueError: for an unknown method, or if the closed form is unbounded at the start.
         """
         if method not in ("collapsed", "alternate", "joint"):
             raise ValueError(f"method must be 'collapsed', 'alternate' or 'joint', got {method!r}")
@@ -439,7 +451,7 @@ class EnsembleSVGP(GPModel, InternalDataTrainingLossMixin):
         if method != "joint":
             self._check_closed_form()
             if self.precision_min_eigenvalue() <= 0:
-                self.set_optimal_q()  # raises the §2.4 error
+                self.set_optimal_q()  # raises the unbounded-bound error
         if method == "collapsed":
             if hyper and maxiter:
                 opt.minimize(lambda: -self.collapsed_elbo(), hyper, options={"maxiter": int(maxiter)})

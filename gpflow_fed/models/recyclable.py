@@ -1,13 +1,13 @@
 """Recyclable models: fitted sparse GPs exported in unwhitened form and persisted without their data.
 
-A *recyclable model* (Moreno-Muñoz et al., *Recyclable Gaussian Processes*, §2 and eq. 1; spec
-``recyclable-gp.md`` §0) is the tuple ``M_k = {μ_k, L_k, Z_k, θ_k}`` of a fitted single-output SVGP
-``q_k(u_k) = N(μ_k, S_k)``, ``S_k = L_k L_kᵀ``, ``u_k = f(Z_k)`` with the local kernel ``k_{θ_k}``, plus the spec of
-the likelihood it was trained with. The ensemble bound (:class:`~gpflow_fed.models.EnsembleSVGP`) needs
-only these arrays, never ``X_k`` or ``y_k``.
+A *recyclable model* (Moreno-Muñoz et al., *Recyclable Gaussian Processes*, §2 and eq. 1) is the tuple
+``M_k = {μ_k, L_k, Z_k, θ_k}`` of a fitted single-output SVGP ``q_k(u_k) = N(μ_k, S_k)``, ``S_k = L_k L_kᵀ``,
+``u_k = f(Z_k)`` with the local kernel ``k_{θ_k}``, plus the spec of the likelihood it was trained with.
+The ensemble bound (:class:`~gpflow_fed.models.EnsembleSVGP`) needs only these arrays, never ``X_k`` or ``y_k``.
 
 GPflow's ``SVGP`` is whitened by default (``u = L_K v`` with ``L_K = chol(K_k + εI)``); :func:`export_svgp`
-converts to the paper's unwhitened form ``μ_k = L_K m̃``, ``L_k = L_K L̃`` (spec §2.5, pitfall P6).
+converts to the paper's unwhitened form ``μ_k = L_K m̃``, ``L_k = L_K L̃``, with the Cholesky factor of the
+**local** kernel (a whitened q is meaningless to the ensemble, whose kernel differs).
 
 Persistence is a single ``.npz`` file holding only numeric arrays and JSON strings (no pickled code):
 ``save_recyclable(path, {"name": model, ...})`` and ``load_recyclable(path)``.
@@ -116,7 +116,8 @@ def likelihood_from_spec(spec: Optional[Mapping[str, Any]]) -> Optional[gpflow.l
 
 @dataclass(frozen=True)
 class RecyclableModel:
-    """A fitted local sparse GP in unwhitened form: ``q_k(u_k) = N(q_mu, q_sqrt q_sqrtᵀ)`` at ``Z`` (spec §0).
+    """A fitted local sparse GP in unwhitened form: ``q_k(u_k) = N(q_mu, q_sqrt q_sqrtᵀ)`` at ``Z``
+    (Moreno-Muñoz et al., eq. 1).
 
     :param q_mu: ``[M, 1]`` variational mean μ_k.
     :param q_sqrt: ``[M, M]`` lower-triangular ``L_k`` (the upper triangle is ignored and zeroed).
@@ -233,10 +234,10 @@ class RecyclableModel:
 
 def export_svgp(model: Any, name: str = "") -> RecyclableModel:
     """Export a fitted single-output ``gpflow.models.SVGP`` (or a fitted :class:`EnsembleSVGP`) as a
-    :class:`RecyclableModel` in unwhitened form (spec §2.5).
+    :class:`RecyclableModel` in unwhitened form.
 
     For ``whiten=True``: ``μ_k = L_K m̃``, ``L_k = L_K L̃`` with ``L_K = chol(Kuu(Z_k) + εI)`` from the **local**
-    kernel (pitfall P6), ``ε`` GPflow's default jitter.
+    kernel, ``ε`` GPflow's default jitter.
 
     :raises TypeError: for other model types, kernels or likelihoods, or non-``InducingPoints`` inducing variables.
     :raises ValueError: for multi-output models.
@@ -276,7 +277,9 @@ def _as_named(models: ModelsLike) -> Dict[str, RecyclableModel]:
     if isinstance(models, Mapping):
         named = {str(k): v for k, v in models.items()}
     elif isinstance(models, Iterable) and not isinstance(models, (str, bytes)):
-        named = {(m.name if isinstance(m, RecyclableModel) and m.name else f"model_{i}"): m for i, m in enumerate(models)}
+        named = {
+            (m.name if isinstance(m, RecyclableModel) and m.name else f"model_{i}"): m for i, m in enumerate(models)
+        }
     else:
         raise TypeError(f"expected a mapping or sequence of RecyclableModel, got {type(models).__name__}")
     if not named:

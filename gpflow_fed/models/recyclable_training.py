@@ -1,4 +1,4 @@
-"""Fitting the local models of Recyclable GPs (paper eq. 1; spec ``recyclable-gp.md`` §1.1) fast.
+"""Fitting the local models of Recyclable GPs (Moreno-Muñoz et al., *Recyclable Gaussian Processes*, eq. 1) fast.
 
 Every party fits one single-output sparse GP ``q_k(u_k) = N(μ_k, S_k)`` at ``Z_k`` by maximising
 
@@ -16,9 +16,10 @@ of any ``N_k``, reuses the traced graph instead of tracing a new one.
       S̃ = (I + ΦΦᵀ)⁻¹,   m̃ = S̃ Φ y / σ,   i.e.  S_k = L_K S̃ L_Kᵀ ⪯ K_k,   μ_k = L_K m̃,
 
   which is exactly one natural-gradient step with γ = 1 (Salimbeni et al. 2018) from any q. It is computed
-  directly here because GPflow's ``NaturalGradient`` round trip through the natural parameters fails
-  (Cholesky) on typical local models (all five of the toy-concatenation task), which would leave q where
-  L-BFGS stopped. ``S_k ⪯ K_k`` keeps the ensemble bound bounded (spec §2.4).
+  directly here because GPflow's ``NaturalGradient`` round trip through the natural parameters can fail
+  (Cholesky) on typical local models (see BENCHMARKS.md 'Recyclable GPs'), which would leave q where
+  L-BFGS stopped. ``S_k ⪯ K_k`` keeps the ensemble bound bounded (see
+  :class:`~gpflow_fed.models.RecyclableWarning`).
 * **Other likelihoods.** ``gpflow.models.SVGP`` trained jointly on ``(q_k, Z_k, θ_k)`` with L-BFGS (GPflow's
   Gauss–Hermite ``variational_expectations``).
 """
@@ -59,7 +60,7 @@ class LocalSVGPTrainer:
 
     :param kernel: template kernel θ (default ``SquaredExponential()``); copied, never modified.
     :param likelihood: template likelihood (default ``Gaussian()``); for classification use
-        ``gpflow.likelihoods.Bernoulli(invlink=tf.sigmoid)`` (the paper's logit link, pitfall P7).
+        ``gpflow.likelihoods.Bernoulli(invlink=tf.sigmoid)`` (the paper's logit link; GPflow defaults to probit).
     :param maxiter: L-BFGS iterations per local model (0: keep the initial hyperparameters).
     :param train_inducing: optimise Z_k too.
     :param whiten: return whitened SVGPs (GPflow's default; pass them through :func:`export_svgp`) or
@@ -111,7 +112,9 @@ class LocalSVGPTrainer:
                 loss = model.training_loss_closure((X, Y), compile=False)
             gpflow.set_trainable(model.inducing_variable, self.train_inducing)
             initial = {  # the parameters only: the data variables are reassigned per fit
-                k: v.numpy() for k, v in gpflow.utilities.parameter_dict(model).items() if isinstance(v, gpflow.Parameter)
+                k: v.numpy()
+                for k, v in gpflow.utilities.parameter_dict(model).items()
+                if isinstance(v, gpflow.Parameter)
             }
             self._slots[key] = _Slot(model, X, Y, initial, loss, gpflow.optimizers.Scipy())
         return self._slots[key]
@@ -197,7 +200,7 @@ def train_local_svgp(
 
     :param kernel: initial kernel θ_k (copied; default SquaredExponential with unit variance and lengthscale).
     :param likelihood: defaults to ``Gaussian()``; for classification use
-        ``gpflow.likelihoods.Bernoulli(invlink=tf.sigmoid)`` (the paper's logit link, pitfall P7).
+        ``gpflow.likelihoods.Bernoulli(invlink=tf.sigmoid)`` (the paper's logit link; GPflow defaults to probit).
     :param maxiter: L-BFGS iterations.
     :param train_inducing: optimise Z_k too.
     :param whiten: return a whitened SVGP (pass it through :func:`export_svgp` before recycling it).

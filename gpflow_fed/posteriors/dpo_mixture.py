@@ -1,7 +1,9 @@
-"""DPOMixturePosterior: the predictive of a DPO sparse GP with a distribution over Z and/or β (paper §6, spec §4).
+"""DPOMixturePosterior: the predictive of a DPO sparse GP with a distribution over Z and/or β.
 
+Paper: *Federated Learning of Sparse Gaussian Processes* (the PVI paper of the docs guide 'PVI'), §6:
 ``q(f_*) = (1/S) Σ_s q(f_* | Z_s, β_s)`` with ``(Z_s, β_s) ~ q(Z) q(β)`` drawn with a fixed stateless seed, and
-``q(f_* | Z_s, β_s)`` the DPO posterior at that sample with every u-factor projected onto ``Z_s`` (spec §1.4).
+``q(f_* | Z_s, β_s)`` the DPO posterior at that sample with every u-factor projected onto ``Z_s`` (paper eq. 22,
+in the whitened form of :func:`~gpflow_fed.posteriors.dpo_posterior.dpo_whitened_posterior`).
 All S samples are computed as one batch. Like GPflow's posteriors, the per-sample factors are a cache computed
 from the current parameters: ``NOCACHE`` (what the models' ``predict_f`` uses) recomputes them at every call,
 ``TENSOR``/``VARIABLE`` freeze them until :meth:`update_cache`.
@@ -41,7 +43,9 @@ def draw_samples(
     return Zs, q_beta.sample(Zs.shape[0], seed + tf.constant([0, 1], seed.dtype))
 
 
-def sampled_kernel(kernel: gpflow.kernels.Kernel, q_beta: Optional[LogNormalHyperparameters], betas: Optional[tf.Tensor]) -> Callable:
+def sampled_kernel(
+    kernel: gpflow.kernels.Kernel, q_beta: Optional[LogNormalHyperparameters], betas: Optional[tf.Tensor]
+) -> Callable:
     """The kernel of each sample: ``kernel`` itself (fixed β) or q(β)'s SE-ARD at ``betas``."""
     return kernel if betas is None else q_beta.kernel(betas)
 
@@ -80,7 +84,7 @@ def mixture_moments(means: tf.Tensor, variances: tf.Tensor) -> Tuple[tf.Tensor, 
 
 
 class DPOMixturePosterior(AbstractPosterior):
-    """Monte-Carlo mixture over ``(Z_s, β_s)`` of DPO posteriors (paper §6; spec §4).
+    """Monte-Carlo mixture over ``(Z_s, β_s)`` of DPO posteriors (the PVI paper's predictive, §6).
 
     :param kernel: the GPflow kernel (used when β is fixed; with ``q_beta`` the SE-ARD kernel of each sample).
     :param factors: the u-factor(s): :class:`~gpflow_fed.inducing_variables.PseudoObservations` and/or
@@ -115,18 +119,22 @@ class DPOMixturePosterior(AbstractPosterior):
 
     def _precompute(self) -> Tuple[PrecomputedValue, ...]:
         Zs, betas = draw_samples(self.q_Z, self.Z, self.q_beta, self.num_samples, self.seed)
-        L, mu, LB = dpo_whitened_posterior(sampled_kernel(self.kernel, self.q_beta, betas), Zs, self.factors, self.jitter)
+        kern = sampled_kernel(self.kernel, self.q_beta, betas)
+        L, mu, LB = dpo_whitened_posterior(kern, Zs, self.factors, self.jitter)
         if betas is None:
             betas = tf.zeros([Zs.shape[0], 0], dtype=Zs.dtype)
         return tuple(PrecomputedValue(v, (False,) * len(v.shape)) for v in (Zs, L, mu, LB, betas))
 
-    def predict_f_samples(self, Xnew: tf.Tensor, full_cov: bool = False) -> Tuple[tf.Tensor, tf.Tensor, Optional[tf.Tensor]]:
+    def predict_f_samples(
+        self, Xnew: tf.Tensor, full_cov: bool = False
+    ) -> Tuple[tf.Tensor, tf.Tensor, Optional[tf.Tensor]]:
         """``(μ_s [S, N, 1], v_s [S, N, 1] (or [S, N, N]), β_s [S, H] or None)``: every sample's q(f_* | Z_s, β_s),
         the mean function included (from the cache when there is one)."""
         Zs, L, mu, LB, betas = self.cache if self.cache is not None else tuple(c.value for c in self._precompute())
         betas = betas if self.q_beta is not None else None
         Xnew = tf.convert_to_tensor(Xnew, Zs.dtype)
-        means, variances = per_sample_conditional(sampled_kernel(self.kernel, self.q_beta, betas), Zs, L, mu, LB, Xnew, full_cov)
+        kern = sampled_kernel(self.kernel, self.q_beta, betas)
+        means, variances = per_sample_conditional(kern, Zs, L, mu, LB, Xnew, full_cov)
         if self.mean_function is not None:
             means = means + self.mean_function(Xnew)
         return means, variances, betas
@@ -144,6 +152,8 @@ class DPOMixturePosterior(AbstractPosterior):
         second = tf.reduce_mean(variances + tf.matmul(means, means, transpose_b=True), axis=0)
         return mean, (second - tf.matmul(mean, mean, transpose_b=True))[None]
 
-    def _conditional_fused(self, Xnew: tf.Tensor, full_cov: bool = False, full_output_cov: bool = False) -> MeanAndVariance:
+    def _conditional_fused(
+        self, Xnew: tf.Tensor, full_cov: bool = False, full_output_cov: bool = False
+    ) -> MeanAndVariance:
         cache = tuple(c.value for c in self._precompute())
         return self._conditional_with_precompute(cache, Xnew, full_cov, full_output_cov)

@@ -1,9 +1,10 @@
 """q(log β): a mean-field Gaussian over the log hyperparameters of an SE-ARD kernel and a Gaussian noise.
 
-PVI for sparse GPs treats β = (ℓ_1..ℓ_D, σ_f², [σ_n²]) as random with LogNormal(0, 1) priors and a log-normal
-q (paper §4, spec §1.2). A Monte-Carlo sample β_s enters the kernel as a *value*, so that gradients flow to
-q(log β) (spec P11); :class:`SampledSquaredExponential` evaluates the kernel for one sample or for a batch of
-samples aligned with a batch of inputs.
+PVI for sparse GPs (*Federated Learning of Sparse Gaussian Processes*, the PVI paper of the docs guide 'PVI')
+treats β = (ℓ_1..ℓ_D, σ_f², [σ_n²]) as random with LogNormal(0, 1) priors and a log-normal q (paper eqs. 8–10,
+§6). A Monte-Carlo sample β_s enters the kernel as a *value*, so that gradients flow to q(log β) (assigning it
+into a GPflow kernel's parameters would cut them); :class:`SampledSquaredExponential` evaluates the kernel for
+one sample or for a batch of samples aligned with a batch of inputs.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from gpflow.utilities import positive
 from ..inducing_variables.gaussian_inducing_points import meanfield_gaussian_kl
 
 LOG_BETA_CLIP = 10.0
-"""log β samples are clipped to [−10, 10] before exponentiating (spec P6)."""
+"""log β samples are clipped to [−10, 10] before exponentiating (so that exp never overflows)."""
 
 
 class SampledSquaredExponential:
@@ -49,7 +50,8 @@ class SampledSquaredExponential:
 
 
 class LogNormalHyperparameters(gpflow.Module):
-    """q(log β) = Π_h N(log β_h; μ_h, σ²_h) for β = (ℓ_1..ℓ_D, σ_f², [σ_n²]) (paper §4; spec §1.2, P6).
+    """q(log β) = Π_h N(log β_h; μ_h, σ²_h) for β = (ℓ_1..ℓ_D, σ_f², [σ_n²]) (paper eq. 10), optimised as
+    (mean, log-variance) in unconstrained space.
 
     :param mean: μ ``[H]`` with ``H = D + 1`` (kernel only) or ``D + 2`` (also the Gaussian noise variance).
     :param var: σ² ``[H]`` (or a positive scalar); stored as a log-variance.
@@ -63,7 +65,9 @@ class LogNormalHyperparameters(gpflow.Module):
         var_arr = np.broadcast_to(np.asarray(var, dtype=gpflow.default_float()), mean_arr.shape).copy()
         D = int(input_dim)
         if mean_arr.shape[0] not in (D + 1, D + 2):
-            raise ValueError(f"q(log β) needs D + 1 = {D + 1} (kernel) or D + 2 (and noise) entries, got {mean_arr.shape[0]}")
+            raise ValueError(
+                f"q(log β) needs D + 1 = {D + 1} (kernel) or D + 2 (and noise) entries, got {mean_arr.shape[0]}"
+            )
         if not (np.all(np.isfinite(mean_arr)) and np.all(np.isfinite(var_arr))):
             raise ValueError("q(log β) mean and variance must be finite")
         if np.any(var_arr <= 0):

@@ -1,4 +1,7 @@
-"""PVI for sparse GPs with a distribution over inducing inputs and DPO factors (paper Alg. 2; spec §3).
+"""PVI for sparse GPs with a distribution over inducing inputs and DPO factors.
+
+Paper: *Federated Learning of Sparse Gaussian Processes* (Alg. 2; equation numbers below are that paper's),
+built on partitioned variational inference (Ashman et al., arXiv:2202.12275); docs guide 'PVI'.
 
 What crosses the network (per client update; ``H = D + 2`` hyperparameters, or ``D + 1`` for a
 non-Gaussian likelihood; arrays absent when the corresponding quantity is not learned):
@@ -62,7 +65,7 @@ class ClientUpdate:
 
 @dataclass
 class PVIState:
-    """The server state (spec §3.1): accepted-update counters, global q(Z)/q(log β) in natural parameters
+    """The server state: accepted-update counters, global q(Z)/q(log β) in natural parameters
     (or a point Z), every client's DPO pseudo-set (or the summed CPO natural parameters over u).
 
     ``client_ids`` (the order of ``versions`` and of the broadcast pseudo-sets) and ``client_sizes`` (the
@@ -95,13 +98,15 @@ def _inducing_init(inducing_variable: Any) -> tuple:
 class PVI(Algorithm):
     """Partitioned variational inference for a sparse GP with q(Z) and DPO (or CPO) u-factors.
 
-    Each client update maximises the local free energy (paper eq. 7, α-scaled Z-KL; spec §2.1) over its own
-    u-factor, q(Z) and q(log β) by Adam with early stopping; the new Z/β factors come by division, and the
-    server adds ``(1 − damping)·Δ`` to the global natural parameters (spec §3.2–3.4). A communication is one
+    Each client update maximises the local free energy (paper eq. 7, with the Z-KL scaled by α as in §4.1) over
+    its own u-factor, q(Z) and q(log β) by Adam with early stopping; the new Z/β factors come by division
+    (``t_k = q / q_cavity`` in natural parameters), and the server adds ``(1 − damping)·Δ`` to the global natural
+    parameters (paper Alg. 2; damping as in PVI). A communication is one
     client update: the sequential schedule asks client ``r mod K`` in round r; the synchronous one asks every
     sampled client and sums their deltas. A synchronous update that would make q(Z) or q(log β) improper
     (a non-positive precision) is rejected: the state is kept and a warning issued. A cavity with a
-    non-positive precision is clipped to 1e-6 on the client (spec P5), counted in the ``cavity_clipped`` metric.
+    non-positive precision is clipped to 1e-6 on the client, so that it stays a proper distribution; the
+    ``cavity_clipped`` metric counts the clipped coordinates.
 
     Damping applies to the natural parameters of the Z, β and CPO u-factors; DPO pseudo-sets are replaced.
 
@@ -113,13 +118,15 @@ class PVI(Algorithm):
     :param parameterisation: ``"dpo"`` (paper eq. 12) or ``"cpo"`` (paper §5.1, full S_k).
     :param schedule: ``"sequential"`` (paper Alg. 2) or ``"synchronous"``.
     :param rounds: number of communications.
-    :param damping: δ ∈ [0, 1); the server applies ρ = 1 − δ of each delta (spec §3.3).
+    :param damping: δ ∈ [0, 1); the server applies ρ = 1 − δ of each delta (ρ = 1: no damping, as in the paper).
     :param alpha: α ∈ [0, 1], the weight of the Z-KL (paper eq. 14; 0.1 in the paper).
-    :param learn_inducing: ``"distribution"`` (q(Z)), ``"fixed"`` (Z fixed, spec §6.2) or ``"fedavg"``
+    :param learn_inducing: ``"distribution"`` (q(Z)), ``"fixed"`` (Z fixed, the paper's
+        fixed-Z baseline) or ``"fedavg"``
         (paper Alg. 1: point Z, J joint steps, server averages Z weighted by N_k/N).
-    :param learn_hyperparameters: log-normal q(β) with LogNormal(0, 1) priors (spec §1.2); else fixed.
+    :param learn_hyperparameters: log-normal q(β) with LogNormal(0, 1) priors (paper eqs. 8–10); else fixed.
     :param pseudo_fraction, max_pseudo: M_k = min(⌊pseudo_fraction·N_k⌋, max_pseudo) (paper §6.2: 0.8, 500).
-    :param local_steps, patience: Adam step cap and early-stopping patience per client update (spec §5).
+    :param local_steps, patience: Adam step cap and early-stopping patience per client update (the paper runs
+        each "until convergence of the local free energy", App. D; the Monte-Carlo objective needs a cap).
     :param fedavg_steps: J of Alg. 1.
     :param local_solver: ``"auto"`` solves the conjugate case (Gaussian likelihood, fixed Z and β, CPO, or
         DPO with M_k = N_k) exactly; ``"adam"`` always optimises.
@@ -161,17 +168,29 @@ class PVI(Algorithm):
     ) -> None:
         super().__init__(rounds, client_fraction)
         checks = [
-            (parameterisation in PARAMETERISATIONS, f"parameterisation must be one of {PARAMETERISATIONS}, got {parameterisation!r}"),
+            (
+                parameterisation in PARAMETERISATIONS,
+                f"parameterisation must be one of {PARAMETERISATIONS}, got {parameterisation!r}",
+            ),
             (schedule in SCHEDULES, f"schedule must be one of {SCHEDULES}, got {schedule!r}"),
-            (learn_inducing in INDUCING_MODES, f"learn_inducing must be one of {INDUCING_MODES}, got {learn_inducing!r}"),
+            (
+                learn_inducing in INDUCING_MODES,
+                f"learn_inducing must be one of {INDUCING_MODES}, got {learn_inducing!r}",
+            ),
             (0.0 <= float(damping) < 1.0, f"damping must lie in [0, 1) (0 = no damping), got {damping}"),
             (0.0 <= float(alpha) <= 1.0, f"alpha must lie in [0, 1], got {alpha}"),
             (0.0 < float(pseudo_fraction) <= 1.0, f"pseudo_fraction must lie in (0, 1], got {pseudo_fraction}"),
             (int(max_pseudo) >= 1, f"max_pseudo (the cap on M_k) must be ≥ 1, got {max_pseudo}"),
             (pseudo_init in ("data", "prior"), f"pseudo_init must be 'data' or 'prior', got {pseudo_init!r}"),
             (min(init_Z_var, init_rho_var) > 0, "init_Z_var and init_rho_var must be positive"),
-            (init_S > S_FLOOR, f"init_S must exceed the floor {S_FLOOR} on pseudo-observation variances, got {init_S}"),
-            (min(num_samples, num_predict_samples, local_steps, patience, fedavg_steps) >= 1, "sample counts and step counts must be ≥ 1"),
+            (
+                init_S > S_FLOOR,
+                f"init_S must exceed the floor {S_FLOOR} on pseudo-observation variances, got {init_S}",
+            ),
+            (
+                min(num_samples, num_predict_samples, local_steps, patience, fedavg_steps) >= 1,
+                "sample counts and step counts must be ≥ 1",
+            ),
             (learning_rate > 0 and jitter > 0, "learning_rate and jitter must be positive"),
             (local_solver in ("auto", "adam"), f"local_solver must be 'auto' or 'adam', got {local_solver!r}"),
         ]
@@ -268,7 +287,9 @@ class PVI(Algorithm):
             skip = ids[round % len(ids)] if self.schedule == "sequential" else None
             included = [cid for cid in ids if cid in state.sets and cid != skip]
             arrays.update(stack_sets([state.sets[c] for c in included], self.Z0.shape[1]))
-            arrays["sizes"] = np.array([state.sets[c]["m"].shape[0] if c in included else 0 for c in ids], dtype=np.int64)
+            arrays["sizes"] = np.array(
+                [state.sets[c]["m"].shape[0] if c in included else 0 for c in ids], dtype=np.int64
+            )
         else:
             arrays.update(eta=state.eta, Lam=pack_lower(state.Lam))
         return arrays
@@ -284,8 +305,9 @@ class PVI(Algorithm):
         improper = [name for name, q in (("q(Z)", qZ), ("q(log β)", qrho)) if q is not None and not q.is_proper]
         if improper:
             warnings.warn(
-                f"round {aggregate.round}: rejected the update of {list(aggregate.senders)}: it makes {', '.join(improper)} "
-                "improper (non-positive precision); increase damping (e.g. 1 − 1/K) or use the sequential schedule",
+                f"round {aggregate.round}: rejected the update of {list(aggregate.senders)}: "
+                f"it makes {', '.join(improper)} improper (non-positive precision); "
+                "increase damping (e.g. 1 − 1/K) or use the sequential schedule",
                 RuntimeWarning,
                 stacklevel=2,
             )
@@ -310,9 +332,10 @@ class PVI(Algorithm):
         return out
 
     def result(self, state: PVIState) -> FederatedDPOSVGP:
-        """The GPflow model of the server state (spec §4): a :class:`~gpflow_fed.models.FederatedDPOSVGP` whose
-        u-factor is every client's DPO pseudo-set (their union) or the summed CPO natural parameters, with q(Z)
-        (or the point Z) and q(log β) (or the kernel's fixed values)."""
+        """The GPflow model of the server state (it predicts as in the paper's §6): a
+        :class:`~gpflow_fed.models.FederatedDPOSVGP` whose u-factor is every client's DPO pseudo-set (their union)
+        or the summed CPO natural parameters, with q(Z) (or the point Z) and q(log β) (or the kernel's fixed
+        values)."""
         Z, Z_var = (state.Z, None) if state.qZ is None else state.qZ.moments()
         if self.parameterisation == "dpo":
             sets = stack_sets([state.sets[c] for c in state.client_ids if c in state.sets], self.Z0.shape[1])
@@ -370,7 +393,7 @@ class PVI(Algorithm):
             st.update(pending)
         st["pending"] = None
         clipped = 0
-        # cavities over Z and log β (spec §2.1): q / t_k^old in natural parameters
+        # cavities over Z and log β (paper eq. 7): q / t_k^old in natural parameters
         qZ = NaturalGaussian(broadcast["qZ_nu"], broadcast["qZ_lam"]) if "qZ_nu" in broadcast.arrays else None
         qrho = NaturalGaussian(broadcast["qrho_nu"], broadcast["qrho_lam"]) if "qrho_nu" in broadcast.arrays else None
         first = int(np.sum(versions)) == 0
@@ -384,7 +407,10 @@ class PVI(Algorithm):
         if qrho is not None:
             cavR, n = (qrho - st["trho"]).clipped()
             clipped += n
-            start = (initial_log_beta(self.kernel, self.likelihood, self.Z0.shape[1]), np.full(qrho.nu.shape, self.init_rho_var))
+            start = (
+                initial_log_beta(self.kernel, self.likelihood, self.Z0.shape[1]),
+                np.full(qrho.nu.shape, self.init_rho_var),
+            )
             problem.set_q(None, start if first else qrho.moments())
         # cavity over u: every other client's factor
         if self.parameterisation == "dpo":
@@ -395,7 +421,10 @@ class PVI(Algorithm):
             # clients not yet heard from contribute t ≡ 1 (the cavity has a dynamic size)
             others = {k: broadcast[k][keep] for k in ("V", "m", "s")}
         else:
-            others = {"eta": broadcast["eta"] - st["t_eta"], "Lam": unpack_lower(broadcast["Lam"], self.Z0.shape[0]) - st["t_Lam"]}
+            others = {
+                "eta": broadcast["eta"] - st["t_eta"],
+                "Lam": unpack_lower(broadcast["Lam"], self.Z0.shape[0]) - st["t_Lam"],
+            }
         problem.set_cavity(cavZ, cavR, others)
         # local optimisation
         steps, free_energy = 0, float("nan")
@@ -437,12 +466,16 @@ class PVI(Algorithm):
         return self.reply(client, broadcast, arrays, weight=float(client.num_data), metrics=metrics)
 
     def _init_factor(self, client: Client) -> Dict[str, np.ndarray]:
-        """Initial own factor (spec §5): m = 0, S = init_S·I; DPO V_k = a random subset of X_k (or N(0, I))."""
+        """Initial own factor: m = 0, S = init_S·I (zero means, as in the paper's App. D); DPO V_k = a random
+        subset of X_k (or N(0, I) draws; never all equal, since identical rows never separate)."""
         M, D = self.Z0.shape
         if self.parameterisation == "dpo":
             Mk = self.num_pseudo(client.num_data)
             X = client.data[0]
-            V = X[client.rng.choice(X.shape[0], size=Mk, replace=False)] if self.pseudo_init == "data" else client.rng.standard_normal((Mk, D))
+            if self.pseudo_init == "data":
+                V = X[client.rng.choice(X.shape[0], size=Mk, replace=False)]
+            else:
+                V = client.rng.standard_normal((Mk, D))
             return {"V": np.array(V), "m": np.zeros((Mk, 1)), "log_s": np.full(Mk, np.log(self.init_S - S_FLOOR))}
         return {"m": np.zeros((M, 1)), "S_raw": np.diag(np.full(M, 0.5 * np.log(self.init_S - S_FLOOR)))}
 

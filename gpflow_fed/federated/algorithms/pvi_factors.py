@@ -1,4 +1,8 @@
-"""Mean-field Gaussian factors in natural parameters, for q(Z), q(log β) and their PVI factors (spec §3)."""
+"""Mean-field Gaussian factors in natural parameters, for q(Z), q(log β) and their PVI factors.
+
+PVI (docs guide 'PVI') forms each client's cavity ``q / t_k`` and its new factor ``q_new / q_cavity`` by
+subtracting natural parameters; a factor's precision may be negative, a distribution's may not.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ from typing import Tuple
 import numpy as np
 
 MIN_PRECISION = 1e-6
-"""Floor for a clipped cavity precision (spec P5b)."""
+"""Floor for a clipped cavity precision: division can leave a cavity with a non-positive precision."""
 
 
 @dataclass(frozen=True)
@@ -47,7 +51,7 @@ class NaturalGaussian:
 
     @property
     def is_proper(self) -> bool:
-        """True when every precision is positive and finite (a valid distribution, spec P5a)."""
+        """True when every precision is positive and finite (a valid distribution)."""
         return bool(np.all(np.isfinite(self.lam)) and np.all(np.isfinite(self.nu)) and np.all(self.lam > 0))
 
     def moments(self) -> Tuple[np.ndarray, np.ndarray]:
@@ -61,7 +65,7 @@ class NaturalGaussian:
 
     def clipped(self, floor: float = MIN_PRECISION) -> Tuple["NaturalGaussian", int]:
         """Clip non-positive precisions to ``floor`` keeping the mean where it is defined (ν set to 0 there);
-        returns the clipped distribution and the number of clipped coordinates (spec P5b/c)."""
+        returns the clipped distribution and the number of clipped coordinates."""
         bad = ~(self.lam > floor)
         lam = np.where(bad, floor, self.lam)
         nu = np.where(bad, 0.0, self.nu)
