@@ -1,4 +1,4 @@
-"""The server's reduction seam (DESIGN.md §3): encode on the client, reduce on the server.
+"""The server's reduction seam (docs guide "The federated core"): encode on the client, reduce on the server.
 
 Every exchange ends in ``update(state, Σ_k payload_k)``. :class:`Aggregator` is the one place where that
 sum is protected, in this order::

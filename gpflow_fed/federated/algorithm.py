@@ -3,7 +3,7 @@
 A round is one or more *phases* (exchanges). In each phase the server broadcasts named arrays to the
 round's clients, each client answers with a :class:`Message`, the aggregator
 (:mod:`gpflow_fed.federated.aggregator`) reduces the answers, and the server updates its state from the
-reduction. Reductions are always weighted sums (DESIGN.md §3):
+reduction. Reductions are always weighted sums:
 
 * ``"sum"``: ``Σ_k a_k`` (sufficient statistics);
 * ``"mean"``: ``Σ_k w_k a_k / Σ_k w_k`` with ``w_k`` the message weight (FedAvg);

@@ -1,4 +1,4 @@
-"""Ensembles of ensembles ("pyramids", Recyclable GPs App. E.1(iii); spec ``recyclable-gp.md`` §3.2).
+"""Ensembles of ensembles ("pyramids", Recyclable GPs App. E.1(iii)).
 
 A fitted :class:`~gpflow_fed.models.EnsembleSVGP` ``{μ_*, L_*, Z_*, ψ}`` has the structure of a recyclable
 model, so at the next level it enters the ensemble bound as a local model with ``K_k ← K_**``.
@@ -27,7 +27,7 @@ def fit_pyramid(
     maxiter: int = 100,
     method: str = "collapsed",
 ) -> EnsembleSVGP:
-    """Ensembles of ensembles (§3.2): ensemble consecutive groups of ``group_size`` models, export each fitted
+    """Ensembles of ensembles: ensemble consecutive groups of ``group_size`` models, export each fitted
     ensemble as a recyclable model, and repeat until one ensemble remains (every node starts from a copy of
     ``kernel`` and the inducing inputs ``Z``, as in the paper's 1M experiment).
 

@@ -164,7 +164,7 @@ class FSGP(Algorithm):
 
     Defaults (``FSGP(kernel, 20)`` runs): σ² = 0.1, P = 3, λ = 0.1 are the paper's values that the benchmark
     uses on standardised data, and R = 60 is the benchmark's reduced run, where FSGP-fedavg is within 3 % of
-    centralized SGPR's test RMSE (BENCHMARKS.md § FSGP). Standardise the data first
+    centralized SGPR's test RMSE (BENCHMARKS.md, section "FSGP"). Standardise the data first
     (:meth:`~gpflow_fed.data.FederatedDataset.standardized`); for data in raw units pass an initial σ² and Z
     on that scale.
 
