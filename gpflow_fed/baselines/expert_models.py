@@ -1,4 +1,4 @@
-"""Experts for the committee baselines of Recyclable GPs (the paper's §4 comparisons): one exact GP
+"""Experts for the committee baselines of Recyclable GPs (the distributed-GP methods of its §4.1(ii) and Table 3): one exact GP
 regression per partition, each with its own kernel hyperparameters and Gaussian noise, trained with L-BFGS.
 
 Combine them with :class:`~gpflow_fed.baselines.ExpertCommittee` (PoE, GPoE, BCM, rBCM). SVGP experts are the
