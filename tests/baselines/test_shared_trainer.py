@@ -51,7 +51,7 @@ def test_trainer_traces_once_and_keeps_state_per_call() -> None:
     start = trainer.initial_values()
     results = [trainer.train(X, Y, start, trainer.initial_adam()) for X, Y in dataset.clients]
     assert trainer.tracing_count() == 1
-    assert all(int(adam[0]) == 3 for _, adam in results)  # Adam's step count, from a fresh state each time
+    assert all(int(adam.iterations) == 3 for _, adam in results)  # Adam's step count, from a fresh state each time
     first, again = results[0][0], trainer.train(*dataset.clients[0], start, trainer.initial_adam())[0]
     for a, b in zip(first, again):
         np.testing.assert_array_equal(a, b)  # the scratch model's previous client leaves no trace
