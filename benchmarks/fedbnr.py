@@ -34,10 +34,10 @@ from gpflow.keras import tf_keras  # noqa: E402
 from scipy import stats  # noqa: E402
 
 from gpflow_fed import metrics  # noqa: E402
-from gpflow_fed.baselines import FedAvgNN, PersonalisedGP  # noqa: E402
+from gpflow_fed.federated.algorithms import FedAvgNN, PersonalisedGP  # noqa: E402
 from gpflow_fed.data import fedbnr_real_task, load_dataset  # noqa: E402
 from gpflow_fed.federated import run  # noqa: E402
-from gpflow_fed.federated.algorithms.compiled_training import CompiledAdam  # noqa: E402
+from gpflow_fed.federated.local_training import CompiledAdam  # noqa: E402
 from gpflow_fed.federated.algorithms.fedbnr import negative_log_marginal_likelihood_per_point  # noqa: E402
 from gpflow_fed.kernels import DeepKernel, deep_urk, mlp  # noqa: E402
 from gpflow_fed.models import BayesianLinearRegression, blr_statistics  # noqa: E402

@@ -15,7 +15,6 @@ commit and the command.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from typing import Any, Dict, List, Optional

@@ -38,8 +38,8 @@ from gpflow_fed.data import FederatedDataset, fsgp_synthetic_1  # noqa: E402
 from gpflow_fed.data.partition import iid_partition  # noqa: E402
 from gpflow_fed.federated import run  # noqa: E402
 from gpflow_fed.federated.algorithms import FSGP, initial_inducing_inputs  # noqa: E402
-from gpflow_fed.federated.algorithms.fsgp_utils import compiled_adam_loop  # noqa: E402
 from gpflow_fed.federated.algorithms.fsgp_statistics import sgpr_statistics  # noqa: E402
+from gpflow_fed.federated.local_training import adam_steps  # noqa: E402
 
 
 class TimedFSGP(FSGP):
@@ -89,11 +89,10 @@ class PerClientFSGP(TimedFSGP):
         trainable = model.trainable_variables
         optimizer.build(trainable)
         num_data = tf.constant(float(client.num_data), gpflow.default_float())
-        loop = compiled_adam_loop(lambda: model.training_loss() / num_data, trainable, optimizer, self.local_steps)
 
         @tf.function(autograph=False)
         def train() -> tf.Tensor:
-            loop()
+            adam_steps(lambda: model.training_loss() / num_data, trainable, optimizer, self.local_steps)
             return model.elbo() / num_data
 
         client.model, client.optimizer = model, optimizer

@@ -2,13 +2,10 @@
 
 from .expert_models import fit_gpr_experts
 from .experts import COMBINATION_RULES, ExpertCommittee, bcm, combine_experts, gpoe, poe, rbcm
-from .fedavg_nn import FedAvgNN, FedAvgNNState, NetworkMean, NeuralRegression
-from .personalised_gp import PersonalisedGP, PersonalisedGPState, PersonalisedGPs
 from .sgpr import BaselineResult, centralized_sgpr, local_only_sgpr, train_adam
 
 __all__ = [
     "fit_gpr_experts",
-    "FedAvgNN", "FedAvgNNState", "NetworkMean", "NeuralRegression", "PersonalisedGP", "PersonalisedGPState", "PersonalisedGPs",
     "BaselineResult",
     "COMBINATION_RULES",
     "ExpertCommittee",

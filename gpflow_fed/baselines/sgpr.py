@@ -13,10 +13,9 @@ from typing import Any, Dict, List
 import gpflow
 import numpy as np
 import tensorflow as tf
-from gpflow.keras import tf_keras
 
 from ..data.dataset import FederatedDataset
-from ..federated.algorithms.fsgp_utils import compiled_adam_loop
+from ..federated.local_training import CompiledAdam, per_point_loss
 from ..federated.runtimes.base import evaluate_model
 from ..validation import integer, positive_float
 
@@ -48,20 +47,14 @@ def _check_training(steps: int, learning_rate: float) -> None:
 
 
 def train_adam(model: gpflow.models.GPModel, num_data: int, steps: int, learning_rate: float) -> None:
-    """``steps`` tf_keras Adam steps on ``model.training_loss() / num_data`` in one compiled loop (the same
-    :func:`~gpflow_fed.federated.algorithms.fsgp_utils.compiled_adam_loop` FSGP clients run)."""
+    """``steps`` tf_keras Adam steps on ``model.training_loss() / num_data`` in one compiled loop (the
+    :class:`~gpflow_fed.federated.local_training.CompiledAdam` FSGP clients run)."""
     _check_training(steps, learning_rate)
     if steps == 0:
         return
-    optimizer = tf_keras.optimizers.Adam(learning_rate=learning_rate)
-    variables = model.trainable_variables
-    optimizer.build(variables)
     scale = tf.constant(float(num_data), gpflow.default_float())
-
-    def loss() -> tf.Tensor:
-        return model.training_loss() / scale
-
-    compiled_adam_loop(loss, variables, optimizer, int(steps))()
+    trainer = CompiledAdam(model.trainable_variables, lambda: model.training_loss() / scale, learning_rate)
+    trainer.fit(int(steps), trainer.initial_state())
 
 
 def _sgpr(X: np.ndarray, Y: np.ndarray, kernel: gpflow.kernels.Kernel, inducing_variable: Any, noise: float) -> Any:
@@ -109,22 +102,19 @@ def local_only_sgpr(
     Z must satisfy M ≤ N_k for every client only in the sense that SGPR stays well-posed; with M > N_k the
     bound is still defined (Kuu carries jitter).
     """
-    from .shared_trainer import SharedAdamTrainer
-
     _check_training(steps, learning_rate)
     start = time.perf_counter()
     models = []
-    trainer = None
-    if steps > 0:  # one compiled loop for every client (no retracing per client)
-        trainer = SharedAdamTrainer(
-            lambda data: _sgpr(*data, kernel, inducing_variable, noise_variance),
-            dataset.input_dim, dataset.output_dim, learning_rate, steps,
-        )  # fmt: skip
+    # one compiled loop on one worker model for every client (no retracing per client)
+    worker = _sgpr(*dataset.clients[0], kernel, inducing_variable, noise_variance)
+    trainer = CompiledAdam(worker.trainable_variables, lambda X, Y: per_point_loss(worker, X, Y), learning_rate)
     for X, Y in dataset.clients:
         model = _sgpr(X, Y, kernel, inducing_variable, noise_variance)
-        if trainer is not None:
-            values, _ = trainer.train(X, Y, trainer.initial_values(), trainer.initial_adam())
-            for variable, value in zip(model.trainable_variables, values):
+        if steps > 0:
+            for variable, value in zip(worker.trainable_variables, model.trainable_variables):
+                variable.assign(value)
+            trainer.fit(int(steps), trainer.initial_state(), X, Y)
+            for variable, value in zip(model.trainable_variables, worker.trainable_variables):
                 variable.assign(value)
         models.append(model)
     seconds = time.perf_counter() - start

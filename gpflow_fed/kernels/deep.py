@@ -1,7 +1,7 @@
 """A deep kernel ``k(f(x), f(x'))``: a stock GPflow kernel on the output of a ``tf_keras`` feature extractor.
 
 This is the leftmost architecture of the thesis' Fig. 3.1 (standard deep kernel learning) and the shared
-kernel of the pFedGP-style baseline (:mod:`gpflow_fed.baselines.personalised_gp`).
+kernel of the pFedGP-style baseline (:mod:`gpflow_fed.federated.algorithms.personalised_gp`).
 """
 
 from __future__ import annotations

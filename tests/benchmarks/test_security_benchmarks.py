@@ -4,7 +4,6 @@ import importlib.util
 import json
 import os
 
-import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -26,7 +26,7 @@ sizes L×L, L×P, P and 1 — none depends on N_c, and no row of Φ_c, X_c or y_
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Dict, Final, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Final, Mapping, Optional, Tuple
 
 import gpflow
 import numpy as np
@@ -45,9 +45,9 @@ from ...models.bayesian_linear_regression import (
 from ...validation import integer, non_negative_float, positive_float
 from ..algorithm import Aggregate, Algorithm, FederationInfo
 from ..client import Client
+from ..local_training import AdamState, CompiledAdam, SharedWorker
 from ..messages import Message
 from ..state import SharedState
-from .compiled_training import CompiledAdam, deepcopy_without
 from .distillation import distillation_loss
 
 __all__ = ["FedBNR", "FedBNRState", "fedbnr_shared_state", "negative_log_marginal_likelihood_per_point"]
@@ -98,14 +98,14 @@ class FedBNRState:
     :param values: wire key → unconstrained value of the global kernel, σ² and λ².
     :param statistics: ``{phi_t_phi, phi_t_y, y_t_y, num_data}`` summed over clients (after ``"scatter"``).
     :param a_inverse: ``A⁻¹`` (two-step protocol, broadcast in ``"weights"``).
-    :param kd_adam: ``aggregation="kd"``: the server's Adam state for distillation (iterations, then the
-        moments of each variable), kept across rounds; ``None`` with FedAvg.
+    :param kd_adam: ``aggregation="kd"``: the server's Adam state for distillation, kept across rounds;
+        ``None`` with FedAvg.
     """
 
     values: Mapping[str, np.ndarray]
     statistics: Optional[Mapping[str, np.ndarray]] = None
     a_inverse: Optional[np.ndarray] = None
-    kd_adam: Optional[Tuple[np.ndarray, ...]] = None
+    kd_adam: Optional[AdamState] = None
 
 
 @check_shapes("X: [N, D]", "Y: [N, P]", "return: []")
@@ -136,6 +136,18 @@ def negative_log_marginal_likelihood_per_point(model: BayesianLinearRegression, 
     return -lml / tf.cast(num_data, Phi.dtype)
 
 
+@dataclass
+class _Worker:
+    """A BLR shared by every client (or the server's distillation model) and its compiled Adam loop; for the
+    clients' worker also phase 2's statistics and the distillation target's Gram on its kernel, compiled on first
+    use."""
+
+    model: BayesianLinearRegression
+    trainer: CompiledAdam
+    statistics: Optional[Callable[..., Dict[str, tf.Tensor]]] = None
+    gram: Optional[Callable[[tf.Tensor], tf.Tensor]] = None
+
+
 
 class FedBNR(Algorithm):
     """Federated Bayesian Neural Regression: a global GP with a URK kernel, in two phases.
@@ -158,8 +170,8 @@ class FedBNR(Algorithm):
 
     Simulation: the clients' steps run on one shared worker model whose compiled Adam loop takes the client's
     data as arguments (traced once, not per client or round); each client keeps its own Adam state in
-    ``client.state["adam"]`` (see :mod:`~gpflow_fed.federated.algorithms.compiled_training`). Client updates
-    therefore run one at a time, serialised by the worker's lock (threaded runtimes stay correct).
+    ``client.state["adam"]`` (see :mod:`~gpflow_fed.federated.local_training`). Client updates therefore run one
+    at a time, serialised by the worker's lock (threaded runtimes stay correct).
     """
 
     name = "fedbnr"
@@ -206,17 +218,11 @@ class FedBNR(Algorithm):
         self.distillation_data = distillation_data
         self.protocol = protocol
         self.compile = bool(compile)
-        self._template = BayesianLinearRegression(
-            (np.zeros((1, kernel.input_dim)), np.zeros((1, 1))), gpflow.utilities.deepcopy(kernel),
-            self.noise_variance, self.prior_variance,
-        )
+        self._template = self._model((np.zeros((1, kernel.input_dim)), np.zeros((1, 1))))
         self.shared = fedbnr_shared_state(self._template)
         self._server = gpflow.utilities.deepcopy(self._template)  # the server's scratch model (the template stays put)
-        self._kd_model: Optional[BayesianLinearRegression] = None
-        self._kd_trainer: Optional[CompiledAdam] = None
-        self._worker: Optional[Tuple[BayesianLinearRegression, CompiledAdam]] = None
-        self._statistics_fn: Any = None
-        self._gram_fn: Any = None
+        self._worker = SharedWorker(self._client_worker)
+        self._kd = SharedWorker(self._distillation_worker)  # built once, so one trace serves every run
 
     # --- configuration -------------------------------------------------------------------------------
     def validate(self, dataset: FederatedDataset) -> None:
@@ -239,47 +245,40 @@ class FedBNR(Algorithm):
         return "sum"
 
     def initial_state(self, info: FederationInfo) -> FedBNRState:
-        if self.aggregation_method == "kd" and self._kd_model is None:  # built once, so one trace serves every run
-            X_kd, Y_kd = self.distillation_data  # type: ignore[misc]
-            self._kd_model = BayesianLinearRegression(
-                (X_kd, Y_kd), gpflow.utilities.deepcopy(self.kernel), self.noise_variance, self.prior_variance
-            )
-            kd_model = self._kd_model
-            self._kd_trainer = self._trainer(kd_model, lambda X, Y, target: distillation_loss(kd_model, target, self.alpha, data=(X, Y)))
-        # the server's own Adam, kept across rounds
-        kd_adam = None if self._kd_trainer is None else tuple(self._kd_trainer.initial_state())
+        # the server's own Adam, kept across rounds (in the state, so checkpoints save it)
+        kd_adam = self._kd.get().trainer.initial_state() if self.aggregation_method == "kd" else None
         return FedBNRState(values=self.shared.read(self._template), kd_adam=kd_adam)
 
-    def _trainer(self, model: BayesianLinearRegression, loss_fn: Any) -> CompiledAdam:
-        return CompiledAdam(model.trainable_variables, loss_fn, self.learning_rate, compile=self.compile)
+    def _model(self, data: Tuple[Any, Any]) -> BayesianLinearRegression:
+        return BayesianLinearRegression(data, gpflow.utilities.deepcopy(self.kernel), self.noise_variance, self.prior_variance)
 
-    def _local(self) -> Tuple[BayesianLinearRegression, CompiledAdam]:
-        """The clients' shared worker model and its compiled Adam loop (built on first use, traced once)."""
-        if self._worker is None:
-            worker = BayesianLinearRegression(
-                (np.zeros((1, self.kernel.input_dim)), np.zeros((1, 1))), gpflow.utilities.deepcopy(self.kernel),
-                self.noise_variance, self.prior_variance,
-            )
-            self._worker = (worker, self._trainer(worker, lambda X, Y: negative_log_marginal_likelihood_per_point(worker, X, Y)))
-        return self._worker
+    def _client_worker(self) -> _Worker:
+        model = self._model((np.zeros((1, self.kernel.input_dim)), np.zeros((1, 1))))  # its data are the clients'
+        loss = lambda X, Y: negative_log_marginal_likelihood_per_point(model, X, Y)  # noqa: E731
+        return _Worker(model, CompiledAdam(model.trainable_variables, loss, self.learning_rate, compile=self.compile))
+
+    def _distillation_worker(self) -> _Worker:
+        model = self._model(self.distillation_data)  # type: ignore[arg-type]
+        loss = lambda X, Y, target: distillation_loss(model, target, self.alpha, data=(X, Y))  # noqa: E731
+        return _Worker(model, CompiledAdam(model.trainable_variables, loss, self.learning_rate, compile=self.compile))
 
     def _statistics(self, X: tf.Tensor, Y: tf.Tensor) -> Dict[str, tf.Tensor]:
         """Phase 2's client statistics on the worker kernel, compiled once (rows left free)."""
-        worker, _ = self._local()
-        if self._statistics_fn is None:
-            statistics = lambda X, Y: blr_statistics(worker.kernel.features(X), Y)  # noqa: E731
+        worker = self._worker.get()
+        if worker.statistics is None:
+            kernel = worker.model.kernel
+            statistics = lambda X, Y: blr_statistics(kernel.features(X), Y)  # noqa: E731
             # Phase 2 must equal the pooled BLR to rounding: compile it only when the whole kernel computes in
             # default_float (graph and eager float32 networks differ by ~1e-7 relative).
-            exact = all(v.dtype == gpflow.default_float() for v in worker.kernel.variables)
+            exact = all(v.dtype == gpflow.default_float() for v in kernel.variables)
             signature = [tf.TensorSpec([None, X.shape[1]], X.dtype), tf.TensorSpec([None, Y.shape[1]], Y.dtype)]
-            self._statistics_fn = tf.function(statistics, input_signature=signature, autograph=False) if self.compile and exact else statistics
-        return self._statistics_fn(X, Y)
+            worker.statistics = tf.function(statistics, input_signature=signature, autograph=False) if self.compile and exact else statistics
+        return worker.statistics(X, Y)
 
     def setup_client(self, client: Client, state: FedBNRState) -> None:
         """The client's own Adam state (its steps run on the shared compiled worker, see
-        :mod:`~gpflow_fed.federated.algorithms.compiled_training`) and its data as tensors."""
-        _, trainer = self._local()
-        client.state["adam"] = trainer.initial_state()
+        :mod:`~gpflow_fed.federated.local_training`) and its data as tensors."""
+        client.state["adam"] = self._worker.get().trainer.initial_state()
         client.state["tensors"] = tuple(tf.constant(a, dtype=gpflow.default_float()) for a in client.data)
 
     # --- the round -----------------------------------------------------------------------------------
@@ -289,15 +288,15 @@ class FedBNR(Algorithm):
         return dict(state.values)
 
     def client_update(self, client: Client, broadcast: Message) -> Message:
-        model, trainer = self._local()
-        with trainer.lock:  # one shared worker: client updates run one at a time
+        with self._worker.use() as worker:  # one shared worker: client updates run one at a time
+            model = worker.model
             X, Y = client.state["tensors"]
             if broadcast.phase == KERNEL_PHASE:
                 self.shared.assign(model, dict(broadcast.arrays))
-                loss, client.state["adam"] = trainer.fit(self.local_steps, client.state["adam"], X, Y)
+                losses, client.state["adam"] = worker.trainer.fit(self.local_steps, client.state["adam"], X, Y)
                 return self.reply(
                     client, broadcast, self.shared.read(model), weight=client.num_data,
-                    metrics={"neg_log_marginal_likelihood_per_point": loss},
+                    metrics={"neg_log_marginal_likelihood_per_point": float(losses[-1])},
                 )
             if broadcast.phase == SCATTER_PHASE:
                 self.shared.assign(model, dict(broadcast.arrays))
@@ -341,25 +340,26 @@ class FedBNR(Algorithm):
         raise ValueError(f"unknown FedBNR phase {aggregate.phase!r}")
 
     def _distil(
-        self, aggregate: Aggregate, kd_adam: Optional[Tuple[np.ndarray, ...]]
-    ) -> Tuple[Dict[str, np.ndarray], Tuple[np.ndarray, ...]]:
+        self, aggregate: Aggregate, kd_adam: Optional[AdamState]
+    ) -> Tuple[Dict[str, np.ndarray], AdamState]:
         """Eq. 3.4: start from the FedAvg mean of the collected client values, then distil on (X_kd, y_kd) with
         the server's Adam from state ``kd_adam``; returns the distilled values and the new Adam state."""
         messages = aggregate.messages or ()
         weights = np.array([m.weight for m in messages], dtype=float)
         mean = {k: sum(w * np.asarray(m[k]) for w, m in zip(weights, messages)) / weights.sum() for k in messages[0].arrays}
-        worker, _ = self._local()
-        if self._gram_fn is None:
-            self._gram_fn = tf.function(worker.kernel.K, autograph=False) if self.compile else worker.kernel.K
         X_kd, Y_kd = (tf.constant(a) for a in self.distillation_data)  # type: ignore[union-attr]
-        grams = []
-        for message in messages:  # θ_c(X_kd)ᵀθ_c(X_kd) of every client kernel, on the worker (eq. 3.4's target)
-            self.shared.assign(worker, dict(message.arrays))
-            grams.append(self._gram_fn(X_kd))
+        with self._worker.use() as worker:
+            if worker.gram is None:
+                worker.gram = tf.function(worker.model.kernel.K, autograph=False) if self.compile else worker.model.kernel.K
+            grams = []
+            for message in messages:  # θ_c(X_kd)ᵀθ_c(X_kd) of every client kernel, on the worker (eq. 3.4's target)
+                self.shared.assign(worker.model, dict(message.arrays))
+                grams.append(worker.gram(X_kd))
         target = tf.add_n(grams) / float(len(grams))
-        self.shared.assign(self._kd_model, mean)
-        _, new_adam = self._kd_trainer.fit(self.kd_steps, kd_adam, X_kd, Y_kd, target)  # type: ignore[union-attr,arg-type]
-        return self.shared.read(self._kd_model), tuple(new_adam)
+        kd = self._kd.get()
+        self.shared.assign(kd.model, mean)
+        _, new_adam = kd.trainer.fit(self.kd_steps, kd_adam, X_kd, Y_kd, target)  # type: ignore[arg-type]
+        return self.shared.read(kd.model), new_adam
 
     def _server_model(self, values: Mapping[str, np.ndarray], statistics: Optional[Mapping[str, Any]]) -> BayesianLinearRegression:
         self.shared.assign(self._server, dict(values))
@@ -395,9 +395,6 @@ class FedBNR(Algorithm):
         if state.statistics is None or "phi_t_y" not in state.statistics:
             raise ValueError("FedBNR.result needs the phase-2 statistics; run the final phases first")
         return self._server_model(state.values, state.statistics)
-
-    def __deepcopy__(self, memo: Dict[int, Any]) -> "FedBNR":
-        return deepcopy_without(self, memo, ("_worker", "_statistics_fn", "_gram_fn", "_kd_model", "_kd_trainer"))
 
     def copy_state(self, state: FedBNRState) -> FedBNRState:
         return replace(state, values={k: np.array(v) for k, v in state.values.items()})

@@ -5,7 +5,6 @@ Paper: ``fsgp-federated-sparse-gp.txt`` (Guo et al., §4, after Yue & Kontar, ar
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, replace
 from typing import Any, Dict, Final, List, Mapping, Optional, Tuple
 
@@ -14,10 +13,10 @@ import numpy as np
 import tensorflow as tf
 
 from ...baselines.experts import COMBINATION_RULES, ExpertCommittee
-from ...baselines.shared_trainer import SharedAdamTrainer
 from ..algorithm import TRAIN_PHASE, Aggregate, Algorithm, FederationInfo, ReplySpec
 from ..client import Client
 from ..messages import Message
+from ..local_training import CompiledAdam, SharedWorker, per_point_loss
 from ..state import SharedState, resolve_path
 from ...validation import integer, positive_float
 
@@ -26,6 +25,17 @@ __all__ = ["EXPERTS_PHASE", "FGP", "FGPState"]
 EXPERTS_PHASE: Final[str] = "experts"
 """The final phase: every client sets its expert to the final hyperparameters (an empty reply)."""
 
+
+
+@dataclass
+class _Worker:
+    """The scratch GPR every client trains in turn, its compiled Adam loop, its wire keys ↔ parameters, and the
+    wire keys in the order of ``trainer.variables``."""
+
+    model: gpflow.models.GPR
+    trainer: CompiledAdam
+    shared: SharedState
+    keys: Tuple[str, ...]
 
 @dataclass(frozen=True)
 class FGPState:
@@ -49,7 +59,8 @@ class FGP(Algorithm):
     back ``w_k``; the server sets ``w ← Σ_k N_k w_k / Σ_k N_k`` in GPflow's unconstrained space, as
     :class:`~gpflow_fed.federated.algorithms.FSGP` does. Each client keeps its own Adam moments and step count
     between rounds (``client.state["adam"]``, checkpointed with the client); the steps run on one compiled
-    loop shared by all clients (:class:`~gpflow_fed.baselines.shared_trainer.SharedAdamTrainer`).
+    loop shared by all clients (:class:`~gpflow_fed.federated.local_training.CompiledAdam` on one
+    :class:`~gpflow_fed.federated.local_training.SharedWorker`).
 
     Final phase ``"experts"``: the server sends the final ``w`` to every client, which sets its expert, an
     exact ``gpflow.models.GPR`` on its own data (``client.model``), to it and answers with an empty payload.
@@ -113,14 +124,10 @@ class FGP(Algorithm):
         self.local_steps = integer(local_steps, "FGP: local_steps", minimum=1)
         self.learning_rate = positive_float(learning_rate, "FGP: learning_rate")
         self.rule = rule
-        self._trainer: Optional[SharedAdamTrainer] = None
-        self._shared: Optional[SharedState] = None
-        #: the wire keys in the order of the trainer's variables (``model.trainable_variables``)
-        self._keys: Tuple[str, ...] = ()
+        #: one GPR and compiled Adam loop shared by every client, rebuilt by each run's :meth:`initial_state`
+        self._worker: Optional[SharedWorker[_Worker]] = None
         #: each set-up client's expert (its ``client.model``): the committee of :meth:`result` queries them
         self._experts: Dict[str, gpflow.models.GPR] = {}
-        #: serialises the clients' use of the trainer's scratch model (runtimes may run clients in threads)
-        self._lock: Optional[threading.Lock] = None
 
     # --- configuration -------------------------------------------------------------------------------
     def validate(self, dataset: Any) -> None:
@@ -152,26 +159,32 @@ class FGP(Algorithm):
         kernel = gpflow.utilities.deepcopy(self.kernel)
         return gpflow.models.GPR(data, kernel=kernel, noise_variance=self.noise_variance)
 
-    def initial_state(self, info: FederationInfo) -> FGPState:
-        trainer = SharedAdamTrainer(self._gpr, info.input_dim, info.output_dim, self.learning_rate, self.local_steps)
-        shared = SharedState.from_module(trainer.model, space="unconstrained")
+    def _build_worker(self, input_dim: int, output_dim: int) -> _Worker:
+        dtype = gpflow.default_float()
+        model = self._gpr((tf.zeros([1, input_dim], dtype), tf.zeros([1, output_dim], dtype)))  # data: arguments
+        trainer = CompiledAdam(model.trainable_variables, lambda X, Y: per_point_loss(model, X, Y), self.learning_rate)
+        shared = SharedState.from_module(model, space="unconstrained")
         position = {variable.ref(): i for i, variable in enumerate(trainer.variables)}
-        backing = {k: resolve_path(trainer.model, p).unconstrained_variable.ref() for k, p in shared.paths.items()}
+        backing = {k: resolve_path(model, p).unconstrained_variable.ref() for k, p in shared.paths.items()}
         if sorted(position[b] for b in backing.values()) != list(range(len(trainer.variables))):
             raise TypeError("FGP shares the GPR's trainable GPflow Parameters only (θ and σ²)")
-        self._keys = tuple(sorted(shared.keys, key=lambda k: position[backing[k]]))
-        self._trainer, self._shared, self._experts, self._lock = trainer, shared, {}, threading.Lock()
-        return FGPState(params=shared.read(trainer.model))
+        keys = tuple(sorted(shared.keys, key=lambda k: position[backing[k]]))
+        return _Worker(model, trainer, shared, keys)
+
+    def initial_state(self, info: FederationInfo) -> FGPState:
+        self._worker, self._experts = SharedWorker(self._build_worker), {}
+        worker = self._worker.get(info.input_dim, info.output_dim)
+        return FGPState(params=worker.shared.read(worker.model))
 
     def setup_client(self, client: Client, state: FGPState) -> None:
         """The client's expert (an exact GPR on its own data, ``client.model``) and a fresh Adam state.
 
-        The Adam state (step count, then the moments, as numpy arrays) lives in ``client.state["adam"]``, so it
-        is saved with the client's checkpoint; the steps run on the shared compiled trainer.
+        The Adam state (an :class:`~gpflow_fed.federated.local_training.AdamState`) lives in
+        ``client.state["adam"]``, so it is saved with the client's checkpoint; the steps run on the shared worker.
         """
-        assert self._trainer is not None
+        assert self._worker is not None
         client.model = self._gpr(tuple(tf.constant(a) for a in client.data))
-        client.state["adam"] = self._trainer.initial_adam()
+        client.state["adam"] = self._worker.get().trainer.initial_state()
         self._experts[client.id] = client.model
 
     # --- the round -----------------------------------------------------------------------------------
@@ -179,20 +192,23 @@ class FGP(Algorithm):
         return dict(state.params)
 
     def client_update(self, client: Client, broadcast: Message) -> Message:
-        assert self._trainer is not None and self._shared is not None and self._lock is not None
+        assert self._worker is not None
         weight = float(client.num_data)
         if broadcast.phase == TRAIN_PHASE:
-            values = [broadcast[k] for k in self._keys]
-            X, Y = client.data
-            with self._lock:  # one scratch model for every client: updates run one at a time
-                new_values, adam = self._trainer.train(X, Y, values, client.state["adam"])
-            if not all(np.all(np.isfinite(v)) for v in new_values):
+            dtype = gpflow.default_float()
+            X, Y = (tf.constant(a, dtype) for a in client.data)
+            with self._worker.use() as worker:  # one scratch model for every client: updates run one at a time
+                for variable, key in zip(worker.trainer.variables, worker.keys):
+                    variable.assign(broadcast[key])
+                _, adam = worker.trainer.fit(self.local_steps, client.state["adam"], X, Y)
+                updated = {key: variable.numpy() for key, variable in zip(worker.keys, worker.trainer.variables)}
+                wire_keys = worker.shared.keys
+            if not all(np.all(np.isfinite(v)) for v in updated.values()):
                 raise FloatingPointError(f"the local hyperparameters became non-finite after {self.local_steps} steps")
             client.state["adam"] = adam  # only a successful update changes the client's Adam state
-            updated = dict(zip(self._keys, new_values))
-            return self.reply(client, broadcast, {k: updated[k] for k in self._shared.keys}, weight)
+            return self.reply(client, broadcast, {k: updated[k] for k in wire_keys}, weight)
         if broadcast.phase == EXPERTS_PHASE:
-            self._shared.assign(client.model, dict(broadcast.arrays))
+            self._worker.get().shared.assign(client.model, dict(broadcast.arrays))
             return self.reply(client, broadcast, {}, weight)
         raise ValueError(f"FGP: unknown phase {broadcast.phase!r}")
 

@@ -20,10 +20,10 @@ from ..algorithm import TRAIN_PHASE, Aggregate, Algorithm, FederationInfo, Reply
 from ..client import Client
 from ..state import SharedState, resolve_path
 from .fsgp_statistics import ADJOINT_NAMES, STATISTIC_NAMES
-from .fsgp_utils import SGPRClientWorker, compiled_adam_loop, initial_inducing_inputs
+from .fsgp_utils import SGPRClientWorker, initial_inducing_inputs
 from .inducing_inputs import STANDARDISED_BOX, inducing_grid
 
-__all__ = ["FSGP", "FSGPState", "SGPRClientWorker", "compiled_adam_loop", "initial_inducing_inputs"]
+__all__ = ["FSGP", "FSGPState", "SGPRClientWorker", "initial_inducing_inputs"]
 
 MODES = ("fedavg", "exact")
 
@@ -358,9 +358,9 @@ class FSGP(Algorithm):
     def setup_client(self, client: Client, state: FSGPState) -> None:
         """The client's data as tensors and, in FedAvg, its own fresh Adam state (step 0, zero moments).
 
-        The client's Adam state lives in ``client.state["adam"]`` (``{"step", "moments"}`` numpy arrays, see
-        :meth:`SGPRClientWorker.initial_adam_state`), so it is saved with the client's checkpoint; the update
-        itself runs on the shared :class:`SGPRClientWorker` (traced once per run).
+        The client's Adam state lives in ``client.state["adam"]`` (an
+        :class:`~gpflow_fed.federated.local_training.AdamState` of numpy arrays), so it is saved with the client's
+        checkpoint; the update itself runs on the shared :class:`SGPRClientWorker` (traced once per run).
         """
         assert self._worker is not None
         client.state["fsgp"] = _ClientData(*(tf.constant(a) for a in client.data))

@@ -1,22 +1,22 @@
-"""Helpers of FSGP and its baselines: the paper's initial inducing inputs, a compiled Adam loop, and the
-SGPR client worker whose compiled functions every client of one federation shares."""
+"""Helpers of FSGP: the paper's initial inducing inputs and the SGPR client worker whose compiled functions every
+client of one federation shares."""
 
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Dict, List, Mapping, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Sequence, Tuple
 
 import gpflow
 import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes
-from gpflow.keras import tf_keras
 
 from ...validation import integer
+from ..local_training import AdamState, CompiledAdam
 from ..state import resolve_path
 from .fsgp_statistics import ADJOINT_NAMES, SGPRStatistics, sgpr_statistics, statistics_vjp
 
-__all__ = ["SGPRClientWorker", "adam_steps", "compiled_adam_loop", "initial_inducing_inputs"]
+__all__ = ["SGPRClientWorker", "initial_inducing_inputs"]
 
 
 def initial_inducing_inputs(X: np.ndarray, num_inducing: int, seed: int = 0) -> np.ndarray:
@@ -41,35 +41,9 @@ def initial_inducing_inputs(X: np.ndarray, num_inducing: int, seed: int = 0) -> 
     return X[np.sort(rows)].copy()
 
 
-def adam_steps(loss: Callable[[], tf.Tensor], variables: Sequence[tf.Variable], optimizer: Any, steps: int) -> tf.Tensor:
-    """``steps`` calls of ``optimizer.minimize(loss, variables)`` as one ``tf.while_loop`` (call it inside a
-    ``tf.function``; build the optimizer on ``variables`` first). Returns the step count."""
-
-    def body(i: tf.Tensor) -> Tuple[tf.Tensor]:
-        optimizer.minimize(loss, variables)
-        return (i + 1,)
-
-    return tf.while_loop(lambda i: i < steps, body, (tf.constant(0),))[0]
-
-
-def compiled_adam_loop(
-    loss: Callable[[], tf.Tensor], variables: Sequence[tf.Variable], optimizer: Any, steps: int
-) -> Callable[[], tf.Tensor]:
-    """A ``tf.function`` running ``steps`` ``optimizer.minimize(loss, variables)`` in one ``tf.while_loop``.
-
-    Traced without AutoGraph (the loop is an explicit ``tf.while_loop``), which makes tracing several times
-    faster than converting GPflow's code; build the optimizer on ``variables`` first. Returns the step count.
-    """
-
-    @tf.function(autograph=False)
-    def loop() -> tf.Tensor:
-        return adam_steps(loss, variables, optimizer, steps)
-
-    return loop
-
-
 class SGPRClientWorker:
-    r"""One SGPR and one ``tf_keras`` Adam whose compiled functions serve every client of a federation.
+    r"""One SGPR and one :class:`~gpflow_fed.federated.local_training.CompiledAdam` whose compiled functions serve
+    every client of a federation.
 
     A client's work in FSGP (Guo et al., Algorithm 1, lines 5–9; eqs. 9, 14–15) depends on the client only
     through its data ``(X_k, Y_k)``, the broadcast ``w = (θ, σ², Z)`` and, in FedAvg, its own Adam state.
@@ -78,9 +52,9 @@ class SGPRClientWorker:
     turns ~K seconds of tracing into ~1 second. The worker's model and optimizer are scratch space: every
     call first loads the client's values into them and returns everything the client keeps.
 
-    * :meth:`train`: load w and the client's Adam moments and step count, take P Adam steps on
-      ``F_k(w) = ELBO_k(w) / N_k`` (eq. 9; the same ``tf_keras`` Adam update a per-client optimizer would
-      take), return the new w, the new Adam state and ``F_k`` at the new w;
+    * :meth:`train`: load w and the client's :class:`~gpflow_fed.federated.local_training.AdamState`, take P
+      Adam steps on ``F_k(w) = ELBO_k(w) / N_k`` (eq. 9; the same ``tf_keras`` Adam update a per-client
+      optimizer would take), return the new w, the new Adam state and ``F_k`` at the new w;
     * :meth:`statistics`: the client's statistics at w (eqs. 14–17; whitened if ``whiten``);
     * :meth:`vjp`: the client's vector-Jacobian product of the statistics (exact mode).
 
@@ -126,18 +100,16 @@ class SGPRClientWorker:
             if not isinstance(parameter, gpflow.Parameter):
                 raise TypeError(f"FSGP shares GPflow Parameters only; {path!r} is a {type(parameter).__name__}")
             self.shared.append(parameter.unconstrained_variable)
-        self.trainable = list(self.model.trainable_variables)
-        self.optimizer = tf_keras.optimizers.Adam(learning_rate=learning_rate)
-        self.optimizer.build(self.trainable)
-        self.step, *self.moments = self.optimizer.variables  # the step count, then Adam's m and v of each variable
-        if self.step.dtype != tf.int64 or any(m.dtype != dtype for m in self.moments):
-            raise TypeError("SGPRClientWorker expects a tf_keras Adam with an int64 step count and float moments")
+        # the data are the worker's variables: X and Y only give N_k here
+        per_point = lambda X, Y: self.model.training_loss() / tf.cast(tf.shape(Y)[0], dtype)  # noqa: E731
+        self.trainer = CompiledAdam(self.model.trainable_variables, per_point, learning_rate)
         self.local_steps = int(local_steps)
         self.whiten = bool(whiten)
         # Values and moments travel as one flat vector each: a compiled call's overhead grows with its arguments.
         self._value_shapes = [tuple(v.shape) for v in self.shared]
         self._value_sizes = [int(np.prod(shape)) for shape in self._value_shapes]
-        self._moment_size = int(sum(int(np.prod(m.shape)) for m in self.moments))
+        self._moment_shapes = [tuple(m.shape) for m in self.trainer.slots[1:]]
+        self._moment_size = int(sum(int(np.prod(shape)) for shape in self._moment_shapes))
         data = [tf.TensorSpec([None, D], dtype), tf.TensorSpec([None, self.output_dim], dtype)]
         values = tf.TensorSpec([sum(self._value_sizes)], dtype)
         adam = [tf.TensorSpec([], tf.int64), tf.TensorSpec([self._moment_size], dtype)]
@@ -156,10 +128,13 @@ class SGPRClientWorker:
 
     # --- the compiled bodies ----------------------------------------------------------------------------
     @staticmethod
-    def _assign_flat(variables: Sequence[tf.Variable], vector: tf.Tensor) -> None:
-        sizes = [int(np.prod(v.shape)) for v in variables]
-        for variable, part in zip(variables, tf.split(vector, sizes)):
-            variable.assign(tf.reshape(part, variable.shape))
+    def _split(vector: tf.Tensor, shapes: Sequence[Tuple[int, ...]]) -> List[tf.Tensor]:
+        parts = tf.split(vector, [int(np.prod(shape)) for shape in shapes])
+        return [tf.reshape(part, shape) for part, shape in zip(parts, shapes)]
+
+    def _assign_flat(self, variables: Sequence[tf.Variable], vector: tf.Tensor) -> None:
+        for variable, value in zip(variables, self._split(vector, [tuple(v.shape) for v in variables])):
+            variable.assign(value)
 
     @staticmethod
     def _flat(tensors: Sequence[tf.Tensor]) -> tf.Tensor:
@@ -171,14 +146,12 @@ class SGPRClientWorker:
         self._X.assign(X)
         self._Y.assign(Y)
         self._assign_flat(self.shared, values)
-        self.step.assign(step)
-        self._assign_flat(self.moments, moments)
-        num_data = tf.cast(tf.shape(Y)[0], gpflow.default_float())
-        adam_steps(lambda: self.model.training_loss() / num_data, self.trainable, self.optimizer, self.local_steps)
+        _, (new_step, *new_moments) = self.trainer.steps(
+            self.local_steps, [step, *self._split(moments, self._moment_shapes)], (X, Y)
+        )
         # automatic control dependencies order these reads after the steps
-        bound = self.model.elbo() / num_data
-        floats = self._flat([v.read_value() for v in self.shared] + [m.read_value() for m in self.moments] + [bound])
-        return floats, self.step.read_value()
+        bound = self.model.elbo() / tf.cast(tf.shape(Y)[0], gpflow.default_float())
+        return self._flat([v.read_value() for v in self.shared] + new_moments + [bound]), new_step
 
     def _statistics(self, X: tf.Tensor, Y: tf.Tensor, values: tf.Tensor) -> SGPRStatistics:
         self._assign_flat(self.shared, values)
@@ -199,33 +172,33 @@ class SGPRClientWorker:
                 raise ValueError(f"a shared value has shape {np.shape(value)}, expected {shape}")
         return np.concatenate([np.ravel(v) for v in values]).astype(gpflow.default_float(), copy=False)
 
-    def _unpack(self, vector: np.ndarray) -> List[np.ndarray]:
-        parts = np.split(vector, np.cumsum(self._value_sizes)[:-1])
-        return [part.reshape(shape) for part, shape in zip(parts, self._value_shapes)]
+    @staticmethod
+    def _unpack(vector: np.ndarray, shapes: Sequence[Tuple[int, ...]]) -> List[np.ndarray]:
+        parts = np.split(vector, np.cumsum([int(np.prod(shape)) for shape in shapes])[:-1])
+        return [part.reshape(shape) for part, shape in zip(parts, shapes)]
 
-    def initial_adam_state(self) -> Dict[str, np.ndarray]:
-        """A fresh client's Adam state: ``{"step": 0, "moments": zeros}`` (m and v of every trainable
-        variable, flattened in the optimizer's order); plain arrays, so checkpoints save them."""
-        return {"step": np.zeros((), np.int64), "moments": np.zeros(self._moment_size, gpflow.default_float())}
+    def initial_adam_state(self) -> AdamState:
+        """A fresh client's Adam state: step 0 and zero moments (m and v of every trainable variable)."""
+        return self.trainer.initial_state()
 
     @check_shapes("X: [N, D]", "Y: [N, P]")
     def train(
-        self, X: tf.Tensor, Y: tf.Tensor, values: Sequence[np.ndarray], adam: Mapping[str, np.ndarray]
-    ) -> Tuple[List[np.ndarray], Dict[str, np.ndarray], float]:
+        self, X: tf.Tensor, Y: tf.Tensor, values: Sequence[np.ndarray], adam: AdamState
+    ) -> Tuple[List[np.ndarray], AdamState, float]:
         """P Adam steps from w = ``values`` with the client's Adam state ``adam`` (see
         :meth:`initial_adam_state`).
 
         :return: the new w, the new Adam state and the local bound ``F_k = ELBO_k / N_k`` at the new w.
+        :raises ValueError: values or Adam moments of the wrong shapes.
         """
-        moments = np.asarray(adam["moments"])
-        if moments.shape != (self._moment_size,):
-            raise ValueError(f"Adam moments have shape {moments.shape}, expected ({self._moment_size},)")
+        self.trainer.check(adam)
+        moments = np.concatenate([np.ravel(m) for m in adam.moments])
         with self._lock:
-            floats, step = self.functions["train"](X, Y, self._pack(values), np.asarray(adam["step"]), moments)
+            floats, step = self.functions["train"](X, Y, self._pack(values), np.asarray(adam.iterations), moments)
         floats = floats.numpy()
         V = sum(self._value_sizes)
-        new_adam = {"step": step.numpy(), "moments": floats[V:-1]}
-        return self._unpack(floats[:V]), new_adam, float(floats[-1])
+        new_adam = AdamState(iterations=step.numpy(), moments=tuple(self._unpack(floats[V:-1], self._moment_shapes)))
+        return self._unpack(floats[:V], self._value_shapes), new_adam, float(floats[-1])
 
     @check_shapes("X: [N, D]", "Y: [N, P]")
     def statistics(self, X: tf.Tensor, Y: tf.Tensor, values: Sequence[np.ndarray]) -> Dict[str, np.ndarray]:

@@ -26,6 +26,7 @@ from ...inducing_variables import S_FLOOR, GaussianInducingPoints, NaturalFactor
 from ...inducing_variables.natural_factor import natural_whitened_terms
 from ...models.dpo_svgp import dpo_free_energy_terms
 from ...posteriors import LogNormalHyperparameters
+from ..local_training import adam_steps
 from ..algorithms.pvi_factors import NaturalGaussian
 
 MAX_JITTER = 1e-2
@@ -223,21 +224,12 @@ class LocalProblem:
         if which not in self._steps:
             variables = self.trainables(which)
             point_Z = which != "all" or self.mode == "point"
-            dtype = gpflow.default_float()
 
-            @tf.function
             def steps(n: tf.Tensor) -> tf.Tensor:
-                losses = tf.TensorArray(dtype, size=n)
-                for i in tf.range(n):
-                    with tf.GradientTape() as tape:
-                        loss = -self.free_energy(point_Z)
-                    grads = tape.gradient(loss, variables)
-                    self.optimizer.apply_gradients(zip(grads, variables))
-                    self.counter.assign_add(1)
-                    losses = losses.write(i, loss)
-                return losses.stack()
+                loss = lambda: -self.free_energy(point_Z)  # noqa: E731
+                return adam_steps(loss, variables, self.optimizer, n, after_step=lambda: self.counter.assign_add(1))
 
-            self._steps[which] = steps
+            self._steps[which] = tf.function(steps, autograph=False)
         return self._steps[which]
 
     def fit(self, which: str, max_steps: int, patience: int, smoothing: int = 20) -> Tuple[float, int]:

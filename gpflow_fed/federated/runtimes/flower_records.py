@@ -14,7 +14,7 @@ conversion is lossless: ``recorddict_to_message(message_to_recorddict(m)) == m``
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Tuple
+from typing import Any, Mapping, Tuple
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict

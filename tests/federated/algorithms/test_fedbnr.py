@@ -144,9 +144,9 @@ def test_compiled_equals_eager_and_traces_once(aggregation: str) -> None:
         np.testing.assert_allclose(value, results[1].state.values[key], rtol=1e-10, atol=1e-10, err_msg=key)
     for a, b in zip(results[0].model.predict_y(X), results[1].model.predict_y(X)):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-10, atol=1e-10)
-    assert algos[0]._local()[1]._compiled.experimental_get_tracing_count() == 1
+    assert algos[0]._worker.get().trainer.tracing_count() == 1
     if aggregation == "kd":
-        assert algos[0]._kd_trainer._compiled.experimental_get_tracing_count() == 1
+        assert algos[0]._kd.get().trainer.tracing_count() == 1
 
 
 def test_kd_target_is_the_mean_client_gram() -> None:

@@ -7,10 +7,9 @@ import numpy as np
 import pytest
 from gpflow.keras import tf_keras
 
-from gpflow_fed.baselines import FedAvgNN, NeuralRegression, PersonalisedGP
 from gpflow_fed.data import FederatedDataset
 from gpflow_fed.federated import run
-from gpflow_fed.federated.algorithms import FedBNR
+from gpflow_fed.federated.algorithms import FedAvgNN, NeuralRegression, PersonalisedGP
 from gpflow_fed.kernels import DeepKernel
 
 RNG = np.random.default_rng(5)

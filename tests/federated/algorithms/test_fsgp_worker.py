@@ -9,6 +9,7 @@ from gpflow_fed.data import FederatedDataset
 from gpflow_fed.federated import LocalRuntime, Message, run
 from gpflow_fed.federated.algorithms import FSGP
 from gpflow_fed.federated.algorithms.fsgp_utils import SGPRClientWorker
+from gpflow_fed.federated.local_training import AdamState
 
 
 def _dataset(sizes=(7, 13, 20), seed=0):
@@ -77,12 +78,12 @@ def test_each_client_keeps_its_own_adam_state_and_a_failed_update_leaves_it_alon
     asked = {cid: len(result.ledger.select(direction="up", phase="train", sender=cid)) for cid in algorithm.clients}
     assert sum(asked.values()) == 2 * 4 and len(set(asked.values())) > 1  # ⌈3 · 0.34⌉ = 2 a round, unequally
     for cid, client in algorithm.clients.items():
-        assert int(client.state["adam"]["step"]) == steps * asked[cid]  # its own step count, nobody else's
-    trained = [c.state["adam"]["moments"] for cid, c in algorithm.clients.items() if asked[cid] > 0]
+        assert int(client.state["adam"].iterations) == steps * asked[cid]  # its own step count, nobody else's
+    trained = [np.concatenate([np.ravel(m) for m in c.state["adam"].moments]) for cid, c in algorithm.clients.items() if asked[cid] > 0]
     assert len(trained) >= 2 and not np.allclose(trained[0], trained[1])
 
     client = next(c for cid, c in algorithm.clients.items() if asked[cid] > 0)
-    before = {k: np.array(v) for k, v in client.state["adam"].items()}
+    before = [np.array(a) for a in (client.state["adam"].iterations, *client.state["adam"].moments)]
     worker = algorithm.worker
 
     def diverging(X, Y, values, adam):
@@ -93,8 +94,9 @@ def test_each_client_keeps_its_own_adam_state_and_a_failed_update_leaves_it_alon
     down = Message(sender="server", round=9, phase="train", arrays=dict(result.state.params), weight=0.0)
     with pytest.raises(FloatingPointError, match="local bound became nan"):
         algorithm.client_update(client, down)
-    for k, v in before.items():
-        np.testing.assert_array_equal(client.state["adam"][k], v)
+    after = client.state["adam"]
+    for a, b in zip((after.iterations, *after.moments), before):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_worker_rejects_values_of_the_wrong_shape():
@@ -105,13 +107,15 @@ def test_worker_rejects_values_of_the_wrong_shape():
     X, Y = np.zeros((4, 1)), np.zeros((4, 1))
     values = [np.zeros((3, 1)), np.zeros(()), np.zeros(()), np.zeros(())]
     adam = worker.initial_adam_state()
-    assert adam["step"] == 0 and adam["moments"].shape == (2 * (3 + 1 + 1 + 1),)
+    assert adam.iterations == 0 and sum(m.size for m in adam.moments) == 2 * (3 + 1 + 1 + 1)
     with pytest.raises(ValueError, match=r"shape \(2, 1\), expected \(3, 1\)"):
         worker.statistics(X, Y, [np.zeros((2, 1))] + values[1:])
     with pytest.raises(ValueError, match="expected 4 shared values"):
         worker.statistics(X, Y, values[:3])
-    with pytest.raises(ValueError, match="Adam moments have shape"):
-        worker.train(X, Y, values, {"step": adam["step"], "moments": np.zeros(3)})
+    with pytest.raises(ValueError, match="Adam moments have shapes"):
+        worker.train(X, Y, values, AdamState(adam.iterations, (np.zeros(3),)))
+    with pytest.raises(TypeError, match="expected an AdamState"):
+        worker.train(X, Y, values, {"step": adam.iterations, "moments": adam.moments})
 
 
 def test_whitened_prediction_statistics_match_and_have_a_public_bound():

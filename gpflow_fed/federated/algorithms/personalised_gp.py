@@ -16,7 +16,7 @@ of the client models (a global read-out of personalised models, which is what th
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Dict, Final, Mapping, Optional, Sequence, Tuple
+from typing import Any, Final, Mapping, Optional, Sequence, Tuple
 
 import gpflow
 import numpy as np
@@ -24,12 +24,12 @@ import tensorflow as tf
 from check_shapes import check_shapes, inherit_check_shapes
 from gpflow.keras import tf_keras
 
-from ..federated.algorithm import TRAIN_PHASE, Aggregate, Algorithm, FederationInfo
-from ..federated.algorithms.compiled_training import CompiledAdam, deepcopy_without
-from ..federated.client import Client
-from ..federated.messages import Message
-from ..federated.state import SharedState
-from ..validation import integer, positive_float
+from ..algorithm import TRAIN_PHASE, Aggregate, Algorithm, FederationInfo
+from ..client import Client
+from ..local_training import CompiledAdam, SharedWorker, per_point_loss
+from ..messages import Message
+from ..state import SharedState
+from ...validation import integer, positive_float
 
 __all__ = ["PersonalisedGP", "PersonalisedGPState", "PersonalisedGPs"]
 
@@ -139,7 +139,7 @@ class PersonalisedGP(Algorithm):
         keras = {f"kernel.{n}": f"kernel.{n}" for n in ("feature_extractor",) if isinstance(getattr(kernel, n, None), tf_keras.layers.Layer)}
         self.shared = SharedState({**SharedState.from_module(template, exclude=tuple(keras)).paths, **keras})
         self._template = template
-        self._worker: Optional[Tuple[gpflow.models.SGPR, CompiledAdam]] = None
+        self._worker = SharedWorker(self._client_worker)
 
     def _model(self, data: Tuple[np.ndarray, np.ndarray]) -> gpflow.models.SGPR:
         return gpflow.models.SGPR(data, gpflow.utilities.deepcopy(self.kernel), self.Z.copy(), noise_variance=self.noise_variance)
@@ -157,39 +157,24 @@ class PersonalisedGP(Algorithm):
     def initial_state(self, info: FederationInfo) -> PersonalisedGPState:
         return PersonalisedGPState(values=self.shared.read(self._template))
 
-    def _local(self) -> Tuple[gpflow.models.SGPR, CompiledAdam]:
-        """The clients' shared worker SGPR and its compiled Adam loop (built once, traced once). The loss reads
-        the client's data from its arguments: they stand in for the worker's data while the loop is traced."""
-        if self._worker is None:
-            worker = self._model((self.Z[:1], np.zeros((1, 1))))
-
-            def loss(X: tf.Tensor, Y: tf.Tensor) -> tf.Tensor:
-                placeholder = worker.data
-                worker.data = (X, Y)
-                try:
-                    return worker.training_loss() / tf.cast(tf.shape(X)[0], gpflow.default_float())
-                finally:
-                    worker.data = placeholder
-
-            self._worker = (worker, CompiledAdam(worker.trainable_variables, loss, self.learning_rate))
-        return self._worker
+    def _client_worker(self) -> Tuple[gpflow.models.SGPR, CompiledAdam]:
+        """The clients' shared worker SGPR and its compiled Adam loop (built once, traced once), on the client's
+        data given as arguments."""
+        worker = self._model((self.Z[:1], np.zeros((1, 1))))
+        return worker, CompiledAdam(worker.trainable_variables, lambda X, Y: per_point_loss(worker, X, Y), self.learning_rate)
 
     def setup_client(self, client: Client, state: PersonalisedGPState) -> None:
         """The client's own Adam state (its steps run on the shared compiled worker, see
-        :mod:`~gpflow_fed.federated.algorithms.compiled_training`) and its data as tensors."""
-        _, trainer = self._local()
+        :mod:`~gpflow_fed.federated.local_training`) and its data as tensors."""
+        _, trainer = self._worker.get()
         client.state["adam"] = trainer.initial_state()
         client.state["tensors"] = tuple(tf.constant(a) for a in client.data)
-
-    def __deepcopy__(self, memo: Dict[int, Any]) -> "Algorithm":
-        return deepcopy_without(self, memo, ("_worker",))
 
     def broadcast(self, state: PersonalisedGPState, round: int, phase: str) -> Mapping[str, np.ndarray]:
         return dict(state.values)
 
     def client_update(self, client: Client, broadcast: Message) -> Message:
-        model, trainer = self._local()
-        with trainer.lock:  # one shared worker: client updates run one at a time
+        with self._worker.use() as (model, trainer):  # one shared worker: client updates run one at a time
             self.shared.assign(model, dict(broadcast.arrays))
             X, Y = client.state["tensors"]
             if broadcast.phase == PERSONAL_PHASE:
@@ -198,8 +183,9 @@ class PersonalisedGP(Algorithm):
                     "kuf_kfu": tf.linalg.matmul(kuf, kuf, transpose_b=True).numpy(),
                     "kuf_y": tf.linalg.matmul(kuf, Y).numpy(),
                 })
-            loss, client.state["adam"] = trainer.fit(self.local_steps, client.state["adam"], X, Y)
-            return self.reply(client, broadcast, self.shared.read(model), weight=client.num_data, metrics={"neg_elbo_per_point": loss})
+            losses, client.state["adam"] = trainer.fit(self.local_steps, client.state["adam"], X, Y)
+            return self.reply(client, broadcast, self.shared.read(model), weight=client.num_data,
+                              metrics={"neg_elbo_per_point": float(losses[-1])})
 
     def server_update(self, state: PersonalisedGPState, aggregate: Aggregate) -> PersonalisedGPState:
         if aggregate.phase == PERSONAL_PHASE:

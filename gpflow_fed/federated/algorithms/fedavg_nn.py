@@ -13,7 +13,7 @@ returned model has the maximum-likelihood noise variance ``σ² = Σ_c SSE_c / N
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Dict, Final, Mapping, Optional, Tuple
+from typing import Any, Callable, Final, Mapping, Optional, Tuple
 
 import gpflow
 import numpy as np
@@ -22,12 +22,12 @@ from check_shapes import inherit_check_shapes
 from gpflow.keras import tf_keras
 from gpflow.models.training_mixins import InternalDataTrainingLossMixin
 
-from ..federated.algorithm import TRAIN_PHASE, Aggregate, Algorithm, FederationInfo
-from ..federated.algorithms.compiled_training import CompiledAdam, deepcopy_without
-from ..federated.client import Client
-from ..federated.messages import Message
-from ..federated.state import SharedState
-from ..validation import integer, non_negative_float, positive_float
+from ..algorithm import TRAIN_PHASE, Aggregate, Algorithm, FederationInfo
+from ..client import Client
+from ..local_training import CompiledAdam, SharedWorker
+from ..messages import Message
+from ..state import SharedState
+from ...validation import integer, non_negative_float, positive_float
 
 __all__ = ["FedAvgNN", "FedAvgNNState", "NetworkMean", "NeuralRegression"]
 
@@ -130,7 +130,7 @@ class FedAvgNN(Algorithm):
         self.proximal_mu = float(proximal_mu)
         self.shared = SharedState({"network": "mean_function.network"}, space="constrained")
         self._server: Optional[NeuralRegression] = None
-        self._worker: Optional[Tuple[NeuralRegression, CompiledAdam]] = None
+        self._worker = SharedWorker(self._client_worker)
 
     def _network(self, input_dim: int) -> tf_keras.Model:
         net = self.network_factory()
@@ -150,49 +150,44 @@ class FedAvgNN(Algorithm):
             raise ValueError(f"the network must map [N, D] to [N, P={info.output_dim}], got output shape {out.shape}")
         return FedAvgNNState(values=self.shared.read(self._server))
 
-    def _local(self, input_dim: int, output_dim: int) -> Tuple[NeuralRegression, CompiledAdam]:
+    def _client_worker(self, input_dim: int, output_dim: int) -> Tuple[NeuralRegression, CompiledAdam]:
         """The clients' shared worker network and its compiled Adam loop (built once, traced once)."""
-        if self._worker is None:
-            worker = NeuralRegression(None, self._network(input_dim), num_outputs=output_dim)
-            network = worker.mean_function.network
-            mu = self.proximal_mu
+        worker = NeuralRegression(None, self._network(input_dim), num_outputs=output_dim)
+        network = worker.mean_function.network
+        mu = self.proximal_mu
 
-            def loss(X: tf.Tensor, Y: tf.Tensor, *anchors: tf.Tensor) -> tf.Tensor:
-                mse = tf.reduce_mean(tf.square(Y - worker.mean_function(X)))
-                if mu > 0:
-                    proximal = tf.add_n([tf.reduce_sum(tf.square(tf.cast(w - a, gpflow.default_float())))
-                                         for w, a in zip(network.trainable_weights, anchors)])
-                    return mse + 0.5 * mu * proximal
-                return mse
+        def loss(X: tf.Tensor, Y: tf.Tensor, *anchors: tf.Tensor) -> tf.Tensor:
+            mse = tf.reduce_mean(tf.square(Y - worker.mean_function(X)))
+            if mu > 0:
+                proximal = tf.add_n([tf.reduce_sum(tf.square(tf.cast(w - a, gpflow.default_float())))
+                                     for w, a in zip(network.trainable_weights, anchors)])
+                return mse + 0.5 * mu * proximal
+            return mse
 
-            self._worker = (worker, CompiledAdam(network.trainable_weights, loss, self.learning_rate))
-        return self._worker
+        return worker, CompiledAdam(network.trainable_weights, loss, self.learning_rate)
 
     def setup_client(self, client: Client, state: FedAvgNNState) -> None:
         """The client's own Adam state (its steps run on the shared compiled worker, see
-        :mod:`~gpflow_fed.federated.algorithms.compiled_training`) and its data as tensors."""
+        :mod:`~gpflow_fed.federated.local_training`) and its data as tensors."""
         X, Y = client.data
-        _, trainer = self._local(X.shape[1], Y.shape[1])
+        _, trainer = self._worker.get(X.shape[1], Y.shape[1])
         client.state["adam"] = trainer.initial_state()
         client.state["tensors"] = (tf.constant(X), tf.constant(Y))
-
-    def __deepcopy__(self, memo: Dict[int, Any]) -> "Algorithm":
-        return deepcopy_without(self, memo, ("_worker",))
 
     def broadcast(self, state: FedAvgNNState, round: int, phase: str) -> Mapping[str, np.ndarray]:
         return dict(state.values)
 
     def client_update(self, client: Client, broadcast: Message) -> Message:
-        worker, trainer = self._local(*(a.shape[1] for a in client.data))
-        with trainer.lock:  # one shared worker: client updates run one at a time
+        with self._worker.use(*(a.shape[1] for a in client.data)) as (worker, trainer):  # one client at a time
             self.shared.assign(worker, dict(broadcast.arrays))
             X, Y = client.state["tensors"]
             if broadcast.phase == NOISE_PHASE:
                 sse = float(tf.reduce_sum(tf.square(Y - worker.mean_function(X))))
                 return self.reply(client, broadcast, {"sse": np.array(sse), "num_data": np.array(float(client.num_data))})
             anchors = [tf.constant(w) for w in worker.mean_function.network.trainable_weights]  # the global weights
-            loss, client.state["adam"] = trainer.fit(self.local_steps, client.state["adam"], X, Y, *anchors)
-            return self.reply(client, broadcast, self.shared.read(worker), weight=client.num_data, metrics={"loss": loss})
+            losses, client.state["adam"] = trainer.fit(self.local_steps, client.state["adam"], X, Y, *anchors)
+            return self.reply(client, broadcast, self.shared.read(worker), weight=client.num_data,
+                              metrics={"loss": float(losses[-1])})
 
     def server_update(self, state: FedAvgNNState, aggregate: Aggregate) -> FedAvgNNState:
         if aggregate.phase == NOISE_PHASE:
