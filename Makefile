@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-$(shell cksum setup.cfg | cut -d' ' -f1)
 PYTEST_ARGS ?=
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: install run test test-slow test-all docs bench clean
+.PHONY: install run test test-slow test-all lint format docs bench clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,15 @@ test-slow: $(STAMP)
 
 test-all: $(STAMP)
 	GPFLOW_FED_NO_SKIPS=1 $(PY) -m pytest -n 2 $(PYTEST_ARGS)
+
+## Formatting and lint (ruff, configured in pyproject.toml); CI runs it before the tests. `make format` fixes.
+lint: $(STAMP)
+	$(VENV)/bin/ruff format --check
+	$(VENV)/bin/ruff check
+
+format: $(STAMP)
+	$(VENV)/bin/ruff format
+	$(VENV)/bin/ruff check --fix
 
 docs: $(STAMP)
 	$(VENV)/bin/sphinx-build -W --keep-going -b html docs docs/_build/html

@@ -67,7 +67,9 @@ def main(argv: Any = None) -> None:
         "LocalRuntime": lambda: LocalRuntime(),
         "DistributeRuntime, OneDeviceStrategy (CPU:0)": lambda: DistributeRuntime(one_device),
         f"DistributeRuntime, MirroredStrategy ({args.devices} CPUs)": lambda: DistributeRuntime(strategy),
-        f"DistributeRuntime, MirroredStrategy ({args.devices} CPUs), threads": lambda: DistributeRuntime(strategy, threads=True),
+        f"DistributeRuntime, MirroredStrategy ({args.devices} CPUs), threads": lambda: DistributeRuntime(
+            strategy, threads=True
+        ),
     }
     gpus = [f"/gpu:{i}" for i, _ in enumerate(tf.config.list_logical_devices("GPU"))]
     if gpus:
@@ -79,7 +81,9 @@ def main(argv: Any = None) -> None:
 
     def job() -> FSGP:
         kernel = gpflow.kernels.SquaredExponential(lengthscales=[1.0, 1.0])
-        return FSGP(kernel, Z, 0.1, rounds=args.rounds, local_steps=args.local_steps, learning_rate=0.05, mode=args.mode)
+        return FSGP(
+            kernel, Z, 0.1, rounds=args.rounds, local_steps=args.local_steps, learning_rate=0.05, mode=args.mode
+        )
 
     seconds: Dict[str, List[float]] = {name: [] for name in runtimes}
     means: Dict[str, np.ndarray] = {}
@@ -90,7 +94,10 @@ def main(argv: Any = None) -> None:
             means[name] = result.model.predict_f(Xs)[0].numpy()
 
     reference = float(np.median(seconds["LocalRuntime"]))
-    print(f"FSGP {args.mode}: K={K}, N_k={N_k}, M={M}, P={args.local_steps}, {args.rounds} rounds × {args.repeats} repeats")
+    print(
+        f"FSGP {args.mode}: K={K}, N_k={N_k}, M={M}, P={args.local_steps}, {args.rounds} rounds × {args.repeats} "
+        "repeats"
+    )
     print()
     print("| runtime | s / round (median) | ratio to LocalRuntime | max rel. diff. of predictive mean |")
     print("|---|---|---|---|")

@@ -38,8 +38,9 @@ def example_dataset(num_clients: int, points: int, seed: int = 0) -> FederatedDa
     data = fsgp_synthetic_1(seed=seed, num_train=num_clients * points)
     parts = iid_partition(len(data.X_train), num_clients, seed=seed)
     X, Y = data.X_train / 10.0, np.clip(data.Y_train / SCALE, -Y_BOUND, Y_BOUND)
-    return FederatedDataset(clients=[(X[p], Y[p]) for p in parts], test=(data.X_test / 10.0, data.Y_test / SCALE),
-                            name="fsgp-1 scaled")
+    return FederatedDataset(
+        clients=[(X[p], Y[p]) for p in parts], test=(data.X_test / 10.0, data.Y_test / SCALE), name="fsgp-1 scaled"
+    )
 
 
 def public_clip_norm(points: int) -> float:
@@ -50,29 +51,52 @@ def public_clip_norm(points: int) -> float:
 
 def fedbnr(seed: int = 0) -> FedBNR:
     """FedBNR phase 2 only: public URK hyperparameters, the exact global last layer from one summed release."""
-    kernel = URK(1, num_samples=FEATURES, seed=seed, variance=VARIANCE,
-                 feature_map_options={"lengthscales": LENGTHSCALE})
+    kernel = URK(
+        1, num_samples=FEATURES, seed=seed, variance=VARIANCE, feature_map_options={"lengthscales": LENGTHSCALE}
+    )
     return FedBNR(kernel, noise_variance=(0.5 / SCALE) ** 2, prior_variance=1.0, rounds=0, protocol="statistics")
 
 
-def measure(num_clients: int, points: int, epsilon: float, draws: int, seed: int = 0,
-            tolerance: float = 1e-3) -> Dict[str, Any]:
+def measure(
+    num_clients: int, points: int, epsilon: float, draws: int, seed: int = 0, tolerance: float = 1e-3
+) -> Dict[str, Any]:
     """The no-DP run and ``draws`` DP runs at the target ε (RMSE, NLPD in data units; ε spent)."""
     dataset = example_dataset(num_clients, points, seed)
-    dp = DifferentialPrivacy.for_target(epsilon, 1e-5, clip_norm=public_clip_norm(points), num_clients=num_clients,
-                                        rounds=0, final_sums=1, phases=("scatter",), accountant="pld",
-                                        tolerance=tolerance)
+    dp = DifferentialPrivacy.for_target(
+        epsilon,
+        1e-5,
+        clip_norm=public_clip_norm(points),
+        num_clients=num_clients,
+        rounds=0,
+        final_sums=1,
+        phases=("scatter",),
+        accountant="pld",
+        tolerance=tolerance,
+    )
     exact = run(fedbnr(seed), dataset, seed=seed)
     rows = []
     for draw in range(draws):
         result = run(fedbnr(seed), dataset, runtime=LocalRuntime(differential_privacy=dp), seed=seed + draw)
-        rows.append({"epsilon": float(result.privacy["epsilon"]), "test_rmse": SCALE * result.metrics["test_rmse"],
-                     "test_nlpd": result.metrics["test_nlpd"] + math.log(SCALE)})
+        rows.append(
+            {
+                "epsilon": float(result.privacy["epsilon"]),
+                "test_rmse": SCALE * result.metrics["test_rmse"],
+                "test_nlpd": result.metrics["test_nlpd"] + math.log(SCALE),
+            }
+        )
     return {
-        "clients": num_clients, "points_per_client": points, "target_epsilon": epsilon, "delta": 1e-5,
-        "noise_multiplier": dp.noise_multiplier, "clip_norm": dp.clip_norm,
-        "no_dp": {"test_rmse": SCALE * exact.metrics["test_rmse"], "test_nlpd": exact.metrics["test_nlpd"] + math.log(SCALE)},
-        "constant_rmse": float(SCALE * np.std(dataset.test[1])), "draws": rows,
+        "clients": num_clients,
+        "points_per_client": points,
+        "target_epsilon": epsilon,
+        "delta": 1e-5,
+        "noise_multiplier": dp.noise_multiplier,
+        "clip_norm": dp.clip_norm,
+        "no_dp": {
+            "test_rmse": SCALE * exact.metrics["test_rmse"],
+            "test_nlpd": exact.metrics["test_nlpd"] + math.log(SCALE),
+        },
+        "constant_rmse": float(SCALE * np.std(dataset.test[1])),
+        "draws": rows,
     }
 
 
@@ -88,8 +112,10 @@ def main(argv: Sequence[str] = ()) -> None:
     start = time.perf_counter()
     out = measure(args.clients, args.points, args.epsilon, args.draws, tolerance=args.tolerance)
     out["seconds"] = time.perf_counter() - start
-    print(f"K = {out['clients']} clients × {out['points_per_client']} points, target ε = {args.epsilon:g} "
-          f"(δ = 1e-5): z = {out['noise_multiplier']:.4g}, C = {out['clip_norm']:.4g}\n")
+    print(
+        f"K = {out['clients']} clients × {out['points_per_client']} points, target ε = {args.epsilon:g} "
+        f"(δ = 1e-5): z = {out['noise_multiplier']:.4g}, C = {out['clip_norm']:.4g}\n"
+    )
     print("| run | ε spent | test RMSE | test NLPD |\n|---|---|---|---|")
     print(f"| no DP | ∞ | {out['no_dp']['test_rmse']:.4f} | {out['no_dp']['test_nlpd']:.4f} |")
     for i, row in enumerate(out["draws"]):

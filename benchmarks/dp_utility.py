@@ -87,7 +87,8 @@ class RidgeFSGP(FSGP):
 
 class RepairedFedBNR(FedBNR):
     """FedBNR whose server replaces the released ``Σ Φ_kᵀΦ_k`` by ``PSD(Σ Φ_kᵀΦ_k) + ridge · I`` itself and hides
-    the noise from FedBNR's own repair (which is ``PSD + τ I``, :func:`~gpflow_fed.models.aggregated_sgpr.denoised_gram`):
+    the noise from FedBNR's own repair (which is ``PSD + τ I``,
+    :func:`~gpflow_fed.models.aggregated_sgpr.denoised_gram`):
     ``ridge = None`` keeps the noised sum as it is, ``0.0`` projects it only."""
 
     ridge: Any = 0.0
@@ -126,8 +127,9 @@ def epsilon(dp: DifferentialPrivacy, num_clients: int) -> float:
     return accountant.epsilon()
 
 
-def noised_runs(factory: Any, dataset: FederatedDataset, dp: DifferentialPrivacy, draws: int,
-                scale: float = 1.0) -> Tuple[float, float, int]:
+def noised_runs(
+    factory: Any, dataset: FederatedDataset, dp: DifferentialPrivacy, draws: int, scale: float = 1.0
+) -> Tuple[float, float, int]:
     """Mean RMSE and NLPD over the successful draws (in data units: outputs were divided by ``scale``), and
     the number of failed draws."""
     rmses, nlpds, failed = [], [], 0
@@ -140,7 +142,7 @@ def noised_runs(factory: Any, dataset: FederatedDataset, dp: DifferentialPrivacy
         assert result.privacy["epsilon"] == epsilon(dp, dataset.num_clients)
         rmses.append(result.metrics["test_rmse"] * scale)
         nlpds.append(result.metrics["test_nlpd"] + math.log(scale))
-    mean = (lambda v: float(np.mean(v)) if v else float("nan"))
+    mean = lambda v: float(np.mean(v)) if v else float("nan")
     return mean(rmses), mean(nlpds), failed
 
 
@@ -153,10 +155,14 @@ def cells(rmse: float, nlpd: float, failed: int, draws: int) -> str:
 
 def fsgp_part(args: argparse.Namespace) -> None:
     y_max = args.fsgp_y_bound
-    print(f"### FSGP prediction statistics (N_k = {args.fsgp_points}, M = {args.inducing}, R = {args.rounds}, "
-          f"P = 3, λ = 0.1; y clipped to ±{y_max}; {args.draws} noise draws)\n")
-    print("| K | N | z | ε (δ = 1e-5) | RMSE, C Cᵀ | NLPD, C Cᵀ | RMSE, whitened | NLPD, whitened "
-          "| RMSE, whitened + τI | NLPD, whitened + τI |")
+    print(
+        f"### FSGP prediction statistics (N_k = {args.fsgp_points}, M = {args.inducing}, R = {args.rounds}, "
+        f"P = 3, λ = 0.1; y clipped to ±{y_max}; {args.draws} noise draws)\n"
+    )
+    print(
+        "| K | N | z | ε (δ = 1e-5) | RMSE, C Cᵀ | NLPD, C Cᵀ | RMSE, whitened | NLPD, whitened "
+        "| RMSE, whitened + τI | NLPD, whitened + τI |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for K in args.fsgp_clients:
         data = fsgp_synthetic_1(seed=args.seed, num_train=K * args.fsgp_points)
@@ -168,41 +174,65 @@ def fsgp_part(args: argparse.Namespace) -> None:
         Z = initial_inducing_inputs(data.X_train, args.inducing, seed=args.seed)
         pilot = run(
             FSGP(gpflow.kernels.SquaredExponential(), Z, 0.1, rounds=args.rounds, local_steps=3, learning_rate=0.1),
-            dataset, runtime=LocalRuntime(keep_payloads=True), seed=args.seed,
+            dataset,
+            runtime=LocalRuntime(keep_payloads=True),
+            seed=args.seed,
         )
         trained = pilot.model
         noise = float(trained.likelihood.variance.numpy())
         variance = float(trained.kernel.variance.numpy())
 
         def factory(whiten: bool = False, trained: Any = trained, noise: float = noise, cls: type = FSGP) -> FSGP:
-            return cls(trained.kernel, trained.inducing_variable.Z.numpy(), noise, rounds=0, local_steps=3,
-                        learning_rate=0.1, whiten=whiten)
+            return cls(
+                trained.kernel,
+                trained.inducing_variable.Z.numpy(),
+                noise,
+                rounds=0,
+                local_steps=3,
+                learning_rate=0.1,
+                whiten=whiten,
+            )
 
         norms = payload_norms(pilot.ledger, "predict")
         clip = two_digits_up(max(norms))
         # whitened: tr(A Aᵀ) ≤ N_k σ_f², ‖A y‖ ≤ N_k σ_f y_max, ‖y‖² ≤ N_k y_max², tr K_ff = N_k σ_f², N_k
         clip_white = max(dataset.client_sizes) * math.sqrt(2 * variance**2 + variance * y_max**2 + y_max**4 + 1.0)
-        checks = [run(factory(w), dataset, runtime=LocalRuntime(keep_payloads=True), seed=args.seed) for w in (False, True)]
+        checks = [
+            run(factory(w), dataset, runtime=LocalRuntime(keep_payloads=True), seed=args.seed) for w in (False, True)
+        ]
         for check in checks:
             gap = abs(check.metrics["test_rmse"] - pilot.metrics["test_rmse"])
             assert gap < 1e-6, f"the predict-only rerun differs from the pilot by {gap}"
         assert max(payload_norms(checks[1].ledger, "predict")) <= clip_white, "the public bound must not clip"
-        print(f"| {K} | {dataset.num_data} | no DP | ∞ | {pilot.metrics['test_rmse']:.4g} | {pilot.metrics['test_nlpd']:.4g} "
-              f"| {checks[1].metrics['test_rmse']:.4g} | {checks[1].metrics['test_nlpd']:.4g} | | |", flush=True)
+        print(
+            f"| {K} | {dataset.num_data} | no DP | ∞ | {pilot.metrics['test_rmse']:.4g} | "
+            f"{pilot.metrics['test_nlpd']:.4g} "
+            f"| {checks[1].metrics['test_rmse']:.4g} | {checks[1].metrics['test_nlpd']:.4g} | | |",
+            flush=True,
+        )
         for z in NOISE_MULTIPLIERS:
             dp = DifferentialPrivacy(noise_multiplier=z, clip_norm=clip, phases=("predict",), accountant="pld")
-            dp_white = DifferentialPrivacy(noise_multiplier=z, clip_norm=clip_white, phases=("predict",), accountant="pld")
+            dp_white = DifferentialPrivacy(
+                noise_multiplier=z, clip_norm=clip_white, phases=("predict",), accountant="pld"
+            )
             raw = noised_runs(factory, dataset, dp, args.draws)
             white = noised_runs(lambda: factory(True), dataset, dp_white, args.draws)
             tau = noise_ridge(dp_white, args.inducing)
             ridge = noised_runs(lambda: with_ridge(factory(True, cls=RidgeFSGP), tau), dataset, dp_white, args.draws)
-            print(f"| {K} | {dataset.num_data} | {z:g} | {epsilon(dp, K):.3g} | {cells(*raw, args.draws)} "
-                  f"| {cells(*white, args.draws)} | {cells(*ridge, args.draws)} |", flush=True)
-        print(f"\nK = {K}: {int(np.sum(np.abs(data.Y_train) > y_max))} training outputs clipped; C Cᵀ: C = {clip:g} "
-              f"(client payload norms {min(norms):.4g}..{max(norms):.4g}, pilot); whitened: public C = N_k (2σ_f⁴ + "
-              f"σ_f² y_max² + y_max⁴ + 1)^½ = {clip_white:.4g} (σ_f² = {variance:.4g}; payload norms "
-              f"{min(payload_norms(checks[1].ledger, 'predict')):.4g}..{max(payload_norms(checks[1].ledger, 'predict')):.4g}); "
-              f"test-set std of y {float(np.std(data.Y_test)):.4g} (RMSE of a constant prediction)\n", flush=True)
+            print(
+                f"| {K} | {dataset.num_data} | {z:g} | {epsilon(dp, K):.3g} | {cells(*raw, args.draws)} "
+                f"| {cells(*white, args.draws)} | {cells(*ridge, args.draws)} |",
+                flush=True,
+            )
+        print(
+            f"\nK = {K}: {int(np.sum(np.abs(data.Y_train) > y_max))} training outputs clipped; C Cᵀ: C = {clip:g} "
+            f"(client payload norms {min(norms):.4g}..{max(norms):.4g}, pilot); whitened: public C = N_k (2σ_f⁴ + "
+            f"σ_f² y_max² + y_max⁴ + 1)^½ = {clip_white:.4g} (σ_f² = {variance:.4g}; payload norms "
+            f"{min(payload_norms(checks[1].ledger, 'predict')):.4g}.."
+            f"{max(payload_norms(checks[1].ledger, 'predict')):.4g}); "
+            f"test-set std of y {float(np.std(data.Y_test)):.4g} (RMSE of a constant prediction)\n",
+            flush=True,
+        )
 
 
 def fedbnr_part(args: argparse.Namespace) -> None:
@@ -210,11 +240,15 @@ def fedbnr_part(args: argparse.Namespace) -> None:
     B = variance * m / (m - 1)  # ‖φ(x)‖² of random Fourier features, for every x
     b = math.sqrt(B**2 + B * y_max**2 + y_max**4 + 1.0)
     noise_variance = (0.5 / 3.0) ** 2  # the generator's noise std 0.5, in units of y/3
-    print(f"### FedBNR phase 2 (URK, m = {m} Fourier samples, L = {2 * m} features, ℓ = {lengthscale} on x/10, "
-          f"σ_f² = {variance}, σ² = {noise_variance:.4g}, λ² = 1; y/3 clipped to ±{y_max}; per-point bound "
-          f"b = {b:.4g}; N_k = {args.fedbnr_points}; {args.draws} noise draws; RMSE and NLPD in data units)\n")
-    print("| K | N | C = N_k b | z | ε (δ = 1e-5) | RMSE | NLPD | RMSE, PSD | NLPD, PSD | RMSE, PSD + τI "
-          "| NLPD, PSD + τI |")
+    print(
+        f"### FedBNR phase 2 (URK, m = {m} Fourier samples, L = {2 * m} features, ℓ = {lengthscale} on x/10, "
+        f"σ_f² = {variance}, σ² = {noise_variance:.4g}, λ² = 1; y/3 clipped to ±{y_max}; per-point bound "
+        f"b = {b:.4g}; N_k = {args.fedbnr_points}; {args.draws} noise draws; RMSE and NLPD in data units)\n"
+    )
+    print(
+        "| K | N | C = N_k b | z | ε (δ = 1e-5) | RMSE | NLPD | RMSE, PSD | NLPD, PSD | RMSE, PSD + τI "
+        "| NLPD, PSD + τI |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for K in args.fedbnr_clients:
         data = fsgp_synthetic_1(seed=args.seed, num_train=K * args.fedbnr_points)
@@ -226,26 +260,38 @@ def fedbnr_part(args: argparse.Namespace) -> None:
         clip = max(dataset.client_sizes) * b
 
         def factory(cls: type = FedBNR) -> FedBNR:
-            kernel = URK(1, num_samples=m, seed=args.seed, variance=variance,
-                         feature_map_options={"lengthscales": lengthscale})
+            kernel = URK(
+                1, num_samples=m, seed=args.seed, variance=variance, feature_map_options={"lengthscales": lengthscale}
+            )
             return cls(kernel, noise_variance=noise_variance, prior_variance=1.0, rounds=0, protocol="statistics")
 
         exact = run(factory(), dataset, runtime=LocalRuntime(keep_payloads=True), seed=args.seed)
         norms = payload_norms(exact.ledger, "scatter")
         assert max(norms) <= clip, "the public bound must not clip"
-        print(f"| {K} | {dataset.num_data} | {clip:.4g} | no DP | ∞ | {3 * exact.metrics['test_rmse']:.4g} "
-              f"| {exact.metrics['test_nlpd'] + math.log(3.0):.4g} | | | | |", flush=True)
+        print(
+            f"| {K} | {dataset.num_data} | {clip:.4g} | no DP | ∞ | {3 * exact.metrics['test_rmse']:.4g} "
+            f"| {exact.metrics['test_nlpd'] + math.log(3.0):.4g} | | | | |",
+            flush=True,
+        )
         for z in NOISE_MULTIPLIERS:
             dp = DifferentialPrivacy(noise_multiplier=z, clip_norm=clip, phases=("scatter",), accountant="pld")
             eps = epsilon(dp, K)
-            rmse, nlpd, failed = noised_runs(lambda: with_ridge(factory(RepairedFedBNR), None), dataset, dp,
-                                             args.draws, scale=3.0)
+            rmse, nlpd, failed = noised_runs(
+                lambda: with_ridge(factory(RepairedFedBNR), None), dataset, dp, args.draws, scale=3.0
+            )
             projected = noised_runs(lambda: factory(RepairedFedBNR), dataset, dp, args.draws, scale=3.0)
             ridge = noised_runs(factory, dataset, dp, args.draws, scale=3.0)  # FedBNR's own repair: PSD + τI
-            print(f"| {K} | {dataset.num_data} | {clip:.4g} | {z:g} | {eps:.3g} | {cells(rmse, nlpd, failed, args.draws)} "
-                  f"| {cells(*projected, args.draws)} | {cells(*ridge, args.draws)} |", flush=True)
-        print(f"\nK = {K}: client 'scatter' payload norms {min(norms):.4g}..{max(norms):.4g} (bound C = {clip:.4g}); "
-              f"test-set std of y {float(np.std(data.Y_test)):.4g}\n", flush=True)
+            print(
+                f"| {K} | {dataset.num_data} | {clip:.4g} | {z:g} | {eps:.3g} | "
+                f"{cells(rmse, nlpd, failed, args.draws)} "
+                f"| {cells(*projected, args.draws)} | {cells(*ridge, args.draws)} |",
+                flush=True,
+            )
+        print(
+            f"\nK = {K}: client 'scatter' payload norms {min(norms):.4g}..{max(norms):.4g} (bound C = {clip:.4g}); "
+            f"test-set std of y {float(np.std(data.Y_test)):.4g}\n",
+            flush=True,
+        )
 
 
 def main(argv: Sequence[str] = ()) -> None:

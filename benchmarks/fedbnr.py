@@ -46,7 +46,16 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fedbnr_ablations import last_layers, learn_kernels  # noqa: E402
 
 METHODS = (
-    "central", "fedbnr", "fedbnr-kd", "local+local", "local+global", "avg+local", "kd+local", "fedavg", "fedprox", "pfedgp",
+    "central",
+    "fedbnr",
+    "fedbnr-kd",
+    "local+local",
+    "local+global",
+    "avg+local",
+    "kd+local",
+    "fedavg",
+    "fedprox",
+    "pfedgp",
 )
 
 
@@ -70,14 +79,24 @@ def run_methods(task, methods: Sequence[str], cfg: argparse.Namespace, seed: int
     ds = task.dataset
     D = ds.input_dim
     kernel = lambda: deep_urk(D, hidden=(cfg.hidden,), num_samples=cfg.num_samples, seed=seed)  # noqa: E731
-    common = dict(noise_variance=0.5, prior_variance=1.0, rounds=cfg.rounds, local_steps=cfg.local_steps, learning_rate=cfg.lr,
-                  compile=not cfg.eager)
+    common = dict(
+        noise_variance=0.5,
+        prior_variance=1.0,
+        rounds=cfg.rounds,
+        local_steps=cfg.local_steps,
+        learning_rate=cfg.lr,
+        compile=not cfg.eager,
+    )
     out: Dict[str, Dict[str, float]] = {}
     trained: Dict[str, List[BayesianLinearRegression]] = {}
 
     def phase1(kind: str) -> List[BayesianLinearRegression]:
         if kind not in trained:
-            extra = dict(distillation_data=task.distillation, alpha=cfg.alpha, kd_steps=cfg.kd_steps) if kind == "kd" else {}
+            extra = (
+                dict(distillation_data=task.distillation, alpha=cfg.alpha, kd_steps=cfg.kd_steps)
+                if kind == "kd"
+                else {}
+            )
             trained[kind] = learn_kernels(kind, ds, seed=seed, kernel=kernel(), **common, **extra)
         return trained[kind]
 
@@ -86,8 +105,12 @@ def run_methods(task, methods: Sequence[str], cfg: argparse.Namespace, seed: int
         if method == "central":
             X_pool, Y_pool = ds.pooled()
             model = BayesianLinearRegression((X_pool, Y_pool), kernel(), 0.5, 1.0)
-            trainer = CompiledAdam(model.trainable_variables, lambda X, Y: negative_log_marginal_likelihood_per_point(model, X, Y),
-                                   cfg.lr, compile=not cfg.eager)
+            trainer = CompiledAdam(
+                model.trainable_variables,
+                lambda X, Y: negative_log_marginal_likelihood_per_point(model, X, Y),
+                cfg.lr,
+                compile=not cfg.eager,
+            )
             trainer.fit(max(cfg.rounds * cfg.local_steps, 1), trainer.initial_state(), X_pool, Y_pool)
             models = [model]
         elif method in ("fedbnr", "fedbnr-kd", "local+local", "local+global", "avg+local", "kd+local"):
@@ -95,7 +118,9 @@ def run_methods(task, methods: Sequence[str], cfg: argparse.Namespace, seed: int
             kind, layer = name.split("+")
             models = last_layers(layer, phase1(kind), ds, seed=seed)
         elif method in ("fedavg", "fedprox"):
-            head = lambda: tf_keras.layers.Dense(1, dtype=gpflow.default_float(), kernel_initializer=tf_keras.initializers.GlorotUniform(seed=seed + 7))  # noqa: E731
+            head = lambda: tf_keras.layers.Dense(
+                1, dtype=gpflow.default_float(), kernel_initializer=tf_keras.initializers.GlorotUniform(seed=seed + 7)
+            )  # noqa: E731
             factory = lambda: tf_keras.Sequential([mlp(5, (cfg.hidden,), seed=seed), head()])  # noqa: E731
             mu = cfg.proximal_mu if method == "fedprox" else 0.0
             models = [run(FedAvgNN(factory, cfg.rounds, cfg.local_steps, cfg.lr, proximal_mu=mu), ds, seed=seed).model]
@@ -115,7 +140,9 @@ def run_methods(task, methods: Sequence[str], cfg: argparse.Namespace, seed: int
         predictors = [m.predict_y if hasattr(m, "predict_y") else m for m in models]
         out[method] = mean_score(predictors, ds.test)
         out[method]["seconds"] = time.perf_counter() - t0
-        print(f"  {method:13s} " + " ".join(f"{k}={v:.3f}" for k, v in out[method].items()), file=sys.stderr, flush=True)
+        print(
+            f"  {method:13s} " + " ".join(f"{k}={v:.3f}" for k, v in out[method].items()), file=sys.stderr, flush=True
+        )
     return out
 
 
@@ -162,27 +189,40 @@ def gemm_roofline(num_data: int, num_features: int, repeats: int) -> List[Tuple[
     flops = 2.0 * num_data * num_features**2
     names = ["plain matmul ΦᵀΦ (roofline)", "phase-2 statistics (ΦᵀΦ, Φᵀy, yᵀy)", "deep-URK features + statistics"]
     paired = np.median(times[:, :1] / times, axis=0)  # median over repeats of t_matmul / t_computation
-    return [(name, float(times[:, i].min()), flops / times[:, i].min() / 1e9, float(paired[i])) for i, name in enumerate(names)]
+    return [
+        (name, float(times[:, i].min()), flops / times[:, i].min() / 1e9, float(paired[i]))
+        for i, name in enumerate(names)
+    ]
 
 
 def print_table(task, K: int, methods: Sequence[str], results: Dict[str, Dict[str, List[float]]]) -> None:
     """The Markdown table of one (dataset, K) over the seeds in ``results`` (every method must have them all)."""
     sizes = task.dataset.client_sizes
     num_seeds = len(results[methods[0]]["rmse"])
-    print(f"#### {task.dataset.name} (N_train={task.dataset.num_data}, test={len(task.dataset.test[0])}, K={K}, "
-          f"N_k≈{np.mean(sizes):.1f} (min {min(sizes)}), sort-feature corr {task.correlation:+.2f}, {num_seeds} seeds)\n")
+    print(
+        f"#### {task.dataset.name} (N_train={task.dataset.num_data}, test={len(task.dataset.test[0])}, K={K}, "
+        f"N_k≈{np.mean(sizes):.1f} (min {min(sizes)}), sort-feature corr {task.correlation:+.2f}, {num_seeds} seeds)\n"
+    )
     print("| method | RMSE | ECE | MCE | Brier | seconds/seed |\n|---|---|---|---|---|---|")
     # Table 3.1 tests RMSE against FedBNR, Table 3.2 ECE against FedBNR-KD
-    references = {metric: np.array(results[ref][metric]) if ref in results else None
-                  for metric, ref in (("rmse", "fedbnr"), ("ece", "fedbnr-kd"))}
+    references = {
+        metric: np.array(results[ref][metric]) if ref in results else None
+        for metric, ref in (("rmse", "fedbnr"), ("ece", "fedbnr-kd"))
+    }
     sem = lambda a: a.std(ddof=1) / np.sqrt(len(a)) if len(a) > 1 else float("nan")  # noqa: E731
     for method in methods:
         r = {k: np.array(v) for k, v in results[method].items()}
-        marks = {metric: "" if ref is None or method == {"rmse": "fedbnr", "ece": "fedbnr-kd"}[metric]
-                 else wilcoxon_mark(r[metric], ref) for metric, ref in references.items()}
-        print(f"| {method} | {r['rmse'].mean():.3f} ± {sem(r['rmse']):.3f}{marks['rmse']} | "
-              f"{r['ece'].mean():.3f} ± {sem(r['ece']):.3f}{marks['ece']} | "
-              f"{r['mce'].mean():.3f} | {r['brier'].mean():.3f} | {r['seconds'].mean():.1f} |")
+        marks = {
+            metric: ""
+            if ref is None or method == {"rmse": "fedbnr", "ece": "fedbnr-kd"}[metric]
+            else wilcoxon_mark(r[metric], ref)
+            for metric, ref in references.items()
+        }
+        print(
+            f"| {method} | {r['rmse'].mean():.3f} ± {sem(r['rmse']):.3f}{marks['rmse']} | "
+            f"{r['ece'].mean():.3f} ± {sem(r['ece']):.3f}{marks['ece']} | "
+            f"{r['mce'].mean():.3f} | {r['brier'].mean():.3f} | {r['seconds'].mean():.1f} |"
+        )
     total = sum(np.sum(results[m]["seconds"]) for m in methods) / num_seeds
     print(f"\nAll methods: {total:.1f} s per seed.\n", flush=True)
 
@@ -215,7 +255,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--datasets", default="diabetes,concrete,ames")
     parser.add_argument("--clients", default="10,100", help="comma-separated K values")
     parser.add_argument("--seeds", type=int, default=10, help="how many seeds")
-    parser.add_argument("--seed-start", type=int, default=0, help="the first seed (seeds seed-start, seed-start+1, ...)")
+    parser.add_argument(
+        "--seed-start", type=int, default=0, help="the first seed (seeds seed-start, seed-start+1, ...)"
+    )
     parser.add_argument("--methods", default=",".join(METHODS))
     parser.add_argument("--quick", action="store_true", help="rounds=5, local_steps=10, kd_steps=10, m=25, hidden=20")
     parser.add_argument("--rounds", type=int, default=20)
@@ -230,8 +272,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--eager", action="store_true", help="FedBNR's local and server steps without tf.function")
     parser.add_argument("--gemm-only", action="store_true")
     parser.add_argument("--no-gemm", action="store_true", help="skip the roofline measurement")
-    parser.add_argument("--summarize", metavar="LOG", nargs="+",
-                        help="print the tables of (possibly interrupted) runs from their stderr logs, pooling their seeds")
+    parser.add_argument(
+        "--summarize",
+        metavar="LOG",
+        nargs="+",
+        help="print the tables of (possibly interrupted) runs from their stderr logs, pooling their seeds",
+    )
     parser.add_argument("--gemm-shape", default="20000,1000", help="N,L of the roofline measurement")
     parser.add_argument("--gemm-repeats", type=int, default=10, help="timings per computation (the best is kept)")
     args = parser.parse_args(argv)
@@ -245,7 +291,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         n, L = (int(v) for v in args.gemm_shape.split(","))
         rows = gemm_roofline(n, L, repeats=args.gemm_repeats)
         print(f"### Phase-2 statistics vs GEMM (N={n}, L={L}, float64, {os.cpu_count()} CPU threads visible)\n")
-        print("| computation | best seconds | GFLOP/s (2NL², best) | ratio of best times | median paired ratio |\n|---|---|---|---|---|")
+        print(
+            "| computation | best seconds | GFLOP/s (2NL², best) | ratio of best times | median paired ratio "
+            "|\n|---|---|---|---|---|"
+        )
         for name, t, gflops, paired in rows:
             print(f"| {name} | {t:.4f} | {gflops:.1f} | {rows[0][1] / t:.2f} | {paired:.2f} |")
         print()
@@ -256,8 +305,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     unknown = sorted(set(methods) - set(METHODS))
     if unknown:
         raise ValueError(f"unknown methods {unknown}; choose from {METHODS}")
-    print(f"### Real-data protocol: rounds={args.rounds}, local_steps={args.local_steps}, kd_steps={args.kd_steps}, "
-          f"m={args.num_samples}, hidden={args.hidden}, M={args.num_inducing}, seeds={args.seeds}\n")
+    print(
+        f"### Real-data protocol: rounds={args.rounds}, local_steps={args.local_steps}, kd_steps={args.kd_steps}, "
+        f"m={args.num_samples}, hidden={args.hidden}, M={args.num_inducing}, seeds={args.seeds}\n"
+    )
     for name in args.datasets.split(","):
         real = load_dataset(name)
         for K in (int(k) for k in args.clients.split(",")):

@@ -1,4 +1,5 @@
-"""The ablations of FedBNR compared by ``benchmarks/fedbnr.py`` (thesis §3.2.2): kernel learning ∈ {local, avg, kd} × last layer ∈ {local, global}.
+"""The ablations of FedBNR compared by ``benchmarks/fedbnr.py`` (thesis §3.2.2): kernel learning ∈ {local, avg, kd}
+× last layer ∈ {local, global}.
 
 ``avg+global`` is FedBNR and ``kd+global`` FedBNR-KD. An ablation that keeps a phase local yields one model
 per client (the thesis scores such methods by the mean error of the clients' models on the test set):
@@ -34,7 +35,9 @@ def _variances(model: BayesianLinearRegression) -> Dict[str, float]:
     }
 
 
-def learn_kernels(kernel_learning: str, dataset: FederatedDataset, *, seed: int = 0, **fedbnr_options: Any) -> List[BayesianLinearRegression]:
+def learn_kernels(
+    kernel_learning: str, dataset: FederatedDataset, *, seed: int = 0, **fedbnr_options: Any
+) -> List[BayesianLinearRegression]:
     """Phase 1 of an ablation: ``"local"`` gives one trained model per client (no aggregation), ``"avg"`` /
     ``"kd"`` one FedBNR model whose kernel is global. The models carry the learnt kernel, σ² and λ²."""
     options = dict(fedbnr_options)
@@ -52,7 +55,9 @@ def learn_kernels(kernel_learning: str, dataset: FederatedDataset, *, seed: int 
     return [run(FedBNR(**options), dataset, seed=seed).model]
 
 
-def last_layers(last_layer: str, trained: List[BayesianLinearRegression], dataset: FederatedDataset, *, seed: int = 0) -> List[BayesianLinearRegression]:
+def last_layers(
+    last_layer: str, trained: List[BayesianLinearRegression], dataset: FederatedDataset, *, seed: int = 0
+) -> List[BayesianLinearRegression]:
     """Phase 2 of an ablation, for the kernels of :func:`learn_kernels`: ``"local"`` gives client c's BLR on its
     own data; ``"global"`` the exact BLR over every client's data (FedBNR with ``rounds=0``), per kernel."""
     if last_layer == "local":
@@ -71,7 +76,9 @@ def last_layers(last_layer: str, trained: List[BayesianLinearRegression], datase
     return models
 
 
-def fedbnr_ablation(name: str, dataset: FederatedDataset, *, seed: int = 0, **fedbnr_options: Any) -> List[BayesianLinearRegression]:
+def fedbnr_ablation(
+    name: str, dataset: FederatedDataset, *, seed: int = 0, **fedbnr_options: Any
+) -> List[BayesianLinearRegression]:
     """The K client models (or one global model, for ``*+global`` with a global kernel) of an ablation.
 
     :param name: one of :data:`ABLATIONS`, ``"<kernel learning>+<last layer>"``.
@@ -83,4 +90,6 @@ def fedbnr_ablation(name: str, dataset: FederatedDataset, *, seed: int = 0, **fe
     if name not in ABLATIONS:
         raise ValueError(f"unknown ablation {name!r}; use one of {ABLATIONS}")
     kernel_learning, last_layer = name.split("+")
-    return last_layers(last_layer, learn_kernels(kernel_learning, dataset, seed=seed, **fedbnr_options), dataset, seed=seed)
+    return last_layers(
+        last_layer, learn_kernels(kernel_learning, dataset, seed=seed, **fedbnr_options), dataset, seed=seed
+    )

@@ -44,8 +44,14 @@ def fsgp_job(run_config: Mapping[str, Any]) -> FSGP:
     """FSGP fedavg, M = 10, D = 2, with ``rounds`` and ``local-steps`` from the run config."""
     Z = np.random.default_rng(1).uniform(-3, 3, (10, 2))
     kernel = gpflow.kernels.SquaredExponential(lengthscales=[1.0, 1.0])
-    return FSGP(kernel, Z, 0.1, rounds=int(run_config.get("rounds", 2)), local_steps=int(run_config.get("local-steps", 10)),
-                learning_rate=0.05)
+    return FSGP(
+        kernel,
+        Z,
+        0.1,
+        rounds=int(run_config.get("rounds", 2)),
+        local_steps=int(run_config.get("local-steps", 10)),
+        learning_rate=0.05,
+    )
 
 
 def make_dataset(clients: int, per_client: int = 100, seed: int = 0) -> FederatedDataset:
@@ -53,8 +59,10 @@ def make_dataset(clients: int, per_client: int = 100, seed: int = 0) -> Federate
     N = clients * per_client
     X = rng.uniform(-3, 3, (N + 50, 2))
     Y = np.sin(X[:, :1]) * np.cos(X[:, 1:]) + 0.1 * rng.normal(size=(N + 50, 1))
-    return FederatedDataset([(X[k * per_client:(k + 1) * per_client], Y[k * per_client:(k + 1) * per_client])
-                             for k in range(clients)], test=(X[N:], Y[N:]))
+    return FederatedDataset(
+        [(X[k * per_client : (k + 1) * per_client], Y[k * per_client : (k + 1) * per_client]) for k in range(clients)],
+        test=(X[N:], Y[N:]),
+    )
 
 
 def _timed(fn: Callable[[], Any]) -> tuple:
@@ -91,12 +99,23 @@ def main() -> int:
     rows: List[tuple] = [("LocalRuntime", t_local, 0.0)]
 
     flower, t_flower = _timed(lambda: run(fsgp_job(config), ds, runtime=FlowerRuntime(), seed=seed))
-    rows.append(("FlowerRuntime (in-process nodes, protobuf)", t_flower,
-                 float(np.abs(flower.model.predict_f(Xs)[0].numpy() - reference).max())))
+    rows.append(
+        (
+            "FlowerRuntime (in-process nodes, protobuf)",
+            t_flower,
+            float(np.abs(flower.model.predict_f(Xs)[0].numpy() - reference).max()),
+        )
+    )
 
     with tempfile.TemporaryDirectory() as tmp:
         paths, test = write_client_data(os.path.join(tmp, "data"), ds)
-        run_config = {"algorithm": FACTORY, "seed": seed, **config, "output": os.path.join(tmp, "out"), "test-data": test}
+        run_config = {
+            "algorithm": FACTORY,
+            "seed": seed,
+            **config,
+            "output": os.path.join(tmp, "out"),
+            "test-data": test,
+        }
         nodes = [{"data": p, "client-index": k, "state-dir": os.path.join(tmp, "state")} for k, p in enumerate(paths)]
         sys.path.insert(0, HERE)
         TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 1, 1
@@ -110,12 +129,19 @@ def main() -> int:
             env = {"PYTHONPATH": os.pathsep.join([HERE, ROOT])}
             with LoopbackFederation(os.path.join(tmp, "deploy"), ds, env=env) as federation:
                 out, t_dep = _timed(lambda: federation.run(FACTORY, {"seed": seed, **config}, timeout=900))
-            rows.append(("Deployment Engine (SuperLink + SuperNodes, flwr run)", t_dep,
-                         float(np.abs(out["predictions"]["mean"] - reference).max())))
+            rows.append(
+                (
+                    "Deployment Engine (SuperLink + SuperNodes, flwr run)",
+                    t_dep,
+                    float(np.abs(out["predictions"]["mean"] - reference).max()),
+                )
+            )
 
     exchanges = args.rounds + 1 + 1  # rounds, the final 'predict' phase, and 'describe' on Flower
-    print(f"FSGP fedavg, K = {args.clients} clients × 100 points, M = 10, {args.rounds} rounds × 10 local Adam steps "
-          f"({exchanges} exchanges on Flower)\n")
+    print(
+        f"FSGP fedavg, K = {args.clients} clients × 100 points, M = 10, {args.rounds} rounds × 10 local Adam steps "
+        f"({exchanges} exchanges on Flower)\n"
+    )
     print("| runtime | seconds | × LocalRuntime | max abs Δ mean vs LocalRuntime |")
     print("|---|---|---|---|")
     for name, seconds, delta in rows:

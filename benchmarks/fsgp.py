@@ -41,8 +41,14 @@ LOCAL_STEPS, LEARNING_RATE = 3, 0.1  # the paper's P and λ
 def _synthetic(which: int, num_clients: int, imbalance: int, seed: int) -> FederatedDataset:
     data = fsgp_synthetic_1(seed) if which == 1 else fsgp_synthetic_2(seed)
     return make_federated(
-        data.X_train, data.Y_train, partition="random_sizes", num_clients=num_clients, imbalance=imbalance,
-        test=(data.X_test, data.Y_test), seed=seed, name=f"synthetic-{which}",
+        data.X_train,
+        data.Y_train,
+        partition="random_sizes",
+        num_clients=num_clients,
+        imbalance=imbalance,
+        test=(data.X_test, data.Y_test),
+        seed=seed,
+        name=f"synthetic-{which}",
     )
 
 
@@ -96,10 +102,15 @@ def main(argv: Sequence[str] = ()) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="few rounds and M values (a smoke run)")
     parser.add_argument("--rounds", type=int, default=None, help="FedAvg rounds R (default 200, quick 20)")
-    parser.add_argument("--overhead-rounds", type=int, default=None, help="rounds of the overhead run (default 600, quick 40)")
+    parser.add_argument(
+        "--overhead-rounds", type=int, default=None, help="rounds of the overhead run (default 600, quick 40)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
-        "--datasets", nargs="+", choices=("synthetic1", "synthetic2", "concrete"), default=None,
+        "--datasets",
+        nargs="+",
+        choices=("synthetic1", "synthetic2", "concrete"),
+        default=None,
         help="run only these datasets (default all three; the overhead run needs synthetic2)",
     )
     args = parser.parse_args(list(argv))
@@ -116,11 +127,15 @@ def main(argv: Sequence[str] = ()) -> int:
     chosen = set(args.datasets or keys)
     overhead_experiment = experiments[1] if "synthetic2" in chosen else None
     experiments = [e for k, e in zip(keys, experiments) if k in chosen]
-    print(f"R = {rounds} rounds, P = {LOCAL_STEPS}, λ = {LEARNING_RATE}; centralized/local/exact: R·P = "
-          f"{rounds * LOCAL_STEPS} steps; seed {args.seed}\n")
+    print(
+        f"R = {rounds} rounds, P = {LOCAL_STEPS}, λ = {LEARNING_RATE}; centralized/local/exact: R·P = "
+        f"{rounds * LOCAL_STEPS} steps; seed {args.seed}\n"
+    )
     print("Test RMSE\n")
-    print("| dataset | N (max−min N_k) | M | FSGP-fedavg | FSGP-exact | centralized SGPR | fedavg ÷ central | "
-          "exact vs central (max rel. param gap) | FGP (rBCM) | local-only |")
+    print(
+        "| dataset | N (max−min N_k) | M | FSGP-fedavg | FSGP-exact | centralized SGPR | fedavg ÷ central | "
+        "exact vs central (max rel. param gap) | FGP (rBCM) | local-only |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name, dataset, rho, Ms in experiments:
         spread = size_imbalance([np.arange(n) for n in dataset.client_sizes])

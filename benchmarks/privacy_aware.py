@@ -44,8 +44,11 @@ WEAK_ORACLE_CASES = [
 
 
 def _kernel(name: str, lengthscale: float) -> gpflow.kernels.Kernel:
-    return {"SE": gpflow.kernels.SquaredExponential, "Matern52": gpflow.kernels.Matern52,
-            "Matern32": gpflow.kernels.Matern32}[name](lengthscales=lengthscale)
+    return {
+        "SE": gpflow.kernels.SquaredExponential,
+        "Matern52": gpflow.kernels.Matern52,
+        "Matern32": gpflow.kernels.Matern32,
+    }[name](lengthscales=lengthscale)
 
 
 def _weak_row(k, X, S, alpha, noise):
@@ -66,12 +69,22 @@ def _weak_row(k, X, S, alpha, noise):
     tr_strong = strong.trace() if isinstance(strong, LowRankCovariance) else float(np.trace(strong))
     check = verify_privacy(k, X, S, H, weak, noise_variance=noise)
     c = weak.certificate
-    return weak, dict(seconds=seconds, trace=weak.trace(), lower_bound=c.lower_bound, gap=c.relative_gap,
-                      margin=c.feasibility_margin, oracle_margin=check.weak_margin, k=c.krylov_dimension,
-                      steps=c.steps, rank=weak.rank, strong_trace=tr_strong, strong_kind=strong_kind,
-                      # The weak optimum lies in [lower bound, tr Σ_weak]: Theorem 2 is confirmed when tr Σ_weak ≤
-                      # tr Σ_strong up to the certified gap (when weak = strong, e.g. far-apart sensitive inputs).
-                      theorem2=bool(weak.trace() <= tr_strong * (1 + max(c.relative_gap, 1e-9))))
+    return weak, dict(
+        seconds=seconds,
+        trace=weak.trace(),
+        lower_bound=c.lower_bound,
+        gap=c.relative_gap,
+        margin=c.feasibility_margin,
+        oracle_margin=check.weak_margin,
+        k=c.krylov_dimension,
+        steps=c.steps,
+        rank=weak.rank,
+        strong_trace=tr_strong,
+        strong_kind=strong_kind,
+        # The weak optimum lies in [lower bound, tr Σ_weak]: Theorem 2 is confirmed when tr Σ_weak ≤
+        # tr Σ_strong up to the certified gap (when weak = strong, e.g. far-apart sensitive inputs).
+        theorem2=bool(weak.trace() <= tr_strong * (1 + max(c.relative_gap, 1e-9))),
+    )
 
 
 def weak_main(argv: "list[str]") -> None:
@@ -85,20 +98,33 @@ def weak_main(argv: "list[str]") -> None:
     parser.add_argument("--scale", nargs="*", default=["1000:50", "8000:20"], help="N:γ cases")
     parser.add_argument("--no-oracle", action="store_true", help="skip the dense-oracle table")
     parser.add_argument("--json", default="benchmarks/results/privacy_weak.json")
-    parser.add_argument("--oracle-cases", type=int, nargs="*", default=None,
-                        help="indices into WEAK_ORACLE_CASES to run (default: all)")
-    parser.add_argument("--compare-small", action="store_true",
-                        help="also time solve_weak_krylov on each scale case with small_solver='clarabel' and "
-                             "'barrier' side by side (same C, B, m)")
+    parser.add_argument(
+        "--oracle-cases", type=int, nargs="*", default=None, help="indices into WEAK_ORACLE_CASES to run (default: all)"
+    )
+    parser.add_argument(
+        "--compare-small",
+        action="store_true",
+        help="also time solve_weak_krylov on each scale case with small_solver='clarabel' and "
+        "'barrier' side by side (same C, B, m)",
+    )
     args = parser.parse_args(argv)
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     dirty = bool(subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True).stdout.strip())
-    record = dict(command="python benchmarks/privacy_aware.py --weak " + " ".join(argv), commit=commit,
-                  dirty_tree=dirty, load_start=os.getloadavg()[0], oracle=[], scale=[], small_solvers=[])
+    record = dict(
+        command="python benchmarks/privacy_aware.py --weak " + " ".join(argv),
+        commit=commit,
+        dirty_tree=dirty,
+        load_start=os.getloadavg()[0],
+        oracle=[],
+        scale=[],
+        small_solvers=[],
+    )
     print(f"load average at start: {record['load_start']:.1f} (1 min), {os.cpu_count()} CPUs; commit {commit}")
     if not args.no_oracle:
-        print("| kernel | ℓ | N | γ | V | ξ/K | oracle | oracle s | Krylov s | tr oracle | tr Krylov | rel. diff "
-              "| certified gap | margin (full dim) | k |")
+        print(
+            "| kernel | ℓ | N | γ | V | ξ/K | oracle | oracle s | Krylov s | tr oracle | tr Krylov | rel. diff "
+            "| certified gap | margin (full dim) | k |"
+        )
         print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         chosen = range(len(WEAK_ORACLE_CASES)) if args.oracle_cases is None else args.oracle_cases
         for name, ls, N, gamma, noise, frac in (WEAK_ORACLE_CASES[i] for i in chosen):
@@ -114,22 +140,42 @@ def weak_main(argv: "list[str]") -> None:
             if gamma == 1:
                 oracle, kind = synthetic_noise_covariance(k, X, S, xi, noise_variance=noise, low_rank=False), "eq. 8"
             else:
-                oracle, kind = synthetic_noise_covariance(k, X, S, xi, noise_variance=noise, method="weak",
-                                                          solver="dense"), "dense SDP"
+                oracle, kind = (
+                    synthetic_noise_covariance(k, X, S, xi, noise_variance=noise, method="weak", solver="dense"),
+                    "dense SDP",
+                )
             t_oracle = time.perf_counter() - t
             tr_o, tr_r = float(np.trace(np.asarray(oracle))), red.trace()
             c = red.certificate
-            row = dict(kernel=name, lengthscale=ls, N=N, gamma=gamma, noise=noise, xi=xi, oracle=kind,
-                       oracle_seconds=t_oracle, krylov_seconds=t_red, oracle_trace=tr_o, krylov_trace=tr_r,
-                       rel_diff=abs(tr_r - tr_o) / tr_o, gap=c.relative_gap, margin=c.feasibility_margin,
-                       k=c.krylov_dimension)
+            row = dict(
+                kernel=name,
+                lengthscale=ls,
+                N=N,
+                gamma=gamma,
+                noise=noise,
+                xi=xi,
+                oracle=kind,
+                oracle_seconds=t_oracle,
+                krylov_seconds=t_red,
+                oracle_trace=tr_o,
+                krylov_trace=tr_r,
+                rel_diff=abs(tr_r - tr_o) / tr_o,
+                gap=c.relative_gap,
+                margin=c.feasibility_margin,
+                k=c.krylov_dimension,
+            )
             record["oracle"].append(row)
             _dump(record, args.json)
-            print(f"| {name} | {ls} | {N} | {gamma} | {noise:g} | {frac} | {kind} | {t_oracle:.2f} | {t_red:.2f} "
-                  f"| {tr_o:.8g} | {tr_r:.8g} | {row['rel_diff']:.1e} | {c.relative_gap:.1e} "
-                  f"| {c.feasibility_margin:.1e} | {c.krylov_dimension} |", flush=True)
-    print("\n| N | γ | Krylov s | tr Σ_weak | certified lower bound | certified gap | margin (Krylov, full dim) "
-          "| margin (verify_privacy) | k (steps) | rank | tr Σ_strong (Ξ = H_SS) | Theorem 2 | peak RSS GiB |")
+            print(
+                f"| {name} | {ls} | {N} | {gamma} | {noise:g} | {frac} | {kind} | {t_oracle:.2f} | {t_red:.2f} "
+                f"| {tr_o:.8g} | {tr_r:.8g} | {row['rel_diff']:.1e} | {c.relative_gap:.1e} "
+                f"| {c.feasibility_margin:.1e} | {c.krylov_dimension} |",
+                flush=True,
+            )
+    print(
+        "\n| N | γ | Krylov s | tr Σ_weak | certified lower bound | certified gap | margin (Krylov, full dim) "
+        "| margin (verify_privacy) | k (steps) | rank | tr Σ_strong (Ξ = H_SS) | Theorem 2 | peak RSS GiB |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for case in args.scale:
         N, gamma = (int(v) for v in case.split(":"))
@@ -141,10 +187,14 @@ def weak_main(argv: "list[str]") -> None:
         row.update(N=N, gamma=gamma, peak_rss_gib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)
         record["scale"].append(row)
         _dump(record, args.json)
-        print(f"| {N} | {gamma} | {row['seconds']:.1f} | {row['trace']:.10g} | {row['lower_bound']:.10g} "
-              f"| {row['gap']:.1e} | {row['margin']:.1e} | {row['oracle_margin']:.1e} | {row['k']} ({row['steps']}) "
-              f"| {row['rank']} | {row['strong_trace']:.10g} ({row['strong_kind']}) | {'yes' if row['theorem2'] else 'NO'} "
-              f"| {row['peak_rss_gib']:.2f} |", flush=True)
+        print(
+            f"| {N} | {gamma} | {row['seconds']:.1f} | {row['trace']:.10g} | {row['lower_bound']:.10g} "
+            f"| {row['gap']:.1e} | {row['margin']:.1e} | {row['oracle_margin']:.1e} | {row['k']} ({row['steps']}) "
+            f"| {row['rank']} | {row['strong_trace']:.10g} ({row['strong_kind']}) | "
+            f"{'yes' if row['theorem2'] else 'NO'} "
+            f"| {row['peak_rss_gib']:.2f} |",
+            flush=True,
+        )
     if args.compare_small:
         _compare_small(args.scale, record, args.json)
     record["load_end"] = os.getloadavg()[0]
@@ -175,16 +225,31 @@ def _compare_small(cases: "list[str]", record: dict, path: str) -> None:
             seconds = time.perf_counter() - t
             c = sigma.certificate
             traces[solver] = sigma.trace()
-            row = dict(N=N, gamma=gamma, small_solver=solver, seconds=seconds, trace=sigma.trace(),
-                       lower_bound=c.lower_bound, gap=c.relative_gap, margin=c.feasibility_margin,
-                       k=c.krylov_dimension, steps=c.steps)
+            row = dict(
+                N=N,
+                gamma=gamma,
+                small_solver=solver,
+                seconds=seconds,
+                trace=sigma.trace(),
+                lower_bound=c.lower_bound,
+                gap=c.relative_gap,
+                margin=c.feasibility_margin,
+                k=c.krylov_dimension,
+                steps=c.steps,
+            )
             record["small_solvers"].append(row)
             _dump(record, path)
-            print(f"| {N} | {gamma} | {solver} | {seconds:.1f} | {sigma.trace():.10g} | {c.relative_gap:.1e} "
-                  f"| {c.feasibility_margin:.1e} | {c.krylov_dimension} ({c.steps}) |", flush=True)
+            print(
+                f"| {N} | {gamma} | {solver} | {seconds:.1f} | {sigma.trace():.10g} | {c.relative_gap:.1e} "
+                f"| {c.feasibility_margin:.1e} | {c.krylov_dimension} ({c.steps}) |",
+                flush=True,
+            )
         del C
-        print(f"relative trace difference barrier vs Clarabel: "
-              f"{abs(traces['barrier'] - traces['clarabel']) / traces['clarabel']:.1e}", flush=True)
+        print(
+            f"relative trace difference barrier vs Clarabel: "
+            f"{abs(traces['barrier'] - traces['clarabel']) / traces['clarabel']:.1e}",
+            flush=True,
+        )
 
 
 def _dump(record: dict, path: str) -> None:
@@ -208,10 +273,13 @@ def main() -> None:
     warm = np.linspace(0, 10, 300)[:, None]  # untimed warm-up: TensorFlow's first kernel calls
     kw = gpflow.kernels.SquaredExponential(lengthscales=0.5)
     for low_rank in (True, False):
-        synthetic_noise_covariance(kw, warm, warm[::30], ProportionalKernel(kw, 0.5), noise_variance=0.01,
-                                   low_rank=low_rank)
-    print("| N | γ | dense s | low-rank s | dense/low-rank | rank | Krylov dim (steps) | certified margin "
-          "| ‖ΔΣ‖_F/‖Σ‖_F | peak RSS GiB |")
+        synthetic_noise_covariance(
+            kw, warm, warm[::30], ProportionalKernel(kw, 0.5), noise_variance=0.01, low_rank=low_rank
+        )
+    print(
+        "| N | γ | dense s | low-rank s | dense/low-rank | rank | Krylov dim (steps) | certified margin "
+        "| ‖ΔΣ‖_F/‖Σ‖_F | peak RSS GiB |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for N in args.sizes:
         rng = np.random.default_rng(0)
@@ -239,8 +307,7 @@ def main() -> None:
         else:
             cols, err_text = f"– | {t_low:.2f} | –", "–"
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-        print(f"| {N} | {args.gamma} | {cols} | {low.rank} | {diag} | {margin} | {err_text} | {rss:.2f} |",
-              flush=True)
+        print(f"| {N} | {args.gamma} | {cols} | {low.rank} | {diag} | {margin} | {err_text} | {rss:.2f} |", flush=True)
     print(f"load average at end: {os.getloadavg()[0]:.1f} (1 min)")
 
 

@@ -49,13 +49,19 @@ def example_1(out: dict) -> None:
     Sigma = synthetic_noise_covariance(k, X9, [[0.5]], 0.5)
     D = synthetic_noise_covariance(k, X9, [[0.5]], 0.5, method="diagonal")
     var = float(posterior_covariance(k, X9, np.array([[0.5]]), Sigma)[0, 0])
-    out["example_1"] = dict(trace=float(np.trace(Sigma)), variance_at_0_5=var, diagonal_sdp_trace=float(np.trace(D)),
-                            sigma_diagonal=np.diag(Sigma).tolist())
+    out["example_1"] = dict(
+        trace=float(np.trace(Sigma)),
+        variance_at_0_5=var,
+        diagonal_sdp_trace=float(np.trace(D)),
+        sigma_diagonal=np.diag(Sigma).tolist(),
+    )
     print("\n#### Example 1\n\n| quantity | paper | ours |\n|---|---|---|")
     print(f"| tr Σ_opt (eq. 8) | 3.545614 (notes) | {np.trace(Sigma):.6f} |")
     print(f"| Var[f(0.5) given W] | 0.5 | {var:.10f} |")
     print(f"| diagonal-Σ SDP trace | 20.07 | {np.trace(D):.4f} |")
-    print(f"| diag Σ_opt at x = 0.1..0.9 | larger at 0.3–0.7 (Fig. 1) | {', '.join(f'{d:.3f}' for d in np.diag(Sigma))} |")
+    print(
+        f"| diag Σ_opt at x = 0.1..0.9 | larger at 0.3–0.7 (Fig. 1) | {', '.join(f'{d:.3f}' for d in np.diag(Sigma))} |"
+    )
 
 
 def example_2(out: dict) -> None:
@@ -67,16 +73,28 @@ def example_2(out: dict) -> None:
     rows = []
     for c in [0.18, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5]:
         strong = synthetic_noise_covariance(k, X9, S, np.array([[0.5, c], [c, 0.5]]))
-        rows.append(dict(c=c, strong_trace=float(np.trace(strong)),
-                         theorem2=bool(weak.trace() <= float(np.trace(strong)) * (1 + 1e-9))))
+        rows.append(
+            dict(
+                c=c,
+                strong_trace=float(np.trace(strong)),
+                theorem2=bool(weak.trace() <= float(np.trace(strong)) * (1 + 1e-9)),
+            )
+        )
     check = verify_privacy(k, X9, S, 0.5, weak)
-    out["example_2"] = dict(weak_trace_krylov=weak.trace(), weak_trace_dense=float(np.trace(dense)),
-                            certified_gap=weak.certificate.relative_gap, weak_margin=check.weak_margin,
-                            c_lower=low, strong=rows)
+    out["example_2"] = dict(
+        weak_trace_krylov=weak.trace(),
+        weak_trace_dense=float(np.trace(dense)),
+        certified_gap=weak.certificate.relative_gap,
+        weak_margin=check.weak_margin,
+        c_lower=low,
+        strong=rows,
+    )
     print("\n#### Example 2\n")
-    print(f"Weak (eq. 10): tr Σ = {weak.trace():.6f} (Krylov, certified gap {weak.certificate.relative_gap:.1e}, "
-          f"min Var − ξ = {check.weak_margin:.1e}); dense SDP {np.trace(dense):.6f}; paper/notes 5.32992. "
-          f"Valid c: ({low:.4f}, 0.5].\n")
+    print(
+        f"Weak (eq. 10): tr Σ = {weak.trace():.6f} (Krylov, certified gap {weak.certificate.relative_gap:.1e}, "
+        f"min Var − ξ = {check.weak_margin:.1e}); dense SDP {np.trace(dense):.6f}; paper/notes 5.32992. "
+        f"Valid c: ({low:.4f}, 0.5].\n"
+    )
     print("| c | tr Σ_strong | tr Σ_weak ≤ tr Σ_strong (Theorem 2) |\n|---|---|---|")
     for r in rows:
         print(f"| {r['c']} | {r['strong_trace']:.6f} | {'yes' if r['theorem2'] else 'NO'} |")
@@ -94,15 +112,25 @@ def example_3(out: dict) -> None:
             continue
         strong = synthetic_noise_covariance(k, X9, S, H)
         weak = synthetic_noise_covariance(k, X9, S, H, method="weak")
-        rows.append(dict(c=c, theta=theta, valid=True, strong_trace=float(np.trace(strong)), weak_trace=weak.trace(),
-                         strong_margin=verify_privacy(k, X9, S, H, strong).strong_margin))
+        rows.append(
+            dict(
+                c=c,
+                theta=theta,
+                valid=True,
+                strong_trace=float(np.trace(strong)),
+                weak_trace=weak.trace(),
+                strong_margin=verify_privacy(k, X9, S, H, strong).strong_margin,
+            )
+        )
     out["example_3"] = rows
     print("\n#### Example 3 (H = c·exp(−θ(x − y)²), θ₀ = 10: valid iff 0 ≤ c < 1, c²θ₀ ≤ θ ≤ θ₀)\n")
     print("| c | θ | valid | tr Σ_strong (Ξ = H_SS) | strong margin | tr Σ_weak (ξ = c) |\n|---|---|---|---|---|---|")
     for r in rows:
         if r["valid"]:
-            print(f"| {r['c']} | {r['theta']} | yes | {r['strong_trace']:.6f} | {r['strong_margin']:.1e} "
-                  f"| {r['weak_trace']:.6f} |")
+            print(
+                f"| {r['c']} | {r['theta']} | yes | {r['strong_trace']:.6f} | {r['strong_margin']:.1e} "
+                f"| {r['weak_trace']:.6f} |"
+            )
         else:
             print(f"| {r['c']} | {r['theta']} | rejected (ValueError) | – | – | – |")
 
@@ -120,11 +148,16 @@ def satellite_states(t: np.ndarray) -> np.ndarray:
 
     def rhs(_, y):
         r, rd, th, thd = y
-        return [rd, -mu_bar / r**2 + r * thd**2 + j2_bar * 1.5 * (3 * np.sin(th) ** 2 - 1) / r**4, thd,
-                -2 * rd * thd / r - j2_bar * 3 * np.cos(th) * np.sin(th) / r**4]
+        return [
+            rd,
+            -mu_bar / r**2 + r * thd**2 + j2_bar * 1.5 * (3 * np.sin(th) ** 2 - 1) / r**4,
+            thd,
+            -2 * rd * thd / r - j2_bar * 3 * np.cos(th) * np.sin(th) / r**4,
+        ]
 
-    sol = solve_ivp(rhs, (0.0, float(t[-1])), [R / R_E, 0.0, 0.0, 2 * np.pi], method="RK45", t_eval=t,
-                    rtol=1e-10, atol=1e-10)
+    sol = solve_ivp(
+        rhs, (0.0, float(t[-1])), [R / R_E, 0.0, 0.0, 2 * np.pi], method="RK45", t_eval=t, rtol=1e-10, atol=1e-10
+    )
     return sol.y.T
 
 
@@ -152,25 +185,38 @@ def satellite(out: dict) -> None:
             released = np.diag(posterior_covariance(k, t, grid, Sigma))
             at_s = np.diag(posterior_covariance(k, t, S, Sigma))
             at_x = np.diag(posterior_covariance(k, t, t[outside_inputs], Sigma))
-            rows.append(dict(component=name, alpha=alpha, sigma2=sigma2, trace=float(np.trace(np.asarray(Sigma))),
-                             min_var_at_private_inputs=float(at_s.min()),
-                             min_var_on_segment_grid=float(released[inside].min()), tolerance=alpha * sigma2,
-                             max_var_change_outside=float(np.abs(released - raw)[~inside].max()),
-                             max_var_change_far=float(np.abs(released - raw)[far].max()),
-                             max_var_change_outside_inputs=float(np.abs(at_x - raw_at_x).max()),
-                             strong_margin=verify_privacy(k, t, S, H, Sigma).strong_margin))
+            rows.append(
+                dict(
+                    component=name,
+                    alpha=alpha,
+                    sigma2=sigma2,
+                    trace=float(np.trace(np.asarray(Sigma))),
+                    min_var_at_private_inputs=float(at_s.min()),
+                    min_var_on_segment_grid=float(released[inside].min()),
+                    tolerance=alpha * sigma2,
+                    max_var_change_outside=float(np.abs(released - raw)[~inside].max()),
+                    max_var_change_far=float(np.abs(released - raw)[far].max()),
+                    max_var_change_outside_inputs=float(np.abs(at_x - raw_at_x).max()),
+                    strong_margin=verify_privacy(k, t, S, H, Sigma).strong_margin,
+                )
+            )
     out["satellite"] = rows
     print("\n#### Satellite (§5): private segment t ∈ [1, 2], H = αK, strong solution at its 21 inputs\n")
-    print("| state | α | σ² (ML) | tr Σ | min Var/σ² at the 21 private inputs | min Var/σ² on [1, 2] (grid 0.001) "
-          "| tolerance α | max ΔVar/σ² outside [1, 2] (grid) | at the 40 other training inputs "
-          "| ≥ 0.1 from [1, 2] (grid) | strong margin |")
+    print(
+        "| state | α | σ² (ML) | tr Σ | min Var/σ² at the 21 private inputs | min Var/σ² on [1, 2] (grid 0.001) "
+        "| tolerance α | max ΔVar/σ² outside [1, 2] (grid) | at the 40 other training inputs "
+        "| ≥ 0.1 from [1, 2] (grid) | strong margin |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         s2 = r["sigma2"]
-        print(f"| {r['component']} | {r['alpha']} | {s2:.4g} | {r['trace']:.4g} | {r['min_var_at_private_inputs'] / s2:.4f} "
-              f"| {r['min_var_on_segment_grid'] / s2:.4f} | {r['alpha']} | {r['max_var_change_outside'] / s2:.2e} "
-              f"| {r['max_var_change_outside_inputs'] / s2:.2e} | {r['max_var_change_far'] / s2:.2e} "
-              f"| {r['strong_margin']:.1e} |")
+        print(
+            f"| {r['component']} | {r['alpha']} | {s2:.4g} | {r['trace']:.4g} | "
+            f"{r['min_var_at_private_inputs'] / s2:.4f} "
+            f"| {r['min_var_on_segment_grid'] / s2:.4f} | {r['alpha']} | {r['max_var_change_outside'] / s2:.2e} "
+            f"| {r['max_var_change_outside_inputs'] / s2:.2e} | {r['max_var_change_far'] / s2:.2e} "
+            f"| {r['strong_margin']:.1e} |"
+        )
 
 
 def main() -> None:

@@ -66,7 +66,9 @@ def report(curves: dict, datasets: list, methods: list, rounds: int, plot_prefix
                 continue
             ll = np.array([r["ll"] for r in runs.values()])
             rm = np.array([r["rmse"] for r in runs.values()])
-            pm = lambda v: f"{v.mean():.3f} ± {v.std(ddof=1) / np.sqrt(len(v)):.3f}" if len(v) > 1 else f"{v.mean():.3f}"  # noqa: E731
+            pm = lambda v: (
+                f"{v.mean():.3f} ± {v.std(ddof=1) / np.sqrt(len(v)):.3f}" if len(v) > 1 else f"{v.mean():.3f}"
+            )  # noqa: E731
             hits = []
             for split, r in runs.items():
                 g = curves.get((name, "global", split))
@@ -76,7 +78,10 @@ def report(curves: dict, datasets: list, methods: list, rounds: int, plot_prefix
                 hits.append("never" if not idx else str(min((idx[0] + 1) * r["every"], rounds)))
             secs = np.mean([r["seconds"] for r in runs.values()])
             rows.append(f"| {name} | {m} | {len(runs)} | {pm(ll)} | {pm(rm)} | {','.join(hits)} | {secs:.0f} |")
-    print("| dataset | method | splits | test log-lik / point | RMSE (std. units) | comms to within 0.05 of global VI (per split) | seconds |")
+    print(
+        "| dataset | method | splits | test log-lik / point | RMSE (std. units) | comms to within 0.05 of global VI "
+        "(per split) | seconds |"
+    )
     print("|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     print_curves(curves, datasets, methods)
@@ -121,7 +126,9 @@ def print_curves(curves: dict, datasets: list, methods: list) -> None:
     print("| run | " + " | ".join(str(every * (i + 1)) for i in range(width)) + " | global VI |")
     print("|---" * (width + 2) + "|")
     for d, m, split in runs:
-        values = [f"{v:.3f}" for v in curves[(d, m, split)]["curve"]] + [""] * (width - len(curves[(d, m, split)]["curve"]))
+        values = [f"{v:.3f}" for v in curves[(d, m, split)]["curve"]] + [""] * (
+            width - len(curves[(d, m, split)]["curve"])
+        )
         g = curves.get((d, "global", split))
         print(f"| {d} {m} s{split} | " + " | ".join(values) + f" | {'' if g is None else format(g['ll'], '.3f')} |")
 
@@ -129,7 +136,9 @@ def print_curves(curves: dict, datasets: list, methods: list) -> None:
 def main(argv=None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--datasets", default="boston,concrete,diabetes,ozone", help="comma-separated names (ozone: regional clients)")
+    p.add_argument(
+        "--datasets", default="boston,concrete,diabetes,ozone", help="comma-separated names (ozone: regional clients)"
+    )
     p.add_argument("--methods", default="dpo,cpo,fixed,fedavg,global")
     p.add_argument("--splits", type=int, default=5)
     p.add_argument("--first-split", type=int, default=0, help="run splits first-split .. first-split + splits − 1")
@@ -140,14 +149,29 @@ def main(argv=None) -> int:
     p.add_argument("--fedavg-steps", type=int, default=1000)
     p.add_argument("--patience", type=int, default=50, help="early-stopping patience of each local update")
     p.add_argument("--predict-samples", type=int, default=100)
-    p.add_argument("--init-noise", type=float, default=0.1, help="initial mean of q(σ_n²) (1.0 = the spec's literal log β = 0)")
-    p.add_argument("--quick", action="store_true", help="M=20, 20 communications, 200 local steps, 20 prediction samples")
-    p.add_argument("--max-points", type=int, default=0, help="random subset of at most this many points per dataset (0: all)")
-    p.add_argument("--global-rounds", type=int, default=0,
-                   help="rounds of global VI (K = 1, each a local update of at most --local-steps Adam steps); 0: rounds // clients")
-    p.add_argument("--plot-prefix", default="benchmarks/pvi_convergence", help="one PNG per dataset: <prefix>_<dataset>.png")
+    p.add_argument(
+        "--init-noise", type=float, default=0.1, help="initial mean of q(σ_n²) (1.0 = the spec's literal log β = 0)"
+    )
+    p.add_argument(
+        "--quick", action="store_true", help="M=20, 20 communications, 200 local steps, 20 prediction samples"
+    )
+    p.add_argument(
+        "--max-points", type=int, default=0, help="random subset of at most this many points per dataset (0: all)"
+    )
+    p.add_argument(
+        "--global-rounds",
+        type=int,
+        default=0,
+        help="rounds of global VI (K = 1, each a local update of at most --local-steps Adam steps); "
+        "0: rounds // clients",
+    )
+    p.add_argument(
+        "--plot-prefix", default="benchmarks/pvi_convergence", help="one PNG per dataset: <prefix>_<dataset>.png"
+    )
     p.add_argument("--json", default="", help="also write every run (curves included) to this JSON file")
-    p.add_argument("--from-json", default="", help="comma-separated JSON files of earlier runs: print the table and plots only")
+    p.add_argument(
+        "--from-json", default="", help="comma-separated JSON files of earlier runs: print the table and plots only"
+    )
     a = p.parse_args(argv)
     if a.from_json:
         curves = {}
@@ -155,7 +179,9 @@ def main(argv=None) -> int:
             with open(path) as fh:
                 curves.update({tuple(k.split("|")[:2]) + (int(k.split("|")[2]),): v for k, v in json.load(fh).items()})
         names = list(dict.fromkeys(k[0] for k in curves))
-        report(curves, names, [m for m in a.methods.split(",") if any(k[1] == m for k in curves)], a.rounds, a.plot_prefix)
+        report(
+            curves, names, [m for m in a.methods.split(",") if any(k[1] == m for k in curves)], a.rounds, a.plot_prefix
+        )
         return 0
     if a.quick:
         a.inducing, a.rounds, a.local_steps, a.fedavg_steps, a.predict_samples = 20, 20, 200, 100, 20
@@ -168,13 +194,27 @@ def main(argv=None) -> int:
             fed = real_split(name, split, a.clients, a.max_points)
             for m in methods:
                 rounds = (a.global_rounds or max(1, a.rounds // a.clients)) if m == "global" else a.rounds
-                out = run_method(m, fed, rounds, a.inducing, split, local_steps=a.local_steps, fedavg_steps=a.fedavg_steps, patience=a.patience,
-                                 num_predict_samples=a.predict_samples, init_noise=a.init_noise)
+                out = run_method(
+                    m,
+                    fed,
+                    rounds,
+                    a.inducing,
+                    split,
+                    local_steps=a.local_steps,
+                    fedavg_steps=a.fedavg_steps,
+                    patience=a.patience,
+                    num_predict_samples=a.predict_samples,
+                    init_noise=a.init_noise,
+                )
                 curves[(name, m, split)] = out
                 if a.json:
                     with open(a.json, "w") as fh:
                         json.dump({f"{k[0]}|{k[1]}|{k[2]}": v for k, v in curves.items()}, fh)
-                print(f"# {name} split {split} {m}: ll {out['ll']:.4f} rmse {out['rmse']:.4f} {out['seconds']:.0f}s", file=sys.stderr, flush=True)
+                print(
+                    f"# {name} split {split} {m}: ll {out['ll']:.4f} rmse {out['rmse']:.4f} {out['seconds']:.0f}s",
+                    file=sys.stderr,
+                    flush=True,
+                )
     report(curves, a.datasets.split(","), methods, a.rounds, a.plot_prefix)
     return 0
 

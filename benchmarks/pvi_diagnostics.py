@@ -59,15 +59,27 @@ def trace(a: argparse.Namespace) -> None:
     every = a.clients
     if a.method == "global":
         fed, every = FederatedDataset([fed.pooled()], test=fed.test, name=fed.name), 1
-    algorithm = make_pvi(a.method, fed.input_dim, a.rounds, a.inducing, a.split, alpha=a.alpha, local_steps=a.local_steps,
-                         patience=a.patience, num_predict_samples=a.predict_samples)
+    algorithm = make_pvi(
+        a.method,
+        fed.input_dim,
+        a.rounds,
+        a.inducing,
+        a.split,
+        alpha=a.alpha,
+        local_steps=a.local_steps,
+        patience=a.patience,
+        num_predict_samples=a.predict_samples,
+    )
 
     def monitor(r: int, *, state: Any, algorithm: Any, **_: Any) -> None:
         mean, var = state.qZ.moments()
         nearest = ((mean[:, None, :2] - train[None, :, :2]) ** 2).sum(-1).argmin(1)
-        entry = {"round": r, "qZ_std": float(np.sqrt(var).mean()),
-                 "inducing_per_client": np.bincount(owner[nearest], minlength=a.clients).tolist(),
-                 "beta": np.exp(state.qrho.moments()[0]).round(4).tolist()}
+        entry = {
+            "round": r,
+            "qZ_std": float(np.sqrt(var).mean()),
+            "inducing_per_client": np.bincount(owner[nearest], minlength=a.clients).tolist(),
+            "beta": np.exp(state.qrho.moments()[0]).round(4).tolist(),
+        }
         if (r + 1) % every == 0:
             entry["test_ll"] = float(np.mean(algorithm.result(state).predict_log_density((Xt, Yt)).numpy()))
         print(json.dumps(entry), flush=True)
@@ -86,8 +98,18 @@ def first_client(a: argparse.Namespace) -> None:
 
     def first_update(local_steps: int) -> Any:
         updates: list = []
-        algorithm = make_pvi("dpo", fed.input_dim, 1, a.inducing, a.split, alpha=a.alpha, local_steps=local_steps,
-                             patience=a.patience, num_predict_samples=2, on_client_update=updates.append)
+        algorithm = make_pvi(
+            "dpo",
+            fed.input_dim,
+            1,
+            a.inducing,
+            a.split,
+            alpha=a.alpha,
+            local_steps=local_steps,
+            patience=a.patience,
+            num_predict_samples=2,
+            on_client_update=updates.append,
+        )
         run(algorithm, fed, seed=a.split)
         (update,) = updates
         return update.worker, update.metrics["local_steps"]
@@ -129,15 +151,32 @@ def cpo_factors(a: argparse.Namespace) -> None:
     def recorded(update: Any) -> None:  # the factor precision each client will hold if accepted
         factors[update.client_id] = update.factors["t_Lam"]
 
-    algorithm = make_pvi("cpo", fed.input_dim, a.rounds, a.inducing, a.split, local_steps=a.local_steps,
-                         patience=a.patience, num_predict_samples=2, on_client_update=recorded)
+    algorithm = make_pvi(
+        "cpo",
+        fed.input_dim,
+        a.rounds,
+        a.inducing,
+        a.split,
+        local_steps=a.local_steps,
+        patience=a.patience,
+        num_predict_samples=2,
+        on_client_update=recorded,
+    )
 
     def monitor(r: int, *, state: Any, **_: Any) -> None:
         total = sum(factors.values())
         eig = [np.linalg.eigvalsh(0.5 * (t + t.T)) for t in factors.values()]
-        print(json.dumps({"round": r, "largest_factor_precision": float(max(e.max() for e in eig)),
-                          "smallest_factor_eigenvalue": float(min(e.min() for e in eig)),
-                          "server_sum_error": float(np.abs(state.Lam - 0.5 * (total + total.T)).max())}), flush=True)
+        print(
+            json.dumps(
+                {
+                    "round": r,
+                    "largest_factor_precision": float(max(e.max() for e in eig)),
+                    "smallest_factor_eigenvalue": float(min(e.min() for e in eig)),
+                    "server_sum_error": float(np.abs(state.Lam - 0.5 * (total + total.T)).max()),
+                }
+            ),
+            flush=True,
+        )
 
     run(algorithm, fed, monitor=monitor, seed=a.split)
 
@@ -146,8 +185,12 @@ def main(argv: Any = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("what", nargs="?", choices=("trace", "first-client", "cpo-factors"), default="first-client")
     p.add_argument("--dataset", default="ozone")
-    p.add_argument("--partition", choices=("auto", "iid", "regional"), default="auto",
-                   help="auto: regional clients for ozone, iid otherwise (as benchmarks/pvi.py)")
+    p.add_argument(
+        "--partition",
+        choices=("auto", "iid", "regional"),
+        default="auto",
+        help="auto: regional clients for ozone, iid otherwise (as benchmarks/pvi.py)",
+    )
     p.add_argument("--method", choices=("dpo", "cpo", "global"), default="dpo")
     p.add_argument("--split", type=int, default=0)
     p.add_argument("--clients", type=int, default=10)

@@ -56,7 +56,9 @@ def _scores(Y: np.ndarray, F: np.ndarray, mean: np.ndarray, var: np.ndarray) -> 
     return {"nlpd": metrics.nlpd(Y, mean, var), "rmse": metrics.rmse(F, mean), "mae": metrics.mae(F, mean)}
 
 
-def _local_models(clients: Clients, M_k: int, kernel: Tuple[float, float], noise: float, maxiter: int) -> Tuple[list, float]:
+def _local_models(
+    clients: Clients, M_k: int, kernel: Tuple[float, float], noise: float, maxiter: int
+) -> Tuple[list, float]:
     """All local models with one :class:`LocalSVGPTrainer` (one compiled L-BFGS loop for every task)."""
     t0 = time.perf_counter()
     trainer = LocalSVGPTrainer(_se(*kernel), gpflow.likelihoods.Gaussian(noise), maxiter=maxiter)
@@ -67,21 +69,29 @@ def _local_models(clients: Clients, M_k: int, kernel: Tuple[float, float], noise
     return recs, time.perf_counter() - t0
 
 
-def _stock_local_models(clients: Clients, M_k: int, kernel: Tuple[float, float], noise: float, maxiter: int) -> Tuple[list, float]:
+def _stock_local_models(
+    clients: Clients, M_k: int, kernel: Tuple[float, float], noise: float, maxiter: int
+) -> Tuple[list, float]:
     """The previous local fit, for the speed comparison: a new ``gpflow.models.SVGP`` per task, L-BFGS on its ELBO
     (``Scipy``, compiled per model), then GPflow's ``NaturalGradient`` step with γ = 1 (kept only if it succeeds)."""
     t0 = time.perf_counter()
     models = []
     for X, Y in clients:
         Z = np.linspace(X.min(), X.max(), M_k)[:, None]
-        model = gpflow.models.SVGP(_se(*kernel), gpflow.likelihoods.Gaussian(noise), gpflow.inducing_variables.InducingPoints(Z),
-                                   num_data=X.shape[0])
-        gpflow.optimizers.Scipy().minimize(model.training_loss_closure((X, Y)), model.trainable_variables,
-                                           options={"maxiter": maxiter})
+        model = gpflow.models.SVGP(
+            _se(*kernel),
+            gpflow.likelihoods.Gaussian(noise),
+            gpflow.inducing_variables.InducingPoints(Z),
+            num_data=X.shape[0],
+        )
+        gpflow.optimizers.Scipy().minimize(
+            model.training_loss_closure((X, Y)), model.trainable_variables, options={"maxiter": maxiter}
+        )
         before = (model.q_mu.numpy(), model.q_sqrt.numpy())
         try:
             gpflow.optimizers.NaturalGradient(gamma=1.0).minimize(
-                model.training_loss_closure((X, Y), compile=False), [(model.q_mu, model.q_sqrt)])
+                model.training_loss_closure((X, Y), compile=False), [(model.q_mu, model.q_sqrt)]
+            )
         except Exception:  # noqa: BLE001 — GPflow raises InvalidArgumentError when the Cholesky fails
             model.q_mu.assign(before[0])
             model.q_sqrt.assign(before[1])
@@ -101,19 +111,29 @@ def speed_rows(seed: int) -> List[Row]:
     recs, t_new = _local_models(clients, M_k, kernel, 1.0, 200)
     elbo_stock = np.mean([float(m.elbo(c).numpy()) for m, c in zip(stock, clients)])
     elbo_new = np.mean([float(r.to_svgp().elbo(c).numpy()) for r, c in zip(recs, clients)])
-    for label, t, e in (("previous: SVGP + L-BFGS per model, NatGrad step", t_stock, elbo_stock),
-                        ("LocalSVGPTrainer (one compiled loop, collapsed bound, closed-form q)", t_new, elbo_new)):
+    for label, t, e in (
+        ("previous: SVGP + L-BFGS per model, NatGrad step", t_stock, elbo_stock),
+        ("LocalSVGPTrainer (one compiled loop, collapsed bound, closed-form q)", t_new, elbo_new),
+    ):
         rows.append({"what": "5 local models (toy)", "method": label, "seconds": t, "value": e})
     for attempt in ("first", "second"):
         t0 = time.perf_counter()
         ens = EnsembleSVGP(recs, _se(*kernel), np.linspace(0.0, 5.5, 35)[:, None])
         bound = ens.fit(maxiter=200)
-        rows.append({"what": "ensemble fit (toy)", "method": f"EnsembleSVGP.fit, {attempt} model", "seconds":
-                     time.perf_counter() - t0, "value": bound})
+        rows.append(
+            {
+                "what": "ensemble fit (toy)",
+                "method": f"EnsembleSVGP.fit, {attempt} model",
+                "seconds": time.perf_counter() - t0,
+                "value": bound,
+            }
+        )
     return rows
 
 
-def run_setting(name: str, clients: Clients, test: Tuple[np.ndarray, np.ndarray, np.ndarray], cfg: dict) -> Tuple[List[Row], list]:
+def run_setting(
+    name: str, clients: Clients, test: Tuple[np.ndarray, np.ndarray, np.ndarray], cfg: dict
+) -> Tuple[List[Row], list]:
     X_test, Y_test, F_test = test
     rows: List[Row] = []
     recs, t_local = _local_models(clients, cfg["M_k"], cfg["kernel"], cfg["noise"], cfg["local_maxiter"])
@@ -125,9 +145,17 @@ def run_setting(name: str, clients: Clients, test: Tuple[np.ndarray, np.ndarray,
         ens.fit(maxiter=cfg["maxiter"], method="collapsed")
     t_ens = time.perf_counter() - t0
     mean, var = (t.numpy() for t in ens.predict_y(X_test))
-    rows.append({"setting": name, "method": "Recyclable ensemble (ours)", **_scores(Y_test, F_test, mean, var),
-                 "fit_s": t_ens, "local_s": t_local, "noise": float(ens.likelihood.variance.numpy()),
-                 "bound": float(ens.elbo().numpy())})
+    rows.append(
+        {
+            "setting": name,
+            "method": "Recyclable ensemble (ours)",
+            **_scores(Y_test, F_test, mean, var),
+            "fit_s": t_ens,
+            "local_s": t_local,
+            "noise": float(ens.likelihood.variance.numpy()),
+            "bound": float(ens.elbo().numpy()),
+        }
+    )
     if cfg.get("fixed_local_kernel"):
         # the same ensemble over local models whose kernel hyperparameters stay at their start (as the authors'
         # local fits do in effect, with learning rate 1e-10); only Z_k, the noise and q_k are fitted
@@ -144,8 +172,15 @@ def run_setting(name: str, clients: Clients, test: Tuple[np.ndarray, np.ndarray,
             ens_fixed.fit(maxiter=cfg["maxiter"], method="collapsed")
         t_ens_fixed = time.perf_counter() - t0
         mean, var = (t.numpy() for t in ens_fixed.predict_y(X_test))
-        rows.append({"setting": name, "method": "Recyclable ensemble (ours), local kernels fixed at their start",
-                     **_scores(Y_test, F_test, mean, var), "fit_s": t_ens_fixed, "local_s": t_fixed})
+        rows.append(
+            {
+                "setting": name,
+                "method": "Recyclable ensemble (ours), local kernels fixed at their start",
+                **_scores(Y_test, F_test, mean, var),
+                "fit_s": t_ens_fixed,
+                "local_s": t_fixed,
+            }
+        )
     # expert baselines: exact-GP experts and the SVGP local models as experts
     t0 = time.perf_counter()
     gpr = fit_gpr_experts(clients, _se(*cfg["kernel"]), cfg["noise"], maxiter=cfg["local_maxiter"])
@@ -159,22 +194,39 @@ def run_setting(name: str, clients: Clients, test: Tuple[np.ndarray, np.ndarray,
                 scores = _scores(Y_test, F_test, mean, var)
             else:  # BCM's precision can turn negative far from the data: no NLPD
                 scores = dict(_scores(Y_test, F_test, mean, np.ones_like(var)), nlpd=float("nan"))
-            rows.append({"setting": name, "method": f"{rule} ({label} experts)", **scores, "fit_s": float("nan"),
-                         "local_s": t_fit})
+            rows.append(
+                {
+                    "setting": name,
+                    "method": f"{rule} ({label} experts)",
+                    **scores,
+                    "fit_s": float("nan"),
+                    "local_s": t_fit,
+                }
+            )
     # a single SVGP on the pooled data with M = M_*
     X = np.concatenate([c[0] for c in clients])
     Y = np.concatenate([c[1] for c in clients])
     t0 = time.perf_counter()
-    single = train_local_svgp(X, Y, Z_star, _se(*cfg["kernel"]), gpflow.likelihoods.Gaussian(cfg["noise"]), maxiter=cfg["maxiter"])
+    single = train_local_svgp(
+        X, Y, Z_star, _se(*cfg["kernel"]), gpflow.likelihoods.Gaussian(cfg["noise"]), maxiter=cfg["maxiter"]
+    )
     t_single = time.perf_counter() - t0
     mean, var = (t.numpy() for t in single.predict_y(X_test))
-    rows.append({"setting": name, "method": f"single SVGP, pooled data (M={cfg['M']})",
-                 **_scores(Y_test, F_test, mean, var), "fit_s": t_single, "local_s": float("nan")})
+    rows.append(
+        {
+            "setting": name,
+            "method": f"single SVGP, pooled data (M={cfg['M']})",
+            **_scores(Y_test, F_test, mean, var),
+            "fit_s": t_single,
+            "local_s": float("nan"),
+        }
+    )
     return rows, recs
 
 
-def run_peer(args: argparse.Namespace, name: str, clients: Clients, test: tuple, cfg: dict, recs: list,
-             ours: Row) -> List[Row]:
+def run_peer(
+    args: argparse.Namespace, name: str, clients: Clients, test: tuple, cfg: dict, recs: list, ours: Row
+) -> List[Row]:
     """The authors' code on the same data and, separately, on our local models (``benchmarks/peer/``); its
     ensemble-fit wall time next to ours from the same process. Its NLPD is given with its fixed σ = 1 and
     with our ensemble's noise variance."""
@@ -183,12 +235,30 @@ def run_peer(args: argparse.Namespace, name: str, clients: Clients, test: tuple,
         arrays = {f"X{k}": X for k, (X, _) in enumerate(clients)}
         arrays.update({f"Y{k}": Y for k, (_, Y) in enumerate(clients)})
         for k, r in enumerate(recs):
-            arrays.update({f"q_mu{k}": r.q_mu, f"q_sqrt{k}": r.q_sqrt, f"Z{k}": r.Z,
-                           f"variance{k}": r.kernel["variance"], f"lengthscale{k}": r.kernel["lengthscales"][0]})
+            arrays.update(
+                {
+                    f"q_mu{k}": r.q_mu,
+                    f"q_sqrt{k}": r.q_sqrt,
+                    f"Z{k}": r.Z,
+                    f"variance{k}": r.kernel["variance"],
+                    f"lengthscale{k}": r.kernel["lengthscales"][0],
+                }
+            )
         np.savez(os.path.join(tmp, "data.npz"), K=len(clients), lo=cfg["lo"], hi=cfg["hi"], X_test=X_test, **arrays)
         out = os.path.join(tmp, "out.json")
-        subprocess.run([args.peer_python, args.peer_driver, args.peer_src, os.path.join(tmp, "data.npz"), name, out,
-                        "--local-iters", str(args.peer_local_iters)], check=True)
+        subprocess.run(
+            [
+                args.peer_python,
+                args.peer_driver,
+                args.peer_src,
+                os.path.join(tmp, "data.npz"),
+                name,
+                out,
+                "--local-iters",
+                str(args.peer_local_iters),
+            ],
+            check=True,
+        )
         with open(out) as f:
             res = json.load(f)
     # our ensemble fit once more, right after the peer's run, so that both are timed at about the same load
@@ -196,31 +266,59 @@ def run_peer(args: argparse.Namespace, name: str, clients: Clients, test: tuple,
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RecyclableWarning)
         EnsembleSVGP(recs, _se(*cfg["kernel"]), np.linspace(cfg["lo"], cfg["hi"], cfg["M"])[:, None]).fit(
-            maxiter=cfg["maxiter"], method="collapsed")
+            maxiter=cfg["maxiter"], method="collapsed"
+        )
     t_again = time.perf_counter() - t0
-    print(f"[{name}] our ensemble fit again after the peer: {t_again:.2f} s (before it: {ours['fit_s']:.2f} s)",
-          file=sys.stderr, flush=True)
+    print(
+        f"[{name}] our ensemble fit again after the peer: {t_again:.2f} s (before it: {ours['fit_s']:.2f} s)",
+        file=sys.stderr,
+        flush=True,
+    )
     ours = dict(ours, fit_s=max(ours["fit_s"], t_again))  # ratios below use the slower of our two fits
     rows: List[Row] = []
-    for key, label, local_s in (("own", f"its own local VEM ({res['local_iters']} EM its)", res["local_seconds"]),
-                                ("ours", "our local models", float("nan"))):
+    for key, label, local_s in (
+        ("own", f"its own local VEM ({res['local_iters']} EM its)", res["local_seconds"]),
+        ("ours", "our local models", float("nan")),
+    ):
         if key not in res:
             continue
         if "error" in res[key]:
-            print(f"[{name}] peer ensemble fit on {label} failed after {res[key]['ensemble_seconds']:.2f} s: "
-                  f"{res[key]['error']}", file=sys.stderr, flush=True)
-            rows.append({"setting": name, "method": f"pmorenoz/RecyclableGP ensemble on {label}: failed",
-                         "nlpd": float("nan"), "rmse": float("nan"), "mae": float("nan"),
-                         "fit_s": res[key]["ensemble_seconds"], "local_s": local_s})
+            print(
+                f"[{name}] peer ensemble fit on {label} failed after {res[key]['ensemble_seconds']:.2f} s: "
+                f"{res[key]['error']}",
+                file=sys.stderr,
+                flush=True,
+            )
+            rows.append(
+                {
+                    "setting": name,
+                    "method": f"pmorenoz/RecyclableGP ensemble on {label}: failed",
+                    "nlpd": float("nan"),
+                    "rmse": float("nan"),
+                    "mae": float("nan"),
+                    "fit_s": res[key]["ensemble_seconds"],
+                    "local_s": local_s,
+                }
+            )
             continue
         mean, var = np.array(res[key]["mean"])[:, None], np.array(res[key]["var"])[:, None]
         for s2, s2_label in ((res["sigma"] ** 2, "σ=1 fixed"), (ours["noise"], f"σ²={ours['noise']:.2f} as ours")):
-            rows.append({"setting": name, "method": f"pmorenoz/RecyclableGP ensemble on {label}, {s2_label}",
-                         **_scores(Y_test, F_test, mean, var + s2), "fit_s": res[key]["ensemble_seconds"],
-                         "local_s": local_s})
-        print(f"[{name}] peer ensemble fit on {label}: {res[key]['ensemble_seconds']:.2f} s vs ours "
-              f"{ours['fit_s']:.2f} s → ratio {res[key]['ensemble_seconds'] / ours['fit_s']:.1f}×; its final bound "
-              f"(its KL(p‖q)) {res[key]['bound']:.2f}, ours {ours['bound']:.2f}", file=sys.stderr, flush=True)
+            rows.append(
+                {
+                    "setting": name,
+                    "method": f"pmorenoz/RecyclableGP ensemble on {label}, {s2_label}",
+                    **_scores(Y_test, F_test, mean, var + s2),
+                    "fit_s": res[key]["ensemble_seconds"],
+                    "local_s": local_s,
+                }
+            )
+        print(
+            f"[{name}] peer ensemble fit on {label}: {res[key]['ensemble_seconds']:.2f} s vs ours "
+            f"{ours['fit_s']:.2f} s → ratio {res[key]['ensemble_seconds'] / ours['fit_s']:.1f}×; its final bound "
+            f"(its KL(p‖q)) {res[key]['bound']:.2f}, ours {ours['bound']:.2f}",
+            file=sys.stderr,
+            flush=True,
+        )
     return rows
 
 
@@ -249,10 +347,20 @@ def pyramid_rows(args: argparse.Namespace, cfg: dict, test: tuple, ten_k_models:
         flat.fit(maxiter=cfg["maxiter"])
         t_flat = time.perf_counter() - t0
     setting = f"pyramid N={K * 200:,} (K={K})"
-    for model, label, t in ((top, f"Recyclable pyramid ({' → '.join(map(str, levels))})", t_pyr),
-                            (flat, f"flat ensemble over all {K}", t_flat)):
+    for model, label, t in (
+        (top, f"Recyclable pyramid ({' → '.join(map(str, levels))})", t_pyr),
+        (flat, f"flat ensemble over all {K}", t_flat),
+    ):
         mean, var = (t_.numpy() for t_ in model.predict_y(test[0]))
-        rows.append({"setting": setting, "method": label, **_scores(test[1], test[2], mean, var), "fit_s": t, "local_s": t_local})
+        rows.append(
+            {
+                "setting": setting,
+                "method": label,
+                **_scores(test[1], test[2], mean, var),
+                "fit_s": t,
+                "local_s": t_local,
+            }
+        )
     return rows
 
 
@@ -279,10 +387,16 @@ def main(argv: List[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--peer-python", default=None)
     parser.add_argument("--peer-src", default=None)
-    parser.add_argument("--peer-driver", default=os.path.join(os.path.dirname(__file__), "peer", "recyclable_gp_driver.py"))
+    parser.add_argument(
+        "--peer-driver", default=os.path.join(os.path.dirname(__file__), "peer", "recyclable_gp_driver.py")
+    )
     parser.add_argument("--peer-local-iters", type=int, default=15, help="the authors' local VEM iterations")
-    parser.add_argument("--pyramid-replicas", type=int, default=1,
-                        help="pyramid data: replicas × 50 segments × 200 points (1: the 10k models)")
+    parser.add_argument(
+        "--pyramid-replicas",
+        type=int,
+        default=1,
+        help="pyramid data: replicas × 50 segments × 200 points (1: the 10k models)",
+    )
     args = parser.parse_args(argv)
     settings = args.settings.split(",")
     if "speed" in settings:
@@ -303,8 +417,17 @@ def main(argv: List[str] | None = None) -> None:
         elif name in ("10k", "pyramid"):
             d = distributed_segments(seed=args.seed)
             test = (d.test[0], d.test[1], smooth_function(d.test[0]))
-            cfg = dict(M_k=3, M=35, lo=0.0, hi=5.0, kernel=(5.0, 0.3), noise=1.0, local_maxiter=200, maxiter=200,
-                       fixed_local_kernel=True)
+            cfg = dict(
+                M_k=3,
+                M=35,
+                lo=0.0,
+                hi=5.0,
+                kernel=(5.0, 0.3),
+                noise=1.0,
+                local_maxiter=200,
+                maxiter=200,
+                fixed_local_kernel=True,
+            )
         elif name == "sunspots":
             clients, test = sunspots_tasks(args.seed)
             cfg = dict(M_k=6, M=90, lo=0.0, hi=100.0, kernel=(1.0, 0.2), noise=0.01, local_maxiter=200, maxiter=200)
@@ -333,8 +456,11 @@ class _Printer(list):
 
     def append(self, r: Row) -> None:
         super().append(r)
-        print(f"| {r['setting']} | {r['method']} | {r['nlpd']:.3f} | {r['rmse']:.3f} | {r['mae']:.3f} | "
-              f"{r['fit_s']:.2f} | {r['local_s']:.1f} |", flush=True)
+        print(
+            f"| {r['setting']} | {r['method']} | {r['nlpd']:.3f} | {r['rmse']:.3f} | {r['mae']:.3f} | "
+            f"{r['fit_s']:.2f} | {r['local_s']:.1f} |",
+            flush=True,
+        )
 
     def __iadd__(self, new: List[Row]) -> "_Printer":
         for r in new:

@@ -62,8 +62,16 @@ def federation(seed: int, num_clients: int) -> FederatedDataset:
 def one_run(seed: int, num_bad: int, config: str, shift: float, num_clients: int, rounds: int = 10) -> float:
     dataset = federation(seed, num_clients)
     Z = np.linspace(-10, 10, 20)[:, None]  # public: no client data
-    algorithm = PoisonedFSGP(gpflow.kernels.SquaredExponential(), Z, 0.1, rounds=rounds, local_steps=20,
-                             learning_rate=0.05, num_bad=num_bad, shift=shift)
+    algorithm = PoisonedFSGP(
+        gpflow.kernels.SquaredExponential(),
+        Z,
+        0.1,
+        rounds=rounds,
+        local_steps=20,
+        learning_rate=0.05,
+        num_bad=num_bad,
+        shift=shift,
+    )
     result = run(algorithm, dataset, runtime=LocalRuntime(robust=CONFIGS[config]), seed=seed)
     return float(result.metrics["test_rmse"])
 
@@ -80,13 +88,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     rows: List[Dict[str, Any]] = []
     for seed in args.seeds:
         for num_bad in [0, *args.bad]:
-            for config in (CONFIGS if num_bad else ["mean"]):
+            for config in CONFIGS if num_bad else ["mean"]:
                 rmse = one_run(seed, num_bad, config, args.shift, args.clients, args.rounds)
                 rows.append({"seed": seed, "bad": num_bad, "config": config, "test_rmse": rmse})
                 print(f"seed {seed}, {num_bad} bad, {config}: RMSE {rmse:.4f}", file=sys.stderr, flush=True)
     clean = np.array([r["test_rmse"] for r in rows if r["bad"] == 0])
-    print(f"Clean run: test RMSE {clean.mean():.4f} ± {clean.std(ddof=1) if len(clean) > 1 else 0:.4f} "
-          f"({len(clean)} seeds)\n")
+    print(
+        f"Clean run: test RMSE {clean.mean():.4f} ± {clean.std(ddof=1) if len(clean) > 1 else 0:.4f} "
+        f"({len(clean)} seeds)\n"
+    )
     print("| poisoned clients | " + " | ".join(CONFIGS) + " |")
     print("|---|" + "---|" * len(CONFIGS))
     for num_bad in args.bad:

@@ -127,9 +127,7 @@ def federation(num_clients: int, points: int, seed: int) -> FederatedDataset:
 def measure(cls: type, dataset: FederatedDataset, args: argparse.Namespace) -> Dict[str, Any]:
     X = np.concatenate([X for X, _ in dataset.clients])
     Z = initial_inducing_inputs(X, args.inducing, seed=args.seed)
-    algorithm = cls(
-        gpflow.kernels.SquaredExponential(), Z, 0.1, rounds=args.rounds, local_steps=3, learning_rate=0.1
-    )
+    algorithm = cls(gpflow.kernels.SquaredExponential(), Z, 0.1, rounds=args.rounds, local_steps=3, learning_rate=0.1)
     cpu = [time.process_time()]
 
     def monitor(round: int, **_: Any) -> None:  # after every round: this process's CPU seconds so far
@@ -176,13 +174,17 @@ def main() -> None:
     if args.rounds < 2:
         parser.error("--rounds must be at least 2 (round 0 is reported apart from the steady state)")
 
-    print(f"FSGP fedavg, N_k = {args.points}, M = {args.inducing}, P = 3, every client every round, "
-          f"R = {args.rounds}; threads: OMP {os.environ.get('OMP_NUM_THREADS', 'default')}, "
-          f"TF intra-op {os.environ.get('TF_NUM_INTRAOP_THREADS', 'default')}; machine load average at start "
-          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores\n")
-    print("| K | client path | round 0 (s) | round 0, CPU (s) | of which set-up (s) | steady round (s) "
-          "| steady round, CPU (s) | client_update per client (ms) | runtime per client (ms) | server_update (s) "
-          "| final predict phase (s) | whole run (s) | test RMSE |")
+    print(
+        f"FSGP fedavg, N_k = {args.points}, M = {args.inducing}, P = 3, every client every round, "
+        f"R = {args.rounds}; threads: OMP {os.environ.get('OMP_NUM_THREADS', 'default')}, "
+        f"TF intra-op {os.environ.get('TF_NUM_INTRAOP_THREADS', 'default')}; machine load average at start "
+        f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores\n"
+    )
+    print(
+        "| K | client path | round 0 (s) | round 0, CPU (s) | of which set-up (s) | steady round (s) "
+        "| steady round, CPU (s) | client_update per client (ms) | runtime per client (ms) | server_update (s) "
+        "| final predict phase (s) | whole run (s) | test RMSE |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     loads: List[str] = []
     notes: List[str] = []
@@ -195,10 +197,13 @@ def main() -> None:
         for label, cls in paths:
             m = measure(cls, dataset, args)
             results[label] = m
-            print(f"| {K} | {label} | {m['first']:.2f} | {m['first_cpu']:.2f} | {m['setup']:.2f} | {m['steady']:.2f} "
-                  f"| {m['steady_cpu']:.2f} | {m['client_ms']:.2f} "
-                  f"| {m['runtime_ms']:.2f} | {m['server_s']:.3f} | {m['final']:.2f} | {m['total']:.1f} "
-                  f"| {m['rmse']:.4f} |", flush=True)
+            print(
+                f"| {K} | {label} | {m['first']:.2f} | {m['first_cpu']:.2f} | {m['setup']:.2f} | {m['steady']:.2f} "
+                f"| {m['steady_cpu']:.2f} | {m['client_ms']:.2f} "
+                f"| {m['runtime_ms']:.2f} | {m['server_s']:.3f} | {m['final']:.2f} | {m['total']:.1f} "
+                f"| {m['rmse']:.4f} |",
+                flush=True,
+            )
         loads.append(f"{os.getloadavg()[0]:.1f} after K = {K}")
         if len(results) == 2:
             gap = max(

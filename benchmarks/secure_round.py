@@ -50,12 +50,18 @@ def measure(K: int, config: str, *, points: int, M: int, rounds: int, seed: int)
     dataset = _dataset(K, points, seed)
     secure = {"plain": False, "sparse": SecureAggregation(), "all-pairs": SecureAggregation(degree=K - 1)}[config]
     start = time.perf_counter()
-    result = run(_algorithm(dataset, M, rounds, seed), dataset, runtime=LocalRuntime(secure_aggregation=secure), seed=seed)
+    result = run(
+        _algorithm(dataset, M, rounds, seed), dataset, runtime=LocalRuntime(secure_aggregation=secure), seed=seed
+    )
     seconds = [h["seconds"] for h in result.history]
     degree = 0 if secure is False else secure.masking_degree(K)
     return {
-        "K": K, "config": config, "degree": degree, "round0_s": seconds[0],
-        "steady_s": float(np.mean(seconds[1:])), "total_s": time.perf_counter() - start,
+        "K": K,
+        "config": config,
+        "degree": degree,
+        "round0_s": seconds[0],
+        "steady_s": float(np.mean(seconds[1:])),
+        "total_s": time.perf_counter() - start,
         "bytes_up_per_round": result.history[-1]["bytes_up"],
         "params": {k: np.asarray(v).tolist() for k, v in result.state.params.items()},
     }
@@ -84,8 +90,10 @@ def main(argv: List[str] = None) -> int:
         diff = max(float(np.max(np.abs(np.subtract(row["params"][k], plain["params"][k])))) for k in row["params"])
         row["ratio"] = row["steady_s"] / plain["steady_s"]
         row["max_param_diff"] = diff
-        print(f"| {row['K']} | {row['config']} | {row['degree']} | {row['round0_s']:.2f} | {row['steady_s']:.2f} | "
-              f"{row['ratio']:.2f} | {diff:.1e} |")
+        print(
+            f"| {row['K']} | {row['config']} | {row['degree']} | {row['round0_s']:.2f} | {row['steady_s']:.2f} | "
+            f"{row['ratio']:.2f} | {diff:.1e} |"
+        )
     if args.out:
         save(args.out, {"rows": rows}, __file__, argv)
     return 0

@@ -35,8 +35,9 @@ def _algorithm(method: str, input_dim: int, num_inducing: int, kernel: Any, seed
             raise ValueError("fit(method='pvi') uses PVI's own prior over kernel hyperparameters; drop kernel=")
         from .federated.algorithms.pvi_methods import make_pvi
 
-        return make_pvi(options.pop("variant", "dpo"), input_dim, options.pop("rounds", 20), num_inducing, seed,
-                        **options)
+        return make_pvi(
+            options.pop("variant", "dpo"), input_dim, options.pop("rounds", 20), num_inducing, seed, **options
+        )
     from .federated.algorithms import FedBNR
     from .kernels import deep_urk
 
@@ -93,8 +94,9 @@ def fit(
     else:
         if party_column is None or target is None:
             raise ValueError("fit: a table needs party_column= (who holds each row) and target= (the output column)")
-        raw = federated_from_table(data, party_column=party_column, target=target, features=features,
-                                   test_fraction=test_fraction, seed=seed)
+        raw = federated_from_table(
+            data, party_column=party_column, target=target, features=features, test_fraction=test_fraction, seed=seed
+        )
     dataset, scaler = raw.standardized()
     algorithm = _algorithm(method, dataset.input_dim, num_inducing, kernel, seed, dict(options))
     result = run(algorithm, dataset, runtime=runtime, monitor=monitor, seed=seed)

@@ -62,10 +62,19 @@ def test_fsgp_json_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture) -> 
     rows = {r["method"]: r for r in payload["results"]}
     assert list(rows) == METHODS
     for row in rows.values():
-        assert np.isfinite(row["test_rmse"]) and row["test_rmse"] > 0 and np.isfinite(row["test_nlpd"]) and row["seconds"] > 0
+        assert (
+            np.isfinite(row["test_rmse"])
+            and row["test_rmse"] > 0
+            and np.isfinite(row["test_nlpd"])
+            and row["seconds"] > 0
+        )
     # exact federated SGPR is centralized SGPR trained by the same Adam steps, computed from client sums
-    np.testing.assert_allclose(rows["exact federated SGPR"]["test_rmse"], rows["centralized SGPR"]["test_rmse"], rtol=1e-6)
-    np.testing.assert_allclose(rows["exact federated SGPR"]["test_nlpd"], rows["centralized SGPR"]["test_nlpd"], rtol=1e-6)
+    np.testing.assert_allclose(
+        rows["exact federated SGPR"]["test_rmse"], rows["centralized SGPR"]["test_rmse"], rtol=1e-6
+    )
+    np.testing.assert_allclose(
+        rows["exact federated SGPR"]["test_nlpd"], rows["centralized SGPR"]["test_nlpd"], rtol=1e-6
+    )
     # centralized "sends" the raw training data: 300 rows of (x, y) in float64
     assert rows["centralized SGPR"]["bytes_sent"] == 300 * 2 * 8
     assert rows["local-only SGPR (mean of 2)"]["bytes_sent"] == 0
@@ -123,9 +132,7 @@ def test_value_errors_exit_2_before_training(tmp_path: Path, capsys: pytest.Capt
 
 def test_build_dataset_standardizes_with_pooled_statistics() -> None:
     # the CLI uses FederatedDataset.standardized(): pooled mean/std from client summaries, test set mapped alike
-    settings = dict(
-        dataset="synthetic1", partition="random_sizes", clients=3, test_fraction=0.2, seed=0, quick=True
-    )
+    settings = dict(dataset="synthetic1", partition="random_sizes", clients=3, test_fraction=0.2, seed=0, quick=True)
     out, scaler = build_dataset(settings)
     X, Y = out.pooled()
     assert out.num_clients == 3 and out.num_data <= 300
@@ -175,7 +182,9 @@ def test_missing_or_unreadable_files_are_one_line_exit_2(tmp_path: Path, capsys:
 def test_user_error_message_is_one_line() -> None:
     from gpflow_fed.cli import user_error_message
 
-    assert user_error_message(FileNotFoundError(2, "No such file or directory", "a.npz")) == \
-        "No such file or directory: a.npz"
+    assert (
+        user_error_message(FileNotFoundError(2, "No such file or directory", "a.npz"))
+        == "No such file or directory: a.npz"
+    )
     assert user_error_message(ValueError("first line\n  second line")) == "first line second line"
     assert user_error_message(ValueError()) == "ValueError"

@@ -19,8 +19,21 @@ def test_fedbnr_without_rounds_equals_pooled_blr(capsys):
     from gpflow_fed.kernels import deep_urk
     from gpflow_fed.models import BayesianLinearRegression
 
-    argv = ["fedbnr", "--dataset", "diabetes", "--clients", "3", "--rounds", "0", "--num-samples", "5",
-            "--hidden", "4", "--seed", "1"]
+    argv = [
+        "fedbnr",
+        "--dataset",
+        "diabetes",
+        "--clients",
+        "3",
+        "--rounds",
+        "0",
+        "--num-samples",
+        "5",
+        "--hidden",
+        "4",
+        "--seed",
+        "1",
+    ]
     assert main(argv) == 0
     rows = _table(capsys.readouterr().out)
     # oracle: phase 2 alone is Bayesian linear regression on the pooled data with the initial kernel
@@ -39,12 +52,45 @@ def test_fedbnr_without_rounds_equals_pooled_blr(capsys):
 
 def test_recycle_locals_then_ensemble_then_corrupt_file(tmp_path, capsys):
     path = tmp_path / "models.npz"
-    assert main(["recycle", "locals", "--dataset", "toy", "--points", "30", "--inducing", "4", "--maxiter", "3",
-                 "--out", str(path)]) == 0
+    assert (
+        main(
+            [
+                "recycle",
+                "locals",
+                "--dataset",
+                "toy",
+                "--points",
+                "30",
+                "--inducing",
+                "4",
+                "--maxiter",
+                "3",
+                "--out",
+                str(path),
+            ]
+        )
+        == 0
+    )
     saved = json.loads(capsys.readouterr().out)
     assert saved["saved"] == str(path) and saved["inducing_per_model"] == 4 and path.exists()
-    assert main(["recycle", "ensemble", str(path), "--inducing", "6", "--maxiter", "3", "--evaluate", "toy",
-                 "--out", str(tmp_path / "ensemble.npz")]) == 0
+    assert (
+        main(
+            [
+                "recycle",
+                "ensemble",
+                str(path),
+                "--inducing",
+                "6",
+                "--maxiter",
+                "3",
+                "--evaluate",
+                "toy",
+                "--out",
+                str(tmp_path / "ensemble.npz"),
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["models"] == saved["models"] and np.isfinite([out["elbo"], out["test_nlpd"], out["test_rmse"]]).all()
     from gpflow_fed.models import load_recyclable

@@ -21,8 +21,21 @@ def _csv(path: Path) -> Path:
 
 def test_fedbnr_on_a_csv_json_events_and_plot(tmp_path, capsys):
     csv = _csv(tmp_path / "sites.csv")
-    argv = ["fedbnr", "--csv", str(csv), "--party-column", "site", "--target", "y", "--features", "x", "--quick",
-            "--json", "--logdir", str(tmp_path / "runs")]
+    argv = [
+        "fedbnr",
+        "--csv",
+        str(csv),
+        "--party-column",
+        "site",
+        "--target",
+        "y",
+        "--features",
+        "x",
+        "--quick",
+        "--json",
+        "--logdir",
+        str(tmp_path / "runs"),
+    ]
     assert main(argv) == 0
     payload = json.loads(capsys.readouterr().out)
     assert payload["dataset"] == "sites" and {"test_rmse", "test_nlpd", "test_ece", "test_mce"} <= set(payload)
@@ -36,7 +49,10 @@ def test_fedbnr_on_a_csv_json_events_and_plot(tmp_path, capsys):
     [
         (["--target", "y"], "--target only apply to --csv FILE"),
         (["--csv", "{csv}", "--target", "y"], "--csv needs --party-column COL"),
-        (["--csv", "{csv}", "--party-column", "site", "--target", "w"], "target 'w' is not a column of the table (columns: site, x, z, y)"),
+        (
+            ["--csv", "{csv}", "--party-column", "site", "--target", "w"],
+            "target 'w' is not a column of the table (columns: site, x, z, y)",
+        ),
     ],
 )
 @pytest.mark.parametrize("command", [["fsgp"], ["pvi"], ["fedbnr"], ["recycle", "locals", "--out", "m.npz"]])

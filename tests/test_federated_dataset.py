@@ -44,7 +44,10 @@ def test_integer_inputs_are_converted_to_default_float():
         ([(np.zeros((2, 2)), np.array([[np.inf], [0.0]]))], "client 0: Y contains NaN or inf"),
         ([_pair(3), (np.zeros((0, 2)), np.zeros((0, 1)))], "client 1: has no data"),
         ([_pair(3, d=2), _pair(3, d=3)], r"inconsistent input dimensions D: \[2, 3\]"),
-        ([(np.zeros((2, 1)), np.zeros((2, 1))), (np.zeros((2, 1)), np.zeros((2, 2)))], "inconsistent output dimensions"),
+        (
+            [(np.zeros((2, 1)), np.zeros((2, 1))), (np.zeros((2, 1)), np.zeros((2, 2)))],
+            "inconsistent output dimensions",
+        ),
     ],
 )
 def test_bad_clients_raise_value_error(clients, match):

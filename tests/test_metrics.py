@@ -101,9 +101,11 @@ def test_evaluate_model_in_standardised_and_data_units():
     X_test, Y_test = rng.normal(3.0, 2.0, (8, 1)), rng.normal(10.0, 5.0, (8, 1))
     mean, var = (t.numpy() for t in model.predict_y(scaler.transform(X_test)))
     standardised = metrics.evaluate_model(model, scaler.transform(X_test, Y_test))
-    assert standardised == {"test_rmse": metrics.rmse(scaler.transform(X_test, Y_test)[1], mean),
-                            "test_mae": metrics.mae(scaler.transform(X_test, Y_test)[1], mean),
-                            "test_nlpd": metrics.nlpd(scaler.transform(X_test, Y_test)[1], mean, var)}
+    assert standardised == {
+        "test_rmse": metrics.rmse(scaler.transform(X_test, Y_test)[1], mean),
+        "test_mae": metrics.mae(scaler.transform(X_test, Y_test)[1], mean),
+        "test_nlpd": metrics.nlpd(scaler.transform(X_test, Y_test)[1], mean, var),
+    }
     in_units = metrics.evaluate_model(model, (X_test, Y_test), scaler)
     assert in_units["test_rmse"] == pytest.approx(standardised["test_rmse"] * scaler.Y_std[0], rel=1e-12)
     assert in_units["test_nlpd"] == pytest.approx(standardised["test_nlpd"] + np.log(scaler.Y_std[0]), rel=1e-12)

@@ -39,12 +39,43 @@ def _commands(csv: Path, out: Path):
     return {
         "fsgp": ["fsgp", *own, "--quick", "--logdir", str(out / "fsgp")],
         "pvi": ["pvi", *own, "--quick", "--logdir", str(out / "pvi"), "--json"],
-        "locals": ["recycle", "locals", *own, "--quick", "--out", str(out / "rec" / "models"),
-                   "--logdir", str(out / "rec")],
-        "ensemble": ["recycle", "ensemble", str(out / "rec" / "models.npz"), *own, "--quick", "--json",
-                     "--logdir", str(out / "rec")],
-        "privacy": ["privacy", str(csv), "--x", "age", "--y", "los", "--sensitive", "45", "--alpha", "0.5",
-                    "--quick", "--out", str(out / "release"), "--logdir", str(out / "privacy")],
+        "locals": [
+            "recycle",
+            "locals",
+            *own,
+            "--quick",
+            "--out",
+            str(out / "rec" / "models"),
+            "--logdir",
+            str(out / "rec"),
+        ],
+        "ensemble": [
+            "recycle",
+            "ensemble",
+            str(out / "rec" / "models.npz"),
+            *own,
+            "--quick",
+            "--json",
+            "--logdir",
+            str(out / "rec"),
+        ],
+        "privacy": [
+            "privacy",
+            str(csv),
+            "--x",
+            "age",
+            "--y",
+            "los",
+            "--sensitive",
+            "45",
+            "--alpha",
+            "0.5",
+            "--quick",
+            "--out",
+            str(out / "release"),
+            "--logdir",
+            str(out / "privacy"),
+        ],
     }
 
 
@@ -66,8 +97,14 @@ def walkthrough(tmp_path_factory):
     commands = _commands(csv, out)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env.pop("TF_CPP_MIN_LOG_LEVEL", None)  # the CLI must silence TensorFlow itself
-    done = subprocess.run([sys.executable, "-c", _SCRIPT.format(commands=commands)], env=env, cwd=out,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", _SCRIPT.format(commands=commands)],
+        env=env,
+        cwd=out,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
 
     def sections(text):
@@ -119,11 +156,18 @@ def test_privacy_release(walkthrough):
 
 
 def test_every_subcommand_has_help():
-    code = ("from gpflow_fed.cli import main\n"
-            f"for argv in {[[n] for n in SUBCOMMANDS] + [['recycle', 'locals'], ['recycle', 'ensemble']]!r}:\n"
-            "    try:\n        main(argv + ['--help'])\n    except SystemExit as e:\n        assert e.code == 0\n")
-    done = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)},
-                          capture_output=True, text=True, timeout=60)
+    code = (
+        "from gpflow_fed.cli import main\n"
+        f"for argv in {[[n] for n in SUBCOMMANDS] + [['recycle', 'locals'], ['recycle', 'ensemble']]!r}:\n"
+        "    try:\n        main(argv + ['--help'])\n    except SystemExit as e:\n        assert e.code == 0\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0 and done.stdout.count("usage: gpflow-fed") == len(SUBCOMMANDS) + 2
     assert not done.stderr
 

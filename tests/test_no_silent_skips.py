@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PROBE = '''
+PROBE = """
 import pytest
 
 def test_needs_a_missing_package():
@@ -19,8 +19,8 @@ def test_needs_a_missing_package():
 @pytest.mark.xfail(strict=False, reason="expected failures stay allowed")
 def test_expected_failure():
     assert False
-'''
-MODULE_PROBE = '''
+"""
+MODULE_PROBE = """
 import pytest
 
 pytest.importorskip("gpflow_fed_no_such_package")
@@ -28,7 +28,7 @@ pytest.importorskip("gpflow_fed_no_such_package")
 
 def test_never_runs():
     pass
-'''
+"""
 
 
 def _pytest(tmp_path, source, **env):
@@ -36,9 +36,24 @@ def _pytest(tmp_path, source, **env):
     environment = {k: v for k, v in os.environ.items() if k not in ("CI", "GPFLOW_FED_NO_SKIPS")}
     environment.update(env, PYTHONPATH=str(ROOT))
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "tests.skip_policy", "--rootdir",
-         str(tmp_path), str(tmp_path / "test_probe.py")],
-        capture_output=True, text=True, env=environment, cwd=tmp_path, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "tests.skip_policy",
+            "--rootdir",
+            str(tmp_path),
+            str(tmp_path / "test_probe.py"),
+        ],
+        capture_output=True,
+        text=True,
+        env=environment,
+        cwd=tmp_path,
+        timeout=300,
     )
 
 

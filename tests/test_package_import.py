@@ -22,7 +22,8 @@ def test_import_is_lazy_and_a_submodule_loads_its_dispatches() -> None:
         "import sys, gpflow_fed\n"
         "print('before', 'tensorflow' in sys.modules, gpflow_fed.__version__)\n"
         "gpflow_fed.models\n"
-        "print('after', 'tensorflow' in sys.modules, 'gpflow_fed.covariances' in sys.modules, callable(gpflow_fed.fit))\n"
+        "print('after', 'tensorflow' in sys.modules, 'gpflow_fed.covariances' in sys.modules, "
+        "callable(gpflow_fed.fit))\n"
         "print('dir', {'fit', 'models', 'federated'} <= set(dir(gpflow_fed)))\n"
     )
     assert "before False" in out and "after True True True" in out and "dir True" in out

@@ -54,14 +54,26 @@ def main() -> None:
     parser.add_argument("--peer-commit", default=None, help="the peer's commit, when the checkout is an export")
     args = parser.parse_args()
     SDP = load_peer(args.peer.resolve())
-    peer_commit = args.peer_commit or subprocess.run(["git", "-C", str(args.peer), "rev-parse", "HEAD"],
-                                                     capture_output=True, text=True).stdout.strip() or "unknown"
+    peer_commit = (
+        args.peer_commit
+        or subprocess.run(
+            ["git", "-C", str(args.peer), "rev-parse", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
+        or "unknown"
+    )
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    record = dict(command="python benchmarks/peer/privacygp_weak.py PEER " + " ".join(sys.argv[2:]), commit=commit,
-                  peer_commit=peer_commit, load_start=os.getloadavg()[0], rows=[])
+    record = dict(
+        command="python benchmarks/peer/privacygp_weak.py PEER " + " ".join(sys.argv[2:]),
+        commit=commit,
+        peer_commit=peer_commit,
+        load_start=os.getloadavg()[0],
+        rows=[],
+    )
     print(f"load average at start: {record['load_start']:.1f}; ours {commit}; privacygp {peer_commit}")
-    print("| N | γ | privacygp (SCS) s | ours s | privacygp/ours | tr Σ privacygp | tr Σ ours | rel. diff "
-          "| min (Var − ξ) privacygp | min (Var − ξ) ours | λ_min Σ privacygp | certified gap ours |")
+    print(
+        "| N | γ | privacygp (SCS) s | ours s | privacygp/ours | tr Σ privacygp | tr Σ ours | rel. diff "
+        "| min (Var − ξ) privacygp | min (Var − ξ) ours | λ_min Σ privacygp | certified gap ours |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for N in args.sizes:
         rng = np.random.default_rng(0)
@@ -83,14 +95,26 @@ def main() -> None:
         m_peer = verify_privacy(k, X, S, 0.5, peer_sigma, noise_variance=0.01).weak_margin
         m_ours = verify_privacy(k, X, S, 0.5, ours, noise_variance=0.01).weak_margin
         tr_peer, tr_ours = float(np.trace(peer_sigma)), ours.trace()
-        row = dict(N=N, gamma=args.gamma, peer_seconds=t_peer, ours_seconds=t_ours, peer_trace=tr_peer,
-                   ours_trace=tr_ours, rel_diff=abs(tr_peer - tr_ours) / tr_ours, peer_margin=m_peer,
-                   ours_margin=m_ours, peer_min_eig=float(np.linalg.eigvalsh(peer_sigma)[0]),
-                   ours_gap=ours.certificate.relative_gap)
+        row = dict(
+            N=N,
+            gamma=args.gamma,
+            peer_seconds=t_peer,
+            ours_seconds=t_ours,
+            peer_trace=tr_peer,
+            ours_trace=tr_ours,
+            rel_diff=abs(tr_peer - tr_ours) / tr_ours,
+            peer_margin=m_peer,
+            ours_margin=m_ours,
+            peer_min_eig=float(np.linalg.eigvalsh(peer_sigma)[0]),
+            ours_gap=ours.certificate.relative_gap,
+        )
         record["rows"].append(row)
-        print(f"| {N} | {args.gamma} | {t_peer:.2f} | {t_ours:.2f} | {t_peer / t_ours:.1f} | {tr_peer:.8g} "
-              f"| {tr_ours:.8g} | {row['rel_diff']:.1e} | {m_peer:.1e} | {m_ours:.1e} | {row['peer_min_eig']:.1e} "
-              f"| {row['ours_gap']:.1e} |", flush=True)
+        print(
+            f"| {N} | {args.gamma} | {t_peer:.2f} | {t_ours:.2f} | {t_peer / t_ours:.1f} | {tr_peer:.8g} "
+            f"| {tr_ours:.8g} | {row['rel_diff']:.1e} | {m_peer:.1e} | {m_ours:.1e} | {row['peer_min_eig']:.1e} "
+            f"| {row['ours_gap']:.1e} |",
+            flush=True,
+        )
     record["load_end"] = os.getloadavg()[0]
     if args.json:
         os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)

@@ -18,7 +18,8 @@ lr_m 1e-3, lr_L 1e-6, lr_hyp 1e-8, lr_z 1e-8; M_* inducing points equispaced on 
 Writes the latent predictive mean/variance at ``X_test`` and the wall times to ``OUT.json``. Two shims adapt
 the 2020 code to current libraries without touching its source: ``torch.solve(B, A)`` (removed from torch) is
 mapped to ``torch.linalg.solve(A, B)`` (``torch.cholesky`` to ``torch.linalg.cholesky``; distribution arguments
-are not validated, as in the torch 1.4 the code was written for), and GPy's ``Posterior`` (only ``woodbury_vector = K⁻¹m`` and
+are not validated, as in the torch 1.4 the code was written for), and GPy's ``Posterior`` (only
+``woodbury_vector = K⁻¹m`` and
 ``woodbury_inv = K⁻¹ − K⁻¹SK⁻¹`` are used) is provided by a small stand-in module.
 """
 
@@ -51,8 +52,12 @@ def _install_shims() -> None:
     torch.solve = lambda B, A: (torch.linalg.solve(A, B), None)  # the removed stub only raises
     torch.distributions.Distribution.set_default_validate_args(False)  # torch ≤ 1.7 (the code's era) did not validate
     torch.cholesky = lambda A, upper=False: torch.linalg.cholesky(A, upper=upper)  # deprecated alias
-    names = ["GPy", "GPy.inference", "GPy.inference.latent_function_inference",
-             "GPy.inference.latent_function_inference.posterior"]
+    names = [
+        "GPy",
+        "GPy.inference",
+        "GPy.inference.latent_function_inference",
+        "GPy.inference.latent_function_inference.posterior",
+    ]
     for name in names:
         sys.modules.setdefault(name, types.ModuleType(name))
     sys.modules["GPy.inference.latent_function_inference"].LatentFunctionInference = object
@@ -96,34 +101,65 @@ def main() -> None:
         model_e.z = torch.nn.Parameter(torch.linspace(lo, hi, cfg["M_e"])[:, None], requires_grad=True)
         t0 = time.perf_counter()
         try:
-            _vem(AlgorithmVEM, model_e, config="ensemble", iters=cfg["ens_iters"], ve_its=30, vm_its=10,
-                 lr_m=1e-3, lr_L=1e-6, lr_hyp=1e-8, lr_z=1e-8)
+            _vem(
+                AlgorithmVEM,
+                model_e,
+                config="ensemble",
+                iters=cfg["ens_iters"],
+                ve_its=30,
+                vm_its=10,
+                lr_m=1e-3,
+                lr_L=1e-6,
+                lr_hyp=1e-8,
+                lr_z=1e-8,
+            )
         except (RuntimeError, ValueError) as exc:  # e.g. a Cholesky failure of its float32 q(u_*) or K_**
-            return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}",
-                    "ensemble_seconds": time.perf_counter() - t0}
+            return {
+                "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}",
+                "ensemble_seconds": time.perf_counter() - t0,
+            }
         seconds = time.perf_counter() - t0
         mean, upper, _ = model_e.predictive(x_test)
         var = ((upper - mean) / 2.0) ** 2
-        return {"mean": mean[:, 0].tolist(), "var": var[:, 0].tolist(), "ensemble_seconds": seconds,
-                "bound": -float(model_e().item())}
+        return {
+            "mean": mean[:, 0].tolist(),
+            "var": var[:, 0].tolist(),
+            "ensemble_seconds": seconds,
+            "bound": -float(model_e().item()),
+        }
 
     out = {"sigma": 1.0, "local_iters": args.local_iters}
     models, t0 = [], time.perf_counter()
     for k in range(K):
         x, y = f32(data[f"X{k}"]), f32(data[f"Y{k}"])
         model = SVGP(RBF(), Gaussian(fit_noise=False), cfg["M_k"])
-        model.z = torch.nn.Parameter(torch.linspace(float(x.min()), float(x.max()), cfg["M_k"])[:, None],
-                                     requires_grad=True)
-        _vem(AlgorithmVEM, model, x, y, iters=args.local_iters, ve_its=20, vm_its=10,
-             lr_m=1e-6, lr_L=1e-10, lr_hyp=1e-10, lr_z=1e-10)
+        model.z = torch.nn.Parameter(
+            torch.linspace(float(x.min()), float(x.max()), cfg["M_k"])[:, None], requires_grad=True
+        )
+        _vem(
+            AlgorithmVEM,
+            model,
+            x,
+            y,
+            iters=args.local_iters,
+            ve_its=20,
+            vm_its=10,
+            lr_m=1e-6,
+            lr_L=1e-10,
+            lr_hyp=1e-10,
+            lr_z=1e-10,
+        )
         models.append(model)
     out["local_seconds"] = time.perf_counter() - t0
     out["own"] = ensemble(models)
     if "q_mu0" in data.files:
         ours = []
         for k in range(K):
-            model = SVGP(RBF(variance=float(data[f"variance{k}"]), length_scale=float(data[f"lengthscale{k}"])),
-                         Gaussian(fit_noise=False), int(data[f"Z{k}"].shape[0]))
+            model = SVGP(
+                RBF(variance=float(data[f"variance{k}"]), length_scale=float(data[f"lengthscale{k}"])),
+                Gaussian(fit_noise=False),
+                int(data[f"Z{k}"].shape[0]),
+            )
             model.z = torch.nn.Parameter(f32(data[f"Z{k}"]), requires_grad=False)
             model.q_m = torch.nn.Parameter(f32(data[f"q_mu{k}"]), requires_grad=False)
             model.q_L = torch.nn.Parameter(f32(data[f"q_sqrt{k}"]), requires_grad=False)

@@ -1,5 +1,6 @@
-"""Experts for the committee baselines of Recyclable GPs (the distributed-GP methods of its §4.1(ii) and Table 3): one exact GP
-regression per partition, each with its own kernel hyperparameters and Gaussian noise, trained with L-BFGS.
+"""Experts for the committee baselines of Recyclable GPs (the distributed-GP methods of its §4.1(ii) and
+Table 3): one exact GP regression per partition, each with its own kernel hyperparameters and Gaussian noise,
+trained with L-BFGS.
 
 Combine them with :class:`~gpflow_fed.baselines.ExpertCommittee` (PoE, GPoE, BCM, rBCM). SVGP experts are the
 local models themselves (``RecyclableModel.to_svgp()``).
@@ -40,6 +41,8 @@ def fit_gpr_experts(
             noise_variance=noise_variance,
         )
         if maxiter:
-            gpflow.optimizers.Scipy().minimize(model.training_loss, model.trainable_variables, options={"maxiter": maxiter})
+            gpflow.optimizers.Scipy().minimize(
+                model.training_loss, model.trainable_variables, options={"maxiter": maxiter}
+            )
         experts.append(model)
     return experts

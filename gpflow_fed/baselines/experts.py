@@ -90,8 +90,11 @@ def gpoe(means: tf.Tensor, variances: tf.Tensor, weights: Optional[tf.Tensor] = 
 
 
 @check_shapes(
-    "means: [E, N, P]", "variances: [E, N, P]", "prior_variance: [broadcast N, broadcast P]",
-    "return[0]: [N, P]", "return[1]: [N, P]",
+    "means: [E, N, P]",
+    "variances: [E, N, P]",
+    "prior_variance: [broadcast N, broadcast P]",
+    "return[0]: [N, P]",
+    "return[1]: [N, P]",
 )
 def bcm(means: tf.Tensor, variances: tf.Tensor, prior_variance: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
     """Bayesian committee machine (Tresp 2000): ``v⁻¹ = Σ_e v_e⁻¹ + (1 − E) v_**⁻¹`` (Deisenroth & Ng eq. 12).
@@ -108,8 +111,11 @@ def bcm(means: tf.Tensor, variances: tf.Tensor, prior_variance: tf.Tensor) -> Tu
 
 
 @check_shapes(
-    "means: [E, N, P]", "variances: [E, N, P]", "prior_variance: [broadcast N, broadcast P]",
-    "return[0]: [N, P]", "return[1]: [N, P]",
+    "means: [E, N, P]",
+    "variances: [E, N, P]",
+    "prior_variance: [broadcast N, broadcast P]",
+    "return[0]: [N, P]",
+    "return[1]: [N, P]",
 )
 def rbcm(means: tf.Tensor, variances: tf.Tensor, prior_variance: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
     """Robust BCM (Deisenroth & Ng 2015, eqs. 13–14), the published form with ``β_e`` in both sums:

@@ -99,7 +99,12 @@ def _finish(parser: argparse.ArgumentParser) -> None:
         p.formatter_class = HelpFormatter
         p.description = plain_text(p.description)
         for action in p._actions:
-            if action.help is None and action.option_strings and action.default is not None and action.default is not False:
+            if (
+                action.help is None
+                and action.option_strings
+                and action.default is not None
+                and action.default is not False
+            ):
                 action.help = "(default: %(default)s)"
             elif action.help != argparse.SUPPRESS:
                 action.help = plain_text(action.help)

@@ -52,7 +52,9 @@ def _run(args: argparse.Namespace) -> int:
 
     if args.name is None:
         if args.plot is not None:
-            raise ValueError("--plot draws one dataset's split: name the dataset (gpflow-fed datasets NAME --plot FILE)")
+            raise ValueError(
+                "--plot draws one dataset's split: name the dataset (gpflow-fed datasets NAME --plot FILE)"
+            )
         rows: List[Dict[str, Any]] = [_summary(n) for n in (*available_datasets(), *SYNTHETIC)]
         if args.json:
             print(json.dumps(rows, indent=2))
@@ -119,6 +121,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--clients", type=int, default=None, help="K (default for group: one per group)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", action="store_true", help="print JSON")
-    parser.add_argument("--plot", type=Path, default=None, metavar="FILE",
-                        help="with NAME: write a PNG of the split (client sizes, points coloured by client)")
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="with NAME: write a PNG of the split (client sizes, points coloured by client)",
+    )
     parser.set_defaults(func=_run)

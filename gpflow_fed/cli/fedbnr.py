@@ -20,19 +20,37 @@ QUICK = dict(rounds=3, local_steps=5, num_samples=10, hidden=10)
 
 def register(subparsers: Any) -> None:
     """Add the ``fedbnr`` subcommand."""
-    p = subparsers.add_parser("fedbnr", help="FedBNR: a global federated GP with a (deep) URK kernel", description=__doc__)
+    p = subparsers.add_parser(
+        "fedbnr", help="FedBNR: a global federated GP with a (deep) URK kernel", description=__doc__
+    )
     d, q = DEFAULTS, QUICK
     p.add_argument("--dataset", default="diabetes", help="a name of `gpflow-fed datasets`")
     p.add_argument("--clients", type=int, default=10, help="K clients, two sorted chunks each")
-    p.add_argument("--rounds", type=int, default=None,
-                   help=f"phase-1 rounds, 0: phase 2 only (default {d['rounds']}; --quick {q['rounds']})")
-    p.add_argument("--local-steps", type=int, default=None,
-                   help=f"Adam steps per client per round (default {d['local_steps']}; --quick {q['local_steps']})")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help=f"phase-1 rounds, 0: phase 2 only (default {d['rounds']}; --quick {q['rounds']})",
+    )
+    p.add_argument(
+        "--local-steps",
+        type=int,
+        default=None,
+        help=f"Adam steps per client per round (default {d['local_steps']}; --quick {q['local_steps']})",
+    )
     p.add_argument("--learning-rate", type=float, default=0.01)
-    p.add_argument("--num-samples", type=int, default=None,
-                   help=f"m random samples of the URK, L = 2m features (default {d['num_samples']}; --quick {q['num_samples']})")
-    p.add_argument("--hidden", type=int, default=None,
-                   help=f"width of the extractor's hidden layer (default {d['hidden']}; --quick {q['hidden']})")
+    p.add_argument(
+        "--num-samples",
+        type=int,
+        default=None,
+        help=f"m random samples of the URK, L = 2m features (default {d['num_samples']}; --quick {q['num_samples']})",
+    )
+    p.add_argument(
+        "--hidden",
+        type=int,
+        default=None,
+        help=f"width of the extractor's hidden layer (default {d['hidden']}; --quick {q['hidden']})",
+    )
     p.add_argument("--aggregation", choices=("fedavg", "kd"), default="fedavg")
     p.add_argument("--alpha", type=float, default=1.0, help="α of the distillation loss (eq. 3.4)")
     p.add_argument("--protocol", choices=("statistics", "two_step"), default="statistics")
@@ -47,13 +65,17 @@ def register(subparsers: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    settings = {k: getattr(args, k) if getattr(args, k) is not None else (QUICK if args.quick else DEFAULTS)[k]
-                for k in DEFAULTS}
+    settings = {
+        k: getattr(args, k) if getattr(args, k) is not None else (QUICK if args.quick else DEFAULTS)[k]
+        for k in DEFAULTS
+    }
     if args.clients < 1 or settings["rounds"] < 0 or settings["local_steps"] < 1:
         raise ValueError("--clients and --local-steps must be ≥ 1 and --rounds ≥ 0")
     if args.csv is not None and args.aggregation == "kd":
-        raise ValueError("--aggregation kd needs server-side distillation data, which --csv does not provide; "
-                         "use --aggregation fedavg")
+        raise ValueError(
+            "--aggregation kd needs server-side distillation data, which --csv does not provide; "
+            "use --aggregation fedavg"
+        )
     logdir = Path(args.logdir)
     logdir.mkdir(parents=True, exist_ok=True)
     import numpy as np
@@ -77,7 +99,9 @@ def _run(args: argparse.Namespace) -> int:
         task = fedbnr_real_task(real.X, real.Y, args.clients, seed=args.seed, name=args.dataset)
         dataset, distillation = task.dataset, task.distillation
         header = f"; sorted by feature {task.feature} (corr {task.correlation:+.3f})"
-    kernel = deep_urk(dataset.input_dim, hidden=(settings["hidden"],), num_samples=settings["num_samples"], seed=args.seed)
+    kernel = deep_urk(
+        dataset.input_dim, hidden=(settings["hidden"],), num_samples=settings["num_samples"], seed=args.seed
+    )
     algorithm = FedBNR(
         kernel, noise_variance=0.5, prior_variance=1.0, rounds=settings["rounds"], local_steps=settings["local_steps"],
         aggregation=args.aggregation, distillation_data=distillation if args.aggregation == "kd" else None,
@@ -88,15 +112,28 @@ def _run(args: argparse.Namespace) -> int:
     X_test, Y_test = dataset.test
     mean, var = (t.numpy() for t in result.model.predict_y(X_test))
     ece, mce = metrics.calibration_errors(Y_test, mean, var)
-    values: Dict[str, float] = {"test_rmse": metrics.rmse(Y_test, mean), "test_nlpd": metrics.nlpd(Y_test, mean, var),
-                                "test_ece": ece, "test_mce": mce, "seconds": float(result.seconds)}
+    values: Dict[str, float] = {
+        "test_rmse": metrics.rmse(Y_test, mean),
+        "test_nlpd": metrics.nlpd(Y_test, mean, var),
+        "test_ece": ece,
+        "test_mce": mce,
+        "seconds": float(result.seconds),
+    }
     write_scalars(str(logdir / "result"), values, step=settings["rounds"])
     curve = "neg_log_marginal_likelihood_per_point"
     plot = None
     if any(curve in h for h in result.history):
-        plot = str(plot_run(logdir / "fedbnr.png", result.history, {f"FedBNR ({args.aggregation})": result.model},
-                            dataset.test, metric=curve, metric_label="negative log marginal likelihood per point", title=f"FedBNR on {dataset.name}: K={dataset.num_clients}, "
-                            "standardised units"))
+        plot = str(
+            plot_run(
+                logdir / "fedbnr.png",
+                result.history,
+                {f"FedBNR ({args.aggregation})": result.model},
+                dataset.test,
+                metric=curve,
+                metric_label="negative log marginal likelihood per point",
+                title=f"FedBNR on {dataset.name}: K={dataset.num_clients}, standardised units",
+            )
+        )
     bytes_up, shapes = {}, {}
     for phase in ("kernel", "scatter", "weights"):
         up = result.ledger.select(direction="up", phase=phase)
@@ -104,8 +141,19 @@ def _run(args: argparse.Namespace) -> int:
             bytes_up[phase] = int(sum(e.nbytes for e in up))
             shapes[phase] = sorted({tuple(s for s in e.shapes) for e in up})[0]
     if args.json:
-        print(json.dumps({"dataset": dataset.name, "settings": settings, **values, "bytes_up": bytes_up,
-                          "logdir": str(logdir), "plot": plot}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "dataset": dataset.name,
+                    "settings": settings,
+                    **values,
+                    "bytes_up": bytes_up,
+                    "logdir": str(logdir),
+                    "plot": plot,
+                },
+                indent=2,
+            )
+        )
     else:
         print(f"{dataset!r}{header}; metrics in standardised units")
         print("| metric | value |\n|---|---|")

@@ -55,14 +55,18 @@ def _run(args: argparse.Namespace) -> int:
     home = os.path.join(app, "flwr_home")
     os.makedirs(home, exist_ok=True)
     with open(os.path.join(home, "config.toml"), "w") as f:
-        f.write(f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\naddress = "{args.superlink}"\n'
-                "insecure = true\n")
+        f.write(
+            f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\naddress = "{args.superlink}"\n'
+            "insecure = true\n"
+        )
     environment = {**OFFLINE_ENV, TRUSTED_MODULES_ENV: module}
     data_dir = os.path.abspath(args.data_dir)
     commands = {
         "superlink": shlex.join(superlink_command(int(port), host="0.0.0.0")),
-        "supernodes": [shlex.join(supernode_command(args.superlink, 9110 + k, os.path.join(data_dir, f"client_{k}.npz"), k))
-                       for k in range(args.clients)],
+        "supernodes": [
+            shlex.join(supernode_command(args.superlink, 9110 + k, os.path.join(data_dir, f"client_{k}.npz"), k))
+            for k in range(args.clients)
+        ],
         "run": f"FLWR_HOME={shlex.quote(home)} " + shlex.join(["flwr", "run", app, CONNECTION]),
     }
     if args.json:
@@ -91,28 +95,37 @@ def _check_factory(spec: str) -> str:
     try:
         imported = importlib.import_module(module)
     except ImportError as exc:
-        raise ValueError(f"--algorithm {spec}: module {module!r} does not import ({exc}); every party needs it "
-                         "installed or on PYTHONPATH") from None
+        raise ValueError(
+            f"--algorithm {spec}: module {module!r} does not import ({exc}); every party needs it "
+            "installed or on PYTHONPATH"
+        ) from None
     if not callable(getattr(imported, function, None)):
         raise ValueError(f"--algorithm {spec}: {module!r} has no function {function!r}")
     try:
         load_factory(spec)
     except ValueError:
-        raise ValueError(f"--algorithm {spec} is not a registered algorithm factory: decorate {function} with "
-                         f"@gpflow_fed.federated.register_algorithm_factory in {module} (parties load it through "
-                         f"{TRUSTED_MODULES_ENV}={module})") from None
+        raise ValueError(
+            f"--algorithm {spec} is not a registered algorithm factory: decorate {function} with "
+            f"@gpflow_fed.federated.register_algorithm_factory in {module} (parties load it through "
+            f"{TRUSTED_MODULES_ENV}={module})"
+        ) from None
     return module
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("flower", help="write a Flower app for an algorithm and print the commands to run it",
-                                   description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = subparsers.add_parser(
+        "flower",
+        help="write a Flower app for an algorithm and print the commands to run it",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("app_dir", help="folder for the app's pyproject.toml")
     parser.add_argument("--algorithm", required=True, help="algorithm factory 'package.module:function(run_config)'")
     parser.add_argument("--clients", type=int, required=True, help="number of parties K")
     parser.add_argument("--superlink", default="127.0.0.1:9100", help="the SuperLink's HOST:PORT")
     parser.add_argument("--data-dir", default=".", help="where party k's client_k.npz is (X, Y)")
     parser.add_argument("--set", action="append", metavar="KEY=VALUE", help="a run-config default (repeatable)")
-    parser.add_argument("--json", action="store_true",
-                        help="print the app folder, the environment and the commands as JSON")
+    parser.add_argument(
+        "--json", action="store_true", help="print the app folder, the environment and the commands as JSON"
+    )
     parser.set_defaults(func=_run)

@@ -15,8 +15,13 @@ def add_own_data_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--csv", default=None, metavar="FILE", help="the CSV file (replaces --dataset)")
     group.add_argument("--party-column", default=None, metavar="COL", help="the column naming each row's party")
     group.add_argument("--target", default=None, metavar="COL", help="the output column")
-    group.add_argument("--features", nargs="+", default=None, metavar="COL",
-                       help="input columns (default: every column but the party column and the target)")
+    group.add_argument(
+        "--features",
+        nargs="+",
+        default=None,
+        metavar="COL",
+        help="input columns (default: every column but the party column and the target)",
+    )
 
 
 def check_own_data_arguments(args: argparse.Namespace) -> None:

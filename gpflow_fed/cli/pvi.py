@@ -17,17 +17,33 @@ QUICK = dict(rounds=6, inducing=8, local_steps=50, max_points=300)
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``pvi`` subcommand."""
     parser = subparsers.add_parser("pvi", help="PVI for sparse GPs with q(Z) and DPO factors", description=__doc__)
-    parser.add_argument("--dataset", default="toy", help="'toy' (five-partition task) or a name from `gpflow-fed datasets`")
+    parser.add_argument(
+        "--dataset", default="toy", help="'toy' (five-partition task) or a name from `gpflow-fed datasets`"
+    )
     parser.add_argument("--method", default="dpo", choices=["dpo", "cpo", "fixed", "fedavg", "global"])
     parser.add_argument("--clients", type=int, default=10, help="K for real datasets (iid clients; regional for ozone)")
     d, q = DEFAULTS, QUICK
-    parser.add_argument("--max-points", type=int, default=None,
-                        help=f"random subset of at most this many rows, 0: all (default {d['max_points']}; --quick {q['max_points']})")
-    parser.add_argument("--rounds", type=int, default=None,
-                        help=f"communications, one client update each (default {d['rounds']}; --quick {q['rounds']})")
-    parser.add_argument("--inducing", "-M", type=int, default=None, help=f"M (default {d['inducing']}; --quick {q['inducing']})")
-    parser.add_argument("--local-steps", type=int, default=None,
-                        help=f"optimizer steps per client update (default {d['local_steps']}; --quick {q['local_steps']})")
+    parser.add_argument(
+        "--max-points",
+        type=int,
+        default=None,
+        help=f"random subset of at most this many rows, 0: all (default {d['max_points']}; --quick {q['max_points']})",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help=f"communications, one client update each (default {d['rounds']}; --quick {q['rounds']})",
+    )
+    parser.add_argument(
+        "--inducing", "-M", type=int, default=None, help=f"M (default {d['inducing']}; --quick {q['inducing']})"
+    )
+    parser.add_argument(
+        "--local-steps",
+        type=int,
+        default=None,
+        help=f"optimizer steps per client update (default {d['local_steps']}; --quick {q['local_steps']})",
+    )
     parser.add_argument("--test-fraction", type=float, default=0.2, help="held-out rows of each party (--csv only)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--logdir", default="runs/pvi", help="TensorBoard events and pvi.png go here")
@@ -40,8 +56,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def main(args: argparse.Namespace) -> int:
     """Train one PVI method and report its test metrics."""
-    settings = {k: getattr(args, k) if getattr(args, k) is not None else (QUICK if args.quick else DEFAULTS)[k]
-                for k in DEFAULTS}
+    settings = {
+        k: getattr(args, k) if getattr(args, k) is not None else (QUICK if args.quick else DEFAULTS)[k]
+        for k in DEFAULTS
+    }
     if settings["rounds"] < 1 or settings["inducing"] < 1 or args.clients < 1 or settings["max_points"] < 0:
         raise ValueError("--rounds, --inducing and --clients must be ≥ 1 and --max-points ≥ 0")
     if settings["local_steps"] < 1:
@@ -65,25 +83,47 @@ def main(args: argparse.Namespace) -> int:
         raise ValueError("PVI needs a test set to report metrics; use --test-fraction > 0")
     if args.method == "global":  # global VI: one client holding the pooled data (the paper's reference)
         dataset = FederatedDataset([dataset.pooled()], test=dataset.test, name=dataset.name)
-    algorithm = make_pvi(args.method, dataset.input_dim, settings["rounds"], settings["inducing"], args.seed,
-                         local_steps=settings["local_steps"])
+    algorithm = make_pvi(
+        args.method,
+        dataset.input_dim,
+        settings["rounds"],
+        settings["inducing"],
+        args.seed,
+        local_steps=settings["local_steps"],
+    )
     runtime = LocalRuntime(progress=not (args.json or args.no_progress))
     monitor = federated_monitor(str(logdir / f"pvi-{args.method}"))
     result = run(algorithm, dataset, runtime=runtime, monitor=monitor, seed=args.seed)
     metrics = {k: float(result.metrics[k]) for k in ("test_rmse", "test_nlpd")}
     write_scalars(str(logdir / "result"), metrics, step=settings["rounds"])
-    plot = plot_run(logdir / "pvi.png", result.history, {f"PVI ({args.method})": result.model}, dataset.test,
-                    metric="free_energy", metric_label="client's local free energy", title=f"PVI ({args.method}) on {dataset.name}: K={dataset.num_clients}, "
-                    f"M={settings['inducing']}, standardised units")
-    payload = {"dataset": dataset.name, "method": args.method, "settings": settings, **metrics,
-               "seconds": float(result.seconds), "bytes_sent": int(result.ledger.total_bytes()),
-               "logdir": str(logdir), "plot": str(plot)}
+    plot = plot_run(
+        logdir / "pvi.png",
+        result.history,
+        {f"PVI ({args.method})": result.model},
+        dataset.test,
+        metric="free_energy",
+        metric_label="client's local free energy",
+        title=f"PVI ({args.method}) on {dataset.name}: K={dataset.num_clients}, "
+        f"M={settings['inducing']}, standardised units",
+    )
+    payload = {
+        "dataset": dataset.name,
+        "method": args.method,
+        "settings": settings,
+        **metrics,
+        "seconds": float(result.seconds),
+        "bytes_sent": int(result.ledger.total_bytes()),
+        "logdir": str(logdir),
+        "plot": str(plot),
+    }
     if args.json:
         print(json.dumps(payload, indent=2))
     else:
         print(f"{dataset!r}; metrics in standardised units")
         print("| method | test RMSE | test NLPD | time (s) | bytes sent |\n|---|---:|---:|---:|---:|")
-        print(f"| PVI ({args.method}) | {metrics['test_rmse']:.4f} | {metrics['test_nlpd']:.4f} | "
-              f"{payload['seconds']:.2f} | {payload['bytes_sent']:,} |")
+        print(
+            f"| PVI ({args.method}) | {metrics['test_rmse']:.4f} | {metrics['test_nlpd']:.4f} | "
+            f"{payload['seconds']:.2f} | {payload['bytes_sent']:,} |"
+        )
         print(f"TensorBoard: tensorboard --logdir {logdir}    plot: {plot}")
     return 0

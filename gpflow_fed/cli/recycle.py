@@ -118,16 +118,28 @@ def _locals(args: argparse.Namespace) -> int:
         bounds[f"{name}/elbo_per_point"] = float(model.elbo((X, Y)).numpy()) / X.shape[0]
     save_recyclable(out, models)
     if scaler is not None:
-        _standardizer_path(out).write_text(json.dumps({k: np.asarray(getattr(scaler, k)).tolist()
-                                                       for k in ("X_mean", "X_std", "Y_mean", "Y_std")}))
+        _standardizer_path(out).write_text(
+            json.dumps({k: np.asarray(getattr(scaler, k)).tolist() for k in ("X_mean", "X_std", "Y_mean", "Y_std")})
+        )
     write_scalars(str(logdir / "locals"), bounds, step=0)
     X_all = np.concatenate([X for X, _ in clients])
     Y_all = np.concatenate([Y for _, Y in clients])
     shown = dict(list(fitted.items())[:5])
-    plot = _plot(logdir / "recycle-locals.png", shown, X_all, Y_all,
-                 f"local SVGPs on {label} ({len(shown)} of {len(fitted)} shown)")
-    payload = {"saved": str(out), "models": len(models), "inducing_per_model": args.inducing, **bounds,
-               "logdir": str(logdir), "plot": plot}
+    plot = _plot(
+        logdir / "recycle-locals.png",
+        shown,
+        X_all,
+        Y_all,
+        f"local SVGPs on {label} ({len(shown)} of {len(fitted)} shown)",
+    )
+    payload = {
+        "saved": str(out),
+        "models": len(models),
+        "inducing_per_model": args.inducing,
+        **bounds,
+        "logdir": str(logdir),
+        "plot": plot,
+    }
     if scaler is not None:
         payload["standardizer"] = str(_standardizer_path(out))
     _report(args, payload)
@@ -176,7 +188,9 @@ def _ensemble(args: argparse.Namespace) -> int:
     if Z_all.shape[1] == 1:
         Z = np.linspace(Z_all.min(), Z_all.max(), args.inducing)[:, None]
     else:  # the local models' own inducing inputs (no data), thinned to M_*
-        rows = np.random.default_rng(args.seed).choice(Z_all.shape[0], min(args.inducing, Z_all.shape[0]), replace=False)
+        rows = np.random.default_rng(args.seed).choice(
+            Z_all.shape[0], min(args.inducing, Z_all.shape[0]), replace=False
+        )
         Z = Z_all[np.sort(rows)]
     kernel = gpflow.kernels.SquaredExponential(variance=args.variance, lengthscales=args.lengthscale)
     with warnings.catch_warnings(record=True) as caught:
@@ -195,8 +209,13 @@ def _ensemble(args: argparse.Namespace) -> int:
         X, Y, name = test
         mean, var = (t.numpy() for t in ensemble.predict_y(X))
         payload.update(test_rmse=metrics.rmse(Y, mean), test_nlpd=metrics.nlpd(Y, mean, var))
-        plot = _plot(logdir / "recycle-ensemble.png", {"ensemble": ensemble}, X, Y,
-                     f"Recyclable-GP ensemble of {len(models)} models on {name} (test set)")
+        plot = _plot(
+            logdir / "recycle-ensemble.png",
+            {"ensemble": ensemble},
+            X,
+            Y,
+            f"Recyclable-GP ensemble of {len(models)} models on {name} (test set)",
+        )
     write_scalars(str(logdir / "ensemble"), {k: v for k, v in payload.items() if isinstance(v, float)}, step=0)
     payload.update(logdir=str(logdir), plot=plot)
     _report(args, payload)
@@ -205,14 +224,16 @@ def _ensemble(args: argparse.Namespace) -> int:
 
 def register(subparsers: Any) -> None:
     """Add the ``recycle`` subcommand and its two steps."""
-    parser = subparsers.add_parser("recycle", help="Recyclable GPs: save local SVGPs, ensemble them later",
-                                   description=__doc__)
+    parser = subparsers.add_parser(
+        "recycle", help="Recyclable GPs: save local SVGPs, ensemble them later", description=__doc__
+    )
     sub = parser.add_subparsers(dest="recycle_command", metavar="STEP", required=True)
     loc = sub.add_parser("locals", help="fit one SVGP per task (or party) and save the dictionary")
     loc.add_argument("--dataset", default="toy", choices=("toy", "10k"))
     loc.add_argument("--inducing", type=int, default=15, help="M_k per local model")
-    loc.add_argument("--points", type=int, default=0,
-                     help=f"points per task (0: the paper's 500 / 200; --quick {QUICK_POINTS})")
+    loc.add_argument(
+        "--points", type=int, default=0, help=f"points per task (0: the paper's 500 / 200; --quick {QUICK_POINTS})"
+    )
     loc.add_argument("--out", required=True, help="the .npz to write (.npz appended if missing; folders created)")
     ens = sub.add_parser("ensemble", help="fit the ensemble from a saved dictionary (no data needed)")
     ens.add_argument("models", help="a .npz written by 'recycle locals' or save_recyclable")
@@ -221,7 +242,9 @@ def register(subparsers: Any) -> None:
     ens.add_argument("--out", default=None, help="save the ensemble to this .npz (.npz appended if missing)")
     ens.add_argument("--evaluate", default=None, choices=("toy", "10k"), help="test metrics on this dataset")
     for p in (loc, ens):
-        p.add_argument("--maxiter", type=int, default=None, help=f"L-BFGS iterations (default 200; --quick {QUICK_MAXITER})")
+        p.add_argument(
+            "--maxiter", type=int, default=None, help=f"L-BFGS iterations (default 200; --quick {QUICK_MAXITER})"
+        )
         p.add_argument("--variance", type=float, default=5.0, help="initial kernel variance")
         p.add_argument("--lengthscale", type=float, default=0.3, help="initial kernel lengthscale")
         p.add_argument("--test-fraction", type=float, default=0.2, help="held-out rows of each party (--csv only)")

@@ -51,7 +51,9 @@ def quadrant_tasks(
     return [(X[m], Y[m]) for m in masks]
 
 
-def digit_pixels(index: int = 0, threshold: float = 4.0) -> Tuple[np.ndarray, np.ndarray, List[Tuple[np.ndarray, np.ndarray]]]:
+def digit_pixels(
+    index: int = 0, threshold: float = 4.0
+) -> Tuple[np.ndarray, np.ndarray, List[Tuple[np.ndarray, np.ndarray]]]:
     """Pixel-wise classification of scikit-learn's 8×8 digit ``index`` (the paper uses 28×28 MNIST, §E(v)).
 
     Inputs: the pixel grid on ``[−1, 1]²`` with the vertical axis pointing up; label 1 where the intensity

@@ -28,8 +28,10 @@ def validate_regression_data(X: object, Y: object, what: str) -> RegressionArray
         if not (np.issubdtype(array.dtype, np.number) or array.dtype == bool):
             raise TypeError(f"{what}: {name} must be numeric, got dtype {array.dtype}")
         if np.iscomplexobj(array):
-            raise TypeError(f"{what}: {name} is complex ({array.dtype}); casting would drop the imaginary part — "
-                            "pass real values (e.g. stack .real and .imag as separate columns)")
+            raise TypeError(
+                f"{what}: {name} is complex ({array.dtype}); casting would drop the imaginary part — "
+                "pass real values (e.g. stack .real and .imag as separate columns)"
+            )
         if name == "Y" and array.ndim == 1:
             array = array[:, None]
         if array.ndim != 2:

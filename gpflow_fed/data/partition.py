@@ -44,7 +44,6 @@ __all__ = [
 Partition = List[np.ndarray]
 
 
-
 def _check_clients(num_clients: object, num_data: object) -> Tuple[int, int]:
     num_data = integer(num_data, "num_data (N)", minimum=1)
     num_clients = integer(num_clients, "num_clients (K)", minimum=1)
@@ -281,9 +280,12 @@ def train_test_split(
     """Deprecated alias of :func:`holdout_split` (it shares scikit-learn's name but not its return order)."""
     import warnings
 
-    warnings.warn("gpflow_fed.data.train_test_split is deprecated (scikit-learn's function of that name returns "
-                  "another order); use holdout_split, which returns (X_train, Y_train, X_test, Y_test)",
-                  DeprecationWarning, stacklevel=2)
+    warnings.warn(
+        "gpflow_fed.data.train_test_split is deprecated (scikit-learn's function of that name returns "
+        "another order); use holdout_split, which returns (X_train, Y_train, X_test, Y_test)",
+        DeprecationWarning,
+        stacklevel=2,
+    )
     return holdout_split(X, Y, test_fraction=test_fraction, seed=seed)
 
 

@@ -66,7 +66,13 @@ class FedBNRTask:
 
 
 def fedbnr_real_task(
-    X: np.ndarray, Y: np.ndarray, num_clients: int, *, seed: int = 0, name: str = "dataset", kd_fraction: float = 0.8,
+    X: np.ndarray,
+    Y: np.ndarray,
+    num_clients: int,
+    *,
+    seed: int = 0,
+    name: str = "dataset",
+    kd_fraction: float = 0.8,
     feature: Optional[int] = None,
 ) -> FedBNRTask:
     """The thesis' protocol: a random 8:1:1 train:test:validation split; inputs and target standardised with

@@ -43,12 +43,17 @@ def orbit_constants(altitude_km: float = ALTITUDE_KM) -> OrbitConstants:
     R = EARTH_RADIUS_KM + altitude_km
     T = float(np.sqrt(4.0 * np.pi**2 * R**3 / MU_KM3_S2))
     J2 = J2_COEFFICIENT * MU_KM3_S2 * EARTH_RADIUS_KM**2
-    return OrbitConstants(R0=R / EARTH_RADIUS_KM, T_orb=T, mu_bar=MU_KM3_S2 * T**2 / EARTH_RADIUS_KM**3,
-                          J2_bar=J2 * T**2 / EARTH_RADIUS_KM**5)
+    return OrbitConstants(
+        R0=R / EARTH_RADIUS_KM,
+        T_orb=T,
+        mu_bar=MU_KM3_S2 * T**2 / EARTH_RADIUS_KM**3,
+        J2_bar=J2 * T**2 / EARTH_RADIUS_KM**5,
+    )
 
 
-def satellite_trajectory(times: np.ndarray, *, altitude_km: float = ALTITUDE_KM, rtol: float = 1e-10,
-                         atol: float = 1e-12) -> np.ndarray:
+def satellite_trajectory(
+    times: np.ndarray, *, altitude_km: float = ALTITUDE_KM, rtol: float = 1e-10, atol: float = 1e-12
+) -> np.ndarray:
     """``[N, 4]`` states ``(r, ṙ, θ, θ̇)`` at sorted ``times`` ≥ 0 (orbital periods), by adaptive RK45 in float64.
 
     :raises ValueError: for unsorted, negative or non-finite times.
@@ -60,15 +65,18 @@ def satellite_trajectory(times: np.ndarray, *, altitude_km: float = ALTITUDE_KM,
 
     def rhs(_: float, s: np.ndarray) -> np.ndarray:
         r, rd, th, thd = s
-        return np.array([
-            rd,
-            -c.mu_bar / r**2 + r * thd**2 + c.J2_bar * 1.5 * (3.0 * np.sin(th) ** 2 - 1.0) / r**4,
-            thd,
-            -2.0 * rd * thd / r - c.J2_bar * 3.0 * np.cos(th) * np.sin(th) / r**4,
-        ])
+        return np.array(
+            [
+                rd,
+                -c.mu_bar / r**2 + r * thd**2 + c.J2_bar * 1.5 * (3.0 * np.sin(th) ** 2 - 1.0) / r**4,
+                thd,
+                -2.0 * rd * thd / r - c.J2_bar * 3.0 * np.cos(th) * np.sin(th) / r**4,
+            ]
+        )
 
-    sol = solve_ivp(rhs, (0.0, float(t[-1])), [c.R0, 0.0, 0.0, 2.0 * np.pi], method="RK45", t_eval=t, rtol=rtol,
-                    atol=atol)
+    sol = solve_ivp(
+        rhs, (0.0, float(t[-1])), [c.R0, 0.0, 0.0, 2.0 * np.pi], method="RK45", t_eval=t, rtol=rtol, atol=atol
+    )
     if not sol.success:  # pragma: no cover - RK45 on this smooth system does not fail
         raise RuntimeError(f"orbit integration failed: {sol.message}")
     return sol.y.T.astype(gpflow.default_float())
@@ -95,8 +103,9 @@ class SatelliteData:
         return self.X[self.private]
 
 
-def satellite_data(component: str = "r", *, num_points: int = 61, t_max: float = 3.0,
-                   private_segment: Tuple[float, float] = (1.0, 2.0)) -> SatelliteData:
+def satellite_data(
+    component: str = "r", *, num_points: int = 61, t_max: float = 3.0, private_segment: Tuple[float, float] = (1.0, 2.0)
+) -> SatelliteData:
     """The paper's data set: ``num_points`` evenly spaced times on [0, t_max], one state component.
 
     :raises ValueError: unknown component, fewer than 2 points, or an empty private segment.
@@ -111,5 +120,9 @@ def satellite_data(component: str = "r", *, num_points: int = 61, t_max: float =
     private = (t >= lo - 1e-12) & (t <= hi + 1e-12)
     if not np.any(private):
         raise ValueError(f"the private segment {private_segment} contains no input in [0, {t_max}]")
-    return SatelliteData(X=t[:, None].astype(gpflow.default_float()),
-                         Y=states[:, STATE_NAMES.index(component)][:, None], private=private, component=component)
+    return SatelliteData(
+        X=t[:, None].astype(gpflow.default_float()),
+        Y=states[:, STATE_NAMES.index(component)][:, None],
+        private=private,
+        component=component,
+    )

@@ -100,7 +100,6 @@ def fsgp_latent_2(X: np.ndarray) -> np.ndarray:
     return 2.5 * np.sin(2.0 * np.pi * (X[:, :1] + X[:, 1:2]) / 90.0)
 
 
-
 def _grid(low: float, high: float, per_axis: int) -> np.ndarray:
     axis = np.linspace(low, high, per_axis)
     x1, x2 = np.meshgrid(axis, axis, indexing="ij")
@@ -401,7 +400,9 @@ def pvi_five_partition_toy(
 
     def sample(n: int) -> tuple:
         X = np.sort(rng.uniform(-3.0, 3.0, (n, 1)), axis=0)
-        return X.astype(dtype), (np.sin(2 * X) + 0.3 * X + np.sqrt(noise_variance) * rng.standard_normal((n, 1))).astype(dtype)
+        return X.astype(dtype), (
+            np.sin(2 * X) + 0.3 * X + np.sqrt(noise_variance) * rng.standard_normal((n, 1))
+        ).astype(dtype)
 
     X, Y = sample(num_data)
     edges = np.linspace(-3.0, 3.0, num_clients + 1)

@@ -53,8 +53,9 @@ def _numeric(name: str, values: np.ndarray) -> np.ndarray:
         out = values.astype(float)
     except ValueError:
         bad = next(v for v in values if not _is_number(v))
-        raise ValueError(f"column {name!r} must be numeric; it holds {bad!r} (convert or drop it, or leave it out "
-                         "of --features)") from None
+        raise ValueError(
+            f"column {name!r} must be numeric; it holds {bad!r} (convert or drop it, or leave it out of --features)"
+        ) from None
     if not np.all(np.isfinite(out)):
         row = int(np.flatnonzero(~np.isfinite(out))[0])
         raise ValueError(f"column {name!r} has a missing or non-finite value in data row {row + 1}; impute or drop it")

@@ -259,11 +259,14 @@ class Aggregator:
                     f"executes; its phases are {sorted(phases)}"
                 )
         collected = sorted(
-            p for p in phases
+            p
+            for p in phases
             if algorithm.aggregation(p) == "collect" and (self.secure is not None or (self.dp and self.dp.applies(p)))
         )
         if collected:
-            what = " and ".join(n for n, on in (("secure aggregation", self.secure), ("differential privacy", self.dp)) if on)
+            what = " and ".join(
+                n for n, on in (("secure aggregation", self.secure), ("differential privacy", self.dp)) if on
+            )
             raise ValueError(
                 f"{algorithm.name}: {what} protects only 'sum' and 'mean' phases, but phase(s) {collected} "
                 "collect each client's message; run this algorithm without them"
@@ -296,7 +299,9 @@ class Aggregator:
         encoded = {k: self.secure.encode(k, v, cohort_size) for k, v in arrays.items()}
         return Message(message.sender, message.round, message.phase, encoded, weight=0.0)
 
-    def mask(self, prepared: Message, context: ExchangeContext, public_keys: Optional[Mapping[str, bytes]] = None) -> Message:
+    def mask(
+        self, prepared: Message, context: ExchangeContext, public_keys: Optional[Mapping[str, bytes]] = None
+    ) -> Message:
         """What the client sends: its prepared message plus its pads with its neighbours in the masking graph.
 
         :param public_keys: the neighbours' public keys as the server relays them (default: this process's).
@@ -397,7 +402,7 @@ class Aggregator:
             for key in [k for k in out if k.startswith(METRIC_PREFIX)]:
                 value = float(out.pop(key)[0])
                 if total_weight > 0:
-                    means[key[len(METRIC_PREFIX):]] = value / total_weight
+                    means[key[len(METRIC_PREFIX) :]] = value / total_weight
         else:
             out = {k: np.asarray(v, dtype=np.float64) for k, v in sums.items()}
             means = dict(metrics or {})

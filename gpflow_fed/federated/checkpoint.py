@@ -53,8 +53,15 @@ from .fingerprint import data_digest, settings_differences
 from .ledger import LedgerEntry
 
 __all__ = [
-    "check_client_data", "decode_tree", "encode_tree", "is_trackable", "latest_checkpoint", "load_checkpoint",
-    "save_checkpoint", "state_classes", "verify_manifest",
+    "check_client_data",
+    "decode_tree",
+    "encode_tree",
+    "is_trackable",
+    "latest_checkpoint",
+    "load_checkpoint",
+    "save_checkpoint",
+    "state_classes",
+    "verify_manifest",
 ]
 
 POINTER = "checkpoint.json"
@@ -131,9 +138,11 @@ def _allowed_class(name: Any, allowed: Mapping[str, type]) -> type:
     if name in allowed:
         return allowed[name]
     module_name, qualname = name.split(":")
-    refusal = (f"checkpoint: the state names class {name!r}, which is not an allowed state class (only "
-               "dataclasses of gpflow_fed and of the algorithm's own state are); the file was altered or "
-               "written by another program")
+    refusal = (
+        f"checkpoint: the state names class {name!r}, which is not an allowed state class (only "
+        "dataclasses of gpflow_fed and of the algorithm's own state are); the file was altered or "
+        "written by another program"
+    )
     if module_name != "gpflow_fed" and not module_name.startswith("gpflow_fed."):
         raise ValueError(refusal)
     obj: Any = sys.modules.get(module_name)
@@ -258,8 +267,10 @@ def _files(path: str) -> Dict[str, str]:
         for name in dirs + files:
             full = os.path.join(root, name)
             if os.path.islink(full):
-                raise ValueError(f"checkpoint {path}: {os.path.relpath(full, path)} is a symbolic link; checkpoints "
-                                 "hold plain files only")
+                raise ValueError(
+                    f"checkpoint {path}: {os.path.relpath(full, path)} is a symbolic link; checkpoints "
+                    "hold plain files only"
+                )
         for name in files:
             full = os.path.join(root, name)
             found[os.path.relpath(full, path).replace(os.sep, "/")] = full
@@ -268,8 +279,11 @@ def _files(path: str) -> Dict[str, str]:
 
 def write_manifest(path: str) -> None:
     """Write ``manifest.json`` with the SHA-256 and size of every other file under ``path``."""
-    files = {name: {"sha256": _sha256(full), "size": os.path.getsize(full)}
-             for name, full in sorted(_files(path).items()) if name != MANIFEST}
+    files = {
+        name: {"sha256": _sha256(full), "size": os.path.getsize(full)}
+        for name, full in sorted(_files(path).items())
+        if name != MANIFEST
+    }
     with open(os.path.join(path, MANIFEST), "w") as f:
         json.dump({"format": 1, "files": files}, f, indent=0, sort_keys=True)
 
@@ -282,8 +296,10 @@ def verify_manifest(path: str) -> None:
     """
     manifest_path = os.path.join(path, MANIFEST)
     if not os.path.isfile(manifest_path):
-        raise ValueError(f"checkpoint {path}: {MANIFEST} is missing (an incomplete checkpoint, or one written by "
-                         "an older version); use a fresh checkpoint_dir")
+        raise ValueError(
+            f"checkpoint {path}: {MANIFEST} is missing (an incomplete checkpoint, or one written by "
+            "an older version); use a fresh checkpoint_dir"
+        )
     try:
         with open(manifest_path) as f:
             listed = json.load(f)["files"]
@@ -298,11 +314,13 @@ def verify_manifest(path: str) -> None:
     for name, (sha, size) in sorted(listed.items()):
         actual = os.path.getsize(present[name])
         if actual != size:
-            raise ValueError(f"checkpoint {path}: {name} has {actual} bytes but {MANIFEST} records {size} "
-                             "(truncated or altered)")
+            raise ValueError(
+                f"checkpoint {path}: {name} has {actual} bytes but {MANIFEST} records {size} (truncated or altered)"
+            )
         if not hmac.compare_digest(_sha256(present[name]).encode(), sha.encode()):
-            raise ValueError(f"checkpoint {path}: {name} does not match its SHA-256 in {MANIFEST} "
-                             "(corrupted or altered)")
+            raise ValueError(
+                f"checkpoint {path}: {name} does not match its SHA-256 in {MANIFEST} (corrupted or altered)"
+            )
 
 
 def _client_file(cid: str) -> str:
@@ -338,12 +356,16 @@ def check_client_data(path: str, clients: Mapping[str, Any]) -> None:
         if saved_id != cid:
             raise ValueError(f"checkpoint {path}: {name} belongs to client {saved_id!r}, not {cid!r}")
         if size != client.num_data:
-            raise ValueError(f"checkpoint {path} was written with other data: client {cid} had {size} rows, now "
-                             f"{client.num_data}; use a fresh checkpoint_dir or resume=False")
+            raise ValueError(
+                f"checkpoint {path} was written with other data: client {cid} had {size} rows, now "
+                f"{client.num_data}; use a fresh checkpoint_dir or resume=False"
+            )
         X, Y = client.data
         if not hmac.compare_digest(str(digest).encode(), data_digest(key, X, Y).encode()):
-            raise ValueError(f"checkpoint {path} was written with other data: client {cid}'s {size} rows have "
-                             "other values now; use a fresh checkpoint_dir or resume=False")
+            raise ValueError(
+                f"checkpoint {path} was written with other data: client {cid}'s {size} rows have "
+                "other values now; use a fresh checkpoint_dir or resume=False"
+            )
 
 
 def save_checkpoint(
@@ -413,8 +435,10 @@ def _check_meta(path: str, saved: Any, meta: Mapping[str, Any]) -> None:
             if differences:
                 listed = "; ".join(f"{k}: {a} in the checkpoint, {b} now" for k, a, b in differences[:5])
                 more = f" (and {len(differences) - 5} more)" if len(differences) > 5 else ""
-                raise ValueError(f"checkpoint {path} was written by an algorithm with other settings: {listed}"
-                                 f"{more}; use a fresh checkpoint_dir or resume=False")
+                raise ValueError(
+                    f"checkpoint {path} was written by an algorithm with other settings: {listed}"
+                    f"{more}; use a fresh checkpoint_dir or resume=False"
+                )
         elif saved.get(key) != value:
             raise ValueError(
                 f"checkpoint {path} was written by a different run: {key} = {saved.get(key)!r}, this run has "
@@ -457,8 +481,14 @@ def load_checkpoint(
         record["state"] = decode_tree(record["state"], arrays, allowed)
         record["history"] = decode_tree(record["history"], arrays, allowed)
         record["ledger"] = [
-            LedgerEntry(**{**e, "names": tuple(e["names"]), "shapes": tuple(tuple(s) for s in e["shapes"]),
-                           "dtypes": tuple(e["dtypes"])})
+            LedgerEntry(
+                **{
+                    **e,
+                    "names": tuple(e["names"]),
+                    "shapes": tuple(tuple(s) for s in e["shapes"]),
+                    "dtypes": tuple(e["dtypes"]),
+                }
+            )
             for e in record["ledger"]
         ]
         record["round"] = int(record["round"])

@@ -19,7 +19,13 @@ import os
 from importlib.metadata import entry_points
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
-__all__ = ["ENTRY_POINT_GROUP", "TRUSTED_MODULES_ENV", "load_factory", "register_algorithm_factory", "registered_factories"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "TRUSTED_MODULES_ENV",
+    "load_factory",
+    "register_algorithm_factory",
+    "registered_factories",
+]
 
 ENTRY_POINT_GROUP = "gpflow_fed.algorithm_factories"
 TRUSTED_MODULES_ENV = "GPFLOW_FED_ALGORITHM_MODULES"

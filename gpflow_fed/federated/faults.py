@@ -27,7 +27,9 @@ class ClientUpdateError(RuntimeError):
     """A client's update failed; the server state was not changed by the failed phase."""
 
     def __init__(self, client_id: str, round: int, phase: str, cause: BaseException) -> None:
-        super().__init__(f"client {client_id!r} failed in round {round}, phase {phase!r}: {type(cause).__name__}: {cause}")
+        super().__init__(
+            f"client {client_id!r} failed in round {round}, phase {phase!r}: {type(cause).__name__}: {cause}"
+        )
         self.client_id = client_id
         self.round = round
         self.phase = phase
@@ -104,7 +106,9 @@ def spec_faults(replies: Sequence[Any], spec: Optional[Mapping[str, Tuple[Option
         malformed replies from the honest ones, so it refuses to guess.
     """
     # the aggregator's own entries of a prepared message (secure aggregation's weight and metrics) are its business
-    signatures = {m.sender: {n: tuple(m.arrays[n].shape) for n in m.arrays if not n.startswith("secagg/")} for m in replies}
+    signatures = {
+        m.sender: {n: tuple(m.arrays[n].shape) for n in m.arrays if not n.startswith("secagg/")} for m in replies
+    }
     if not signatures:
         return {}
     declared = spec is not None
@@ -127,7 +131,9 @@ def spec_faults(replies: Sequence[Any], spec: Optional[Mapping[str, Tuple[Option
             len(sig[n]) == len(spec[n]) and all(e is None or e == d for e, d in zip(spec[n], sig[n])) for n in spec
         )
         if not ok:
-            faults[m.sender] = f"payload shapes differ from the server's expectation ({expected}): sent {_signature_text(sig)}"
+            faults[m.sender] = (
+                f"payload shapes differ from the server's expectation ({expected}): sent {_signature_text(sig)}"
+            )
         elif declared:
             kinds = {n: np.asarray(m.arrays[n]).dtype for n in spec}
             odd = {n: str(d) for n, d in kinds.items() if d.kind not in "biuf"}

@@ -157,8 +157,9 @@ class CompiledAdam:
             ]
             # A partial, not the bound method: TensorFlow's retracing warning adds up the traces of every function
             # with the same code, and each worker rightly traces its own loop once.
-            self._compiled = tf.function(functools.partial(CompiledAdam.steps, self), input_signature=signature,
-                                         autograph=False)
+            self._compiled = tf.function(
+                functools.partial(CompiledAdam.steps, self), input_signature=signature, autograph=False
+            )
         losses, new_state = (self._compiled or self.steps)(tf.constant(int(num_steps), tf.int32), state_t, tensors)
         arrays = [s.numpy() for s in new_state]
         return losses.numpy(), AdamState(iterations=arrays[0], moments=tuple(arrays[1:]))

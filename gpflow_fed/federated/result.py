@@ -38,8 +38,12 @@ class FederatedResult:
 
     def __repr__(self) -> str:
         """One line: model, rounds, seconds, bytes, test metrics and privacy (the history is not printed)."""
-        parts = [f"model={type(self.model).__name__}", f"rounds={len(self.history)}", f"seconds={self.seconds:.2f}",
-                 f"bytes={self.ledger.total_bytes():,}"]
+        parts = [
+            f"model={type(self.model).__name__}",
+            f"rounds={len(self.history)}",
+            f"seconds={self.seconds:.2f}",
+            f"bytes={self.ledger.total_bytes():,}",
+        ]
         parts += [f"{k}={v:.4g}" for k, v in self.metrics.items()]
         if self.privacy:
             parts += [f"{k}={self.privacy[k]:.4g}" for k in ("epsilon", "delta") if k in self.privacy]

@@ -134,7 +134,11 @@ class SharedState:
             if not np.all(np.isfinite(value)):
                 raise ValueError(f"shared-state key {key!r} holds non-finite values")
             if self.space == "constrained" and isinstance(variable, gpflow.Parameter):
-                unconstrained = variable.transform.inverse(tf.constant(value, dtype=variable.dtype)) if variable.transform else value
+                unconstrained = (
+                    variable.transform.inverse(tf.constant(value, dtype=variable.dtype))
+                    if variable.transform
+                    else value
+                )
                 if not np.all(np.isfinite(np.asarray(unconstrained))):
                     raise ValueError(f"shared-state key {key!r}: value outside the parameter's support")
             prepared.append((backing, value))
@@ -144,4 +148,3 @@ class SharedState:
     def flatten(self, values: Mapping[str, np.ndarray]) -> np.ndarray:
         """Concatenate values into one vector, in key order (for DP clipping and norms)."""
         return np.concatenate([np.ravel(values[k]) for k in sorted(values)])
-

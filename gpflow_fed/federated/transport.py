@@ -91,9 +91,7 @@ class Transport(abc.ABC):
     def exchange(self, broadcast: Broadcast, cohort: Sequence[str]) -> Dict[str, Reply]:
         """Deliver ``broadcast`` to every client of ``cohort`` and return ``{client: reply}`` for each."""
 
-    def masked(
-        self, context: "ExchangeContext", replies: Mapping[str, Reply]
-    ) -> Union[Dict[str, Message], SecureSum]:
+    def masked(self, context: "ExchangeContext", replies: Mapping[str, Reply]) -> Union[Dict[str, Message], SecureSum]:
         """A protected phase's second trip: the cohort's messages masked against ``context.cohort``.
 
         :param replies: the cohort's replies from :meth:`exchange`.

@@ -13,17 +13,25 @@ from .urk import URK
 __all__ = ["deep_urk", "distribution_shifter", "mlp"]
 
 
-def mlp(output_dim: int, hidden: Sequence[int] = (50,), *, seed: int = 0, activation: str = "relu") -> tf_keras.Sequential:
+def mlp(
+    output_dim: int, hidden: Sequence[int] = (50,), *, seed: int = 0, activation: str = "relu"
+) -> tf_keras.Sequential:
     """A fully connected network ``hidden… → output_dim`` in ``gpflow.default_float()``, seeded initialisers
     (every party that builds it with the same seed starts from the same weights)."""
     if output_dim < 1 or any(h < 1 for h in hidden):
         raise ValueError(f"layer sizes must be positive, got hidden={tuple(hidden)}, output_dim={output_dim}")
     dtype = gpflow.default_float()
     layers = [
-        tf_keras.layers.Dense(h, activation=activation, dtype=dtype, kernel_initializer=tf_keras.initializers.GlorotUniform(seed=seed + i))
+        tf_keras.layers.Dense(
+            h, activation=activation, dtype=dtype, kernel_initializer=tf_keras.initializers.GlorotUniform(seed=seed + i)
+        )
         for i, h in enumerate(hidden)
     ]
-    layers.append(tf_keras.layers.Dense(output_dim, dtype=dtype, kernel_initializer=tf_keras.initializers.GlorotUniform(seed=seed + len(hidden))))
+    layers.append(
+        tf_keras.layers.Dense(
+            output_dim, dtype=dtype, kernel_initializer=tf_keras.initializers.GlorotUniform(seed=seed + len(hidden))
+        )
+    )
     return tf_keras.Sequential(layers)
 
 

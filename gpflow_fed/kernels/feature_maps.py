@@ -47,7 +47,6 @@ def _seed(seed: int, stream: int) -> tf.Tensor:
     return tf.constant([int(seed), stream], dtype=tf.int64)
 
 
-
 class FeatureMap(gpflow.Module, abc.ABC):
     """The function g of a URK together with the distribution of its random weights ω."""
 

@@ -98,7 +98,9 @@ class URK(gpflow.kernels.Kernel):
             raise TypeError(f"feature_extractor must be a tf_keras model (callable), got {type(f).__name__}")
         out = tf.convert_to_tensor(f(tf.zeros([1, self.input_dim], dtype=gpflow.default_float())))
         if not out.dtype.is_floating:
-            raise TypeError(f"feature_extractor must output floats, got dtype {out.dtype.name}; end it with a float layer")
+            raise TypeError(
+                f"feature_extractor must output floats, got dtype {out.dtype.name}; end it with a float layer"
+            )
         if out.shape.rank != 2:
             raise ValueError(
                 f"feature_extractor must map [N, D] to [N, D_f] (rank 2), got output shape {out.shape}; "
@@ -118,14 +120,19 @@ class URK(gpflow.kernels.Kernel):
         if not out.dtype.is_floating:
             raise TypeError(f"distribution_shifter must output floats, got dtype {out.dtype.name}")
         if tuple(out.shape) != (self.num_samples, q):
-            raise ValueError(f"distribution_shifter must map [m, Q] = [{self.num_samples}, {q}] to the same shape, got {out.shape}")
+            raise ValueError(
+                f"distribution_shifter must map [m, Q] = [{self.num_samples}, {q}] to the same shape, got {out.shape}"
+            )
 
     def _check_feature_map(self) -> None:
         """Evaluate g once on a dummy input: builds lazily created weights and checks g's output shape."""
         z = self.feature_map(self.omega(), self.extract(tf.zeros([1, self.input_dim], dtype=gpflow.default_float())))
         expected = (1, self.num_samples, self.feature_map.output_dim())
         if tuple(z.shape) != expected:
-            raise ValueError(f"the feature map must return [N, m, d] = [1, {expected[1]}, {expected[2]}] for one input, got {tuple(z.shape)}")
+            raise ValueError(
+                f"the feature map must return [N, m, d] = [1, {expected[1]}, {expected[2]}] for one input, got "
+                f"{tuple(z.shape)}"
+            )
 
     # --- features ------------------------------------------------------------------------------------
     @property

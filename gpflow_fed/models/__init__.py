@@ -1,6 +1,11 @@
 """GPflow models of gpflow-fed."""
 
-from .bayesian_linear_regression import BayesianLinearRegression, blr_log_marginal_likelihood, blr_posterior, blr_statistics
+from .bayesian_linear_regression import (
+    BayesianLinearRegression,
+    blr_log_marginal_likelihood,
+    blr_posterior,
+    blr_statistics,
+)
 from .aggregated_sgpr import AggregatedSGPR, collapsed_sgpr_bound
 from .dpo_svgp import DPOSVGP, BaseDPOSVGP, FederatedDPOSVGP
 from .ensemble_pyramid import fit_pyramid
@@ -9,8 +14,28 @@ from .privacy_aware_gpr import PrivacyAwareGPR, PrivacyRelease, fit_hyperparamet
 from .recyclable import RecyclableModel, export_svgp, load_recyclable, save_recyclable, train_local_svgp
 from .recyclable_training import LocalSVGPTrainer
 
-__all__: list = ["PrivacyAwareGPR", "PrivacyRelease", "fit_hyperparameters", "release",
-    "BayesianLinearRegression", "blr_log_marginal_likelihood", "blr_posterior", "blr_statistics",
-    "EnsembleSVGP", "RecyclableModel", "RecyclableWarning", "as_recyclable", "export_svgp", "fit_pyramid",
-    "load_recyclable", "save_recyclable", "train_local_svgp", "LocalSVGPTrainer",
-    "DPOSVGP", "BaseDPOSVGP", "FederatedDPOSVGP", "AggregatedSGPR", "collapsed_sgpr_bound"]
+__all__: list = [
+    "PrivacyAwareGPR",
+    "PrivacyRelease",
+    "fit_hyperparameters",
+    "release",
+    "BayesianLinearRegression",
+    "blr_log_marginal_likelihood",
+    "blr_posterior",
+    "blr_statistics",
+    "EnsembleSVGP",
+    "RecyclableModel",
+    "RecyclableWarning",
+    "as_recyclable",
+    "export_svgp",
+    "fit_pyramid",
+    "load_recyclable",
+    "save_recyclable",
+    "train_local_svgp",
+    "LocalSVGPTrainer",
+    "DPOSVGP",
+    "BaseDPOSVGP",
+    "FederatedDPOSVGP",
+    "AggregatedSGPR",
+    "collapsed_sgpr_bound",
+]

@@ -118,7 +118,8 @@ class BayesianLinearRegression(gpflow.models.GPModel, InternalDataTrainingLossMi
     ) -> None:
         if not (hasattr(kernel, "features") and hasattr(kernel, "num_features")):
             raise TypeError(
-                f"kernel must expose features(X) and num_features (e.g. gpflow_fed.kernels.URK), got {type(kernel).__name__}"
+                "kernel must expose features(X) and num_features (e.g. gpflow_fed.kernels.URK), got "
+                f"{type(kernel).__name__}"
             )
         noise = positive_float(noise_variance, "noise_variance")
         prior = positive_float(prior_variance, "prior_variance")
@@ -129,7 +130,9 @@ class BayesianLinearRegression(gpflow.models.GPModel, InternalDataTrainingLossMi
             if X.shape.rank != 2 or Y.shape.rank != 2:
                 raise ValueError(f"data must be (X: [N, D], Y: [N, P]), got shapes {X.shape} and {Y.shape}")
             if X.dtype != gpflow.default_float() or Y.dtype != gpflow.default_float():
-                raise TypeError(f"data must have dtype {np.dtype(gpflow.default_float()).name}, got {X.dtype.name}, {Y.dtype.name}")
+                raise TypeError(
+                    f"data must have dtype {np.dtype(gpflow.default_float()).name}, got {X.dtype.name}, {Y.dtype.name}"
+                )
             num_outputs = int(Y.shape[1])
             self._statistics = None
         else:
@@ -150,7 +153,9 @@ class BayesianLinearRegression(gpflow.models.GPModel, InternalDataTrainingLossMi
             raise ValueError(f"statistics are missing {missing}; expected {BLR_STATISTICS}")
         stats = {n: tf.constant(np.asarray(statistics[n]), dtype=gpflow.default_float()) for n in BLR_STATISTICS}
         if tuple(stats["phi_t_phi"].shape) != (num_features, num_features):
-            raise ValueError(f"phi_t_phi has shape {tuple(stats['phi_t_phi'].shape)}, expected ({num_features}, {num_features})")
+            raise ValueError(
+                f"phi_t_phi has shape {tuple(stats['phi_t_phi'].shape)}, expected ({num_features}, {num_features})"
+            )
         if stats["phi_t_y"].shape.rank != 2 or stats["phi_t_y"].shape[0] != num_features:
             raise ValueError(f"phi_t_y has shape {tuple(stats['phi_t_y'].shape)}, expected ({num_features}, P)")
         if tuple(stats["y_t_y"].shape) != (stats["phi_t_y"].shape[1],) or stats["num_data"].shape.rank != 0:
@@ -184,7 +189,9 @@ class BayesianLinearRegression(gpflow.models.GPModel, InternalDataTrainingLossMi
     def posterior_weights(self) -> Tuple[tf.Tensor, tf.Tensor]:
         """``(w̄: [L, P], A⁻¹: [L, L])`` of eq. 2.4."""
         stats = self.statistics()
-        w_mean, chol_A = blr_posterior(stats["phi_t_phi"], stats["phi_t_y"], self.likelihood.variance, self.prior_variance)
+        w_mean, chol_A = blr_posterior(
+            stats["phi_t_phi"], stats["phi_t_y"], self.likelihood.variance, self.prior_variance
+        )
         eye = tf.eye(tf.shape(chol_A)[0], dtype=chol_A.dtype)
         return w_mean, tf.linalg.cholesky_solve(chol_A, eye)
 
@@ -206,7 +213,9 @@ class BayesianLinearRegression(gpflow.models.GPModel, InternalDataTrainingLossMi
         if full_output_cov:
             raise NotImplementedError("outputs are independent: full_output_cov=True is not supported")
         stats = self.statistics()
-        w_mean, chol_A = blr_posterior(stats["phi_t_phi"], stats["phi_t_y"], self.likelihood.variance, self.prior_variance)
+        w_mean, chol_A = blr_posterior(
+            stats["phi_t_phi"], stats["phi_t_y"], self.likelihood.variance, self.prior_variance
+        )
         phi = self.kernel.features(Xnew)
         mean = tf.linalg.matmul(phi, w_mean)
         v = tf.linalg.triangular_solve(chol_A, tf.transpose(phi), lower=True)  # [L, N*]

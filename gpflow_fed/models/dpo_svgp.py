@@ -51,8 +51,13 @@ class NoiseColumn(gpflow.functions.Function):
 
 @check_shapes("X: [N, D]", "means: [S, N, 1]", "variances: [S, N, 1]", "Y: [N, 1] if Y is not None")
 def per_sample_likelihood(
-    likelihood: gpflow.likelihoods.Likelihood, noise: Optional[tf.Tensor], method: str, X: tf.Tensor,
-    means: tf.Tensor, variances: tf.Tensor, Y: Optional[tf.Tensor] = None,
+    likelihood: gpflow.likelihoods.Likelihood,
+    noise: Optional[tf.Tensor],
+    method: str,
+    X: tf.Tensor,
+    means: tf.Tensor,
+    variances: tf.Tensor,
+    Y: Optional[tf.Tensor] = None,
 ) -> Tuple[tf.Tensor, ...]:
     """``likelihood.<method>`` for every sample's marginals ``[S, N, 1]`` in one call (X and Y tiled); outputs
     ``[S, N]`` or ``[S, N, 1]``. With a sampled noise σ²_s ``[S]`` it is GPflow's ``Gaussian`` with that variance
@@ -71,8 +76,15 @@ def per_sample_likelihood(
 
 @check_shapes("X: [N, D]", "Y: [N, 1]", "Z: [batch..., M, D]", "return[0]: [batch...]", "return[1]: [batch...]")
 def dpo_free_energy_terms(
-    kern: Callable, likelihood: gpflow.likelihoods.Likelihood, noise: Optional[tf.Tensor], X: tf.Tensor,
-    Y: tf.Tensor, Z: tf.Tensor, own: Sequence[UFactor], cavity: Sequence[UFactor], jitter: object,
+    kern: Callable,
+    likelihood: gpflow.likelihoods.Likelihood,
+    noise: Optional[tf.Tensor],
+    X: tf.Tensor,
+    Y: tf.Tensor,
+    Z: tf.Tensor,
+    own: Sequence[UFactor],
+    cavity: Sequence[UFactor],
+    jitter: object,
     mean_function: Optional[gpflow.mean_functions.MeanFunction] = None,
 ) -> Tuple[tf.Tensor, tf.Tensor]:
     """``(ELL(Z, β), KL[q(u|Z,β) ‖ q_cav(u|Z,β)])`` at one sample of (Z, β) or a batch of them: the two terms
@@ -90,8 +102,15 @@ def dpo_free_energy_terms(
         means = means + mean_function(X)
     kl = whitened_kl(mu, LB, *assemble_whitened(cav_terms, M, dtype)) if cavity else whitened_prior_kl(mu, LB)
     if means.shape.rank == 2:  # one sample
-        (ve,) = per_sample_likelihood(likelihood, None if noise is None else noise[None], "variational_expectations",
-                                      X, means[None], variances[None], Y)
+        (ve,) = per_sample_likelihood(
+            likelihood,
+            None if noise is None else noise[None],
+            "variational_expectations",
+            X,
+            means[None],
+            variances[None],
+            Y,
+        )
         return tf.reduce_sum(ve), kl
     (ve,) = per_sample_likelihood(likelihood, noise, "variational_expectations", X, means, variances, Y)
     return tf.reduce_sum(ve, axis=-1), kl
@@ -193,8 +212,18 @@ class BaseDPOSVGP(GPModel):
         X, Y = (tf.convert_to_tensor(a, gpflow.default_float()) for a in data)
         Zs, betas = draw_samples(self.q_Z, self._point_Z(), self.q_beta, num, seed)
         noise = None if self.q_beta is None else self.q_beta.noise(betas)
-        ell, kl = dpo_free_energy_terms(sampled_kernel(self.kernel, self.q_beta, betas), self.likelihood, noise, X, Y,
-                                        Zs, [self.pseudo], [], self.jitter, self.mean_function)
+        ell, kl = dpo_free_energy_terms(
+            sampled_kernel(self.kernel, self.q_beta, betas),
+            self.likelihood,
+            noise,
+            X,
+            Y,
+            Zs,
+            [self.pseudo],
+            [],
+            self.jitter,
+            self.mean_function,
+        )
         bound = tf.reduce_mean(ell - kl)
         if self.q_beta is not None:
             bound = bound - self.q_beta.kl_divergence()
@@ -212,11 +241,28 @@ class BaseDPOSVGP(GPModel):
         :class:`DPOMixturePosterior` over ``num_predict_samples`` draws (GPflow's cache conventions: ``TENSOR`` and
         ``VARIABLE`` caches are fixed until ``update_cache``; ``NOCACHE`` recomputes at every call)."""
         if not self.is_mixture:
-            return DPOPosterior(self.kernel, self.pseudo, None, None, True, self.mean_function,
-                                precompute_cache=precompute_cache, jitter=self.jitter)
-        return DPOMixturePosterior(self.kernel, self.pseudo, self.q_Z, self._point_Z(), self.q_beta,
-                                   self.num_predict_samples, self._predict_seed(), self.jitter, self.mean_function,
-                                   precompute_cache=precompute_cache)
+            return DPOPosterior(
+                self.kernel,
+                self.pseudo,
+                None,
+                None,
+                True,
+                self.mean_function,
+                precompute_cache=precompute_cache,
+                jitter=self.jitter,
+            )
+        return DPOMixturePosterior(
+            self.kernel,
+            self.pseudo,
+            self.q_Z,
+            self._point_Z(),
+            self.q_beta,
+            self.num_predict_samples,
+            self._predict_seed(),
+            self.jitter,
+            self.mean_function,
+            precompute_cache=precompute_cache,
+        )
 
     @inherit_check_shapes
     def predict_f(self, Xnew: tf.Tensor, full_cov: bool = False, full_output_cov: bool = False) -> MeanAndVariance:

@@ -209,9 +209,7 @@ class EnsembleSVGP(GPModel, InternalDataTrainingLossMixin):
             self._local_chol.append((L_S, L_K))
             Q = solve_triangular(L_S, L_K, lower=True)  # L_S⁻¹L_K: no explicit inverse of an ill-conditioned factor
             mu_s = solve_triangular(L_S, m.q_mu[:, 0], lower=True)  # L_S⁻¹μ_k
-            total_c += float(
-                -0.5 * mu_s @ mu_s - np.sum(np.log(np.abs(np.diag(L_S)))) + np.sum(np.log(np.diag(L_K)))
-            )
+            total_c += float(-0.5 * mu_s @ mu_s - np.sum(np.log(np.abs(np.diag(L_S)))) + np.sum(np.log(np.diag(L_K))))
             A = solve_triangular(L_K, L_S, lower=True)
             ratios.append(float(np.linalg.svd(A, compute_uv=False)[0] ** 2))
             per_size.setdefault(m.num_inducing, []).append((m.Z, L_K, Q, Q.T @ mu_s))
@@ -465,4 +463,3 @@ class EnsembleSVGP(GPModel, InternalDataTrainingLossMixin):
         elif maxiter:
             opt.minimize(self.training_loss, hyper + q_vars, options={"maxiter": int(maxiter)})
         return float(self.elbo().numpy())
-

@@ -111,8 +111,11 @@ class PrivacyAwareGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
         alpha = tf.linalg.triangular_solve(L, residual, lower=True)
         n = tf.cast(tf.shape(X)[0], L.dtype)
         log_two_pi = tf.cast(np.log(2.0 * np.pi), L.dtype)
-        return (-0.5 * tf.reduce_sum(tf.square(alpha)) - tf.reduce_sum(tf.math.log(tf.linalg.diag_part(L)))
-                - 0.5 * n * log_two_pi)
+        return (
+            -0.5 * tf.reduce_sum(tf.square(alpha))
+            - tf.reduce_sum(tf.math.log(tf.linalg.diag_part(L)))
+            - 0.5 * n * log_two_pi
+        )
 
     @inherit_check_shapes
     def predict_f(
@@ -151,9 +154,16 @@ class PrivacyAwareGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
         arrays = {f"param{key}": np.asarray(value.numpy()) for key, value in _saved_parameters(self).items()}
         spec = {"kernel": _describe(kernel_spec, self.kernel), "mean_function": type(self.mean_function).__name__}
         with open(path, "wb") as fh:
-            np.savez(fh, format=np.array(SAVE_FORMAT), spec=np.array(json.dumps(spec)), X=X, W=W,
-                     noise_factor=self.noise_factor.numpy(),
-                     noise_variance=np.array(float(self.likelihood.variance.numpy())), **arrays)
+            np.savez(
+                fh,
+                format=np.array(SAVE_FORMAT),
+                spec=np.array(json.dumps(spec)),
+                X=X,
+                W=W,
+                noise_factor=self.noise_factor.numpy(),
+                noise_variance=np.array(float(self.likelihood.variance.numpy())),
+                **arrays,
+            )
         return path
 
     @staticmethod
@@ -172,8 +182,12 @@ class PrivacyAwareGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
             file, truncated, bit-flipped, incomplete, pickled data), inconsistent arrays, or parameters that do
             not fit the given kernel / mean function.
         """
-        arrays = read_npz(path, "PrivacyAwareGPR file (PrivacyAwareGPR.save)", SAVE_FORMAT,
-                          ("spec", "X", "W", "noise_factor", "noise_variance"))
+        arrays = read_npz(
+            path,
+            "PrivacyAwareGPR file (PrivacyAwareGPR.save)",
+            SAVE_FORMAT,
+            ("spec", "X", "W", "noise_factor", "noise_variance"),
+        )
         try:
             spec = json.loads(str(arrays["spec"]))
             kernel_description, mean_name = spec["kernel"], str(spec["mean_function"])
@@ -181,7 +195,9 @@ class PrivacyAwareGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
             raise ValueError(f"{path}: corrupt model description ({type(exc).__name__}: {exc})") from exc
         if kernel is None:
             if kernel_description is None:
-                raise ValueError(f"{path} holds a kernel that only its values describe: pass kernel= a kernel of the same structure")
+                raise ValueError(
+                    f"{path} holds a kernel that only its values describe: pass kernel= a kernel of the same structure"
+                )
             try:
                 kernel = kernel_from_spec(kernel_description)
             except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -191,15 +207,22 @@ class PrivacyAwareGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
                 mean_function = gpflow.mean_functions.Zero()
             elif mean_name == "Constant":
                 if "param.mean_function.c" not in arrays:
-                    raise ValueError(f"{path}: incomplete file, missing arrays ['param.mean_function.c'] of its Constant mean")
+                    raise ValueError(
+                        f"{path}: incomplete file, missing arrays ['param.mean_function.c'] of its Constant mean"
+                    )
                 # the saved value fixes c's shape (a scalar Constant(0.0) or the default [1])
                 mean_function = gpflow.mean_functions.Constant(arrays["param.mean_function.c"])
             else:
                 raise ValueError(f"{path} holds a {mean_name} mean: pass mean_function= one of that class")
-        saved = {key[len("param"):]: value for key, value in arrays.items() if key.startswith("param.")}
+        saved = {key[len("param") :]: value for key, value in arrays.items() if key.startswith("param.")}
         try:
-            model = PrivacyAwareGPR((arrays["X"], arrays["W"]), kernel, _covariance_from_factor(arrays["noise_factor"]),
-                                    mean_function, float(arrays["noise_variance"]))
+            model = PrivacyAwareGPR(
+                (arrays["X"], arrays["W"]),
+                kernel,
+                _covariance_from_factor(arrays["noise_factor"]),
+                mean_function,
+                float(arrays["noise_variance"]),
+            )
         except (ValueError, TypeError, CheckShapesError, np.linalg.LinAlgError, tf.errors.InvalidArgumentError) as exc:
             raise ValueError(f"{path}: inconsistent or corrupt arrays ({type(exc).__name__}: {exc})") from exc
         expected = _saved_parameters(model)
@@ -265,8 +288,10 @@ def _check_tolerance_shape(tolerance: Tolerance, gamma: int) -> None:
     if np.any((np.diag(array) if array.ndim == 2 else array) < 0):
         raise ValueError("negative tolerance; tolerances are variances and must be ≥ 0")
     if array.ndim == 1 and array.shape[0] != gamma or array.ndim == 2 and array.shape != (gamma, gamma):
-        raise ValueError(f"tolerance of shape {array.shape} does not match {gamma} sensitive inputs; pass a scalar, "
-                         f"a [{gamma}] vector or a [{gamma}, {gamma}] matrix")
+        raise ValueError(
+            f"tolerance of shape {array.shape} does not match {gamma} sensitive inputs; pass a scalar, "
+            f"a [{gamma}] vector or a [{gamma}, {gamma}] matrix"
+        )
 
 
 def fit_hyperparameters(
@@ -290,8 +315,9 @@ def fit_hyperparameters(
     gpr = gpflow.models.GPR((X, Y), kernel, mean_function=mean, likelihood=likelihood)
     # Eager evaluation: tracing the loss into a graph costs more than the whole L-BFGS run at the sizes this
     # closed-form release handles (each evaluation is dominated by one O(N³) Cholesky either way).
-    gpflow.optimizers.Scipy().minimize(gpr.training_loss, gpr.trainable_variables, options=dict(maxiter=int(maxiter)),
-                                       compile=False)
+    gpflow.optimizers.Scipy().minimize(
+        gpr.training_loss, gpr.trainable_variables, options=dict(maxiter=int(maxiter)), compile=False
+    )
     return gpr, float(gpr.likelihood.variance.numpy())
 
 
@@ -337,8 +363,10 @@ def release(
     region = sensitive if isinstance(sensitive, Region) else None
     if region is not None:
         if method == "diagonal":
-            raise ValueError("a sensitive region needs method='strong' or 'weak' (got 'diagonal'); discretise it "
-                             "yourself with region.discretise(density) for the diagonal SDP")
+            raise ValueError(
+                "a sensitive region needs method='strong' or 'weak' (got 'diagonal'); discretise it "
+                "yourself with region.discretise(density) for the diagonal SDP"
+            )
         if density is None or not (np.isfinite(density) and density > 0):
             raise ValueError(f"a sensitive region needs density > 0 (grid points per unit length), got {density}")
         X = as_inputs(data[0], "X")
@@ -366,14 +394,25 @@ def release(
         mean_value = np.mean(Y, axis=0)
         lml = float("nan")
     if region is not None:
-        Sigma = region_noise_covariance(kernel, X, region, tolerance, density=float(density), noise_variance=sigma2,
-                                        low_rank=bool(low_rank), method=method)
+        Sigma = region_noise_covariance(
+            kernel,
+            X,
+            region,
+            tolerance,
+            density=float(density),
+            noise_variance=sigma2,
+            low_rank=bool(low_rank),
+            method=method,
+        )
     else:
-        Sigma = synthetic_noise_covariance(kernel, X, S, tolerance, noise_variance=sigma2, method=method,
-                                           low_rank=low_rank, solver=solver)
+        Sigma = synthetic_noise_covariance(
+            kernel, X, S, tolerance, noise_variance=sigma2, method=method, low_rank=low_rank, solver=solver
+        )
     W = obfuscate(Y, Sigma, insecure_noise_seed=insecure_noise_seed)
     released_kernel = gpflow.utilities.deepcopy(kernel)
-    model = PrivacyAwareGPR((X, W), released_kernel, Sigma, gpflow.mean_functions.Constant(mean_value),
-                            noise_variance=sigma2)
-    return PrivacyRelease(model=model, Sigma=Sigma, W=W, sensitive=S, noise_variance=sigma2,
-                          log_marginal_likelihood=lml)
+    model = PrivacyAwareGPR(
+        (X, W), released_kernel, Sigma, gpflow.mean_functions.Constant(mean_value), noise_variance=sigma2
+    )
+    return PrivacyRelease(
+        model=model, Sigma=Sigma, W=W, sensitive=S, noise_variance=sigma2, log_marginal_likelihood=lml
+    )

@@ -39,7 +39,6 @@ from ..validation import integer
 __all__ = ["LocalSVGPTrainer", "train_local_svgp"]
 
 
-
 @dataclass
 class _Slot:
     """The working model of one shape ``(M, D, P)``: data variables, reset values, compiled loss."""
@@ -165,7 +164,10 @@ class LocalSVGPTrainer:
 
     @staticmethod
     def _optimal_whitened_q(
-        kernel: gpflow.kernels.Kernel, likelihood: gpflow.likelihoods.Gaussian, Z: np.ndarray, X: np.ndarray,
+        kernel: gpflow.kernels.Kernel,
+        likelihood: gpflow.likelihoods.Gaussian,
+        Z: np.ndarray,
+        X: np.ndarray,
         Y: np.ndarray,
     ) -> Tuple[np.ndarray, np.ndarray]:
         """``argmax_q L_k`` for a Gaussian likelihood (module docstring): ``m̃ [M, P]``, ``L̃ [P, M, M]``."""

@@ -6,5 +6,12 @@ from .dpo_mixture import DPOMixturePosterior, mixture_moments
 from .dpo_posterior import DPOPosterior, dpo_whitened_posterior
 from .hyperparameters import LogNormalHyperparameters, SampledSquaredExponential
 
-__all__ = ["DPOMixturePosterior", "DPOPosterior", "LogNormalHyperparameters", "SampledSquaredExponential",
-           "dpo_whitened_posterior", "mixture_moments", "whitened"]
+__all__ = [
+    "DPOMixturePosterior",
+    "DPOPosterior",
+    "LogNormalHyperparameters",
+    "SampledSquaredExponential",
+    "dpo_whitened_posterior",
+    "mixture_moments",
+    "whitened",
+]

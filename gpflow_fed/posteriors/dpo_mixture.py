@@ -29,8 +29,11 @@ PREDICT_CHUNK = 2048
 
 
 def draw_samples(
-    q_Z: Optional[GaussianInducingPoints], Z: Optional[tf.Tensor], q_beta: Optional[LogNormalHyperparameters],
-    num_samples: int, seed: tf.Tensor,
+    q_Z: Optional[GaussianInducingPoints],
+    Z: Optional[tf.Tensor],
+    q_beta: Optional[LogNormalHyperparameters],
+    num_samples: int,
+    seed: tf.Tensor,
 ) -> Tuple[tf.Tensor, Optional[tf.Tensor]]:
     """``(Z_s [S, M, D], β_s [S, H] or None)``: Z from q(Z) with the stateless ``seed`` (or the point ``Z``), β from
     q(β) with ``seed + [0, 1]``. Without any distribution S is 1."""
@@ -50,8 +53,16 @@ def sampled_kernel(
     return kernel if betas is None else q_beta.kernel(betas)
 
 
-@check_shapes("Zs: [S, M, D]", "L: [S, M, M]", "mu: [S, M, 1]", "LB: [S, M, M]", "Xnew: [N, D]",
-              "return[0]: [S, N, 1]", "return[1]: [S, N, 1] if not full_cov", "return[1]: [S, N, N] if full_cov")
+@check_shapes(
+    "Zs: [S, M, D]",
+    "L: [S, M, M]",
+    "mu: [S, M, 1]",
+    "LB: [S, M, M]",
+    "Xnew: [N, D]",
+    "return[0]: [S, N, 1]",
+    "return[1]: [S, N, 1] if not full_cov",
+    "return[1]: [S, N, N] if full_cov",
+)
 def per_sample_conditional(
     kern: Callable, Zs: tf.Tensor, L: tf.Tensor, mu: tf.Tensor, LB: tf.Tensor, Xnew: tf.Tensor, full_cov: bool = False
 ) -> Tuple[tf.Tensor, tf.Tensor]:
@@ -139,8 +150,9 @@ class DPOMixturePosterior(AbstractPosterior):
             means = means + self.mean_function(Xnew)
         return means, variances, betas
 
-    def _conditional_with_precompute(self, cache: Tuple[tf.Tensor, ...], Xnew: tf.Tensor, full_cov: bool = False,
-                                     full_output_cov: bool = False) -> MeanAndVariance:
+    def _conditional_with_precompute(
+        self, cache: Tuple[tf.Tensor, ...], Xnew: tf.Tensor, full_cov: bool = False, full_output_cov: bool = False
+    ) -> MeanAndVariance:
         if full_output_cov:
             raise NotImplementedError("the DPO mixture is single-output; full_output_cov=True is not supported")
         Zs, L, mu, LB, betas = cache

@@ -126,9 +126,7 @@ def _get_dpo_posterior_class(kernel: gpflow.kernels.Kernel, inducing_variable: U
     return DPOPosterior
 
 
-@gpflow.kullback_leiblers.prior_kl.register(
-    (PseudoObservations, NaturalFactor), gpflow.kernels.Kernel, object, object
-)
+@gpflow.kullback_leiblers.prior_kl.register((PseudoObservations, NaturalFactor), gpflow.kernels.Kernel, object, object)
 def _prior_kl_pseudo_observations(
     inducing_variable: UFactor, kernel: gpflow.kernels.Kernel, q_mu: object, q_sqrt: object, whiten: bool = False
 ) -> tf.Tensor:

@@ -48,9 +48,7 @@ def whitened_posterior(B: tf.Tensor, b: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor
     "return[0]: [batch..., N, 1]",
     "return[1]: [batch..., N, 1]",
 )
-def whitened_marginals(
-    A: tf.Tensor, Kdiag: tf.Tensor, mu_w: tf.Tensor, LB: tf.Tensor
-) -> Tuple[tf.Tensor, tf.Tensor]:
+def whitened_marginals(A: tf.Tensor, Kdiag: tf.Tensor, mu_w: tf.Tensor, LB: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
     """Marginals of q(f_n) with ``a_n = L⁻¹ k_{Z x_n}`` (the sparse-GP marginals inside paper eq. 7):
     ``μ_n = a_nᵀ μ_w``, ``v_n = k_nn − a_nᵀ a_n + ‖L_B⁻¹ a_n‖²`` (leading batch dimensions broadcast)."""
     mean = tf.matmul(A, mu_w, transpose_a=True)

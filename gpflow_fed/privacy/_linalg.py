@@ -78,7 +78,9 @@ def noise_vector(noise_variance: ArrayLike, num_data: int) -> np.ndarray:
         v = np.full(num_data, float(v))
     v = v.reshape(-1)
     if v.shape[0] != num_data:
-        raise ValueError(f"noise_variance has {v.shape[0]} entries but X has {num_data} rows; pass a scalar or one per row")
+        raise ValueError(
+            f"noise_variance has {v.shape[0]} entries but X has {num_data} rows; pass a scalar or one per row"
+        )
     if not np.all(np.isfinite(v)) or np.any(v < 0):
         raise ValueError("noise_variance must be finite and non-negative (V is a covariance diagonal)")
     return v

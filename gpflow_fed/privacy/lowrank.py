@@ -86,8 +86,11 @@ class LowRankCovariance:
 
     def matmul(self, V: np.ndarray) -> np.ndarray:
         """``Σ V`` in O(N r) per column."""
-        return self.eigenvectors @ (self.eigenvalues[:, None] * (self.eigenvectors.T @ V)) if V.ndim == 2 else (
-            self.eigenvectors @ (self.eigenvalues * (self.eigenvectors.T @ V)))
+        return (
+            self.eigenvectors @ (self.eigenvalues[:, None] * (self.eigenvectors.T @ V))
+            if V.ndim == 2
+            else (self.eigenvectors @ (self.eigenvalues * (self.eigenvectors.T @ V)))
+        )
 
     def __array__(self, dtype: Optional[np.dtype] = None, copy: Optional[bool] = None) -> np.ndarray:
         dense = (self.eigenvectors * self.eigenvalues[None, :]) @ self.eigenvectors.T

@@ -52,8 +52,10 @@ def _inputs(X: object, sensitive: object) -> "tuple[np.ndarray, np.ndarray]":
     Xa = as_inputs(X, "X")
     S = as_inputs(sensitive, "sensitive inputs")
     if S.shape[1] != Xa.shape[1]:
-        raise ValueError(f"sensitive inputs have {S.shape[1]} columns but X has {Xa.shape[1]}; pass sensitive points "
-                         "in the same input space as X ([γ, D])")
+        raise ValueError(
+            f"sensitive inputs have {S.shape[1]} columns but X has {Xa.shape[1]}; pass sensitive points "
+            "in the same input space as X ([γ, D])"
+        )
     return Xa, S
 
 
@@ -67,12 +69,16 @@ def strong_factor(KXS: np.ndarray, KSS: np.ndarray, Xi: np.ndarray, resolved_kin
     """
     M = 0.5 * ((KSS - Xi) + (KSS - Xi).T)
     if resolved_kind in ("scalar", "vector") and M.shape[0] > 1:
-        fix = ("with several sensitive inputs a scalar or vector tolerance builds Ξ = diag(ξ), which is invalid "
-               "here; pass a kernel tolerance H (e.g. ProportionalKernel(kernel, alpha)) or a matrix Ξ with "
-               "K_SS − Ξ ≻ 0, lower the tolerances, or use method='weak'")
+        fix = (
+            "with several sensitive inputs a scalar or vector tolerance builds Ξ = diag(ξ), which is invalid "
+            "here; pass a kernel tolerance H (e.g. ProportionalKernel(kernel, alpha)) or a matrix Ξ with "
+            "K_SS − Ξ ≻ 0, lower the tolerances, or use method='weak'"
+        )
     else:
-        fix = ("choose a smaller Ξ / H (e.g. H = αK with 0 < α < 1, or H within gaussian_tolerance_kernel's "
-               "range), drop duplicated sensitive inputs, or use method='weak'")
+        fix = (
+            "choose a smaller Ξ / H (e.g. H = αK with 0 < α < 1, or H within gaussian_tolerance_kernel's "
+            "range), drop duplicated sensitive inputs, or use method='weak'"
+        )
     psd_check(M, "K_SS − Ξ", fix, strict=True)
     m, Q = np.linalg.eigh(M)
     return KXS @ (Q / np.sqrt(m)[None, :])
@@ -163,9 +169,11 @@ def synthetic_noise_covariance(
     if solver is not None and solver not in SOLVERS and str(solver).upper() not in SOLVERS:
         raise ValueError(f"unknown solver {solver!r}; use one of {', '.join(SOLVERS)}")
     if solver == "krylov" and method != "weak":
-        raise ValueError(f"solver='krylov' applies to method='weak' only (got method={method!r}): the strong method "
-                         "has a closed form, and a diagonal Σ is of full rank, so use solver='dense' (the default) for "
-                         "method='diagonal'")
+        raise ValueError(
+            f"solver='krylov' applies to method='weak' only (got method={method!r}): the strong method "
+            "has a closed form, and a diagonal Σ is of full rank, so use solver='dense' (the default) for "
+            "method='diagonal'"
+        )
     Xa, S = _inputs(X, sensitive)
     v = noise_vector(noise_variance, Xa.shape[0])
     resolved = resolve_tolerance(kernel, S, tolerance)
@@ -277,8 +285,12 @@ def verify_privacy(
     cov = posterior_covariance(kernel, Xa, S, Sigma, noise_variance)
     variance = np.diag(cov).copy()
     strong = float(np.linalg.eigvalsh(0.5 * (cov + cov.T) - resolved.Xi)[0])
-    return PrivacyCheck(variance=variance, tolerance=resolved.xi, weak_margin=float(np.min(variance - resolved.xi)),
-                        strong_margin=strong)
+    return PrivacyCheck(
+        variance=variance,
+        tolerance=resolved.xi,
+        weak_margin=float(np.min(variance - resolved.xi)),
+        strong_margin=strong,
+    )
 
 
 def prior_variance(kernel: gpflow.kernels.Kernel, X: np.ndarray) -> np.ndarray:

@@ -132,20 +132,22 @@ def check_region(region: Region, X: np.ndarray, tolerance: object) -> None:
     if not isinstance(region, Region):
         raise TypeError(f"region must be a Box, Interval or RegionUnion, got {type(region).__name__}")
     if region.input_dim != X.shape[1]:
-        raise ValueError(f"the region has {region.input_dim} dimensions but X has {X.shape[1]} columns; "
-                         "give the region in X's input space")
+        raise ValueError(
+            f"the region has {region.input_dim} dimensions but X has {X.shape[1]} columns; "
+            "give the region in X's input space"
+        )
     if not isinstance(tolerance, gpflow.kernels.Kernel):
-        raise TypeError("a continuous region needs a kernel tolerance H (e.g. ProportionalKernel(kernel, alpha)): "
-                        "a scalar ξ at infinitely many points gives Ξ = ξI, which K_SS − Ξ ≻ 0 rules out")
+        raise TypeError(
+            "a continuous region needs a kernel tolerance H (e.g. ProportionalKernel(kernel, alpha)): "
+            "a scalar ξ at infinitely many points gives Ξ = ξI, which K_SS − Ξ ≻ 0 rules out"
+        )
 
 
 #: A grid point joins the pivot set while its residual diagonal exceeds this fraction of max diag(K_SS − H_SS).
 PIVOT_RTOL = 1e-12
 
 
-def pivoted_region_factor(
-    KXS: np.ndarray, M: np.ndarray, forced: int = 0
-) -> "tuple[np.ndarray, np.ndarray]":
+def pivoted_region_factor(KXS: np.ndarray, M: np.ndarray, forced: int = 0) -> "tuple[np.ndarray, np.ndarray]":
     r"""``B = K_XP L_P⁻ᵀ`` with ``BBᵀ = G(P) = K_XP (K_PP − H_PP)⁻¹ K_PX`` (eq. 12) on a pivot set P ⊆ S.
 
     Pivoted Cholesky of ``M = K_SS − H_SS``: the first ``forced`` points are tried in order (the previous
@@ -187,14 +189,20 @@ def pivoted_region_factor(
 
 
 def _region_sigma(
-    kernel: gpflow.kernels.Kernel, X: np.ndarray, S: np.ndarray, tolerance: gpflow.kernels.Kernel,
-    noise_variance: Union[float, np.ndarray], low_rank: bool, forced: int,
+    kernel: gpflow.kernels.Kernel,
+    X: np.ndarray,
+    S: np.ndarray,
+    tolerance: gpflow.kernels.Kernel,
+    noise_variance: Union[float, np.ndarray],
+    low_rank: bool,
+    forced: int,
 ) -> "tuple[Covariance, np.ndarray]":
     """Σ_opt(P) (eq. 13) for the pivot set P ⊆ S of :func:`pivoted_region_factor`; returns ``(Σ, S[P])``."""
     M = kernel_matrix(kernel, S) - kernel_matrix(tolerance, S)
     B, P = pivoted_region_factor(kernel_matrix(kernel, X, S), 0.5 * (M + M.T), forced)
-    Sigma = positive_part_of_difference(B, kernel_matrix(kernel, X), noise_vector(noise_variance, X.shape[0]),
-                                        low_rank=low_rank)
+    Sigma = positive_part_of_difference(
+        B, kernel_matrix(kernel, X), noise_vector(noise_variance, X.shape[0]), low_rank=low_rank
+    )
     return Sigma, S[P]
 
 
@@ -242,8 +250,9 @@ def region_noise_covariance(
     if method == "weak":
         from .obfuscation import synthetic_noise_covariance
 
-        return synthetic_noise_covariance(kernel, Xa, region.discretise(density), tolerance,
-                                          noise_variance=noise_variance, method="weak")
+        return synthetic_noise_covariance(
+            kernel, Xa, region.discretise(density), tolerance, noise_variance=noise_variance, method="weak"
+        )
     return _region_sigma(kernel, Xa, region.discretise(density), tolerance, noise_variance, low_rank, forced=0)[0]
 
 

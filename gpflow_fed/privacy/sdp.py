@@ -85,11 +85,15 @@ def solve_privacy_sdp(
     try:
         problem.solve(solver=solver, **options)
     except cp.error.SolverError as exc:
-        raise ValueError(f"the privacy SDP failed in {solver} ({exc}); try solver='SCS'/'CLARABEL' or "
-                         "method='strong', which has a closed form") from exc
+        raise ValueError(
+            f"the privacy SDP failed in {solver} ({exc}); try solver='SCS'/'CLARABEL' or "
+            "method='strong', which has a closed form"
+        ) from exc
     if problem.status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE):
-        raise ValueError(f"the privacy SDP is {problem.status} ({solver}); check that every tolerance is below the "
-                         "prior variance, or use method='strong'")
+        raise ValueError(
+            f"the privacy SDP is {problem.status} ({solver}); check that every tolerance is below the "
+            "prior variance, or use method='strong'"
+        )
     value = np.diag(s.value) if diagonal else np.asarray(Sigma_var.value)
     value = 0.5 * (value + value.T)
     if not diagonal:
@@ -103,8 +107,10 @@ def solve_privacy_sdp(
     )
     repair = max(0.0, -worst)
     if repair > MAX_REPAIR_RTOL:
-        raise ValueError(f"the privacy SDP solution violates its constraints by {repair:.2e} (relative) in {solver}; "
-                         "use solver='CLARABEL' or method='strong'")
+        raise ValueError(
+            f"the privacy SDP solution violates its constraints by {repair:.2e} (relative) in {solver}; "
+            "use solver='CLARABEL' or method='strong'"
+        )
     if repair > 0.0:
         # Enough to make every constraint PSD up to floating-point round-off on the repaired matrix.
         value = value + 2.0 * repair * np.eye(N, dtype=value.dtype)
@@ -113,6 +119,11 @@ def solve_privacy_sdp(
         for i in range(KXS.shape[1])
     )
     Sigma = (value * scale).astype(gpflow.default_float())
-    info = SDPInfo(solver=solver, status=str(problem.status), objective=float(problem.value) * scale,
-                   repair=2.0 * repair * scale, min_constraint_eigenvalue=final * scale)
+    info = SDPInfo(
+        solver=solver,
+        status=str(problem.status),
+        objective=float(problem.value) * scale,
+        repair=2.0 * repair * scale,
+        min_constraint_eigenvalue=final * scale,
+    )
     return Sigma, info

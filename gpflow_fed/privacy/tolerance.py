@@ -175,8 +175,12 @@ def resolve_tolerance(kernel: gpflow.kernels.Kernel, S: np.ndarray, tolerance: T
     prior = kernel_diag(kernel, S)
     if isinstance(tolerance, gpflow.kernels.Kernel):
         Xi, kind = kernel_matrix(tolerance, S), "kernel"
-        psd_check(Xi, "the tolerance kernel H at the sensitive inputs", "H must be a positive semi-definite kernel",
-                  strict=False)
+        psd_check(
+            Xi,
+            "the tolerance kernel H at the sensitive inputs",
+            "H must be a positive semi-definite kernel",
+            strict=False,
+        )
     else:
         if isinstance(tolerance, (str, bytes)) or tolerance is None:
             raise TypeError(f"tolerance must be a number, vector, matrix or gpflow Kernel, got {tolerance!r}")
@@ -188,19 +192,29 @@ def resolve_tolerance(kernel: gpflow.kernels.Kernel, S: np.ndarray, tolerance: T
         elif array.ndim == 1 or (array.ndim == 2 and array.shape[1] == 1 and gamma != 1):
             array = array.reshape(-1)
             if array.shape[0] != gamma:
-                raise ValueError(f"tolerance has {array.shape[0]} entries but there are {gamma} sensitive inputs; "
-                                 "pass one per sensitive input or a scalar")
+                raise ValueError(
+                    f"tolerance has {array.shape[0]} entries but there are {gamma} sensitive inputs; "
+                    "pass one per sensitive input or a scalar"
+                )
             Xi, kind = np.diag(array), "vector"
         elif array.ndim == 2 and array.shape == (gamma, gamma):
             Xi, kind = array, "matrix"
             if np.any(np.diag(Xi) < 0):
-                raise ValueError(f"negative tolerance on the diagonal of Ξ ({np.diag(Xi).min():g}); tolerances are "
-                                 "variances and must be ≥ 0")
-            psd_check(Xi, "the tolerance matrix Ξ", "pass a symmetric positive semi-definite Ξ (e.g. H_SS of a "
-                      "kernel H)", strict=False)
+                raise ValueError(
+                    f"negative tolerance on the diagonal of Ξ ({np.diag(Xi).min():g}); tolerances are "
+                    "variances and must be ≥ 0"
+                )
+            psd_check(
+                Xi,
+                "the tolerance matrix Ξ",
+                "pass a symmetric positive semi-definite Ξ (e.g. H_SS of a kernel H)",
+                strict=False,
+            )
         else:
-            raise ValueError(f"tolerance of shape {array.shape} does not match {gamma} sensitive inputs; pass a "
-                             f"scalar, a [{gamma}] vector or a [{gamma}, {gamma}] matrix")
+            raise ValueError(
+                f"tolerance of shape {array.shape} does not match {gamma} sensitive inputs; pass a "
+                f"scalar, a [{gamma}] vector or a [{gamma}, {gamma}] matrix"
+            )
     xi = np.diag(Xi).copy()
     if np.any(xi < 0):
         raise ValueError(f"negative tolerance {xi.min():g}; tolerances are variances and must be ≥ 0")

@@ -109,8 +109,10 @@ class CertifiedCovariance(LowRankCovariance):
 
     def __repr__(self) -> str:
         c = self.certificate
-        return (f"CertifiedCovariance(N={self.shape[0]}, rank={self.rank}, trace={self.trace():.8g}, "
-                f"gap={c.relative_gap:.1e}, margin={c.feasibility_margin:.1e}, k={c.krylov_dimension})")
+        return (
+            f"CertifiedCovariance(N={self.shape[0]}, rank={self.rank}, trace={self.trace():.8g}, "
+            f"gap={c.relative_gap:.1e}, margin={c.feasibility_margin:.1e}, k={c.krylov_dimension})"
+        )
 
 
 def _small_weak_sdp(Ginv: np.ndarray, H: np.ndarray, m: np.ndarray) -> "tuple[np.ndarray, np.ndarray, np.ndarray]":
@@ -126,14 +128,16 @@ def _small_weak_sdp(Ginv: np.ndarray, H: np.ndarray, m: np.ndarray) -> "tuple[np
     constraints = [lmi >> 0, cp.diag(Z) <= m]
     problem = cp.Problem(cp.Minimize(cp.trace(S)), constraints)
     try:
-        problem.solve(solver="CLARABEL", tol_gap_abs=SMALL_SDP_TOL, tol_gap_rel=SMALL_SDP_TOL,
-                      tol_feas=SMALL_SDP_TOL)
+        problem.solve(solver="CLARABEL", tol_gap_abs=SMALL_SDP_TOL, tol_gap_rel=SMALL_SDP_TOL, tol_feas=SMALL_SDP_TOL)
     except cp.error.SolverError as exc:
-        raise ValueError(f"the reduced weak SDP failed in Clarabel ({exc}); use solver='dense' for small N or "
-                         "method='strong'") from exc
+        raise ValueError(
+            f"the reduced weak SDP failed in Clarabel ({exc}); use solver='dense' for small N or method='strong'"
+        ) from exc
     if problem.status not in (cp.OPTIMAL, cp.OPTIMAL_INACCURATE) or S.value is None:
-        raise ValueError(f"the reduced weak SDP is {problem.status}; check that every tolerance is below the prior "
-                         "variance, or use solver='dense' or method='strong'")
+        raise ValueError(
+            f"the reduced weak SDP is {problem.status}; check that every tolerance is below the prior "
+            "variance, or use solver='dense' or method='strong'"
+        )
     value = 0.5 * (S.value + S.value.T)
     lam, vecs = np.linalg.eigh(value)
     Y = np.asarray(constraints[0].dual_value, dtype=float)
@@ -233,8 +237,10 @@ def _small_weak_barrier(Ginv: np.ndarray, H: np.ndarray, m: np.ndarray) -> "tupl
             while True:  # full steps near the centre (dec < 1/4), Armijo backtracking elsewhere
                 trial = S + step * D
                 new = evaluate(trial)
-                if new is not None and (dec < 0.25 or t * float(np.trace(trial)) - new[0] - float(np.sum(np.log(new[3])))
-                                        <= f0 - 0.25 * step * dec):
+                if new is not None and (
+                    dec < 0.25
+                    or t * float(np.trace(trial)) - new[0] - float(np.sum(np.log(new[3]))) <= f0 - 0.25 * step * dec
+                ):
                     break
                 step *= 0.5
                 if step < 1e-14:
@@ -257,7 +263,7 @@ def _rank_one_lower_bound(U: np.ndarray, Ginv: np.ndarray, T: np.ndarray, H: np.
     norms = np.maximum(np.linalg.norm(U, axis=0), np.finfo(float).tiny)
     Un = U / norms
     uh = np.einsum("ki,ki->i", U, H)
-    value = (uh ** 2 / m - np.einsum("ki,kl,li->i", U, Ginv, U)) / norms ** 2
+    value = (uh**2 / m - np.einsum("ki,kl,li->i", U, Ginv, U)) / norms**2
     lam = cp.Variable(gamma, nonneg=True)
     problem = cp.Problem(cp.Maximize(value @ lam), [Un @ cp.diag(lam) @ Un.T << np.eye(k)])
     try:
@@ -268,10 +274,10 @@ def _rank_one_lower_bound(U: np.ndarray, Ginv: np.ndarray, T: np.ndarray, H: np.
         return -np.inf
     if lam.value is None:
         return -np.inf
-    lam = np.clip(np.asarray(lam.value, dtype=float), 0.0, None) / norms ** 2
+    lam = np.clip(np.asarray(lam.value, dtype=float), 0.0, None) / norms**2
     top = float(np.linalg.eigvalsh((U * lam) @ U.T)[-1])
     lam = lam / max(1.0, top * (1.0 + 1e-12))
-    return float(np.sum(lam * (uh ** 2 / m - np.einsum("ki,kl,li->i", U, T, U))))
+    return float(np.sum(lam * (uh**2 / m - np.einsum("ki,kl,li->i", U, T, U))))
 
 
 def _one_blas_thread():
@@ -288,7 +294,9 @@ def _one_blas_thread():
     return threadpool_limits(limits=1, user_api="blas")
 
 
-def _small_solve(Ginv: np.ndarray, H: np.ndarray, m: np.ndarray, T: np.ndarray, solver: str) -> "tuple[np.ndarray, float]":
+def _small_solve(
+    Ginv: np.ndarray, H: np.ndarray, m: np.ndarray, T: np.ndarray, solver: str
+) -> "tuple[np.ndarray, float]":
     """The reduced weak SDP and a certified lower bound: the numpy barrier first, Clarabel as the fallback."""
     if solver == "barrier" and H.shape[0] <= BARRIER_MAX_DIMENSION:
         try:
@@ -378,8 +386,10 @@ def solve_weak_krylov(
     if not (np.all(np.isfinite(C)) and np.all(np.isfinite(B)) and np.all(np.isfinite(m))):
         raise ValueError("C, KXS and margin must be finite")
     if np.any(m <= 0):
-        raise ValueError(f"every margin mᵢ = K(sᵢ,sᵢ) − ξᵢ must be > 0, got min {m.min():g}; lower the tolerance "
-                         "below the prior variance")
+        raise ValueError(
+            f"every margin mᵢ = K(sᵢ,sᵢ) − ξᵢ must be > 0, got min {m.min():g}; lower the tolerance "
+            "below the prior variance"
+        )
     if small_solver not in ("barrier", "clarabel"):
         raise ValueError(f"small_solver must be 'barrier' or 'clarabel', got {small_solver!r}")
     if not 0.0 < gap_rtol < 1.0:
@@ -392,12 +402,21 @@ def solve_weak_krylov(
     try:
         L = cholesky(0.5 * (Cs + Cs.T), lower=True, check_finite=False)
     except np.linalg.LinAlgError as exc:
-        raise ValueError("K + V is not numerically positive definite, so the Krylov reduction cannot form "
-                         "(QᵀC⁻¹Q)⁻¹; pass noise_variance > 0 (or a jitter), or use solver='dense' for small N") from exc
+        raise ValueError(
+            "K + V is not numerically positive definite, so the Krylov reduction cannot form "
+            "(QᵀC⁻¹Q)⁻¹; pass noise_variance > 0 (or a jitter), or use solver='dense' for small N"
+        ) from exc
     CinvB = cho_solve((L, True), Bs, check_finite=False)
     if np.all(np.einsum("ni,ni->i", Bs, CinvB) <= m):  # Σ = 0 already meets every tolerance.
-        zero = WeakCertificate(0.0, 0.0, 0.0, float(np.min(m - np.einsum("ni,ni->i", Bs, CinvB))) * scale, 0, 0,
-                               time.perf_counter() - start)
+        zero = WeakCertificate(
+            0.0,
+            0.0,
+            0.0,
+            float(np.min(m - np.einsum("ni,ni->i", Bs, CinvB))) * scale,
+            0,
+            0,
+            time.perf_counter() - start,
+        )
         return CertifiedCovariance(np.zeros(0, dtype=dtype), np.zeros((N, 0), dtype=dtype), zero)
 
     Q = _orthonormal_block(Bs, None, float(np.linalg.norm(Bs, 2)))

@@ -43,6 +43,8 @@ def test_centralized_and_local_only_match_manual_training(dataset):
 
 def test_sgpr_baselines_reject_bad_steps(dataset):
     with pytest.raises(ValueError, match="steps"):
-        centralized_sgpr(dataset, gpflow.kernels.SquaredExponential(), np.zeros((2, 1)), 0.1, steps=-1, learning_rate=0.1)
+        centralized_sgpr(
+            dataset, gpflow.kernels.SquaredExponential(), np.zeros((2, 1)), 0.1, steps=-1, learning_rate=0.1
+        )
     with pytest.raises(ValueError, match="learning_rate"):
         local_only_sgpr(dataset, gpflow.kernels.SquaredExponential(), np.zeros((2, 1)), 0.1, steps=1, learning_rate=0)

@@ -33,8 +33,7 @@ def test_public_clip_norm_bounds_every_payload(example):
 
 def test_small_run_spends_at_most_the_target_and_saves(example, tmp_path, capsys):
     path = tmp_path / "dp.json"
-    example.main(["--clients", "40", "--epsilon", "50", "--draws", "1", "--tolerance", "0.1",
-                  "--save", str(path)])
+    example.main(["--clients", "40", "--epsilon", "50", "--draws", "1", "--tolerance", "0.1", "--save", str(path)])
     saved = json.loads(path.read_text())
     assert saved["command"].startswith("python benchmarks/dp_example.py") and saved["git_commit"]
     (draw,) = saved["draws"]

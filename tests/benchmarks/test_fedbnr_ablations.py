@@ -26,14 +26,18 @@ def test_ablations(fedbnr_ablation) -> None:
     local_local = fedbnr_ablation("local+local", dataset, **options)
     assert len(local_local) == 2
     for model, data in zip(local_local, CLIENTS):
-        oracle = BayesianLinearRegression(data, model.kernel, model.likelihood.variance.numpy(), model.prior_variance.numpy())
+        oracle = BayesianLinearRegression(
+            data, model.kernel, model.likelihood.variance.numpy(), model.prior_variance.numpy()
+        )
         np.testing.assert_allclose(model.predict_f(X)[0].numpy(), oracle.predict_f(X)[0].numpy(), atol=1e-10)
     avg_global = fedbnr_ablation("avg+global", dataset, **options)
     fedbnr = run(FedBNR(**options), dataset).model
     np.testing.assert_allclose(avg_global[0].predict_f(X)[0].numpy(), fedbnr.predict_f(X)[0].numpy(), atol=1e-8)
     local_global = fedbnr_ablation("local+global", dataset, **options)
     for model in local_global:  # each client's kernel with the exact pooled last layer
-        oracle = BayesianLinearRegression(dataset.pooled(), model.kernel, model.likelihood.variance.numpy(), model.prior_variance.numpy())
+        oracle = BayesianLinearRegression(
+            dataset.pooled(), model.kernel, model.likelihood.variance.numpy(), model.prior_variance.numpy()
+        )
         np.testing.assert_allclose(model.predict_f(X)[0].numpy(), oracle.predict_f(X)[0].numpy(), atol=1e-8)
     with pytest.raises(ValueError, match="unknown ablation"):
         fedbnr_ablation("global+global", dataset, **options)

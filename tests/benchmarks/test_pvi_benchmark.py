@@ -15,7 +15,9 @@ def _linear_task(D=2, K=3, n=15, seed=0):
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((K * n + 100, D))
     Y = (X @ rng.standard_normal(D) / np.sqrt(D))[:, None] + 0.1 * rng.standard_normal((len(X), 1))
-    return FederatedDataset([(X[i : K * n : K], Y[i : K * n : K]) for i in range(K)], test=(X[K * n :], Y[K * n :])).standardized()[0]
+    return FederatedDataset(
+        [(X[i : K * n : K], Y[i : K * n : K]) for i in range(K)], test=(X[K * n :], Y[K * n :])
+    ).standardized()[0]
 
 
 def test_run_method_curve_is_the_mixture_log_likelihood_after_each_sweep(benchmark):

@@ -6,8 +6,24 @@ import json
 import numpy as np
 import pytest
 
-TINY = ["--dataset", "boston", "--clients", "3", "--max-points", "120", "--inducing", "4", "--rounds", "3",
-        "--local-steps", "5", "--patience", "5", "--predict-samples", "2"]
+TINY = [
+    "--dataset",
+    "boston",
+    "--clients",
+    "3",
+    "--max-points",
+    "120",
+    "--inducing",
+    "4",
+    "--rounds",
+    "3",
+    "--local-steps",
+    "5",
+    "--patience",
+    "5",
+    "--predict-samples",
+    "2",
+]
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,9 @@ def _load(name):
 
 def test_robust_benchmark_table_and_json(tmp_path, capsys):
     out = tmp_path / "robust.json"
-    assert _load("robust").main(["--seeds", "0", "--bad", "1", "--clients", "4", "--rounds", "2", "--out", str(out)]) == 0
+    assert (
+        _load("robust").main(["--seeds", "0", "--bad", "1", "--clients", "4", "--rounds", "2", "--out", str(out)]) == 0
+    )
     table = capsys.readouterr().out
     assert "| 1 of 4 |" in table and "median" in table
     saved = json.loads(out.read_text())

@@ -39,8 +39,16 @@ def _aggregated(noise: float):
     kernel = gpflow.kernels.SquaredExponential(lengthscales=0.7)
     iv = gpflow.inducing_variables.InducingPoints(Z)
     s = sgpr_statistics(kernel, iv, tf.constant(X), tf.constant(Y))
-    return AggregatedSGPR(kernel, Z, noise, s.kuf_kfu.numpy(), s.kuf_y.numpy(), num_data=s.num_data.numpy(),
-                          y_squared_sum=s.y_squared_sum.numpy(), trace_kff=s.trace_kff.numpy())
+    return AggregatedSGPR(
+        kernel,
+        Z,
+        noise,
+        s.kuf_kfu.numpy(),
+        s.kuf_y.numpy(),
+        num_data=s.num_data.numpy(),
+        y_squared_sum=s.y_squared_sum.numpy(),
+        trace_kff=s.trace_kff.numpy(),
+    )
 
 
 def _urk(lengthscale: float = 0.7):
@@ -60,8 +68,9 @@ def _dposvgp(lengthscale: float):
     from gpflow_fed.models import DPOSVGP
 
     pseudo = PseudoObservations(X[::3].copy(), Y[::3].copy(), np.full(8, 0.05), Z=Z.copy())
-    return DPOSVGP((X, Y), gpflow.kernels.SquaredExponential(lengthscales=lengthscale),
-                   gpflow.likelihoods.Gaussian(0.1), pseudo)
+    return DPOSVGP(
+        (X, Y), gpflow.kernels.SquaredExponential(lengthscales=lengthscale), gpflow.likelihoods.Gaussian(0.1), pseudo
+    )
 
 
 @functools.lru_cache(maxsize=None)
@@ -78,8 +87,15 @@ def _local_models():
         K = kernel(Xk).numpy() + gpflow.config.default_jitter() * np.eye(len(Xk))
         A = np.linalg.solve(K + 0.1 * np.eye(len(Xk)), K).T
         S = K - A @ K
-        out.append(RecyclableModel(A @ Yk, np.linalg.cholesky(0.5 * (S + S.T)), Xk, kernel_spec(kernel),
-                                   {"class": "Gaussian", "variance": 0.1}))
+        out.append(
+            RecyclableModel(
+                A @ Yk,
+                np.linalg.cholesky(0.5 * (S + S.T)),
+                Xk,
+                kernel_spec(kernel),
+                {"class": "Gaussian", "variance": 0.1},
+            )
+        )
     return tuple(out)
 
 
@@ -89,16 +105,26 @@ def _ensemble(lengthscale: float, local_models=None):
     models = local_models if local_models is not None else _local_models()
     rng = np.random.default_rng(0)
     q_sqrt = np.tril(0.1 * rng.standard_normal((5, 5)), -1) + np.diag(rng.uniform(0.3, 0.6, 5))
-    return EnsembleSVGP(list(models), gpflow.kernels.SquaredExponential(lengthscales=lengthscale), Z.copy(),
-                        q_mu=rng.standard_normal((5, 1)), q_sqrt=q_sqrt)
+    return EnsembleSVGP(
+        list(models),
+        gpflow.kernels.SquaredExponential(lengthscales=lengthscale),
+        Z.copy(),
+        q_mu=rng.standard_normal((5, 1)),
+        q_sqrt=q_sqrt,
+    )
 
 
 def _privacy_aware(lengthscale: float):
     from gpflow_fed.models import PrivacyAwareGPR
 
     Sigma = 0.02 * np.exp(-0.5 * (X - X.T) ** 2)
-    return PrivacyAwareGPR((X, Y), gpflow.kernels.SquaredExponential(lengthscales=lengthscale), Sigma,
-                           gpflow.mean_functions.Constant(0.1), noise_variance=0.01)
+    return PrivacyAwareGPR(
+        (X, Y),
+        gpflow.kernels.SquaredExponential(lengthscales=lengthscale),
+        Sigma,
+        gpflow.mean_functions.Constant(0.1),
+        noise_variance=0.01,
+    )
 
 
 def _dataset(test=True):
@@ -112,8 +138,9 @@ def _fsgp_result():
     from gpflow_fed.federated import run
     from gpflow_fed.federated.algorithms import FSGP
 
-    algorithm = FSGP(gpflow.kernels.SquaredExponential(lengthscales=0.7), Z.copy(), 0.1, rounds=1, local_steps=2,
-                     learning_rate=0.01)
+    algorithm = FSGP(
+        gpflow.kernels.SquaredExponential(lengthscales=0.7), Z.copy(), 0.1, rounds=1, local_steps=2, learning_rate=0.01
+    )
     return run(algorithm, _dataset()).model
 
 
@@ -122,9 +149,17 @@ def _fsgp(noise: float):
     from gpflow_fed.models import AggregatedSGPR
 
     m = _fsgp_result()
-    return AggregatedSGPR(gpflow.utilities.deepcopy(m.kernel), m.inducing_variable.Z.numpy(), noise, m.kuf_kfu.numpy(),
-                          m.kuf_y.numpy(), num_data=m.num_data.numpy(), y_squared_sum=m.y_squared_sum.numpy(),
-                          trace_kff=m.trace_kff.numpy(), whitened=m.whitened)
+    return AggregatedSGPR(
+        gpflow.utilities.deepcopy(m.kernel),
+        m.inducing_variable.Z.numpy(),
+        noise,
+        m.kuf_kfu.numpy(),
+        m.kuf_y.numpy(),
+        num_data=m.num_data.numpy(),
+        y_squared_sum=m.y_squared_sum.numpy(),
+        trace_kff=m.trace_kff.numpy(),
+        whitened=m.whitened,
+    )
 
 
 @functools.lru_cache(maxsize=None)
@@ -141,8 +176,11 @@ def _fedbnr(noise: float):
 
     m = _fedbnr_result()
     return BayesianLinearRegression.from_statistics(
-        {k: v.numpy() for k, v in m.statistics().items()}, gpflow.utilities.deepcopy(m.kernel), noise,
-        float(m.prior_variance.numpy()))
+        {k: v.numpy() for k, v in m.statistics().items()},
+        gpflow.utilities.deepcopy(m.kernel),
+        noise,
+        float(m.prior_variance.numpy()),
+    )
 
 
 @functools.lru_cache(maxsize=None)
@@ -150,8 +188,9 @@ def _recycle_result():
     from gpflow_fed.federated import run
     from gpflow_fed.federated.algorithms import Recycle
 
-    algorithm = Recycle(gpflow.kernels.SquaredExponential(lengthscales=0.7), Z.copy(), num_local_inducing=4,
-                        local_maxiter=2, maxiter=2)
+    algorithm = Recycle(
+        gpflow.kernels.SquaredExponential(lengthscales=0.7), Z.copy(), num_local_inducing=4, local_maxiter=2, maxiter=2
+    )
     return run(algorithm, _dataset()).model
 
 
@@ -162,8 +201,17 @@ def _recycle(lengthscale: float):
     m = _recycle_result()
     kernel = gpflow.utilities.deepcopy(m.kernel)
     kernel.lengthscales.assign(lengthscale)
-    return EnsembleSVGP(list(m.local_models), kernel, m.inducing_variable.Z.numpy(), likelihood=m.likelihood,
-                        q_mu=m.q_mu.numpy(), q_sqrt=m.q_sqrt.numpy(), whiten=m.whiten, kl=m.kl, jitter=m.jitter)
+    return EnsembleSVGP(
+        list(m.local_models),
+        kernel,
+        m.inducing_variable.Z.numpy(),
+        likelihood=m.likelihood,
+        q_mu=m.q_mu.numpy(),
+        q_sqrt=m.q_sqrt.numpy(),
+        whiten=m.whiten,
+        kl=m.kl,
+        jitter=m.jitter,
+    )
 
 
 @functools.lru_cache(maxsize=None)
@@ -171,8 +219,15 @@ def _pvi_result():
     from gpflow_fed.federated import run
     from gpflow_fed.federated.algorithms import PVI
 
-    algorithm = PVI(gpflow.kernels.SquaredExponential(lengthscales=0.7), Z.copy(), gpflow.likelihoods.Gaussian(0.1),
-                    rounds=2, learn_inducing="fixed", learn_hyperparameters=False, pseudo_fraction=1.0)
+    algorithm = PVI(
+        gpflow.kernels.SquaredExponential(lengthscales=0.7),
+        Z.copy(),
+        gpflow.likelihoods.Gaussian(0.1),
+        rounds=2,
+        learn_inducing="fixed",
+        learn_hyperparameters=False,
+        pseudo_fraction=1.0,
+    )
     return run(algorithm, _dataset(test=False)).model  # no test set: the model has not predicted yet
 
 

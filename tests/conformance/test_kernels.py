@@ -28,11 +28,14 @@ def _shifter():
 
 VARIANTS = {
     "fourier": lambda **kw: URK(D, 12, seed=1, feature_map_options={"lengthscales": [0.6, 0.9]}, **kw),
-    "fourier-student-t": lambda **kw: URK(D, 12, seed=1, feature_map_options={"spectral": "student_t", "nu": 1.5}, **kw),
+    "fourier-student-t": lambda **kw: URK(
+        D, 12, seed=1, feature_map_options={"spectral": "student_t", "nu": 1.5}, **kw
+    ),
     "fourier-m-scaling": lambda **kw: URK(D, 12, seed=1, scaling="m", **kw),
     "exponential": lambda **kw: URK(D, 12, feature_map="exponential", seed=1, **kw),
-    "polynomial": lambda **kw: URK(D, 12, feature_map="polynomial", seed=1,
-                                   feature_map_options={"degree": 2, "offset": 0.5}, **kw),
+    "polynomial": lambda **kw: URK(
+        D, 12, feature_map="polynomial", seed=1, feature_map_options={"degree": 2, "offset": 0.5}, **kw
+    ),
     "deep": lambda **kw: URK(D, 12, seed=1, feature_extractor=_extractor(), **kw),
     "shifted": lambda **kw: URK(D, 12, seed=1, distribution_shifter=_shifter(), **kw),
 }

@@ -12,8 +12,9 @@ from .cases import XS, X, Y, Z
 
 def _svgp():
     pseudo = PseudoObservations(X[::3].copy(), Y[::3].copy(), np.full(8, 0.05), Z=Z.copy())
-    return gpflow.models.SVGP(gpflow.kernels.SquaredExponential(lengthscales=0.7), gpflow.likelihoods.Gaussian(0.1),
-                              pseudo, num_data=len(X))
+    return gpflow.models.SVGP(
+        gpflow.kernels.SquaredExponential(lengthscales=0.7), gpflow.likelihoods.Gaussian(0.1), pseudo, num_data=len(X)
+    )
 
 
 def test_scipy_after_freezing_the_unused_variational_parameters():
@@ -25,9 +26,13 @@ def test_scipy_after_freezing_the_unused_variational_parameters():
     assert float(loss()) < before and np.all(np.isfinite(model.predict_f(XS)[1].numpy()))
 
 
-@pytest.mark.xfail(strict=False, reason="SVGP creates q_mu/q_sqrt itself; marking them non-trainable needs a hook in "
-                   "posteriors/ or inducing_variables/, which the PVI rewrite owns (issue 18 item 5)")
+@pytest.mark.xfail(
+    strict=False,
+    reason="SVGP creates q_mu/q_sqrt itself; marking them non-trainable needs a hook in "
+    "posteriors/ or inducing_variables/, which the PVI rewrite owns (issue 18 item 5)",
+)
 def test_scipy_on_all_trainable_variables():
     model = _svgp()
-    gpflow.optimizers.Scipy().minimize(model.training_loss_closure((X, Y)), model.trainable_variables,
-                                       options=dict(maxiter=5), compile=False)
+    gpflow.optimizers.Scipy().minimize(
+        model.training_loss_closure((X, Y)), model.trainable_variables, options=dict(maxiter=5), compile=False
+    )

@@ -36,8 +36,10 @@ def test_group_partition_and_errors(capsys):
 
 def test_plot_of_a_split(tmp_path, capsys):
     target = tmp_path / "figs" / "split"
-    assert main(["datasets", "synthetic2", "--partition", "spatial", "--clients", "4", "--plot", str(target),
-                 "--json"]) == 0
+    assert (
+        main(["datasets", "synthetic2", "--partition", "spatial", "--clients", "4", "--plot", str(target), "--json"])
+        == 0
+    )
     result = json.loads(capsys.readouterr().out)
     assert result["plot"] == str(tmp_path / "figs" / "split.png")  # folder created, .png appended
     assert (tmp_path / "figs" / "split.png").stat().st_size > 10_000

@@ -76,9 +76,7 @@ def test_imbalance_is_reached_exactly_when_any_split_reaches_it():
     for N in range(2, 13):
         for K in range(1, min(N, 4) + 1):
             achievable = {
-                max(parts) - min(parts)
-                for parts in itertools.product(range(1, N + 1), repeat=K)
-                if sum(parts) == N
+                max(parts) - min(parts) for parts in itertools.product(range(1, N + 1), repeat=K) if sum(parts) == N
             }
             for imbalance in range(N):
                 if imbalance in achievable:

@@ -62,8 +62,9 @@ def test_transform_and_inverse_transform_with_deprecated_aliases():
 
     from gpflow_fed.data import Standardizer
 
-    scaler = Standardizer(X_mean=np.array([1.0, 2.0]), X_std=np.array([2.0, 4.0]), Y_mean=np.array([10.0]),
-                          Y_std=np.array([3.0]))
+    scaler = Standardizer(
+        X_mean=np.array([1.0, 2.0]), X_std=np.array([2.0, 4.0]), Y_mean=np.array([10.0]), Y_std=np.array([3.0])
+    )
     X, Y = np.array([[3.0, 6.0]]), np.array([[16.0]])
     np.testing.assert_allclose(scaler.transform(X), [[1.0, 1.0]])
     X_s, Y_s = scaler.transform(X, Y)
@@ -77,7 +78,9 @@ def test_transform_and_inverse_transform_with_deprecated_aliases():
         warnings.simplefilter("always")
         np.testing.assert_allclose(scaler.transform_X(X), X_s)
         np.testing.assert_allclose(scaler.inverse_mean(Y_s), Y)
-    assert [w.category for w in caught] == [DeprecationWarning] * 2 and "use Standardizer.transform(X)" in str(caught[0].message)
+    assert [w.category for w in caught] == [DeprecationWarning] * 2 and "use Standardizer.transform(X)" in str(
+        caught[0].message
+    )
 
 
 def test_holdout_split_and_its_deprecated_alias():

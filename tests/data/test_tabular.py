@@ -12,7 +12,12 @@ def _table():
     rng = np.random.default_rng(0)
     party = np.repeat(["north", "south", "east"], [10, 12, 8])
     age = rng.uniform(20, 90, party.size)
-    return {"hospital": party, "age": age, "dose": rng.uniform(0, 1, party.size), "los": 0.1 * age + rng.normal(size=party.size)}
+    return {
+        "hospital": party,
+        "age": age,
+        "dose": rng.uniform(0, 1, party.size),
+        "los": 0.1 * age + rng.normal(size=party.size),
+    }
 
 
 def _write_csv(path: Path, table) -> Path:
@@ -25,8 +30,9 @@ def _write_csv(path: Path, table) -> Path:
 def test_dict_and_csv_give_the_same_parties(tmp_path):
     table = _table()
     from_dict = federated_from_table(table, party_column="hospital", target="los", test_fraction=0.25)
-    from_csv = federated_from_table(_write_csv(tmp_path / "h.csv", table), party_column="hospital", target="los",
-                                    test_fraction=0.25)
+    from_csv = federated_from_table(
+        _write_csv(tmp_path / "h.csv", table), party_column="hospital", target="los", test_fraction=0.25
+    )
     assert from_dict.num_clients == 3 and from_csv.name == "h"
     assert from_dict.client_sizes == (6, 8, 9)  # east 8, north 10, south 12 (sorted), a quarter held out each
     assert from_dict.test[0].shape == (7, 2) and from_dict.input_dim == 2
@@ -51,7 +57,10 @@ def test_pandas_dataframe():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        (dict(party_column="clinic", target="los"), r"party column 'clinic' is not a column .*hospital, age, dose, los"),
+        (
+            dict(party_column="clinic", target="los"),
+            r"party column 'clinic' is not a column .*hospital, age, dose, los",
+        ),
         (dict(party_column="hospital", target="stay"), "target 'stay' is not a column"),
         (dict(party_column="hospital", target="los", features=["weight"]), "feature 'weight'"),
         (dict(party_column="hospital", target="los", features=["hospital"]), "must not include"),

@@ -59,8 +59,13 @@ class FederatedMean(Algorithm):
         if client.id == self.fail_client:
             raise RuntimeError("disk on fire")
         X, Y = client.data
-        return self.reply(client, broadcast, {"sum_y": Y.sum(0), "n": np.array([len(Y)], float)}, weight=len(Y),
-                          metrics={"local_mean": float(Y.mean())})
+        return self.reply(
+            client,
+            broadcast,
+            {"sum_y": Y.sum(0), "n": np.array([len(Y)], float)},
+            weight=len(Y),
+            metrics={"local_mean": float(Y.mean())},
+        )
 
     def server_update(self, state, aggregate: Aggregate):
         return {"mean": float(aggregate["sum_y"][0] / aggregate["n"][0]), "seen": state["seen"] + (aggregate.senders,)}
@@ -105,7 +110,9 @@ class WeightedMean(FederatedMean):
 
     def client_update(self, client, broadcast):
         X, Y = client.data
-        return self.reply(client, broadcast, {"mean_y": Y.mean(0)}, weight=len(Y), metrics={"local_mean": float(Y.mean())})
+        return self.reply(
+            client, broadcast, {"mean_y": Y.mean(0)}, weight=len(Y), metrics={"local_mean": float(Y.mean())}
+        )
 
     def server_update(self, state, aggregate):
         return {"mean": float(aggregate["mean_y"][0]), "seen": state["seen"] + (aggregate.senders,)}
@@ -139,7 +146,9 @@ def fsgp(run_config: Mapping[str, Any]) -> FSGP:
     Z = np.random.default_rng(1).uniform(-3, 3, (6, 2))
     kernel = gpflow.kernels.SquaredExponential(variance=1.0, lengthscales=[1.0, 1.0])
     return FSGP(
-        kernel, Z, 0.1,
+        kernel,
+        Z,
+        0.1,
         rounds=int(run_config.get("rounds", 2)),
         local_steps=int(run_config.get("local-steps", 5)),
         learning_rate=0.05,

@@ -40,7 +40,9 @@ def test_message_rejects_bad_weight(weight):
 def test_ledger_records_and_filters():
     ledger = CommunicationLedger(keep_payloads=True)
     ledger.record(Message("server", 0, "train", {"w": np.zeros((2, 3))}), "client_0", "train")
-    ledger.record(Message("client_0", 0, "train", {"w": np.zeros((2, 3)), "b": np.zeros(4, np.float32)}), "server", "final")
+    ledger.record(
+        Message("client_0", 0, "train", {"w": np.zeros((2, 3)), "b": np.zeros(4, np.float32)}), "server", "final"
+    )
     down, up = ledger.entries
     assert down.direction == "down" and up.direction == "up"
     assert up.names == ("w", "b") and up.shapes == ((2, 3), (4,)) and up.dtypes == ("float64", "float32")
@@ -119,7 +121,9 @@ def test_reduce_rejects_malformed_payloads():
 def _sgpr(seed=0):
     rng = np.random.default_rng(seed)
     X, Y = rng.normal(size=(20, 2)), rng.normal(size=(20, 1))
-    return gpflow.models.SGPR((X, Y), gpflow.kernels.SquaredExponential(lengthscales=[1.0, 2.0]), X[:4].copy(), noise_variance=0.3)
+    return gpflow.models.SGPR(
+        (X, Y), gpflow.kernels.SquaredExponential(lengthscales=[1.0, 2.0]), X[:4].copy(), noise_variance=0.3
+    )
 
 
 @pytest.mark.parametrize("space", ["constrained", "unconstrained"])
@@ -131,7 +135,12 @@ def test_shared_state_round_trip(space):
     shared.assign(a, shared.read(b))
     np.testing.assert_allclose(a.kernel.lengthscales.numpy(), [3.0, 4.0])
     np.testing.assert_allclose(a.inducing_variable.Z.numpy(), b.inducing_variable.Z.numpy())
-    np.testing.assert_allclose(a.elbo().numpy(), gpflow.models.SGPR(a.data, b.kernel, b.inducing_variable.Z, noise_variance=b.likelihood.variance).elbo().numpy())
+    np.testing.assert_allclose(
+        a.elbo().numpy(),
+        gpflow.models.SGPR(a.data, b.kernel, b.inducing_variable.Z, noise_variance=b.likelihood.variance)
+        .elbo()
+        .numpy(),
+    )
     values = shared.read(b)
     if space == "unconstrained":
         np.testing.assert_allclose(values["likelihood.variance"], b.likelihood.variance.unconstrained_variable.numpy())

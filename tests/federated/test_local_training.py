@@ -80,8 +80,9 @@ def test_adam_steps_returns_the_loss_before_each_update_and_calls_after_step() -
     counter = tf.Variable(0, dtype=tf.int64)
     optimizer = tf_keras.optimizers.SGD(learning_rate=0.25)
     optimizer.build([x])
-    steps = tf.function(lambda n: adam_steps(lambda: (x - 3.0) ** 2, [x], optimizer, n, lambda: counter.assign_add(1)),
-                        autograph=False)
+    steps = tf.function(
+        lambda n: adam_steps(lambda: (x - 3.0) ** 2, [x], optimizer, n, lambda: counter.assign_add(1)), autograph=False
+    )
     losses = steps(tf.constant(3)).numpy()
     np.testing.assert_array_equal(losses, [9.0, 1.5**2, 0.75**2])  # x: 0 → 1.5 → 2.25 → 2.625
     assert float(x.numpy()) == 2.625
@@ -131,8 +132,14 @@ def test_shared_worker_is_built_once_used_under_its_lock_and_rebuilt_by_a_deep_c
 
 def test_an_algorithm_copied_after_a_run_runs_as_the_original() -> None:
     dataset = FederatedDataset(CLIENTS)
-    algorithm = PersonalisedGP(gpflow.kernels.SquaredExponential(), np.linspace(-2, 2, 3)[:, None], 0.1, rounds=2,
-                               local_steps=2, learning_rate=0.05)
+    algorithm = PersonalisedGP(
+        gpflow.kernels.SquaredExponential(),
+        np.linspace(-2, 2, 3)[:, None],
+        0.1,
+        rounds=2,
+        local_steps=2,
+        learning_rate=0.05,
+    )
     run(algorithm, dataset, seed=1)  # builds the worker
     clone = copy.deepcopy(algorithm)  # the worker and its Keras Adam are rebuilt for the copy, not copied
     again, copied = run(algorithm, dataset, seed=1), run(clone, dataset, seed=1)

@@ -57,7 +57,9 @@ def test_gaussian_inducing_points_sampling_and_kl():
     np.testing.assert_allclose(q.sample_from_noise(eps).numpy(), mean + np.sqrt(var) * eps.numpy())
     with tf.GradientTape() as tape:
         total = tf.reduce_sum(q.sample_from_noise(eps))
-    assert all(g is not None for g in tape.gradient(total, [q.Z_mean.unconstrained_variable, q.Z_var.unconstrained_variable]))
+    assert all(
+        g is not None for g in tape.gradient(total, [q.Z_mean.unconstrained_variable, q.Z_var.unconstrained_variable])
+    )
     ref = tfp.distributions.kl_divergence(
         tfp.distributions.Normal(mean, np.sqrt(var)), tfp.distributions.Normal(np.zeros_like(mean), 1.0)
     )

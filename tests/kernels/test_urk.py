@@ -54,9 +54,13 @@ def test_unbiased_scaling_and_lengthscales() -> None:
     assert np.all(np.abs(u.mean(axis=0) - exact) <= 4 * sem + 1e-12)
 
 
-@pytest.mark.parametrize("nu, reference", [(0.5, gpflow.kernels.Matern12), (1.5, gpflow.kernels.Matern32), (2.5, gpflow.kernels.Matern52)])
+@pytest.mark.parametrize(
+    "nu, reference", [(0.5, gpflow.kernels.Matern12), (1.5, gpflow.kernels.Matern32), (2.5, gpflow.kernels.Matern52)]
+)
 def test_student_t_frequencies_recover_matern(nu: float, reference: type) -> None:
-    kernel = URK(2, num_samples=20000, seed=5, feature_map_options={"spectral": "student_t", "nu": nu, "lengthscales": 1.3})
+    kernel = URK(
+        2, num_samples=20000, seed=5, feature_map_options={"spectral": "student_t", "nu": nu, "lengthscales": 1.3}
+    )
     _check_within_error_bars(kernel, X_SMALL * 5, reference(lengthscales=1.3).K(X_SMALL * 5).numpy())
 
 
@@ -68,7 +72,9 @@ def test_exponential_map_theorem_4() -> None:
 
 @pytest.mark.parametrize("degree, offset", [(2, 1.0), (3, 0.5)])
 def test_polynomial_map_theorem_5(degree: int, offset: float) -> None:
-    kernel = URK(2, num_samples=40000, seed=4, feature_map="polynomial", feature_map_options={"degree": degree, "offset": offset})
+    kernel = URK(
+        2, num_samples=40000, seed=4, feature_map="polynomial", feature_map_options={"degree": degree, "offset": offset}
+    )
     exact = (X_SMALL @ X_SMALL.T + offset) ** degree
     _check_within_error_bars(kernel, X_SMALL, exact)
 

@@ -30,7 +30,12 @@ def _aggregated(X, Y, Z, kernel, noise, chunks=(0, 25, 60, 90), with_bound=True,
     total = {k: sum(getattr(p, k).numpy() for p in parts) for k in parts[0]._fields}
     extra = dict(num_data=total["num_data"], y_squared_sum=total["y_squared_sum"], trace_kff=total["trace_kff"])
     return AggregatedSGPR(
-        gpflow.utilities.deepcopy(kernel), Z, noise, total["kuf_kfu"], total["kuf_y"], whitened=whiten,
+        gpflow.utilities.deepcopy(kernel),
+        Z,
+        noise,
+        total["kuf_kfu"],
+        total["kuf_y"],
+        whitened=whiten,
         **(extra if with_bound else {}),
     )
 
@@ -142,7 +147,9 @@ def test_scipy_on_trainable_variables_trains_the_noise_alone_like_sgpr_with_thet
     gpflow.set_trainable(oracle.inducing_variable, False)
     before = float(model.training_loss())
     for m in (model, oracle):
-        gpflow.optimizers.Scipy().minimize(m.training_loss, m.trainable_variables, options=dict(maxiter=50), compile=False)
+        gpflow.optimizers.Scipy().minimize(
+            m.training_loss, m.trainable_variables, options=dict(maxiter=50), compile=False
+        )
     assert np.isfinite(float(model.training_loss())) and float(model.training_loss()) < before
     np.testing.assert_allclose(model.likelihood.variance.numpy(), oracle.likelihood.variance.numpy(), rtol=1e-5)
     np.testing.assert_array_equal(model.inducing_variable.Z.numpy(), Z)

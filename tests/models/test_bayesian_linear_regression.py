@@ -25,7 +25,9 @@ def test_blr_equals_gpr_with_the_same_urk(prior_variance: float, feature_map: st
     blr = BayesianLinearRegression((X * scale, Y), kernel, noise_variance=0.3, prior_variance=prior_variance)
     gp_kernel = URK(2, num_samples=30, seed=3, feature_map=feature_map, variance=prior_variance)  # λ²·k
     gpr = gpflow.models.GPR((X * scale, Y), gp_kernel, noise_variance=0.3)
-    np.testing.assert_allclose(blr.log_marginal_likelihood().numpy(), gpr.log_marginal_likelihood().numpy(), rtol=1e-10, atol=1e-8)
+    np.testing.assert_allclose(
+        blr.log_marginal_likelihood().numpy(), gpr.log_marginal_likelihood().numpy(), rtol=1e-10, atol=1e-8
+    )
     for full_cov in (False, True):
         mb, vb = blr.predict_f(X_NEW * scale, full_cov=full_cov)
         mg, vg = gpr.predict_f(X_NEW * scale, full_cov=full_cov)
@@ -63,12 +65,16 @@ def test_from_statistics_equals_data_model_and_trains_variances() -> None:
     blr = BayesianLinearRegression((X, Y), kernel, noise_variance=0.5)
     stats = {k: v.numpy() for k, v in blr_statistics(kernel.features(X), Y).items()}
     summed = BayesianLinearRegression.from_statistics(stats, kernel, noise_variance=0.5)
-    np.testing.assert_allclose(summed.log_marginal_likelihood().numpy(), blr.log_marginal_likelihood().numpy(), rtol=1e-12)
+    np.testing.assert_allclose(
+        summed.log_marginal_likelihood().numpy(), blr.log_marginal_likelihood().numpy(), rtol=1e-12
+    )
     np.testing.assert_allclose(summed.predict_f(X_NEW)[1].numpy(), blr.predict_f(X_NEW)[1].numpy(), atol=1e-12)
     # the statistics fix the features: only σ² and λ² are trainable, so Scipy runs on trainable_variables
     # (issue 18; the kernel, shared with blr here, is frozen for both)
     assert {id(v) for v in summed.trainable_variables} == {
-        id(summed.likelihood.variance.unconstrained_variable), id(summed.prior_variance.unconstrained_variable)}
+        id(summed.likelihood.variance.unconstrained_variable),
+        id(summed.prior_variance.unconstrained_variable),
+    }
     assert not kernel.trainable_variables
     gpflow.optimizers.Scipy().minimize(summed.training_loss, summed.trainable_variables, options={"maxiter": 50})
     gpflow.optimizers.Scipy().minimize(blr.training_loss, blr.trainable_variables, options={"maxiter": 50})

@@ -24,7 +24,9 @@ def test_elbo_and_predictions_equal_sgpr(data):
     np.testing.assert_allclose(model.elbo().numpy(), sgpr.elbo().numpy(), rtol=1e-10)
     for a, b in zip(model.predict_f(X[:5]), sgpr.predict_f(X[:5])):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-8, atol=1e-12)
-    np.testing.assert_allclose(model.predict_log_density((X, Y)).numpy(), sgpr.predict_log_density((X, Y)).numpy(), rtol=1e-8)
+    np.testing.assert_allclose(
+        model.predict_log_density((X, Y)).numpy(), sgpr.predict_log_density((X, Y)).numpy(), rtol=1e-8
+    )
 
 
 def test_q_Z_elbo_is_mc_average_minus_alpha_kl(data):
@@ -86,8 +88,9 @@ def test_mean_function_shifts_every_sample_of_the_mixture(data):
     (m0, v0), (m1, v1) = plain.predict_f(X[:5]), shifted.predict_f(X[:5])
     np.testing.assert_allclose(m1.numpy() - m0.numpy(), 1.5, rtol=1e-12)
     np.testing.assert_allclose(v1.numpy(), v0.numpy(), rtol=1e-10)
-    np.testing.assert_allclose(shifted.predict_log_density((X, Y + 1.5)).numpy(),
-                               plain.predict_log_density((X, Y)).numpy(), rtol=1e-10)
+    np.testing.assert_allclose(
+        shifted.predict_log_density((X, Y + 1.5)).numpy(), plain.predict_log_density((X, Y)).numpy(), rtol=1e-10
+    )
 
 
 def test_q_beta_elbo_approaches_point_beta_elbo_minus_kl(data):
@@ -97,8 +100,16 @@ def test_q_beta_elbo_approaches_point_beta_elbo_minus_kl(data):
 
     X, Y, Z = data
     pseudo = PseudoObservations(X[::2], Y[::2], np.full(20, 0.05), Z=Z)
-    point = DPOSVGP((X, Y), gpflow.kernels.SquaredExponential(lengthscales=0.7, variance=1.3),
-                    gpflow.likelihoods.Gaussian(0.02), pseudo).elbo().numpy()
+    point = (
+        DPOSVGP(
+            (X, Y),
+            gpflow.kernels.SquaredExponential(lengthscales=0.7, variance=1.3),
+            gpflow.likelihoods.Gaussian(0.02),
+            pseudo,
+        )
+        .elbo()
+        .numpy()
+    )
     q_beta = LogNormalHyperparameters(np.log([0.7, 1.3, 0.02]), 1e-14, 1)
     kernel = gpflow.kernels.SquaredExponential()
     model = DPOSVGP((X, Y), kernel, gpflow.likelihoods.Gaussian(), pseudo, q_beta=q_beta, num_samples=2)

@@ -18,8 +18,12 @@ def _rbf(variance, lengthscale):
 
 def _local(Z, variance, ell, mu, L, name):
     return RecyclableModel(
-        q_mu=np.array(mu)[:, None], q_sqrt=np.array(L), Z=np.array(Z)[:, None],
-        kernel=kernel_spec(_rbf(variance, ell)), likelihood={"class": "Gaussian", "variance": 1.0}, name=name,
+        q_mu=np.array(mu)[:, None],
+        q_sqrt=np.array(L),
+        Z=np.array(Z)[:, None],
+        kernel=kernel_spec(_rbf(variance, ell)),
+        likelihood={"class": "Gaussian", "variance": 1.0},
+        name=name,
     )
 
 
@@ -29,13 +33,18 @@ def reference():
     m2 = _local([1.5, 2.0], 2.0, 0.6, [-0.4, 0.8], [[0.6, 0], [0.2, 0.5]], "m2")
     L_star = np.diag([0.5, 0.6, 0.7, 0.8]) + np.tril(np.full((4, 4), 0.1), -1)
     return dict(
-        models=[m1, m2], kernel=_rbf(1.0, 0.5), Z=np.linspace(0, 2, 4)[:, None],
-        q_mu=np.array([[0.1], [0.2], [-0.3], [0.4]]), q_sqrt=L_star[None],
+        models=[m1, m2],
+        kernel=_rbf(1.0, 0.5),
+        Z=np.linspace(0, 2, 4)[:, None],
+        q_mu=np.array([[0.1], [0.2], [-0.3], [0.4]]),
+        q_sqrt=L_star[None],
     )
 
 
 def _build(ref, **kw):
-    return EnsembleSVGP(ref["models"], ref["kernel"], ref["Z"], q_mu=ref["q_mu"], q_sqrt=ref["q_sqrt"], jitter=0.0, **kw)
+    return EnsembleSVGP(
+        ref["models"], ref["kernel"], ref["Z"], q_mu=ref["q_mu"], q_sqrt=ref["q_sqrt"], jitter=0.0, **kw
+    )
 
 
 def test_reference_contrastive_predictive_and_expectations(reference):
@@ -56,8 +65,11 @@ def test_reference_bound_kl_and_predictions(reference, whiten):
     model = _build(reference)
     if whiten:  # same q expressed in whitened coordinates
         L = np.linalg.cholesky(model._Kuu().numpy())
-        ref = dict(reference, q_mu=np.linalg.solve(L, reference["q_mu"]),
-                   q_sqrt=np.linalg.solve(L, reference["q_sqrt"][0])[None])
+        ref = dict(
+            reference,
+            q_mu=np.linalg.solve(L, reference["q_mu"]),
+            q_sqrt=np.linalg.solve(L, reference["q_sqrt"][0])[None],
+        )
         model = _build(ref, whiten=True)
     np.testing.assert_allclose(model.prior_kl().numpy(), 0.9343816398, atol=1e-9)
     np.testing.assert_allclose(model.elbo().numpy(), -5.3939922219, atol=1e-9)
@@ -95,8 +107,9 @@ def test_closed_form_equals_optimiser_optimum(reference):
     other = _build(reference, whiten=True)
     q_vars = other.q_mu.trainable_variables + other.q_sqrt.trainable_variables
     # eager: L-BFGS converges in ~15 iterations here, far cheaper than tracing the bound
-    gpflow.optimizers.Scipy().minimize(other.training_loss, q_vars, options={"gtol": 1e-12, "maxiter": 2000},
-                                       compile=False)
+    gpflow.optimizers.Scipy().minimize(
+        other.training_loss, q_vars, options={"gtol": 1e-12, "maxiter": 2000}, compile=False
+    )
     np.testing.assert_allclose(other.elbo().numpy(), -1.8938470614, atol=1e-8)
     np.testing.assert_allclose(other.q_mu.numpy(), model.q_mu.numpy(), atol=1e-5)
 
@@ -118,10 +131,15 @@ def _fitted_svgp(seed=0, whiten=True):
     rng = np.random.default_rng(seed)
     X = rng.uniform(0, 1, (40, 1))
     Y = np.sin(6 * X) + 0.1 * rng.standard_normal(X.shape)
-    model = gpflow.models.SVGP(_rbf(1.0, 0.3), gpflow.likelihoods.Gaussian(0.01),
-                               gpflow.inducing_variables.InducingPoints(np.linspace(0, 1, 6)[:, None]), whiten=whiten)
-    gpflow.optimizers.Scipy().minimize(model.training_loss_closure((X, Y)), model.trainable_variables,
-                                       options={"maxiter": 100})
+    model = gpflow.models.SVGP(
+        _rbf(1.0, 0.3),
+        gpflow.likelihoods.Gaussian(0.01),
+        gpflow.inducing_variables.InducingPoints(np.linspace(0, 1, 6)[:, None]),
+        whiten=whiten,
+    )
+    gpflow.optimizers.Scipy().minimize(
+        model.training_loss_closure((X, Y)), model.trainable_variables, options={"maxiter": 100}
+    )
     return model
 
 
@@ -244,8 +262,9 @@ def test_scipy_on_trainable_variables_without_data(reference):
     model = _build(reference)
     assert not model.likelihood.trainable_variables
     before = model.training_loss().numpy()
-    result = gpflow.optimizers.Scipy().minimize(model.training_loss, model.trainable_variables,
-                                                options=dict(maxiter=20))
+    result = gpflow.optimizers.Scipy().minimize(
+        model.training_loss, model.trainable_variables, options=dict(maxiter=20)
+    )
     assert np.isfinite(result.fun) and result.fun < before
     with_data = _build(reference, data=(np.zeros((2, 1)), np.zeros((2, 1))), likelihood=gpflow.likelihoods.Gaussian())
     assert len(with_data.likelihood.trainable_variables) == 1

@@ -12,8 +12,10 @@ def _svgp(whiten, likelihood=None, seed=0):
     rng = np.random.default_rng(seed)
     Z = np.sort(rng.uniform(0, 1, (5, 1)), axis=0)
     model = gpflow.models.SVGP(
-        gpflow.kernels.Matern32(variance=1.3, lengthscales=0.4), likelihood or gpflow.likelihoods.Gaussian(0.2),
-        gpflow.inducing_variables.InducingPoints(Z), whiten=whiten,
+        gpflow.kernels.Matern32(variance=1.3, lengthscales=0.4),
+        likelihood or gpflow.likelihoods.Gaussian(0.2),
+        gpflow.inducing_variables.InducingPoints(Z),
+        whiten=whiten,
     )
     model.q_mu.assign(rng.standard_normal((5, 1)))
     model.q_sqrt.assign(np.tril(0.3 * rng.standard_normal((5, 5)))[None] + 0.5 * np.eye(5)[None])
@@ -41,8 +43,12 @@ def test_save_load_roundtrip_gives_identical_bound(tmp_path):
     assert loaded["bern"].build_likelihood().invlink is tf.sigmoid
     bounds = []
     for ms in (models, loaded):
-        ens = EnsembleSVGP(ms, gpflow.kernels.SquaredExponential(lengthscales=0.3), np.linspace(0, 1, 6)[:, None],
-                           likelihood=gpflow.likelihoods.Gaussian())
+        ens = EnsembleSVGP(
+            ms,
+            gpflow.kernels.SquaredExponential(lengthscales=0.3),
+            np.linspace(0, 1, 6)[:, None],
+            likelihood=gpflow.likelihoods.Gaussian(),
+        )
         ens.set_optimal_q()
         bounds.append(ens.elbo().numpy())
     assert bounds[0] == bounds[1]
@@ -50,8 +56,9 @@ def test_save_load_roundtrip_gives_identical_bound(tmp_path):
 
 def test_pyramid_of_ensembles_roundtrip(tmp_path):
     models = [export_svgp(_svgp(True, seed=s)).shifted(np.array([float(s)])) for s in range(4)]
-    top = fit_pyramid(models, 2, gpflow.kernels.SquaredExponential(lengthscales=0.5), np.linspace(0, 4, 10)[:, None],
-                      maxiter=5)
+    top = fit_pyramid(
+        models, 2, gpflow.kernels.SquaredExponential(lengthscales=0.5), np.linspace(0, 4, 10)[:, None], maxiter=5
+    )
     assert len(top.local_models) == 2 and top.local_models[0].Z.shape == (10, 1)
     save_recyclable(tmp_path / "top.npz", [export_svgp(top, name="top")])
     again = load_recyclable(tmp_path / "top.npz")["top"]

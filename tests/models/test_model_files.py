@@ -13,8 +13,13 @@ from gpflow_fed.models.recyclable import kernel_spec
 
 def _privacy_model(mean_function=None):
     X = np.linspace(0, 1, 8)[:, None]
-    return PrivacyAwareGPR((X, np.sin(4 * X)), gpflow.kernels.SquaredExponential(lengthscales=0.3),
-                           0.01 * np.eye(8), mean_function, noise_variance=1e-3)
+    return PrivacyAwareGPR(
+        (X, np.sin(4 * X)),
+        gpflow.kernels.SquaredExponential(lengthscales=0.3),
+        0.01 * np.eye(8),
+        mean_function,
+        noise_variance=1e-3,
+    )
 
 
 def _save_privacy(path):
@@ -24,8 +29,13 @@ def _save_privacy(path):
 def _save_recyclable(path):
     rng = np.random.default_rng(0)
     Z = np.linspace(0, 1, 5)[:, None]
-    model = RecyclableModel(rng.normal(size=(5, 1)), np.eye(5) * 0.3, Z,
-                            kernel_spec(gpflow.kernels.SquaredExponential()), {"class": "Gaussian", "variance": 0.1})
+    model = RecyclableModel(
+        rng.normal(size=(5, 1)),
+        np.eye(5) * 0.3,
+        Z,
+        kernel_spec(gpflow.kernels.SquaredExponential()),
+        {"class": "Gaussian", "variance": 0.1},
+    )
     save_recyclable(path, {"a": model})
     return path
 
@@ -104,8 +114,8 @@ def test_bit_flips_never_leak_a_raw_error(tmp_path, kind):
 
 
 @pytest.mark.parametrize(
-    "kind, member", [("privacy", m) for m in ("X", "W", "noise_factor", "noise_variance", "spec", "format",
-                                              "param.mean_function.c")]
+    "kind, member",
+    [("privacy", m) for m in ("X", "W", "noise_factor", "noise_variance", "spec", "format", "param.mean_function.c")]
     + [("recyclable", m) for m in ("names", "0/q_mu", "0/spec", "format")],
 )
 def test_incomplete_file(tmp_path, kind, member):
@@ -128,8 +138,12 @@ def test_incomplete_file(tmp_path, kind, member):
         ("privacy", "param.kernel.variance", np.array(np.inf), "not finite"),
         ("recyclable", "0/q_mu", np.zeros((3, 1)), "model 'a' is corrupt"),
         ("recyclable", "0/q_sqrt", np.array(["text"]), "model 'a' is corrupt"),
-        ("recyclable", "0/spec", np.array('{"kernel": {"class": "SquaredExponential"}, "likelihood": null, "name": ""}'),
-         "model 'a' is corrupt"),
+        (
+            "recyclable",
+            "0/spec",
+            np.array('{"kernel": {"class": "SquaredExponential"}, "likelihood": null, "name": ""}'),
+            "model 'a' is corrupt",
+        ),
     ],
 )
 def test_inconsistent_arrays(tmp_path, kind, member, value, match):
@@ -147,8 +161,12 @@ def test_wrong_files(tmp_path, kind):
     np.save(tmp_path / "array.npy", np.zeros(3))
     np.savez(tmp_path / "plain.npz", x=np.zeros(3))
     LOADERS[other][0](tmp_path / "other.npz")
-    for name, match in [("text.npz", "not a readable"), ("array.npy", "not a readable"),
-                        ("plain.npz", "incompatible file format none"), ("other.npz", "incompatible file format")]:
+    for name, match in [
+        ("text.npz", "not a readable"),
+        ("array.npy", "not a readable"),
+        ("plain.npz", "incompatible file format none"),
+        ("other.npz", "incompatible file format"),
+    ]:
         _raises_naming_file(load, tmp_path / name, match)
     with pytest.raises(FileNotFoundError):
         load(tmp_path / "missing.npz")

@@ -1,6 +1,5 @@
 """PrivacyAwareGPR (eq. 3–4), the release workflow, save/load, and the satellite application (§5)."""
 
-
 import gpflow
 import numpy as np
 import pytest
@@ -43,8 +42,12 @@ def test_release_save_load_without_raw_y(tmp_path):
     assert Y.astype(np.float64).tobytes()[:64] not in path.read_bytes()
     loaded = PrivacyAwareGPR.load(path)
     Xs = np.linspace(0, 1, 11)[:, None]
-    np.testing.assert_allclose(loaded.predict_f(Xs)[0].numpy(), out.model.predict_f(Xs)[0].numpy(), rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(loaded.predict_f(Xs)[1].numpy(), out.model.predict_f(Xs)[1].numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(
+        loaded.predict_f(Xs)[0].numpy(), out.model.predict_f(Xs)[0].numpy(), rtol=1e-12, atol=1e-12
+    )
+    np.testing.assert_allclose(
+        loaded.predict_f(Xs)[1].numpy(), out.model.predict_f(Xs)[1].numpy(), rtol=1e-10, atol=1e-12
+    )
     var = out.model.predict_f(out.sensitive, full_cov=True)[1].numpy()[0]
     Xi = 0.5 * k.K(out.sensitive).numpy()
     assert np.linalg.eigvalsh(var - Xi)[0] >= -1e-8
@@ -59,8 +62,9 @@ def test_save_load_composite_kernel_needs_a_template(tmp_path):
     X = np.linspace(0, 1, 12)[:, None]
     W = np.sin(3 * X)
     kernel = gpflow.kernels.SquaredExponential(lengthscales=0.2) + gpflow.kernels.Linear(variance=0.7)
-    model = PrivacyAwareGPR((X, W), kernel, 0.01 * np.eye(12), gpflow.mean_functions.Linear(A=[[0.3]], b=[0.1]),
-                            noise_variance=1e-3)
+    model = PrivacyAwareGPR(
+        (X, W), kernel, 0.01 * np.eye(12), gpflow.mean_functions.Linear(A=[[0.3]], b=[0.1]), noise_variance=1e-3
+    )
     path = model.save(tmp_path / "composite.npz")
     with pytest.raises(ValueError, match="pass kernel="):
         PrivacyAwareGPR.load(path)

@@ -246,7 +246,9 @@ def test_low_rank_matches_dense_and_certificate_is_rigorous():
     Q, _ = np.linalg.qr(np.concatenate(blocks, axis=1))
     W = Q.T @ short.eigenvectors
     np.testing.assert_allclose(Q @ W, short.eigenvectors, atol=1e-8)  # Σ lies in the Krylov space
-    certified = _galerkin_margin(B, Q, KXX @ Q + v[:, None] * Q, W, short.eigenvalues, min_eigenvalue_lower_bound(KXX, v))
+    certified = _galerkin_margin(
+        B, Q, KXX @ Q + v[:, None] * Q, W, short.eigenvalues, min_eigenvalue_lower_bound(KXX, v)
+    )
     assert certified <= _cholesky_margin(B, KXX, v, short) + 1e-12 < -1e-6
 
 
@@ -277,8 +279,9 @@ def test_low_rank_repeated_eigenvalues_and_zero_noise_fallbacks():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         low3 = synthetic_noise_covariance(k3, X3, S3, ProportionalKernel(k3, 0.5), low_rank=True)
-    np.testing.assert_allclose(np.asarray(low3), synthetic_noise_covariance(k3, X3, S3, ProportionalKernel(k3, 0.5),
-                                                                           low_rank=False), atol=1e-9)
+    np.testing.assert_allclose(
+        np.asarray(low3), synthetic_noise_covariance(k3, X3, S3, ProportionalKernel(k3, 0.5), low_rank=False), atol=1e-9
+    )
 
 
 def test_obfuscate_follows_sigma_and_draws_from_the_os():

@@ -58,7 +58,8 @@ def test_peer_harness_against_a_stand_in_checkout(tmp_path, capsys, monkeypatch)
     the harness must report it feasible and no better than ours."""
     experiments = tmp_path / "peer" / "experiments"
     experiments.mkdir(parents=True)
-    (experiments / "example.py").write_text(textwrap.dedent("""
+    (experiments / "example.py").write_text(
+        textwrap.dedent("""
         import numpy as np
 
         class SDP:
@@ -68,13 +69,28 @@ def test_peer_harness_against_a_stand_in_checkout(tmp_path, capsys, monkeypatch)
                     lam, vecs = np.linalg.eigh(ss)
                     X = X + (vecs * np.clip(lam, 0, None)) @ vecs.T
                 return {"optimal_value": float(np.trace(X)), "optimal_solution": X}
-    """))
+    """)
+    )
     harness = _load(ROOT / "peer" / "privacygp_weak.py", "privacygp_weak_harness")
     with pytest.raises(SystemExit, match="not a privacygp checkout"):
         harness.load_peer(tmp_path)
     out = tmp_path / "peer.json"
-    monkeypatch.setattr(sys, "argv", ["privacygp_weak.py", str(tmp_path / "peer"), "--sizes", "40", "--gamma", "2",
-                                      "--json", str(out), "--peer-commit", "stand-in"])
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        [
+            "privacygp_weak.py",
+            str(tmp_path / "peer"),
+            "--sizes",
+            "40",
+            "--gamma",
+            "2",
+            "--json",
+            str(out),
+            "--peer-commit",
+            "stand-in",
+        ],
+    )
     try:
         harness.main()
     finally:

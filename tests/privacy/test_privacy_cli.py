@@ -20,8 +20,22 @@ def test_privacy_cli_tiny_csv(tmp_path, capsys):
     out = tmp_path / "out"
     # 41 grid points on [0.4, 0.6]: K_SS − H_SS is numerically singular, so the region path (pivoted factor,
     # eq. 12–13) is what makes this work; the finite-set closed form rejects the same grid (checked below).
-    rc = main(["privacy", str(path), "--interval", "0.4:0.6", "--density", "200", "--alpha", "0.5",
-               "--noise-variance", "1e-4", "--out", str(out)])
+    rc = main(
+        [
+            "privacy",
+            str(path),
+            "--interval",
+            "0.4:0.6",
+            "--density",
+            "200",
+            "--alpha",
+            "0.5",
+            "--noise-variance",
+            "1e-4",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0
     assert {p.name for p in out.iterdir()} == {"released.csv", "model.npz", "privacy.png"}
     model = PrivacyAwareGPR.load(out / "model.npz")
@@ -32,8 +46,13 @@ def test_privacy_cli_tiny_csv(tmp_path, capsys):
     assert np.all(var.numpy() >= 0.5 * prior * (1 - 1e-6))
     assert "tr Σ" in capsys.readouterr().out
     with pytest.raises(ValueError, match="K_SS − Ξ is not positive definite"):
-        synthetic_noise_covariance(model.kernel, x[:, None], np.linspace(0.4, 0.6, 41)[:, None],
-                                   ProportionalKernel(model.kernel, 0.5), noise_variance=1e-4)
+        synthetic_noise_covariance(
+            model.kernel,
+            x[:, None],
+            np.linspace(0.4, 0.6, 41)[:, None],
+            ProportionalKernel(model.kernel, 0.5),
+            noise_variance=1e-4,
+        )
     assert main(["privacy", str(path), "--sensitive", "0.5", "--out", str(out)]) == 2
     assert "exactly one of --tolerance" in capsys.readouterr().err
     assert main(["privacy", str(path), "--interval", "0.4:0.6", "--tolerance", "0.1", "--out", str(out)]) == 2
@@ -51,8 +70,23 @@ def test_privacy_cli_csv_without_header_keeps_its_first_row(tmp_path, capsys):
     rows = [[f"{a!r}", f"{b!r}"] for a, b in zip(x, np.sin(6 * x))]
     path = _write(tmp_path / "plain.csv", rows)
     out = tmp_path / "out"
-    assert main(["privacy", str(path), "--sensitive", "0.5", "--alpha", "0.5", "--noise-variance", "1e-4",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "privacy",
+                str(path),
+                "--sensitive",
+                "0.5",
+                "--alpha",
+                "0.5",
+                "--noise-variance",
+                "1e-4",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert "released 12 points" in capsys.readouterr().out  # not 11: the first row is data
     released = np.loadtxt(out / "released.csv", delimiter=",", skiprows=1)
     np.testing.assert_array_equal(released[:, 0], x)
@@ -61,8 +95,10 @@ def test_privacy_cli_csv_without_header_keeps_its_first_row(tmp_path, capsys):
     assert "no header row, so columns are numbered from 1" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("cell, problem", [("inf", "is not finite"), ("nan", "is not finite"),
-                                           ("abc", "is not a number"), ("", "is not a number")])
+@pytest.mark.parametrize(
+    "cell, problem",
+    [("inf", "is not finite"), ("nan", "is not finite"), ("abc", "is not a number"), ("", "is not a number")],
+)
 def test_privacy_cli_bad_cell_is_one_line_and_exit_2(tmp_path, capsys, cell, problem):
     x = np.linspace(0, 1, 6)
     rows = [["t", "y"], *[[a, b] for a, b in zip(x, np.sin(x))]]
@@ -120,9 +156,37 @@ def test_privacy_cli_quick_progress_and_maxiter(tmp_path, capsys):
     assert rc == 0
     err = capsys.readouterr().err
     assert "privacy: 100%" in err and "3/3" in err  # one tick per stage: release, write, plots
-    rc = main(["privacy", str(path), "--sensitive", "0.5", "--alpha", "0.5", "--maxiter", "3", "--no-progress",
-               "--out", str(tmp_path / "m")])
+    rc = main(
+        [
+            "privacy",
+            str(path),
+            "--sensitive",
+            "0.5",
+            "--alpha",
+            "0.5",
+            "--maxiter",
+            "3",
+            "--no-progress",
+            "--out",
+            str(tmp_path / "m"),
+        ]
+    )
     assert rc == 0 and "privacy:" not in capsys.readouterr().err
-    assert main(["privacy", str(path), "--sensitive", "0.5", "--alpha", "0.5", "--maxiter", "0",
-                 "--out", str(tmp_path / "z")]) == 2
+    assert (
+        main(
+            [
+                "privacy",
+                str(path),
+                "--sensitive",
+                "0.5",
+                "--alpha",
+                "0.5",
+                "--maxiter",
+                "0",
+                "--out",
+                str(tmp_path / "z"),
+            ]
+        )
+        == 2
+    )
     assert "--maxiter must be at least 1" in capsys.readouterr().err

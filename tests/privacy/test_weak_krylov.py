@@ -149,8 +149,7 @@ def test_bad_inputs():
     k2 = gpflow.kernels.SquaredExponential(lengthscales=0.1)
     X, S = problem(k2, 24, 2, 1e-3, 0.5, seed=7)
     with pytest.raises(ValueError, match=r"relative gap .* feasibility margin .* raise max_dimension"):
-        solve_weak_krylov(k2.K(X).numpy() + 1e-3 * np.eye(24), k2.K(X, S).numpy(), np.full(2, 0.5),
-                          max_dimension=2)
+        solve_weak_krylov(k2.K(X).numpy() + 1e-3 * np.eye(24), k2.K(X, S).numpy(), np.full(2, 0.5), max_dimension=2)
     with pytest.raises(ValueError, match="unknown solver"):
         synthetic_noise_covariance(k, X9, [[0.5]], 0.5, method="weak", solver="MOSEK")
     with pytest.raises(ValueError, match="solver='krylov' applies to method='weak'"):
@@ -163,21 +162,36 @@ def test_release_uses_the_certified_path():
     k = gpflow.kernels.SquaredExponential(lengthscales=0.2)
     X = np.linspace(0, 1, 25)[:, None]
     Y = np.sin(6 * X)
-    result = release((X, Y), np.array([[0.5], [0.7]]), 0.6, kernel=k, method="weak", noise_variance=1e-3,
-                     fit=False)
+    result = release((X, Y), np.array([[0.5], [0.7]]), 0.6, kernel=k, method="weak", noise_variance=1e-3, fit=False)
     assert isinstance(result.Sigma, CertifiedCovariance)
     _, var = result.model.predict_f(np.array([[0.5], [0.7]]))
     assert np.all(var.numpy() >= 0.6 * (1 - 1e-9))
     from gpflow_fed.privacy import Interval, ProportionalKernel
 
-    region = release((X, Y), Interval(0.4, 0.6), ProportionalKernel(k, 0.5), kernel=k, density=50, method="weak",
-                     noise_variance=1e-3, fit=False)
+    region = release(
+        (X, Y),
+        Interval(0.4, 0.6),
+        ProportionalKernel(k, 0.5),
+        kernel=k,
+        density=50,
+        method="weak",
+        noise_variance=1e-3,
+        fit=False,
+    )
     assert isinstance(region.Sigma, CertifiedCovariance) and region.sensitive.shape[0] == 11
     _, var = region.model.predict_f(region.sensitive)
     assert np.all(var.numpy() >= 0.5 * float(k.variance.numpy()) * (1 - 1e-9))
     with pytest.raises(ValueError, match="'strong' or 'weak'"):
-        release((X, Y), Interval(0.4, 0.6), ProportionalKernel(k, 0.5), kernel=k, density=50, method="diagonal",
-                noise_variance=1e-3, fit=False)
+        release(
+            (X, Y),
+            Interval(0.4, 0.6),
+            ProportionalKernel(k, 0.5),
+            kernel=k,
+            density=50,
+            method="diagonal",
+            noise_variance=1e-3,
+            fit=False,
+        )
 
 
 def test_weak_region_and_cli(tmp_path, capsys):
@@ -202,8 +216,22 @@ def test_weak_region_and_cli(tmp_path, capsys):
         writer = csv.writer(fh)
         writer.writerow(["t", "y"])
         writer.writerows(zip(X[:, 0], np.sin(6 * X[:, 0])))
-    rc = main(["privacy", str(path), "--sensitive", "0.4,0.6", "--tolerance", "0.3", "--method", "weak",
-               "--noise-variance", "1e-3", "--out", str(tmp_path / "out")])
+    rc = main(
+        [
+            "privacy",
+            str(path),
+            "--sensitive",
+            "0.4,0.6",
+            "--tolerance",
+            "0.3",
+            "--method",
+            "weak",
+            "--noise-variance",
+            "1e-3",
+            "--out",
+            str(tmp_path / "out"),
+        ]
+    )
     assert rc == 0
     assert "relative gap" in capsys.readouterr().out
 

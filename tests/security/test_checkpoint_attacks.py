@@ -33,13 +33,15 @@ def _checkpointed(tmp_path, rounds: int = 2):
 
 
 def _resume(directory, rounds: int = 2, data=None):
-    return run(FederatedMean(rounds), data or _data(), runtime=LocalRuntime(checkpoint_dir=directory, resume=True),
-               seed=1)
+    return run(
+        FederatedMean(rounds), data or _data(), runtime=LocalRuntime(checkpoint_dir=directory, resume=True), seed=1
+    )
 
 
 def _files(path):
-    return sorted(os.path.relpath(os.path.join(r, f), path).replace(os.sep, "/")
-                  for r, _, fs in os.walk(path) for f in fs)
+    return sorted(
+        os.path.relpath(os.path.join(r, f), path).replace(os.sep, "/") for r, _, fs in os.walk(path) for f in fs
+    )
 
 
 def test_untampered_checkpoint_resumes(tmp_path):
@@ -89,8 +91,9 @@ def test_an_added_file_or_a_symlink_is_refused(tmp_path):
         _resume(directory)
 
 
-@pytest.mark.parametrize("latest", ["../outside", "/tmp", "round-1/../../outside", "round-1/run.json", "round-x",
-                                    17, None, "round-7"])
+@pytest.mark.parametrize(
+    "latest", ["../outside", "/tmp", "round-1/../../outside", "round-1/run.json", "round-x", 17, None, "round-7"]
+)
 def test_latest_must_name_a_round_inside_the_directory(tmp_path, latest):
     directory, _ = _checkpointed(tmp_path)
     (tmp_path / "outside").mkdir()
@@ -121,9 +124,19 @@ def _rewrite_state(path, node):
     write_manifest(path)
 
 
-@pytest.mark.parametrize("cls", ["subprocess:Popen", "this:Anything", "builtins:eval", "os:system",
-                                 "gpflow_fed.not_a_module:State", "gpflow_fed.federated.checkpoint:json",
-                                 "gpflow_fed:__class__", "a b:c"])
+@pytest.mark.parametrize(
+    "cls",
+    [
+        "subprocess:Popen",
+        "this:Anything",
+        "builtins:eval",
+        "os:system",
+        "gpflow_fed.not_a_module:State",
+        "gpflow_fed.federated.checkpoint:json",
+        "gpflow_fed:__class__",
+        "a b:c",
+    ],
+)
 def test_only_allowed_state_classes_are_instantiated(tmp_path, cls):
     directory, path = _checkpointed(tmp_path)
     node = {"t": "dataclass", "cls": cls, "fields": {"args": {"t": "value", "v": "touch /tmp/pwned"}}}
@@ -137,8 +150,13 @@ def test_only_allowed_state_classes_are_instantiated(tmp_path, cls):
 
 def test_malformed_state_is_a_value_error(tmp_path):
     directory, path = _checkpointed(tmp_path)
-    for node in ({"t": "array", "k": "missing"}, {"t": "value", "v": {"nested": 1}}, {"t": "dict", "items": 3},
-                 {"t": "pickle", "v": ""}, ["not", "a", "node"]):
+    for node in (
+        {"t": "array", "k": "missing"},
+        {"t": "value", "v": {"nested": 1}},
+        {"t": "dict", "items": 3},
+        {"t": "pickle", "v": ""},
+        ["not", "a", "node"],
+    ):
         _rewrite_state(path, node)
         with pytest.raises(ValueError, match="checkpoint"):
             _resume(directory)
@@ -178,8 +196,14 @@ def test_fsgp_resume_with_another_learning_rate_or_kernel_is_refused(tmp_path):
     Z = np.linspace(-1.5, 1.5, 3)[:, None]
 
     def fsgp(learning_rate=0.05, lengthscale=1.0):
-        return FSGP(gpflow.kernels.SquaredExponential(lengthscales=lengthscale), Z, 0.1, rounds=1, local_steps=1,
-                    learning_rate=learning_rate)
+        return FSGP(
+            gpflow.kernels.SquaredExponential(lengthscales=lengthscale),
+            Z,
+            0.1,
+            rounds=1,
+            local_steps=1,
+            learning_rate=learning_rate,
+        )
 
     directory = tmp_path / "ckpt"
     run(fsgp(), data, runtime=LocalRuntime(checkpoint_dir=directory), seed=0)

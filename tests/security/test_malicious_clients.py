@@ -6,7 +6,13 @@ import pytest
 
 from gpflow_fed.data import FederatedDataset
 from gpflow_fed.federated import (
-    Aggregate, DifferentialPrivacy, FaultPolicy, FederationInfo, LocalRuntime, RobustAggregation, run,
+    Aggregate,
+    DifferentialPrivacy,
+    FaultPolicy,
+    FederationInfo,
+    LocalRuntime,
+    RobustAggregation,
+    run,
 )
 from gpflow_fed.federated.algorithms import FSGP
 
@@ -42,8 +48,13 @@ class PoisonedFSGP(FSGP):
 def _fsgp(cls=FSGP, rounds=3, **kwargs):
     Z = np.linspace(-3, 3, 6)[:, None]
     return cls(
-        gpflow.kernels.SquaredExponential(), gpflow.inducing_variables.InducingPoints(Z), noise_variance=0.1,
-        rounds=rounds, local_steps=20, learning_rate=0.05, **kwargs,
+        gpflow.kernels.SquaredExponential(),
+        gpflow.inducing_variables.InducingPoints(Z),
+        noise_variance=0.1,
+        rounds=rounds,
+        local_steps=20,
+        learning_rate=0.05,
+        **kwargs,
     )
 
 
@@ -82,8 +93,13 @@ def test_exact_mode_under_dp_projects_the_noised_statistics_or_fails_naming_dp()
     algorithm = _fsgp(mode="exact")
     info = FederationInfo(("client_0", "client_1"), {"client_0": 30, "client_1": 30}, 1, 1, 0)
     state = algorithm.initial_state(info)
-    stats = {"kuf_kfu": np.eye(6), "kuf_y": np.ones((6, 1)), "y_squared_sum": np.array(-1e9),
-             "trace_kff": np.array(np.inf), "num_data": np.array(60.0)}
+    stats = {
+        "kuf_kfu": np.eye(6),
+        "kuf_y": np.ones((6, 1)),
+        "y_squared_sum": np.array(-1e9),
+        "trace_kff": np.array(np.inf),
+        "num_data": np.array(60.0),
+    }
     for noised, match in ((True, "differentially private noise"), (False, "summed statistics")):
         aggregate = Aggregate(0, "statistics", stats, 0.0, ("client_0", "client_1"), noised=noised)
         with pytest.raises(FloatingPointError, match=match) as info_:

@@ -150,14 +150,22 @@ def test_server_cannot_derive_pair_secrets_from_public_values():
     for neighbour in r.graph[target]:
         a, b = r.public[target], r.public[neighbour]
         guesses = [
-            a, b, a + b, b + a, bytes(x ^ y for x, y in zip(a, b)), bytes(32),
+            a,
+            b,
+            a + b,
+            b + a,
+            bytes(x ^ y for x, y in zip(a, b)),
+            bytes(32),
             hashlib.sha256(str(RUN_SEED).encode()).digest(),
-            server_keys._agree(a, target), server_keys._agree(b, neighbour),
+            server_keys._agree(a, target),
+            server_keys._agree(b, neighbour),
         ]
         first, second = sorted((target, neighbour))
         info = (
-            masking._field(masking._PAD_DOMAIN) + masking._field(e.digest)
-            + masking._field(first.encode()) + masking._field(second.encode())
+            masking._field(masking._PAD_DOMAIN)
+            + masking._field(e.digest)
+            + masking._field(first.encode())
+            + masking._field(second.encode())
         )
         true_seed = r.keys[target].pad_seed(target, neighbour, b, e)
         # control: with the real secret (which only the pair holds) this derivation is the pad seed

@@ -41,8 +41,9 @@ def test_the_attack_works_when_the_noise_is_seeded() -> None:
     """The attack is real: a release made with a guessable seed (the old default) is de-noised exactly."""
     X, Y = _data()
     k = gpflow.kernels.SquaredExponential(lengthscales=0.3)
-    out = release((X, Y), [[0.5]], ProportionalKernel(k, 0.5), kernel=k, fit=False, noise_variance=1e-4,
-                  insecure_noise_seed=0)
+    out = release(
+        (X, Y), [[0.5]], ProportionalKernel(k, 0.5), kernel=k, fit=False, noise_variance=1e-4, insecure_noise_seed=0
+    )
     assert not np.allclose(out.W, Y, atol=1e-3)
     assert _hits(_recover(out.W, out.Sigma), Y) == [0]
 
@@ -63,14 +64,30 @@ def test_guessing_seeds_does_not_denoise_the_cli_release(tmp_path) -> None:
     with open(path, "w", newline="") as fh:
         csv.writer(fh).writerows([["x", "y"], *np.concatenate([X, Y], axis=1).tolist()])
     out = tmp_path / "out"
-    assert main(["privacy", str(path), "--sensitive", "0.5", "--alpha", "0.5", "--noise-variance", "1e-4",
-                 "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "privacy",
+                str(path),
+                "--sensitive",
+                "0.5",
+                "--alpha",
+                "0.5",
+                "--noise-variance",
+                "1e-4",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     W = np.loadtxt(out / "released.csv", delimiter=",", skiprows=1)[:, 1:]
     model = PrivacyAwareGPR.load(out / "model.npz")
     # the attacker recomputes Σ from public information: the released kernel, X, the tolerance and σ²
     sigma2 = float(model.likelihood.variance.numpy())
-    Sigma = synthetic_noise_covariance(model.kernel, X, [[0.5]], ProportionalKernel(model.kernel, 0.5),
-                                       noise_variance=sigma2)
+    Sigma = synthetic_noise_covariance(
+        model.kernel, X, [[0.5]], ProportionalKernel(model.kernel, 0.5), noise_variance=sigma2
+    )
     np.testing.assert_allclose(np.asarray(model.Sigma), Sigma, atol=1e-10)
     assert not np.allclose(W, Y, atol=1e-3)
     assert _hits(_recover(W, Sigma), Y) == []

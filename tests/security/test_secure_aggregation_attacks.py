@@ -47,10 +47,14 @@ def _dataset(num_clients):
     return FederatedDataset([(rng.normal(size=(4, 1)), rng.normal(size=(4, 1))) for _ in range(num_clients)])
 
 
-@pytest.mark.parametrize("make_runtime", [
-    lambda **kw: LocalRuntime(keep_payloads=True, **kw),
-    lambda **kw: DistributeRuntime(tf.distribute.OneDeviceStrategy("/cpu:0"), keep_payloads=True, **kw),
-], ids=["local", "distribute"])
+@pytest.mark.parametrize(
+    "make_runtime",
+    [
+        lambda **kw: LocalRuntime(keep_payloads=True, **kw),
+        lambda **kw: DistributeRuntime(tf.distribute.OneDeviceStrategy("/cpu:0"), keep_payloads=True, **kw),
+    ],
+    ids=["local", "distribute"],
+)
 def test_a_cohort_of_one_is_refused_before_anything_is_sent(make_runtime):
     """ρ = 0.3 of K = 3 asks one client: its plain encoding would be the 'sum'."""
     runtime = make_runtime(secure_aggregation=True)

@@ -27,8 +27,8 @@ def _reconstruct(stats, Z: np.ndarray) -> "tuple[np.ndarray, float]":
     y = y if np.sum(c_times_y) > 0 else -y
     log_c = np.log(c_times_y / y)
     # log c_m − log c_1 = [(‖z_1‖² − ‖z_m‖²)/2 + (z_m − z_1)·x] / ℓ²
-    A = (Z[1:] - Z[0]) / LENGTHSCALE ** 2
-    b = (log_c[1:] - log_c[0]) - (np.sum(Z[0] ** 2) - np.sum(Z[1:] ** 2, axis=1)) / (2 * LENGTHSCALE ** 2)
+    A = (Z[1:] - Z[0]) / LENGTHSCALE**2
+    b = (log_c[1:] - log_c[0]) - (np.sum(Z[0] ** 2) - np.sum(Z[1:] ** 2, axis=1)) / (2 * LENGTHSCALE**2)
     x, *_ = np.linalg.lstsq(A, b, rcond=None)
     return x, y
 
@@ -50,8 +50,9 @@ def test_one_row_statistics_reveal_the_row_exactly() -> None:
     assert y_hat == pytest.approx(y[0, 0], abs=1e-12)
     # with two rows the same attack does not return either row
     X2, Y2 = rng.uniform(-1, 1, (2, D)), np.array([[0.5], [0.2]])
-    x2_hat, _ = _reconstruct(sgpr_statistics(kernel, gpflow.inducing_variables.InducingPoints(Z), tf.constant(X2),
-                                             tf.constant(Y2)), Z)
+    x2_hat, _ = _reconstruct(
+        sgpr_statistics(kernel, gpflow.inducing_variables.InducingPoints(Z), tf.constant(X2), tf.constant(Y2)), Z
+    )
     assert min(np.max(np.abs(x2_hat - row)) for row in X2) > 1e-3
 
 

@@ -11,8 +11,14 @@ def test_threat_model_is_linked_and_cites_existing_tests():
     text = PAGE.read_text(encoding="utf-8")
     assert "docs/guides/threat-model.md" in (ROOT / "README.md").read_text(encoding="utf-8")
     assert "guides/threat-model" in (ROOT / "docs" / "index.rst").read_text(encoding="utf-8")
-    for heading in ("## Adversaries", "## Privacy-aware release", "## Secure aggregation", "## Differential privacy",
-                    "## Malicious clients", "## Checkpoints"):
+    for heading in (
+        "## Adversaries",
+        "## Privacy-aware release",
+        "## Secure aggregation",
+        "## Differential privacy",
+        "## Malicious clients",
+        "## Checkpoints",
+    ):
         assert heading in text
     cited = set(re.findall(r"tests/[\w/]+\.py", text))
     assert cited, "the page cites no test"

@@ -10,7 +10,24 @@ from .pvi import PVI, PVIState
 from .recycle import Recycle
 
 __all__: list = [
-    "FGP", "FGPState", "FSGP", "FSGPState", "FedAvgNN", "FedAvgNNState", "FedBNR", "FedBNRState", "NetworkMean",
-    "NeuralRegression", "PVI", "PVIState", "PersonalisedGP", "PersonalisedGPState", "PersonalisedGPs", "Recycle",
-    "fedbnr_shared_state", "inducing_from_public", "inducing_grid", "initial_inducing_inputs",
+    "FGP",
+    "FGPState",
+    "FSGP",
+    "FSGPState",
+    "FedAvgNN",
+    "FedAvgNNState",
+    "FedBNR",
+    "FedBNRState",
+    "NetworkMean",
+    "NeuralRegression",
+    "PVI",
+    "PVIState",
+    "PersonalisedGP",
+    "PersonalisedGPState",
+    "PersonalisedGPs",
+    "Recycle",
+    "fedbnr_shared_state",
+    "inducing_from_public",
+    "inducing_grid",
+    "initial_inducing_inputs",
 ]

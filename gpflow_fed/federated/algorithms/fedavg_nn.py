@@ -61,10 +61,18 @@ class NeuralRegression(gpflow.models.GPModel, InternalDataTrainingLossMixin):
     :param num_outputs: P.
     """
 
-    def __init__(self, data: Optional[Tuple[Any, Any]], network: tf_keras.Model, noise_variance: float = 1.0, num_outputs: int = 1) -> None:
+    def __init__(
+        self,
+        data: Optional[Tuple[Any, Any]],
+        network: tf_keras.Model,
+        noise_variance: float = 1.0,
+        num_outputs: int = 1,
+    ) -> None:
         if not (np.isfinite(noise_variance) and noise_variance > 0):
             raise ValueError(f"noise_variance must be positive, got {noise_variance!r}")
-        super().__init__(None, gpflow.likelihoods.Gaussian(noise_variance), NetworkMean(network), num_latent_gps=num_outputs)
+        super().__init__(
+            None, gpflow.likelihoods.Gaussian(noise_variance), NetworkMean(network), num_latent_gps=num_outputs
+        )
         self.data = None if data is None else gpflow.models.util.data_input_to_tensor(data)
         if self.data is not None:
             self.mean_function(self.data[0][:1])  # build the network's weights
@@ -80,7 +88,9 @@ class NeuralRegression(gpflow.models.GPModel, InternalDataTrainingLossMixin):
         self.likelihood.variance.assign(-self.maximum_log_likelihood_objective())
 
     @inherit_check_shapes
-    def predict_f(self, Xnew: tf.Tensor, full_cov: bool = False, full_output_cov: bool = False) -> Tuple[tf.Tensor, tf.Tensor]:
+    def predict_f(
+        self, Xnew: tf.Tensor, full_cov: bool = False, full_output_cov: bool = False
+    ) -> Tuple[tf.Tensor, tf.Tensor]:
         mean = self.mean_function(Xnew)
         if full_cov:
             n = tf.shape(mean)[0]
@@ -159,8 +169,12 @@ class FedAvgNN(Algorithm):
         def loss(X: tf.Tensor, Y: tf.Tensor, *anchors: tf.Tensor) -> tf.Tensor:
             mse = tf.reduce_mean(tf.square(Y - worker.mean_function(X)))
             if mu > 0:
-                proximal = tf.add_n([tf.reduce_sum(tf.square(tf.cast(w - a, gpflow.default_float())))
-                                     for w, a in zip(network.trainable_weights, anchors)])
+                proximal = tf.add_n(
+                    [
+                        tf.reduce_sum(tf.square(tf.cast(w - a, gpflow.default_float())))
+                        for w, a in zip(network.trainable_weights, anchors)
+                    ]
+                )
                 return mse + 0.5 * mu * proximal
             return mse
 
@@ -183,11 +197,14 @@ class FedAvgNN(Algorithm):
             X, Y = client.state["tensors"]
             if broadcast.phase == NOISE_PHASE:
                 sse = float(tf.reduce_sum(tf.square(Y - worker.mean_function(X))))
-                return self.reply(client, broadcast, {"sse": np.array(sse), "num_data": np.array(float(client.num_data))})
+                return self.reply(
+                    client, broadcast, {"sse": np.array(sse), "num_data": np.array(float(client.num_data))}
+                )
             anchors = [tf.constant(w) for w in worker.mean_function.network.trainable_weights]  # the global weights
             losses, client.state["adam"] = trainer.fit(self.local_steps, client.state["adam"], X, Y, *anchors)
-            return self.reply(client, broadcast, self.shared.read(worker), weight=client.num_data,
-                              metrics={"loss": float(losses[-1])})
+            return self.reply(
+                client, broadcast, self.shared.read(worker), weight=client.num_data, metrics={"loss": float(losses[-1])}
+            )
 
     def server_update(self, state: FedAvgNNState, aggregate: Aggregate) -> FedAvgNNState:
         if aggregate.phase == NOISE_PHASE:

@@ -109,7 +109,9 @@ class FedBNRState:
 
 
 @check_shapes("X: [N, D]", "Y: [N, P]", "return: []")
-def negative_log_marginal_likelihood_per_point(model: BayesianLinearRegression, X: tf.Tensor, Y: tf.Tensor) -> tf.Tensor:
+def negative_log_marginal_likelihood_per_point(
+    model: BayesianLinearRegression, X: tf.Tensor, Y: tf.Tensor
+) -> tf.Tensor:
     """A client's phase-1 objective ``−log p(y_c | X_c) / N_c`` (eq. 3.3) for ``model``'s kernel, σ² and λ², on
     the data given as arguments (so one compiled step serves every client).
 
@@ -146,7 +148,6 @@ class _Worker:
     trainer: CompiledAdam
     statistics: Optional[Callable[..., Dict[str, tf.Tensor]]] = None
     gram: Optional[Callable[[tf.Tensor], tf.Tensor]] = None
-
 
 
 class FedBNR(Algorithm):
@@ -208,10 +209,13 @@ class FedBNR(Algorithm):
         if aggregation == "kd" and distillation_data is None:
             raise ValueError('aggregation="kd" needs distillation_data=(X_kd, y_kd) held by the server')
         if distillation_data is not None:
-            distillation_data = validate_regression_data(distillation_data[0], distillation_data[1], "distillation_data")
+            distillation_data = validate_regression_data(
+                distillation_data[0], distillation_data[1], "distillation_data"
+            )
             if distillation_data[0].shape[1] != kernel.input_dim:
                 raise ValueError(
-                    f"distillation_data has {distillation_data[0].shape[1]} input columns, the kernel expects {kernel.input_dim}"
+                    f"distillation_data has {distillation_data[0].shape[1]} input columns, the kernel expects "
+                    f"{kernel.input_dim}"
                 )
         self.kernel = kernel
         self.aggregation_method = aggregation
@@ -227,10 +231,13 @@ class FedBNR(Algorithm):
     # --- configuration -------------------------------------------------------------------------------
     def validate(self, dataset: FederatedDataset) -> None:
         if dataset.input_dim != self.kernel.input_dim:
-            raise ValueError(f"the dataset has D={dataset.input_dim} inputs, the kernel expects input_dim={self.kernel.input_dim}")
+            raise ValueError(
+                f"the dataset has D={dataset.input_dim} inputs, the kernel expects input_dim={self.kernel.input_dim}"
+            )
         if self.distillation_data is not None and self.distillation_data[1].shape[1] != dataset.output_dim:
             raise ValueError(
-                f"distillation_data has P={self.distillation_data[1].shape[1]} outputs, the clients have {dataset.output_dim}"
+                f"distillation_data has P={self.distillation_data[1].shape[1]} outputs, the clients have "
+                f"{dataset.output_dim}"
             )
 
     def phases(self, round: int) -> Tuple[str, ...]:
@@ -250,7 +257,9 @@ class FedBNR(Algorithm):
         return FedBNRState(values=self.shared.read(self._template), kd_adam=kd_adam)
 
     def _model(self, data: Tuple[Any, Any]) -> BayesianLinearRegression:
-        return BayesianLinearRegression(data, gpflow.utilities.deepcopy(self.kernel), self.noise_variance, self.prior_variance)
+        return BayesianLinearRegression(
+            data, gpflow.utilities.deepcopy(self.kernel), self.noise_variance, self.prior_variance
+        )
 
     def _client_worker(self) -> _Worker:
         model = self._model((np.zeros((1, self.kernel.input_dim)), np.zeros((1, 1))))  # its data are the clients'
@@ -272,7 +281,11 @@ class FedBNR(Algorithm):
             # default_float (graph and eager float32 networks differ by ~1e-7 relative).
             exact = all(v.dtype == gpflow.default_float() for v in kernel.variables)
             signature = [tf.TensorSpec([None, X.shape[1]], X.dtype), tf.TensorSpec([None, Y.shape[1]], Y.dtype)]
-            worker.statistics = tf.function(statistics, input_signature=signature, autograph=False) if self.compile and exact else statistics
+            worker.statistics = (
+                tf.function(statistics, input_signature=signature, autograph=False)
+                if self.compile and exact
+                else statistics
+            )
         return worker.statistics(X, Y)
 
     def setup_client(self, client: Client, state: FedBNRState) -> None:
@@ -295,7 +308,10 @@ class FedBNR(Algorithm):
                 self.shared.assign(model, dict(broadcast.arrays))
                 losses, client.state["adam"] = worker.trainer.fit(self.local_steps, client.state["adam"], X, Y)
                 return self.reply(
-                    client, broadcast, self.shared.read(model), weight=client.num_data,
+                    client,
+                    broadcast,
+                    self.shared.read(model),
+                    weight=client.num_data,
                     metrics={"neg_log_marginal_likelihood_per_point": float(losses[-1])},
                 )
             if broadcast.phase == SCATTER_PHASE:
@@ -339,18 +355,20 @@ class FedBNR(Algorithm):
             return replace(state, statistics=stats)
         raise ValueError(f"unknown FedBNR phase {aggregate.phase!r}")
 
-    def _distil(
-        self, aggregate: Aggregate, kd_adam: Optional[AdamState]
-    ) -> Tuple[Dict[str, np.ndarray], AdamState]:
+    def _distil(self, aggregate: Aggregate, kd_adam: Optional[AdamState]) -> Tuple[Dict[str, np.ndarray], AdamState]:
         """Eq. 3.4: start from the FedAvg mean of the collected client values, then distil on (X_kd, y_kd) with
         the server's Adam from state ``kd_adam``; returns the distilled values and the new Adam state."""
         messages = aggregate.messages or ()
         weights = np.array([m.weight for m in messages], dtype=float)
-        mean = {k: sum(w * np.asarray(m[k]) for w, m in zip(weights, messages)) / weights.sum() for k in messages[0].arrays}
+        mean = {
+            k: sum(w * np.asarray(m[k]) for w, m in zip(weights, messages)) / weights.sum() for k in messages[0].arrays
+        }
         X_kd, Y_kd = (tf.constant(a) for a in self.distillation_data)  # type: ignore[union-attr]
         with self._worker.use() as worker:
             if worker.gram is None:
-                worker.gram = tf.function(worker.model.kernel.K, autograph=False) if self.compile else worker.model.kernel.K
+                worker.gram = (
+                    tf.function(worker.model.kernel.K, autograph=False) if self.compile else worker.model.kernel.K
+                )
             grams = []
             for message in messages:  # θ_c(X_kd)ᵀθ_c(X_kd) of every client kernel, on the worker (eq. 3.4's target)
                 self.shared.assign(worker.model, dict(message.arrays))
@@ -361,7 +379,9 @@ class FedBNR(Algorithm):
         _, new_adam = kd.trainer.fit(self.kd_steps, kd_adam, X_kd, Y_kd, target)  # type: ignore[arg-type]
         return self.shared.read(kd.model), new_adam
 
-    def _server_model(self, values: Mapping[str, np.ndarray], statistics: Optional[Mapping[str, Any]]) -> BayesianLinearRegression:
+    def _server_model(
+        self, values: Mapping[str, np.ndarray], statistics: Optional[Mapping[str, Any]]
+    ) -> BayesianLinearRegression:
         self.shared.assign(self._server, dict(values))
         if statistics is None:
             return self._server
@@ -386,8 +406,10 @@ class FedBNR(Algorithm):
         # features), then read the values this algorithm shares
         keys, mine = _architecture(model), _architecture(self._template)
         if keys != mine:
-            raise ValueError(f"start_from: the model has parameters {sorted(keys)}, this FedBNR {sorted(mine)}; "
-                             "give a model with this algorithm's kernel architecture")
+            raise ValueError(
+                f"start_from: the model has parameters {sorted(keys)}, this FedBNR {sorted(mine)}; "
+                "give a model with this algorithm's kernel architecture"
+            )
         self.shared.assign(self._template, self.shared.read(model))
 
     def result(self, state: FedBNRState) -> BayesianLinearRegression:

@@ -26,7 +26,6 @@ EXPERTS_PHASE: Final[str] = "experts"
 """The final phase: every client sets its expert to the final hyperparameters (an empty reply)."""
 
 
-
 @dataclass
 class _Worker:
     """The scratch GPR every client trains in turn, its compiled Adam loop, its wire keys ↔ parameters, and the
@@ -36,6 +35,7 @@ class _Worker:
     trainer: CompiledAdam
     shared: SharedState
     keys: Tuple[str, ...]
+
 
 @dataclass(frozen=True)
 class FGPState:

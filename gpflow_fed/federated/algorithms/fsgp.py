@@ -76,7 +76,10 @@ class ServerAdam:
         self.optimizer = tf_keras.optimizers.Adam(learning_rate=learning_rate)
         self.optimizer.build(self.variables)
         self.slots: List[tf.Variable] = list(self.optimizer.variables)  # the step count, then m and v per variable
-        signature = ([tf.TensorSpec(v.shape, v.dtype) for v in self.variables], [tf.TensorSpec(s.shape, s.dtype) for s in self.slots])
+        signature = (
+            [tf.TensorSpec(v.shape, v.dtype) for v in self.variables],
+            [tf.TensorSpec(s.shape, s.dtype) for s in self.slots],
+        )
         self._step = tf.function(self._apply, input_signature=signature, autograph=False)
 
     def initial_state(self) -> Tuple[np.ndarray, ...]:
@@ -211,15 +214,15 @@ class FSGP(Algorithm):
         positive_float(noise_variance, "FSGP: noise_variance")
         floor = gpflow.config.default_likelihood_positive_minimum()
         if noise_variance <= floor:
-            raise ValueError(f"FSGP: noise_variance must exceed GPflow's Gaussian-likelihood floor {floor:g} "
-                             f"(gpflow.config likelihood_positive_minimum), got {noise_variance!r}; start from a "
-                             "larger σ², e.g. 10× the floor")
+            raise ValueError(
+                f"FSGP: noise_variance must exceed GPflow's Gaussian-likelihood floor {floor:g} "
+                f"(gpflow.config likelihood_positive_minimum), got {noise_variance!r}; start from a "
+                "larger σ², e.g. 10× the floor"
+            )
         if whiten is not None and not isinstance(whiten, (bool, np.bool_)):
             raise TypeError(f"FSGP: whiten must be True, False or None (the mode's default), got {whiten!r}")
         if mode == "exact" and self.client_fraction != 1.0:
-            raise ValueError(
-                "FSGP: mode='exact' sums statistics over every client each round; use client_fraction=1.0"
-            )
+            raise ValueError("FSGP: mode='exact' sums statistics over every client each round; use client_fraction=1.0")
         #: M when Z is to be placed once D is known (an integer ``inducing_variable``), else None
         self._pending_num_inducing: Optional[int] = None
         if isinstance(inducing_variable, (int, np.integer)) and not isinstance(inducing_variable, bool):
@@ -230,7 +233,8 @@ class FSGP(Algorithm):
         elif isinstance(inducing_variable, gpflow.inducing_variables.InducingVariables):
             if not isinstance(inducing_variable, gpflow.inducing_variables.InducingPoints):
                 raise TypeError(
-                    f"FSGP: inducing_variable must be InducingPoints or an [M, D] array, got {type(inducing_variable).__name__}"
+                    "FSGP: inducing_variable must be InducingPoints or an [M, D] array, got "
+                    f"{type(inducing_variable).__name__}"
                 )
         else:
             Z = np.asarray(inducing_variable)
@@ -287,7 +291,8 @@ class FSGP(Algorithm):
             raise ValueError(f"FSGP: the kernel has {lengthscales.shape[0]} ARD lengthscales but the data have D = {D}")
         if self.num_inducing > dataset.num_data:
             raise ValueError(
-                f"FSGP: M = {self.num_inducing} inducing points exceed the N = {dataset.num_data} data points; use M ≤ N"
+                f"FSGP: M = {self.num_inducing} inducing points exceed the N = {dataset.num_data} data points; use M "
+                "≤ N"
             )
 
     def phases(self, round: int) -> Tuple[str, ...]:
@@ -428,17 +433,22 @@ class FSGP(Algorithm):
             kuu = (
                 None
                 if self.whiten
-                else gpflow.covariances.Kuu(model.inducing_variable, model.kernel, jitter=gpflow.config.default_jitter())
+                else gpflow.covariances.Kuu(
+                    model.inducing_variable, model.kernel, jitter=gpflow.config.default_jitter()
+                )
             )
-            bound = collapsed_sgpr_bound(
-                kuu,
-                tensors["kuf_kfu"],
-                tensors["kuf_y"],
-                tensors["y_squared_sum"],
-                tensors["trace_kff"],
-                tensors["num_data"],
-                model.likelihood.variance,
-            ) / tensors["num_data"]
+            bound = (
+                collapsed_sgpr_bound(
+                    kuu,
+                    tensors["kuf_kfu"],
+                    tensors["kuf_y"],
+                    tensors["y_squared_sum"],
+                    tensors["trace_kff"],
+                    tensors["num_data"],
+                    model.likelihood.variance,
+                )
+                / tensors["num_data"]
+            )
             loss = -bound
         grads = tape.gradient(
             loss, variables + [tensors[k] for k in ADJOINT_NAMES], unconnected_gradients=tf.UnconnectedGradients.ZERO
@@ -465,9 +475,13 @@ class FSGP(Algorithm):
             if not (np.isfinite(bound) and all(np.all(np.isfinite(v)) for v in (*direct.values(), *adjoints.values()))):
                 cause = (
                     "the differentially private noise made the summed statistics unusable (raise clip_norm, lower "
-                    "noise_multiplier, or use mode='fedavg')" if aggregate.noised else "the summed statistics"
+                    "noise_multiplier, or use mode='fedavg')"
+                    if aggregate.noised
+                    else "the summed statistics"
                 )
-                raise FloatingPointError(f"FSGP exact mode, round {aggregate.round}: the global bound is not finite: {cause}")
+                raise FloatingPointError(
+                    f"FSGP exact mode, round {aggregate.round}: the global bound is not finite: {cause}"
+                )
             return replace(state, adjoints=adjoints, direct_gradient=direct, bound=bound)
         if phase == GRADIENT_PHASE:
             assert self._server_model is not None and self._shared is not None and state.direct_gradient is not None
@@ -479,7 +493,11 @@ class FSGP(Algorithm):
                 raise FloatingPointError("FSGP exact mode: the aggregated gradient is not finite")
             server_adam = self._server_adam.step(grads, state.server_adam)
             return replace(
-                state, params=self._shared.read(model), adjoints=None, direct_gradient=None, steps=state.steps + 1,
+                state,
+                params=self._shared.read(model),
+                adjoints=None,
+                direct_gradient=None,
+                steps=state.steps + 1,
                 server_adam=server_adam,
             )
         raise ValueError(f"FSGP: unknown phase {phase!r}")

@@ -57,11 +57,11 @@ ADJOINT_NAMES = ("kuf_kfu", "kuf_y", "trace_kff")
     "kuf: [M, N]",
     "Y: [N, P]",
     "kff_diag: [N]",
-    'return.kuf_kfu: [M, M]',
-    'return.kuf_y: [M, P]',
-    'return.y_squared_sum: []',
-    'return.trace_kff: []',
-    'return.num_data: []',
+    "return.kuf_kfu: [M, M]",
+    "return.kuf_y: [M, P]",
+    "return.y_squared_sum: []",
+    "return.trace_kff: []",
+    "return.num_data: []",
 )
 def statistics_from_cross_covariance(kuf: tf.Tensor, Y: tf.Tensor, kff_diag: tf.Tensor) -> SGPRStatistics:
     """The statistics of one client from ``C_{MN_k}``, ``y_k`` and ``diag C_{N_kN_k}`` (eqs. 14–17).
@@ -80,8 +80,8 @@ def statistics_from_cross_covariance(kuf: tf.Tensor, Y: tf.Tensor, kff_diag: tf.
 @check_shapes(
     "X: [N, D]",
     "Y: [N, P]",
-    'return.kuf_kfu: [M, M]',
-    'return.kuf_y: [M, P]',
+    "return.kuf_kfu: [M, M]",
+    "return.kuf_y: [M, P]",
 )
 def sgpr_statistics(
     kernel: gpflow.kernels.Kernel,

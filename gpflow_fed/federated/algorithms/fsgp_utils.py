@@ -87,7 +87,9 @@ class SGPRClientWorker:
         D = int(inducing_variable.Z.shape[1])
         self.input_dim, self.output_dim = D, int(output_dim)
         self._X = tf.Variable(np.zeros((0, D), dtype), shape=tf.TensorShape([None, D]), trainable=False)
-        self._Y = tf.Variable(np.zeros((0, self.output_dim), dtype), shape=tf.TensorShape([None, self.output_dim]), trainable=False)
+        self._Y = tf.Variable(
+            np.zeros((0, self.output_dim), dtype), shape=tf.TensorShape([None, self.output_dim]), trainable=False
+        )
         self.model = gpflow.models.SGPR(
             (self._X, self._Y),
             kernel=gpflow.utilities.deepcopy(kernel),

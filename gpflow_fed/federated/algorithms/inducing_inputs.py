@@ -18,7 +18,6 @@ __all__ = ["inducing_from_public", "inducing_grid"]
 STANDARDISED_BOX = (-2.0, 2.0)
 
 
-
 @check_shapes("return: [M, D]")
 def inducing_grid(bounds: Sequence[Tuple[float, float]], num_inducing: int) -> np.ndarray:
     """M points spread over the box ``bounds`` = ``[(low_1, high_1), …, (low_D, high_D)]``: an even grid for
@@ -33,7 +32,9 @@ def inducing_grid(bounds: Sequence[Tuple[float, float]], num_inducing: int) -> n
     M = integer(num_inducing, "inducing_grid: num_inducing", minimum=1)
     box = np.asarray(bounds, dtype=float)
     if box.ndim != 2 or box.shape[1] != 2 or box.shape[0] < 1:
-        raise ValueError(f"inducing_grid: bounds must be [(low, high), ...], one pair per input dimension; got shape {box.shape}")
+        raise ValueError(
+            f"inducing_grid: bounds must be [(low, high), ...], one pair per input dimension; got shape {box.shape}"
+        )
     low, high = box[:, 0], box[:, 1]
     if not (np.all(np.isfinite(box)) and np.all(low < high)):
         raise ValueError(f"inducing_grid: every bound needs finite low < high, got {box.tolist()}")

@@ -55,7 +55,12 @@ class PersonalisedGPs(gpflow.models.GPModel):
     ) -> None:
         if not client_statistics:
             raise ValueError("PersonalisedGPs needs the statistics of at least one client")
-        super().__init__(kernel, gpflow.likelihoods.Gaussian(noise_variance), None, num_latent_gps=int(client_statistics[0][1].shape[1]))
+        super().__init__(
+            kernel,
+            gpflow.likelihoods.Gaussian(noise_variance),
+            None,
+            num_latent_gps=int(client_statistics[0][1].shape[1]),
+        )
         self.inducing_variable = gpflow.inducing_variables.InducingPoints(inducing_points)
         self.client_statistics = [(tf.constant(a), tf.constant(b)) for a, b in client_statistics]
 
@@ -64,7 +69,9 @@ class PersonalisedGPs(gpflow.models.GPModel):
         return len(self.client_statistics)
 
     def maximum_log_likelihood_objective(self, *args: Any) -> tf.Tensor:
-        raise NotImplementedError("PersonalisedGPs is trained federatedly by PersonalisedGP; it has no objective of its own")
+        raise NotImplementedError(
+            "PersonalisedGPs is trained federatedly by PersonalisedGP; it has no objective of its own"
+        )
 
     @check_shapes("Xnew: [N, D]", "return[0]: [N, P]", "return[1]: [N, P]")
     def predict_client(self, client: int, Xnew: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
@@ -84,7 +91,9 @@ class PersonalisedGPs(gpflow.models.GPModel):
         return mean, tf.tile(var[:, None], [1, self.num_latent_gps])
 
     @inherit_check_shapes
-    def predict_f(self, Xnew: tf.Tensor, full_cov: bool = False, full_output_cov: bool = False) -> Tuple[tf.Tensor, tf.Tensor]:
+    def predict_f(
+        self, Xnew: tf.Tensor, full_cov: bool = False, full_output_cov: bool = False
+    ) -> Tuple[tf.Tensor, tf.Tensor]:
         """The equal mixture of the personal models, moment matched: mean of means, mean of second moments minus
         the squared mean."""
         if full_cov or full_output_cov:
@@ -134,15 +143,25 @@ class PersonalisedGP(Algorithm):
         positive_float(noise_variance, "noise_variance")
         integer(local_steps, "local_steps", minimum=1)
         self.kernel, self.Z = kernel, Z
-        self.noise_variance, self.local_steps, self.learning_rate = float(noise_variance), local_steps, float(learning_rate)
+        self.noise_variance, self.local_steps, self.learning_rate = (
+            float(noise_variance),
+            local_steps,
+            float(learning_rate),
+        )
         template = self._model((Z[:1], np.zeros((1, 1))))
-        keras = {f"kernel.{n}": f"kernel.{n}" for n in ("feature_extractor",) if isinstance(getattr(kernel, n, None), tf_keras.layers.Layer)}
+        keras = {
+            f"kernel.{n}": f"kernel.{n}"
+            for n in ("feature_extractor",)
+            if isinstance(getattr(kernel, n, None), tf_keras.layers.Layer)
+        }
         self.shared = SharedState({**SharedState.from_module(template, exclude=tuple(keras)).paths, **keras})
         self._template = template
         self._worker = SharedWorker(self._client_worker)
 
     def _model(self, data: Tuple[np.ndarray, np.ndarray]) -> gpflow.models.SGPR:
-        return gpflow.models.SGPR(data, gpflow.utilities.deepcopy(self.kernel), self.Z.copy(), noise_variance=self.noise_variance)
+        return gpflow.models.SGPR(
+            data, gpflow.utilities.deepcopy(self.kernel), self.Z.copy(), noise_variance=self.noise_variance
+        )
 
     def validate(self, dataset: Any) -> None:
         if dataset.input_dim != self.Z.shape[1]:
@@ -161,7 +180,9 @@ class PersonalisedGP(Algorithm):
         """The clients' shared worker SGPR and its compiled Adam loop (built once, traced once), on the client's
         data given as arguments."""
         worker = self._model((self.Z[:1], np.zeros((1, 1))))
-        return worker, CompiledAdam(worker.trainable_variables, lambda X, Y: per_point_loss(worker, X, Y), self.learning_rate)
+        return worker, CompiledAdam(
+            worker.trainable_variables, lambda X, Y: per_point_loss(worker, X, Y), self.learning_rate
+        )
 
     def setup_client(self, client: Client, state: PersonalisedGPState) -> None:
         """The client's own Adam state (its steps run on the shared compiled worker, see
@@ -179,13 +200,22 @@ class PersonalisedGP(Algorithm):
             X, Y = client.state["tensors"]
             if broadcast.phase == PERSONAL_PHASE:
                 kuf = gpflow.covariances.Kuf(model.inducing_variable, model.kernel, X)
-                return self.reply(client, broadcast, {
-                    "kuf_kfu": tf.linalg.matmul(kuf, kuf, transpose_b=True).numpy(),
-                    "kuf_y": tf.linalg.matmul(kuf, Y).numpy(),
-                })
+                return self.reply(
+                    client,
+                    broadcast,
+                    {
+                        "kuf_kfu": tf.linalg.matmul(kuf, kuf, transpose_b=True).numpy(),
+                        "kuf_y": tf.linalg.matmul(kuf, Y).numpy(),
+                    },
+                )
             losses, client.state["adam"] = trainer.fit(self.local_steps, client.state["adam"], X, Y)
-            return self.reply(client, broadcast, self.shared.read(model), weight=client.num_data,
-                              metrics={"neg_elbo_per_point": float(losses[-1])})
+            return self.reply(
+                client,
+                broadcast,
+                self.shared.read(model),
+                weight=client.num_data,
+                metrics={"neg_elbo_per_point": float(losses[-1])},
+            )
 
     def server_update(self, state: PersonalisedGPState, aggregate: Aggregate) -> PersonalisedGPState:
         if aggregate.phase == PERSONAL_PHASE:
@@ -199,6 +229,8 @@ class PersonalisedGP(Algorithm):
         self.shared.assign(self._template, dict(state.values))
         t = self._template
         return PersonalisedGPs(
-            gpflow.utilities.deepcopy(t.kernel), t.inducing_variable.Z.numpy(), float(t.likelihood.variance.numpy()),
+            gpflow.utilities.deepcopy(t.kernel),
+            t.inducing_variable.Z.numpy(),
+            float(t.likelihood.variance.numpy()),
             list(state.client_statistics),
         )

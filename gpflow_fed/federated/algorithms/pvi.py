@@ -349,8 +349,14 @@ class PVI(Algorithm):
         q_Z = None if Z_var is None else GaussianInducingPoints(Z, Z_var)
         q_beta = None if state.qrho is None else LogNormalHyperparameters(*state.qrho.moments(), self.Z0.shape[1])
         return FederatedDPOSVGP(
-            gpflow.utilities.deepcopy(self.kernel), gpflow.utilities.deepcopy(self.likelihood), pseudo, q_Z, q_beta,
-            alpha=self.alpha, num_predict_samples=self.num_predict_samples, jitter=self.jitter,
+            gpflow.utilities.deepcopy(self.kernel),
+            gpflow.utilities.deepcopy(self.likelihood),
+            pseudo,
+            q_Z,
+            q_beta,
+            alpha=self.alpha,
+            num_predict_samples=self.num_predict_samples,
+            jitter=self.jitter,
         )
 
     # --- client --------------------------------------------------------------------------------------
@@ -360,10 +366,16 @@ class PVI(Algorithm):
         M, D = self.Z0.shape
         client.state.update(
             index=state.client_ids.index(client.id),
-            num_pseudo=self.num_pseudo(client.num_data), factor=None, counter=0, jitter=self.jitter,
-            version=0, pending=None,
-            tZ=NaturalGaussian.unit((M, D)), trho=NaturalGaussian.unit((self.num_hyper,)),
-            t_eta=np.zeros((M, 1)), t_Lam=np.zeros((M, M)),
+            num_pseudo=self.num_pseudo(client.num_data),
+            factor=None,
+            counter=0,
+            jitter=self.jitter,
+            version=0,
+            pending=None,
+            tZ=NaturalGaussian.unit((M, D)),
+            trho=NaturalGaussian.unit((self.num_hyper,)),
+            t_eta=np.zeros((M, 1)),
+            t_Lam=np.zeros((M, M)),
         )
 
     def local_problem(self, num_pseudo: int) -> LocalProblem:
@@ -372,10 +384,16 @@ class PVI(Algorithm):
         key = num_pseudo if self.parameterisation == "dpo" else 0
         if key not in self._workers:
             self._workers[key] = LocalProblem(
-                self.kernel, self.likelihood, self.Z0.shape[1], learn_hyperparameters=self.learn_hyperparameters,
-                M=self.Z0.shape[0], num_pseudo=num_pseudo,
+                self.kernel,
+                self.likelihood,
+                self.Z0.shape[1],
+                learn_hyperparameters=self.learn_hyperparameters,
+                M=self.Z0.shape[0],
+                num_pseudo=num_pseudo,
                 mode="distribution" if self.learn_inducing == "distribution" else "point",
-                param=self.parameterisation, alpha=self.alpha, num_samples=self.num_samples,
+                param=self.parameterisation,
+                alpha=self.alpha,
+                num_samples=self.num_samples,
                 learning_rate=self.learning_rate,
             )
         return self._workers[key]
@@ -485,8 +503,13 @@ class PVI(Algorithm):
         X, Y = client.data
         noise = float(self.likelihood.variance.numpy())
         if self.parameterisation == "dpo":
-            problem.load(client.data, {"V": X, "m": Y, "log_s": np.full(X.shape[0], np.log(noise - S_FLOOR))},
-                         seed=client.seed, counter=0, jitter=self.jitter)
+            problem.load(
+                client.data,
+                {"V": X, "m": Y, "log_s": np.full(X.shape[0], np.log(noise - S_FLOOR))},
+                seed=client.seed,
+                counter=0,
+                jitter=self.jitter,
+            )
             return problem.own_factor_arrays()
         Z = problem.q_Z.Z_mean.numpy()
         Kzz = self.kernel(Z).numpy() + self.jitter * np.eye(Z.shape[0])

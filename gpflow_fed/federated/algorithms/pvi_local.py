@@ -41,7 +41,9 @@ def num_hyperparameters(input_dim: int, likelihood: gpflow.likelihoods.Likelihoo
     return (int(input_dim) + 1 + int(isinstance(likelihood, gpflow.likelihoods.Gaussian))) if learn else 0
 
 
-def initial_log_beta(kernel: gpflow.kernels.Kernel, likelihood: gpflow.likelihoods.Likelihood, input_dim: int) -> np.ndarray:
+def initial_log_beta(
+    kernel: gpflow.kernels.Kernel, likelihood: gpflow.likelihoods.Likelihood, input_dim: int
+) -> np.ndarray:
     """log of the SE-ARD kernel's (and a Gaussian noise's) values: the initial mean of q(log β)."""
     ls = np.broadcast_to(np.asarray(kernel.lengthscales.numpy(), float), (int(input_dim),))
     values = list(ls) + [float(kernel.variance.numpy())]
@@ -127,8 +129,11 @@ class LocalProblem:
         if param == "dpo":
             self.own = PseudoObservations(np.zeros((num_pseudo, D)), np.zeros(num_pseudo), np.ones(num_pseudo))
             self.cav: object = PseudoObservations(np.zeros((1, D)), np.zeros(1), np.ones(1), dynamic=True)
-            self.factor_vars = {"V": self.own.V.unconstrained_variable, "m": self.own.m.unconstrained_variable,
-                                "log_s": self.own.S_diag.unconstrained_variable}
+            self.factor_vars = {
+                "V": self.own.V.unconstrained_variable,
+                "m": self.own.m.unconstrained_variable,
+                "log_s": self.own.S_diag.unconstrained_variable,
+            }
         else:
             self.own = CPOFactor(M, dtype)
             self.cav = NaturalFactor(np.zeros((M, 1)), np.zeros((M, M)))
@@ -142,7 +147,15 @@ class LocalProblem:
         self.optimizer.build(self.trainables("all"))  # one optimizer serves the "factor", "joint" and "all" steps
 
     # --- loading a client ----------------------------------------------------------------------------
-    def load(self, data: Tuple[np.ndarray, np.ndarray], factor: Mapping[str, np.ndarray], *, seed: int, counter: int, jitter: float) -> None:
+    def load(
+        self,
+        data: Tuple[np.ndarray, np.ndarray],
+        factor: Mapping[str, np.ndarray],
+        *,
+        seed: int,
+        counter: int,
+        jitter: float,
+    ) -> None:
         """Make this worker client k's problem: its data, its own factor (``V, m, log_s`` or ``m, S_raw``),
         its random-stream position and jitter; Adam moments and learning rate are reset (pvi: "Resetting
         optimiser")."""
@@ -158,7 +171,9 @@ class LocalProblem:
         """The client's own trainable factor parameters, to keep between rounds (warm start)."""
         return {name: var.numpy() for name, var in self.factor_vars.items()}
 
-    def set_cavity(self, qZ: Optional[NaturalGaussian], qrho: Optional[NaturalGaussian], sets: Mapping[str, np.ndarray]) -> None:
+    def set_cavity(
+        self, qZ: Optional[NaturalGaussian], qrho: Optional[NaturalGaussian], sets: Mapping[str, np.ndarray]
+    ) -> None:
         """Load the cavities: q_\\k(Z) and q_\\k(log β) in natural parameters, and the other clients' u-factors
         (DPO pseudo-sets ``V, m, s``, possibly none; CPO summed natural parameters ``eta, Lam``)."""
         if qZ is not None:
@@ -198,7 +213,9 @@ class LocalProblem:
             if H:
                 beta = self.q_beta.sample_from_noise(eps_R[s, :H])
                 kern, noise = self.q_beta.kernel(beta), self.q_beta.noise(beta)
-            ell, kl_u = dpo_free_energy_terms(kern, self.likelihood, noise, X, Y, Z, [self.own], [self.cav], self.jitter)
+            ell, kl_u = dpo_free_energy_terms(
+                kern, self.likelihood, noise, X, Y, Z, [self.own], [self.cav], self.jitter
+            )
             total += ell - kl_u
         bound = total / self.S
         if H:

@@ -20,7 +20,9 @@ y, starts every method at the "all noise" solution, which sequential PVI with fe
 dimensions never leaves (docs guide "PVI", "The initial noise variance matters")."""
 
 
-def make_pvi(method: str, input_dim: int, rounds: int, M: int, seed: int, init_noise: float = INIT_NOISE, **options: object) -> PVI:
+def make_pvi(
+    method: str, input_dim: int, rounds: int, M: int, seed: int, init_noise: float = INIT_NOISE, **options: object
+) -> PVI:
     """The sequential :class:`PVI` of one of :data:`METHODS`, with ``M`` inducing inputs drawn from N(0, I)
     (seed ``seed``) and q(log β) starting at lengthscales 1, σ_f² = 1 and σ_n² = ``init_noise``.
 

@@ -33,7 +33,14 @@ import numpy as np
 from ...randomness import check_insecure_seed
 from ...validation import positive_float
 
-__all__ = ["ACCOUNTANTS", "DPUtilityWarning", "DifferentialPrivacy", "PrivacyAccountant", "clip_payload", "utility_warning"]
+__all__ = [
+    "ACCOUNTANTS",
+    "DPUtilityWarning",
+    "DifferentialPrivacy",
+    "PrivacyAccountant",
+    "clip_payload",
+    "utility_warning",
+]
 
 ACCOUNTANTS = ("rdp", "pld")
 
@@ -88,7 +95,9 @@ class DifferentialPrivacy:
             raise ValueError(f"DifferentialPrivacy: accountant must be one of {ACCOUNTANTS}, got {self.accountant!r}")
         if self.phases is not None:
             if isinstance(self.phases, str) or not all(isinstance(p, str) for p in self.phases) or not self.phases:
-                raise TypeError(f"DifferentialPrivacy: phases must be a non-empty tuple of phase names, got {self.phases!r}")
+                raise TypeError(
+                    f"DifferentialPrivacy: phases must be a non-empty tuple of phase names, got {self.phases!r}"
+                )
             object.__setattr__(self, "phases", tuple(self.phases))
         check_insecure_seed(self.insecure_noise_seed, "DifferentialPrivacy: insecure_noise_seed")
 
@@ -125,8 +134,10 @@ class DifferentialPrivacy:
         K = int(num_clients)
         m = K if clients_per_round is None else int(clients_per_round)
         if K < 1 or not 1 <= m <= K or rounds < 0 or sums_per_round < 0 or final_sums < 0:
-            raise ValueError(f"for_target: need 1 ≤ clients_per_round ({m}) ≤ num_clients ({K}) and non-negative "
-                             f"rounds ({rounds}), sums_per_round ({sums_per_round}), final_sums ({final_sums})")
+            raise ValueError(
+                f"for_target: need 1 ≤ clients_per_round ({m}) ≤ num_clients ({K}) and non-negative "
+                f"rounds ({rounds}), sums_per_round ({sums_per_round}), final_sums ({final_sums})"
+            )
         releases = [(K, m, int(sums_per_round))] * (int(rounds) if sums_per_round else 0)
         releases += [(K, K, int(final_sums))] if final_sums else []
         if not releases:
@@ -145,8 +156,10 @@ class DifferentialPrivacy:
         high = 1.0
         while spent(high) > epsilon:
             if high >= largest:
-                raise ValueError(f"for_target: ε = {epsilon} at δ = {delta} is out of reach for these releases (even "
-                                 f"z = {largest:g} spends {spent(largest):.3g}); allow a larger ε or fewer releases")
+                raise ValueError(
+                    f"for_target: ε = {epsilon} at δ = {delta} is out of reach for these releases (even "
+                    f"z = {largest:g} spends {spent(largest):.3g}); allow a larger ε or fewer releases"
+                )
             high = min(2.0 * high, largest)
         low = high / 2.0
         while spent(low) <= epsilon:
@@ -191,9 +204,11 @@ def utility_warning(phase: str, noised_sum: Mapping[str, np.ndarray], noise_std:
     ratio = noise_std * math.sqrt(d) / signal if signal > 0 else math.inf
     if ratio <= NOISE_TO_SIGNAL_WARNING:
         return None
-    return (f"DP phase {phase!r}: estimated noise-to-signal ratio {ratio:.3g} (from the noised release); the "
-            "released sums are mostly noise — check that clip_norm is not far below the payloads' norms, lower the "
-            "noise (a larger ε via DifferentialPrivacy.for_target), or add clients")
+    return (
+        f"DP phase {phase!r}: estimated noise-to-signal ratio {ratio:.3g} (from the noised release); the "
+        "released sums are mostly noise — check that clip_norm is not far below the payloads' norms, lower the "
+        "noise (a larger ε via DifferentialPrivacy.for_target), or add clients"
+    )
 
 
 class PrivacyAccountant:

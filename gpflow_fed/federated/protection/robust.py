@@ -99,7 +99,9 @@ class RobustAggregation:
             raise ValueError(f"RobustAggregation: method must be one of {METHODS}, got {self.method!r}")
         trim = non_negative_float(self.trim, "RobustAggregation: trim")
         if not trim < 0.5:
-            raise ValueError(f"RobustAggregation: trim must be in [0, 0.5) (a fraction dropped at each end), got {trim}")
+            raise ValueError(
+                f"RobustAggregation: trim must be in [0, 0.5) (a fraction dropped at each end), got {trim}"
+            )
         object.__setattr__(self, "trim", trim)
         if self.clip_norm is not None:
             object.__setattr__(self, "clip_norm", positive_float(self.clip_norm, "RobustAggregation: clip_norm"))
@@ -179,9 +181,7 @@ def _check_weights(weights: Sequence[float], K: int) -> np.ndarray:
     if w.shape != (K,):
         raise ValueError(f"RobustAggregation.reduce: {K} clients need {K} weights, got shape {w.shape}")
     if not np.all(np.isfinite(w)) or np.any(w < 0) or not w.sum() > 0:
-        raise ValueError(
-            f"RobustAggregation.reduce: weights must be finite, ≥ 0 and not all 0, got {w.tolist()[:10]}"
-        )
+        raise ValueError(f"RobustAggregation.reduce: weights must be finite, ≥ 0 and not all 0, got {w.tolist()[:10]}")
     return w
 
 

@@ -5,4 +5,13 @@ from .distribute import DistributeRuntime
 from ..faults import ClientUpdateError, FaultPolicy, RoundFailedError
 from .local import LocalRuntime
 
-__all__ = ["ClientUpdateError", "DistributeRuntime", "FaultPolicy", "LocalRuntime", "RoundFailedError", "Runtime", "evaluate_model", "make_clients"]
+__all__ = [
+    "ClientUpdateError",
+    "DistributeRuntime",
+    "FaultPolicy",
+    "LocalRuntime",
+    "RoundFailedError",
+    "Runtime",
+    "evaluate_model",
+    "make_clients",
+]

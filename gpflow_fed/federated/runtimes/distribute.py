@@ -104,10 +104,16 @@ def _message(sender: str, round: int, phase: str, header: Mapping[str, Any], wor
     arrays, start = {}, 0
     for name, shape, dtype in zip(header["names"], header["shapes"], header["dtypes"]):
         size = _words(shape, dtype)
-        arrays[name] = _from_words(words[start: start + size], shape, dtype)
+        arrays[name] = _from_words(words[start : start + size], shape, dtype)
         start += size
-    return Message(sender, round, phase, arrays, weight=float(header["weight"]),
-                   metrics={k: float(v) for k, v in header["metrics"].items()})
+    return Message(
+        sender,
+        round,
+        phase,
+        arrays,
+        weight=float(header["weight"]),
+        metrics={k: float(v) for k, v in header["metrics"].items()},
+    )
 
 
 def _layout(sender: str, down: Message, header: Mapping[str, Any]) -> Message:
@@ -236,7 +242,7 @@ class DistributeRuntime(RoundLoopRuntime):
         if len(self._devices) != self.num_replicas:  # several processes are the server: take the chief's secrets
             mine = np.frombuffer(self.aggregator.run_id + self.aggregator.server_secret, np.uint8).astype(WIRE_DTYPE)
             agreed = self._all_reduce({0: mine} if 0 in self._devices else {}, mine.size).astype(np.uint8).tobytes()
-            self.aggregator.start(agreed[: len(self.aggregator.run_id)], agreed[len(self.aggregator.run_id):])
+            self.aggregator.start(agreed[: len(self.aggregator.run_id)], agreed[len(self.aggregator.run_id) :])
 
     # --- collectives -----------------------------------------------------------------------------------
     def _all_reduce(self, local: Mapping[int, np.ndarray], size: int) -> np.ndarray:
@@ -273,8 +279,9 @@ class DistributeRuntime(RoundLoopRuntime):
         rows = self._all_reduce(rows_local, R * width).reshape(R, width)
         return {r: json.loads(rows[r, : lengths[r]].astype(np.uint8).tobytes().decode("utf-8")) for r in range(R)}
 
-    def _all_gather_messages(self, local: Mapping[str, Optional[Message]], faults: Mapping[str, Optional[str]],
-                             payloads: bool) -> Dict[str, Tuple[Optional[Dict[str, Any]], Optional[str], Optional[np.ndarray]]]:
+    def _all_gather_messages(
+        self, local: Mapping[str, Optional[Message]], faults: Mapping[str, Optional[str]], payloads: bool
+    ) -> Dict[str, Tuple[Optional[Dict[str, Any]], Optional[str], Optional[np.ndarray]]]:
         """Every process's ``{client: (header, fault, words)}``: each local message's header (None if there is
         none), its fault, and, if ``payloads``, its arrays as float64 words (two all-reduces for the headers,
         one for the payloads)."""
@@ -286,7 +293,8 @@ class DistributeRuntime(RoundLoopRuntime):
         order = [cid for cid in self._replica_of if cid in described]  # the clients' order, on every process
         sizes = {
             cid: sum(_words(sh, dt) for sh, dt in zip(d["header"]["shapes"], d["header"]["dtypes"]))
-            if payloads and d["header"] is not None else 0
+            if payloads and d["header"] is not None
+            else 0
             for cid, d in described.items()
         }
         offsets = dict(zip(order, np.concatenate([[0], np.cumsum([sizes[c] for c in order])]).astype(int)))
@@ -295,10 +303,10 @@ class DistributeRuntime(RoundLoopRuntime):
         for cid, message in local.items():
             if sizes[cid]:
                 words = np.concatenate([_to_words(message.arrays[n]) for n in message.arrays])
-                partial[self._replica_of[cid]][offsets[cid]: offsets[cid] + words.size] = words
+                partial[self._replica_of[cid]][offsets[cid] : offsets[cid] + words.size] = words
         total = self._all_reduce(partial, total_size) if total_size else np.zeros(0, WIRE_DTYPE)
         return {
-            cid: (d["header"], d["fault"], total[offsets[cid]: offsets[cid] + sizes[cid]] if sizes[cid] else None)
+            cid: (d["header"], d["fault"], total[offsets[cid] : offsets[cid] + sizes[cid]] if sizes[cid] else None)
             for cid, d in described.items()
         }
 
@@ -330,7 +338,8 @@ class DistributeRuntime(RoundLoopRuntime):
         if self._single_process:
             return replies
         gathered = self._all_gather_messages(
-            {cid: r.message for cid, r in replies.items()}, {cid: r.fault for cid, r in replies.items()},
+            {cid: r.message for cid, r in replies.items()},
+            {cid: r.fault for cid, r in replies.items()},
             payloads=not broadcast.protected,
         )
         down = broadcast.message
@@ -355,9 +364,13 @@ class DistributeRuntime(RoundLoopRuntime):
         mine = [cid for cid in context.cohort if replies[cid].prepared is not None]
         public_keys = None
         if aggregator.secure is not None and not self._single_process:  # the server relays the cohort's keys
-            local = {rid: {c: aggregator.keys(c).public_bytes.hex() for c in mine if self._replica_of[c] == rid}
-                     for rid in self._devices}
-            public_keys = {c: bytes.fromhex(h) for part in self._all_gather_json(local).values() for c, h in part.items()}
+            local = {
+                rid: {c: aggregator.keys(c).public_bytes.hex() for c in mine if self._replica_of[c] == rid}
+                for rid in self._devices
+            }
+            public_keys = {
+                c: bytes.fromhex(h) for part in self._all_gather_json(local).values() for c, h in part.items()
+            }
         sent = {cid: aggregator.mask(replies[cid].prepared, context, public_keys) for cid in mine}
         if self._single_process:
             return sent

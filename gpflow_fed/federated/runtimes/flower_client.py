@@ -94,7 +94,12 @@ def describe_reply(context: Context) -> RecordDict:
     return RecordDict(
         {
             DESCRIBE: ConfigRecord(
-                {"client-index": index, "num-data": int(X.shape[0]), "input-dim": int(X.shape[1]), "output-dim": int(Y.shape[1])}
+                {
+                    "client-index": index,
+                    "num-data": int(X.shape[0]),
+                    "input-dim": int(X.shape[1]),
+                    "output-dim": int(Y.shape[1]),
+                }
             )
         }
     )
@@ -194,11 +199,14 @@ def make_client_app(*, keep_alive: bool = False) -> ClientApp:
         elif directory is not None:
             _save_client(directory, client)
         if PROTECT in msg.content.config_records:
-            content = prepare_reply(context, algorithm, client.id, down, reply, purpose, msg.content.config_records[PROTECT])
+            content = prepare_reply(
+                context, algorithm, client.id, down, reply, purpose, msg.content.config_records[PROTECT]
+            )
             return FlowerMessage(content, reply_to=msg)
         return FlowerMessage(message_to_recorddict(reply, purpose), reply_to=msg)
 
     return client_app
+
 
 #: the ClientApp of a Flower deployment (``clientapp = "gpflow_fed.federated.runtimes.flower_client:app"``)
 app = make_client_app()

@@ -116,16 +116,34 @@ def write_client_data(directory: str, dataset: FederatedDataset) -> Tuple[List[s
 
 def superlink_command(port: int, host: str = "127.0.0.1") -> List[str]:
     """``flower-superlink`` serving the Fleet, Control and Runtime APIs on ``host:port`` (plain HTTP)."""
-    return ["flower-superlink", "--insecure", "--host", host, "--port", str(port),
-            "--disable-runtime-dependency-installation"]
+    return [
+        "flower-superlink",
+        "--insecure",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--disable-runtime-dependency-installation",
+    ]
 
 
-def supernode_command(superlink: str, port: int, data: str, client_index: int, state_dir: Optional[str] = None) -> List[str]:
+def supernode_command(
+    superlink: str, port: int, data: str, client_index: int, state_dir: Optional[str] = None
+) -> List[str]:
     """``flower-supernode`` for party ``client_index`` with its data file, its Runtime API on ``port``."""
     node_config = f"data={json.dumps(data)} client-index={int(client_index)}"
     if state_dir is not None:
         node_config += f" state-dir={json.dumps(state_dir)}"
-    return ["flower-supernode", "--insecure", "--superlink", superlink, "--port", str(port), "--node-config", node_config]
+    return [
+        "flower-supernode",
+        "--insecure",
+        "--superlink",
+        superlink,
+        "--port",
+        str(port),
+        "--node-config",
+        node_config,
+    ]
 
 
 def free_port() -> int:
@@ -166,20 +184,32 @@ class LoopbackFederation:
     """
 
     def __init__(
-        self, workdir: str, dataset: FederatedDataset, bin_dir: Optional[str] = None, env: Optional[Mapping[str, str]] = None
+        self,
+        workdir: str,
+        dataset: FederatedDataset,
+        bin_dir: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
     ) -> None:
         self.workdir = os.path.abspath(workdir)
         self.dataset = dataset
         self.bin_dir = bin_dir or os.path.dirname(sys.executable)
         self.processes: List[subprocess.Popen] = []
         self.port = 0
-        self.env = {**os.environ, **OFFLINE_ENV, "FLWR_HOME": os.path.join(self.workdir, "flwr_home"),
-                    "PATH": self.bin_dir + os.pathsep + os.environ.get("PATH", ""), **dict(env or {})}
+        self.env = {
+            **os.environ,
+            **OFFLINE_ENV,
+            "FLWR_HOME": os.path.join(self.workdir, "flwr_home"),
+            "PATH": self.bin_dir + os.pathsep + os.environ.get("PATH", ""),
+            **dict(env or {}),
+        }
 
     def _start(self, command: Sequence[str], log: str) -> None:
         with open(os.path.join(self.workdir, log), "w") as out:
-            self.processes.append(subprocess.Popen(list(command), env=self.env, stdout=out, stderr=subprocess.STDOUT,
-                                                   start_new_session=True))
+            self.processes.append(
+                subprocess.Popen(
+                    list(command), env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+                )
+            )
 
     def __enter__(self) -> "LoopbackFederation":
         os.makedirs(os.path.join(self.workdir, "flwr_home"), exist_ok=True)
@@ -187,7 +217,9 @@ class LoopbackFederation:
         self.port = free_port()
         address = f"127.0.0.1:{self.port}"
         with open(os.path.join(self.workdir, "flwr_home", "config.toml"), "w") as f:
-            f.write(f'[superlink]\ndefault = "loopback"\n\n[superlink.loopback]\naddress = "{address}"\ninsecure = true\n')
+            f.write(
+                f'[superlink]\ndefault = "loopback"\n\n[superlink.loopback]\naddress = "{address}"\ninsecure = true\n'
+            )
         self._start(superlink_command(self.port), "superlink.log")
         self._wait_healthy(60.0)
         for k, path in enumerate(self.data):
@@ -218,8 +250,14 @@ class LoopbackFederation:
             settings.setdefault("test-data", self.test)
         app = write_app(os.path.join(self.workdir, "app"), algorithm, settings)
         with open(os.path.join(self.workdir, "flwr_run.log"), "w") as out:
-            subprocess.run([os.path.join(self.bin_dir, "flwr"), "run", app, "loopback"], env=self.env, stdout=out,
-                           stderr=subprocess.STDOUT, timeout=timeout, check=False)
+            subprocess.run(
+                [os.path.join(self.bin_dir, "flwr"), "run", app, "loopback"],
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                timeout=timeout,
+                check=False,
+            )
         deadline = time.monotonic() + timeout
         while not os.path.exists(os.path.join(output, "result.json")):
             if os.path.exists(os.path.join(output, "error.json")):

@@ -111,7 +111,8 @@ def config_to_info(config: ConfigRecord) -> FederationInfo:
 
 
 def build_algorithm(spec: str, run_config: Mapping[str, Any]) -> Algorithm:
-    """``load_factory(spec)(run_config)`` for a registered factory, checked to be an :class:`~gpflow_fed.federated.Algorithm`.
+    """``load_factory(spec)(run_config)`` for a registered factory, checked to be an
+    :class:`~gpflow_fed.federated.Algorithm`.
 
     :raises ValueError: ``spec`` is not registered (see :mod:`gpflow_fed.federated.factories`).
 

@@ -68,11 +68,15 @@ class LoopbackGrid(Grid):
     :param run_id: the run's id.
     """
 
-    def __init__(self, client_app: ClientApp, node_configs: List[Dict[str, Any]], run_config: Dict[str, Any], run_id: int) -> None:
+    def __init__(
+        self, client_app: ClientApp, node_configs: List[Dict[str, Any]], run_config: Dict[str, Any], run_id: int
+    ) -> None:
         self._run = Run.create_empty(run_id)
         self.client_app = client_app
         self.contexts = {
-            1001 + i: Context(run_id=run_id, node_id=1001 + i, node_config=dict(cfg), state=RecordDict(), run_config=dict(run_config))
+            1001 + i: Context(
+                run_id=run_id, node_id=1001 + i, node_config=dict(cfg), state=RecordDict(), run_config=dict(run_config)
+            )
             for i, cfg in enumerate(node_configs)
         }
         self._pending: Dict[str, FlowerMessage] = {}
@@ -107,20 +111,28 @@ class LoopbackGrid(Grid):
         replies = []
         for mid in message_ids:
             msg = self._pending.pop(mid)
-            delivered = FlowerMessage(_over_the_wire(msg.content), msg.metadata.dst_node_id, msg.metadata.message_type,
-                                      group_id=msg.metadata.group_id)
+            delivered = FlowerMessage(
+                _over_the_wire(msg.content),
+                msg.metadata.dst_node_id,
+                msg.metadata.message_type,
+                group_id=msg.metadata.group_id,
+            )
             delivered.metadata.__dict__["_message_id"] = mid
             delivered.metadata.__dict__["_src_node_id"] = SUPERLINK_NODE_ID
             try:
                 reply = self.client_app(delivered, self.contexts[msg.metadata.dst_node_id])
                 reply = FlowerMessage(_over_the_wire(reply.content), reply_to=delivered)
             except Exception as exc:  # noqa: BLE001 - a SuperNode turns a ClientApp exception into an error reply
-                reply = FlowerMessage(Error(CLIENT_APP_RAISED_EXCEPTION, f"{type(exc).__name__}: {exc}"), reply_to=delivered)
+                reply = FlowerMessage(
+                    Error(CLIENT_APP_RAISED_EXCEPTION, f"{type(exc).__name__}: {exc}"), reply_to=delivered
+                )
             reply.metadata.__dict__["_src_node_id"] = msg.metadata.dst_node_id
             replies.append(reply)
         return replies
 
-    def send_and_receive(self, messages: Iterable[FlowerMessage], *, timeout: Optional[float] = None) -> Iterable[FlowerMessage]:
+    def send_and_receive(
+        self, messages: Iterable[FlowerMessage], *, timeout: Optional[float] = None
+    ) -> Iterable[FlowerMessage]:
         return self.pull_messages(self.push_messages(messages))
 
 
@@ -184,8 +196,13 @@ class FlowerRuntime(Runtime):
             raise TypeError(f"dataset must be a FederatedDataset, got {type(dataset).__name__}")
         algorithm.validate(dataset)
         server = FlowerServer(
-            algorithm, seed=seed, faults=self.faults, keep_payloads=self.keep_payloads, aggregator=self.aggregator,
-            secagg_shares=self.secagg_shares, secagg_threshold=self.secagg_threshold,
+            algorithm,
+            seed=seed,
+            faults=self.faults,
+            keep_payloads=self.keep_payloads,
+            aggregator=self.aggregator,
+            secagg_shares=self.secagg_shares,
+            secagg_threshold=self.secagg_threshold,
         )
         run_key = uuid.uuid4().hex
         run_id = int(run_key[:12], 16)
@@ -200,7 +217,9 @@ class FlowerRuntime(Runtime):
                     np.savez(path, X=X, Y=Y)
                     configs.append({"data": path, "client-index": k, "state-dir": os.path.join(tmp, "state")})
                 run_config = {
-                    "algorithm": f"{__name__}:algorithm_factory", "gpflow-fed-run": run_key, "seed": int(seed),
+                    "algorithm": f"{__name__}:algorithm_factory",
+                    "gpflow-fed-run": run_key,
+                    "seed": int(seed),
                     **aggregator_to_config(self.aggregator),
                 }
                 grid = LoopbackGrid(make_client_app(keep_alive=True), configs, run_config, run_id)
@@ -211,4 +230,3 @@ class FlowerRuntime(Runtime):
             for key in [k for k in _LIVE if k[0] == run_id]:
                 del _LIVE[key]
             TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = previous
-

@@ -139,7 +139,8 @@ def aggregator_from_config(config: Mapping[str, Any]) -> Aggregator:
     if "robust-method" in config:
         clip = config.get("robust-clip-norm")
         robust = RobustAggregation(
-            str(config["robust-method"]), float(config.get("robust-trim", RobustAggregation.trim)),
+            str(config["robust-method"]),
+            float(config.get("robust-trim", RobustAggregation.trim)),
             None if clip is None else float(clip),
         )
     dp = None
@@ -211,14 +212,21 @@ def protocol_arrays(config: Mapping[str, Any]) -> Dict[str, np.ndarray]:
 def keep_prepared(context: Context, prepared: Message, purpose: str) -> RecordDict:
     """Keep the encoded ``prepared`` message in the client's ``Context.state``; return the layout reply."""
     names = sorted(prepared.arrays)
-    context.state.array_records[PREPARED] = ArrayRecord({n: Array(np.array(prepared.arrays[n], order="C")) for n in names})
+    context.state.array_records[PREPARED] = ArrayRecord(
+        {n: Array(np.array(prepared.arrays[n], order="C")) for n in names}
+    )
     tag = {"purpose": purpose, "round": int(prepared.round), "phase": prepared.phase, "sender": prepared.sender}
     context.state.config_records[PREPARED_TAG] = ConfigRecord(tag)
     return RecordDict({LAYOUT: ConfigRecord({**tag, LAYOUT: layout_of(prepared)})})
 
 
 def prepare_reply(
-    context: Context, algorithm: Algorithm, client_id: str, down: Message, reply: Message, purpose: str,
+    context: Context,
+    algorithm: Algorithm,
+    client_id: str,
+    down: Message,
+    reply: Message,
+    purpose: str,
     protect: ConfigRecord,
 ) -> RecordDict:
     """A client's reply in the prepare exchange of a protected phase (module docstring, step 1).
@@ -262,7 +270,9 @@ def masked_input(content: RecordDict, context: Context) -> RecordDict:
     return compat.fitres_to_recorddict(fitres, keep_input=True)
 
 
-def secure_sum_mod(msg: FlowerMessage, context: Context, call_next: Callable[[FlowerMessage, Context], FlowerMessage]) -> FlowerMessage:
+def secure_sum_mod(
+    msg: FlowerMessage, context: Context, call_next: Callable[[FlowerMessage, Context], FlowerMessage]
+) -> FlowerMessage:
     """ClientApp mod: SecAgg+ messages (those carrying its config record) go through Flower's
     ``secaggplus_mod``; every other message goes straight to the app."""
     if msg.has_content() and SECAGG_RECORD in msg.content.config_records:
@@ -287,10 +297,14 @@ class _Exchange:
         self.sum: Optional[np.ndarray] = None
         self.survivors: List[int] = []
 
-    def configure_fit(self, server_round: int, parameters: Parameters, client_manager: Any) -> List[Tuple[_Node, FitIns]]:
+    def configure_fit(
+        self, server_round: int, parameters: Parameters, client_manager: Any
+    ) -> List[Tuple[_Node, FitIns]]:
         return [(_Node(n), FitIns(Parameters([], "numpy.ndarray"), dict(self.config))) for n in self.nodes]
 
-    def aggregate_fit(self, server_round: int, results: Sequence[Tuple[_Node, FitRes]], failures: Sequence[Any]) -> Tuple[None, Dict]:
+    def aggregate_fit(
+        self, server_round: int, results: Sequence[Tuple[_Node, FitRes]], failures: Sequence[Any]
+    ) -> Tuple[None, Dict]:
         # SecAgg+ gives every result the unmasked mean over the K survivors; K times it is the sum
         self.survivors = [int(node.node_id) for node, _ in results]
         (mean,) = parameters_to_ndarrays(results[0][1].parameters)
@@ -308,7 +322,9 @@ class _RecordingGrid(Grid):
     def __getattr__(self, name: str) -> Any:
         return getattr(self.grid, name)
 
-    def send_and_receive(self, messages: Sequence[FlowerMessage], *, timeout: Optional[float] = None) -> List[FlowerMessage]:
+    def send_and_receive(
+        self, messages: Sequence[FlowerMessage], *, timeout: Optional[float] = None
+    ) -> List[FlowerMessage]:
         messages = list(messages)
         stage = ""
         for msg in messages:

@@ -114,12 +114,17 @@ class GridTransport(Transport):
             if broadcast.protected:
                 content[PROTECT] = ConfigRecord({"cohort-size": len(cohort)})
             outgoing.append(
-                FlowerMessage(content, dst_node_id=self.node_of[cid], message_type=MessageType.TRAIN,
-                              group_id=f"{purpose}/{down.round}/{down.phase}")
+                FlowerMessage(
+                    content,
+                    dst_node_id=self.node_of[cid],
+                    message_type=MessageType.TRAIN,
+                    group_id=f"{purpose}/{down.round}/{down.phase}",
+                )
             )
         client_of = {n: c for c, n in self.node_of.items()}
         received = {
-            client_of[int(r.metadata.src_node_id)]: r for r in self.grid.send_and_receive(outgoing, timeout=server.timeout)
+            client_of[int(r.metadata.src_node_id)]: r
+            for r in self.grid.send_and_receive(outgoing, timeout=server.timeout)
         }
         replies: Dict[str, Reply] = {}
         for cid in cohort:
@@ -149,18 +154,27 @@ class GridTransport(Transport):
         client_of = {node_of[c]: c for c in cohort}
 
         def record(node: int, stage: str, outgoing: bool, config: Mapping[str, Any]) -> None:
-            message = Message(SERVER if outgoing else client_of[node], context.round,
-                              f"{context.phase}/secagg+/{stage}", protocol_arrays(config), weight=0.0)
+            message = Message(
+                SERVER if outgoing else client_of[node],
+                context.round,
+                f"{context.phase}/secagg+/{stage}",
+                protocol_arrays(config),
+                weight=0.0,
+            )
             self.channel.send(message, client_of[node] if outgoing else SERVER, context.purpose)
 
         layout = replies[cohort[0]].message.arrays
         names = sorted(layout)
         size = int(sum(layout[n].size for n in names))
         codes, survivors = secagg_plus_sum(
-            self.grid, [node_of[c] for c in cohort], size,
+            self.grid,
+            [node_of[c] for c in cohort],
+            size,
             {"purpose": context.purpose, "round": int(context.round), "phase": context.phase},
-            num_shares=self.server.secagg_shares, reconstruction_threshold=self.server.secagg_threshold,
-            timeout=self.server.timeout, record=record,
+            num_shares=self.server.secagg_shares,
+            reconstruction_threshold=self.server.secagg_threshold,
+            timeout=self.server.timeout,
+            record=record,
         )
         if codes is None:
             raise RoundFailedError(
@@ -170,11 +184,12 @@ class GridTransport(Transport):
         alive = tuple(c for c in cohort if node_of[c] in set(survivors))
         dropped = {
             c: "dropped out during SecAgg+ (its masks were removed with its neighbours' shares)"
-            for c in cohort if c not in alive
+            for c in cohort
+            if c not in alive
         }
         sums, offset = {}, 0
         for name in names:
-            sums[name] = codes[offset: offset + layout[name].size].reshape(layout[name].shape)
+            sums[name] = codes[offset : offset + layout[name].size].reshape(layout[name].shape)
             offset += layout[name].size
         return SecureSum(sums, alive, dropped)
 
@@ -271,16 +286,22 @@ class FlowerServer:
         """
         nodes = self._nodes(grid)
         messages = [
-            FlowerMessage(RecordDict({}), dst_node_id=n, message_type=MessageType.QUERY, group_id=DESCRIBE) for n in nodes
+            FlowerMessage(RecordDict({}), dst_node_id=n, message_type=MessageType.QUERY, group_id=DESCRIBE)
+            for n in nodes
         ]
         replies = list(grid.send_and_receive(messages, timeout=self.timeout))
         described: Dict[int, Tuple[int, int, int, int]] = {}
         for reply in replies:
             if reply.has_error():
-                raise ValueError(f"SuperNode {reply.metadata.src_node_id} could not describe itself: {reply.error.reason}")
+                raise ValueError(
+                    f"SuperNode {reply.metadata.src_node_id} could not describe itself: {reply.error.reason}"
+                )
             cfg = reply.content.config_records[DESCRIBE]
             described[int(reply.metadata.src_node_id)] = (
-                int(cfg["client-index"]), int(cfg["num-data"]), int(cfg["input-dim"]), int(cfg["output-dim"])  # type: ignore[arg-type]
+                int(cfg["client-index"]),
+                int(cfg["num-data"]),
+                int(cfg["input-dim"]),
+                int(cfg["output-dim"]),  # type: ignore[arg-type]
             )
         silent = sorted(set(nodes) - set(described))
         if silent:
@@ -294,7 +315,7 @@ class FlowerServer:
         dims = {(d[2], d[3]) for d in described.values()}
         if len(dims) != 1:
             raise ValueError(f"the parties' data disagree on (D, P): {sorted(dims)}")
-        (input_dim, output_dim), = dims
+        ((input_dim, output_dim),) = dims
         order = sorted(described, key=lambda n: described[n][0])
         ids = tuple(f"client_{described[n][0]}" for n in order)
         info = FederationInfo(
@@ -308,7 +329,10 @@ class FlowerServer:
 
     # --- the run -------------------------------------------------------------------------------------
     def run(
-        self, grid: Grid, *, test: Optional[Tuple[np.ndarray, np.ndarray]] = None,
+        self,
+        grid: Grid,
+        *,
+        test: Optional[Tuple[np.ndarray, np.ndarray]] = None,
         monitor: Optional[Callable[..., Any]] = None,
     ) -> FederatedResult:
         """Discover the parties, run every round and the final phases; the result as ``LocalRuntime``'s.
@@ -321,7 +345,9 @@ class FlowerServer:
         settings = describe_settings(algorithm)
         info, node_of = self.discover(grid)
         ids = list(info.client_ids)
-        algorithm.validate(FederationShape(tuple(info.client_sizes[c] for c in ids), info.input_dim, info.output_dim, test))
+        algorithm.validate(
+            FederationShape(tuple(info.client_sizes[c] for c in ids), info.input_dim, info.output_dim, test)
+        )
         self.aggregator.check(algorithm)
         self.aggregator.start()
         channel = Channel(CommunicationLedger(keep_payloads=self.keep_payloads))
@@ -329,9 +355,17 @@ class FlowerServer:
         transport = GridTransport(self, grid, info, node_of, channel)
         server = Server(algorithm, transport, self.aggregator, channel, self.faults)
         return run_rounds(
-            server, info, rng, settings=settings, test=test,
-            eval_every=self.eval_every, checkpoint_dir=self.checkpoint_dir, checkpoint_every=self.checkpoint_every,
-            resume=self.resume, monitor=monitor, start=start,
+            server,
+            info,
+            rng,
+            settings=settings,
+            test=test,
+            eval_every=self.eval_every,
+            checkpoint_dir=self.checkpoint_dir,
+            checkpoint_every=self.checkpoint_every,
+            resume=self.resume,
+            monitor=monitor,
+            start=start,
         )
 
 
@@ -405,7 +439,9 @@ def make_server_app() -> ServerApp:
         server = FlowerServer(
             algorithm,
             seed=int(config.get("seed", 0)),
-            faults=FaultPolicy(on_error=str(config.get("on-error", "raise")), min_clients=int(config.get("min-clients", 1))),
+            faults=FaultPolicy(
+                on_error=str(config.get("on-error", "raise")), min_clients=int(config.get("min-clients", 1))
+            ),
             timeout=None if timeout is None else float(timeout),
             num_clients=int(config["num-clients"]) if "num-clients" in config else None,
             aggregator=aggregator_from_config(config),

@@ -29,8 +29,14 @@ from ...progress import tqdm
 from ...data.dataset import FederatedDataset
 from ..protection.dp import PrivacyAccountant
 from ..algorithm import Aggregate, Algorithm, FederationInfo
-from ..checkpoint import (latest_checkpoint, load_checkpoint, restore_clients, restore_objects, save_checkpoint,
-                          state_classes)
+from ..checkpoint import (
+    latest_checkpoint,
+    load_checkpoint,
+    restore_clients,
+    restore_objects,
+    save_checkpoint,
+    state_classes,
+)
 from ..client import Client
 from ..faults import ClientUpdateError, FaultPolicy, reply_fault, weight_fault
 from ..fingerprint import describe_settings
@@ -43,7 +49,13 @@ from ..transport import Broadcast, Reply, Transport
 from .base import Runtime, evaluate_model, make_clients
 
 __all__ = [
-    "ClientPool", "RoundLoopRuntime", "Server", "final_phases", "record_releases", "run_rounds", "train_round",
+    "ClientPool",
+    "RoundLoopRuntime",
+    "Server",
+    "final_phases",
+    "record_releases",
+    "run_rounds",
+    "train_round",
 ]
 
 
@@ -83,10 +95,17 @@ class Server:
         aggregation = algorithm.aggregation(phase)
         broadcast = Broadcast(
             Message(sender=SERVER, round=round, phase=phase, arrays=arrays, weight=0.0),
-            purpose, aggregation, self.aggregator.protects(phase, aggregation), state,
+            purpose,
+            aggregation,
+            self.aggregator.protects(phase, aggregation),
+            state,
         )
         aggregate, excluded = self.aggregator.aggregate(
-            self.transport, broadcast, cohort, channel=self.channel, faults=self.faults,
+            self.transport,
+            broadcast,
+            cohort,
+            channel=self.channel,
+            faults=self.faults,
             spec=algorithm.reply_spec(state, round, phase),
         )
         return algorithm.server_update(state, aggregate), aggregate, excluded
@@ -308,9 +327,20 @@ class RoundLoopRuntime(Runtime, Transport):
         channel = Channel(CommunicationLedger(keep_payloads=self.keep_payloads))
         server = Server(algorithm, self, self.aggregator, channel, self.faults)
         return run_rounds(
-            server, info, sampling_rng, settings=settings, test=dataset.test, clients=by_id, ready=self.pool.ready,
-            progress=self.progress, eval_every=self.eval_every, checkpoint_dir=self.checkpoint_dir,
-            checkpoint_every=self.checkpoint_every, resume=self.resume, monitor=monitor, start=start,
+            server,
+            info,
+            sampling_rng,
+            settings=settings,
+            test=dataset.test,
+            clients=by_id,
+            ready=self.pool.ready,
+            progress=self.progress,
+            eval_every=self.eval_every,
+            checkpoint_dir=self.checkpoint_dir,
+            checkpoint_every=self.checkpoint_every,
+            resume=self.resume,
+            monitor=monitor,
+            start=start,
         )
 
 

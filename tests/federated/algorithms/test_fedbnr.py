@@ -36,7 +36,9 @@ def test_rounds_zero_equals_pooled_blr(protocol: str) -> None:
     X_new = np.linspace(-6, 6, 13)[:, None]
     for a, b in zip(result.model.predict_f(X_new, full_cov=True), pooled.predict_f(X_new, full_cov=True)):
         np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-8)
-    np.testing.assert_allclose(result.model.log_marginal_likelihood().numpy(), pooled.log_marginal_likelihood().numpy(), atol=1e-8)
+    np.testing.assert_allclose(
+        result.model.log_marginal_likelihood().numpy(), pooled.log_marginal_likelihood().numpy(), atol=1e-8
+    )
 
 
 def test_ledger_sizes_are_L_by_L_and_L_independent_of_client_sizes() -> None:
@@ -49,7 +51,10 @@ def test_ledger_sizes_are_L_by_L_and_L_independent_of_client_sizes() -> None:
         for entry in up:
             by_name = dict(zip(entry.names, entry.shapes))
             assert by_name == {"phi_t_phi": (L, L), "phi_t_y": (L, 1), "y_t_y": (1,), "num_data": ()}
-        shapes.append([(e.shapes, e.nbytes) for e in up] + [(e.shapes, e.nbytes) for e in result.ledger.select(direction="up", phase="kernel")])
+        shapes.append(
+            [(e.shapes, e.nbytes) for e in up]
+            + [(e.shapes, e.nbytes) for e in result.ledger.select(direction="up", phase="kernel")]
+        )
     assert shapes[0] == shapes[1]
 
 
@@ -70,10 +75,15 @@ def test_single_client_fedavg_equals_centralized_adam() -> None:
     optimizer = tf_keras.optimizers.Adam(learning_rate=0.05)
     for _ in range(12):
         optimizer.minimize(lambda: -central.log_marginal_likelihood() / 30.0, central.trainable_variables)
-    np.testing.assert_allclose(result.model.kernel.feature_map.lengthscales.numpy(), central.kernel.feature_map.lengthscales.numpy(), rtol=1e-9)
+    np.testing.assert_allclose(
+        result.model.kernel.feature_map.lengthscales.numpy(), central.kernel.feature_map.lengthscales.numpy(), rtol=1e-9
+    )
     np.testing.assert_allclose(result.model.likelihood.variance.numpy(), central.likelihood.variance.numpy(), rtol=1e-9)
     np.testing.assert_allclose(result.model.prior_variance.numpy(), central.prior_variance.numpy(), rtol=1e-9)
-    assert result.history[-1]["neg_log_marginal_likelihood_per_point"] < result.history[0]["neg_log_marginal_likelihood_per_point"]
+    assert (
+        result.history[-1]["neg_log_marginal_likelihood_per_point"]
+        < result.history[0]["neg_log_marginal_likelihood_per_point"]
+    )
 
 
 def test_fedavg_is_the_size_weighted_mean_of_client_values() -> None:
@@ -92,11 +102,22 @@ def test_distillation_loss_eq_3_4_and_kd_run() -> None:
     target = mean_client_gram(kernels, tf.constant(X_kd))
     np.testing.assert_allclose(target.numpy(), 0.5 * (kernels[0].K(X_kd) + kernels[1].K(X_kd)).numpy(), rtol=1e-12)
     server = BayesianLinearRegression((X_kd, Y_kd), URK(1, num_samples=10, seed=2), 0.3)
-    expected = -server.log_marginal_likelihood().numpy() / len(X_kd) + 2.0 * np.mean((server.kernel.K(X_kd).numpy() - target.numpy()) ** 2)
+    expected = -server.log_marginal_likelihood().numpy() / len(X_kd) + 2.0 * np.mean(
+        (server.kernel.K(X_kd).numpy() - target.numpy()) ** 2
+    )
     np.testing.assert_allclose(distillation_loss(server, target, 2.0).numpy(), expected, rtol=1e-12)
 
-    algo = FedBNR(URK(1, num_samples=10, seed=2), rounds=2, local_steps=3, aggregation="kd",
-                  distillation_data=(X_kd, Y_kd), alpha=1.0, kd_steps=5, learning_rate=0.05, compile=False)
+    algo = FedBNR(
+        URK(1, num_samples=10, seed=2),
+        rounds=2,
+        local_steps=3,
+        aggregation="kd",
+        distillation_data=(X_kd, Y_kd),
+        alpha=1.0,
+        kd_steps=5,
+        learning_rate=0.05,
+        compile=False,
+    )
     result = run(algo, _dataset(), runtime=LocalRuntime(keep_payloads=True))
     ups = [m for m in result.ledger.messages if m.phase == "kernel" and m.round == 1 and m.sender != "server"]
     fedavg = sum(m.weight * m["kernel.feature_map.lengthscales"] for m in ups) / sum(m.weight for m in ups)
@@ -130,14 +151,26 @@ def _deep_kernel(seed: int = 0) -> URK:
     return deep_urk(1, hidden=(6,), feature_dim=2, num_samples=8, seed=seed)
 
 
-@pytest.mark.parametrize("aggregation", ["fedavg", pytest.param("kd", marks=pytest.mark.slow)])  # kd: also test_kd_target...
+@pytest.mark.parametrize(
+    "aggregation", ["fedavg", pytest.param("kd", marks=pytest.mark.slow)]
+)  # kd: also test_kd_target...
 def test_compiled_equals_eager_and_traces_once(aggregation: str) -> None:
     """The compiled local and server loops (one tf.function for every client, data as arguments) take the same
     steps as the eager loop, and are traced once although the clients have different sizes."""
     kd = dict(distillation_data=(X[::5], Y[::5]), kd_steps=3) if aggregation == "kd" else {}
     results, algos = [], []
     for compile in (True, False):
-        algo = FedBNR(_deep_kernel(), 0.5, 1.0, rounds=2, local_steps=3, learning_rate=0.05, aggregation=aggregation, compile=compile, **kd)
+        algo = FedBNR(
+            _deep_kernel(),
+            0.5,
+            1.0,
+            rounds=2,
+            local_steps=3,
+            learning_rate=0.05,
+            aggregation=aggregation,
+            compile=compile,
+            **kd,
+        )
         results.append(run(algo, _dataset((20, 30, 40))))
         algos.append(algo)
     for key, value in results[0].state.values.items():
@@ -152,8 +185,15 @@ def test_compiled_equals_eager_and_traces_once(aggregation: str) -> None:
 def test_kd_target_is_the_mean_client_gram() -> None:
     """The server's distillation target, computed on its worker kernel, is mean_client_gram of the client kernels."""
     X_kd = X[::6]
-    algo = FedBNR(URK(1, num_samples=10, seed=2), rounds=1, local_steps=2, aggregation="kd",
-                  distillation_data=(X_kd, Y[::6]), kd_steps=1, learning_rate=0.05)
+    algo = FedBNR(
+        URK(1, num_samples=10, seed=2),
+        rounds=1,
+        local_steps=2,
+        aggregation="kd",
+        distillation_data=(X_kd, Y[::6]),
+        kd_steps=1,
+        learning_rate=0.05,
+    )
     result = run(algo, _dataset(), runtime=LocalRuntime(keep_payloads=True))
     ups = [m for m in result.ledger.messages if m.phase == "kernel" and m.sender != "server"]
     kernels = []
@@ -182,8 +222,12 @@ def test_an_algorithm_can_run_again_and_start_from_a_model() -> None:
     algo.start_from(trained)
     zero = FedBNR(URK(1, num_samples=10, seed=1), rounds=0)
     zero.start_from(trained)
-    pooled = BayesianLinearRegression(_dataset().pooled(), trained.kernel, trained.likelihood.variance.numpy(), trained.prior_variance.numpy())
-    np.testing.assert_allclose(run(zero, _dataset()).model.predict_f(X)[0].numpy(), pooled.predict_f(X)[0].numpy(), atol=1e-8)
+    pooled = BayesianLinearRegression(
+        _dataset().pooled(), trained.kernel, trained.likelihood.variance.numpy(), trained.prior_variance.numpy()
+    )
+    np.testing.assert_allclose(
+        run(zero, _dataset()).model.predict_f(X)[0].numpy(), pooled.predict_f(X)[0].numpy(), atol=1e-8
+    )
     with pytest.raises(ValueError, match="architecture"):
         zero.start_from(BayesianLinearRegression((X, Y), _deep_kernel()))
 
@@ -240,13 +284,17 @@ def test_noised_scatter_sums_are_repaired_with_a_noise_sized_ridge() -> None:
     """Under DP the server uses PSD(Σ ΦᵀΦ) + τI, τ = zC√(2L): the Cholesky of A never fails and the ridge shows."""
     from gpflow_fed.federated.protection.dp import DifferentialPrivacy, DPUtilityWarning
 
-    dp = DifferentialPrivacy(noise_multiplier=1.0, clip_norm=60.0, phases=("scatter",), accountant="pld",
-                             insecure_noise_seed=7)
+    dp = DifferentialPrivacy(
+        noise_multiplier=1.0, clip_norm=60.0, phases=("scatter",), accountant="pld", insecure_noise_seed=7
+    )
     dataset = _dataset()
     kernel = URK(1, num_samples=10, seed=5)
     with pytest.warns(DPUtilityWarning):  # three clients: mostly noise, and the run says so
-        result = run(FedBNR(kernel, noise_variance=0.2, prior_variance=1.5, rounds=0),
-                     dataset, runtime=LocalRuntime(differential_privacy=dp))
+        result = run(
+            FedBNR(kernel, noise_variance=0.2, prior_variance=1.5, rounds=0),
+            dataset,
+            runtime=LocalRuntime(differential_privacy=dp),
+        )
     used = result.state.statistics["phi_t_phi"]
     L = used.shape[0]
     tau = 1.0 * 60.0 * np.sqrt(2.0 * L)

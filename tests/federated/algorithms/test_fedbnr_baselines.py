@@ -21,10 +21,12 @@ CLIENTS = [(X[:25], Y[:25]), (X[25:], Y[25:])]
 def _network() -> tf_keras.Model:
     init = tf_keras.initializers.GlorotUniform(seed=1)
     dtype = gpflow.default_float()
-    return tf_keras.Sequential([
-        tf_keras.layers.Dense(8, activation="tanh", kernel_initializer=init, dtype=dtype),
-        tf_keras.layers.Dense(1, kernel_initializer=init, dtype=dtype),
-    ])
+    return tf_keras.Sequential(
+        [
+            tf_keras.layers.Dense(8, activation="tanh", kernel_initializer=init, dtype=dtype),
+            tf_keras.layers.Dense(1, kernel_initializer=init, dtype=dtype),
+        ]
+    )
 
 
 def test_fedavg_nn_one_client_equals_centralized_adam_and_noise_is_training_mse() -> None:
@@ -41,7 +43,9 @@ def test_fedavg_nn_one_client_equals_centralized_adam_and_noise_is_training_mse(
 def test_fedprox_large_mu_stays_at_the_initial_network() -> None:
     start = _network()
     start(X[:1])
-    fedprox = run(FedAvgNN(_network, rounds=2, local_steps=5, learning_rate=0.02, proximal_mu=1e8), FederatedDataset(CLIENTS))
+    fedprox = run(
+        FedAvgNN(_network, rounds=2, local_steps=5, learning_rate=0.02, proximal_mu=1e8), FederatedDataset(CLIENTS)
+    )
     fedavg = run(FedAvgNN(_network, rounds=2, local_steps=5, learning_rate=0.02), FederatedDataset(CLIENTS))
     initial = start(X).numpy()
     algorithm = FedAvgNN(_network, rounds=2, local_steps=5, learning_rate=0.02, proximal_mu=1e8)
@@ -49,18 +53,25 @@ def test_fedprox_large_mu_stays_at_the_initial_network() -> None:
     again = run(gpflow.utilities.deepcopy(algorithm), FederatedDataset(CLIENTS))  # a copy rebuilds its compiled worker
     np.testing.assert_array_equal(again.model.predict_f(X)[0].numpy(), fedprox.model.predict_f(X)[0].numpy())
     # Adam's first steps move each weight by ≈ the learning rate whatever μ is; the proximal term then pulls back
-    assert np.max(np.abs(fedprox.model.predict_f(X)[0].numpy() - initial)) < np.max(np.abs(fedavg.model.predict_f(X)[0].numpy() - initial))
+    assert np.max(np.abs(fedprox.model.predict_f(X)[0].numpy() - initial)) < np.max(
+        np.abs(fedavg.model.predict_f(X)[0].numpy() - initial)
+    )
 
 
 def test_personalised_gp_client_models_equal_sgpr_on_their_own_data() -> None:
     net = tf_keras.Sequential([tf_keras.layers.Dense(2, activation="tanh", dtype=gpflow.default_float())])
     kernel = DeepKernel(gpflow.kernels.SquaredExponential(), net, input_dim=1)
     Z = np.linspace(-3, 3, 6)[:, None]
-    result = run(PersonalisedGP(kernel, Z, noise_variance=0.1, rounds=2, local_steps=3, learning_rate=0.02), FederatedDataset(CLIENTS))
+    result = run(
+        PersonalisedGP(kernel, Z, noise_variance=0.1, rounds=2, local_steps=3, learning_rate=0.02),
+        FederatedDataset(CLIENTS),
+    )
     model = result.model
     X_new = np.linspace(-4, 4, 9)[:, None]
     for c, data in enumerate(CLIENTS):
-        sgpr = gpflow.models.SGPR(data, model.kernel, model.inducing_variable.Z.numpy(), noise_variance=model.likelihood.variance.numpy())
+        sgpr = gpflow.models.SGPR(
+            data, model.kernel, model.inducing_variable.Z.numpy(), noise_variance=model.likelihood.variance.numpy()
+        )
         for a, b in zip(model.predict_client(c, X_new), sgpr.predict_f(X_new)):
             np.testing.assert_allclose(a.numpy(), b.numpy(), atol=1e-8)
     ups = result.ledger.select(direction="up", phase="personal")

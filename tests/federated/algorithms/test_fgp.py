@@ -78,10 +78,14 @@ def test_one_round_is_fedavg_of_exact_gp_likelihoods_and_predicts_by_rbcm():
 
 def test_ledger_holds_only_hyperparameters_of_sizes_independent_of_n():
     small, large = _dataset((9, 14), D=2, seed=0), _dataset((40, 73), D=2, seed=1)
-    runs = [run(FGP(_kernel(2), 0.1, rounds=2, local_steps=2), d, runtime=LocalRuntime(keep_payloads=True))
-            for d in (small, large)]
-    layouts = [[(e.round, e.phase, e.purpose, e.sender, e.receiver, e.names, e.shapes, e.nbytes) for e in r.ledger]
-               for r in runs]
+    runs = [
+        run(FGP(_kernel(2), 0.1, rounds=2, local_steps=2), d, runtime=LocalRuntime(keep_payloads=True))
+        for d in (small, large)
+    ]
+    layouts = [
+        [(e.round, e.phase, e.purpose, e.sender, e.receiver, e.names, e.shapes, e.nbytes) for e in r.ledger]
+        for r in runs
+    ]
     assert layouts[0] == layouts[1]
     result, K, numbers = runs[0], 2, 2 + 1 + 1  # two lengthscales, the kernel variance, σ²
     for entry in result.ledger.select(phase="train"):
@@ -129,8 +133,11 @@ def test_six_clients_trace_once_and_warn_nothing():
 def test_secure_aggregation_masks_the_hyperparameters_and_keeps_the_result():
     dataset = _dataset((10, 12, 14))
     plain = run(FGP(_kernel(), 0.1, rounds=2, local_steps=2), dataset)
-    secure = run(FGP(_kernel(), 0.1, rounds=2, local_steps=2), dataset,
-                 runtime=LocalRuntime(secure_aggregation=True, keep_payloads=True))
+    secure = run(
+        FGP(_kernel(), 0.1, rounds=2, local_steps=2),
+        dataset,
+        runtime=LocalRuntime(secure_aggregation=True, keep_payloads=True),
+    )
     for message in secure.ledger.messages:
         if message.sender != "server":
             assert message.weight == 0.0 and all(a.dtype == np.uint64 for a in message.arrays.values())
@@ -146,8 +153,9 @@ def test_differential_privacy_on_the_training_rounds_only():
     dp = DifferentialPrivacy(0.5, 10.0, phases=("train",), insecure_noise_seed=1)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no DPUtilityWarning: the noised hyperparameters carry signal
-        result = run(FGP(_kernel(), 0.1, rounds=2, local_steps=2), dataset,
-                     runtime=LocalRuntime(differential_privacy=dp))
+        result = run(
+            FGP(_kernel(), 0.1, rounds=2, local_steps=2), dataset, runtime=LocalRuntime(differential_privacy=dp)
+        )
     assert np.isfinite(result.privacy["epsilon"]) and [np.isfinite(h["epsilon"]) for h in result.history] == [True] * 2
     assert result.history[0]["epsilon"] < result.history[1]["epsilon"] == result.privacy["epsilon"]
     assert len(result.model.experts) == 3

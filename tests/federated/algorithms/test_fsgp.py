@@ -191,7 +191,9 @@ def test_failing_client_is_named_and_global_state_unchanged(mode, phase):
     ],
 )
 def test_constructor_rejects_bad_arguments(kwargs, error, message):
-    args = dict(kernel=_kernel(), inducing_variable=_Z(), noise_variance=0.1, rounds=2, local_steps=2, learning_rate=0.1)
+    args = dict(
+        kernel=_kernel(), inducing_variable=_Z(), noise_variance=0.1, rounds=2, local_steps=2, learning_rate=0.1
+    )
     args.update(kwargs)
     with pytest.raises(error, match=message):
         FSGP(**args)
@@ -206,7 +208,9 @@ def test_constructor_rejects_bad_arguments(kwargs, error, message):
     ],
 )
 def test_validation_before_any_training(kwargs, message):
-    args = dict(kernel=_kernel(), inducing_variable=_Z(), noise_variance=0.1, rounds=2, local_steps=2, learning_rate=0.1)
+    args = dict(
+        kernel=_kernel(), inducing_variable=_Z(), noise_variance=0.1, rounds=2, local_steps=2, learning_rate=0.1
+    )
     args.update(kwargs)
     algorithm = FSGP(**args)
     with pytest.raises(ValueError, match=message):

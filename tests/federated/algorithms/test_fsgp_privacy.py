@@ -25,8 +25,13 @@ def _dataset(sizes, seed):
 def _run(dataset, mode):
     Z = np.linspace(-1.5, 1.5, M * D).reshape(M, D)  # not a data row
     algorithm = FSGP(
-        gpflow.kernels.SquaredExponential(lengthscales=[1.0] * D), Z, 0.1, rounds=2, local_steps=2,
-        learning_rate=0.1, mode=mode,
+        gpflow.kernels.SquaredExponential(lengthscales=[1.0] * D),
+        Z,
+        0.1,
+        rounds=2,
+        local_steps=2,
+        learning_rate=0.1,
+        mode=mode,
     )
     return run(algorithm, dataset, runtime=LocalRuntime(keep_payloads=True))
 

@@ -72,14 +72,25 @@ class KeepClients(FSGP):
 def test_each_client_keeps_its_own_adam_state_and_a_failed_update_leaves_it_alone(monkeypatch):
     dataset = _dataset()
     steps = 3
-    algorithm = KeepClients(gpflow.kernels.SquaredExponential(), np.linspace(-2, 2, 4)[:, None], 0.1, rounds=4,
-                            local_steps=steps, learning_rate=0.1, client_fraction=0.34)
+    algorithm = KeepClients(
+        gpflow.kernels.SquaredExponential(),
+        np.linspace(-2, 2, 4)[:, None],
+        0.1,
+        rounds=4,
+        local_steps=steps,
+        learning_rate=0.1,
+        client_fraction=0.34,
+    )
     result = run(algorithm, dataset, seed=1)
     asked = {cid: len(result.ledger.select(direction="up", phase="train", sender=cid)) for cid in algorithm.clients}
     assert sum(asked.values()) == 2 * 4 and len(set(asked.values())) > 1  # ⌈3 · 0.34⌉ = 2 a round, unequally
     for cid, client in algorithm.clients.items():
         assert int(client.state["adam"].iterations) == steps * asked[cid]  # its own step count, nobody else's
-    trained = [np.concatenate([np.ravel(m) for m in c.state["adam"].moments]) for cid, c in algorithm.clients.items() if asked[cid] > 0]
+    trained = [
+        np.concatenate([np.ravel(m) for m in c.state["adam"].moments])
+        for cid, c in algorithm.clients.items()
+        if asked[cid] > 0
+    ]
     assert len(trained) >= 2 and not np.allclose(trained[0], trained[1])
 
     client = next(c for cid, c in algorithm.clients.items() if asked[cid] > 0)
@@ -101,8 +112,14 @@ def test_each_client_keeps_its_own_adam_state_and_a_failed_update_leaves_it_alon
 
 def test_worker_rejects_values_of_the_wrong_shape():
     worker = SGPRClientWorker(
-        gpflow.kernels.SquaredExponential(), gpflow.inducing_variables.InducingPoints(np.zeros((3, 1))), 0.1, 1,
-        ["inducing_variable.Z", "kernel.lengthscales", "kernel.variance", "likelihood.variance"], 0.1, 2, False,
+        gpflow.kernels.SquaredExponential(),
+        gpflow.inducing_variables.InducingPoints(np.zeros((3, 1))),
+        0.1,
+        1,
+        ["inducing_variable.Z", "kernel.lengthscales", "kernel.variance", "likelihood.variance"],
+        0.1,
+        2,
+        False,
     )
     X, Y = np.zeros((4, 1)), np.zeros((4, 1))
     values = [np.zeros((3, 1)), np.zeros(()), np.zeros(()), np.zeros(())]
@@ -123,12 +140,17 @@ def test_whitened_prediction_statistics_match_and_have_a_public_bound():
     Z = np.linspace(-2.5, 2.5, 6)[:, None]
     kernel = gpflow.kernels.SquaredExponential(variance=1.7)
     results = {
-        whiten: run(FSGP(kernel, Z, 0.1, rounds=1, local_steps=2, learning_rate=0.05, whiten=whiten), dataset,
-                    runtime=LocalRuntime(keep_payloads=True))
+        whiten: run(
+            FSGP(kernel, Z, 0.1, rounds=1, local_steps=2, learning_rate=0.05, whiten=whiten),
+            dataset,
+            runtime=LocalRuntime(keep_payloads=True),
+        )
         for whiten in (False, True)
     }
     Xs = np.linspace(-3, 3, 9)[:, None]
-    for a, b in zip(results[False].model.predict_f(Xs, full_cov=True), results[True].model.predict_f(Xs, full_cov=True)):
+    for a, b in zip(
+        results[False].model.predict_f(Xs, full_cov=True), results[True].model.predict_f(Xs, full_cov=True)
+    ):
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-7, atol=1e-9)
     variance = float(results[True].model.kernel.variance.numpy())
     messages = [m for m in results[True].ledger.messages if m.phase == "predict" and m.sender != "server"]

@@ -45,8 +45,13 @@ def test_dpo_distribution_run_messages_and_sequential_equality(dataset):
     for msg in ups:
         Mk = alg.num_pseudo(20)
         assert {k: v.shape for k, v in msg.arrays.items()} == {
-            "dZ_nu": (M, D), "dZ_lam": (M, D), "drho_nu": (H,), "drho_lam": (H,),
-            "V": (Mk, D), "m": (Mk, 1), "s": (Mk,),
+            "dZ_nu": (M, D),
+            "dZ_lam": (M, D),
+            "drho_nu": (H,),
+            "drho_lam": (H,),
+            "V": (Mk, D),
+            "m": (Mk, 1),
+            "s": (Mk,),
         }
         X_k, Y_k = dataset.clients[int(msg.sender[-1])]
         assert not np.any(np.isin(msg["m"], Y_k))  # pseudo-targets are not the client's outputs
@@ -88,8 +93,18 @@ def test_improper_synchronous_update_is_rejected(dataset):
     from gpflow_fed.federated.messages import Message
 
     state = alg.initial_state(FederationInfo(("client_0",), {"client_0": 20}, 1, 1, 0))
-    bad = Message("client_0", 0, "train", {"dZ_nu": np.zeros((6, 1)), "dZ_lam": np.full((6, 1), -2.0),
-                                           "V": np.zeros((2, 1)), "m": np.zeros((2, 1)), "s": np.ones(2)})
+    bad = Message(
+        "client_0",
+        0,
+        "train",
+        {
+            "dZ_nu": np.zeros((6, 1)),
+            "dZ_lam": np.full((6, 1), -2.0),
+            "V": np.zeros((2, 1)),
+            "m": np.zeros((2, 1)),
+            "s": np.ones(2),
+        },
+    )
     with pytest.warns(RuntimeWarning, match="improper"):
         new = alg.server_update(state, Aggregate(0, "train", {}, 1.0, ("client_0",), messages=(bad,)))
     assert new.rejected == 1 and new.versions.tolist() == [0] and new.sets == {}
@@ -149,9 +164,19 @@ def test_local_step_is_traced_once_across_clients_and_rounds():
 def _cpo_problem():
     from gpflow_fed.federated.algorithms.pvi_local import LocalProblem
 
-    problem = LocalProblem(gpflow.kernels.SquaredExponential(), gpflow.likelihoods.Gaussian(0.1), 1,
-                           learn_hyperparameters=False, M=3, num_pseudo=3, mode="distribution", param="cpo",
-                           alpha=0.1, num_samples=1, learning_rate=0.01)
+    problem = LocalProblem(
+        gpflow.kernels.SquaredExponential(),
+        gpflow.likelihoods.Gaussian(0.1),
+        1,
+        learn_hyperparameters=False,
+        M=3,
+        num_pseudo=3,
+        mode="distribution",
+        param="cpo",
+        alpha=0.1,
+        num_samples=1,
+        learning_rate=0.01,
+    )
     X = np.linspace(-1, 1, 8)[:, None]
     problem.load((X, np.sin(X)), {"m": np.zeros((3, 1)), "S_raw": np.zeros((3, 3))}, seed=0, counter=0, jitter=1e-6)
     return problem
@@ -235,6 +260,8 @@ def test_failures_past_the_largest_jitter_halve_the_learning_rate_for_this_updat
     _, steps = problem.fit("factor", max_steps=10, patience=100)
     assert steps == 10 and float(problem.jitter.numpy()) == pytest.approx(1e-2)
     lr = problem.learning_rate
-    assert rates == pytest.approx([lr] * 5 + [lr / 2, lr / 4], rel=1e-6)  # jitter 1e-6 → 1e-2 (5 tries), then two halvings
+    assert rates == pytest.approx(
+        [lr] * 5 + [lr / 2, lr / 4], rel=1e-6
+    )  # jitter 1e-6 → 1e-2 (5 tries), then two halvings
     problem.load((problem.X.numpy(), problem.Y.numpy()), problem.snapshot(), seed=0, counter=0, jitter=1e-6)
     assert float(problem.optimizer.learning_rate.numpy()) == pytest.approx(lr, rel=1e-6)

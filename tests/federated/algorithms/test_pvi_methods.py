@@ -18,7 +18,9 @@ def _linear_task(D=8, K=5, n=40, seed=0):
     rng = np.random.default_rng(seed)
     X = rng.standard_normal((K * n + 100, D))
     Y = (X @ rng.standard_normal(D) / np.sqrt(D))[:, None] + 0.1 * rng.standard_normal((len(X), 1))
-    return FederatedDataset([(X[i : K * n : K], Y[i : K * n : K]) for i in range(K)], test=(X[K * n :], Y[K * n :])).standardized()[0]
+    return FederatedDataset(
+        [(X[i : K * n : K], Y[i : K * n : K]) for i in range(K)], test=(X[K * n :], Y[K * n :])
+    ).standardized()[0]
 
 
 def test_default_dpo_start_learns_the_signal_in_one_sweep():
@@ -41,8 +43,26 @@ def test_make_pvi_rejects_bad_input():
 def test_cli_runs_pvi_on_a_real_subset(capsys, tmp_path):
     from gpflow_fed.cli import main
 
-    argv = ["pvi", "--dataset", "boston", "--method", "cpo", "--clients", "3", "--rounds", "3", "--inducing", "4",
-            "--local-steps", "5", "--max-points", "90", "--logdir", str(tmp_path), "--no-progress"]
+    argv = [
+        "pvi",
+        "--dataset",
+        "boston",
+        "--method",
+        "cpo",
+        "--clients",
+        "3",
+        "--rounds",
+        "3",
+        "--inducing",
+        "4",
+        "--local-steps",
+        "5",
+        "--max-points",
+        "90",
+        "--logdir",
+        str(tmp_path),
+        "--no-progress",
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert out.startswith("FederatedDataset(name='boston'") and "| PVI (cpo) |" in out

@@ -22,10 +22,14 @@ def _model(learn: bool, likelihood=None, num_samples=7, cpo=False):
         R = rng.standard_normal((M, M))
         factor = NaturalFactor(rng.standard_normal((M, 1)), R @ R.T, Z=Z)
     else:
-        factor = PseudoObservations(rng.standard_normal((J, D)), rng.standard_normal((J, 1)), rng.uniform(0.05, 0.5, J), Z=Z)
+        factor = PseudoObservations(
+            rng.standard_normal((J, D)), rng.standard_normal((J, 1)), rng.uniform(0.05, 0.5, J), Z=Z
+        )
     H = D + 1 + int(isinstance(lik, gpflow.likelihoods.Gaussian))
     q_beta = LogNormalHyperparameters(np.log(np.r_[np.full(D, 0.8), 1.0, 0.1][:H]), 0.05, D) if learn else None
-    return FederatedDPOSVGP(kernel, lik, factor, GaussianInducingPoints(Z, 0.02), q_beta, num_predict_samples=num_samples)
+    return FederatedDPOSVGP(
+        kernel, lik, factor, GaussianInducingPoints(Z, 0.02), q_beta, num_predict_samples=num_samples
+    )
 
 
 def _oracle(model, X):
@@ -80,6 +84,8 @@ def test_non_gaussian_likelihood_prediction_matches_per_sample_gpflow():
     Y = (np.random.default_rng(5).uniform(size=(6, 1)) > 0.5).astype(float)
     mu, var, _ = _oracle(model, X)
     per = np.stack([lik.predict_log_density(X, mu[s], var[s], Y).numpy() for s in range(mu.shape[0])])
-    np.testing.assert_allclose(model.predict_log_density((X, Y)).numpy(), np.log(np.mean(np.exp(per), axis=0)), rtol=1e-9)
+    np.testing.assert_allclose(
+        model.predict_log_density((X, Y)).numpy(), np.log(np.mean(np.exp(per), axis=0)), rtol=1e-9
+    )
     ym = np.stack([lik.predict_mean_and_var(X, mu[s], var[s])[0].numpy() for s in range(mu.shape[0])])
     np.testing.assert_allclose(model.predict_y(X)[0].numpy(), ym.mean(0), rtol=1e-9)

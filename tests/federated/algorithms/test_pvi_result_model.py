@@ -39,18 +39,30 @@ def _conjugate_result(dataset, param):
 def _fresh(model):
     """A new model built from ``model``'s current values (no object shared)."""
     values = {k: v.numpy() for k, v in gpflow.utilities.parameter_dict(model).items()}
-    kernel = gpflow.kernels.SquaredExponential(lengthscales=values[".kernel.lengthscales"], variance=values[".kernel.variance"])
+    kernel = gpflow.kernels.SquaredExponential(
+        lengthscales=values[".kernel.lengthscales"], variance=values[".kernel.variance"]
+    )
     lik = gpflow.likelihoods.Gaussian(values[".likelihood.variance"])
     if isinstance(model.pseudo, NaturalFactor):
         pseudo = NaturalFactor(values[".pseudo.eta"], values[".pseudo.Lam"], Z=values.get(".pseudo.Z"))
     else:
-        pseudo = PseudoObservations(values[".pseudo.V"], values[".pseudo.m"], values[".pseudo.S_diag"], Z=values.get(".pseudo.Z"))
+        pseudo = PseudoObservations(
+            values[".pseudo.V"], values[".pseudo.m"], values[".pseudo.S_diag"], Z=values.get(".pseudo.Z")
+        )
     q_Z = None if model.q_Z is None else GaussianInducingPoints(values[".q_Z.Z_mean"], values[".q_Z.Z_var"])
     q_beta = None
     if model.q_beta is not None:
         q_beta = LogNormalHyperparameters(values[".q_beta.mean"], values[".q_beta.var"], model.input_dim)
-    return FederatedDPOSVGP(kernel, lik, pseudo, q_Z, q_beta, alpha=model.alpha,
-                            num_predict_samples=model.num_predict_samples, jitter=model.jitter)
+    return FederatedDPOSVGP(
+        kernel,
+        lik,
+        pseudo,
+        q_Z,
+        q_beta,
+        alpha=model.alpha,
+        num_predict_samples=model.num_predict_samples,
+        jitter=model.jitter,
+    )
 
 
 def _assert_predictions_equal(a, b, data):
@@ -77,8 +89,15 @@ def test_predictions_after_scipy_equal_a_fresh_model(dataset, param):
 def test_predictions_after_assigning_a_hyperparameter_of_the_mixture(dataset):
     """With q(Z) and q(log β): assigning q(β)'s mean (or the kernel's value without q(β)) moves the predictions to
     those of a model built with the new value."""
-    alg = PVI(gpflow.kernels.SquaredExponential(lengthscales=0.5), Z, gpflow.likelihoods.Gaussian(0.05), rounds=2,
-              local_steps=20, patience=5, num_predict_samples=5)
+    alg = PVI(
+        gpflow.kernels.SquaredExponential(lengthscales=0.5),
+        Z,
+        gpflow.likelihoods.Gaussian(0.05),
+        rounds=2,
+        local_steps=20,
+        patience=5,
+        num_predict_samples=5,
+    )
     model = run(alg, dataset).model
     before = model.predict_f(XT)[0].numpy()
     model.q_beta.mean.assign(model.q_beta.mean.numpy() + np.array([0.5, 0.0, 0.0]))
@@ -92,8 +111,15 @@ def test_predictions_after_assigning_a_hyperparameter_of_the_mixture(dataset):
 
 def test_posterior_cache_follows_gpflow_conventions(dataset):
     """``posterior()`` (TENSOR cache) is a snapshot until ``update_cache()``, as for GPflow's SVGP."""
-    alg = PVI(gpflow.kernels.SquaredExponential(lengthscales=0.5), Z, gpflow.likelihoods.Gaussian(0.05), rounds=2,
-              local_steps=20, patience=5, num_predict_samples=5)
+    alg = PVI(
+        gpflow.kernels.SquaredExponential(lengthscales=0.5),
+        Z,
+        gpflow.likelihoods.Gaussian(0.05),
+        rounds=2,
+        local_steps=20,
+        patience=5,
+        num_predict_samples=5,
+    )
     model = run(alg, dataset).model
     posterior = model.posterior()
     old = posterior.predict_f(XT)[0].numpy()
@@ -108,8 +134,16 @@ def test_posterior_cache_follows_gpflow_conventions(dataset):
 @pytest.mark.parametrize("param", ["dpo", "cpo"])
 def test_deepcopy_and_freeze_after_predicting(dataset, param):
     """Issue 18 item 2: deepcopy/freeze used to fail with ``cannot pickle 'FuncGraph'`` once the model had predicted."""
-    alg = PVI(gpflow.kernels.SquaredExponential(lengthscales=0.5), Z, gpflow.likelihoods.Gaussian(0.05), param,
-              rounds=2, local_steps=20, patience=5, num_predict_samples=5)
+    alg = PVI(
+        gpflow.kernels.SquaredExponential(lengthscales=0.5),
+        Z,
+        gpflow.likelihoods.Gaussian(0.05),
+        param,
+        rounds=2,
+        local_steps=20,
+        patience=5,
+        num_predict_samples=5,
+    )
     model = run(alg, dataset).model
     model.predict_f(XT), model.predict_log_density(dataset.test)
     for other in (copy.deepcopy(model), gpflow.utilities.freeze(model)):
@@ -121,8 +155,15 @@ def test_deepcopy_and_freeze_after_predicting(dataset, param):
 
 def test_scipy_on_the_mixture_decreases_the_loss(dataset):
     """With q(Z) and q(log β) the ELBO uses fixed draws, so it is a deterministic function Scipy can minimise."""
-    alg = PVI(gpflow.kernels.SquaredExponential(lengthscales=0.5), Z, gpflow.likelihoods.Gaussian(0.05), rounds=1,
-              local_steps=10, patience=5, num_predict_samples=3)
+    alg = PVI(
+        gpflow.kernels.SquaredExponential(lengthscales=0.5),
+        Z,
+        gpflow.likelihoods.Gaussian(0.05),
+        rounds=1,
+        local_steps=10,
+        patience=5,
+        num_predict_samples=3,
+    )
     model = run(alg, dataset).model
     loss = model.training_loss_closure(dataset.pooled())
     start = float(loss().numpy())
@@ -130,16 +171,26 @@ def test_scipy_on_the_mixture_decreases_the_loss(dataset):
     gpflow.optimizers.Scipy().minimize(loss, model.trainable_variables, options=dict(maxiter=10))
     end = float(loss().numpy())
     assert np.isfinite(end) and end < start
-    assert not any("kernel" in name for name in gpflow.utilities.parameter_dict(model) if
-                   gpflow.utilities.parameter_dict(model)[name].trainable)  # β is q(β)'s, not the kernel's
+    assert not any(
+        "kernel" in name
+        for name in gpflow.utilities.parameter_dict(model)
+        if gpflow.utilities.parameter_dict(model)[name].trainable
+    )  # β is q(β)'s, not the kernel's
 
 
 def test_dpo_with_q_Z_through_the_ledger(dataset):
     """Message names and shapes of spec §3.5, byte counts from that table, and a client's own pseudo-set never
     sent back to it (the cavity it receives is exactly the other clients' latest sets)."""
     M, D, H, K = 6, 1, 3, 3
-    alg = PVI(gpflow.kernels.SquaredExponential(lengthscales=0.5), Z, gpflow.likelihoods.Gaussian(0.05), rounds=5,
-              local_steps=20, patience=5, num_predict_samples=3)
+    alg = PVI(
+        gpflow.kernels.SquaredExponential(lengthscales=0.5),
+        Z,
+        gpflow.likelihoods.Gaussian(0.05),
+        rounds=5,
+        local_steps=20,
+        patience=5,
+        num_predict_samples=3,
+    )
     result = run(alg, dataset, runtime=LocalRuntime(keep_payloads=True))
     Mk = alg.num_pseudo(20)
     assert Mk == 16
@@ -149,7 +200,14 @@ def test_dpo_with_q_Z_through_the_ledger(dataset):
     assert [m.sender for m in ups] == ["client_0", "client_1", "client_2", "client_0", "client_1"]
     for msg in ups:
         assert {k: v.shape for k, v in msg.arrays.items()} == {
-            "dZ_nu": (M, D), "dZ_lam": (M, D), "drho_nu": (H,), "drho_lam": (H,), "V": (Mk, D), "m": (Mk, 1), "s": (Mk,)}
+            "dZ_nu": (M, D),
+            "dZ_lam": (M, D),
+            "drho_nu": (H,),
+            "drho_lam": (H,),
+            "V": (Mk, D),
+            "m": (Mk, 1),
+            "s": (Mk,),
+        }
     payload = [sum(a.nbytes for a in m.arrays.values()) for m in ups]
     assert payload == [8 * (2 * M * D + 2 * H + Mk * (D + 2))] * 5  # 528 bytes of arrays: spec §3.5
     up_bytes = [e.nbytes for e in result.ledger.select(direction="up", purpose="train")]
@@ -180,8 +238,15 @@ def test_compiled_prediction_equals_eager(dataset):
     """``tf.function(model.predict_f)`` with a dynamic number of test points equals the eager prediction."""
     import tensorflow as tf
 
-    alg = PVI(gpflow.kernels.SquaredExponential(lengthscales=0.5), Z, gpflow.likelihoods.Gaussian(0.05), rounds=1,
-              local_steps=10, patience=5, num_predict_samples=3)
+    alg = PVI(
+        gpflow.kernels.SquaredExponential(lengthscales=0.5),
+        Z,
+        gpflow.likelihoods.Gaussian(0.05),
+        rounds=1,
+        local_steps=10,
+        patience=5,
+        num_predict_samples=3,
+    )
     model = run(alg, dataset).model
     compiled = tf.function(model.predict_f, input_signature=[tf.TensorSpec([None, 1], tf.float64)])
     for a, b in zip(compiled(XT), model.predict_f(XT)):
@@ -193,8 +258,15 @@ def test_checkpoint_and_multiple_assign_round_trip(dataset, tmp_path):
     predictions of a model whose values were changed."""
     import tensorflow as tf
 
-    alg = PVI(gpflow.kernels.SquaredExponential(lengthscales=0.5), Z, gpflow.likelihoods.Gaussian(0.05), rounds=1,
-              local_steps=10, patience=5, num_predict_samples=3)
+    alg = PVI(
+        gpflow.kernels.SquaredExponential(lengthscales=0.5),
+        Z,
+        gpflow.likelihoods.Gaussian(0.05),
+        rounds=1,
+        local_steps=10,
+        patience=5,
+        num_predict_samples=3,
+    )
     model = run(alg, dataset).model
     gpflow.utilities.print_summary(model)
     reference = model.predict_f(XT)[0].numpy()

@@ -19,8 +19,7 @@ def _algorithm(**kw):
 def test_recycle_messages_and_ensemble():
     data = toy_concatenation(num_tasks=3, num_per_task=60, seed=0)
     local_kernel = gpflow.kernels.SquaredExponential(variance=5.0, lengthscales=0.3)
-    result = run(_algorithm(local_kernel=local_kernel), data,
-                 runtime=LocalRuntime(keep_payloads=True), seed=0)
+    result = run(_algorithm(local_kernel=local_kernel), data, runtime=LocalRuntime(keep_payloads=True), seed=0)
     up = [e for e in result.ledger.entries if e.direction == "up"]
     assert len(up) == 3
     messages = [m for m in result.ledger.messages if m.sender != "server"]
@@ -31,8 +30,9 @@ def test_recycle_messages_and_ensemble():
         assert not np.any(np.isin(Y_k, m.arrays["q_mu"]))  # no raw output is sent
     # the server's ensemble is the one fitted from the sent models alone
     models = [RecyclableModel.from_arrays(m.arrays) for m in messages]
-    central = EnsembleSVGP(models, gpflow.kernels.SquaredExponential(lengthscales=0.3),
-                           np.linspace(0, 5.5, 20)[:, None])
+    central = EnsembleSVGP(
+        models, gpflow.kernels.SquaredExponential(lengthscales=0.3), np.linspace(0, 5.5, 20)[:, None]
+    )
     central.fit(maxiter=20)
     np.testing.assert_allclose(result.model.elbo().numpy(), central.elbo().numpy(), rtol=1e-8)
     assert result.metrics["test_rmse"] < np.std(data.test[1])  # better than predicting the mean
@@ -55,10 +55,49 @@ def test_cli_locals_then_ensemble_from_file(tmp_path, capsys):
     from gpflow_fed.cli import main
 
     path = tmp_path / "models.npz"
-    assert main(["recycle", "locals", "--dataset", "toy", "--points", "40", "--inducing", "4", "--maxiter", "5",
-                 "--out", str(path), "--json", "--logdir", str(tmp_path)]) == 0
-    assert main(["recycle", "ensemble", str(path), "--inducing", "8", "--maxiter", "5",
-                 "--out", str(tmp_path / "ens.npz"), "--evaluate", "toy", "--json", "--logdir", str(tmp_path)]) == 0
+    assert (
+        main(
+            [
+                "recycle",
+                "locals",
+                "--dataset",
+                "toy",
+                "--points",
+                "40",
+                "--inducing",
+                "4",
+                "--maxiter",
+                "5",
+                "--out",
+                str(path),
+                "--json",
+                "--logdir",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "recycle",
+                "ensemble",
+                str(path),
+                "--inducing",
+                "8",
+                "--maxiter",
+                "5",
+                "--out",
+                str(tmp_path / "ens.npz"),
+                "--evaluate",
+                "toy",
+                "--json",
+                "--logdir",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     import json
 
     decoder, text, lines = json.JSONDecoder(), capsys.readouterr().out, []

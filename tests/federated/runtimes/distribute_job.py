@@ -68,7 +68,9 @@ def build_jobs() -> Dict[str, Tuple[Callable[[], Any], Any, Dict[str, Any]]]:
 
     def fsgp(mode: str, fraction: float) -> Callable[[], Any]:
         kernel = gpflow.kernels.SquaredExponential(variance=1.0, lengthscales=[1.0, 1.0])
-        return lambda: FSGP(kernel, Z, 0.1, rounds=3, local_steps=5, learning_rate=0.05, client_fraction=fraction, mode=mode)
+        return lambda: FSGP(
+            kernel, Z, 0.1, rounds=3, local_steps=5, learning_rate=0.05, client_fraction=fraction, mode=mode
+        )
 
     toy_rng = np.random.default_rng(5)
     toy = FederatedDataset(
@@ -76,21 +78,42 @@ def build_jobs() -> Dict[str, Tuple[Callable[[], Any], Any, Dict[str, Any]]]:
         test=(toy_rng.normal(size=(6, 2)), toy_rng.normal(size=(6, 1))),
     )
     one = FederatedDataset([toy.clients[2]], test=toy.test)
+
     # the other algorithms, small: FedBNR (both aggregations), PVI (DPO over q(Z), CPO), Recycle
     def fedbnr(aggregation: str) -> Callable[[], Any]:
         kd = {"distillation_data": (X[:20], Y[:20]), "kd_steps": 3} if aggregation == "kd" else {}
-        return lambda: FedBNR(URK(2, num_samples=6, seed=0), 0.5, 1.0, rounds=2, local_steps=3,
-                              learning_rate=0.05, aggregation=aggregation, **kd)
+        return lambda: FedBNR(
+            URK(2, num_samples=6, seed=0),
+            0.5,
+            1.0,
+            rounds=2,
+            local_steps=3,
+            learning_rate=0.05,
+            aggregation=aggregation,
+            **kd,
+        )
 
     def pvi(param: str) -> Callable[[], Any]:
         inducing = {"dpo": "distribution", "cpo": "fixed"}[param]
-        return lambda: PVI(gpflow.kernels.SquaredExponential(lengthscales=[1.0, 1.0]), Z[:5],
-                           gpflow.likelihoods.Gaussian(0.1), param, rounds=3, local_steps=4,
-                           learn_inducing=inducing, num_predict_samples=2)
+        return lambda: PVI(
+            gpflow.kernels.SquaredExponential(lengthscales=[1.0, 1.0]),
+            Z[:5],
+            gpflow.likelihoods.Gaussian(0.1),
+            param,
+            rounds=3,
+            local_steps=4,
+            learn_inducing=inducing,
+            num_predict_samples=2,
+        )
 
     def recycle() -> Any:
-        return Recycle(gpflow.kernels.SquaredExponential(lengthscales=[1.0, 1.0]), Z, num_local_inducing=4,
-                       local_maxiter=5, maxiter=5)
+        return Recycle(
+            gpflow.kernels.SquaredExponential(lengthscales=[1.0, 1.0]),
+            Z,
+            num_local_inducing=4,
+            local_maxiter=5,
+            maxiter=5,
+        )
 
     exclude = FaultPolicy(on_error="exclude")
     dp = DifferentialPrivacy(noise_multiplier=1.1, clip_norm=5.0, weight_bound=10.0, insecure_noise_seed=5)
@@ -103,12 +126,18 @@ def build_jobs() -> Dict[str, Tuple[Callable[[], Any], Any, Dict[str, Any]]]:
         "toy_shape": (lambda: Faulty(2, "shape", bad=("client_2",)), toy, {"faults": exclude}),
         "toy_one_client": (lambda: FederatedMean(2), one, {}),
         "toy_raise": (lambda: Faulty(1, "raise", bad=("client_3",)), toy, {}),
-        "toy_secure_dp": (lambda: Faulty(2, "nan", bad=("client_1",)), toy,
-                          {"faults": exclude, "secure_aggregation": True, "differential_privacy": dp}),
+        "toy_secure_dp": (
+            lambda: Faulty(2, "nan", bad=("client_1",)),
+            toy,
+            {"faults": exclude, "secure_aggregation": True, "differential_privacy": dp},
+        ),
         "fsgp_exact_secure": (fsgp("exact", 1.0), fsgp_data, {"placement": "blocks", "secure_aggregation": True}),
         # OS-random DP noise and sampling: the workers must agree on them (the chief's server secret)
-        "toy_dp_os": (lambda: FederatedMean(3, client_fraction=0.5), toy,
-                      {"differential_privacy": DifferentialPrivacy(noise_multiplier=1.0, clip_norm=5.0)}),
+        "toy_dp_os": (
+            lambda: FederatedMean(3, client_fraction=0.5),
+            toy,
+            {"differential_privacy": DifferentialPrivacy(noise_multiplier=1.0, clip_norm=5.0)},
+        ),
         "fedbnr_fedavg": (fedbnr("fedavg"), fsgp_data, {}),
         "fedbnr_kd": (fedbnr("kd"), fsgp_data, {"placement": "blocks"}),
         "pvi_dpo": (pvi("dpo"), fsgp_data, {}),
@@ -197,7 +226,9 @@ def main(argv: Any = None) -> None:
     args = parser.parse_args(argv)
     if args.strategy == "mwms":
         workers = [f"127.0.0.1:{p}" for p in args.ports.split(",")]
-        os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": args.index}})
+        os.environ["TF_CONFIG"] = json.dumps(
+            {"cluster": {"worker": workers}, "task": {"type": "worker", "index": args.index}}
+        )
     import tensorflow as tf
 
     if args.strategy == "mirrored":

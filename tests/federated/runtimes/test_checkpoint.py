@@ -18,8 +18,13 @@ from tests.federated.helpers import FederatedMean, Stop, stop_after
 def interrupted_then_resumed(algorithm_factory, data, tmp_path, stop, **runtime_kwargs):
     directory = tmp_path / "ckpt"
     with pytest.raises(Stop):
-        run(algorithm_factory(), data, runtime=LocalRuntime(checkpoint_dir=directory, **runtime_kwargs),
-            monitor=stop_after(stop), seed=5)
+        run(
+            algorithm_factory(),
+            data,
+            runtime=LocalRuntime(checkpoint_dir=directory, **runtime_kwargs),
+            monitor=stop_after(stop),
+            seed=5,
+        )
     assert latest_checkpoint(str(directory)).endswith(f"round-{stop}")
     resumed = LocalRuntime(checkpoint_dir=directory, resume=True, **runtime_kwargs)
     return run(algorithm_factory(), data, runtime=resumed, seed=5)
@@ -100,8 +105,16 @@ def test_fsgp_resume_is_identical(fsgp_data, tmp_path, mode, fraction):
     Z = np.linspace(-2.5, 2.5, 4)[:, None]
 
     def factory():
-        return FSGP(gpflow.kernels.SquaredExponential(), Z, 0.1, rounds=3, local_steps=2, learning_rate=0.05,
-                    client_fraction=fraction, mode=mode)
+        return FSGP(
+            gpflow.kernels.SquaredExponential(),
+            Z,
+            0.1,
+            rounds=3,
+            local_steps=2,
+            learning_rate=0.05,
+            client_fraction=fraction,
+            mode=mode,
+        )
 
     full = run(factory(), fsgp_data, seed=5)
     resumed = interrupted_then_resumed(factory, fsgp_data, tmp_path, stop=0)
@@ -113,7 +126,9 @@ def test_fsgp_resume_is_identical(fsgp_data, tmp_path, mode, fraction):
     assert without_timing(resumed.history) == without_timing(full.history)
 
 
-@pytest.mark.parametrize("job, stop", [("fedbnr_fedavg", 0), ("fedbnr_kd", 1), ("pvi_dpo", 1), ("pvi_cpo", 0), ("recycle", 0)])
+@pytest.mark.parametrize(
+    "job, stop", [("fedbnr_fedavg", 0), ("fedbnr_kd", 1), ("pvi_dpo", 1), ("pvi_cpo", 0), ("recycle", 0)]
+)
 def test_every_algorithm_resumes_to_the_uninterrupted_run(tmp_path, job, stop):
     """FedBNR (FedAvg, KD), PVI (DPO, CPO) and Recycle: server state, client state (Adam moments, factors,
     random-stream positions) and the round survive a restart; the resumed run's history, ledger and

@@ -1,4 +1,5 @@
-"""DistributeRuntime: MirroredStrategy (2 logical CPUs) and MultiWorkerMirroredStrategy (2 processes) match LocalRuntime.
+"""DistributeRuntime: MirroredStrategy (2 logical CPUs) and MultiWorkerMirroredStrategy (2 processes) match
+LocalRuntime.
 
 Logical devices and ``TF_CONFIG`` must be set before TensorFlow initialises its devices, so the strategies run
 in subprocesses (``distribute_job.py``); this process runs the same jobs under LocalRuntime as the oracle.
@@ -33,7 +34,11 @@ LOCAL_ONLY = ("placement", "threads")
 def _launch(args: List[str]) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "tests.federated.runtimes.distribute_job", *args],
-        cwd=ROOT, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=ROOT,
+        env=ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
 
 
@@ -95,17 +100,31 @@ def test_mirrored_strategy_reproduces_local_runtime(mirrored, local_summaries, j
     ours.pop("devices", None)
     _assert_same(ours, local_summaries[job], job)
     if "predict_f" in ours:  # the comparison above is exact-to-1e-6 on predictions and final parameters
-        assert ours["ledger"] and sum(e[-1] for e in ours["ledger"]) == sum(e[-1] for e in local_summaries[job]["ledger"])
+        assert ours["ledger"] and sum(e[-1] for e in ours["ledger"]) == sum(
+            e[-1] for e in local_summaries[job]["ledger"]
+        )
 
 
 def test_mirrored_strategy_places_clients_on_replica_devices(mirrored):
     """Round-robin: clients 0 and 2 on CPU:0, 1 and 3 on CPU:1; blocks: 0, 1 on CPU:0 and 2, 3 on CPU:1."""
-    devices = {job: {cid: d.rsplit("/", 1)[-1] for cid, d in mirrored[job]["devices"].items()} for job in ("toy_mean", "toy_collect")}
-    expected_rr = {"client_0": "device:CPU:0", "client_1": "device:CPU:1", "client_2": "device:CPU:0", "client_3": "device:CPU:1"}
+    devices = {
+        job: {cid: d.rsplit("/", 1)[-1] for cid, d in mirrored[job]["devices"].items()}
+        for job in ("toy_mean", "toy_collect")
+    }
+    expected_rr = {
+        "client_0": "device:CPU:0",
+        "client_1": "device:CPU:1",
+        "client_2": "device:CPU:0",
+        "client_3": "device:CPU:1",
+    }
     assert devices["toy_mean"] == {cid: expected_rr[cid] for cid in devices["toy_mean"]}
     assert len(devices["toy_mean"]) == 4  # sampled 3 of 4 per round; all four over three rounds
-    assert devices["toy_collect"] == {"client_0": "device:CPU:0", "client_1": "device:CPU:0",
-                                      "client_2": "device:CPU:1", "client_3": "device:CPU:1"}
+    assert devices["toy_collect"] == {
+        "client_0": "device:CPU:0",
+        "client_1": "device:CPU:0",
+        "client_2": "device:CPU:1",
+        "client_3": "device:CPU:1",
+    }
 
 
 def test_mirrored_strategy_error_names_the_client(mirrored, local_summaries):
@@ -171,15 +190,22 @@ def test_one_device_strategy_matches_local_runtime(dataset):  # noqa: F811
     ref = run(FederatedMean(3, client_fraction=0.5), dataset, runtime=LocalRuntime(), seed=1)
     assert ours.state == ref.state
     assert ours.ledger.entries == ref.ledger.entries
-    _assert_same([{k: v for k, v in e.items() if k != "seconds"} for e in ours.history],
-                 [{k: v for k, v in e.items() if k != "seconds"} for e in ref.history])
+    _assert_same(
+        [{k: v for k, v in e.items() if k != "seconds"} for e in ours.history],
+        [{k: v for k, v in e.items() if k != "seconds"} for e in ref.history],
+    )
 
 
 def test_collect_words_carry_strings_and_numbers_exactly():
     from gpflow_fed.federated.runtimes.distribute import _from_words, _to_words, _words
 
-    arrays = [np.array('{"kernel": "SE", "ü": 1}'), np.array([b"ab", b"cde"]), np.arange(5, dtype=np.int32),
-              np.array([[0.1, -2.5e300]]), np.array([True, False])]
+    arrays = [
+        np.array('{"kernel": "SE", "ü": 1}'),
+        np.array([b"ab", b"cde"]),
+        np.arange(5, dtype=np.int32),
+        np.array([[0.1, -2.5e300]]),
+        np.array([True, False]),
+    ]
     for a in arrays:
         words = _to_words(a)
         assert words.dtype == np.float64 and words.size == _words(a.shape, str(a.dtype))
@@ -196,9 +222,17 @@ def test_not_a_strategy_is_a_type_error():
 
 PROTECTIONS = {
     "secure": {"secure_aggregation": True},
-    "dp": {"differential_privacy": DifferentialPrivacy(noise_multiplier=1.1, clip_norm=5.0, weight_bound=10.0, insecure_noise_seed=5)},
-    "both": {"secure_aggregation": True,
-             "differential_privacy": DifferentialPrivacy(noise_multiplier=1.1, clip_norm=5.0, weight_bound=10.0, insecure_noise_seed=5)},
+    "dp": {
+        "differential_privacy": DifferentialPrivacy(
+            noise_multiplier=1.1, clip_norm=5.0, weight_bound=10.0, insecure_noise_seed=5
+        )
+    },
+    "both": {
+        "secure_aggregation": True,
+        "differential_privacy": DifferentialPrivacy(
+            noise_multiplier=1.1, clip_norm=5.0, weight_bound=10.0, insecure_noise_seed=5
+        ),
+    },
 }
 
 
@@ -215,10 +249,19 @@ def test_one_device_strategy_protects_sums_as_local_runtime(dataset, protection,
     assert ours.state == ref.state and ours.privacy == ref.privacy
     assert ours.ledger.entries == ref.ledger.entries
     with pytest.raises(Stop):
-        run(FederatedMean(4, client_fraction=0.5), dataset, monitor=stop_after(1), seed=2,
-            runtime=DistributeRuntime(strategy, checkpoint_dir=tmp_path, **options))
-    resumed = run(FederatedMean(4, client_fraction=0.5), dataset, seed=2,
-                  runtime=DistributeRuntime(strategy, checkpoint_dir=tmp_path, resume=True, **options))
+        run(
+            FederatedMean(4, client_fraction=0.5),
+            dataset,
+            monitor=stop_after(1),
+            seed=2,
+            runtime=DistributeRuntime(strategy, checkpoint_dir=tmp_path, **options),
+        )
+    resumed = run(
+        FederatedMean(4, client_fraction=0.5),
+        dataset,
+        seed=2,
+        runtime=DistributeRuntime(strategy, checkpoint_dir=tmp_path, resume=True, **options),
+    )
     assert resumed.state == ref.state and resumed.privacy == ref.privacy
 
 
@@ -235,11 +278,14 @@ def test_checkpoint_folder_per_worker():
     assert worker_folder(TwoWorkers(), "ck") == os.path.join("ck", "worker-1")
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"placement": "random"}, "placement"),
-    ({"eval_every": -1}, "eval_every"),
-    ({"resume": True}, "resume=True needs checkpoint_dir"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"placement": "random"}, "placement"),
+        ({"eval_every": -1}, "eval_every"),
+        ({"resume": True}, "resume=True needs checkpoint_dir"),
+    ],
+)
 def test_bad_options_are_value_errors(kwargs, match):
     with pytest.raises(ValueError, match=match):
         DistributeRuntime(tf.distribute.OneDeviceStrategy("/cpu:0"), **kwargs)

@@ -38,7 +38,9 @@ def test_noise_std_matches_and_aggregate_is_clipped_sum_plus_noise(aggregation, 
     dp = DifferentialPrivacy(noise_multiplier=1.5, clip_norm=0.5, weight_bound=weight_bound, insecure_noise_seed=11)
     aggregator = Aggregator(dp=dp)
     cohort = ("client_0", "client_1")
-    context = ExchangeContext(run_id=bytes(16), purpose="train", round=2, phase="p", aggregation=aggregation, cohort=cohort)
+    context = ExchangeContext(
+        run_id=bytes(16), purpose="train", round=2, phase="p", aggregation=aggregation, cohort=cohort
+    )
     rng = np.random.default_rng(0)
     raw = [rng.normal(size=20_000), rng.normal(size=20_000) * 1e-4]
     weights = [5.0, 2.0]
@@ -130,4 +132,8 @@ def test_dp_on_named_phases_only(dataset):  # noqa: F811
     assert result.privacy["epsilon"] == pytest.approx(one.epsilon()) and result.privacy["releases"] == 1
     assert result.state["mean"] != plain.state["mean"]
     with pytest.raises(ValueError, match="never executes"):
-        run(WithFinal(1), dataset, runtime=LocalRuntime(differential_privacy=DifferentialPrivacy(1.0, 1.0, phases=("predict",))))
+        run(
+            WithFinal(1),
+            dataset,
+            runtime=LocalRuntime(differential_privacy=DifferentialPrivacy(1.0, 1.0, phases=("predict",))),
+        )

@@ -20,8 +20,9 @@ def _spent(dp, releases):
 
 @pytest.mark.parametrize("epsilon", [0.5, 2.0, 8.0])
 def test_for_target_meets_the_target_tightly(epsilon):
-    dp = DifferentialPrivacy.for_target(epsilon, 1e-5, clip_norm=1.0, num_clients=10, rounds=20, clients_per_round=4,
-                                        final_sums=1)
+    dp = DifferentialPrivacy.for_target(
+        epsilon, 1e-5, clip_norm=1.0, num_clients=10, rounds=20, clients_per_round=4, final_sums=1
+    )
     releases = [(10, 4, 1)] * 20 + [(10, 10, 1)]
     assert _spent(dp, releases) <= epsilon
     slightly_less_noise = DifferentialPrivacy(dp.noise_multiplier * 0.99, 1.0, 1e-5)
@@ -31,8 +32,9 @@ def test_for_target_meets_the_target_tightly(epsilon):
 def test_for_target_with_the_pld_accountant():
     epsilon = 10.0
     # PLD's memory grows with ε(z): the bracket must not evaluate z far below the answer (z = 1e-3 needed 301 GiB)
-    dp = DifferentialPrivacy.for_target(epsilon, 1e-5, clip_norm=1.0, num_clients=1000, rounds=0, final_sums=1,
-                                        accountant="pld", tolerance=0.1)
+    dp = DifferentialPrivacy.for_target(
+        epsilon, 1e-5, clip_norm=1.0, num_clients=1000, rounds=0, final_sums=1, accountant="pld", tolerance=0.1
+    )
     releases = [(1000, 1000, 1)]
     assert _spent(dp, releases) <= epsilon
     assert _spent(DifferentialPrivacy(dp.noise_multiplier * 0.9, 1.0, 1e-5, accountant="pld"), releases) > epsilon
@@ -57,8 +59,9 @@ def _data():
 
 
 def test_a_calibrated_fsgp_run_spends_at_most_the_target():
-    dp = DifferentialPrivacy.for_target(3.0, 1e-5, clip_norm=50.0, num_clients=3, rounds=0, final_sums=1,
-                                        phases=("predict",))
+    dp = DifferentialPrivacy.for_target(
+        3.0, 1e-5, clip_norm=50.0, num_clients=3, rounds=0, final_sums=1, phases=("predict",)
+    )
     algorithm = FSGP(gpflow.kernels.SquaredExponential(), 5, rounds=2)
     with pytest.warns(DPUtilityWarning):  # three clients at ε = 3: mostly noise, and the run says so
         result = run(algorithm, _data(), runtime=LocalRuntime(differential_privacy=dp))
@@ -68,12 +71,20 @@ def test_a_calibrated_fsgp_run_spends_at_most_the_target():
 def test_warning_when_noise_swamps_the_signal():
     loud = DifferentialPrivacy(50.0, 0.01, phases=("predict",))  # tiny C: every client clipped, then much noise
     with pytest.warns(DPUtilityWarning, match=r"noise-to-signal ratio .* \(from the noised release\)") as caught:
-        run(FSGP(gpflow.kernels.SquaredExponential(), 5, rounds=1), _data(), runtime=LocalRuntime(differential_privacy=loud))
+        run(
+            FSGP(gpflow.kernels.SquaredExponential(), 5, rounds=1),
+            _data(),
+            runtime=LocalRuntime(differential_privacy=loud),
+        )
     assert len([w for w in caught if w.category is DPUtilityWarning]) == 1  # once per phase and run
     quiet = DifferentialPrivacy(1e-6, 1e3, phases=("predict",))  # noise std 1e-3, no clipping
     with warnings.catch_warnings():
         warnings.simplefilter("error", DPUtilityWarning)
-        run(FSGP(gpflow.kernels.SquaredExponential(), 5, rounds=1), _data(), runtime=LocalRuntime(differential_privacy=quiet))
+        run(
+            FSGP(gpflow.kernels.SquaredExponential(), 5, rounds=1),
+            _data(),
+            runtime=LocalRuntime(differential_privacy=quiet),
+        )
 
 
 def test_utility_warning_uses_only_the_noised_release():

@@ -15,12 +15,15 @@ def _expected_mean(ds, bad):
     return sum(ds.clients[k][1].sum() for k in keep) / sum(ds.client_sizes[k] for k in keep)
 
 
-@pytest.mark.parametrize("kind, reason", [
-    ("raise", "raised RuntimeError: out of memory"),
-    ("nan", "NaN or inf"),
-    ("shape", "payload shapes differ"),
-    ("not-a-message", "not a Message"),
-])
+@pytest.mark.parametrize(
+    "kind, reason",
+    [
+        ("raise", "raised RuntimeError: out of memory"),
+        ("nan", "NaN or inf"),
+        ("shape", "payload shapes differ"),
+        ("not-a-message", "not a Message"),
+    ],
+)
 def test_faulty_client_is_excluded_with_its_reason(dataset, kind, reason, caplog):  # noqa: F811
     runtime = LocalRuntime(faults=FaultPolicy(on_error="exclude", timeout=0.2))
     with caplog.at_level(logging.WARNING, logger="gpflow_fed.federated"):
@@ -82,9 +85,14 @@ def test_excluded_client_is_dropped_from_later_phases(dataset):  # noqa: F811
     assert second == {"client_0", "client_2", "client_3"}
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"on_error": "ignore"}, "on_error"), ({"min_clients": 0}, "min_clients"), ({"timeout": -1.0}, "timeout"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"on_error": "ignore"}, "on_error"),
+        ({"min_clients": 0}, "min_clients"),
+        ({"timeout": -1.0}, "timeout"),
+    ],
+)
 def test_fault_policy_validation(kwargs, match):
     with pytest.raises(ValueError, match=match):
         FaultPolicy(**kwargs)

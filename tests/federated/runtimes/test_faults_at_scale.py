@@ -93,8 +93,18 @@ def test_twenty_percent_faulty_clients_are_excluded_and_rmse_stays_within_five_p
     # the exclusions changed the training (so the comparison below is not trivially equal) ...
     assert not np.allclose(faulty.state.params["inducing_variable.Z"], clean.state.params["inducing_variable.Z"])
     # ... the fault-free run learned something, and the faulty run ends within 5 % of its test RMSE
-    initial = run(FSGP(gpflow.kernels.SquaredExponential(), _algorithm(FSGP, dataset).inducing_variable.Z.numpy(),
-                       0.5, rounds=0, local_steps=3, learning_rate=0.1), dataset, seed=0)
+    initial = run(
+        FSGP(
+            gpflow.kernels.SquaredExponential(),
+            _algorithm(FSGP, dataset).inducing_variable.Z.numpy(),
+            0.5,
+            rounds=0,
+            local_steps=3,
+            learning_rate=0.1,
+        ),
+        dataset,
+        seed=0,
+    )
     assert clean.metrics["test_rmse"] < 0.9 * initial.metrics["test_rmse"]
     assert faulty.metrics["test_rmse"] == pytest.approx(clean.metrics["test_rmse"], rel=0.05)
     assert np.isfinite(faulty.metrics["test_nlpd"])

@@ -48,7 +48,12 @@ def test_message_recorddict_round_trip_through_protobuf(purpose):
     message = _message()
     back, back_purpose = records.recorddict_to_message(_over_the_wire(records.message_to_recorddict(message, purpose)))
     assert back_purpose == purpose
-    assert (back.sender, back.round, back.phase, back.weight) == (message.sender, message.round, message.phase, message.weight)
+    assert (back.sender, back.round, back.phase, back.weight) == (
+        message.sender,
+        message.round,
+        message.phase,
+        message.weight,
+    )
     assert dict(back.metrics) == dict(message.metrics)
     assert list(back.arrays) == list(message.arrays)
     for name, array in message.arrays.items():
@@ -82,8 +87,17 @@ def test_bad_wire_content_and_factory_specs_are_named():
         records.build_algorithm("test:dict", {})
 
 
-@pytest.mark.parametrize("spec", ["subprocess:run", "os:system", "builtins:eval", "gpflow_fed_no_such_module:f",
-                                  "tests.federated.helpers:nothing", "no_colon"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "subprocess:run",
+        "os:system",
+        "builtins:eval",
+        "gpflow_fed_no_such_module:f",
+        "tests.federated.helpers:nothing",
+        "no_colon",
+    ],
+)
 def test_unregistered_factory_is_neither_imported_nor_called(spec, monkeypatch):
     """A run config is written by whoever submits the run: naming any importable callable must not run it."""
     import sys
@@ -154,9 +168,9 @@ def test_write_app_and_supernode_command(tmp_path):
 def _assert_same_run(flower, local, Xs):
     for ours, ref in zip(flower.model.predict_f(Xs), local.model.predict_f(Xs)):
         np.testing.assert_allclose(ours.numpy(), ref.numpy(), rtol=1e-10, atol=1e-12)
-    assert [(e.sender, e.receiver, e.round, e.phase, e.purpose, e.names, e.shapes, e.nbytes) for e in flower.ledger] == [
-        (e.sender, e.receiver, e.round, e.phase, e.purpose, e.names, e.shapes, e.nbytes) for e in local.ledger
-    ]
+    assert [
+        (e.sender, e.receiver, e.round, e.phase, e.purpose, e.names, e.shapes, e.nbytes) for e in flower.ledger
+    ] == [(e.sender, e.receiver, e.round, e.phase, e.purpose, e.names, e.shapes, e.nbytes) for e in local.ledger]
     strip = lambda h: [{k: v for k, v in e.items() if k != "seconds"} for e in h]  # noqa: E731
     assert strip(flower.history) == strip(local.history)
     assert flower.metrics == pytest.approx(local.metrics, rel=1e-10)
@@ -201,7 +215,9 @@ def test_excluded_faulty_client_matches_local_runtime():
     policy = FaultPolicy(on_error="exclude", min_clients=2)
     local = run(_failing(fsgp({"rounds": 3}), "client_1", 1), ds, runtime=LocalRuntime(faults=policy), seed=2)
     flower = run(_failing(fsgp({"rounds": 3}), "client_1", 1), ds, runtime=FlowerRuntime(faults=policy), seed=2)
-    assert set(flower.history[1]["excluded"]) == {"client_1"} and "diverged" in flower.history[1]["excluded"]["client_1"]
+    assert (
+        set(flower.history[1]["excluded"]) == {"client_1"} and "diverged" in flower.history[1]["excluded"]["client_1"]
+    )
     assert [h["clients"] for h in flower.history] == [h["clients"] for h in local.history] == [3, 2, 3]
     for ours, ref in zip(flower.model.predict_f(ds.test[0]), local.model.predict_f(ds.test[0])):
         np.testing.assert_allclose(ours.numpy(), ref.numpy(), rtol=1e-10, atol=1e-12)
@@ -228,7 +244,10 @@ def test_server_app_with_restarted_client_apps_matches_local_runtime(tmp_path, t
     assert [h["local_bound"] for h in out["record"]["history"]] == [h["local_bound"] for h in local.history]
     assert out["record"]["metrics"] == pytest.approx(local.metrics, rel=1e-10)
     assert sum(e["nbytes"] for e in out["record"]["ledger"]) == local.ledger.total_bytes()
-    assert sorted(os.listdir(tmp_path / "state" / f"run-{task_identity}")) == ["node-1001-client_1", "node-1002-client_0"]
+    assert sorted(os.listdir(tmp_path / "state" / f"run-{task_identity}")) == [
+        "node-1001-client_1",
+        "node-1002-client_0",
+    ]
 
 
 def test_server_app_runs_the_shared_round_loop_with_evaluation_and_checkpoints(tmp_path, task_identity):
@@ -238,8 +257,15 @@ def test_server_app_runs_the_shared_round_loop_with_evaluation_and_checkpoints(t
 
     ds = dataset()
     local = run(fsgp({"rounds": 3}), ds, runtime=LocalRuntime(eval_every=1), seed=4)
-    config = {"algorithm": FACTORY, "seed": 4, "rounds": 3, "output": str(tmp_path / "out"), "num-clients": 2,
-              "eval-every": 1, "checkpoint-dir": str(tmp_path / "ckpt")}
+    config = {
+        "algorithm": FACTORY,
+        "seed": 4,
+        "rounds": 3,
+        "output": str(tmp_path / "out"),
+        "num-clients": 2,
+        "eval-every": 1,
+        "checkpoint-dir": str(tmp_path / "ckpt"),
+    }
     grid, test = _loopback(tmp_path, ds, config, task_identity)
     config["test-data"] = test
     server_app(grid, Context(run_id=task_identity, node_id=1, node_config={}, state=RecordDict(), run_config=config))
@@ -258,14 +284,18 @@ def test_server_app_failure_is_written_for_the_caller(tmp_path, task_identity):
     config = {"algorithm": "tests.federated.helpers:nothing", "output": str(tmp_path / "out")}
     grid, _ = _loopback(tmp_path, ds, config, task_identity)
     with pytest.raises(ValueError, match="not a registered algorithm factory"):
-        server_app(grid, Context(run_id=task_identity, node_id=1, node_config={}, state=RecordDict(), run_config=config))
+        server_app(
+            grid, Context(run_id=task_identity, node_id=1, node_config={}, state=RecordDict(), run_config=config)
+        )
     assert "not a registered algorithm factory" in (tmp_path / "out" / "error.json").read_text()
     # duplicate client indices are refused before any training, naming the fix
     for context in grid.contexts.values():
         context.node_config = {**context.node_config, "client-index": 0}
     config["algorithm"] = FACTORY
     with pytest.raises(ValueError, match="distinct indices 0 … 1"):
-        server_app(grid, Context(run_id=task_identity, node_id=1, node_config={}, state=RecordDict(), run_config=config))
+        server_app(
+            grid, Context(run_id=task_identity, node_id=1, node_config={}, state=RecordDict(), run_config=config)
+        )
 
 
 @pytest.mark.slow
@@ -274,7 +304,9 @@ def test_superlink_and_two_supernodes_on_loopback_match_local_runtime(tmp_path):
     ds = dataset()
     local = run(fsgp({"rounds": 2}), ds, runtime=LocalRuntime(), seed=3)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    with LoopbackFederation(str(tmp_path), ds, env={"PYTHONPATH": root, TRUSTED_MODULES_ENV: "tests.federated.helpers"}) as federation:
+    with LoopbackFederation(
+        str(tmp_path), ds, env={"PYTHONPATH": root, TRUSTED_MODULES_ENV: "tests.federated.helpers"}
+    ) as federation:
         out = federation.run(FACTORY, {"seed": 3, "rounds": 2}, timeout=400)
     mean, var = local.model.predict_f(ds.test[0])
     np.testing.assert_allclose(out["predictions"]["mean"], mean.numpy(), rtol=1e-6, atol=1e-9)

@@ -46,12 +46,18 @@ def test_limb_bits_rejects_impossible_cohorts():
         secagg.limb_bits(2**30)
 
 
-@pytest.mark.parametrize("aggregator", [
-    Aggregator(),
-    Aggregator(secure=True),
-    Aggregator(secure=SecureAggregation(20), dp=DifferentialPrivacy(1.5, 2.0, delta=1e-6, weight_bound=3.0, phases=("predict",), insecure_noise_seed=2)),
-    Aggregator(dp=DifferentialPrivacy(0.8, 1.0, accountant="pld", insecure_noise_seed=9)),
-])
+@pytest.mark.parametrize(
+    "aggregator",
+    [
+        Aggregator(),
+        Aggregator(secure=True),
+        Aggregator(
+            secure=SecureAggregation(20),
+            dp=DifferentialPrivacy(1.5, 2.0, delta=1e-6, weight_bound=3.0, phases=("predict",), insecure_noise_seed=2),
+        ),
+        Aggregator(dp=DifferentialPrivacy(0.8, 1.0, accountant="pld", insecure_noise_seed=9)),
+    ],
+)
 def test_aggregator_survives_the_run_config(aggregator):
     config = secagg.aggregator_to_config(aggregator)
     assert all(isinstance(v, (bool, int, float, str)) for v in config.values())  # Flower run-config values
@@ -93,15 +99,23 @@ def test_the_server_sees_neither_payloads_nor_their_encodings(dataset):  # noqa:
             assert codec.encode("x", secret, 4).tobytes() not in wire
             assert secagg.shifted_limbs(codec.encode("x", secret, 4), secagg.limb_bits(4)).tobytes() not in wire
     masked = [m for m in flower.ledger.messages if m.phase.endswith("collect_masked_vectors") and m.sender != "server"]
-    assert len(masked) == 2 * dataset.num_clients and len({m.arrays["masked_params"].tobytes() for m in masked}) == len(masked)
+    assert len(masked) == 2 * dataset.num_clients and len({m.arrays["masked_params"].tobytes() for m in masked}) == len(
+        masked
+    )
 
 
 @pytest.mark.parametrize("secure", [False, True])
 def test_differential_privacy_on_flower_equals_local_runtime(dataset, secure):  # noqa: F811
     dp = DifferentialPrivacy(noise_multiplier=1.2, clip_norm=5.0, weight_bound=10.0, insecure_noise_seed=5)
-    local = run(FederatedMean(3), dataset, runtime=LocalRuntime(secure_aggregation=secure, differential_privacy=dp), seed=4)
-    flower = run(FederatedMean(3), dataset,
-                 runtime=FlowerRuntime(secure_aggregation=secure, differential_privacy=dp, keep_payloads=True), seed=4)
+    local = run(
+        FederatedMean(3), dataset, runtime=LocalRuntime(secure_aggregation=secure, differential_privacy=dp), seed=4
+    )
+    flower = run(
+        FederatedMean(3),
+        dataset,
+        runtime=FlowerRuntime(secure_aggregation=secure, differential_privacy=dp, keep_payloads=True),
+        seed=4,
+    )
     assert flower.model.mean == local.model.mean
     assert flower.privacy == local.privacy and flower.privacy["epsilon"] > 0
     assert [h["epsilon"] for h in flower.history] == [h["epsilon"] for h in local.history]
@@ -111,9 +125,14 @@ def test_differential_privacy_on_flower_equals_local_runtime(dataset, secure):  
                 assert np.sqrt(sum(np.sum(a**2) for a in m.arrays.values())) <= dp.clip_norm + 1e-12
 
 
-@pytest.mark.parametrize("kind, reason", [
-    ("raise", "out of memory"), ("nan", "NaN or inf"), ("shape", "payload shapes differ"),
-])
+@pytest.mark.parametrize(
+    "kind, reason",
+    [
+        ("raise", "out of memory"),
+        ("nan", "NaN or inf"),
+        ("shape", "payload shapes differ"),
+    ],
+)
 def test_faulty_clients_are_excluded_before_masking(dataset, kind, reason):  # noqa: F811
     policy = FaultPolicy(on_error="exclude")
     local = run(Faulty(2, kind), dataset, runtime=LocalRuntime(secure_aggregation=True, faults=policy), seed=0)
@@ -139,10 +158,15 @@ def test_a_client_dropping_out_inside_secagg_plus_is_recovered_exactly(task_iden
     rng = np.random.default_rng(3)
     codes = {n: rng.integers(0, 2**64, size=6, dtype=np.uint64, endpoint=False) for n in grid.contexts}
     for n, c in codes.items():
-        secagg.keep_prepared(grid.contexts[n], Message(f"client_{n}", 2, "stats", {"a": c[:2], "b": c[2:]}, weight=0.0), "train")
+        secagg.keep_prepared(
+            grid.contexts[n], Message(f"client_{n}", 2, "stats", {"a": c[:2], "b": c[2:]}, weight=0.0), "train"
+        )
     seen = []
     total, survivors = secagg.secagg_plus_sum(
-        grid, sorted(codes), 6, {"purpose": "train", "round": 2, "phase": "stats"},
+        grid,
+        sorted(codes),
+        6,
+        {"purpose": "train", "round": 2, "phase": "stats"},
         record=lambda node, stage, outgoing, config: seen.append((node, stage, outgoing)),
     )
     assert sorted(survivors) == [1001, 1002, 1004]
@@ -174,7 +198,9 @@ def test_secure_phase_needs_two_clients_and_layout_is_checked(dataset):  # noqa:
         from flwr.common import FitIns, Parameters
         from flwr.compat.common import recorddict_compat as compat
 
-        fitins = FitIns(Parameters([], "numpy.ndarray"), {"purpose": "train", "round": 0, "phase": "p", "limb-bits": 30})
+        fitins = FitIns(
+            Parameters([], "numpy.ndarray"), {"purpose": "train", "round": 0, "phase": "p", "limb-bits": 30}
+        )
         secagg.masked_input(compat.fitins_to_recorddict(fitins, True), context)
 
 
@@ -185,8 +211,14 @@ def test_server_app_runs_secagg_plus_from_the_run_config(tmp_path, task_identity
 
     ds = fsgp_dataset()
     local = run(fsgp({"rounds": 2}), ds, runtime=LocalRuntime(secure_aggregation=True), seed=4)
-    config = {"algorithm": FACTORY, "seed": 4, "rounds": 2, "output": str(tmp_path / "out"), "num-clients": 2,
-              **secagg.aggregator_to_config(Aggregator(secure=True))}
+    config = {
+        "algorithm": FACTORY,
+        "seed": 4,
+        "rounds": 2,
+        "output": str(tmp_path / "out"),
+        "num-clients": 2,
+        **secagg.aggregator_to_config(Aggregator(secure=True)),
+    }
     grid, test = _loopback(tmp_path, ds, config, task_identity)
     config["test-data"] = test
     server_app(grid, Context(run_id=task_identity, node_id=1, node_config={}, state=RecordDict(), run_config=config))
@@ -209,7 +241,9 @@ def test_secagg_plus_on_a_superlink_and_two_supernodes(tmp_path):
     local = run(fsgp({"rounds": 1}), ds, runtime=LocalRuntime(secure_aggregation=True), seed=3)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     settings = {"seed": 3, "rounds": 1, **secagg.aggregator_to_config(Aggregator(secure=True))}
-    with LoopbackFederation(str(tmp_path), ds, env={"PYTHONPATH": root, "GPFLOW_FED_ALGORITHM_MODULES": "tests.federated.helpers"}) as federation:
+    with LoopbackFederation(
+        str(tmp_path), ds, env={"PYTHONPATH": root, "GPFLOW_FED_ALGORITHM_MODULES": "tests.federated.helpers"}
+    ) as federation:
         out = federation.run(FACTORY, settings, timeout=580)
     mean, var = local.model.predict_f(ds.test[0])
     np.testing.assert_allclose(out["predictions"]["mean"], mean.numpy(), rtol=1e-6, atol=1e-9)

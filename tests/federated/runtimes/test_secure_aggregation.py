@@ -39,7 +39,9 @@ def test_masks_cancel_exactly_in_fixed_point():
             assert np.all(masked[c][name] != encoded[c][name])
             assert np.max(np.abs(secure.decode(masked[c][name]) - values[c][name])) > 1.0
     # a different exchange draws different masks
-    again = aggregator.mask(Message(cohort[0], 1, "p", encoded[cohort[0]], weight=0.0), aggregator.context("train", 1, "p", "sum", cohort))
+    again = aggregator.mask(
+        Message(cohort[0], 1, "p", encoded[cohort[0]], weight=0.0), aggregator.context("train", 1, "p", "sum", cohort)
+    )
     assert np.all(again["a"] != masked[cohort[0]]["a"])
 
 
@@ -57,7 +59,9 @@ def test_fixed_point_range_and_bad_settings_are_rejected():
 @pytest.mark.parametrize("algorithm_class", [FederatedMean, WeightedMean])
 def test_server_sees_only_masks_and_the_exact_sum(dataset, algorithm_class):  # noqa: F811
     plain = run(algorithm_class(rounds=2), dataset, runtime=LocalRuntime(), seed=4)
-    secure = run(algorithm_class(rounds=2), dataset, runtime=LocalRuntime(secure_aggregation=True, keep_payloads=True), seed=4)
+    secure = run(
+        algorithm_class(rounds=2), dataset, runtime=LocalRuntime(secure_aggregation=True, keep_payloads=True), seed=4
+    )
     assert secure.state["mean"] == pytest.approx(plain.state["mean"], abs=1e-9)
     assert secure.state["seen"] == plain.state["seen"]
     assert secure.history[0]["local_mean"] == pytest.approx(plain.history[0]["local_mean"], abs=1e-8)
@@ -68,8 +72,12 @@ def test_server_sees_only_masks_and_the_exact_sum(dataset, algorithm_class):  # 
     for m in ups:
         assert m.weight == 0.0 and all(a.dtype == np.uint64 for a in m.arrays.values())
         Y = by_id[m.sender][1]
-        truth = {"sum_y": Y.sum(0), "n": np.array([len(Y)], float), "mean_y": len(Y) * Y.mean(0),
-                 "secagg/weight": np.array([len(Y)], float)}
+        truth = {
+            "sum_y": Y.sum(0),
+            "n": np.array([len(Y)], float),
+            "mean_y": len(Y) * Y.mean(0),
+            "secagg/weight": np.array([len(Y)], float),
+        }
         for name, masked in m.arrays.items():
             if name in truth:
                 assert np.all(masked != codec.encode(name, truth[name], dataset.num_clients))
@@ -124,8 +132,14 @@ def test_fsgp_with_secure_aggregation_matches_plain_fsgp():
     data = FederatedDataset(clients=clients, test=(np.linspace(-3, 3, 7)[:, None], np.zeros((7, 1))), name="sine")
 
     def fsgp():
-        return FSGP(gpflow.kernels.SquaredExponential(), np.linspace(-2, 2, 3)[:, None], 0.1, rounds=2,
-                    local_steps=2, learning_rate=0.05)
+        return FSGP(
+            gpflow.kernels.SquaredExponential(),
+            np.linspace(-2, 2, 3)[:, None],
+            0.1,
+            rounds=2,
+            local_steps=2,
+            learning_rate=0.05,
+        )
 
     plain = run(fsgp(), data, seed=1)
     secure = run(fsgp(), data, runtime=LocalRuntime(secure_aggregation=True), seed=1)
