@@ -1,5 +1,5 @@
 """The client side of PVI: q(Z), q(log β) and the client's own u-factor, fitted by Adam with early stopping
-(spec §2.6, §5, P9) on the Monte-Carlo local free energy (paper eq. 7 with the α-scaled Z-KL of §4.1)::
+(docs guide 'PVI') on the Monte-Carlo local free energy (paper eq. 7 with the α-scaled Z-KL of §4.1)::
 
     L_k,α = E_{q(Z)q(β)}[ ELL_k(Z, β) − KL[q(u|Z,β) ‖ q_\\k(u|Z,β)] ] − KL[q(β) ‖ q_\\k(β)] − α KL[q(Z) ‖ q_\\k(Z)]
 
@@ -54,14 +54,15 @@ def initial_log_beta(
 
 class CPOFactor:
     """A client's own CPO factor over u (paper §5.1) as trainable ``(m [M, 1], S_raw [M, M])``: S_k = L Lᵀ +
-    S_FLOOR·I with L = tril(S_raw) and an exp diagonal (spec P3); natural parameters Λ = S_k⁻¹, η = Λ m."""
+    S_FLOOR·I with L = tril(S_raw) and an exp diagonal (positive definite for any S_raw); natural parameters
+    Λ = S_k⁻¹, η = Λ m."""
 
     def __init__(self, M: int, dtype: tf.DType) -> None:
         self.m = tf.Variable(tf.zeros((M, 1), dtype), shape=(M, 1))
         self.S_raw = tf.Variable(tf.zeros((M, M), dtype), shape=(M, M))
 
     def cpo_sqrt(self) -> tf.Tensor:
-        """Cholesky factor of ``S_k = L Lᵀ + S_FLOOR·I``, ``L`` lower-triangular with an exp diagonal (spec P3).
+        """Cholesky factor of ``S_k = L Lᵀ + S_FLOOR·I``, ``L`` lower-triangular with an exp diagonal.
         The floor bounds the factor's precision by 1/S_FLOOR, as for DPO's diagonal s: without it Adam drives
         S_k's eigenvalues to 0 in directions the client cannot see, which breaks other clients' cavities (docs
         "Why CPO's S_k has a floor")."""
@@ -198,7 +199,8 @@ class LocalProblem:
 
     # --- the objective --------------------------------------------------------------------------------
     def free_energy(self, point_Z: bool) -> tf.Tensor:
-        """The Monte-Carlo estimate of L_k,α (spec §2.6) at the loaded client's current random-stream position."""
+        """The Monte-Carlo estimate of L_k,α (reparameterised samples of q(Z), q(log β)) at the loaded client's
+        current random-stream position."""
         dtype = gpflow.default_float()
         seed = tf.stack([tf.convert_to_tensor(self.seed), tf.convert_to_tensor(self.counter)])
         M, D = self.q_Z.Z_mean.shape
@@ -251,11 +253,11 @@ class LocalProblem:
 
     def fit(self, which: str, max_steps: int, patience: int, smoothing: int = 20) -> Tuple[float, int]:
         """Adam until the running mean of the free energy stops improving for ``patience`` steps (pvi
-        ``EarlyStopping`` semantics on a ``smoothing``-step running mean, spec §5) or ``max_steps``; the rule is
+        ``EarlyStopping`` semantics on a ``smoothing``-step running mean) or ``max_steps``; the rule is
         checked after every step, and steps run in compiled chunks of :data:`CHUNK`.
 
         A chunk whose Cholesky fails is undone (variables, Adam state and random-stream position restored) and
-        retried with the jitter ×10, up to :data:`MAX_JITTER` (spec P1); past that, with half the learning rate
+        retried with the jitter ×10, up to :data:`MAX_JITTER`; past that, with half the learning rate
         (for the rest of this update), at most :data:`MAX_HALVINGS` times.
         TensorFlow's CPU Cholesky reports an indefinite matrix either by raising or by filling its output with
         NaNs, so a non-finite free energy is treated the same way. When neither helps it raises ``ValueError``
@@ -318,7 +320,7 @@ class LocalProblem:
 
 
 def stack_sets(sets: Sequence[Dict[str, np.ndarray]], D: int) -> Dict[str, np.ndarray]:
-    """Concatenate DPO pseudo-sets (diagonal S makes the union exact, spec §1.4)."""
+    """Concatenate DPO pseudo-sets (with diagonal S the union of pseudo-sets is exactly the product of factors)."""
     if not sets:
         return {"V": np.zeros((0, D)), "m": np.zeros((0, 1)), "s": np.zeros((0,))}
     return {k: np.concatenate([s[k] for s in sets], axis=0) for k in ("V", "m", "s")}
