@@ -232,7 +232,7 @@ def region_noise_covariance(
     G is evaluated on the well-conditioned pivot subset of ``Sₙ`` (module docstring, :func:`pivoted_region_factor`).
 
     With ``method="weak"`` the weak criterion ``Var[f(s) | W] ≥ H(s, s)`` is imposed at every grid point of
-    ``Sₙ`` (the SDP (10) with γ = |Sₙ|), solved by the certified Krylov reduction of
+    ``Sₙ`` (the SDP (10) with γ the number of points of ``Sₙ``), solved by the certified Krylov reduction of
     :mod:`~gpflow_fed.privacy.weak`: the reduction applies unchanged, and on a dense grid the columns of
     ``K_{X,Sₙ}`` are nearly dependent, so the Krylov dimension k stays far below γ (only the size ``k + γ`` of
     the one small LMI grows with the grid). The guarantee holds at the grid points; between them it holds up to

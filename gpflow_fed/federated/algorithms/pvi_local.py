@@ -175,7 +175,7 @@ class LocalProblem:
     def set_cavity(
         self, qZ: Optional[NaturalGaussian], qrho: Optional[NaturalGaussian], sets: Mapping[str, np.ndarray]
     ) -> None:
-        """Load the cavities: q_\\k(Z) and q_\\k(log β) in natural parameters, and the other clients' u-factors
+        """Load the cavities: ``q_\\k(Z)`` and ``q_\\k(log β)`` in natural parameters, and the other clients' u-factors
         (DPO pseudo-sets ``V, m, s``, possibly none; CPO summed natural parameters ``eta, Lam``)."""
         if qZ is not None:
             self.cavZ_nu.assign(qZ.nu), self.cavZ_lam.assign(qZ.lam)
