@@ -56,6 +56,7 @@ def test_cpo_factors_stay_below_the_floor_and_the_server_sum_is_exact(diagnostic
         assert entry["server_sum_error"] < 1e-9
 
 
+@pytest.mark.slow  # ~100 s on 2 cores: a diagnostic of a benchmark script, not a library capability
 def test_first_client_reports_both_free_energies(diagnostics, capsys):
     assert diagnostics.main(["first-client", "--refit-steps", "3", *TINY]) == 0
     own, held = capsys.readouterr().out.strip().splitlines()
