@@ -23,8 +23,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 
-from gpflow_fed.data import FederatedDataset, fsgp_synthetic_1  # noqa: E402
-from gpflow_fed.data.partition import iid_partition  # noqa: E402
+from dp_utility import point_bound, scaled_fsgp1  # noqa: E402
+from gpflow_fed.data import FederatedDataset  # noqa: E402
 from gpflow_fed.federated import LocalRuntime, run  # noqa: E402
 from gpflow_fed.federated.algorithms import FedBNR  # noqa: E402
 from gpflow_fed.federated.protection.dp import DifferentialPrivacy  # noqa: E402
@@ -35,18 +35,12 @@ FEATURES, VARIANCE, LENGTHSCALE, Y_BOUND, SCALE = 25, 1.0, 0.3, 1.5, 3.0
 
 def example_dataset(num_clients: int, points: int, seed: int = 0) -> FederatedDataset:
     """K iid clients of ``points`` rows of FSGP synthetic dataset 1, scaled by public constants."""
-    data = fsgp_synthetic_1(seed=seed, num_train=num_clients * points)
-    parts = iid_partition(len(data.X_train), num_clients, seed=seed)
-    X, Y = data.X_train / 10.0, np.clip(data.Y_train / SCALE, -Y_BOUND, Y_BOUND)
-    return FederatedDataset(
-        clients=[(X[p], Y[p]) for p in parts], test=(data.X_test / 10.0, data.Y_test / SCALE), name="fsgp-1 scaled"
-    )
+    return scaled_fsgp1(num_clients, points, seed, Y_BOUND)
 
 
 def public_clip_norm(points: int) -> float:
-    """C = N_k·b: one point adds at most b = (B² + B y_max² + y_max⁴ + 1)^½ to the payload norm (B = ‖φ‖²)."""
-    B = VARIANCE * FEATURES / (FEATURES - 1)
-    return points * math.sqrt(B**2 + B * Y_BOUND**2 + Y_BOUND**4 + 1.0)
+    """C = N_k·b: one point adds at most b to the payload norm (:func:`dp_utility.point_bound`)."""
+    return points * point_bound(FEATURES, VARIANCE, Y_BOUND)
 
 
 def fedbnr(seed: int = 0) -> FedBNR:

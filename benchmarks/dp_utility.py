@@ -235,10 +235,27 @@ def fsgp_part(args: argparse.Namespace) -> None:
         )
 
 
+def scaled_fsgp1(num_clients: int, points: int, seed: int, y_max: float) -> FederatedDataset:
+    """FSGP synthetic dataset 1 over K iid clients of ``points`` rows, scaled by public constants: x/10, y/3
+    clipped to ±``y_max`` (the test outputs are scaled, not clipped)."""
+    data = fsgp_synthetic_1(seed=seed, num_train=num_clients * points)
+    parts = iid_partition(len(data.X_train), num_clients, seed=seed)
+    X, Y = data.X_train / 10.0, np.clip(data.Y_train / 3.0, -y_max, y_max)
+    return FederatedDataset(
+        clients=[(X[p], Y[p]) for p in parts], test=(data.X_test / 10.0, data.Y_test / 3.0), name="fsgp-1 scaled"
+    )
+
+
+def point_bound(num_samples: int, variance: float, y_max: float) -> float:
+    """b = (B² + B y_max² + y_max⁴ + 1)^½, the most one point adds to a phase-2 payload's norm, where
+    B = ‖φ(x)‖² = σ_f² m/(m−1) for every x (random Fourier features with m samples)."""
+    B = variance * num_samples / (num_samples - 1)
+    return math.sqrt(B**2 + B * y_max**2 + y_max**4 + 1.0)
+
+
 def fedbnr_part(args: argparse.Namespace) -> None:
     m, variance, lengthscale, y_max = args.features, 1.0, args.lengthscale, args.y_bound
-    B = variance * m / (m - 1)  # ‖φ(x)‖² of random Fourier features, for every x
-    b = math.sqrt(B**2 + B * y_max**2 + y_max**4 + 1.0)
+    b = point_bound(m, variance, y_max)
     noise_variance = (0.5 / 3.0) ** 2  # the generator's noise std 0.5, in units of y/3
     print(
         f"### FedBNR phase 2 (URK, m = {m} Fourier samples, L = {2 * m} features, ℓ = {lengthscale} on x/10, "
@@ -251,12 +268,7 @@ def fedbnr_part(args: argparse.Namespace) -> None:
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for K in args.fedbnr_clients:
-        data = fsgp_synthetic_1(seed=args.seed, num_train=K * args.fedbnr_points)
-        parts = iid_partition(len(data.X_train), K, seed=args.seed)
-        X, Y = data.X_train / 10.0, np.clip(data.Y_train / 3.0, -y_max, y_max)
-        dataset = FederatedDataset(
-            clients=[(X[p], Y[p]) for p in parts], test=(data.X_test / 10.0, data.Y_test / 3.0), name="fsgp-1 scaled"
-        )
+        dataset = scaled_fsgp1(K, args.fedbnr_points, args.seed, y_max)
         clip = max(dataset.client_sizes) * b
 
         def factory(cls: type = FedBNR) -> FedBNR:
@@ -289,7 +301,7 @@ def fedbnr_part(args: argparse.Namespace) -> None:
             )
         print(
             f"\nK = {K}: client 'scatter' payload norms {min(norms):.4g}..{max(norms):.4g} (bound C = {clip:.4g}); "
-            f"test-set std of y {float(np.std(data.Y_test)):.4g}\n",
+            f"test-set std of y {float(3.0 * np.std(dataset.test[1])):.4g}\n",
             flush=True,
         )
 
