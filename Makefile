@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-$(shell cksum setup.cfg | cut -d' ' -f1)
 PYTEST_ARGS ?=
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: install run test test-slow test-all lint format docs bench clean
+.PHONY: install run test test-slow test-all lint format docs bench bench-full clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -49,8 +49,11 @@ format: $(STAMP)
 docs: $(STAMP)
 	$(VENV)/bin/sphinx-build -W --keep-going -b html docs docs/_build/html
 
-bench: $(STAMP)
-	$(PY) benchmarks/run_all.py $(BENCH_ARGS)
+bench: $(STAMP)  ## quick profile (≤ 30 min): every table of BENCHMARKS.md at reduced size
+	$(PY) benchmarks/run_all.py --profile quick $(BENCH_ARGS)
+
+bench-full: $(STAMP)  ## the protocols behind BENCHMARKS.md (hours on 2 cores)
+	$(PY) benchmarks/run_all.py --profile full $(BENCH_ARGS)
 
 clean:
 	rm -rf docs/_build runs .pytest_cache

@@ -1,43 +1,154 @@
-"""Run every benchmark script in this folder, one after the other (``make bench``).
+"""Run the benchmark scripts of this folder in one of two profiles (``make bench`` / ``make bench-full``).
 
-Each script prints its own Markdown table; BENCHMARKS.md records the tables with the commands that produced
-them. ``--quick`` is passed to the scripts that offer a quick mode; ``--only NAME ...`` runs a subset.
+* ``quick`` (``make bench``): every script at reduced size, each table of BENCHMARKS.md in miniature; the whole
+  profile is meant to take ≤ 30 minutes on a 2-core machine.
+* ``full`` (``make bench-full``): the protocols behind BENCHMARKS.md, with the arguments of its saved runs
+  (``benchmarks/results/*.json`` record the command each came from); hours on a 2-core machine.
+
+Each invocation's output goes to ``--out/<profile>/<script>[-<n>].log`` (default ``runs/bench``, not tracked by
+git), and ``--out/<profile>/summary.json`` records, through :mod:`provenance`, the git commit, this command and,
+per invocation, its command line, exit code and seconds. ``--only NAME ...`` runs a subset.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Dict, List, Sequence
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from provenance import save  # noqa: E402
+
+Invocations = List[List[str]]
+
+# script → (quick invocations, full invocations); each invocation is an argument list.
+PROFILES: Dict[str, Dict[str, Invocations]] = {
+    "fsgp": {"quick": [["--quick"]], "full": [[]]},
+    "fedbnr": {"quick": [["--quick"]], "full": [[]]},
+    "pvi": {"quick": [["--quick"]], "full": [[]]},
+    "recyclable": {"quick": [["--quick"]], "full": [[]]},
+    "privacy_paper": {"quick": [["--json", ""]], "full": [[]]},
+    "privacy_aware": {
+        "quick": [["--sizes", "50", "100"]],
+        "full": [
+            [],
+            ["--weak", "--scale", "--json", "benchmarks/results/privacy_weak_oracle.json"],
+            [
+                "--weak",
+                "--no-oracle",
+                "--scale",
+                "1000:50",
+                "8000:20",
+                "--compare-small",
+                "--json",
+                "benchmarks/results/privacy_weak_scale.json",
+            ],
+        ],
+    },  # fmt: skip
+    "dp_utility": {"quick": [["--quick"]], "full": [[]]},
+    "dp_example": {
+        "quick": [["--clients", "40", "--epsilon", "50", "--draws", "1"]],
+        "full": [["--clients", "1000", "--draws", "3", "--save", "benchmarks/results/dp_example.json"]],
+    },
+    "distribute": {"quick": [["--quick"]], "full": [[]]},
+    "flower": {"quick": [[]], "full": [["--deployment"], ["--secure"]]},
+    "scale": {"quick": [["--quick"]], "full": [[]]},
+    "secure_aggregation": {
+        "quick": [["--clients", "10,100", "--repeats", "1", "--json", ""]],
+        "full": [[]],
+    },
+    "secure_round": {
+        "quick": [["--clients", "20", "--rounds", "1"]],
+        "full": [
+            [
+                "--clients",
+                "100",
+                "300",
+                "1000",
+                "--all-pairs-up-to",
+                "300",
+                "--rounds",
+                "3",
+                "--out",
+                "benchmarks/results/secure_round.json",
+            ],
+        ],
+    },  # fmt: skip
+    "robust": {
+        "quick": [["--seeds", "0"]],
+        "full": [["--seeds", "0", "1", "2", "--out", "benchmarks/results/robust.json"]],
+    },
+}
 
 
-def scripts() -> list[Path]:
-    return sorted(p for p in HERE.glob("*.py") if p.name != Path(__file__).name)
+# Scripts in this folder that are not in a profile, and why.
+NOT_PROFILED: Dict[str, str] = {
+    "run_all": "this runner",
+    "pvi_diagnostics": "diagnostic traces run by hand; BENCHMARKS.md § PVI gives their commands",
+}
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="pass --quick to the scripts that support it")
+def invocations(profile: str, only: Sequence[str] | None) -> List[List[str]]:
+    """The command lines (``benchmarks/<script>.py`` and its arguments) of ``profile``, in a fixed order."""
+    unknown = sorted(set(only or ()) - set(PROFILES))
+    if unknown:
+        raise SystemExit(f"unknown benchmark(s): {', '.join(unknown)}; choose from {', '.join(PROFILES)}")
+    return [
+        [f"benchmarks/{name}.py", *arguments]
+        for name, profiles in PROFILES.items()
+        if only is None or name in only
+        for arguments in profiles[profile]
+    ]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--profile", choices=("quick", "full"), default="quick")
     parser.add_argument("--only", nargs="+", default=None, help="script names without .py")
-    args = parser.parse_args()
-    chosen = [p for p in scripts() if args.only is None or p.stem in args.only]
-    failures = []
-    for script in chosen:
-        command = [sys.executable, str(script)]
-        if args.quick and "--quick" in script.read_text():
-            command.append("--quick")
-        print(f"\n### {script.name}: {' '.join(command[1:])}", flush=True)
+    parser.add_argument("--out", default="runs/bench", help="folder for the logs and summary.json")
+    parser.add_argument("--dry-run", action="store_true", help="print the commands only")
+    args = parser.parse_args(argv)
+    root = HERE.parent
+    out = Path(args.out) / args.profile
+    records = []
+    for command in invocations(args.profile, args.only):
+        line = " ".join(["python", *command])
+        print(f"\n### {line}", flush=True)
+        if args.dry_run:
+            continue
+        stem = Path(command[0]).stem
+        log = out / f"{stem}-{sum(r['script'] == stem for r in records)}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
         start = time.perf_counter()
-        rc = subprocess.call(command)
-        print(f"({script.name}: exit {rc}, {time.perf_counter() - start:.0f} s)", flush=True)
-        if rc != 0:
-            failures.append(script.name)
+        with open(log, "w") as fh:
+            process = subprocess.Popen(
+                [sys.executable, *command], cwd=root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
+            assert process.stdout is not None
+            for text in process.stdout:
+                sys.stdout.write(text)
+                fh.write(text)
+            rc = process.wait()
+        seconds = time.perf_counter() - start
+        print(f"({line}: exit {rc}, {seconds:.0f} s)", flush=True)
+        records.append({"script": stem, "command": line, "exit_code": rc, "seconds": round(seconds, 1)})
+    if args.dry_run:
+        return 0
+    save(
+        os.fspath(out / "summary.json"),
+        {"profile": args.profile, "total_seconds": round(sum(r["seconds"] for r in records), 1), "runs": records},
+        __file__,
+    )
+    failures = [r["command"] for r in records if r["exit_code"] != 0]
+    print(f"\n{len(records)} runs, {sum(r['seconds'] for r in records):.0f} s; summary: {out / 'summary.json'}")
     if failures:
-        print(f"failed: {', '.join(failures)}", file=sys.stderr)
+        print("failed:\n  " + "\n  ".join(failures), file=sys.stderr)
     return 1 if failures else 0
 
 
