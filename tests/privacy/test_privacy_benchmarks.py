@@ -133,6 +133,11 @@ def test_strong_peer_harness_our_side(tmp_path):
     assert same["ours_margin"] >= -1e-8 and same["peer_margin"] >= -1e-8 and same["peer_rank"] == same["ours_rank"]
     none = harness.compare(X, Y, idx, 0.5, 1, 1.0, np.zeros((40, 1)))
     assert none["peer_margin"] < -0.1 and none["rel_frobenius"] == pytest.approx(1.0)
-    assert "| 40 |" in harness.table_row(same)
+    rows = [dict(same, seed=0), dict(none, seed=1)]
+    assert "| 40 | 0 |" in harness.table_row(rows[0])
+    (case,) = harness.summarise(rows)
+    assert case["seeds"] == 2 and case["min_peer_margin"] == none["peer_margin"]
+    assert case["max_rel_frobenius"] == pytest.approx(1.0) and case["peer_rank"] == (1, same["peer_rank"])
+    assert harness.summary_row(case).startswith("| 0.5 | 40 | 2 |")
     argv = ["/tmp/x", "--peer-python", "/tmp/py", "--quick"]
     assert harness.recorded_argv(argv) == ["PEER", "--peer-python", "PEER_PYTHON", "--quick"]
