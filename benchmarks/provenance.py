@@ -25,8 +25,10 @@ def git_commit() -> str:
 
 
 def command(script: str, argv: Optional[List[str]] = None) -> str:
-    """The command that reproduces the run: ``python benchmarks/<script> <arguments>``."""
-    return " ".join(["python", f"benchmarks/{os.path.basename(script)}", *(sys.argv[1:] if argv is None else argv)])
+    """The command that reproduces the run: ``python benchmarks/[peer/]<script> <arguments>``."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.path.relpath(os.path.abspath(script), root)
+    return " ".join(["python", path, *(sys.argv[1:] if argv is None else argv)])
 
 
 def save(path: str, payload: Dict[str, Any], script: str, argv: Optional[List[str]] = None) -> None:

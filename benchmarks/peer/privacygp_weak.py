@@ -45,6 +45,21 @@ def load_peer(checkout: Path):
     return example.SDP
 
 
+def training_data(N: int, seed: int = 0) -> "tuple[np.ndarray, np.ndarray]":
+    """``[N, 1]`` inputs X ~ U[0, 10] (sorted) and outputs Y = sin X + 0.1ε, both from ``default_rng(seed)``."""
+    rng = np.random.default_rng(seed)
+    X = np.sort(rng.uniform(0, 10, (N, 1)), 0)
+    return X, np.sin(X) + 0.1 * rng.standard_normal((N, 1))
+
+
+def resolve_peer_commit(checkout: Path, given: "str | None") -> str:
+    """``given`` (for an export, which has no ``.git``), else the checkout's ``HEAD``, else ``"unknown"``."""
+    if given:
+        return given
+    head = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True)
+    return head.stdout.strip() or "unknown"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("peer", type=Path, help="path of a privacygp checkout")
@@ -54,13 +69,7 @@ def main() -> None:
     parser.add_argument("--peer-commit", default=None, help="the peer's commit, when the checkout is an export")
     args = parser.parse_args()
     SDP = load_peer(args.peer.resolve())
-    peer_commit = (
-        args.peer_commit
-        or subprocess.run(
-            ["git", "-C", str(args.peer), "rev-parse", "HEAD"], capture_output=True, text=True
-        ).stdout.strip()
-        or "unknown"
-    )
+    peer_commit = resolve_peer_commit(args.peer, args.peer_commit)
     commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
     record = dict(
         command="python benchmarks/peer/privacygp_weak.py PEER " + " ".join(sys.argv[2:]),
@@ -76,8 +85,7 @@ def main() -> None:
     )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for N in args.sizes:
-        rng = np.random.default_rng(0)
-        X = np.sort(rng.uniform(0, 10, (N, 1)), 0)
+        X, _ = training_data(N)
         S = np.linspace(0.25, 9.75, args.gamma)[:, None]
         k = gpflow.kernels.SquaredExponential(lengthscales=0.5)
         C = k.K(X).numpy() + 0.01 * np.eye(N)

@@ -99,3 +99,45 @@ def test_peer_harness_against_a_stand_in_checkout(tmp_path, capsys, monkeypatch)
     assert row["peer_margin"] >= -1e-9 and row["ours_margin"] >= -1e-9
     assert row["peer_trace"] >= row["ours_trace"] * (1 - 1e-6)
     assert "| 40 | 2 |" in capsys.readouterr().out
+
+
+def test_strong_peer_harness_our_side(tmp_path):
+    """The strong harness's problem, our side and its comparison, without torch: a peer Σ equal to ours agrees
+    to round-off and keeps the guarantee; Σ = 0 (no noise) breaks it; paths outside the repository are not
+    recorded."""
+    import numpy as np
+
+    harness = _load(ROOT / "peer" / "privacygp_strong.py", "privacygp_strong_harness")
+    with pytest.raises(SystemExit, match="not a privacygp checkout"):
+        harness.main([str(tmp_path)])
+    assert harness.parse_case("0.5:40,60") == (0.5, [40, 60])
+    idx = harness.sensitive_indices(40, 4)
+    assert idx.tolist() == [0, 13, 26, 39]
+    sys.path.insert(0, str(ROOT / "peer"))
+    try:
+        from privacygp_weak import training_data
+    finally:
+        sys.path.pop(0)
+    X, Y = training_data(40)
+    assert np.all(np.diff(X[:, 0]) >= 0) and X.min() >= 0 and X.max() <= 10
+    from gpflow_fed.privacy import ProportionalKernel, synthetic_noise_covariance
+
+    import gpflow
+
+    k = gpflow.kernels.SquaredExponential(lengthscales=0.5)
+    Sigma = synthetic_noise_covariance(k, X, X[idx], ProportionalKernel(k, 0.5), noise_variance=0.01)
+    lam, vecs = np.linalg.eigh(np.asarray(Sigma))
+    root = vecs[:, lam > 1e-12] * np.sqrt(lam[lam > 1e-12])
+    same = harness.compare(X, Y, idx, 0.5, 1, 1.0, root)
+    assert same["rel_frobenius"] < 1e-10 and same["peer_trace"] == pytest.approx(same["ours_trace"], rel=1e-10)
+    assert same["ours_margin"] >= -1e-8 and same["peer_margin"] >= -1e-8 and same["peer_rank"] == same["ours_rank"]
+    none = harness.compare(X, Y, idx, 0.5, 1, 1.0, np.zeros((40, 1)))
+    assert none["peer_margin"] < -0.1 and none["rel_frobenius"] == pytest.approx(1.0)
+    rows = [dict(same, seed=0), dict(none, seed=1)]
+    assert "| 40 | 0 |" in harness.table_row(rows[0])
+    (case,) = harness.summarise(rows)
+    assert case["seeds"] == 2 and case["min_peer_margin"] == none["peer_margin"]
+    assert case["max_rel_frobenius"] == pytest.approx(1.0) and case["peer_rank"] == (1, same["peer_rank"])
+    assert harness.summary_row(case).startswith("| 0.5 | 40 | 2 |")
+    argv = ["/tmp/x", "--peer-python", "/tmp/py", "--quick"]
+    assert harness.recorded_argv(argv) == ["PEER", "--peer-python", "PEER_PYTHON", "--quick"]
