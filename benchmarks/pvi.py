@@ -19,6 +19,9 @@ from typing import Any, Dict, List
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from provenance import save  # noqa: E402
+
 
 def run_method(
     method: str, dataset: Any, rounds: int, M: int = 100, seed: int = 0, eval_every: int = 0, **options: Any
@@ -153,6 +156,12 @@ def main(argv=None) -> int:
         "--init-noise", type=float, default=0.1, help="initial mean of q(σ_n²) (1.0 = the spec's literal log β = 0)"
     )
     p.add_argument(
+        "--initial-factors",
+        choices=("prior", "split"),
+        default="prior",
+        help="PVI's initial Z/β factors: split = the paper's q⁰ = prior·Π t_k⁰ (Alg. 2 line 2); prior = t_k⁰ ≡ 1",
+    )
+    p.add_argument(
         "--quick", action="store_true", help="M=20, 20 communications, 200 local steps, 20 prediction samples"
     )
     p.add_argument(
@@ -177,7 +186,9 @@ def main(argv=None) -> int:
         curves = {}
         for path in a.from_json.split(","):
             with open(path) as fh:
-                curves.update({tuple(k.split("|")[:2]) + (int(k.split("|")[2]),): v for k, v in json.load(fh).items()})
+                saved = json.load(fh)
+            runs = saved.get("runs", saved)  # files written before provenance hold the runs at the top level
+            curves.update({tuple(k.split("|")[:2]) + (int(k.split("|")[2]),): v for k, v in runs.items()})
         names = list(dict.fromkeys(k[0] for k in curves))
         report(
             curves, names, [m for m in a.methods.split(",") if any(k[1] == m for k in curves)], a.rounds, a.plot_prefix
@@ -205,11 +216,11 @@ def main(argv=None) -> int:
                     patience=a.patience,
                     num_predict_samples=a.predict_samples,
                     init_noise=a.init_noise,
+                    initial_factors=a.initial_factors,
                 )
                 curves[(name, m, split)] = out
                 if a.json:
-                    with open(a.json, "w") as fh:
-                        json.dump({f"{k[0]}|{k[1]}|{k[2]}": v for k, v in curves.items()}, fh)
+                    save(a.json, {"runs": {f"{k[0]}|{k[1]}|{k[2]}": v for k, v in curves.items()}}, __file__)
                 print(
                     f"# {name} split {split} {m}: ll {out['ll']:.4f} rmse {out['rmse']:.4f} {out['seconds']:.0f}s",
                     file=sys.stderr,
