@@ -140,16 +140,19 @@ def main(argv=None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
-        "--datasets", default="boston,concrete,diabetes,ozone", help="comma-separated names (ozone: regional clients)"
+        "--datasets",
+        default=None,
+        help="comma-separated names (ozone: regional clients); default boston,concrete,diabetes,ozone "
+        "(--quick: boston,diabetes)",
     )
-    p.add_argument("--methods", default="dpo,cpo,fixed,fedavg,global")
+    p.add_argument("--methods", default="dpo,cpo,fixed,fixed_dpo,fedavg,global")
     p.add_argument("--splits", type=int, default=5)
     p.add_argument("--first-split", type=int, default=0, help="run splits first-split .. first-split + splits − 1")
     p.add_argument("--clients", type=int, default=10)
     p.add_argument("--inducing", type=int, default=100)
     p.add_argument("--rounds", type=int, default=100)
     p.add_argument("--local-steps", type=int, default=5000)
-    p.add_argument("--fedavg-steps", type=int, default=1000)
+    p.add_argument("--fedavg-steps", type=int, default=100, help="J of Alg. 1 (the paper: 1,000)")
     p.add_argument("--patience", type=int, default=50, help="early-stopping patience of each local update")
     p.add_argument("--predict-samples", type=int, default=100)
     p.add_argument(
@@ -162,15 +165,17 @@ def main(argv=None) -> int:
         help="PVI's initial Z/β factors: split = the paper's q⁰ = prior·Π t_k⁰ (Alg. 2 line 2); prior = t_k⁰ ≡ 1",
     )
     p.add_argument(
-        "--quick", action="store_true", help="M=20, 20 communications, 200 local steps, 20 prediction samples"
+        "--quick",
+        action="store_true",
+        help="one split of boston and diabetes, M=20, 20 communications, 200 local steps, 20 prediction samples",
     )
     p.add_argument(
-        "--max-points", type=int, default=0, help="random subset of at most this many points per dataset (0: all)"
+        "--max-points", type=int, default=4000, help="random subset of at most this many points per dataset (0: all)"
     )
     p.add_argument(
         "--global-rounds",
         type=int,
-        default=0,
+        default=20,
         help="rounds of global VI (K = 1, each a local update of at most --local-steps Adam steps); "
         "0: rounds // clients",
     )
@@ -196,6 +201,8 @@ def main(argv=None) -> int:
         return 0
     if a.quick:
         a.inducing, a.rounds, a.local_steps, a.fedavg_steps, a.predict_samples = 20, 20, 200, 100, 20
+        a.splits, a.global_rounds, a.datasets = 1, 2, a.datasets or "boston,diabetes"
+    a.datasets = a.datasets or "boston,concrete,diabetes,ozone"
     from gpflow_fed.data import real_split
 
     methods = a.methods.split(",")

@@ -11,6 +11,7 @@ training inputs (first two coordinates, i.e. latitude/longitude for ozone), the 
     python benchmarks/pvi_diagnostics.py trace --dataset ozone --method global --rounds 20
     python benchmarks/pvi_diagnostics.py trace --dataset ozone --method dpo --partition iid   # iid clients
     python benchmarks/pvi_diagnostics.py trace --dataset ozone --method dpo --alpha 0.01      # (and global)
+    python benchmarks/pvi_diagnostics.py trace --dataset ozone --method dpo --rounds 20 --initial-factors split
     python benchmarks/pvi_diagnostics.py trace --dataset boston --method global --rounds 20   # concrete, diabetes
     python benchmarks/pvi_diagnostics.py trace --dataset boston --method cpo
 
