@@ -19,6 +19,9 @@ from typing import Any, Dict, List
 
 import numpy as np
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from provenance import save  # noqa: E402
+
 
 def run_method(
     method: str, dataset: Any, rounds: int, M: int = 100, seed: int = 0, eval_every: int = 0, **options: Any
@@ -137,31 +140,42 @@ def main(argv=None) -> int:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument(
-        "--datasets", default="boston,concrete,diabetes,ozone", help="comma-separated names (ozone: regional clients)"
+        "--datasets",
+        default=None,
+        help="comma-separated names (ozone: regional clients); default boston,concrete,diabetes,ozone "
+        "(--quick: boston,diabetes)",
     )
-    p.add_argument("--methods", default="dpo,cpo,fixed,fedavg,global")
+    p.add_argument("--methods", default="dpo,cpo,fixed,fixed_dpo,fedavg,global")
     p.add_argument("--splits", type=int, default=5)
     p.add_argument("--first-split", type=int, default=0, help="run splits first-split .. first-split + splits − 1")
     p.add_argument("--clients", type=int, default=10)
     p.add_argument("--inducing", type=int, default=100)
     p.add_argument("--rounds", type=int, default=100)
     p.add_argument("--local-steps", type=int, default=5000)
-    p.add_argument("--fedavg-steps", type=int, default=1000)
+    p.add_argument("--fedavg-steps", type=int, default=100, help="J of Alg. 1 (the paper: 1,000)")
     p.add_argument("--patience", type=int, default=50, help="early-stopping patience of each local update")
     p.add_argument("--predict-samples", type=int, default=100)
     p.add_argument(
         "--init-noise", type=float, default=0.1, help="initial mean of q(σ_n²) (1.0 = the spec's literal log β = 0)"
     )
     p.add_argument(
-        "--quick", action="store_true", help="M=20, 20 communications, 200 local steps, 20 prediction samples"
+        "--initial-factors",
+        choices=("prior", "split"),
+        default="prior",
+        help="PVI's initial Z/β factors: split = the paper's q⁰ = prior·Π t_k⁰ (Alg. 2 line 2); prior = t_k⁰ ≡ 1",
     )
     p.add_argument(
-        "--max-points", type=int, default=0, help="random subset of at most this many points per dataset (0: all)"
+        "--quick",
+        action="store_true",
+        help="one split of boston and diabetes, M=20, 20 communications, 200 local steps, 20 prediction samples",
+    )
+    p.add_argument(
+        "--max-points", type=int, default=4000, help="random subset of at most this many points per dataset (0: all)"
     )
     p.add_argument(
         "--global-rounds",
         type=int,
-        default=0,
+        default=20,
         help="rounds of global VI (K = 1, each a local update of at most --local-steps Adam steps); "
         "0: rounds // clients",
     )
@@ -177,7 +191,9 @@ def main(argv=None) -> int:
         curves = {}
         for path in a.from_json.split(","):
             with open(path) as fh:
-                curves.update({tuple(k.split("|")[:2]) + (int(k.split("|")[2]),): v for k, v in json.load(fh).items()})
+                saved = json.load(fh)
+            runs = saved.get("runs", saved)  # files written before provenance hold the runs at the top level
+            curves.update({tuple(k.split("|")[:2]) + (int(k.split("|")[2]),): v for k, v in runs.items()})
         names = list(dict.fromkeys(k[0] for k in curves))
         report(
             curves, names, [m for m in a.methods.split(",") if any(k[1] == m for k in curves)], a.rounds, a.plot_prefix
@@ -185,6 +201,8 @@ def main(argv=None) -> int:
         return 0
     if a.quick:
         a.inducing, a.rounds, a.local_steps, a.fedavg_steps, a.predict_samples = 20, 20, 200, 100, 20
+        a.splits, a.global_rounds, a.datasets = 1, 2, a.datasets or "boston,diabetes"
+    a.datasets = a.datasets or "boston,concrete,diabetes,ozone"
     from gpflow_fed.data import real_split
 
     methods = a.methods.split(",")
@@ -205,11 +223,11 @@ def main(argv=None) -> int:
                     patience=a.patience,
                     num_predict_samples=a.predict_samples,
                     init_noise=a.init_noise,
+                    initial_factors=a.initial_factors,
                 )
                 curves[(name, m, split)] = out
                 if a.json:
-                    with open(a.json, "w") as fh:
-                        json.dump({f"{k[0]}|{k[1]}|{k[2]}": v for k, v in curves.items()}, fh)
+                    save(a.json, {"runs": {f"{k[0]}|{k[1]}|{k[2]}": v for k, v in curves.items()}}, __file__)
                 print(
                     f"# {name} split {split} {m}: ll {out['ll']:.4f} rmse {out['rmse']:.4f} {out['seconds']:.0f}s",
                     file=sys.stderr,

@@ -11,6 +11,7 @@ training inputs (first two coordinates, i.e. latitude/longitude for ozone), the 
     python benchmarks/pvi_diagnostics.py trace --dataset ozone --method global --rounds 20
     python benchmarks/pvi_diagnostics.py trace --dataset ozone --method dpo --partition iid   # iid clients
     python benchmarks/pvi_diagnostics.py trace --dataset ozone --method dpo --alpha 0.01      # (and global)
+    python benchmarks/pvi_diagnostics.py trace --dataset ozone --method dpo --rounds 20 --initial-factors split
     python benchmarks/pvi_diagnostics.py trace --dataset boston --method global --rounds 20   # concrete, diabetes
     python benchmarks/pvi_diagnostics.py trace --dataset boston --method cpo
 
@@ -69,6 +70,7 @@ def trace(a: argparse.Namespace) -> None:
         local_steps=a.local_steps,
         patience=a.patience,
         num_predict_samples=a.predict_samples,
+        initial_factors=a.initial_factors,
     )
 
     def monitor(r: int, *, state: Any, algorithm: Any, **_: Any) -> None:
@@ -202,6 +204,12 @@ def main(argv: Any = None) -> int:
     p.add_argument("--patience", type=int, default=50)
     p.add_argument("--predict-samples", type=int, default=100)
     p.add_argument("--refit-steps", type=int, default=3000)
+    p.add_argument(
+        "--initial-factors",
+        choices=("prior", "split"),
+        default="prior",
+        help="trace: PVI's initial Z/β factors (split: the paper's q⁰ = prior·Π t_k⁰, Alg. 2 line 2)",
+    )
     a = p.parse_args(argv)
     {"trace": trace, "first-client": first_client, "cpo-factors": cpo_factors}[a.what](a)
     return 0

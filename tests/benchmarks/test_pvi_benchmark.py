@@ -27,3 +27,28 @@ def test_run_method_curve_is_the_mixture_log_likelihood_after_each_sweep(benchma
     assert out["curve"][-1] == out["ll"] and np.isfinite(out["curve"][0])
     glob = benchmark.run_method("global", data, 2, 4, 0, local_steps=20, patience=5, num_predict_samples=5)
     assert glob["every"] == 2 and glob["curve"] == [glob["ll"]]
+
+
+def test_fixed_z_with_dpo_factors_and_split_initial_factors_run(benchmark):
+    data = _linear_task()
+    for method in ("fixed_dpo", "dpo"):
+        out = benchmark.run_method(
+            method, data, 3, 4, 0, local_steps=20, patience=5, num_predict_samples=5, initial_factors="split"
+        )
+        assert np.isfinite(out["ll"]) and out["curve"] == [out["ll"]]
+
+
+def test_json_is_saved_with_provenance_and_read_back(benchmark, tmp_path, capsys):
+    import json
+
+    path = str(tmp_path / "pvi.json")
+    argv = ["--datasets", "diabetes", "--methods", "fixed_dpo", "--splits", "1", "--clients", "3", "--inducing", "4"]
+    argv += ["--rounds", "3", "--local-steps", "10", "--patience", "5", "--predict-samples", "3", "--max-points", "90"]
+    assert benchmark.main(argv + ["--json", path, "--plot-prefix", str(tmp_path / "p")]) == 0
+    saved = json.load(open(path))
+    assert set(saved) >= {"git_commit", "command", "machine", "runs"} and list(saved["runs"]) == [
+        "diabetes|fixed_dpo|0"
+    ]
+    capsys.readouterr()
+    assert benchmark.main(["--from-json", path, "--methods", "fixed_dpo", "--plot-prefix", str(tmp_path / "p")]) == 0
+    assert "| diabetes | fixed_dpo | 1 |" in capsys.readouterr().out

@@ -130,6 +130,11 @@ class PVI(Algorithm):
     :param fedavg_steps: J of Alg. 1.
     :param local_solver: ``"auto"`` solves the conjugate case (Gaussian likelihood, fixed Z and β, CPO, or
         DPO with M_k = N_k) exactly; ``"adam"`` always optimises.
+    :param initial_factors: ``"split"`` (paper Alg. 2, line 2: q⁰(Z) q⁰(log β) = p̃(Z) p(log β) Π_k t_k⁰, the
+        initial q (means ``inducing_variable`` and the kernel's values, variances ``init_Z_var`` and
+        ``init_rho_var``) shared equally among the K initial factors, t_k⁰ = (q⁰ / prior)^{1/K}, so that the first
+        clients' cavities keep (K − 1)/K of its precision) or ``"prior"`` (t_k⁰ ≡ 1: the server starts at the
+        prior and q⁰ only starts the first client's optimiser, whose cavity is then the prior).
     :param on_client_update: called with a :class:`ClientUpdate` after every client update (a diagnostics hook;
         it runs where the client update runs).
     """
@@ -164,6 +169,7 @@ class PVI(Algorithm):
         fedavg_steps: int = 1000,
         local_solver: str = "auto",
         jitter: float = 1e-6,
+        initial_factors: str = "prior",
         on_client_update: Optional[Callable[[ClientUpdate], None]] = None,
     ) -> None:
         super().__init__(rounds, client_fraction)
@@ -193,6 +199,10 @@ class PVI(Algorithm):
             ),
             (learning_rate > 0 and jitter > 0, "learning_rate and jitter must be positive"),
             (local_solver in ("auto", "adam"), f"local_solver must be 'auto' or 'adam', got {local_solver!r}"),
+            (
+                initial_factors in ("split", "prior"),
+                f"initial_factors must be 'split' or 'prior', got {initial_factors!r}",
+            ),
         ]
         for ok, message in checks:
             if not ok:
@@ -218,6 +228,7 @@ class PVI(Algorithm):
         self.learning_rate, self.local_steps, self.patience = float(learning_rate), int(local_steps), int(patience)
         self.fedavg_steps, self.local_solver, self.jitter = int(fedavg_steps), local_solver, float(jitter)
         self.num_hyper = num_hyperparameters(self.Z0.shape[1], likelihood, self.learn_hyperparameters)
+        self.initial_factors = initial_factors
         self.on_client_update = on_client_update
         self._workers: Dict[int, LocalProblem] = {}
 
@@ -258,15 +269,29 @@ class PVI(Algorithm):
             and (self.parameterisation == "cpo" or self.num_pseudo(num_data) == num_data)
         )
 
+    def initial_q(self) -> Tuple[Optional[NaturalGaussian], Optional[NaturalGaussian]]:
+        """The server's q⁰(Z) and q⁰(log β) (``None`` where not learned): the priors N(0, 1) for
+        ``initial_factors="prior"``; the initial q (``Z0``, ``init_Z_var``; the kernel's values, ``init_rho_var``)
+        for ``"split"``."""
+        qZ = NaturalGaussian.standard(self.Z0.shape) if self.learn_inducing == "distribution" else None
+        qrho = NaturalGaussian.standard((self.num_hyper,)) if self.num_hyper else None
+        if self.initial_factors == "split":
+            if qZ is not None:
+                qZ = NaturalGaussian.from_moments(self.Z0, self.Z0_var)
+            if qrho is not None:
+                mean = initial_log_beta(self.kernel, self.likelihood, self.Z0.shape[1])
+                qrho = NaturalGaussian.from_moments(mean, np.full(mean.shape, self.init_rho_var))
+        return qZ, qrho
+
     # --- server --------------------------------------------------------------------------------------
     def initial_state(self, info: FederationInfo) -> PVIState:
-        M, D = self.Z0.shape
-        H = self.num_hyper
+        M = self.Z0.shape[0]
+        qZ, qrho = self.initial_q()
         state = PVIState(
             versions=np.zeros(info.num_clients, dtype=np.int64),
-            qZ=NaturalGaussian.standard((M, D)) if self.learn_inducing == "distribution" else None,
+            qZ=qZ,
             Z=self.Z0.copy(),
-            qrho=NaturalGaussian.standard((H,)) if H else None,
+            qrho=qrho,
             client_ids=tuple(info.client_ids),
             client_sizes={cid: int(n) for cid, n in info.client_sizes.items()},
         )
@@ -364,6 +389,12 @@ class PVI(Algorithm):
         """The client's own factors and optimiser position, and its position in the federation (its entry in the
         broadcast ``versions`` and ``sizes``)."""
         M, D = self.Z0.shape
+        # t_k⁰ = (q⁰ / prior)^{1/K} (zero natural parameters for initial_factors="prior", where q⁰ is the prior)
+        share = 1.0 / len(state.client_ids)
+        qZ, qrho = self.initial_q()
+        tZ = NaturalGaussian.unit((M, D)) if qZ is None else (qZ - NaturalGaussian.standard((M, D))).scale(share)
+        H = self.num_hyper
+        trho = NaturalGaussian.unit((H,)) if qrho is None else (qrho - NaturalGaussian.standard((H,))).scale(share)
         client.state.update(
             index=state.client_ids.index(client.id),
             num_pseudo=self.num_pseudo(client.num_data),
@@ -372,8 +403,8 @@ class PVI(Algorithm):
             jitter=self.jitter,
             version=0,
             pending=None,
-            tZ=NaturalGaussian.unit((M, D)),
-            trho=NaturalGaussian.unit((self.num_hyper,)),
+            tZ=tZ,
+            trho=trho,
             t_eta=np.zeros((M, 1)),
             t_Lam=np.zeros((M, M)),
         )

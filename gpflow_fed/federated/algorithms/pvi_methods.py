@@ -10,8 +10,9 @@ from .pvi import PVI
 
 __all__ = ["INIT_NOISE", "METHODS", "make_pvi"]
 
-METHODS = ("dpo", "cpo", "fixed", "fedavg", "global")
-"""DPO and CPO factors with q(Z); fixed Z (CPO factors); FedAvg-Z (the paper's Alg. 1, DPO factors); global VI
+METHODS = ("dpo", "cpo", "fixed", "fixed_dpo", "fedavg", "global")
+"""DPO and CPO factors with q(Z); fixed Z (CPO factors, or DPO factors for ``"fixed_dpo"``); FedAvg-Z (the
+paper's Alg. 1, DPO factors); global VI
 (DPO PVI on the pooled data: the caller gives it a one-client dataset)."""
 
 INIT_NOISE = 0.1
@@ -37,5 +38,5 @@ def make_pvi(
     kernel = gpflow.kernels.SquaredExponential(lengthscales=np.ones(input_dim))
     lik = gpflow.likelihoods.Gaussian(float(init_noise))
     param = {"cpo": "cpo", "fixed": "cpo"}.get(method, "dpo")
-    learn = {"fixed": "fixed", "fedavg": "fedavg"}.get(method, "distribution")
+    learn = {"fixed": "fixed", "fixed_dpo": "fixed", "fedavg": "fedavg"}.get(method, "distribution")
     return PVI(kernel, Z0, lik, param, "sequential", rounds, learn_inducing=learn, **options)  # type: ignore[arg-type]

@@ -86,6 +86,38 @@ def test_sequential_global_q_equals_client_q(dataset):
         np.testing.assert_allclose(state.qrho.moments()[0], c.state["q_moments"]["rho"][0], rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.parametrize("initial_factors, bound", [("split", lambda v: v < 0.03), ("prior", lambda v: v > 0.1)])
+def test_split_initial_factors_keep_the_first_regional_update_from_inflating_q_z(initial_factors, bound):
+    """Paper Alg. 2, line 2: q⁰ = p̃(Z) p(log β) Π_k t_k⁰. With the initial q shared among the K factors, the
+    first client's cavity keeps (K − 1)/K of q⁰'s precision, so inducing inputs outside its region stay where q⁰
+    put them (variance ≈ 0.01); with t_k⁰ ≡ 1 its cavity is the prior N(0, 1) and they relax towards it."""
+    from gpflow_fed.federated import FederationInfo, reduce_messages
+    from gpflow_fed.federated.messages import Message
+    from gpflow_fed.federated.runtimes.base import make_clients
+
+    rng = np.random.default_rng(1)
+    X = np.sort(rng.uniform(-2, 2, (60, 1)), axis=0)
+    Y = np.sin(3 * X) + 0.1 * rng.standard_normal((60, 1))
+    regional = FederatedDataset([(X[20 * i : 20 * (i + 1)], Y[20 * i : 20 * (i + 1)]) for i in range(3)])
+    kernel, lik = gpflow.kernels.SquaredExponential(lengthscales=0.3), gpflow.likelihoods.Gaussian(0.05)
+    alg = PVI(
+        kernel, Z, lik, rounds=1, learning_rate=0.05, local_steps=300, patience=20, initial_factors=initial_factors
+    )
+    clients, _ = make_clients(regional, 0)
+    info = FederationInfo(tuple(c.id for c in clients), {c.id: c.num_data for c in clients}, 1, 1, 0)
+    state = alg.initial_state(info)
+    for c in clients:
+        alg.setup_client(c, state)
+    for name, prior in (("tZ", NaturalGaussian.standard(Z.shape)), ("trho", NaturalGaussian.standard((3,)))):
+        total = sum((c.state[name] for c in clients[1:]), clients[0].state[name]) + prior
+        q0 = state.qZ if name == "tZ" else state.qrho
+        np.testing.assert_allclose(total.nu, q0.nu, atol=1e-9)  # the server's q is prior × Π t_k from the start
+        np.testing.assert_allclose(total.lam, q0.lam, atol=1e-9)
+    down = Message("server", 0, "train", alg.broadcast(state, 0, "train"), weight=0.0)
+    state = alg.server_update(state, reduce_messages([alg.client_update(clients[0], down)], "collect"))
+    assert bound(float(state.qZ.moments()[1].max())), state.qZ.moments()[1].ravel()
+
+
 def test_improper_synchronous_update_is_rejected(dataset):
     kernel, lik = gpflow.kernels.SquaredExponential(), gpflow.likelihoods.Gaussian(0.05)
     alg = PVI(kernel, Z, lik, schedule="synchronous", rounds=1, learn_hyperparameters=False)
@@ -130,6 +162,7 @@ def test_cavity_clipping_and_natural_parameters():
         (dict(schedule="x"), "schedule"),
         (dict(max_pseudo=0), "max_pseudo"),
         (dict(init_S=1e-7), "init_S must exceed the floor"),
+        (dict(initial_factors="data"), "initial_factors"),
     ],
 )
 def test_bad_configuration(kwargs, match):
