@@ -13,8 +13,18 @@ and ⇓/↓ (better).
 Differences from the thesis: fixed rounds and steps (no validation early stopping, no grid search), the
 final model is scored (not the best round), and the datasets are those shipped by installed packages.
 
+Two studies write JSON to ``benchmarks/results/`` after every seed:
+
+* ``--study calibration``: FedBNR vs FedBNR-KD calibration (Table 3.2) with diagnostics — ECE over two level
+  grids, signed coverage, the learnt σ², FedBNR-KD at α = 10 and a kernel-only distillation;
+* ``--study thesis-schedule``: the thesis' schedule for FedBNR and FedBNR-KD — up to 100 rounds × 50 full-batch
+  local steps, the global model scored after every round, early stopping after 5 rounds without a better
+  validation RMSE, FedBNR-KD's α chosen on validation from ``--alphas``; reports the thesis' "minimum test RMSE"
+  and the test RMSE of the validation-selected round.
+
     python benchmarks/fedbnr.py --quick --datasets concrete --clients 10 --seeds 3
     python benchmarks/fedbnr.py --gemm-only
+    python benchmarks/fedbnr.py --study thesis-schedule --datasets diabetes --clients 10 --seeds 5
 """
 
 from __future__ import annotations
@@ -389,6 +399,9 @@ def summarize_study(study: str, records: List[Dict[str, object]]) -> None:
         for method, rows in by_method.items():
             cells = []
             for key in keys:
+                if key == "alpha" and method != "fedbnr-kd":  # FedBNR has no α
+                    cells.append("—")
+                    continue
                 values = np.array([row[key] for row in rows], dtype=float)
                 cells.append(f"{values.mean():.3f} ± {values.std(ddof=1) if len(values) > 1 else 0:.3f}")
             print(f"| {name} | {K} | {method} | {len(rows)} | {' | '.join(cells)} |")
