@@ -13,13 +13,25 @@ and ⇓/↓ (better).
 Differences from the thesis: fixed rounds and steps (no validation early stopping, no grid search), the
 final model is scored (not the best round), and the datasets are those shipped by installed packages.
 
+Two studies write JSON to ``benchmarks/results/`` after every seed:
+
+* ``--study calibration``: FedBNR vs FedBNR-KD calibration (Table 3.2) with diagnostics — ECE over two level
+  grids, signed coverage, the learnt σ², FedBNR-KD at α = 10 and a kernel-only distillation;
+* ``--study thesis-schedule``: the thesis' schedule for FedBNR and FedBNR-KD — up to 100 rounds × 50 full-batch
+  local steps, the global model scored after every round, early stopping after 5 rounds without a better
+  validation RMSE, FedBNR-KD's α chosen on validation from ``--alphas``; reports the thesis' "minimum test RMSE"
+  and the test RMSE of the validation-selected round.
+
     python benchmarks/fedbnr.py --quick --datasets concrete --clients 10 --seeds 3
     python benchmarks/fedbnr.py --gemm-only
+    python benchmarks/fedbnr.py --study thesis-schedule --datasets diabetes --clients 10 --seeds 5
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
 import sys
 import time
@@ -34,7 +46,8 @@ from gpflow.keras import tf_keras  # noqa: E402
 from scipy import stats  # noqa: E402
 
 from gpflow_fed import metrics  # noqa: E402
-from gpflow_fed.federated.algorithms import FedAvgNN, PersonalisedGP  # noqa: E402
+from gpflow_fed.federated.algorithms import FedAvgNN, FedBNR, PersonalisedGP  # noqa: E402
+from gpflow_fed.federated.algorithms.distillation import distillation_loss  # noqa: E402
 from gpflow_fed.data import fedbnr_real_task, load_dataset  # noqa: E402
 from gpflow_fed.federated import run  # noqa: E402
 from gpflow_fed.federated.local_training import CompiledAdam  # noqa: E402
@@ -44,6 +57,7 @@ from gpflow_fed.models import BayesianLinearRegression, blr_statistics  # noqa: 
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fedbnr_ablations import last_layers, learn_kernels  # noqa: E402
+from provenance import save  # noqa: E402
 
 METHODS = (
     "central",
@@ -144,6 +158,118 @@ def run_methods(task, methods: Sequence[str], cfg: argparse.Namespace, seed: int
             f"  {method:13s} " + " ".join(f"{k}={v:.3f}" for k, v in out[method].items()), file=sys.stderr, flush=True
         )
     return out
+
+
+class KernelOnlyDistillation(FedBNR):
+    """FedBNR-KD whose server distils only the kernel θ: σ² and λ² stay at the clients' FedAvg mean. A diagnostic,
+    not the thesis' method (its eq. 3.4 step updates θ, σ and λ): it isolates the effect of fitting σ² and λ² by
+    the marginal likelihood of the small server set (X_kd, y_kd)."""
+
+    def _distillation_worker(self):  # type: ignore[no-untyped-def]
+        worker = super()._distillation_worker()
+        model = worker.model
+        gpflow.set_trainable(model.likelihood.variance, False)
+        gpflow.set_trainable(model.prior_variance, False)
+        loss = lambda X, Y, target: distillation_loss(model, target, self.alpha, data=(X, Y))  # noqa: E731
+        trainer = CompiledAdam(model.trainable_variables, loss, self.learning_rate, compile=self.compile)
+        return dataclasses.replace(worker, trainer=trainer)
+
+
+def fedbnr_algorithm(task, variant: str, cfg: argparse.Namespace, seed: int, alpha: float) -> FedBNR:
+    """FedBNR (``"fedbnr"``), FedBNR-KD (``"fedbnr-kd"``) or :class:`KernelOnlyDistillation` (``"kd-theta"``) with
+    the benchmark's kernel and schedule (``cfg.rounds`` × ``cfg.local_steps``, ``cfg.kd_steps``)."""
+    kernel = deep_urk(task.dataset.input_dim, hidden=(cfg.hidden,), num_samples=cfg.num_samples, seed=seed)
+    options = dict(noise_variance=0.5, prior_variance=1.0, rounds=cfg.rounds, local_steps=cfg.local_steps)
+    options.update(learning_rate=cfg.lr, compile=not cfg.eager)
+    if variant == "fedbnr":
+        return FedBNR(kernel, **options)
+    kd = dict(aggregation="kd", distillation_data=task.distillation, alpha=alpha, kd_steps=cfg.kd_steps)
+    return (KernelOnlyDistillation if variant == "kd-theta" else FedBNR)(kernel, **options, **kd)
+
+
+def calibration_scores(model: BayesianLinearRegression, test: Tuple[np.ndarray, np.ndarray]) -> Dict[str, float]:
+    """RMSE and the calibration of ``model.predict_y`` on ``test`` under several readings of the thesis' ECE (which
+    it describes only in words): ``ece`` (levels 0.05, …, 0.95), ``ece99`` (levels 0.01, …, 0.99), ``signed``
+    (mean over levels of coverage − p: negative = over-confident), ``gap95`` (coverage of the 95 % interval − 0.95),
+    and the learnt σ² and λ²."""
+    X, Y = test
+    mean, var = (t.numpy() for t in model.predict_y(X))
+    levels, coverage = metrics.interval_coverage(Y, mean, var)
+    fine = np.round(np.arange(1, 100) / 100, 2)
+    _, coverage95 = metrics.interval_coverage(Y, mean, var, levels=[0.95])
+    return {
+        "rmse": metrics.rmse(Y, mean),
+        "ece": metrics.ece(Y, mean, var),
+        "ece99": metrics.ece(Y, mean, var, levels=fine),
+        "signed": float(np.mean(coverage - levels)),
+        "gap95": float(coverage95[0] - 0.95),
+        "noise_variance": float(model.likelihood.variance.numpy()),
+        "prior_variance": float(model.prior_variance.numpy()),
+    }
+
+
+CALIBRATION_VARIANTS = ("fedbnr", "fedbnr-kd", "fedbnr-kd α=10", "kd-theta")
+
+
+def calibration_study(task, cfg: argparse.Namespace, seed: int) -> Dict[str, Dict[str, float]]:
+    """Table 3.2's question, FedBNR vs FedBNR-KD calibration, with the diagnostics of :func:`calibration_scores`:
+    FedBNR, FedBNR-KD at ``cfg.alpha`` and at α = 10 (the top of the thesis' grid, Table A.1) and
+    :class:`KernelOnlyDistillation` at ``cfg.alpha``."""
+    out = {}
+    for variant in CALIBRATION_VARIANTS:
+        alpha = 10.0 if variant.endswith("α=10") else cfg.alpha
+        algorithm = fedbnr_algorithm(task, variant.split(" ")[0], cfg, seed, alpha)
+        out[variant] = calibration_scores(run(algorithm, task.dataset, seed=seed).model, task.dataset.test)
+        print(f"  {variant:15s} " + " ".join(f"{k}={v:.3f}" for k, v in out[variant].items()), file=sys.stderr)
+    return out
+
+
+class _EarlyStop(Exception):
+    """Raised by the monitor of :func:`thesis_schedule` to end a run whose validation RMSE stopped improving."""
+
+
+def thesis_schedule(task, variant: str, cfg: argparse.Namespace, seed: int, alpha: float) -> Dict[str, object]:
+    """One run under the thesis' schedule (§3.2.2): up to ``cfg.rounds`` rounds of ``cfg.local_steps`` full-batch
+    local steps; after every round the global model (phase 2 with that round's kernel, σ² and λ², i.e. the BLR on
+    the pooled training rows) is scored on the validation and test sets; the run stops when the validation RMSE
+    has not improved for ``cfg.patience`` rounds. FedBNR validates on the whole validation set, FedBNR-KD on the
+    20 % it does not distil on. Returns the per-round scores, the thesis' "minimum test RMSE" over the rounds,
+    and the test RMSE and ECE of the round with the smallest validation RMSE."""
+    algorithm = fedbnr_algorithm(task, variant, cfg, seed, alpha)
+    ds = task.dataset
+    val = task.validation
+    if variant == "fedbnr":
+        val = tuple(np.concatenate(pair) for pair in zip(task.distillation, task.validation))
+    pooled = BayesianLinearRegression(ds.pooled(), gpflow.utilities.deepcopy(algorithm.kernel), 0.5, 1.0)
+    rounds: List[Dict[str, float]] = []
+
+    def monitor(r: int, state, **_: object) -> None:  # type: ignore[no-untyped-def]
+        algorithm.shared.assign(pooled, dict(state.values))
+        scores = calibration_scores(pooled, ds.test)
+        rounds.append({"val_rmse": metrics.rmse(val[1], pooled.predict_y(val[0])[0].numpy()), **scores})
+        best = int(np.argmin([row["val_rmse"] for row in rounds]))
+        if len(rounds) - 1 - best >= cfg.patience:
+            raise _EarlyStop
+
+    t0 = time.perf_counter()
+    try:
+        run(algorithm, ds, monitor=monitor, seed=seed)
+    except _EarlyStop:
+        pass
+    best = int(np.argmin([row["val_rmse"] for row in rounds]))
+    return {
+        "alpha": alpha,
+        "rounds_run": len(rounds),
+        "best_val_round": best + 1,
+        "val_rmse": rounds[best]["val_rmse"],
+        "min_test_rmse": float(min(row["rmse"] for row in rounds)),
+        "selected_test_rmse": rounds[best]["rmse"],
+        "selected_ece": rounds[best]["ece"],
+        "selected_signed": rounds[best]["signed"],
+        "selected_noise_variance": rounds[best]["noise_variance"],
+        "seconds": time.perf_counter() - t0,
+        "per_round": rounds,
+    }
 
 
 def wilcoxon_mark(values: np.ndarray, reference: np.ndarray) -> str:
@@ -250,6 +376,93 @@ def summarize_logs(paths: Sequence[str], methods: Sequence[str]) -> None:
         print_table(fedbnr_real_task(real.X, real.Y, K, seed=complete[-1], name=name), K, methods, results)
 
 
+def summarize_study(study: str, records: List[Dict[str, object]]) -> None:
+    """Print the Markdown table of a study's records: mean ± sd over seeds per (dataset, K, method)."""
+    keys = {
+        "calibration": ("rmse", "ece", "ece99", "signed", "gap95", "noise_variance"),
+        "thesis-schedule": (
+            "min_test_rmse",
+            "selected_test_rmse",
+            "selected_ece",
+            "selected_signed",
+            "rounds_run",
+            "alpha",
+            "seconds",
+        ),
+    }[study]
+    print(f"| dataset | K | method | seeds | {' | '.join(keys)} |\n|{'---|' * (4 + len(keys))}")
+    groups: Dict[Tuple[str, int], Dict[str, List[Dict[str, float]]]] = {}
+    for record in records:
+        for method, row in record["methods"].items():  # type: ignore[union-attr]
+            groups.setdefault((record["dataset"], record["K"]), {}).setdefault(method, []).append(row)
+    for (name, K), by_method in groups.items():
+        for method, rows in by_method.items():
+            cells = []
+            for key in keys:
+                if key == "alpha" and method != "fedbnr-kd":  # FedBNR has no α
+                    cells.append("—")
+                    continue
+                values = np.array([row[key] for row in rows], dtype=float)
+                cells.append(f"{values.mean():.3f} ± {values.std(ddof=1) if len(values) > 1 else 0:.3f}")
+            print(f"| {name} | {K} | {method} | {len(rows)} | {' | '.join(cells)} |")
+    print(flush=True)
+
+
+def run_study(args: argparse.Namespace) -> int:
+    """``--study calibration`` or ``--study thesis-schedule`` over datasets × K × seeds; saves after every seed."""
+    if args.study == "thesis-schedule":
+        args.rounds, args.local_steps = (3, 5) if args.quick else (100, 50)
+        args.kd_steps = 5 if args.quick else 50
+    elif args.quick:
+        args.rounds, args.local_steps, args.kd_steps = 3, 5, 5
+    if args.quick:
+        args.num_samples, args.hidden, args.patience = 10, 10, 1
+    alphas = [float(a) for a in args.alphas.split(",")]
+    out = args.out or os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "results", f"fedbnr_{args.study.replace('-', '_')}.json"
+    )
+    records: List[Dict[str, object]] = []
+    if args.append and os.path.exists(out):  # keep the saved runs of other datasets, K or seeds
+        with open(out) as f:
+            records = json.load(f)["records"]
+    config = {k: getattr(args, k) for k in ("rounds", "local_steps", "kd_steps", "num_samples", "hidden", "lr")}
+    config.update(alpha=args.alpha, patience=args.patience, alphas=alphas)
+    for name in args.datasets.split(","):
+        real = load_dataset(name)
+        for K in (int(k) for k in args.clients.split(",")):
+            for seed in range(args.seed_start, args.seed_start + args.seeds):
+                task = fedbnr_real_task(real.X, real.Y, K, seed=seed, name=name)
+                print(f"{name} K={K} seed={seed}", file=sys.stderr, flush=True)
+                if args.study == "calibration":
+                    methods: Dict[str, object] = calibration_study(task, args, seed)
+                else:
+                    methods = {"fedbnr": thesis_schedule(task, "fedbnr", args, seed, args.alpha)}
+                    grid = [thesis_schedule(task, "fedbnr-kd", args, seed, a) for a in alphas]
+                    methods["fedbnr-kd"] = min(grid, key=lambda row: row["val_rmse"])  # α by validation
+                    methods["fedbnr-kd"]["grid"] = [{k: v for k, v in g.items() if k != "per_round"} for g in grid]
+                    for method, row in methods.items():
+                        print(
+                            f"  {method}: "
+                            + " ".join(f"{k}={v}" for k, v in row.items() if k not in ("per_round", "grid")),
+                            file=sys.stderr,
+                            flush=True,
+                        )
+                records = [r for r in records if (r["dataset"], r["K"], r["seed"]) != (name, K, seed)]
+                records.append(
+                    {
+                        "dataset": name,
+                        "K": K,
+                        "seed": seed,
+                        "correlation": task.correlation,
+                        "num_train": task.dataset.num_data,
+                        "methods": methods,
+                    }
+                )
+                save(out, {"study": args.study, "config": config, "records": records}, __file__)
+    summarize_study(args.study, records)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--datasets", default="diabetes,concrete,ames")
@@ -278,12 +491,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         nargs="+",
         help="print the tables of (possibly interrupted) runs from their stderr logs, pooling their seeds",
     )
+    parser.add_argument(
+        "--study",
+        choices=("calibration", "thesis-schedule"),
+        help="calibration: FedBNR vs FedBNR-KD calibration diagnostics (Table 3.2); thesis-schedule: early-stopped "
+        "runs of FedBNR and FedBNR-KD (α chosen on validation from --alphas), minimum and validation-selected test "
+        "RMSE. Both write a JSON file (--out) after every seed.",
+    )
+    parser.add_argument("--patience", type=int, default=5, help="thesis-schedule: rounds without validation gain")
+    parser.add_argument("--alphas", default="0.5,2,5,10", help="thesis-schedule: FedBNR-KD's α grid (Table A.1)")
+    parser.add_argument("--append", action="store_true", help="add to the records already in --out")
+    parser.add_argument("--out", help="the study's JSON file (default benchmarks/results/fedbnr_<study>.json)")
     parser.add_argument("--gemm-shape", default="20000,1000", help="N,L of the roofline measurement")
     parser.add_argument("--gemm-repeats", type=int, default=10, help="timings per computation (the best is kept)")
     args = parser.parse_args(argv)
     if args.summarize:
         summarize_logs(args.summarize, [m for m in args.methods.split(",") if m])
         return 0
+    if args.study:
+        return run_study(args)
     if args.quick:
         args.rounds, args.local_steps, args.kd_steps, args.num_samples, args.hidden = 5, 10, 10, 25, 20
 

@@ -1,0 +1,58 @@
+"""``benchmarks/fedbnr.py``'s studies: the thesis schedule's per-round scores and early stopping, and the
+kernel-only distillation diagnostic."""
+
+import argparse
+
+import numpy as np
+import pytest
+
+from gpflow_fed.data import fedbnr_real_task
+from gpflow_fed.federated import run
+
+RNG = np.random.default_rng(3)
+X = RNG.normal(size=(200, 3))
+Y = np.sin(X[:, :1]) + 0.5 * X[:, 1:2] + 0.1 * RNG.normal(size=(200, 1))
+TASK = fedbnr_real_task(X, Y, 2, seed=0, name="toy")
+
+
+def config(**overrides):
+    values = dict(rounds=2, local_steps=3, kd_steps=2, num_samples=5, hidden=4, lr=0.05, eager=True, patience=10)
+    return argparse.Namespace(**{**values, **overrides})
+
+
+@pytest.fixture(scope="module")
+def fedbnr(load_benchmark):
+    return load_benchmark("fedbnr")
+
+
+def test_per_round_scores_are_phase_two(fedbnr) -> None:
+    cfg = config()
+    row = fedbnr.thesis_schedule(TASK, "fedbnr", cfg, 0, 1.0)
+    assert row["rounds_run"] == 2 and len(row["per_round"]) == 2
+    # the last round's score is the global model FedBNR returns after the same rounds (phase 2 = pooled BLR)
+    model = run(fedbnr.fedbnr_algorithm(TASK, "fedbnr", cfg, 0, 1.0), TASK.dataset, seed=0).model
+    expected = fedbnr.calibration_scores(model, TASK.dataset.test)
+    for key, value in expected.items():
+        assert row["per_round"][-1][key] == pytest.approx(value, rel=1e-8, abs=1e-10)
+    assert row["min_test_rmse"] <= row["selected_test_rmse"]
+    best = int(np.argmin([r["val_rmse"] for r in row["per_round"]]))
+    assert row["best_val_round"] == best + 1 and row["selected_test_rmse"] == row["per_round"][best]["rmse"]
+
+
+def test_early_stopping(fedbnr) -> None:
+    row = fedbnr.thesis_schedule(TASK, "fedbnr-kd", config(rounds=30, patience=1, lr=0.5), 0, 2.0)
+    val = [r["val_rmse"] for r in row["per_round"]]
+    assert row["rounds_run"] < 30  # stopped: the last round did not improve on the one before
+    assert val[-1] >= min(val[:-1]) and row["best_val_round"] == row["rounds_run"] - 1
+
+
+def test_kernel_only_distillation_keeps_fedavg_variances(fedbnr) -> None:
+    cfg = config(rounds=1)
+    fedavg = run(fedbnr.fedbnr_algorithm(TASK, "fedbnr", cfg, 0, 1.0), TASK.dataset, seed=0).model
+    kd = run(fedbnr.fedbnr_algorithm(TASK, "fedbnr-kd", cfg, 0, 1.0), TASK.dataset, seed=0).model
+    theta = run(fedbnr.fedbnr_algorithm(TASK, "kd-theta", cfg, 0, 1.0), TASK.dataset, seed=0).model
+    for name in ("likelihood.variance", "prior_variance"):
+        get = lambda m: float(eval(f"m.{name}").numpy())  # noqa: E731
+        assert get(theta) == pytest.approx(get(fedavg), rel=1e-10)  # σ², λ² stay at the FedAvg mean
+        assert get(kd) != pytest.approx(get(fedavg), rel=1e-6)  # the thesis' KD moves them
+    assert not np.allclose(theta.kernel.K(X[:5]).numpy(), fedavg.kernel.K(X[:5]).numpy())  # θ is distilled
