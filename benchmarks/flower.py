@@ -33,10 +33,12 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
 from gpflow_fed.data import FederatedDataset  # noqa: E402
-from gpflow_fed.federated import LocalRuntime, run  # noqa: E402
+from gpflow_fed.federated import LocalRuntime, register_algorithm_factory, run  # noqa: E402
 from gpflow_fed.federated.algorithms import FSGP  # noqa: E402
+from gpflow_fed.federated.factories import TRUSTED_MODULES_ENV  # noqa: E402
 
-#: this module, as the factory every Flower party imports (PYTHONPATH = benchmarks/)
+#: the factory's registered name; every Flower party imports this module (PYTHONPATH = benchmarks/, and
+#: $GPFLOW_FED_ALGORITHM_MODULES names it), which registers it
 FACTORY = "flower:fsgp_job"
 
 
@@ -52,6 +54,9 @@ def fsgp_job(run_config: Mapping[str, Any]) -> FSGP:
         local_steps=int(run_config.get("local-steps", 10)),
         learning_rate=0.05,
     )
+
+
+register_algorithm_factory(fsgp_job, name=FACTORY)
 
 
 def make_dataset(clients: int, per_client: int = 100, seed: int = 0) -> FederatedDataset:
@@ -126,7 +131,7 @@ def main() -> int:
         rows.append(("ServerApp + restarted ClientApps (state on disk)", t_app, float(np.abs(mean - reference).max())))
 
         if args.deployment:
-            env = {"PYTHONPATH": os.pathsep.join([HERE, ROOT])}
+            env = {"PYTHONPATH": os.pathsep.join([HERE, ROOT]), TRUSTED_MODULES_ENV: "flower"}
             with LoopbackFederation(os.path.join(tmp, "deploy"), ds, env=env) as federation:
                 out, t_dep = _timed(lambda: federation.run(FACTORY, {"seed": seed, **config}, timeout=900))
             rows.append(

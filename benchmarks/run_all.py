@@ -7,7 +7,9 @@
 
 Each invocation's output goes to ``--out/<profile>/<script>[-<n>].log`` (default ``runs/bench``, not tracked by
 git), and ``--out/<profile>/summary.json`` records, through :mod:`provenance`, the git commit, this command and,
-per invocation, its command line, exit code and seconds. ``--only NAME ...`` runs a subset.
+per invocation, its command line, exit code and seconds. ``--only NAME ...`` runs a subset. The quick profile
+writes nothing under ``benchmarks/`` (its plots and JSON go to ``runs/bench``): the saved runs and figures there
+come from the full protocols.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ Invocations = List[List[str]]
 PROFILES: Dict[str, Dict[str, Invocations]] = {
     "fsgp": {"quick": [["--quick"]], "full": [[]]},
     "fedbnr": {"quick": [["--quick"]], "full": [[]]},
-    "pvi": {"quick": [["--quick"]], "full": [[]]},
+    "pvi": {"quick": [["--quick", "--plot-prefix", "runs/bench/pvi_convergence"]], "full": [[]]},
     "recyclable": {"quick": [["--quick"]], "full": [[]]},
     "privacy_paper": {"quick": [["--json", ""]], "full": [[]]},
     "privacy_aware": {
