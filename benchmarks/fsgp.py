@@ -171,6 +171,42 @@ def summarize(runs: Sequence[Dict]) -> List[Dict]:
     return rows
 
 
+COLUMNS = ("fsgp", "sgpr", "fgp_rbcm", "fgp_poe", "fgp_local", "gpr_exact", "fsgp_minus_fgp")
+
+
+def table(runs: Sequence[Dict], datasets: Sequence[str]) -> str:
+    """The Markdown table of :func:`summarize` (test RMSE mean ± sd over n seeds), one row per (dataset, M)."""
+    summary = {(r["dataset"], r["M"], r["method"]): r for r in summarize(runs)}
+    lines = ["| dataset | M | n | " + " | ".join(COLUMNS) + " |", "|---|---|---|" + "---|" * len(COLUMNS)]
+    for name, M in sorted({(d, M) for d, M, _ in summary if d in datasets}):
+        cells = [summary.get((name, M, c)) for c in COLUMNS]
+        n = summary[(name, M, "fsgp")]["n"] if (name, M, "fsgp") in summary else 0
+        text = [f"{c['rmse_mean']:.4f} ± {c['rmse_sd']:.4f}" if c else "" for c in cells]
+        lines.append(f"| {name} | {M} | {n} | " + " | ".join(text) + " |")
+    return "\n".join(lines)
+
+
+def cost_table(runs: Sequence[Dict], datasets: Sequence[str]) -> str:
+    """FGP's exact-GP cost against FSGP's, per dataset: the largest client's matrix bytes (8·N_k² vs 8·M·N_k),
+    mean wall seconds per round and rounds to the stopping rule (means over seeds, same processes)."""
+    lines = [
+        "| dataset | method | M | largest N_k | matrix bytes | s / round | rounds |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name in datasets:
+        mine = [r for r in runs if r["dataset"] == name and r["method"] in ("fgp_rbcm", "fsgp")]
+        for method, M in sorted({(r["method"], r.get("M", 0)) for r in mine}):
+            cell = [r for r in mine if r["method"] == method and r.get("M", 0) == M]
+            largest = max(r.get("largest_client", 0) or r["c_mn_bytes"] // (8 * M) for r in cell)
+            nbytes = np.mean([r.get("kernel_matrix_bytes", r.get("c_mn_bytes", 0)) for r in cell])
+            per_round, rounds = np.mean([r["seconds_per_round"] for r in cell]), np.mean([r["rounds"] for r in cell])
+            label = "FGP (N_k × N_k)" if method == "fgp_rbcm" else "FSGP (M × N_k)"
+            lines.append(
+                f"| {name} | {label} | {M or ''} | {largest} | {nbytes:,.0f} | {per_round:.3f} | {rounds:.0f} |"
+            )
+    return "\n".join(lines)
+
+
 def _load(path: str) -> List[Dict]:
     if not os.path.exists(path):
         return []
@@ -198,6 +234,7 @@ def main(argv: Sequence[str] = ()) -> int:
     parser.add_argument("--exact-max", type=int, default=1000, help="largest N for centralized exact GPR")
     parser.add_argument("--no-fgp", action="store_true", help="skip FGP and exact GPR (e.g. when adding M values)")
     parser.add_argument("--out", default=OUT, help="JSON file to merge the runs into")
+    parser.add_argument("--summarize", action="store_true", help="run nothing: print the table of --out's runs")
     args = parser.parse_args(list(argv))
     datasets = args.datasets or (["synthetic1"] if args.quick else list(SETTINGS))
     Ms = args.ms or ([10, 25] if args.quick else [10, 25, 50, 100])
@@ -210,7 +247,7 @@ def main(argv: Sequence[str] = ()) -> int:
         f"cap R = {rounds} rounds, P = {LOCAL_STEPS}, λ = {LEARNING_RATE}, σ²₀ = {INITIAL_NOISE_VARIANCE}; {stopping}"
     )
     runs = _load(args.out)
-    for name in datasets:
+    for name in [] if args.summarize else datasets:
         K, rho, _ = SETTINGS[name]
         for seed in seeds:
             dataset = make_dataset(name, seed)
@@ -233,11 +270,11 @@ def main(argv: Sequence[str] = ()) -> int:
                                     "initial_noise_variance": INITIAL_NOISE_VARIANCE, "window": args.window,
                                     "tolerance": args.tolerance}, "summary": summarize(runs), "runs": runs}  # fmt: skip
             save(args.out, payload, __file__, list(argv))
-    print("\n| dataset | M | method | n | RMSE mean ± sd |\n|---|---|---|---|---|")
-    for row in summarize(runs):
-        if row["dataset"] in datasets:
-            print(f"| {row['dataset']} | {row['M']} | {row['method']} | {row['n']} | "
-                  f"{row['rmse_mean']:.4f} ± {row['rmse_sd']:.4f} |")  # fmt: skip
+    print("\nTest RMSE, mean ± sd over seeds (fsgp_minus_fgp: paired by seed, FSGP − FGP-rBCM)\n")
+    shown = (args.datasets or list(SETTINGS)) if args.summarize else datasets
+    print(table(runs, shown))
+    print("\nFGP's exact-GP cost against FSGP's (means over seeds)\n")
+    print(cost_table(runs, shown))
     return 0
 
 

@@ -98,7 +98,8 @@ class FGP(Algorithm):
         :data:`~gpflow_fed.baselines.experts.COMBINATION_RULES` (default ``"rbcm"``).
     :param stopping: end training before R rounds once the round's ``local_log_likelihood`` (the sampled
         clients' ``(1/N_k) log p(y_k)`` before their last local step, averaged with weights N_k) reaches a
-        :class:`~gpflow_fed.federated.Plateau`; None (default): always R rounds.
+        :class:`~gpflow_fed.federated.Plateau`; None (default): always R rounds. With a rule, every ``train``
+        reply also carries that client's value as a metric (one number, a function of its data).
     :raises TypeError: a kernel that is not a GPflow kernel, a learning rate or noise variance that is not
         a number, or a ``stopping`` that is not a Plateau.
     :raises ValueError: negative rounds, non-positive local steps, learning rate or noise variance, ρ outside
@@ -214,7 +215,7 @@ class FGP(Algorithm):
             if not all(np.all(np.isfinite(v)) for v in updated.values()):
                 raise FloatingPointError(f"the local hyperparameters became non-finite after {self.local_steps} steps")
             client.state["adam"] = adam  # only a successful update changes the client's Adam state
-            metrics = {"log_likelihood": -float(losses[-1])}
+            metrics = {"log_likelihood": -float(losses[-1])} if self.stopping is not None else None
             return self.reply(client, broadcast, {k: updated[k] for k in wire_keys}, weight, metrics)
         if broadcast.phase == EXPERTS_PHASE:
             self._worker.get().shared.assign(client.model, dict(broadcast.arrays))

@@ -166,9 +166,9 @@ class FSGP(Algorithm):
     local steps, which is a function of its data. The statistics cannot be inverted to the data (Theorem 1:
     ``(C Q, Qᵀ y)`` gives the same message for any orthogonal Q), but they are not differentially private.
 
-    Defaults (``FSGP(kernel, 20)`` runs): σ² = 0.1, P = 3, λ = 0.1 are the paper's values that the benchmark
-    uses on standardised data, and R = 60 is the benchmark's reduced run, where FSGP-fedavg is within 3 % of
-    centralized SGPR's test RMSE (BENCHMARKS.md, section "FSGP"). Standardise the data first
+    Defaults (``FSGP(kernel, 20)`` runs): P = 3 and λ = 0.1 are the paper's values; σ² = 0.1 and R = 60 are this
+    library's choices for standardised data (the paper starts from σ = 0.1, i.e. σ² = 0.01, and trains
+    T = 5,000 rounds; ``stopping`` ends a run at convergence instead). Standardise the data first
     (:meth:`~gpflow_fed.data.FederatedDataset.standardized`); for data in raw units pass an initial σ² and Z
     on that scale.
 
