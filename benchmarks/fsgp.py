@@ -154,9 +154,17 @@ def _stats(dataset: str, M: int, method: str, values: Sequence[float]) -> Dict:
             "rmse_sd": sd}  # fmt: skip
 
 
+#: paired (same seed) RMSE differences: (method a, method b, name of a − b)
+PAIRS = (
+    ("fsgp", "fgp_rbcm", "fsgp_minus_fgp"),
+    ("sgpr", "fgp_rbcm", "sgpr_minus_fgp"),
+    ("fsgp", "sgpr", "fsgp_minus_sgpr"),
+)
+
+
 def summarize(runs: Sequence[Dict]) -> List[Dict]:
     """Mean ± sd over seeds per (dataset, M, method); the M-free methods are repeated at every M of the dataset;
-    ``fsgp_minus_fgp``: the paired (same seed) RMSE difference FSGP − FGP-rBCM."""
+    the :data:`PAIRS` rows are paired (same seed) RMSE differences, e.g. ``fsgp_minus_fgp`` = FSGP − FGP-rBCM."""
     rows: List[Dict] = []
     for name in sorted({r["dataset"] for r in runs}):
         mine = [r for r in runs if r["dataset"] == name]
@@ -165,13 +173,14 @@ def summarize(runs: Sequence[Dict]) -> List[Dict]:
             for method in sorted({r["method"] for r in cell}):
                 rows.append(_stats(name, M, method, [r["rmse"] for r in cell if r["method"] == method]))
             rmse = {(r["seed"], r["method"]): r["rmse"] for r in cell}
-            diffs = [rmse[s, "fsgp"] - rmse[s, "fgp_rbcm"] for s, m in rmse if m == "fsgp" and (s, "fgp_rbcm") in rmse]
-            if diffs:
-                rows.append(_stats(name, M, "fsgp_minus_fgp", diffs))
+            for a, b, label in PAIRS:
+                diffs = [rmse[s, a] - rmse[s, b] for s, m in rmse if m == a and (s, b) in rmse]
+                if diffs:
+                    rows.append(_stats(name, M, label, diffs))
     return rows
 
 
-COLUMNS = ("fsgp", "sgpr", "fgp_rbcm", "fgp_poe", "fgp_local", "gpr_exact", "fsgp_minus_fgp")
+COLUMNS = ("fsgp", "sgpr", "fgp_rbcm", "fgp_poe", "fgp_local", "gpr_exact", *(label for _, _, label in PAIRS))
 
 
 def table(runs: Sequence[Dict], datasets: Sequence[str]) -> str:
@@ -270,7 +279,7 @@ def main(argv: Sequence[str] = ()) -> int:
                                     "initial_noise_variance": INITIAL_NOISE_VARIANCE, "window": args.window,
                                     "tolerance": args.tolerance}, "summary": summarize(runs), "runs": runs}  # fmt: skip
             save(args.out, payload, __file__, list(argv))
-    print("\nTest RMSE, mean ± sd over seeds (fsgp_minus_fgp: paired by seed, FSGP − FGP-rBCM)\n")
+    print("\nTest RMSE, mean ± sd over seeds (*_minus_*: paired by seed; fgp = FGP with rBCM)\n")
     shown = (args.datasets or list(SETTINGS)) if args.summarize else datasets
     print(table(runs, shown))
     print("\nFGP's exact-GP cost against FSGP's (means over seeds)\n")

@@ -42,7 +42,7 @@ def test_tiny_sweep_writes_runs_and_summary(load_benchmark, tmp_path, monkeypatc
     methods = {r["method"] for r in record["runs"]}
     assert methods == {"fgp_rbcm", "fgp_poe", "fgp_local", "gpr_exact", "fsgp", "sgpr"}
     assert record["settings"]["initial_noise_variance"] == fsgp.INITIAL_NOISE_VARIANCE
-    assert {r["method"] for r in record["summary"]} == methods | {"fsgp_minus_fgp"}
+    assert {r["method"] for r in record["summary"]} == methods | {"fsgp_minus_fgp", "sgpr_minus_fgp", "fsgp_minus_sgpr"}
     assert all(r["rounds"] <= 4 for r in record["runs"] if "rounds" in r)
     # a second run with another M merges into the file
     assert fsgp.main(["--no-fgp", *argv[:2], "--ms", "6", *argv[4:]]) == 0
