@@ -1,63 +1,87 @@
-"""FSGP benchmark: the paper's experiments 1 and 2 (synthetic) and a real 8-D dataset in place of KIN40K.
+"""FSGP benchmark (Guo et al. §4): FSGP vs centralized SGPR vs FGP over the number of inducing points M.
 
-For each dataset and number of inducing points M it trains, from the same initial (θ = 1, σ² = 0.1 and Z a
-random subset of the pooled X, as in the paper §4):
+For each dataset and seed (the seed draws the client sizes, the noise of the synthetic data, the train/test split
+of the real data, Z and the sampled clients) it trains, from the paper's initial values (every θ = 1, σ = 0.1,
+i.e. σ² = 0.01, Z a random subset of the pooled X; P = 3 local Adam steps, λ = 0.1, ``max(⌈Kρ⌉, 1)`` clients a
+round):
 
-* FSGP-fedavg: R rounds, P local Adam steps (λ), ``max(⌈Kρ⌉, 1)`` clients per round;
-* FSGP-exact: R·P rounds (one global Adam step each) — must equal centralized SGPR;
-* centralized SGPR and local-only SGPR: R·P Adam steps each (the sequential steps a FedAvg model sees);
-* FGP: FedAvg over client exact-GP likelihoods (R rounds, P steps, same ρ, and the same sampled clients as
-  FSGP-fedavg: both draw them from the run's seed), rBCM prediction;
+* per M: FSGP (FedAvg) and centralized SGPR on the pooled data;
+* once (no M): FGP, FedAvg over the clients' exact-GP likelihoods, predicting with the robust BCM (the paper's
+  baseline), with the product of experts (PoE) and with each client's own expert alone (``fgp_local``, the
+  mean of the clients' RMSEs); where N ≤ ``--exact-max`` also centralized exact GPR (L-BFGS to convergence),
+  the best any of these can do.
 
-and prints a Markdown table of test RMSE. The federation overhead is FSGP-fedavg's wall time divided by
-centralized SGPR's wall time at the same *total* number of gradient steps (R·⌈Kρ⌉·P), both measured in this
-run, side by side.
+Stopping rule (instead of the paper's fixed T = 5,000 rounds): a :class:`~gpflow_fed.federated.Plateau`, i.e.
+training stops when the mean objective over the last ``--window`` rounds (FSGP: the sampled clients' averaged
+bound F_k; FGP: their per-point log-likelihood) changed by less than ``--tolerance`` relative to the window
+before, or after ``--rounds`` rounds. Centralized SGPR uses the same rule on its loss with windows of
+P·``--window`` steps and at most P·``--rounds`` steps. The rounds/steps taken are saved.
 
-Usage: ``python benchmarks/fsgp.py [--quick] [--rounds R] [--overhead-rounds R] [--datasets NAME ...] [--seed S]``.
+FGP's exact-GP cost: the largest client's kernel matrix (8·N_k² bytes, against FSGP's 8·M·N_k for C_{MN_k}) and
+each method's mean wall seconds per round, measured in the same process.
+
+Results go to ``benchmarks/results/fsgp_sweep.json`` (``--out``): every (dataset, seed, method, M) run, merged
+with the runs already in the file, and mean ± sd over seeds per (dataset, M, method) with the paired
+difference FSGP − FGP. Usage: ``python benchmarks/fsgp.py [--quick] [--datasets ...] [--ms ...] [--seeds ...]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
-from typing import Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import gpflow  # noqa: E402
 import numpy as np  # noqa: E402
 
-from gpflow_fed.baselines import centralized_sgpr, local_only_sgpr  # noqa: E402
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from provenance import command, save  # noqa: E402
+
+from gpflow_fed.baselines import centralized_sgpr  # noqa: E402
+from gpflow_fed.baselines.experts import ExpertCommittee  # noqa: E402
 from gpflow_fed.data import FederatedDataset, fsgp_synthetic_1, fsgp_synthetic_2, load_dataset, make_federated  # noqa: E402
-from gpflow_fed.data.partition import size_imbalance  # noqa: E402
-from gpflow_fed.federated import run  # noqa: E402
+from gpflow_fed.federated import Plateau, run  # noqa: E402
 from gpflow_fed.federated.algorithms import FGP, FSGP, initial_inducing_inputs  # noqa: E402
+from gpflow_fed.metrics import evaluate_model  # noqa: E402
 
 LOCAL_STEPS, LEARNING_RATE = 3, 0.1  # the paper's P and λ
+INITIAL_NOISE_STD = 0.1  # the paper's initial σ (a standard deviation): σ² = 0.01
+INITIAL_NOISE_VARIANCE = INITIAL_NOISE_STD**2
+#: dataset -> (K, ρ, max − min client size): the paper's K, Kρ and imbalance for its three experiments; concrete
+#: (N = 824 training points, not in the paper) gets K = 10, Kρ = 5 and an imbalance of 100
+SETTINGS: Dict[str, Tuple[int, float, int]] = {
+    "synthetic1": (5, 0.4, 59),
+    "synthetic2": (10, 0.5, 634),
+    "concrete": (10, 0.5, 100),
+    "deliveries": (10, 0.5, 1299),
+}
+OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "fsgp_sweep.json")
 
 
-def _synthetic(which: int, num_clients: int, imbalance: int, seed: int) -> FederatedDataset:
-    data = fsgp_synthetic_1(seed) if which == 1 else fsgp_synthetic_2(seed)
+def make_dataset(name: str, seed: int) -> FederatedDataset:
+    """The federated dataset ``name`` of :data:`SETTINGS` for ``seed``: the synthetic sets in their own units
+    (as the paper), the real ones standardised by their training rows, 20 % held out for testing."""
+    K, _, imbalance = SETTINGS[name]
+    if name.startswith("synthetic"):
+        data = fsgp_synthetic_1(seed) if name == "synthetic1" else fsgp_synthetic_2(seed)
+        X, Y, test = data.X_train, data.Y_train, (data.X_test, data.Y_test)
+    else:
+        real = load_dataset(name)
+        order = np.random.default_rng(seed).permutation(real.num_data)
+        cut = int(round(0.8 * real.num_data))
+        train, held = order[:cut], order[cut:]
+        mx, sx = real.X[train].mean(0), real.X[train].std(0)
+        my, sy = real.Y[train].mean(0), real.Y[train].std(0)
+        sx[sx == 0] = 1.0
+        X, Y = (real.X[train] - mx) / sx, (real.Y[train] - my) / sy
+        test = ((real.X[held] - mx) / sx, (real.Y[held] - my) / sy)
     return make_federated(
-        data.X_train,
-        data.Y_train,
-        partition="random_sizes",
-        num_clients=num_clients,
-        imbalance=imbalance,
-        test=(data.X_test, data.Y_test),
-        seed=seed,
-        name=f"synthetic-{which}",
-    )
-
-
-def _real(num_clients: int, seed: int) -> FederatedDataset:
-    data = load_dataset("concrete")
-    X = (data.X - data.X.mean(0)) / data.X.std(0)  # standardised on the pooled data (benchmark only)
-    Y = (data.Y - data.Y.mean(0)) / data.Y.std(0)
-    return make_federated(
-        X, Y, partition="random_sizes", num_clients=num_clients, test_fraction=0.2, seed=seed, name="concrete"
+        X, Y, partition="random_sizes", num_clients=K, imbalance=imbalance, test=test, seed=seed, name=name
     )
 
 
@@ -65,96 +89,201 @@ def _kernel(D: int) -> gpflow.kernels.Kernel:
     return gpflow.kernels.SquaredExponential(variance=1.0, lengthscales=[1.0] * D)
 
 
-def _row(dataset: FederatedDataset, M: int, rounds: int, rho: float, seed: int) -> Dict[str, float]:
+def _per_round(history: Sequence[Dict[str, Any]]) -> float:
+    return float(np.mean([h["seconds"] for h in history]))
+
+
+def fgp_runs(dataset: FederatedDataset, rho: float, rounds: int, stopping: Plateau, seed: int) -> List[Dict]:
+    """FGP trained once, predicting with rBCM, PoE and each client's expert alone; FGP's exact-GP footprint."""
     D = dataset.input_dim
-    Z = initial_inducing_inputs(dataset.pooled()[0], M, seed=seed)
-    steps = rounds * LOCAL_STEPS
-    out: Dict[str, float] = {}
-    fed = run(FSGP(_kernel(D), Z, 0.1, rounds, LOCAL_STEPS, LEARNING_RATE, client_fraction=rho), dataset, seed=seed)
-    out["fedavg"], out["fedavg_s"] = fed.metrics["test_rmse"], fed.seconds
-    exact = run(FSGP(_kernel(D), Z, 0.1, steps, LOCAL_STEPS, LEARNING_RATE, mode="exact"), dataset, seed=seed)
-    out["exact"], out["exact_s"] = exact.metrics["test_rmse"], exact.seconds
-    central = centralized_sgpr(dataset, _kernel(D), Z, 0.1, steps, LEARNING_RATE)
-    out["central"], out["central_s"] = central.metrics["test_rmse"], central.seconds
-    ours, ref = gpflow.utilities.read_values(exact.model), gpflow.utilities.read_values(central.model)
-    out["exact_gap"] = max(
-        float(np.max(np.abs(ours[k] - ref[k]) / np.maximum(np.abs(ref[k]), 1e-12)))
-        for k in (".kernel.variance", ".kernel.lengthscales", ".likelihood.variance", ".inducing_variable.Z")
+    fgp = run(FGP(_kernel(D), INITIAL_NOISE_VARIANCE, rounds, LOCAL_STEPS, LEARNING_RATE, rho, stopping=stopping),
+              dataset, seed=seed)  # fmt: skip
+    experts = fgp.model.experts
+    largest = max(dataset.client_sizes)
+    common = {"rounds": len(fgp.history), "seconds": fgp.seconds, "seconds_per_round": _per_round(fgp.history)}
+    common["largest_client"] = largest
+    common["kernel_matrix_bytes"] = 8 * largest**2  # the O(N_k²) memory of its Cholesky, O(N_k³) time
+    out = [{"method": "fgp_rbcm", "rmse": fgp.metrics["test_rmse"], "nlpd": fgp.metrics["test_nlpd"], **common}]
+    poe = evaluate_model(ExpertCommittee(experts, rule="poe"), dataset.test)
+    out.append({"method": "fgp_poe", "rmse": poe["test_rmse"], "nlpd": poe["test_nlpd"], **common})
+    local = [evaluate_model(e, dataset.test) for e in experts]
+    out.append(
+        {
+            "method": "fgp_local",
+            "rmse": float(np.mean([m["test_rmse"] for m in local])),
+            "nlpd": float(np.mean([m["test_nlpd"] for m in local])),
+            **common,
+        }
     )
-    out["local"] = local_only_sgpr(dataset, _kernel(D), Z, 0.1, steps, LEARNING_RATE).metrics["test_rmse"]
-    fgp = run(FGP(_kernel(D), 0.1, rounds, LOCAL_STEPS, LEARNING_RATE, rho), dataset, seed=seed)
-    out["fgp"] = fgp.metrics["test_rmse"]
     return out
 
 
-def _overhead(dataset: FederatedDataset, M: int, rounds: int, rho: float, seed: int) -> Tuple[float, float, int]:
-    """FSGP-fedavg wall time and centralized SGPR wall time at the same total gradient steps R·⌈Kρ⌉·P,
-    measured back to back (both include building the models and tracing their compiled loops)."""
+def exact_gpr_run(dataset: FederatedDataset) -> Dict:
+    """Centralized exact GPR on the pooled data from the same initial values, L-BFGS to convergence."""
+    start = time.perf_counter()
+    X, Y = dataset.pooled()
+    model = gpflow.models.GPR((X, Y), _kernel(dataset.input_dim), noise_variance=INITIAL_NOISE_VARIANCE)
+    opt = gpflow.optimizers.Scipy().minimize(model.training_loss, model.trainable_variables, options={"maxiter": 500})
+    metrics = evaluate_model(model, dataset.test)
+    return {"method": "gpr_exact", "rmse": metrics["test_rmse"], "nlpd": metrics["test_nlpd"],
+            "iterations": int(opt.nit), "seconds": time.perf_counter() - start}  # fmt: skip
+
+
+def sparse_runs(dataset: FederatedDataset, rho: float, M: int, rounds: int, stopping: Plateau, seed: int) -> List[Dict]:
+    """FSGP (FedAvg) and centralized SGPR at M inducing points, from the same Z."""
     D = dataset.input_dim
     Z = initial_inducing_inputs(dataset.pooled()[0], M, seed=seed)
-    fed = run(FSGP(_kernel(D), Z, 0.1, rounds, LOCAL_STEPS, LEARNING_RATE, client_fraction=rho), dataset, seed=seed)
-    total = rounds * max(int(np.ceil(dataset.num_clients * rho - 1e-9)), 1) * LOCAL_STEPS
-    central = centralized_sgpr(dataset, _kernel(D), Z, 0.1, total, LEARNING_RATE)
-    return fed.seconds, central.seconds, total
+    fsgp = FSGP(_kernel(D), Z, INITIAL_NOISE_VARIANCE, rounds, LOCAL_STEPS, LEARNING_RATE, rho, stopping=stopping)
+    fed = run(fsgp, dataset, seed=seed)
+    steps = Plateau(LOCAL_STEPS * stopping.window, stopping.tolerance)
+    central = centralized_sgpr(
+        dataset, _kernel(D), Z, INITIAL_NOISE_VARIANCE, LOCAL_STEPS * rounds, LEARNING_RATE, steps
+    )
+    return [
+        {"method": "fsgp", "M": M, "rmse": fed.metrics["test_rmse"], "nlpd": fed.metrics["test_nlpd"],
+         "rounds": len(fed.history), "seconds": fed.seconds, "seconds_per_round": _per_round(fed.history),
+         "c_mn_bytes": 8 * M * max(dataset.client_sizes)},
+        {"method": "sgpr", "M": M, "rmse": central.metrics["test_rmse"], "nlpd": central.metrics["test_nlpd"],
+         "steps": central.steps, "seconds": central.seconds},
+    ]  # fmt: skip
+
+
+def _stats(dataset: str, M: int, method: str, values: Sequence[float]) -> Dict:
+    sd = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+    return {"dataset": dataset, "M": M, "method": method, "n": len(values), "rmse_mean": float(np.mean(values)),
+            "rmse_sd": sd}  # fmt: skip
+
+
+#: paired (same seed) RMSE differences: (method a, method b, name of a − b)
+PAIRS = (
+    ("fsgp", "fgp_rbcm", "fsgp_minus_fgp"),
+    ("sgpr", "fgp_rbcm", "sgpr_minus_fgp"),
+    ("fsgp", "sgpr", "fsgp_minus_sgpr"),
+)
+
+
+def summarize(runs: Sequence[Dict]) -> List[Dict]:
+    """Mean ± sd over seeds per (dataset, M, method); the M-free methods are repeated at every M of the dataset;
+    the :data:`PAIRS` rows are paired (same seed) RMSE differences, e.g. ``fsgp_minus_fgp`` = FSGP − FGP-rBCM."""
+    rows: List[Dict] = []
+    for name in sorted({r["dataset"] for r in runs}):
+        mine = [r for r in runs if r["dataset"] == name]
+        for M in sorted({r["M"] for r in mine if "M" in r}):
+            cell = [r for r in mine if r.get("M", M) == M]
+            for method in sorted({r["method"] for r in cell}):
+                rows.append(_stats(name, M, method, [r["rmse"] for r in cell if r["method"] == method]))
+            rmse = {(r["seed"], r["method"]): r["rmse"] for r in cell}
+            for a, b, label in PAIRS:
+                diffs = [rmse[s, a] - rmse[s, b] for s, m in rmse if m == a and (s, b) in rmse]
+                if diffs:
+                    rows.append(_stats(name, M, label, diffs))
+    return rows
+
+
+COLUMNS = ("fsgp", "sgpr", "fgp_rbcm", "fgp_poe", "fgp_local", "gpr_exact", *(label for _, _, label in PAIRS))
+
+
+def table(runs: Sequence[Dict], datasets: Sequence[str]) -> str:
+    """The Markdown table of :func:`summarize` (test RMSE mean ± sd over n seeds), one row per (dataset, M)."""
+    summary = {(r["dataset"], r["M"], r["method"]): r for r in summarize(runs)}
+    lines = ["| dataset | M | n | " + " | ".join(COLUMNS) + " |", "|---|---|---|" + "---|" * len(COLUMNS)]
+    for name, M in sorted({(d, M) for d, M, _ in summary if d in datasets}):
+        cells = [summary.get((name, M, c)) for c in COLUMNS]
+        n = summary[(name, M, "fsgp")]["n"] if (name, M, "fsgp") in summary else 0
+        text = [f"{c['rmse_mean']:.4f} ± {c['rmse_sd']:.4f}" if c else "" for c in cells]
+        lines.append(f"| {name} | {M} | {n} | " + " | ".join(text) + " |")
+    return "\n".join(lines)
+
+
+def cost_table(runs: Sequence[Dict], datasets: Sequence[str]) -> str:
+    """FGP's exact-GP cost against FSGP's, per dataset: the largest client's matrix bytes (8·N_k² vs 8·M·N_k),
+    mean wall seconds per round and rounds to the stopping rule (means over seeds, same processes)."""
+    lines = [
+        "| dataset | method | M | largest N_k | matrix bytes | s / round | rounds |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name in datasets:
+        mine = [r for r in runs if r["dataset"] == name and r["method"] in ("fgp_rbcm", "fsgp")]
+        for method, M in sorted({(r["method"], r.get("M", 0)) for r in mine}):
+            cell = [r for r in mine if r["method"] == method and r.get("M", 0) == M]
+            largest = max(r.get("largest_client", 0) or r["c_mn_bytes"] // (8 * M) for r in cell)
+            nbytes = np.mean([r.get("kernel_matrix_bytes", r.get("c_mn_bytes", 0)) for r in cell])
+            per_round, rounds = np.mean([r["seconds_per_round"] for r in cell]), np.mean([r["rounds"] for r in cell])
+            label = "FGP (N_k × N_k)" if method == "fgp_rbcm" else "FSGP (M × N_k)"
+            lines.append(
+                f"| {name} | {label} | {M or ''} | {largest} | {nbytes:,.0f} | {per_round:.3f} | {rounds:.0f} |"
+            )
+    return "\n".join(lines)
+
+
+def _load(path: str) -> List[Dict]:
+    if not os.path.exists(path):
+        return []
+    with open(path) as fh:
+        return list(json.load(fh).get("runs", []))
+
+
+def _merge(old: Sequence[Dict], new: Sequence[Dict]) -> List[Dict]:
+    def key(r: Dict) -> Tuple:
+        return (r["dataset"], r["seed"], r["method"], r.get("M"))
+
+    fresh = {key(r) for r in new}
+    return [r for r in old if key(r) not in fresh] + list(new)
 
 
 def main(argv: Sequence[str] = ()) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="few rounds and M values (a smoke run)")
-    parser.add_argument("--rounds", type=int, default=None, help="FedAvg rounds R (default 200, quick 20)")
-    parser.add_argument(
-        "--overhead-rounds", type=int, default=None, help="rounds of the overhead run (default 600, quick 40)"
-    )
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument(
-        "--datasets",
-        nargs="+",
-        choices=("synthetic1", "synthetic2", "concrete"),
-        default=None,
-        help="run only these datasets (default all three; the overhead run needs synthetic2)",
-    )
+    parser.add_argument("--quick", action="store_true", help="synthetic 1 only, M ∈ {10, 25}, 2 seeds, ≤ 300 rounds")
+    parser.add_argument("--datasets", nargs="+", choices=tuple(SETTINGS), default=None)
+    parser.add_argument("--ms", nargs="+", type=int, default=None, help="M values (default 10 25 50 100)")
+    parser.add_argument("--seeds", nargs="+", type=int, default=None, help="seeds (default 0 1 2 3 4)")
+    parser.add_argument("--rounds", type=int, default=None, help="cap on rounds R (default 1500, quick 300)")
+    parser.add_argument("--window", type=int, default=50, help="rounds per window of the stopping rule")
+    parser.add_argument("--tolerance", type=float, default=1e-3, help="relative change that stops training")
+    parser.add_argument("--exact-max", type=int, default=1000, help="largest N for centralized exact GPR")
+    parser.add_argument("--no-fgp", action="store_true", help="skip FGP and exact GPR (e.g. when adding M values)")
+    parser.add_argument("--out", default=OUT, help="JSON file to merge the runs into")
+    parser.add_argument("--summarize", action="store_true", help="run nothing: print the table of --out's runs")
     args = parser.parse_args(list(argv))
-    rounds = args.rounds if args.rounds is not None else (20 if args.quick else 200)
-    overhead_rounds = args.overhead_rounds if args.overhead_rounds is not None else (40 if args.quick else 600)
-    experiments: List[Tuple[str, FederatedDataset, float, List[int]]] = [
-        ("synthetic 1 (K=5, Kρ=2)", _synthetic(1, 5, 59, args.seed), 0.4, [5, 10, 20]),
-        ("synthetic 2 (K=10, Kρ=5)", _synthetic(2, 10, 634, args.seed), 0.5, [10, 20, 40]),
-        ("concrete (K=10, Kρ=5)", _real(10, args.seed), 0.5, [10, 25, 50]),
-    ]
-    if args.quick:
-        experiments = [(n, d, r, ms[1:2]) for n, d, r, ms in experiments]
-    keys = ("synthetic1", "synthetic2", "concrete")
-    chosen = set(args.datasets or keys)
-    overhead_experiment = experiments[1] if "synthetic2" in chosen else None
-    experiments = [e for k, e in zip(keys, experiments) if k in chosen]
+    datasets = args.datasets or (["synthetic1"] if args.quick else list(SETTINGS))
+    Ms = args.ms or ([10, 25] if args.quick else [10, 25, 50, 100])
+    seeds = args.seeds if args.seeds is not None else ([0, 1] if args.quick else [0, 1, 2, 3, 4])
+    rounds = args.rounds if args.rounds is not None else (300 if args.quick else 1500)
+    stopping = Plateau(args.window, args.tolerance)
+    if args.quick and args.out == OUT:
+        args.out = OUT.replace(".json", "_quick.json")  # a smoke run never overwrites the protocol's runs
     print(
-        f"R = {rounds} rounds, P = {LOCAL_STEPS}, λ = {LEARNING_RATE}; centralized/local/exact: R·P = "
-        f"{rounds * LOCAL_STEPS} steps; seed {args.seed}\n"
+        f"cap R = {rounds} rounds, P = {LOCAL_STEPS}, λ = {LEARNING_RATE}, σ²₀ = {INITIAL_NOISE_VARIANCE}; {stopping}"
     )
-    print("Test RMSE\n")
-    print(
-        "| dataset | N (max−min N_k) | M | FSGP-fedavg | FSGP-exact | centralized SGPR | fedavg ÷ central | "
-        "exact vs central (max rel. param gap) | FGP (rBCM) | local-only |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for name, dataset, rho, Ms in experiments:
-        spread = size_imbalance([np.arange(n) for n in dataset.client_sizes])
-        for M in Ms:
-            r = _row(dataset, M, rounds, rho, args.seed)
-            print(
-                f"| {name} | {dataset.num_data} ({spread}) | {M} | {r['fedavg']:.4f} | {r['exact']:.4f} | "
-                f"{r['central']:.4f} | {r['fedavg'] / r['central']:.3f} | {r['exact_gap']:.1e} | {r['fgp']:.4f} | "
-                f"{r['local']:.4f} |",
-                flush=True,
-            )
-    if overhead_experiment is None:
-        return 0
-    name, dataset, rho, _ = overhead_experiment
-    fed_s, central_s, total = _overhead(dataset, 20, overhead_rounds, rho, args.seed)
-    print(f"\nFederation overhead on {name}, M = 20, R = {overhead_rounds} rounds\n")
-    print("| total gradient steps R·⌈Kρ⌉·P | FSGP-fedavg s | centralized SGPR s | overhead (ratio) |")
-    print("|---|---|---|---|")
-    print(f"| {total} | {fed_s:.1f} | {central_s:.1f} | {fed_s / central_s:.2f} |", flush=True)
+    runs = _load(args.out)
+    for name in [] if args.summarize else datasets:
+        K, rho, _ = SETTINGS[name]
+        for seed in seeds:
+            dataset = make_dataset(name, seed)
+            sizes = dataset.client_sizes
+            base = {"dataset": name, "seed": seed, "N": dataset.num_data, "K": K, "rho": rho,
+                    "size_spread": int(max(sizes) - min(sizes)), "command": command(__file__, list(argv))}  # fmt: skip
+            new: List[Dict] = []
+            if not args.no_fgp:
+                new += fgp_runs(dataset, rho, rounds, stopping, seed)
+                if dataset.num_data <= args.exact_max:
+                    new.append(exact_gpr_run(dataset))
+            for M in Ms:
+                new += sparse_runs(dataset, rho, M, rounds, stopping, seed)
+            for r in new:
+                r.update(base)
+                shown = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items() if k != "command"}
+                print(shown, flush=True)
+            runs = _merge(runs, new)
+            payload = {"settings": {"cap_rounds": rounds, "local_steps": LOCAL_STEPS, "learning_rate": LEARNING_RATE,
+                                    "initial_noise_variance": INITIAL_NOISE_VARIANCE, "window": args.window,
+                                    "tolerance": args.tolerance}, "summary": summarize(runs), "runs": runs}  # fmt: skip
+            save(args.out, payload, __file__, list(argv))
+    print("\nTest RMSE, mean ± sd over seeds (*_minus_*: paired by seed; fgp = FGP with rBCM)\n")
+    shown = (args.datasets or list(SETTINGS)) if args.summarize else datasets
+    print(table(runs, shown))
+    print("\nFGP's exact-GP cost against FSGP's (means over seeds)\n")
+    print(cost_table(runs, shown))
     return 0
 
 

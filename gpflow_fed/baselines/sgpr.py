@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import gpflow
 import numpy as np
@@ -17,6 +17,7 @@ import tensorflow as tf
 from ..data.dataset import FederatedDataset
 from ..federated.local_training import CompiledAdam, per_point_loss
 from ..federated.runtimes.base import evaluate_model
+from ..federated.stopping import Plateau
 from ..validation import integer, positive_float
 
 __all__ = ["BaselineResult", "centralized_sgpr", "local_only_sgpr", "train_adam"]
@@ -46,15 +47,39 @@ def _check_training(steps: int, learning_rate: float) -> None:
     positive_float(learning_rate, "learning_rate")
 
 
-def train_adam(model: gpflow.models.GPModel, num_data: int, steps: int, learning_rate: float) -> None:
-    """``steps`` tf_keras Adam steps on ``model.training_loss() / num_data`` in one compiled loop (the
-    :class:`~gpflow_fed.federated.local_training.CompiledAdam` FSGP clients run)."""
+def train_adam(
+    model: gpflow.models.GPModel,
+    num_data: int,
+    steps: int,
+    learning_rate: float,
+    stopping: Optional[Plateau] = None,
+) -> int:
+    """Up to ``steps`` tf_keras Adam steps on ``model.training_loss() / num_data`` in one compiled loop (the
+    :class:`~gpflow_fed.federated.local_training.CompiledAdam` FSGP clients run).
+
+    :param stopping: end early once the per-step losses reach this plateau; the loop then runs in chunks of
+        ``stopping.window`` steps with one Adam state, so the steps taken are the same as without it up to the
+        stop. None: exactly ``steps`` steps.
+    :return: the number of steps taken.
+    :raises TypeError: a ``stopping`` that is not a Plateau.
+    """
     _check_training(steps, learning_rate)
+    if stopping is not None and not isinstance(stopping, Plateau):
+        raise TypeError(f"stopping must be a Plateau or None, got {type(stopping).__name__}")
     if steps == 0:
-        return
+        return 0
     scale = tf.constant(float(num_data), gpflow.default_float())
     trainer = CompiledAdam(model.trainable_variables, lambda: model.training_loss() / scale, learning_rate)
-    trainer.fit(int(steps), trainer.initial_state())
+    if stopping is None:
+        trainer.fit(int(steps), trainer.initial_state())
+        return int(steps)
+    state, losses = trainer.initial_state(), []
+    while len(losses) < steps:
+        chunk, state = trainer.fit(min(stopping.window, int(steps) - len(losses)), state)
+        losses.extend(np.asarray(chunk).tolist())
+        if stopping.reached(losses):
+            break
+    return len(losses)
 
 
 def _sgpr(X: np.ndarray, Y: np.ndarray, kernel: gpflow.kernels.Kernel, inducing_variable: Any, noise: float) -> Any:
@@ -73,8 +98,10 @@ def centralized_sgpr(
     noise_variance: float,
     steps: int,
     learning_rate: float,
+    stopping: Optional[Plateau] = None,
 ) -> BaselineResult:
-    """SGPR on the pooled data of every client (the oracle FSGP approximates), ``steps`` Adam steps.
+    """SGPR on the pooled data of every client (the oracle FSGP approximates), ``steps`` Adam steps (fewer
+    where ``stopping``, a :class:`~gpflow_fed.federated.Plateau` of the loss, ends training first).
 
     :param kernel: initial kernel (copied); :param inducing_variable: initial Z (copied).
     """
@@ -82,10 +109,10 @@ def centralized_sgpr(
     start = time.perf_counter()
     X, Y = dataset.pooled()
     model = _sgpr(X, Y, kernel, inducing_variable, noise_variance)
-    train_adam(model, X.shape[0], steps, learning_rate)
+    taken = train_adam(model, X.shape[0], steps, learning_rate, stopping)
     seconds = time.perf_counter() - start
     metrics = evaluate_model(model, dataset.test) if dataset.test is not None else {}
-    return BaselineResult(model=model, seconds=seconds, steps=int(steps), metrics=metrics, models=[model])
+    return BaselineResult(model=model, seconds=seconds, steps=taken, metrics=metrics, models=[model])
 
 
 def local_only_sgpr(

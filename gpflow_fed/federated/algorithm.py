@@ -119,6 +119,11 @@ class Algorithm(abc.ABC):
         """Exchanges with every client after the last round, to build the returned model."""
         return ()
 
+    def stop_early(self, history: Sequence[Mapping[str, Any]]) -> bool:
+        """Whether to end training after the rounds of ``history`` (their entries, oldest first), before
+        ``rounds``; the final phases still run. Default: never (algorithms with a stopping rule override it)."""
+        return False
+
     def aggregation(self, phase: str) -> str:
         """How the runtime reduces the messages of ``phase``: ``"sum"``, ``"mean"`` or ``"collect"``."""
         return "mean"

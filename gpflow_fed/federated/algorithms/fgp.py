@@ -6,7 +6,7 @@ Paper: ``fsgp-federated-sparse-gp.txt`` (Guo et al., §4, after Yue & Kontar, ar
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Dict, Final, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Final, List, Mapping, Optional, Sequence, Tuple
 
 import gpflow
 import numpy as np
@@ -18,6 +18,7 @@ from ..client import Client
 from ..messages import Message
 from ..local_training import CompiledAdam, SharedWorker, per_point_loss
 from ..state import SharedState, resolve_path
+from ..stopping import Plateau
 from ...validation import integer, positive_float
 
 __all__ = ["EXPERTS_PHASE", "FGP", "FGPState"]
@@ -95,8 +96,12 @@ class FGP(Algorithm):
     :param client_fraction: ρ ∈ (0, 1]; ``max(⌈Kρ⌉, 1)`` clients per round.
     :param rule: the committee's combination rule, one of
         :data:`~gpflow_fed.baselines.experts.COMBINATION_RULES` (default ``"rbcm"``).
-    :raises TypeError: a kernel that is not a GPflow kernel, or a learning rate or noise variance that is not
-        a number.
+    :param stopping: end training before R rounds once the round's ``local_log_likelihood`` (the sampled
+        clients' ``(1/N_k) log p(y_k)`` before their last local step, averaged with weights N_k) reaches a
+        :class:`~gpflow_fed.federated.Plateau`; None (default): always R rounds. With a rule, every ``train``
+        reply also carries that client's value as a metric (one number, a function of its data).
+    :raises TypeError: a kernel that is not a GPflow kernel, a learning rate or noise variance that is not
+        a number, or a ``stopping`` that is not a Plateau.
     :raises ValueError: negative rounds, non-positive local steps, learning rate or noise variance, ρ outside
         (0, 1], an unknown rule; in :meth:`validate`: ARD lengthscales of another input dimension than the data's.
     """
@@ -113,8 +118,12 @@ class FGP(Algorithm):
         client_fraction: float = 1.0,
         *,
         rule: str = "rbcm",
+        stopping: Optional[Plateau] = None,
     ) -> None:
         super().__init__(rounds, client_fraction)
+        if stopping is not None and not isinstance(stopping, Plateau):
+            raise TypeError(f"FGP: stopping must be a Plateau or None, got {type(stopping).__name__}")
+        self.stopping = stopping
         if not isinstance(kernel, gpflow.kernels.Kernel):
             raise TypeError(f"FGP: kernel must be a gpflow.kernels.Kernel, got {type(kernel).__name__}")
         if rule not in COMBINATION_RULES:
@@ -200,13 +209,14 @@ class FGP(Algorithm):
             with self._worker.use() as worker:  # one scratch model for every client: updates run one at a time
                 for variable, key in zip(worker.trainer.variables, worker.keys):
                     variable.assign(broadcast[key])
-                _, adam = worker.trainer.fit(self.local_steps, client.state["adam"], X, Y)
+                losses, adam = worker.trainer.fit(self.local_steps, client.state["adam"], X, Y)
                 updated = {key: variable.numpy() for key, variable in zip(worker.keys, worker.trainer.variables)}
                 wire_keys = worker.shared.keys
             if not all(np.all(np.isfinite(v)) for v in updated.values()):
                 raise FloatingPointError(f"the local hyperparameters became non-finite after {self.local_steps} steps")
             client.state["adam"] = adam  # only a successful update changes the client's Adam state
-            return self.reply(client, broadcast, {k: updated[k] for k in wire_keys}, weight)
+            metrics = {"log_likelihood": -float(losses[-1])} if self.stopping is not None else None
+            return self.reply(client, broadcast, {k: updated[k] for k in wire_keys}, weight, metrics)
         if broadcast.phase == EXPERTS_PHASE:
             self._worker.get().shared.assign(client.model, dict(broadcast.arrays))
             return self.reply(client, broadcast, {}, weight)
@@ -218,6 +228,14 @@ class FGP(Algorithm):
         if aggregate.phase == EXPERTS_PHASE:
             return replace(state, experts=tuple(aggregate.senders))
         raise ValueError(f"FGP: unknown phase {aggregate.phase!r}")
+
+    def round_metrics(self, state: FGPState, aggregates: Sequence[Aggregate]) -> Dict[str, float]:
+        """The sampled clients' per-point log marginal likelihood, averaged (``nan`` in other phases)."""
+        return {"local_log_likelihood": float(aggregates[0].metrics.get("log_likelihood", float("nan")))}
+
+    def stop_early(self, history: Sequence[Mapping[str, Any]]) -> bool:
+        """Whether the ``local_log_likelihood`` of ``history`` reached ``stopping``'s plateau (never without one)."""
+        return self.stopping is not None and self.stopping.reached([e["local_log_likelihood"] for e in history])
 
     def copy_state(self, state: FGPState) -> FGPState:
         return replace(state)

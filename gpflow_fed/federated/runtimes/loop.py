@@ -366,7 +366,7 @@ def run_rounds(
     Resumes from the latest checkpoint if asked, runs :func:`train_round` for each remaining round (recording
     DP releases, evaluating every ``eval_every`` rounds on ``test`` with the final phases run on a copy of the
     state, saving a checkpoint every ``checkpoint_every`` rounds, calling ``monitor``), then the final phases,
-    and returns the :class:`FederatedResult`.
+    and returns the :class:`FederatedResult`. Training ends early where ``Algorithm.stop_early(history)`` says so.
 
     :param server: the algorithm, the runtime's transport, the aggregator, the ledger's channel, the fault policy.
     :param sampling_rng: the server's client-sampling generator (already protected under DP).
@@ -413,6 +413,7 @@ def run_rounds(
         return state
 
     rounds = range(first_round, algorithm.rounds)
+    last = algorithm.rounds  # the round number of the final messages: fewer if ``Algorithm.stop_early`` ends training
     for r in tqdm(rounds, desc=algorithm.name, disable=not progress, leave=False):
         state, entry, sample_size = train_round(server, state, r, ids, sampling_rng)
         record_releases(accountant, aggregator, algorithm, algorithm.phases(r), len(ids), sample_size)
@@ -433,8 +434,11 @@ def run_rounds(
             save_checkpoint(checkpoint_dir, r, run_record, algorithm, clients, [c for c in ids if c in ready])
         if monitor is not None:
             monitor(r, history=history, state=state, algorithm=algorithm)
+        if algorithm.stop_early(history):
+            last = r + 1
+            break
 
-    state = finalize(state, algorithm.rounds, "final")
+    state = finalize(state, last, "final")
     model = algorithm.result(state)
     return FederatedResult(
         model=model,

@@ -1,0 +1,57 @@
+"""benchmarks/fsgp.py at tiny size: the paper's initial σ² = 0.1², the per-seed runs, the merge and the summary."""
+
+import json
+
+import numpy as np
+
+from gpflow_fed.federated import Plateau
+
+
+def test_initial_noise_is_the_papers_sigma_squared(load_benchmark):
+    fsgp = load_benchmark("fsgp")
+    assert fsgp.INITIAL_NOISE_STD == 0.1 and np.isclose(fsgp.INITIAL_NOISE_VARIANCE, 0.01)  # σ = 0.1, not σ² = 0.1
+
+
+def test_datasets_have_the_papers_sizes_and_imbalance(load_benchmark):
+    fsgp = load_benchmark("fsgp")
+    for name, (N, K, spread) in {"synthetic1": (500, 5, 59), "synthetic2": (4900, 10, 634)}.items():
+        data = fsgp.make_dataset(name, seed=3)
+        assert data.num_data == N and data.num_clients == K
+        assert max(data.client_sizes) - min(data.client_sizes) == spread
+
+
+def test_tiny_sweep_writes_runs_and_summary(load_benchmark, tmp_path, monkeypatch):
+    fsgp = load_benchmark("fsgp")
+    out = tmp_path / "sweep.json"
+    argv = [
+        "--datasets",
+        "synthetic1",
+        "--ms",
+        "5",
+        "--seeds",
+        "0",
+        "--rounds",
+        "4",
+        "--window",
+        "2",
+        "--out",
+        str(out),
+    ]
+    assert fsgp.main(argv) == 0
+    record = json.loads(out.read_text())
+    methods = {r["method"] for r in record["runs"]}
+    assert methods == {"fgp_rbcm", "fgp_poe", "fgp_local", "gpr_exact", "fsgp", "sgpr"}
+    assert record["settings"]["initial_noise_variance"] == fsgp.INITIAL_NOISE_VARIANCE
+    assert {r["method"] for r in record["summary"]} == methods | {"fsgp_minus_fgp", "sgpr_minus_fgp", "fsgp_minus_sgpr"}
+    assert all(r["rounds"] <= 4 for r in record["runs"] if "rounds" in r)
+    # a second run with another M merges into the file
+    assert fsgp.main(["--no-fgp", *argv[:2], "--ms", "6", *argv[4:]]) == 0
+    record = json.loads(out.read_text())
+    assert {r.get("M") for r in record["runs"]} == {None, 5, 6}
+
+
+def test_sparse_runs_use_the_same_stopping_rule(load_benchmark):
+    fsgp = load_benchmark("fsgp")
+    data = fsgp.make_dataset("synthetic1", seed=0)
+    runs = fsgp.sparse_runs(data, 0.4, 5, 50, Plateau(window=2, tolerance=10.0), seed=0)
+    assert runs[0]["rounds"] == 4 and runs[1]["steps"] == 12  # two windows of rounds / of P·window steps
