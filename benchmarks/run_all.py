@@ -31,8 +31,41 @@ Invocations = List[List[str]]
 
 # script → (quick invocations, full invocations); each invocation is an argument list.
 PROFILES: Dict[str, Dict[str, Invocations]] = {
-    "fsgp": {"quick": [["--quick"]], "full": [[]]},
-    "fedbnr": {"quick": [["--quick"]], "full": [[]]},
+    "fsgp": {"quick": [["--quick", "--out", "runs/bench/fsgp_sweep_quick.json"]], "full": [[]]},
+    "fedbnr": {
+        "quick": [["--quick"]],
+        "full": [
+            [],
+            [
+                "--study",
+                "calibration",
+                "--rounds",
+                "10",
+                "--local-steps",
+                "20",
+                "--kd-steps",
+                "20",
+                "--datasets",
+                "diabetes,concrete,ames",
+                "--clients",
+                "10",
+                "--seeds",
+                "5",
+            ],
+            [
+                "--study",
+                "thesis-schedule",
+                "--datasets",
+                "diabetes,concrete,ames",
+                "--clients",
+                "10",
+                "--seeds",
+                "5",
+                "--alphas",
+                "0.5,5",
+            ],
+        ],
+    },  # fmt: skip
     "pvi": {"quick": [["--quick", "--plot-prefix", "runs/bench/pvi_convergence"]], "full": [[]]},
     "recyclable": {"quick": [["--quick"]], "full": [[]]},
     "privacy_paper": {"quick": [["--json", ""]], "full": [[]]},
