@@ -45,7 +45,7 @@ from gpflow_fed.models import EnsembleSVGP, LocalSVGPTrainer, RecyclableWarning,
 from gpflow_fed.models import train_local_svgp  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from provenance import save  # noqa: E402
+from provenance import command, save  # noqa: E402
 
 Row = Dict[str, object]
 Clients = List[Tuple[np.ndarray, np.ndarray]]
@@ -433,9 +433,16 @@ def run_trials(args: argparse.Namespace, name: str, rows: "_Printer") -> list:
     ``args.peer_trials`` of them. Saves the rows and the summary after every trial. Returns trial 0's models."""
     cfg = _distributed_cfg(name)
     trial_rows: List[Row] = []
+    commands: List[str] = []
     first = None
     path = os.path.join(os.path.dirname(__file__), "results", f"recyclable_{name}{'_quick' if args.quick else ''}.json")
-    for seed in range(args.trials):
+    if args.resume and os.path.exists(path):  # continue an interrupted protocol from its saved trials
+        with open(path) as f:
+            saved = json.load(f)
+        trial_rows, commands = saved["rows"], saved.get("commands", [saved["command"]])
+        rows += trial_rows
+    commands.append(command(__file__))
+    for seed in range(len({r["seed"] for r in trial_rows}), args.trials):
         d = distributed_segments(seed=seed, **cfg["data"])
         test = (d.test[0], d.test[1], smooth_function(d.test[0]))
         new_rows, recs = run_setting(name, list(d.clients), test, cfg)
@@ -446,13 +453,10 @@ def run_trials(args: argparse.Namespace, name: str, rows: "_Printer") -> list:
             r["seed"] = seed
         rows += new_rows
         trial_rows += new_rows
-        summary = summarise(trial_rows)
-        save(
-            path,
-            {"setting": name, "config": cfg, "trials_done": seed + 1, "summary": summary, "rows": trial_rows},
-            __file__,
-        )
+        payload = {"setting": name, "config": cfg, "trials_done": seed + 1, "commands": commands}
+        save(path, {**payload, "summary": summarise(trial_rows), "rows": trial_rows}, __file__)
         print(f"[{name}] trial {seed} done, saved {path}", file=sys.stderr, flush=True)
+    summary = summarise(trial_rows)
     _print_summary(name, summary)
     return first
 
@@ -463,6 +467,7 @@ def main(argv: List[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0, help="seed of the single-trial settings")
     parser.add_argument("--trials", type=int, default=10, help="10k/100k: trials with seeds 0..N-1 (paper: 10)")
     parser.add_argument("--quick", action="store_true", help="10k only, 2 trials, no peer (a few minutes)")
+    parser.add_argument("--resume", action="store_true", help="10k/100k: keep the saved trials, run the rest")
     parser.add_argument("--peer-python", default=None)
     parser.add_argument("--peer-src", default=None)
     parser.add_argument("--peer-trials", type=int, default=3, help="10k trials that also run the authors' code")

@@ -100,11 +100,11 @@ def _plain(**checks):
 
 def test_collapsed_fit_is_refitted_with_the_initial_kernel():
     X, Y, Z = _collapsing_partition()
-    plain = _plain(collapse_snr=0.0)
+    plain = _plain(collapse_snr=0.0, max_lengthscale_ratio=0.0)
     collapsed = plain.fit(X, Y, Z)
     assert plain.num_refitted == 0
     assert collapsed.kernel.variance.numpy() < 1e-3 * collapsed.likelihood.variance.numpy()  # it does collapse
-    trainer = _plain()
+    trainer = _plain(max_lengthscale_ratio=0.0)  # the signal-to-noise check alone
     refit = trainer.fit(X, Y, Z)
     assert trainer.num_refitted == 1
     assert refit.kernel.variance.numpy() == pytest.approx(5.0) and refit.kernel.lengthscales.numpy() == pytest.approx(
@@ -119,15 +119,15 @@ def test_collapsed_fit_is_refitted_with_the_initial_kernel():
 
 def test_unidentifiable_lengthscale_is_refitted_with_the_initial_kernel():
     X, Y, Z = _linear_window()
-    plain = _plain(max_lengthscale_ratio=0.0)
+    plain = _plain(collapse_snr=0.0, max_lengthscale_ratio=0.0)
     assert plain.fit(X, Y, Z).kernel.lengthscales.numpy() > 10 * 0.1  # drifted beyond 10× the window
     assert plain.num_refitted == 0
-    trainer = _plain()
+    trainer = _plain(collapse_snr=0.0)  # the lengthscale check alone
     refit = trainer.fit(X, Y, Z)
     assert trainer.num_refitted == 1
     assert refit.kernel.lengthscales.numpy() == pytest.approx(0.3)
     # a looser ratio leaves it alone
-    assert _plain(max_lengthscale_ratio=1e6).fit(X, Y, Z).kernel.lengthscales.numpy() > 1.0
+    assert _plain(collapse_snr=0.0, max_lengthscale_ratio=1e6).fit(X, Y, Z).kernel.lengthscales.numpy() > 1.0
 
 
 def test_healthy_fit_is_unchanged_by_the_checks():
