@@ -4,7 +4,12 @@
 Settings (spec ``recyclable-gp.md`` §6.2):
 
 * ``toy``: toy concatenation, K = 5 × 500 points, M_k = 15, M_* = 35;
-* ``10k``: distributed, K = 50 segments × 200 points, M_k = 3, M_* = 35;
+* ``10k``: distributed, K = 50 segments × 200 points, M_k = 3, M_* = 35; ``--trials N`` trials (seeds 0..N−1, the
+  paper's 10 by default), each with the default local fits and the plain ones (degenerate-fit checks off), their
+  ensembles and committees, and a pooled SVGP; mean ± sd saved to ``benchmarks/results/recyclable_10k.json``
+  after every trial (``--resume`` continues a saved protocol);
+* ``100k``: the same with 5 overlapping replicas × 50 segments × 400 points (K = 250), default local fits only
+  (``recyclable_100k.json``);
 * ``pyramid``: ``--pyramid-replicas R`` overlapping replicas of the 10k data (N = R · 10 000, K = 50R local models)
   joined in groups of 10 at every level (§3.2), next to one flat ensemble over all K local models;
 * ``speed``: the previous local fit (a new SVGP per task, L-BFGS, NatGrad step) against :class:`LocalSVGPTrainer`
@@ -15,9 +20,11 @@ Settings (spec ``recyclable-gp.md`` §6.2):
 NLPD is against noisy test targets; RMSE/MAE against the latent function (synthetic) or the targets (sunspots).
 ``--peer-python PY --peer-src DIR`` also runs pmorenoz/RecyclableGP through ``benchmarks/peer/recyclable_gp_driver.py``
 on the same data (its own local models, and separately ours) and reports its NLPD (with its fixed σ = 1 and with our
-noise) and its ensemble-fit wall time next to ours.
+noise) and its ensemble-fit wall time next to ours (10k: on the first ``--peer-trials`` trials).
+``--quick``: 10k only, 2 trials, no peer.
 
-Usage: ``python benchmarks/recyclable.py --settings speed,toy,10k,pyramid,sunspots [--seed 0] [--pyramid-replicas R]``
+Usage: ``python benchmarks/recyclable.py --settings speed,toy,10k,100k,pyramid,sunspots [--seed 0] [--trials N]
+[--pyramid-replicas R]``
 """
 
 from __future__ import annotations
