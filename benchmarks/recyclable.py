@@ -4,7 +4,12 @@
 Settings (spec ``recyclable-gp.md`` §6.2):
 
 * ``toy``: toy concatenation, K = 5 × 500 points, M_k = 15, M_* = 35;
-* ``10k``: distributed, K = 50 segments × 200 points, M_k = 3, M_* = 35;
+* ``10k``: distributed, K = 50 segments × 200 points, M_k = 3, M_* = 35; ``--trials N`` trials (seeds 0..N−1, the
+  paper's 10 by default), each with the default local fits and the plain ones (degenerate-fit checks off), their
+  ensembles and committees, and a pooled SVGP; mean ± sd saved to ``benchmarks/results/recyclable_10k.json``
+  after every trial (``--resume`` continues a saved protocol);
+* ``100k``: the same with 5 overlapping replicas × 50 segments × 400 points (K = 250), default local fits only
+  (``recyclable_100k.json``);
 * ``pyramid``: ``--pyramid-replicas R`` overlapping replicas of the 10k data (N = R · 10 000, K = 50R local models)
   joined in groups of 10 at every level (§3.2), next to one flat ensemble over all K local models;
 * ``speed``: the previous local fit (a new SVGP per task, L-BFGS, NatGrad step) against :class:`LocalSVGPTrainer`
@@ -15,9 +20,11 @@ Settings (spec ``recyclable-gp.md`` §6.2):
 NLPD is against noisy test targets; RMSE/MAE against the latent function (synthetic) or the targets (sunspots).
 ``--peer-python PY --peer-src DIR`` also runs pmorenoz/RecyclableGP through ``benchmarks/peer/recyclable_gp_driver.py``
 on the same data (its own local models, and separately ours) and reports its NLPD (with its fixed σ = 1 and with our
-noise) and its ensemble-fit wall time next to ours.
+noise) and its ensemble-fit wall time next to ours (10k: on the first ``--peer-trials`` trials).
+``--quick``: 10k only, 2 trials, no peer.
 
-Usage: ``python benchmarks/recyclable.py --settings speed,toy,10k,pyramid,sunspots [--seed 0] [--pyramid-replicas R]``
+Usage: ``python benchmarks/recyclable.py --settings speed,toy,10k,100k,pyramid,sunspots [--seed 0] [--trials N]
+[--pyramid-replicas R]``
 """
 
 from __future__ import annotations
@@ -44,6 +51,9 @@ from gpflow_fed.data import toy_concatenation  # noqa: E402
 from gpflow_fed.models import EnsembleSVGP, LocalSVGPTrainer, RecyclableWarning, export_svgp, fit_pyramid  # noqa: E402
 from gpflow_fed.models import train_local_svgp  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from provenance import command, save  # noqa: E402
+
 Row = Dict[str, object]
 Clients = List[Tuple[np.ndarray, np.ndarray]]
 
@@ -57,16 +67,23 @@ def _scores(Y: np.ndarray, F: np.ndarray, mean: np.ndarray, var: np.ndarray) -> 
 
 
 def _local_models(
-    clients: Clients, M_k: int, kernel: Tuple[float, float], noise: float, maxiter: int
-) -> Tuple[list, float]:
-    """All local models with one :class:`LocalSVGPTrainer` (one compiled L-BFGS loop for every task)."""
+    clients: Clients,
+    M_k: int,
+    kernel: Tuple[float, float],
+    noise: float,
+    maxiter: int,
+    refit_degenerate: bool = True,
+) -> Tuple[list, float, int]:
+    """All local models with one :class:`LocalSVGPTrainer` (one compiled L-BFGS loop for every task); also returns
+    the fit time and how many degenerate fits were refitted (``refit_degenerate=False``: the trainer's checks off)."""
     t0 = time.perf_counter()
-    trainer = LocalSVGPTrainer(_se(*kernel), gpflow.likelihoods.Gaussian(noise), maxiter=maxiter)
+    checks = {} if refit_degenerate else {"collapse_snr": 0.0, "max_lengthscale_ratio": 0.0}
+    trainer = LocalSVGPTrainer(_se(*kernel), gpflow.likelihoods.Gaussian(noise), maxiter=maxiter, **checks)
     recs = []
     for k, (X, Y) in enumerate(clients):
         Z = np.linspace(X.min(), X.max(), M_k)[:, None]
         recs.append(export_svgp(trainer.fit(X, Y, Z), name=f"task_{k}"))
-    return recs, time.perf_counter() - t0
+    return recs, time.perf_counter() - t0, trainer.num_refitted
 
 
 def _stock_local_models(
@@ -108,7 +125,7 @@ def speed_rows(seed: int) -> List[Row]:
     kernel, M_k = (5.0, 0.3), 15
     rows: List[Row] = []
     stock, t_stock = _stock_local_models(clients, M_k, kernel, 1.0, 200)
-    recs, t_new = _local_models(clients, M_k, kernel, 1.0, 200)
+    recs, t_new, _ = _local_models(clients, M_k, kernel, 1.0, 200)
     elbo_stock = np.mean([float(m.elbo(c).numpy()) for m, c in zip(stock, clients)])
     elbo_new = np.mean([float(r.to_svgp().elbo(c).numpy()) for r, c in zip(recs, clients)])
     for label, t, e in (
@@ -131,64 +148,56 @@ def speed_rows(seed: int) -> List[Row]:
     return rows
 
 
-def run_setting(
-    name: str, clients: Clients, test: Tuple[np.ndarray, np.ndarray, np.ndarray], cfg: dict
-) -> Tuple[List[Row], list]:
-    X_test, Y_test, F_test = test
-    rows: List[Row] = []
-    recs, t_local = _local_models(clients, cfg["M_k"], cfg["kernel"], cfg["noise"], cfg["local_maxiter"])
-    Z_star = np.linspace(cfg["lo"], cfg["hi"], cfg["M"])[:, None]
+def _ensemble(recs: list, cfg: dict) -> Tuple[EnsembleSVGP, float]:
+    """The recycled ensemble over ``recs`` (collapsed bound, then closed-form q) and its fit time."""
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RecyclableWarning)
-        ens = EnsembleSVGP(recs, _se(*cfg["kernel"]), Z_star)
+        ens = EnsembleSVGP(recs, _se(*cfg["kernel"]), np.linspace(cfg["lo"], cfg["hi"], cfg["M"])[:, None])
         ens.fit(maxiter=cfg["maxiter"], method="collapsed")
-    t_ens = time.perf_counter() - t0
-    mean, var = (t.numpy() for t in ens.predict_y(X_test))
-    rows.append(
-        {
-            "setting": name,
-            "method": "Recyclable ensemble (ours)",
-            **_scores(Y_test, F_test, mean, var),
-            "fit_s": t_ens,
-            "local_s": t_local,
-            "noise": float(ens.likelihood.variance.numpy()),
-            "bound": float(ens.elbo().numpy()),
-        }
-    )
-    if cfg.get("fixed_local_kernel"):
-        # the same ensemble over local models whose kernel hyperparameters stay at their start (as the authors'
-        # local fits do in effect, with learning rate 1e-10); only Z_k, the noise and q_k are fitted
-        kernel = _se(*cfg["kernel"])
-        gpflow.set_trainable(kernel, False)
-        trainer = LocalSVGPTrainer(kernel, gpflow.likelihoods.Gaussian(cfg["noise"]), maxiter=cfg["local_maxiter"])
-        t0 = time.perf_counter()
-        fixed = [export_svgp(trainer.fit(X, Y, np.linspace(X.min(), X.max(), cfg["M_k"])[:, None])) for X, Y in clients]
-        t_fixed = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RecyclableWarning)
-            ens_fixed = EnsembleSVGP(fixed, _se(*cfg["kernel"]), Z_star)
-            ens_fixed.fit(maxiter=cfg["maxiter"], method="collapsed")
-        t_ens_fixed = time.perf_counter() - t0
-        mean, var = (t.numpy() for t in ens_fixed.predict_y(X_test))
+    return ens, time.perf_counter() - t0
+
+
+def run_setting(
+    name: str, clients: Clients, test: Tuple[np.ndarray, np.ndarray, np.ndarray], cfg: dict
+) -> Tuple[List[Row], list]:
+    """Our ensemble (default local fits) against committees and a single pooled SVGP. With
+    ``cfg["local_variants"]`` also the ensemble and committees over the plain local fits (both checks off, the
+    previous default)."""
+    X_test, Y_test, F_test = test
+    rows: List[Row] = []
+    fits = {"default": _local_models(clients, cfg["M_k"], cfg["kernel"], cfg["noise"], cfg["local_maxiter"])}
+    if cfg.get("local_variants"):
+        fits["plain"] = _local_models(clients, cfg["M_k"], cfg["kernel"], cfg["noise"], cfg["local_maxiter"], False)
+    labels = {
+        "default": "default local fits (degenerate ones refitted)",
+        "plain": "plain local fits (checks off)",
+    }
+    recs = fits["default"][0]
+    for key, (local_recs, t_local, refitted) in fits.items():
+        ens, t_ens = _ensemble(local_recs, cfg)
+        mean, var = (t.numpy() for t in ens.predict_y(X_test))
         rows.append(
             {
                 "setting": name,
-                "method": "Recyclable ensemble (ours), local kernels fixed at their start",
+                "method": f"Recyclable ensemble (ours), {labels[key]}",
                 **_scores(Y_test, F_test, mean, var),
-                "fit_s": t_ens_fixed,
-                "local_s": t_fixed,
+                "fit_s": t_ens,
+                "local_s": t_local,
+                "refitted": refitted,
+                "noise": float(ens.likelihood.variance.numpy()),
+                "bound": float(ens.elbo().numpy()),
             }
         )
-    # expert baselines: exact-GP experts and the SVGP local models as experts
-    t0 = time.perf_counter()
-    gpr = fit_gpr_experts(clients, _se(*cfg["kernel"]), cfg["noise"], maxiter=cfg["local_maxiter"])
-    t_gpr = time.perf_counter() - t0
-    svgps = [r.to_svgp() for r in recs]
-    for label, experts, t_fit in (("GPR", gpr, t_gpr), ("SVGP", svgps, t_local)):
+    # expert baselines: exact-GP experts (optional) and the SVGP local models as experts
+    experts = [(f"SVGP experts, {labels[k]}", [r.to_svgp() for r in fits[k][0]], fits[k][1]) for k in fits]
+    if cfg.get("gpr_experts", True):
+        t0 = time.perf_counter()
+        gpr = fit_gpr_experts(clients, _se(*cfg["kernel"]), cfg["noise"], maxiter=cfg["local_maxiter"])
+        experts.insert(0, ("GPR experts", gpr, time.perf_counter() - t0))
+    for label, models, t_fit in experts:
         for rule in COMBINATION_RULES:
-            committee = ExpertCommittee(experts, rule=rule)
+            committee = ExpertCommittee(models, rule=rule)
             mean, var = (t.numpy() for t in committee.predict_y(X_test))
             if np.all(var > 0) and np.all(np.isfinite(var)):
                 scores = _scores(Y_test, F_test, mean, var)
@@ -197,7 +206,7 @@ def run_setting(
             rows.append(
                 {
                     "setting": name,
-                    "method": f"{rule} ({label} experts)",
+                    "method": f"{rule} ({label})",
                     **scores,
                     "fit_s": float("nan"),
                     "local_s": t_fit,
@@ -206,6 +215,7 @@ def run_setting(
     # a single SVGP on the pooled data with M = M_*
     X = np.concatenate([c[0] for c in clients])
     Y = np.concatenate([c[1] for c in clients])
+    Z_star = np.linspace(cfg["lo"], cfg["hi"], cfg["M"])[:, None]
     t0 = time.perf_counter()
     single = train_local_svgp(
         X, Y, Z_star, _se(*cfg["kernel"]), gpflow.likelihoods.Gaussian(cfg["noise"]), maxiter=cfg["maxiter"]
@@ -262,13 +272,7 @@ def run_peer(
         with open(out) as f:
             res = json.load(f)
     # our ensemble fit once more, right after the peer's run, so that both are timed at about the same load
-    t0 = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RecyclableWarning)
-        EnsembleSVGP(recs, _se(*cfg["kernel"]), np.linspace(cfg["lo"], cfg["hi"], cfg["M"])[:, None]).fit(
-            maxiter=cfg["maxiter"], method="collapsed"
-        )
-    t_again = time.perf_counter() - t0
+    t_again = _ensemble(recs, cfg)[1]
     print(
         f"[{name}] our ensemble fit again after the peer: {t_again:.2f} s (before it: {ours['fit_s']:.2f} s)",
         file=sys.stderr,
@@ -310,6 +314,8 @@ def run_peer(
                     **_scores(Y_test, F_test, mean, var + s2),
                     "fit_s": res[key]["ensemble_seconds"],
                     "local_s": local_s,
+                    "our_fit_s": ours["fit_s"],
+                    "speed_ratio": res[key]["ensemble_seconds"] / ours["fit_s"],
                 }
             )
         print(
@@ -330,7 +336,7 @@ def pyramid_rows(args: argparse.Namespace, cfg: dict, test: tuple, ten_k_models:
         recs, t_local = ten_k_models, float("nan")
     else:
         d = distributed_segments(replicas=R, seed=args.seed)
-        recs, t_local = _local_models(list(d.clients), cfg["M_k"], cfg["kernel"], cfg["noise"], cfg["local_maxiter"])
+        recs, t_local, _ = _local_models(list(d.clients), cfg["M_k"], cfg["kernel"], cfg["noise"], cfg["local_maxiter"])
     K, rows = len(recs), []
     levels, n = [K], K
     while n > 1:
@@ -381,12 +387,97 @@ def sunspots_tasks(seed: int) -> Tuple[Clients, tuple]:
     return clients, (x[t], y[t], y[t])
 
 
+def summarise(rows: List[Row]) -> List[Row]:
+    """Mean ± sd over trials (``seed``) of every method's NLPD, RMSE, MAE, fit times and speed ratio."""
+    summary: List[Row] = []
+    for method in dict.fromkeys(r["method"] for r in rows):
+        group = [r for r in rows if r["method"] == method]
+        out: Row = {"method": method, "trials": len(group), "seeds": [r.get("seed") for r in group]}
+        for key in ("nlpd", "rmse", "mae", "fit_s", "local_s", "refitted", "speed_ratio"):
+            values = np.array([r[key] for r in group if key in r], dtype=float)
+            if values.size:
+                sd = float(values.std(ddof=1)) if values.size > 1 else float("nan")
+                out[key] = {"mean": float(values.mean()), "sd": sd}
+        summary.append(out)
+    return summary
+
+
+def _print_summary(name: str, summary: List[Row]) -> None:
+    def cell(r: Row, key: str, fmt: str) -> str:
+        v = r.get(key)
+        return "" if v is None else f"{v['mean']:{fmt}} ± {v['sd']:{fmt}}"
+
+    print(f"\n{name}: mean ± sd over trials\n")
+    print("| method | trials | NLPD | RMSE | MAE | ensemble fit (s) | speed ratio (peer / ours) |")
+    print("|---|---|---|---|---|---|---|")
+    for r in summary:
+        print(
+            f"| {r['method']} | {r['trials']} | {cell(r, 'nlpd', '.3f')} | {cell(r, 'rmse', '.3f')} | "
+            f"{cell(r, 'mae', '.3f')} | {cell(r, 'fit_s', '.2f')} | {cell(r, 'speed_ratio', '.1f')} |",
+            flush=True,
+        )
+
+
+def _distributed_cfg(name: str) -> dict:
+    """Experiment (ii): 10k = 50 segments × 200 points, 100k = 5 overlapping replicas × 50 segments × 400."""
+    return dict(
+        M_k=3,
+        M=35,
+        lo=0.0,
+        hi=5.0,
+        kernel=(5.0, 0.3),
+        noise=1.0,
+        local_maxiter=200,
+        maxiter=200,
+        gpr_experts=False,  # the SVGP local models are the exact collapsed optimum: same committees, 2× cheaper
+        local_variants=name == "10k",
+        data=dict(num_per_segment=400, replicas=5) if name == "100k" else {},
+    )
+
+
+def run_trials(args: argparse.Namespace, name: str, rows: "_Printer") -> list:
+    """``args.trials`` trials (seeds 0..N−1) of a distributed setting; the authors' code on the first
+    ``args.peer_trials`` of them. Saves the rows and the summary after every trial. Returns trial 0's models."""
+    cfg = _distributed_cfg(name)
+    trial_rows: List[Row] = []
+    commands: List[str] = []
+    first = None
+    path = os.path.join(os.path.dirname(__file__), "results", f"recyclable_{name}{'_quick' if args.quick else ''}.json")
+    if args.resume and os.path.exists(path):  # continue an interrupted protocol from its saved trials
+        with open(path) as f:
+            saved = json.load(f)
+        trial_rows, commands = saved["rows"], saved.get("commands", [saved["command"]])
+        rows += trial_rows
+    commands.append(command(__file__))
+    for seed in range(len({r["seed"] for r in trial_rows}), args.trials):
+        d = distributed_segments(seed=seed, **cfg["data"])
+        test = (d.test[0], d.test[1], smooth_function(d.test[0]))
+        new_rows, recs = run_setting(name, list(d.clients), test, cfg)
+        first = recs if first is None else first
+        if args.peer_python and name == "10k" and seed < args.peer_trials:
+            new_rows += run_peer(args, name, list(d.clients), test, cfg, recs, new_rows[0])
+        for r in new_rows:
+            r["seed"] = seed
+        rows += new_rows
+        trial_rows += new_rows
+        payload = {"setting": name, "config": cfg, "trials_done": seed + 1, "commands": commands}
+        save(path, {**payload, "summary": summarise(trial_rows), "rows": trial_rows}, __file__)
+        print(f"[{name}] trial {seed} done, saved {path}", file=sys.stderr, flush=True)
+    summary = summarise(trial_rows)
+    _print_summary(name, summary)
+    return first
+
+
 def main(argv: List[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--settings", default="toy,10k,pyramid,sunspots")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="seed of the single-trial settings")
+    parser.add_argument("--trials", type=int, default=10, help="10k/100k: trials with seeds 0..N-1 (paper: 10)")
+    parser.add_argument("--quick", action="store_true", help="10k only, 2 trials, no peer (a few minutes)")
+    parser.add_argument("--resume", action="store_true", help="10k/100k: keep the saved trials, run the rest")
     parser.add_argument("--peer-python", default=None)
     parser.add_argument("--peer-src", default=None)
+    parser.add_argument("--peer-trials", type=int, default=3, help="10k trials that also run the authors' code")
     parser.add_argument(
         "--peer-driver", default=os.path.join(os.path.dirname(__file__), "peer", "recyclable_gp_driver.py")
     )
@@ -398,6 +489,10 @@ def main(argv: List[str] | None = None) -> None:
         help="pyramid data: replicas × 50 segments × 200 points (1: the 10k models)",
     )
     args = parser.parse_args(argv)
+    if args.quick:
+        args.settings, args.trials, args.peer_python = "10k", 2, None
+    if args.trials < 1 or args.peer_trials < 0:
+        parser.error("--trials must be ≥ 1 and --peer-trials ≥ 0")
     settings = args.settings.split(",")
     if "speed" in settings:
         print("| step | method | seconds | mean local ELBO / ensemble bound |\n|---|---|---|---|", flush=True)
@@ -410,39 +505,29 @@ def main(argv: List[str] | None = None) -> None:
     rows = _Printer()
     ten_k_models = None
     for name in settings:
+        if name in ("10k", "100k"):
+            models = run_trials(args, name, rows)
+            ten_k_models = models if name == "10k" else ten_k_models
+            continue
         if name == "toy":
             d = toy_concatenation(seed=args.seed)
-            test = (d.test[0], d.test[1], smooth_function_bias(d.test[0]))
+            clients, test = list(d.clients), (d.test[0], d.test[1], smooth_function_bias(d.test[0]))
             cfg = dict(M_k=15, M=35, lo=0.0, hi=5.5, kernel=(5.0, 0.3), noise=1.0, local_maxiter=200, maxiter=200)
-        elif name in ("10k", "pyramid"):
+        elif name == "pyramid":
             d = distributed_segments(seed=args.seed)
-            test = (d.test[0], d.test[1], smooth_function(d.test[0]))
-            cfg = dict(
-                M_k=3,
-                M=35,
-                lo=0.0,
-                hi=5.0,
-                kernel=(5.0, 0.3),
-                noise=1.0,
-                local_maxiter=200,
-                maxiter=200,
-                fixed_local_kernel=True,
+            rows += pyramid_rows(
+                args, _distributed_cfg("10k"), (d.test[0], d.test[1], smooth_function(d.test[0])), ten_k_models
             )
+            continue
         elif name == "sunspots":
             clients, test = sunspots_tasks(args.seed)
             cfg = dict(M_k=6, M=90, lo=0.0, hi=100.0, kernel=(1.0, 0.2), noise=0.01, local_maxiter=200, maxiter=200)
         else:
             raise ValueError(f"unknown setting {name!r}")
-        if name == "pyramid":
-            rows += pyramid_rows(args, cfg, test, ten_k_models)
-            continue
-        clients = d.clients if name != "sunspots" else clients
-        new_rows, recs = run_setting(name, list(clients), test, cfg)
+        new_rows, recs = run_setting(name, clients, test, cfg)
         rows += new_rows
-        if name == "10k":
-            ten_k_models = recs
-        if args.peer_python and name in ("toy", "10k"):
-            rows += run_peer(args, name, list(clients), test, cfg, recs, new_rows[0])
+        if args.peer_python and name == "toy":
+            rows += run_peer(args, name, clients, test, cfg, recs, new_rows[0])
         print(f"[done {name}]", file=sys.stderr, flush=True)
 
 

@@ -22,6 +22,21 @@ of any ``N_k``, reuses the traced graph instead of tracing a new one.
   :class:`~gpflow_fed.models.RecyclableWarning`).
 * **Other likelihoods.** ``gpflow.models.SVGP`` trained jointly on ``(q_k, Z_k, θ_k)`` with L-BFGS (GPflow's
   Gauss–Hermite ``variational_expectations``).
+* **Degenerate local fits are refitted** (Gaussian likelihood). On a small partition, maximising eq. 1 over θ_k
+  can reach hyperparameters that the partition cannot support, and a recycled model passes them on to the
+  ensemble through its prior ``p_k(u_k)`` (eqs. 15–18). A fit is refitted with θ_k held at the initial kernel
+  hyperparameters (``Z_k`` and σ² still optimised, q_k still the closed-form optimum) when either
+
+  - it **collapsed to pure noise**: its signal-to-noise ratio ``mean_n k_θ(x_n, x_n) / σ²`` on its own inputs is
+    below ``collapse_snr``. Then ``K_k ≈ 0`` and ``q_k(u_k) ≈ N(0, S_k ⪯ K_k ≈ 0)`` claims ``f ≈ 0`` with ≈ 0
+    variance everywhere, not only on its partition; or
+  - a **lengthscale is not identifiable**: it exceeds ``max_lengthscale_ratio`` times the extent of the
+    partition's inputs along that dimension (stationary kernels with a ``lengthscales`` parameter). The data of
+    a window of width w carry no information about correlations over lengths ≫ w (the likelihood is flat in
+    ℓ there), so ℓ_k is arbitrary, ``K_k(Z_k, Z_k)`` is numerically singular, and the ensemble would inherit a
+    long-range correlation that no data supported.
+
+  Healthy fits are returned unchanged.
 """
 
 from __future__ import annotations
@@ -34,7 +49,7 @@ import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes
 
-from ..validation import integer
+from ..validation import integer, non_negative_float
 
 __all__ = ["LocalSVGPTrainer", "train_local_svgp"]
 
@@ -64,6 +79,14 @@ class LocalSVGPTrainer:
     :param train_inducing: optimise Z_k too.
     :param whiten: return whitened SVGPs (GPflow's default; pass them through :func:`export_svgp`) or
         unwhitened ones (directly recyclable).
+    :param collapse_snr: Gaussian likelihood only: a fit whose signal-to-noise ratio
+        ``mean_n k_θ(x_n, x_n) / σ²`` on its own inputs is below this is refitted with the kernel kept at its
+        initial hyperparameters (module docstring). ``0`` disables the check. The default ``1e-3`` flags a model
+        whose signal variance is three orders of magnitude below its noise variance.
+    :param max_lengthscale_ratio: Gaussian likelihood only: a fit with a lengthscale longer than this many times
+        the extent of its inputs along that dimension is refitted likewise. ``0`` disables the check.
+
+    :ivar num_refitted: how many fits so far were found degenerate and refitted.
     """
 
     def __init__(
@@ -74,6 +97,8 @@ class LocalSVGPTrainer:
         maxiter: int = 200,
         train_inducing: bool = True,
         whiten: bool = True,
+        collapse_snr: float = 1e-3,
+        max_lengthscale_ratio: float = 10.0,
     ) -> None:
         kernel = kernel if kernel is not None else gpflow.kernels.SquaredExponential()
         likelihood = likelihood if likelihood is not None else gpflow.likelihoods.Gaussian()
@@ -86,6 +111,9 @@ class LocalSVGPTrainer:
         self.maxiter = integer(maxiter, "maxiter", minimum=0)
         self.train_inducing = bool(train_inducing)
         self.whiten = bool(whiten)
+        self.collapse_snr = non_negative_float(collapse_snr, "collapse_snr")
+        self.max_lengthscale_ratio = non_negative_float(max_lengthscale_ratio, "max_lengthscale_ratio")
+        self.num_refitted = 0
         self._slots: Dict[Tuple[int, int, int], _Slot] = {}
 
     @property
@@ -137,10 +165,13 @@ class LocalSVGPTrainer:
         slot.Y.assign(Y)
         gpflow.utilities.multiple_assign(slot.model, slot.initial)
         slot.model.inducing_variable.Z.assign(Z)
-        if self.maxiter and slot.model.trainable_variables:
-            slot.optimizer.minimize(
-                slot.loss, slot.model.trainable_variables, options={"maxiter": self.maxiter}, compile=True
-            )
+        self._minimize(slot, slot.model.trainable_variables)
+        if self.gaussian and self._degenerate(slot.model, X):
+            kernel_vars = {id(v) for v in slot.model.kernel.trainable_variables}
+            gpflow.utilities.multiple_assign(slot.model, slot.initial)
+            slot.model.inducing_variable.Z.assign(Z)
+            self._minimize(slot, tuple(v for v in slot.model.trainable_variables if id(v) not in kernel_vars))
+            self.num_refitted += 1
         kernel = gpflow.utilities.deepcopy(slot.model.kernel)
         likelihood = gpflow.utilities.deepcopy(slot.model.likelihood)
         Z_k = slot.model.inducing_variable.Z.numpy()
@@ -161,6 +192,24 @@ class LocalSVGPTrainer:
         out.q_sqrt.assign(q_sqrt)
         gpflow.set_trainable(out.inducing_variable, self.train_inducing)
         return out
+
+    def _minimize(self, slot: _Slot, variables: Tuple[tf.Variable, ...]) -> None:
+        """L-BFGS on the slot's loss over ``variables`` (compiled once per variable set, cached by GPflow)."""
+        if self.maxiter and variables:
+            slot.optimizer.minimize(slot.loss, variables, options={"maxiter": self.maxiter}, compile=True)
+
+    def _degenerate(self, model: gpflow.models.GPModel, X: np.ndarray) -> bool:
+        """Whether a Gaussian fit collapsed to noise or has an unidentifiable lengthscale (module docstring)."""
+        if self.collapse_snr > 0:
+            signal = float(tf.reduce_mean(model.kernel(X, full_cov=False)).numpy())
+            if signal < self.collapse_snr * float(model.likelihood.variance.numpy()):
+                return True
+        lengthscales = getattr(model.kernel, "lengthscales", None)
+        if self.max_lengthscale_ratio > 0 and isinstance(lengthscales, gpflow.Parameter):
+            extent = np.ptp(X, axis=0)
+            ratio = np.broadcast_to(lengthscales.numpy(), extent.shape)[extent > 0] / extent[extent > 0]
+            return bool(np.any(ratio > self.max_lengthscale_ratio))
+        return False
 
     @staticmethod
     def _optimal_whitened_q(
@@ -195,6 +244,8 @@ def train_local_svgp(
     maxiter: int = 200,
     train_inducing: bool = True,
     whiten: bool = True,
+    collapse_snr: float = 1e-3,
+    max_lengthscale_ratio: float = 10.0,
 ) -> gpflow.models.SVGP:
     """Fit one local model (paper eq. 1) with a fresh :class:`LocalSVGPTrainer` (see there and the module
     docstring: collapsed bound and closed-form q_k for a Gaussian likelihood, L-BFGS on the SVGP ELBO
@@ -206,6 +257,18 @@ def train_local_svgp(
     :param maxiter: L-BFGS iterations.
     :param train_inducing: optimise Z_k too.
     :param whiten: return a whitened SVGP (pass it through :func:`export_svgp` before recycling it).
+    :param collapse_snr: refit a Gaussian fit that collapsed to noise with the initial kernel (see
+        :class:`LocalSVGPTrainer`).
+    :param max_lengthscale_ratio: refit a Gaussian fit with a lengthscale this many times longer than its inputs'
+        extent likewise.
     """
-    trainer = LocalSVGPTrainer(kernel, likelihood, maxiter=maxiter, train_inducing=train_inducing, whiten=whiten)
+    trainer = LocalSVGPTrainer(
+        kernel,
+        likelihood,
+        maxiter=maxiter,
+        train_inducing=train_inducing,
+        whiten=whiten,
+        collapse_snr=collapse_snr,
+        max_lengthscale_ratio=max_lengthscale_ratio,
+    )
     return trainer.fit(X, Y, Z)

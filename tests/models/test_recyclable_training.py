@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from gpflow_fed.data import distributed_segments
 from gpflow_fed.models import LocalSVGPTrainer, export_svgp, train_local_svgp
 
 
@@ -74,3 +75,79 @@ def test_bad_input():
         train_local_svgp(X[:0], Y[:0], Z)
     with pytest.raises(ValueError, match="NaN"):
         train_local_svgp(np.where(X > 1, np.nan, X), Y, Z)
+
+
+def _collapsing_partition():
+    """Partition [2.4, 2.5] of the paper's distributed 10k data (seed 0): the plain fit explains it as pure noise."""
+    X, Y = distributed_segments(seed=0).clients[24]
+    return X, Y, np.linspace(X.min(), X.max(), 3)[:, None]
+
+
+def _linear_window():
+    """A clean linear trend on a window of width 0.1: nothing in it identifies a lengthscale, the fit drifts long."""
+    rng = np.random.default_rng(0)
+    X = np.sort(rng.uniform(1.0, 1.1, (100, 1)), axis=0)
+    return X, 20.0 * X + 0.1 * rng.standard_normal(X.shape), np.linspace(1.0, 1.1, 3)[:, None]
+
+
+def _start_kernel():
+    return gpflow.kernels.SquaredExponential(variance=5.0, lengthscales=0.3)
+
+
+def _plain(**checks):
+    return LocalSVGPTrainer(_start_kernel(), gpflow.likelihoods.Gaussian(1.0), **checks)
+
+
+def test_collapsed_fit_is_refitted_with_the_initial_kernel():
+    X, Y, Z = _collapsing_partition()
+    plain = _plain(collapse_snr=0.0, max_lengthscale_ratio=0.0)
+    collapsed = plain.fit(X, Y, Z)
+    assert plain.num_refitted == 0
+    assert collapsed.kernel.variance.numpy() < 1e-3 * collapsed.likelihood.variance.numpy()  # it does collapse
+    trainer = _plain(max_lengthscale_ratio=0.0)  # the signal-to-noise check alone
+    refit = trainer.fit(X, Y, Z)
+    assert trainer.num_refitted == 1
+    assert refit.kernel.variance.numpy() == pytest.approx(5.0) and refit.kernel.lengthscales.numpy() == pytest.approx(
+        0.3
+    )
+    assert refit.likelihood.variance.numpy() == pytest.approx(4.0, rel=0.3)  # σ² still learnt
+    # the collapsed model claims f ≈ 0 with ≈ 0 variance far from its window; the refitted one falls back to its prior
+    far = np.array([[0.5], [4.5]])
+    assert np.all(collapsed.predict_f(far)[1].numpy() < 1e-3)
+    np.testing.assert_allclose(refit.predict_f(far)[1].numpy(), 5.0, rtol=1e-6)
+
+
+def test_unidentifiable_lengthscale_is_refitted_with_the_initial_kernel():
+    X, Y, Z = _linear_window()
+    plain = _plain(collapse_snr=0.0, max_lengthscale_ratio=0.0)
+    assert plain.fit(X, Y, Z).kernel.lengthscales.numpy() > 10 * 0.1  # drifted beyond 10× the window
+    assert plain.num_refitted == 0
+    trainer = _plain(collapse_snr=0.0)  # the lengthscale check alone
+    refit = trainer.fit(X, Y, Z)
+    assert trainer.num_refitted == 1
+    assert refit.kernel.lengthscales.numpy() == pytest.approx(0.3)
+    # a looser ratio leaves it alone
+    assert _plain(collapse_snr=0.0, max_lengthscale_ratio=1e6).fit(X, Y, Z).kernel.lengthscales.numpy() > 1.0
+
+
+def test_healthy_fit_is_unchanged_by_the_checks():
+    parts = [_data(n, s) for n, s in ((40, 1), (55, 2))]
+    checked = LocalSVGPTrainer(_kernel(), gpflow.likelihoods.Gaussian(0.5), maxiter=30)
+    unchecked = LocalSVGPTrainer(
+        _kernel(), gpflow.likelihoods.Gaussian(0.5), maxiter=30, collapse_snr=0, max_lengthscale_ratio=0
+    )
+    for p in parts:
+        a, b = checked.fit(*p), unchecked.fit(*p)
+        for u, v in zip(a.trainable_variables, b.trainable_variables):
+            np.testing.assert_array_equal(u.numpy(), v.numpy())
+    assert checked.num_refitted == 0
+
+
+@pytest.mark.parametrize("name", ["collapse_snr", "max_lengthscale_ratio"])
+@pytest.mark.parametrize("bad, error", [(-1e-3, ValueError), (float("nan"), ValueError), ("0.1", TypeError)])
+def test_check_arguments_are_validated(name, bad, error):
+    with pytest.raises(error, match=name):
+        LocalSVGPTrainer(**{name: bad})
+    X, Y, Z = _data(10, 0)
+    with pytest.raises(error, match=name):
+        train_local_svgp(X, Y, Z, **{name: bad})
