@@ -21,7 +21,7 @@ NLPD is against noisy test targets; RMSE/MAE against the latent function (synthe
 ``--peer-python PY --peer-src DIR`` also runs pmorenoz/RecyclableGP through ``benchmarks/peer/recyclable_gp_driver.py``
 on the same data (its own local models, and separately ours) and reports its NLPD (with its fixed σ = 1 and with our
 noise) and its ensemble-fit wall time next to ours (10k: on the first ``--peer-trials`` trials).
-``--quick``: 10k only, 2 trials, no peer.
+``--quick``: 10k only, 2 trials, no peer; saved to ``runs/bench/recyclable_10k_quick.json``.
 
 Usage: ``python benchmarks/recyclable.py --settings speed,toy,10k,100k,pyramid,sunspots [--seed 0] [--trials N]
 [--pyramid-replicas R]``
@@ -442,7 +442,10 @@ def run_trials(args: argparse.Namespace, name: str, rows: "_Printer") -> list:
     trial_rows: List[Row] = []
     commands: List[str] = []
     first = None
-    path = os.path.join(os.path.dirname(__file__), "results", f"recyclable_{name}{'_quick' if args.quick else ''}.json")
+    results = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "runs", "bench")
+    if not args.quick:  # a smoke run never lands among the saved protocol runs
+        results = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+    path = os.path.join(results, f"recyclable_{name}{'_quick' if args.quick else ''}.json")
     if args.resume and os.path.exists(path):  # continue an interrupted protocol from its saved trials
         with open(path) as f:
             saved = json.load(f)
