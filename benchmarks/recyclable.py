@@ -445,7 +445,7 @@ def run_trials(args: argparse.Namespace, name: str, rows: "_Printer") -> list:
     results = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "runs", "bench")
     if not args.quick:  # a smoke run never lands among the saved protocol runs
         results = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
-    path = os.path.join(results, f"recyclable_{name}{'_quick' if args.quick else ''}.json")
+    path = args.out or os.path.join(results, f"recyclable_{name}{'_quick' if args.quick else ''}.json")
     if args.resume and os.path.exists(path):  # continue an interrupted protocol from its saved trials
         with open(path) as f:
             saved = json.load(f)
@@ -478,6 +478,12 @@ def main(argv: List[str] | None = None) -> None:
     parser.add_argument("--trials", type=int, default=10, help="10k/100k: trials with seeds 0..N-1 (paper: 10)")
     parser.add_argument("--quick", action="store_true", help="10k only, 2 trials, no peer (a few minutes)")
     parser.add_argument("--resume", action="store_true", help="10k/100k: keep the saved trials, run the rest")
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="JSON of the one distributed setting run (default benchmarks/results/recyclable_<setting>.json; "
+        "with --quick runs/bench/recyclable_10k_quick.json); with --resume, the trials to continue",
+    )
     parser.add_argument("--peer-python", default=None)
     parser.add_argument("--peer-src", default=None)
     parser.add_argument("--peer-trials", type=int, default=3, help="10k trials that also run the authors' code")
@@ -496,6 +502,8 @@ def main(argv: List[str] | None = None) -> None:
         args.settings, args.trials, args.peer_python = "10k", 2, None
     if args.trials < 1 or args.peer_trials < 0:
         parser.error("--trials must be ≥ 1 and --peer-trials ≥ 0")
+    if args.out and len([s for s in args.settings.split(",") if s in ("10k", "100k")]) != 1:
+        parser.error("--out needs exactly one distributed setting (10k or 100k)")
     settings = args.settings.split(",")
     if "speed" in settings:
         print("| step | method | seconds | mean local ELBO / ensemble bound |\n|---|---|---|---|", flush=True)
