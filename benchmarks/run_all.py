@@ -33,7 +33,7 @@ Invocations = List[List[str]]
 PROFILES: Dict[str, Dict[str, Invocations]] = {
     "fsgp": {"quick": [["--quick", "--out", "runs/bench/fsgp_sweep_quick.json"]], "full": [[]]},
     "fedbnr": {
-        "quick": [["--quick"]],
+        "quick": [["--quick", "--datasets", "diabetes,concrete", "--clients", "10", "--seeds", "2"]],
         "full": [
             [],
             [
