@@ -17,7 +17,7 @@ from typing import Any, Dict, List
 SYNTHETIC = ("synthetic1", "synthetic2")
 #: the names of :func:`gpflow_fed.data.available_datasets` and the keys of ``gpflow_fed.data.PARTITIONS``,
 #: spelled out so that parsing imports no TensorFlow (a test checks they agree with the library).
-REAL_DATASETS = ("ames", "boston", "co2", "concrete", "diabetes", "ozone", "sunspots", "weather")
+REAL_DATASETS = ("ames", "boston", "co2", "concrete", "deliveries", "diabetes", "ozone", "sunspots", "weather")
 PARTITION_NAMES = ("group", "iid", "random_sizes", "sorted_chunks", "spatial")
 
 
