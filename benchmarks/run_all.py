@@ -173,13 +173,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         seconds = time.perf_counter() - start
         print(f"({line}: exit {rc}, {seconds:.0f} s)", flush=True)
         records.append({"script": stem, "command": line, "exit_code": rc, "seconds": round(seconds, 1)})
+        total = sum(r["seconds"] for r in records)  # saved after every run: a stopped profile keeps what ran
+        save(
+            os.fspath(out / "summary.json"),
+            {"profile": args.profile, "total_seconds": round(total, 1), "runs": records},
+            __file__,
+        )
     if args.dry_run:
         return 0
-    save(
-        os.fspath(out / "summary.json"),
-        {"profile": args.profile, "total_seconds": round(sum(r["seconds"] for r in records), 1), "runs": records},
-        __file__,
-    )
     failures = [r["command"] for r in records if r["exit_code"] != 0]
     print(f"\n{len(records)} runs, {sum(r['seconds'] for r in records):.0f} s; summary: {out / 'summary.json'}")
     if failures:
