@@ -306,11 +306,13 @@ def run_peer(
             )
             continue
         mean, var = np.array(res[key]["mean"])[:, None], np.array(res[key]["var"])[:, None]
-        for s2, s2_label in ((res["sigma"] ** 2, "σ=1 fixed"), (ours["noise"], f"σ²={ours['noise']:.2f} as ours")):
+        # the label names the rule, never the value, so that the summary pools the trials of one method
+        for s2, s2_label in ((res["sigma"] ** 2, "σ=1 fixed"), (ours["noise"], "σ² as ours")):
             rows.append(
                 {
                     "setting": name,
                     "method": f"pmorenoz/RecyclableGP ensemble on {label}, {s2_label}",
+                    "noise_variance": float(s2),
                     **_scores(Y_test, F_test, mean, var + s2),
                     "fit_s": res[key]["ensemble_seconds"],
                     "local_s": local_s,

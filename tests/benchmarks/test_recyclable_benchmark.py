@@ -24,3 +24,32 @@ def test_distributed_trial_rows_and_summary(load_benchmark):
     assert summary[0]["nlpd"]["mean"] == np.mean(nlpd)
     assert summary[0]["nlpd"]["sd"] == np.std(nlpd, ddof=1)
     assert "refitted" in summary[0] and "speed_ratio" not in summary[0]
+
+
+def test_peer_rows_name_the_noise_rule_not_its_value_so_trials_pool(load_benchmark, monkeypatch):
+    """The authors'-code rows of two trials with different noise variances summarise as one method each."""
+    import argparse
+    import json
+
+    rec = load_benchmark("recyclable")
+    test = (np.zeros((3, 1)), np.ones((3, 1)), np.zeros((3, 1)))
+    peer_output = {"sigma": 1.0, "local_iters": 15, "local_seconds": 7.0, "own": None, "ours": None}
+
+    def fake_peer(command, check):  # stands in for the authors' code: writes its JSON reply
+        reply = {"mean": [0.0, 0.5, 1.0], "var": [0.1, 0.2, 0.3], "ensemble_seconds": 4.0, "bound": 9.0}
+        with open(command[5], "w") as f:
+            json.dump(dict(peer_output, own=reply, ours=reply), f)
+
+    monkeypatch.setattr(rec.subprocess, "run", fake_peer)
+    monkeypatch.setattr(rec, "_ensemble", lambda recs, cfg: (None, 2.0))
+    args = argparse.Namespace(peer_python="python", peer_driver="driver.py", peer_src="src", peer_local_iters=15)
+    rows = []
+    for seed, noise in ((0, 3.86), (1, 4.06)):
+        ours = {"noise": noise, "fit_s": 1.0, "bound": 0.0}
+        new = rec.run_peer(args, "10k", [], test, {"lo": 0.0, "hi": 5.0}, [], ours)
+        rows += [dict(r, seed=seed) for r in new]
+    assert all(str(noise) not in r["method"] for r in rows for noise in (3.86, 4.06))
+    assert sorted({r["noise_variance"] for r in rows if r["method"].endswith("σ² as ours")}) == [3.86, 4.06]
+    summary = rec.summarise(rows)
+    assert len(summary) == 4 and all(s["trials"] == 2 for s in summary)
+    assert all(s["speed_ratio"]["mean"] == 2.0 for s in summary)  # 4 s against the slower of our fits, 2 s
