@@ -32,6 +32,10 @@ Invocations = List[List[str]]
 # script → (quick invocations, full invocations); each invocation is an argument list.
 PROFILES: Dict[str, Dict[str, Invocations]] = {
     "fsgp": {"quick": [["--quick", "--out", "runs/bench/fsgp_sweep_quick.json"]], "full": [[]]},
+    "fsgp_objective": {
+        "quick": [["--quick"]],
+        "full": [["--datasets", "concrete", "--ms", "10", "100", "--out", "benchmarks/results/fsgp_objective.json"]],
+    },
     "fedbnr": {
         "quick": [["--quick", "--datasets", "diabetes,concrete", "--clients", "10", "--seeds", "2"]],
         "full": [

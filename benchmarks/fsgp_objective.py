@@ -1,0 +1,176 @@
+"""Which objective explains FSGP's gap to centralized SGPR (BENCHMARKS.md § FSGP)?
+
+FSGP's FedAvg (Guo et al., Alg. 1 and eq. 9) averages the clients' w = (θ, σ², Z) after local steps on their own
+Titsias bounds, so it seeks a stationary point of the client-sum bound
+
+    Σ_k ELBO_k(w) = Σ_k [log N(y_k | 0, Q_kk + σ²I) − tr(K_kk − Q_kk) / (2σ²)],   Q_kk = K_ku K_uu⁻¹ K_uk,
+
+which drops the cross-client blocks Q_kl (k ≠ l) that the pooled bound ELBO(w; D) (Titsias 2009, eq. 9 of the
+FSGP paper for K = 1) keeps. This script maximises both bounds with one optimiser (L-BFGS to convergence) from the
+FSGP sweep's initial values (every θ = 1, σ² = 0.01, the sweep's Z for that seed and M, the sweep's partition),
+predicts with the pooled SGPR posterior at each optimum (as FSGP's final ``AggregatedSGPR`` does: eqs. 14–15),
+and pairs the test RMSE by seed with FSGP's and centralized SGPR's in ``benchmarks/results/fsgp_sweep.json``.
+If the client-sum optimum scores like FSGP, the gap belongs to the objective, not to FedAvg's dynamics (client
+sampling, local steps, Adam).
+
+Usage: ``python benchmarks/fsgp_objective.py [--quick] [--datasets ...] [--ms ...] [--seeds ...]``; results in
+``benchmarks/results/fsgp_objective.json`` (``--quick``: ``runs/bench/fsgp_objective_quick.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from typing import Dict, List, Sequence, Tuple
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import gpflow  # noqa: E402
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from fsgp import INITIAL_NOISE_VARIANCE, OUT as SWEEP, SETTINGS, _kernel, _load, make_dataset  # noqa: E402
+from provenance import save  # noqa: E402
+
+from gpflow_fed.data import FederatedDataset  # noqa: E402
+from gpflow_fed.federated.algorithms import initial_inducing_inputs  # noqa: E402
+from gpflow_fed.metrics import evaluate_model  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+OUT = os.path.join(HERE, "results", "fsgp_objective.json")
+QUICK_OUT = os.path.join(os.path.dirname(HERE), "runs", "bench", "fsgp_objective_quick.json")
+
+
+def shared_sgpr_models(dataset: FederatedDataset, Z: np.ndarray) -> Tuple[gpflow.models.SGPR, List[gpflow.models.SGPR]]:
+    """The pooled SGPR and one SGPR per client, all sharing one kernel, likelihood and inducing variable (the
+    sweep's initial values), so that both bounds are functions of the same w."""
+    kernel = _kernel(dataset.input_dim)
+    inducing = gpflow.inducing_variables.InducingPoints(Z.copy())
+    pooled = gpflow.models.SGPR(dataset.pooled(), kernel, inducing, noise_variance=INITIAL_NOISE_VARIANCE)
+    clients = []
+    for X, Y in dataset.clients:
+        model = gpflow.models.SGPR((X, Y), kernel, inducing, noise_variance=INITIAL_NOISE_VARIANCE)
+        model.likelihood = pooled.likelihood
+        clients.append(model)
+    return pooled, clients
+
+
+def client_sum_bound(clients: Sequence[gpflow.models.SGPR]) -> tf.Tensor:
+    """Σ_k ELBO_k(w): the sum of the clients' Titsias bounds at the shared w."""
+    return tf.add_n([model.elbo() for model in clients])
+
+
+def maximise(bound, variables: Sequence[tf.Variable], maxiter: int) -> int:
+    """L-BFGS on −bound; returns the iterations taken."""
+
+    def loss() -> tf.Tensor:
+        return -bound()
+
+    result = gpflow.optimizers.Scipy().minimize(loss, variables, options={"maxiter": maxiter})
+    return int(result.nit)
+
+
+def objective_runs(dataset: FederatedDataset, M: int, seed: int, maxiter: int) -> List[Dict]:
+    """Both bounds maximised from the sweep's start; per optimum: test RMSE/NLPD of the pooled SGPR posterior and
+    both bounds per training point."""
+    rows = []
+    Z = initial_inducing_inputs(dataset.pooled()[0], M, seed=seed)  # the sweep's Z for (seed, M)
+    N = dataset.num_data
+    for method in ("pooled_lbfgs", "client_sum_lbfgs"):
+        start = time.perf_counter()
+        pooled, clients = shared_sgpr_models(dataset, Z)
+        bound = pooled.elbo if method == "pooled_lbfgs" else (lambda: client_sum_bound(clients))
+        iterations = maximise(bound, pooled.trainable_variables, maxiter)
+        metrics = evaluate_model(pooled, dataset.test)
+        rows.append(
+            {
+                "method": method,
+                "M": M,
+                "rmse": metrics["test_rmse"],
+                "nlpd": metrics["test_nlpd"],
+                "pooled_bound_per_point": float(pooled.elbo()) / N,
+                "client_sum_bound_per_point": float(client_sum_bound(clients)) / N,
+                "noise_variance": float(pooled.likelihood.variance.numpy()),
+                "iterations": iterations,
+                "seconds": time.perf_counter() - start,
+            }
+        )
+    return rows
+
+
+def paired(rows: Sequence[Dict], sweep: Sequence[Dict]) -> List[Dict]:
+    """Mean ± sd over seeds per (dataset, M) of each method's RMSE and of the paired differences with the sweep's
+    FSGP and SGPR (same dataset, seed, M)."""
+    reference = {(r["dataset"], r["seed"], r["M"], r["method"]): r["rmse"] for r in sweep if "M" in r}
+    ours = {(r["dataset"], r["seed"], r["M"], r["method"]): r["rmse"] for r in rows}
+    out = []
+    for name, M in sorted({(r["dataset"], r["M"]) for r in rows}):
+        seeds = sorted({r["seed"] for r in rows if (r["dataset"], r["M"]) == (name, M)})
+        columns = {
+            "client_sum_lbfgs": lambda s: ours[name, s, M, "client_sum_lbfgs"],
+            "pooled_lbfgs": lambda s: ours[name, s, M, "pooled_lbfgs"],
+            "fsgp": lambda s: reference[name, s, M, "fsgp"],
+            "sgpr": lambda s: reference[name, s, M, "sgpr"],
+            "fsgp_minus_client_sum": lambda s: reference[name, s, M, "fsgp"] - ours[name, s, M, "client_sum_lbfgs"],
+            "client_sum_minus_pooled": lambda s: (
+                ours[name, s, M, "client_sum_lbfgs"] - ours[name, s, M, "pooled_lbfgs"]
+            ),
+            "fsgp_minus_sgpr": lambda s: reference[name, s, M, "fsgp"] - reference[name, s, M, "sgpr"],
+        }
+        for column, value in columns.items():
+            try:
+                values = [value(s) for s in seeds]
+            except KeyError:  # the sweep has no run for this seed and M
+                continue
+            sd = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+            out.append({"dataset": name, "M": M, "column": column, "n": len(values),
+                        "mean": float(np.mean(values)), "sd": sd})  # fmt: skip
+    return out
+
+
+def table(summary: Sequence[Dict]) -> str:
+    """Markdown: one row per (dataset, M), test RMSE mean ± sd over n seeds per column of :func:`paired`."""
+    columns = list(dict.fromkeys(r["column"] for r in summary))
+    cells = {(r["dataset"], r["M"], r["column"]): r for r in summary}
+    lines = ["| dataset | M | n | " + " | ".join(columns) + " |", "|---|---|---|" + "---|" * len(columns)]
+    for name, M in sorted({(r["dataset"], r["M"]) for r in summary}):
+        n = cells[name, M, "client_sum_lbfgs"]["n"]
+        text = [f"{c['mean']:.4f} ± {c['sd']:.4f}" if c else "" for c in (cells.get((name, M, k)) for k in columns)]
+        lines.append(f"| {name} | {M} | {n} | " + " | ".join(text) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] = ()) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="synthetic 1, M = 10, one seed")
+    parser.add_argument("--datasets", nargs="+", choices=tuple(SETTINGS), default=None)
+    parser.add_argument("--ms", nargs="+", type=int, default=None, help="M values (default 10 25 50 100)")
+    parser.add_argument("--seeds", nargs="+", type=int, default=None, help="seeds (default 0 1 2 3 4)")
+    parser.add_argument("--maxiter", type=int, default=2000, help="L-BFGS iterations at most")
+    parser.add_argument("--out", default=None, help=f"JSON of the runs (default {os.path.relpath(OUT)})")
+    args = parser.parse_args(list(argv))
+    datasets = args.datasets or (["synthetic1"] if args.quick else ["concrete", "synthetic1"])
+    Ms = args.ms or ([10] if args.quick else [10, 25, 50, 100])
+    seeds = args.seeds if args.seeds is not None else ([0] if args.quick else [0, 1, 2, 3, 4])
+    out = args.out or (QUICK_OUT if args.quick else OUT)
+    rows: List[Dict] = []
+    for name in datasets:
+        for seed in seeds:
+            dataset = make_dataset(name, seed)
+            for M in Ms:
+                for r in objective_runs(dataset, M, seed, args.maxiter):
+                    rows.append({"dataset": name, "seed": seed, **r})
+                    print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in rows[-1].items()}, flush=True)
+            summary = paired(rows, _load(SWEEP))
+            save(out, {"maxiter": args.maxiter, "sweep": os.path.relpath(SWEEP, os.path.dirname(HERE)),
+                       "summary": summary, "runs": rows}, __file__, list(argv))  # fmt: skip
+    print("\nTest RMSE, mean ± sd over seeds (fsgp, sgpr: benchmarks/results/fsgp_sweep.json; *_minus_*: by seed)\n")
+    print(table(paired(rows, _load(SWEEP))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

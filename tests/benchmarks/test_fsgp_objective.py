@@ -1,0 +1,48 @@
+"""benchmarks/fsgp_objective.py at tiny size: the two bounds share w, each optimum wins on its own bound, pairing."""
+
+import numpy as np
+import pytest
+
+import gpflow
+
+
+@pytest.fixture
+def objective(load_benchmark):
+    return load_benchmark("fsgp_objective")
+
+
+def test_client_sum_is_the_sum_of_the_clients_own_bounds_at_the_shared_w(objective):
+    dataset = objective.make_dataset("synthetic1", seed=1)
+    Z = dataset.pooled()[0][:4]
+    pooled, clients = objective.shared_sgpr_models(dataset, Z)
+    pooled.kernel.variance.assign(2.0)  # one assignment moves every model: w is shared
+    pooled.likelihood.variance.assign(0.3)
+    separate = [
+        gpflow.models.SGPR(data, gpflow.kernels.SquaredExponential(2.0, [1.0]), Z, noise_variance=0.3).elbo()
+        for data in dataset.clients
+    ]
+    np.testing.assert_allclose(objective.client_sum_bound(clients).numpy(), np.sum(separate), rtol=1e-12)
+    assert abs(objective.client_sum_bound(clients).numpy() - pooled.elbo().numpy()) > 1.0  # cross terms dropped
+
+
+def test_each_optimum_scores_best_on_its_own_bound_and_runs_pair_with_the_sweep(objective):
+    dataset = objective.make_dataset("synthetic1", seed=0)
+    Z = objective.initial_inducing_inputs(dataset.pooled()[0], 4, seed=0)  # the start objective_runs uses
+    pooled, clients = objective.shared_sgpr_models(dataset, Z)
+    start = {"pooled_lbfgs": pooled.elbo().numpy(), "client_sum_lbfgs": objective.client_sum_bound(clients).numpy()}
+    rows = objective.objective_runs(dataset, M=4, seed=0, maxiter=30)
+    by = {r["method"]: r for r in rows}
+    assert set(by) == {"pooled_lbfgs", "client_sum_lbfgs"}
+    N = dataset.num_data  # each run raised the bound it maximises (the optima themselves may be local)
+    assert by["pooled_lbfgs"]["pooled_bound_per_point"] > start["pooled_lbfgs"] / N + 0.1
+    assert by["client_sum_lbfgs"]["client_sum_bound_per_point"] > start["client_sum_lbfgs"] / N + 0.1
+    assert all(r["iterations"] <= 30 and r["M"] == 4 for r in rows)
+    runs = [dict(r, dataset="synthetic1", seed=s, rmse=r["rmse"] + s) for s in (0, 1) for r in rows]
+    sweep = [{"dataset": "synthetic1", "seed": s, "M": 4, "method": m, "rmse": v + s}
+             for s in (0, 1) for m, v in (("fsgp", 0.6), ("sgpr", 0.5))]  # fmt: skip
+    summary = {r["column"]: r for r in objective.paired(runs, sweep)}
+    assert summary["fsgp_minus_sgpr"]["mean"] == pytest.approx(0.1) and summary["fsgp_minus_sgpr"]["n"] == 2
+    expected = 0.6 - by["client_sum_lbfgs"]["rmse"]
+    assert summary["fsgp_minus_client_sum"]["mean"] == pytest.approx(expected)
+    assert "| synthetic1 | 4 | 2 |" in objective.table(objective.paired(runs, sweep))
+    assert objective.paired(runs, []) and "fsgp" not in {r["column"] for r in objective.paired(runs, [])}
