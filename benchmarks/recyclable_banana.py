@@ -16,7 +16,8 @@ sd; the training rows are split into the four quadrants by the sign of each coor
   one with M = 8×8 on [−2.5, 2.5]² (≥ the 4·9 + 25 = 61 inducing points the ensemble's pipeline uses in all).
 
 Scores on the test rows: NLPD = mean −log p(y* | x*) and the error rate of the 0.5 threshold on p(y* = 1 | x*).
-Per trial also the fit seconds. The JSON (``benchmarks/results/recyclable_banana.json``, or ``--out``) is
+Per trial also the fit seconds, the fitted kernels (ensemble, single SVGPs, every local model) and the
+ensemble's final bound. The JSON (``benchmarks/results/recyclable_banana.json``, or ``--out``) is
 saved through :mod:`provenance` after every trial, with per-method mean ± sd over the trials and the paired
 difference ensemble − single SVGP (5×5) in NLPD. ``--quick``: 2 trials, 30 L-BFGS iterations, saved to
 ``runs/bench/recyclable_banana_quick.json``.
@@ -114,13 +115,20 @@ def _scores(model: gpflow.models.GPModel, X: np.ndarray, Y: np.ndarray) -> Dict[
     return {"nlpd": nlpd, "error": float(np.mean((p > 0.5) != (Y > 0.5)))}
 
 
+def _kernel_of(model) -> Dict[str, float]:
+    """The fitted SE kernel's variance and lengthscale (of a kernel, or of a model's ``.kernel``)."""
+    kernel = getattr(model, "kernel", model)
+    return {"variance": float(kernel.variance.numpy()), "lengthscale": float(kernel.lengthscales.numpy())}
+
+
 def run_trial(X: np.ndarray, Y: np.ndarray, seed: int, maxiter: int) -> List[Row]:
     """One trial: the split of ``seed``, the four local models, the ensemble and both single SVGPs."""
     X_tr, Y_tr, X_te, Y_te = split(X, Y, seed)
     t0 = time.perf_counter()
     trainer = LocalSVGPTrainer(_kernel(), _likelihood(), maxiter=maxiter)  # train_local_svgp's, traced once
     local = []
-    for k, (X_k, Y_k) in enumerate(quadrant_tasks(X_tr, Y_tr)):
+    tasks = quadrant_tasks(X_tr, Y_tr)
+    for k, (X_k, Y_k) in enumerate(tasks):
         m, s = X_k.mean(axis=0), X_k.std(axis=0)
         local.append(export_svgp(trainer.fit(X_k, Y_k, _grid(3, m - s, m + s)), name=f"quadrant_{k + 1}"))
     local_s = time.perf_counter() - t0
@@ -128,15 +136,24 @@ def run_trial(X: np.ndarray, Y: np.ndarray, seed: int, maxiter: int) -> List[Row
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RecyclableWarning)
         ensemble = EnsembleSVGP(local, _kernel(), _grid(5, -2.0 * np.ones(2), 2.0 * np.ones(2)), _likelihood())
-        ensemble.fit(maxiter=maxiter, method="collapsed")
+        bound = ensemble.fit(maxiter=maxiter, method="collapsed")
     rows: List[Row] = [
-        {"method": ENSEMBLE, **_scores(ensemble, X_te, Y_te), "fit_s": time.perf_counter() - t0, "local_s": local_s}
+        {
+            "method": ENSEMBLE,
+            **_scores(ensemble, X_te, Y_te),
+            "fit_s": time.perf_counter() - t0,
+            "local_s": local_s,
+            **_kernel_of(ensemble),
+            "bound": bound,
+            "local": [{"num_data": len(Y_k), **_kernel_of(m.build_kernel())} for m, (_, Y_k) in zip(local, tasks)],
+        }
     ]
     for name, side, half in ((SINGLE, 5, 2.0), (LARGE, 8, 2.5)):
         t0 = time.perf_counter()
         Z = _grid(side, -half * np.ones(2), half * np.ones(2))
         single = train_local_svgp(X_tr, Y_tr, Z, _kernel(), _likelihood(), maxiter=maxiter)
-        rows.append({"method": name, **_scores(single, X_te, Y_te), "fit_s": time.perf_counter() - t0})
+        fit_s = time.perf_counter() - t0
+        rows.append({"method": name, **_scores(single, X_te, Y_te), "fit_s": fit_s, **_kernel_of(single)})
     for r in rows:
         r.update(seed=seed, num_train=len(X_tr), num_test=len(X_te))
     return rows

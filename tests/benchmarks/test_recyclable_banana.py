@@ -78,6 +78,10 @@ def test_one_tiny_trial_writes_json_with_provenance(rb, tmp_path, monkeypatch):
     for r in saved["rows"]:  # no iterations: every model keeps its prior, p(y* = 1) = 1/2, so NLPD = log 2
         assert r["num_train"] == 201 and r["num_test"] == 99 and r["fit_s"] > 0
         assert r["nlpd"] == pytest.approx(np.log(2.0)) and 0 <= r["error"] <= 1
+    ensemble = saved["rows"][0]
+    assert sum(m["num_data"] for m in ensemble["local"]) == 201 and len(ensemble["local"]) == 4
+    assert all(m["variance"] == 2.0 and m["lengthscale"] == 0.7 for m in ensemble["local"])  # at their start
+    assert np.isfinite(ensemble["bound"])
     assert saved["summary"]["paired_nlpd_ensemble_minus_single"]["trials"] == 1
 
 
