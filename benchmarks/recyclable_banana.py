@@ -15,7 +15,10 @@ sd; the training rows are split into the four quadrants by the sign of each coor
 * **single SVGP:** ``train_local_svgp`` on all training rows, M = 5×5 on [−2, 2]² (the paper's baseline), and
   one with M = 8×8 on [−2.5, 2.5]² (≥ the 4·9 + 25 = 61 inducing points the ensemble's pipeline uses in all).
 
-Scores on the test rows: NLPD = mean −log p(y* | x*) and the error rate of the 0.5 threshold on p(y* = 1 | x*).
+If the ensemble's fit raises (``K_**⁻¹ + B`` not positive definite: a local model wider than its own prior,
+``S_k ⋠ K_k``, which nothing guarantees for a Bernoulli local fit), the trial records the failure and NaN scores, and
+the summary averages over the trials that have scores. Scores on the test rows: NLPD = mean −log p(y* | x*)
+and the error rate of the 0.5 threshold on p(y* = 1 | x*).
 Per trial also the fit seconds, the fitted kernels (ensemble, single SVGPs, every local model) and the
 ensemble's final bound. The JSON (``benchmarks/results/recyclable_banana.json``, or ``--out``) is
 saved through :mod:`provenance` after every trial, with per-method mean ± sd over the trials and the paired
@@ -136,15 +139,21 @@ def run_trial(X: np.ndarray, Y: np.ndarray, seed: int, maxiter: int) -> List[Row
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RecyclableWarning)
         ensemble = EnsembleSVGP(local, _kernel(), _grid(5, -2.0 * np.ones(2), 2.0 * np.ones(2)), _likelihood())
-        bound = ensemble.fit(maxiter=maxiter, method="collapsed")
+        try:
+            bound, failed = ensemble.fit(maxiter=maxiter, method="collapsed"), None
+        except ValueError as error:  # the bound is unbounded in q (a local model wider than its prior): no model
+            bound, failed = float("nan"), str(error)
+    scores = _scores(ensemble, X_te, Y_te) if failed is None else {"nlpd": float("nan"), "error": float("nan")}
     rows: List[Row] = [
         {
             "method": ENSEMBLE,
-            **_scores(ensemble, X_te, Y_te),
+            **scores,
             "fit_s": time.perf_counter() - t0,
             "local_s": local_s,
             **_kernel_of(ensemble),
             "bound": bound,
+            "failed": failed,
+            "max_prior_width_ratio": float(ensemble.prior_width_ratios.max()),  # > 1: some S_k ⋠ K_k
             "local": [{"num_data": len(Y_k), **_kernel_of(m.build_kernel())} for m, (_, Y_k) in zip(local, tasks)],
         }
     ]
@@ -160,20 +169,33 @@ def run_trial(X: np.ndarray, Y: np.ndarray, seed: int, maxiter: int) -> List[Row
 
 
 def _mean_sd(values: List[float]) -> Dict[str, float]:
-    return {"mean": float(np.mean(values)), "sd": float(np.std(values, ddof=1)) if len(values) > 1 else 0.0}
+    """Mean and sd (ddof 1) over the finite values (a failed fit scores NaN), and how many there were."""
+    finite = [v for v in values if np.isfinite(v)]
+    return {
+        "mean": float(np.mean(finite)) if finite else float("nan"),
+        "sd": float(np.std(finite, ddof=1)) if len(finite) > 1 else 0.0,
+        "n": len(finite),
+    }
 
 
 def summarise(rows: List[Row]) -> Dict[str, object]:
-    """Per method: mean ± sd (ddof 1) of every score and time over the trials; and the paired NLPD difference
-    ensemble − single SVGP (5×5), with the number of trials where the ensemble's NLPD is lower."""
+    """Per method: mean ± sd (ddof 1) of every score and time over the trials it did not fail; and the paired NLPD
+    difference ensemble − single SVGP (5×5) over the trials both have, with the number where the ensemble's NLPD
+    is lower."""
     methods: Dict[str, object] = {}
     for method in METHODS:
         mine = [r for r in rows if r["method"] == method]
         keys = [k for k in ("nlpd", "error", "fit_s", "local_s") if mine and k in mine[0]]
-        methods[method] = {"trials": len(mine), **{k: _mean_sd([float(r[k]) for r in mine]) for k in keys}}
+        failed = sum(bool(r.get("failed")) for r in mine)
+        methods[method] = {
+            "trials": len(mine),
+            "failed": failed,
+            **{k: _mean_sd([float(r[k]) for r in mine]) for k in keys},
+        }
     by_seed = {(r["seed"], r["method"]): float(r["nlpd"]) for r in rows}
     seeds = sorted({r["seed"] for r in rows})
     diff = [by_seed[(s, ENSEMBLE)] - by_seed[(s, SINGLE)] for s in seeds]
+    diff = [d for d in diff if np.isfinite(d)]
     return {
         "methods": methods,
         "paired_nlpd_ensemble_minus_single": {

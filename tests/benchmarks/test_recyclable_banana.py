@@ -58,11 +58,19 @@ def test_summary_pairs_the_trials(rb):
         for s, values in enumerate(((0.20, 0.25, 0.19), (0.30, 0.28, 0.27)))
         for m, v in zip(rb.METHODS, values)
     ]
-    paired = rb.summarise(rows)["paired_nlpd_ensemble_minus_single"]
+    rows += [  # a third trial whose ensemble fit failed: left out of its mean and of the pairs
+        {"seed": 2, "method": m, "nlpd": v, "error": v, "fit_s": 1.0, "failed": "raised" if v != v else None}
+        for m, v in zip(rb.METHODS, (float("nan"), 0.5, 0.5))
+    ]
+    summary = rb.summarise(rows)
+    paired = summary["paired_nlpd_ensemble_minus_single"]
     np.testing.assert_allclose(paired["per_trial"], [-0.05, 0.02])
     assert paired["ensemble_better"] == 1 and paired["trials"] == 2
     np.testing.assert_allclose([paired["mean"], paired["sd"]], [-0.015, np.std([-0.05, 0.02], ddof=1)])
-    assert rb.summarise(rows)["methods"][rb.SINGLE]["nlpd"]["mean"] == pytest.approx(0.265)
+    ensemble, single = summary["methods"][rb.ENSEMBLE], summary["methods"][rb.SINGLE]
+    assert ensemble["trials"] == 3 and ensemble["failed"] == 1 and ensemble["nlpd"]["n"] == 2
+    assert ensemble["nlpd"]["mean"] == pytest.approx(0.25) and single["failed"] == 0
+    assert single["nlpd"]["mean"] == pytest.approx((0.25 + 0.28 + 0.5) / 3) and single["nlpd"]["n"] == 3
 
 
 def test_one_tiny_trial_writes_json_with_provenance(rb, tmp_path, monkeypatch):
