@@ -72,6 +72,10 @@ PROFILES: Dict[str, Dict[str, Invocations]] = {
     },  # fmt: skip
     "pvi": {"quick": [["--quick", "--plot-prefix", "runs/bench/pvi_convergence"]], "full": [[]]},
     "recyclable": {"quick": [["--quick"]], "full": [[]]},
+    "recyclable_banana": {
+        "quick": [["--quick"]],
+        "full": [["--out", "benchmarks/results/recyclable_banana.json"]],
+    },
     "privacy_paper": {"quick": [["--json", ""]], "full": [[]]},
     "privacy_aware": {
         "quick": [["--sizes", "50", "100"]],
