@@ -71,7 +71,13 @@ PROFILES: Dict[str, Dict[str, Invocations]] = {
         ],
     },  # fmt: skip
     "pvi": {"quick": [["--quick", "--plot-prefix", "runs/bench/pvi_convergence"]], "full": [[]]},
-    "recyclable": {"quick": [["--quick"]], "full": [[]]},
+    "recyclable": {
+        "quick": [["--quick"]],
+        "full": [
+            [],
+            ["--settings", "100k", "--trials", "5", "--out", "benchmarks/results/recyclable_100k_ranges.json"],
+        ],
+    },
     "recyclable_banana": {
         "quick": [["--quick"]],
         "full": [["--out", "benchmarks/results/recyclable_banana.json"]],
