@@ -34,7 +34,18 @@ PROFILES: Dict[str, Dict[str, Invocations]] = {
     "fsgp": {"quick": [["--quick", "--out", "runs/bench/fsgp_sweep_quick.json"]], "full": [[]]},
     "fsgp_objective": {
         "quick": [["--quick"]],
-        "full": [["--datasets", "concrete", "--ms", "10", "100", "--out", "benchmarks/results/fsgp_objective.json"]],
+        "full": [
+            ["--datasets", "concrete", "--ms", "10", "100", "--out", "benchmarks/results/fsgp_objective.json"],
+            [
+                "--datasets",
+                "synthetic1",
+                "--ms",
+                "10",
+                "100",
+                "--out",
+                "benchmarks/results/fsgp_objective_synthetic1.json",
+            ],
+        ],
     },
     "fedbnr": {
         "quick": [["--quick", "--datasets", "diabetes,concrete", "--clients", "10", "--seeds", "2"]],
