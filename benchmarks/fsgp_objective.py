@@ -101,30 +101,30 @@ def objective_runs(dataset: FederatedDataset, M: int, seed: int, maxiter: int) -
     return rows
 
 
+#: column → (method a, method b): the RMSE of a, or the paired difference a − b (same dataset, seed and M)
+COLUMNS: Dict[str, Tuple[str, str | None]] = {
+    "client_sum_lbfgs": ("client_sum_lbfgs", None),
+    "pooled_lbfgs": ("pooled_lbfgs", None),
+    "fsgp": ("fsgp", None),
+    "sgpr": ("sgpr", None),
+    "fsgp_minus_client_sum": ("fsgp", "client_sum_lbfgs"),
+    "client_sum_minus_pooled": ("client_sum_lbfgs", "pooled_lbfgs"),
+    "fsgp_minus_sgpr": ("fsgp", "sgpr"),
+}
+
+
 def paired(rows: Sequence[Dict], sweep: Sequence[Dict]) -> List[Dict]:
-    """Mean ± sd over seeds per (dataset, M) of each method's RMSE and of the paired differences with the sweep's
-    FSGP and SGPR (same dataset, seed, M)."""
-    reference = {(r["dataset"], r["seed"], r["M"], r["method"]): r["rmse"] for r in sweep if "M" in r}
-    ours = {(r["dataset"], r["seed"], r["M"], r["method"]): r["rmse"] for r in rows}
+    """Mean ± sd over seeds per (dataset, M) of every :data:`COLUMNS` entry; ``fsgp`` and ``sgpr`` come from the
+    sweep's runs. A column is left out where the sweep lacks a run of one of its seeds."""
+    rmse = {(r["dataset"], r["seed"], r["M"], r["method"]): r["rmse"] for r in [*sweep, *rows] if "M" in r}
     out = []
     for name, M in sorted({(r["dataset"], r["M"]) for r in rows}):
         seeds = sorted({r["seed"] for r in rows if (r["dataset"], r["M"]) == (name, M)})
-        columns = {
-            "client_sum_lbfgs": lambda s: ours[name, s, M, "client_sum_lbfgs"],
-            "pooled_lbfgs": lambda s: ours[name, s, M, "pooled_lbfgs"],
-            "fsgp": lambda s: reference[name, s, M, "fsgp"],
-            "sgpr": lambda s: reference[name, s, M, "sgpr"],
-            "fsgp_minus_client_sum": lambda s: reference[name, s, M, "fsgp"] - ours[name, s, M, "client_sum_lbfgs"],
-            "client_sum_minus_pooled": lambda s: (
-                ours[name, s, M, "client_sum_lbfgs"] - ours[name, s, M, "pooled_lbfgs"]
-            ),
-            "fsgp_minus_sgpr": lambda s: reference[name, s, M, "fsgp"] - reference[name, s, M, "sgpr"],
-        }
-        for column, value in columns.items():
-            try:
-                values = [value(s) for s in seeds]
-            except KeyError:  # the sweep has no run for this seed and M
+        for column, (a, b) in COLUMNS.items():
+            needed = [(name, s, M, m) for s in seeds for m in (a, b) if m]
+            if not all(key in rmse for key in needed):
                 continue
+            values = [rmse[name, s, M, a] - (rmse[name, s, M, b] if b else 0.0) for s in seeds]
             sd = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
             out.append({"dataset": name, "M": M, "column": column, "n": len(values),
                         "mean": float(np.mean(values)), "sd": sd})  # fmt: skip
@@ -156,7 +156,9 @@ def main(argv: Sequence[str] = ()) -> int:
     Ms = args.ms or ([10] if args.quick else [10, 25, 50, 100])
     seeds = args.seeds if args.seeds is not None else ([0] if args.quick else [0, 1, 2, 3, 4])
     out = args.out or (QUICK_OUT if args.quick else OUT)
+    sweep = _load(SWEEP)
     rows: List[Dict] = []
+    summary: List[Dict] = []
     for name in datasets:
         for seed in seeds:
             dataset = make_dataset(name, seed)
@@ -164,11 +166,11 @@ def main(argv: Sequence[str] = ()) -> int:
                 for r in objective_runs(dataset, M, seed, args.maxiter):
                     rows.append({"dataset": name, "seed": seed, **r})
                     print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in rows[-1].items()}, flush=True)
-            summary = paired(rows, _load(SWEEP))
+            summary = paired(rows, sweep)
             save(out, {"maxiter": args.maxiter, "sweep": os.path.relpath(SWEEP, os.path.dirname(HERE)),
                        "summary": summary, "runs": rows}, __file__, list(argv))  # fmt: skip
     print("\nTest RMSE, mean ± sd over seeds (fsgp, sgpr: benchmarks/results/fsgp_sweep.json; *_minus_*: by seed)\n")
-    print(table(paired(rows, _load(SWEEP))))
+    print(table(summary))
     return 0
 
 

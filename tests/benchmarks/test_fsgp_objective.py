@@ -1,4 +1,4 @@
-"""benchmarks/fsgp_objective.py at tiny size: the two bounds share w, each optimum wins on its own bound, pairing."""
+"""benchmarks/fsgp_objective.py at tiny size: the two bounds share w, each run raises its own bound, pairing."""
 
 import numpy as np
 import pytest
@@ -25,7 +25,7 @@ def test_client_sum_is_the_sum_of_the_clients_own_bounds_at_the_shared_w(objecti
     assert abs(objective.client_sum_bound(clients).numpy() - pooled.elbo().numpy()) > 1.0  # cross terms dropped
 
 
-def test_each_optimum_scores_best_on_its_own_bound_and_runs_pair_with_the_sweep(objective):
+def test_each_run_raises_its_own_bound_and_runs_pair_with_the_sweep(objective):
     dataset = objective.make_dataset("synthetic1", seed=0)
     Z = objective.initial_inducing_inputs(dataset.pooled()[0], 4, seed=0)  # the start objective_runs uses
     pooled, clients = objective.shared_sgpr_models(dataset, Z)
