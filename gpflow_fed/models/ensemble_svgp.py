@@ -39,10 +39,11 @@ from gpflow.kullback_leiblers import gauss_kl
 from gpflow.models.model import GPModel, MeanAndVariance
 from gpflow.models.training_mixins import InternalDataTrainingLossMixin
 from gpflow.utilities import assert_params_false, set_trainable, triangular
+from gpflow.utilities.ops import square_distance
 from scipy.linalg import solve_triangular
 
 from ..validation import integer
-from .recyclable import RecyclableModel, export_svgp, kernel_spec, likelihood_from_spec, likelihood_spec
+from .recyclable import RecyclableModel, export_svgp, kernel_from_spec, kernel_spec, likelihood_from_spec, likelihood_spec
 
 __all__ = ["EnsembleSVGP", "RecyclableWarning", "as_recyclable"]
 
@@ -87,6 +88,25 @@ class _Group:
         self.B, self.M = Z.shape[0], Z.shape[1]
         self.Z, self.h, self.offset = tf.constant(Z, dtype), tf.constant(h, dtype), offset
         self.L_K, self.Q = tf.constant(L_K, dtype), tf.constant(Q, dtype)
+
+
+def _local_grams(models: Sequence[RecyclableModel]) -> List[np.ndarray]:
+    """``K_k = k_{θ_k}(Z_k, Z_k)`` of every local model, by one batched GPflow evaluation per kernel class and
+    M_k: ``σ_k² · g(‖(z − z')/ℓ_k‖²)`` with g the class's unit-variance ``K_r2`` (all recyclable kernels are
+    isotropic stationary). Building one GPflow kernel object per local model instead took most of the
+    ensemble's set-up time."""
+    dtype = gpflow.default_float()
+    grams: List[np.ndarray] = [np.empty((0, 0))] * len(models)
+    batches: Dict[Tuple[str, int], List[int]] = {}
+    for i, m in enumerate(models):
+        batches.setdefault((m.kernel["class"], m.num_inducing), []).append(i)
+    for (name, _), indices in batches.items():
+        unit = kernel_from_spec({"class": name, "variance": 1.0, "lengthscales": [1.0]})
+        scaled = np.stack([models[i].Z / np.asarray(models[i].kernel["lengthscales"], dtype=dtype) for i in indices])
+        unit_grams = unit.K_r2(square_distance(tf.constant(scaled, dtype), None)).numpy()
+        for i, gram in zip(indices, unit_grams):
+            grams[i] = float(models[i].kernel["variance"]) * gram
+    return grams
 
 
 class EnsembleSVGP(GPModel, InternalDataTrainingLossMixin):
@@ -195,8 +215,8 @@ class EnsembleSVGP(GPModel, InternalDataTrainingLossMixin):
         per_size: Dict[int, List[Tuple[np.ndarray, ...]]] = {}
         total_c, ratios = 0.0, []
         self._local_chol: List[Tuple[np.ndarray, np.ndarray]] = []
-        for i, m in enumerate(self.local_models):
-            K_k = m.build_kernel().K(m.Z.astype(dtype)).numpy() + self.jitter * np.eye(m.num_inducing, dtype=dtype)
+        for i, (m, K_k) in enumerate(zip(self.local_models, _local_grams(self.local_models))):
+            K_k = K_k + self.jitter * np.eye(m.num_inducing, dtype=dtype)
             # L_S is q_sqrt itself with a positive diagonal (forming S_k = L_kL_kᵀ and refactorising it would
             # square its condition number)
             diag = np.diag(m.q_sqrt)

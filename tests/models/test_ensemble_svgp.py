@@ -286,3 +286,19 @@ def test_elbo_and_predictions_in_float32(reference):
         mean, var = model.predict_f(np.zeros((2, 1), np.float32))
     assert bound.dtype == tf.float32 and mean.dtype == tf.float32 and var.dtype == tf.float32
     np.testing.assert_allclose(bound.numpy(), expected, rtol=1e-4)
+
+
+def test_batched_local_grams_equal_each_local_kernel():
+    """The set-up evaluates every local Gram matrix in one batch per kernel class and M_k; each equals the one
+    the model's own GPflow kernel gives (four classes, ARD lengthscales, mixed M_k, D = 2)."""
+    from gpflow_fed.models.ensemble_svgp import _local_grams
+
+    rng = np.random.default_rng(3)
+    models = []
+    for i, (name, M) in enumerate([("SquaredExponential", 3), ("Matern12", 4), ("Matern32", 3), ("Matern52", 3)] * 2):
+        kernel = getattr(gpflow.kernels, name)(variance=rng.uniform(0.5, 2.0), lengthscales=rng.uniform(0.2, 2.0, 2))
+        models.append(
+            RecyclableModel(np.zeros((M, 1)), np.eye(M), rng.normal(size=(M, 2)), kernel_spec(kernel), name=str(i))
+        )
+    for model, gram in zip(models, _local_grams(models)):
+        np.testing.assert_allclose(gram, model.build_kernel().K(model.Z).numpy(), rtol=1e-13, atol=1e-15)
