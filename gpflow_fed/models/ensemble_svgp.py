@@ -43,7 +43,14 @@ from gpflow.utilities.ops import square_distance
 from scipy.linalg import solve_triangular
 
 from ..validation import integer
-from .recyclable import RecyclableModel, export_svgp, kernel_from_spec, kernel_spec, likelihood_from_spec, likelihood_spec
+from .recyclable import (
+    RecyclableModel,
+    export_svgp,
+    kernel_from_spec,
+    kernel_spec,
+    likelihood_from_spec,
+    likelihood_spec,
+)
 
 __all__ = ["EnsembleSVGP", "RecyclableWarning", "as_recyclable"]
 
