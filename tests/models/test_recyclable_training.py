@@ -50,8 +50,9 @@ def test_trainer_reuses_one_compiled_loop_and_matches_fresh_fits(classify):
     parts = [_data(n, s, classify) for n, s in ((40, 1), (55, 2), (47, 3))]
     shared = [trainer.fit(*p) for p in parts]
     ((_, slot),) = trainer._slots.items()
-    ((compiled),) = slot.optimizer.compile_cache.values()
-    assert compiled.experimental_get_tracing_count() == 1  # three N_k, one trace
+    loops = list(slot.optimizer.compile_cache.values())  # classification: the joint loop and the q-only one
+    assert len(loops) == (2 if classify else 1)
+    assert all(loop.experimental_get_tracing_count() == 1 for loop in loops)  # three N_k, one trace each
     # the last fit, after two others in the same compiled loop, equals a fit by a fresh trainer
     fresh = train_local_svgp(*parts[-1], _kernel(), likelihood, maxiter=30)
     for a, b in zip(shared[-1].trainable_variables, fresh.trainable_variables):
@@ -61,6 +62,33 @@ def test_trainer_reuses_one_compiled_loop_and_matches_fresh_fits(classify):
         assert m.num_data == p[0].shape[0]
         assert m.elbo(p[:2]).numpy() > untrained.fit(*p).elbo(p[:2]).numpy()
     assert trainer.kernel.lengthscales.numpy() == pytest.approx(0.5)  # templates untouched
+
+
+def test_non_gaussian_q_is_the_optimum_for_the_returned_hyperparameters():
+    """Bernoulli local fits end with q_k optimised alone for the final (Z_k, θ_k): a further q-only L-BFGS run
+    gains nothing, and q_k is inside its prior (S̃ ⪯ I, which every optimum has for a log-concave likelihood).
+    The joint run alone, stopped after 30 iterations, leaves q_k short of it."""
+    X, Y, Z = _data(80, 4, classify=True)
+    likelihood = gpflow.likelihoods.Bernoulli(invlink=tf.sigmoid)
+    joint_only = gpflow.models.SVGP(_kernel(), likelihood, gpflow.inducing_variables.InducingPoints(Z), whiten=True)
+    gpflow.optimizers.Scipy().minimize(
+        joint_only.training_loss_closure((X, Y)), joint_only.trainable_variables, options={"maxiter": 30}
+    )
+    model = train_local_svgp(X, Y, Z, _kernel(), likelihood, maxiter=30)
+    gains = []
+    for fitted in (joint_only, model):
+        before = fitted.elbo((X, Y)).numpy()
+        polished = gpflow.utilities.deepcopy(fitted)
+        gpflow.set_trainable(polished.kernel, False)
+        gpflow.set_trainable(polished.inducing_variable, False)
+        gpflow.optimizers.Scipy().minimize(
+            polished.training_loss_closure((X, Y)), polished.trainable_variables, options={"maxiter": 500}
+        )
+        gains.append(polished.elbo((X, Y)).numpy() - before)
+    assert gains[0] > 1e-2  # the joint run alone stopped short of q's optimum
+    assert gains[1] < 1e-4
+    S = model.q_sqrt.numpy()[0] @ model.q_sqrt.numpy()[0].T
+    assert np.linalg.eigvalsh(S).max() < 1.0
 
 
 def test_bad_input():
