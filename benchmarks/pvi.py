@@ -100,16 +100,18 @@ def report(curves: dict, datasets: list, methods: list, rounds: int, plot_prefix
         fig, ax = plt.subplots(figsize=(6, 4))
         splits = sorted({k[2] for k in curves if k[0] == name})
         for i, m in enumerate(methods):
-            runs = [v for (d, mm, _), v in curves.items() if d == name and mm == m]
+            mine = sorted(k[2] for k in curves if k[:2] == (name, m))
+            runs = [curves[(name, m, s)] for s in mine]
             if not runs:
                 continue
+            label = m if mine == splits else f"{m} (split{'s' if len(mine) > 1 else ''} {', '.join(map(str, mine))})"
             if m == "global":
                 g = np.mean([r["ll"] for r in runs])
                 ax.axhline(g, color="k", label="global VI")
                 ax.axhspan(g - 0.05, g, color="k", alpha=0.1, label="within 0.05 of global VI")
                 continue
             c = np.mean([r["curve"] for r in runs], axis=0)
-            ax.plot(runs[0]["every"] * (1 + np.arange(len(c))), c, f"C{i}o-", ms=3, label=m)
+            ax.plot(runs[0]["every"] * (1 + np.arange(len(c))), c, f"C{i}o-", ms=3, label=label)
         ax.set_xlabel("communications")
         ax.set_ylabel("test log-likelihood / point")
         ax.set_title(f"{name} (mean over {len(splits)} split{'s' if len(splits) > 1 else ''})")

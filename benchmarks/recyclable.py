@@ -558,9 +558,11 @@ def main(argv: List[str] | None = None) -> None:
             cfg = dict(M_k=15, M=35, lo=0.0, hi=5.5, kernel=(5.0, 0.3), noise=1.0, local_maxiter=200, maxiter=200)
         elif name == "pyramid":
             d = distributed_segments(seed=args.seed)
-            rows += pyramid_rows(
+            new_rows = pyramid_rows(
                 args, _distributed_cfg("10k"), (d.test[0], d.test[1], smooth_function(d.test[0])), ten_k_models
             )
+            rows += new_rows
+            _save_single(args, f"pyramid_r{args.pyramid_replicas}", new_rows)
             continue
         elif name == "sunspots":
             clients, test = sunspots_tasks(args.seed)
@@ -570,8 +572,17 @@ def main(argv: List[str] | None = None) -> None:
         new_rows, recs = run_setting(name, clients, test, cfg)
         rows += new_rows
         if args.peer_python and name == "toy":
-            rows += run_peer(args, name, clients, test, cfg, recs, new_rows[0])
+            peer_rows = run_peer(args, name, clients, test, cfg, recs, new_rows[0])
+            rows += peer_rows
+            new_rows += peer_rows
+        _save_single(args, name, new_rows)
         print(f"[done {name}]", file=sys.stderr, flush=True)
+
+
+def _save_single(args: argparse.Namespace, name: str, rows: List[Row]) -> None:
+    """The rows of a one-seed setting (toy, pyramid, sunspots) in ``benchmarks/results/recyclable_<name>.json``."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", f"recyclable_{name}.json")
+    save(path, {"setting": name, "seed": args.seed, "rows": [dict(r, seed=args.seed) for r in rows]}, __file__)
 
 
 class _Printer(list):

@@ -60,3 +60,20 @@ def test_peer_rows_name_the_noise_rule_not_its_value_so_trials_pool(load_benchma
     summary = rec.summarise(rows)
     assert len(summary) == 4 and all(s["trials"] == 2 for s in summary)
     assert all(s["speed_ratio"]["mean"] == 2.0 for s in summary)  # 4 s against the slower of our fits, 2 s
+
+
+def test_one_seed_settings_are_saved_with_their_seed(load_benchmark, monkeypatch):
+    """toy, pyramid and sunspots rows land in ``benchmarks/results/recyclable_<name>.json`` through provenance."""
+    import argparse
+    import os
+
+    rec = load_benchmark("recyclable")
+    saved = {}
+    monkeypatch.setattr(rec, "save", lambda path, payload, script: saved.update(path=path, payload=payload))
+    rec._save_single(argparse.Namespace(seed=3), "pyramid_r5", [{"method": "flat", "nlpd": 1.0}])
+    assert saved["path"].endswith(os.path.join("benchmarks", "results", "recyclable_pyramid_r5.json"))
+    assert saved["payload"] == {
+        "setting": "pyramid_r5",
+        "seed": 3,
+        "rows": [{"method": "flat", "nlpd": 1.0, "seed": 3}],
+    }
