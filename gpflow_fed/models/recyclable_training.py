@@ -255,8 +255,9 @@ def train_local_svgp(
     max_lengthscale_ratio: float = 10.0,
 ) -> gpflow.models.SVGP:
     """Fit one local model (paper eq. 1) with a fresh :class:`LocalSVGPTrainer` (see there and the module
-    docstring: collapsed bound and closed-form q_k for a Gaussian likelihood, L-BFGS on the SVGP ELBO
-    otherwise). To fit many local models, reuse one trainer: its compiled loop is traced once per shape.
+    docstring: collapsed bound and closed-form q_k for a Gaussian likelihood, L-BFGS on the SVGP ELBO, then on
+    q_k alone, otherwise). To fit many local models, reuse one trainer: its compiled loops are traced once per
+    shape.
 
     :param kernel: initial kernel θ_k (copied; default SquaredExponential with unit variance and lengthscale).
     :param likelihood: defaults to ``Gaussian()``; for classification use
