@@ -91,7 +91,11 @@ PROFILES: Dict[str, Dict[str, Invocations]] = {
     },
     "recyclable_banana": {
         "quick": [["--quick"]],
-        "full": [["--out", "benchmarks/results/recyclable_banana.json"]],
+        "full": [
+            ["--trials", "10", "--maxiter", "1000"],
+            ["--trials", "10", "--maxiter", "300", "--out", "benchmarks/results/recyclable_banana_maxiter300.json"],
+            ["--trials", "10", "--maxiter", "3000", "--out", "benchmarks/results/recyclable_banana_maxiter3000.json"],
+        ],
     },
     "privacy_paper": {"quick": [["--json", ""]], "full": [[]]},
     "privacy_aware": {
