@@ -86,7 +86,7 @@ PROFILES: Dict[str, Dict[str, Invocations]] = {
         "quick": [["--quick"]],
         "full": [
             [],
-            ["--settings", "100k", "--trials", "5", "--out", "benchmarks/results/recyclable_100k_ranges.json"],
+            ["--settings", "100k", "--trials", "10", "--out", "benchmarks/results/recyclable_100k_ranges.json"],
         ],
     },
     "recyclable_banana": {
