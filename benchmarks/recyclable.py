@@ -17,6 +17,9 @@ Settings (spec ``recyclable-gp.md`` §6.2):
 * ``sunspots``: monthly sunspots, y = log(1 + s) mean-centred, x = linspace(0, 100, N), K = 50 segments of width 2,
   80/20 split per segment, M_k = 6, M_* = 90.
 
+The one-seed settings (toy, pyramid, sunspots) are saved to ``benchmarks/results/recyclable_<setting>.json``
+(pyramid: ``recyclable_pyramid_r<R>.json``).
+
 NLPD is against noisy test targets; RMSE/MAE against the latent function (synthetic) or the targets (sunspots).
 ``--peer-python PY --peer-src DIR`` also runs pmorenoz/RecyclableGP through ``benchmarks/peer/recyclable_gp_driver.py``
 on the same data (its own local models, and separately ours) and reports its NLPD (with its fixed σ = 1 and with our
@@ -54,6 +57,7 @@ from gpflow_fed.models import train_local_svgp  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from provenance import command, save  # noqa: E402
 
+RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 Row = Dict[str, object]
 Clients = List[Tuple[np.ndarray, np.ndarray]]
 
@@ -476,7 +480,7 @@ def run_trials(args: argparse.Namespace, name: str, rows: "_Printer") -> list:
     first = None
     results = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "runs", "bench")
     if not args.quick:  # a smoke run never lands among the saved protocol runs
-        results = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+        results = RESULTS
     path = args.out or os.path.join(results, f"recyclable_{name}{'_quick' if args.quick else ''}.json")
     if args.resume and os.path.exists(path):  # continue an interrupted protocol from its saved trials
         with open(path) as f:
@@ -581,8 +585,11 @@ def main(argv: List[str] | None = None) -> None:
 
 def _save_single(args: argparse.Namespace, name: str, rows: List[Row]) -> None:
     """The rows of a one-seed setting (toy, pyramid, sunspots) in ``benchmarks/results/recyclable_<name>.json``."""
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", f"recyclable_{name}.json")
-    save(path, {"setting": name, "seed": args.seed, "rows": [dict(r, seed=args.seed) for r in rows]}, __file__)
+    save(
+        os.path.join(RESULTS, f"recyclable_{name}.json"),
+        {"setting": name, "seed": args.seed, "rows": [dict(r, seed=args.seed) for r in rows]},
+        __file__,
+    )
 
 
 class _Printer(list):

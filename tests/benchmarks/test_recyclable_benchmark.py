@@ -1,4 +1,7 @@
-"""benchmarks/recyclable.py: the trial path of the distributed settings at tiny size."""
+"""benchmarks/recyclable.py: the trial path of the distributed settings at tiny size, and the saved one-seed rows."""
+
+import argparse
+import os
 
 import numpy as np
 
@@ -64,9 +67,6 @@ def test_peer_rows_name_the_noise_rule_not_its_value_so_trials_pool(load_benchma
 
 def test_one_seed_settings_are_saved_with_their_seed(load_benchmark, monkeypatch):
     """toy, pyramid and sunspots rows land in ``benchmarks/results/recyclable_<name>.json`` through provenance."""
-    import argparse
-    import os
-
     rec = load_benchmark("recyclable")
     saved = {}
     monkeypatch.setattr(rec, "save", lambda path, payload, script: saved.update(path=path, payload=payload))
