@@ -22,7 +22,8 @@ each method's mean wall seconds per round, measured in the same process.
 
 Results go to ``benchmarks/results/fsgp_sweep.json`` (``--out``): every (dataset, seed, method, M) run, merged
 with the runs already in the file, and mean ± sd over seeds per (dataset, M, method) with the paired
-difference FSGP − FGP. Usage: ``python benchmarks/fsgp.py [--quick] [--datasets ...] [--ms ...] [--seeds ...]``.
+difference FSGP − FGP. Usage: ``python benchmarks/fsgp.py [--quick] [--datasets ...] [--ms ...] [--seeds ...]``;
+seeds run in parallel into their own ``--out`` files join the sweep with ``--merge FILE ...`` (runs nothing).
 """
 
 from __future__ import annotations
@@ -231,6 +232,35 @@ def _merge(old: Sequence[Dict], new: Sequence[Dict]) -> List[Dict]:
     return [r for r in old if key(r) not in fresh] + list(new)
 
 
+def _save(path: str, runs: Sequence[Dict], rounds: int, args: argparse.Namespace, argv: Sequence[str]) -> None:
+    save(path, {"settings": _settings(rounds, args), "summary": summarize(runs), "runs": list(runs)}, __file__,
+         list(argv))  # fmt: skip
+
+
+def _merge_files(out: str, runs: List[Dict], paths: Sequence[str], rounds: int, args: argparse.Namespace,
+                 argv: Sequence[str]) -> None:  # fmt: skip
+    """Merge the runs of ``paths`` into ``out``; refuse a file whose settings differ from this invocation's."""
+    expected = _settings(rounds, args)
+    for path in paths:
+        with open(path) as fh:
+            record = json.load(fh)
+        if record.get("settings") != expected:
+            raise SystemExit(f"{path}: settings {record.get('settings')} differ from {expected}")
+        runs = _merge(runs, record["runs"])  # each run keeps the command that made it
+    _save(out, runs, rounds, args, argv)
+
+
+def _settings(rounds: int, args: argparse.Namespace) -> Dict[str, Any]:
+    return {
+        "cap_rounds": rounds,
+        "local_steps": LOCAL_STEPS,
+        "learning_rate": LEARNING_RATE,
+        "initial_noise_variance": INITIAL_NOISE_VARIANCE,
+        "window": args.window,
+        "tolerance": args.tolerance,
+    }
+
+
 def main(argv: Sequence[str] = ()) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="synthetic 1 only, M ∈ {10, 25}, 2 seeds, ≤ 300 rounds")
@@ -244,6 +274,8 @@ def main(argv: Sequence[str] = ()) -> int:
     parser.add_argument("--no-fgp", action="store_true", help="skip FGP and exact GPR (e.g. when adding M values)")
     parser.add_argument("--out", default=OUT, help="JSON file to merge the runs into")
     parser.add_argument("--summarize", action="store_true", help="run nothing: print the table of --out's runs")
+    merge = "run nothing: merge these files' runs (e.g. seeds run in parallel) into --out"
+    parser.add_argument("--merge", nargs="+", default=(), metavar="JSON", help=merge)
     args = parser.parse_args(list(argv))
     datasets = args.datasets or (["synthetic1"] if args.quick else list(SETTINGS))
     Ms = args.ms or ([10, 25] if args.quick else [10, 25, 50, 100])
@@ -256,7 +288,10 @@ def main(argv: Sequence[str] = ()) -> int:
         f"cap R = {rounds} rounds, P = {LOCAL_STEPS}, λ = {LEARNING_RATE}, σ²₀ = {INITIAL_NOISE_VARIANCE}; {stopping}"
     )
     runs = _load(args.out)
-    for name in [] if args.summarize else datasets:
+    if args.merge:
+        _merge_files(args.out, runs, args.merge, rounds, args, argv)
+        runs = _load(args.out)
+    for name in [] if args.summarize or args.merge else datasets:
         K, rho, _ = SETTINGS[name]
         for seed in seeds:
             dataset = make_dataset(name, seed)
@@ -275,12 +310,9 @@ def main(argv: Sequence[str] = ()) -> int:
                 shown = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items() if k != "command"}
                 print(shown, flush=True)
             runs = _merge(runs, new)
-            payload = {"settings": {"cap_rounds": rounds, "local_steps": LOCAL_STEPS, "learning_rate": LEARNING_RATE,
-                                    "initial_noise_variance": INITIAL_NOISE_VARIANCE, "window": args.window,
-                                    "tolerance": args.tolerance}, "summary": summarize(runs), "runs": runs}  # fmt: skip
-            save(args.out, payload, __file__, list(argv))
+            _save(args.out, runs, rounds, args, argv)
     print("\nTest RMSE, mean ± sd over seeds (*_minus_*: paired by seed; fgp = FGP with rBCM)\n")
-    shown = (args.datasets or list(SETTINGS)) if args.summarize else datasets
+    shown = (args.datasets or list(SETTINGS)) if args.summarize or args.merge else datasets
     print(table(runs, shown))
     print("\nFGP's exact-GP cost against FSGP's (means over seeds)\n")
     print(cost_table(runs, shown))

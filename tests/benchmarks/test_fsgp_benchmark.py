@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+import pytest
 
 from gpflow_fed.federated import Plateau
 
@@ -55,3 +56,20 @@ def test_sparse_runs_use_the_same_stopping_rule(load_benchmark):
     data = fsgp.make_dataset("synthetic1", seed=0)
     runs = fsgp.sparse_runs(data, 0.4, 5, 50, Plateau(window=2, tolerance=10.0), seed=0)
     assert runs[0]["rounds"] == 4 and runs[1]["steps"] == 12  # two windows of rounds / of P·window steps
+
+
+def test_merge_joins_seeds_run_in_parallel_and_refuses_other_settings(load_benchmark, tmp_path):
+    fsgp = load_benchmark("fsgp")
+    tiny = ["--datasets", "synthetic1", "--ms", "5", "--rounds", "4", "--window", "2", "--no-fgp"]
+    for seed in (0, 1):
+        assert fsgp.main([*tiny, "--seeds", str(seed), "--out", str(tmp_path / f"s{seed}.json")]) == 0
+    out = tmp_path / "sweep.json"
+    parts = [str(tmp_path / "s0.json"), str(tmp_path / "s1.json")]
+    assert fsgp.main(["--rounds", "4", "--window", "2", "--out", str(out), "--merge", *parts]) == 0
+    record = json.loads(out.read_text())
+    runs = sorted((r["seed"], r["method"]) for r in record["runs"])
+    assert runs == [(0, "fsgp"), (0, "sgpr"), (1, "fsgp"), (1, "sgpr")]
+    assert {r["command"].split("--seeds ")[1][0] for r in record["runs"]} == {"0", "1"}  # each run keeps its command
+    assert {r["method"]: r["n"] for r in record["summary"]}["fsgp"] == 2
+    with pytest.raises(SystemExit, match="settings"):  # made with another stopping window
+        fsgp.main(["--rounds", "4", "--window", "3", "--out", str(out), "--merge", parts[0]])
