@@ -47,6 +47,10 @@ PROFILES: Dict[str, Dict[str, Invocations]] = {
             ],
         ],
     },
+    "fsgp_make_run": {
+        "quick": [["--quick", "--out", "runs/bench/fsgp_make_run_quick.json"]],
+        "full": [["--inducing", "30", "100", "--out", "benchmarks/results/fsgp_make_run.json"]],
+    },
     "fedbnr": {
         "quick": [["--quick", "--datasets", "diabetes,concrete", "--clients", "10", "--seeds", "2"]],
         "full": [
