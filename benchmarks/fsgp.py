@@ -237,11 +237,11 @@ def _save(path: str, runs: Sequence[Dict], rounds: int, args: argparse.Namespace
          list(argv))  # fmt: skip
 
 
-def _merge_files(out: str, runs: List[Dict], paths: Sequence[str], rounds: int, args: argparse.Namespace,
-                 argv: Sequence[str]) -> None:  # fmt: skip
-    """Merge the runs of ``paths`` into ``out``; refuse a file whose settings differ from this invocation's."""
-    expected = _settings(rounds, args)
-    for path in paths:
+def _merge_files(out: str, paths: Sequence[str], rounds: int, args: argparse.Namespace, argv: Sequence[str]) -> None:
+    """Merge the runs of ``paths`` into ``out``; refuse a file (``out`` too) whose settings differ from this
+    invocation's, so that the merged file's settings describe every run in it."""
+    expected, runs = _settings(rounds, args), []
+    for path in [out, *paths] if os.path.exists(out) else paths:
         with open(path) as fh:
             record = json.load(fh)
         if record.get("settings") != expected:
@@ -289,7 +289,7 @@ def main(argv: Sequence[str] = ()) -> int:
     )
     runs = _load(args.out)
     if args.merge:
-        _merge_files(args.out, runs, args.merge, rounds, args, argv)
+        _merge_files(args.out, args.merge, rounds, args, argv)
         runs = _load(args.out)
     for name in [] if args.summarize or args.merge else datasets:
         K, rho, _ = SETTINGS[name]

@@ -71,5 +71,7 @@ def test_merge_joins_seeds_run_in_parallel_and_refuses_other_settings(load_bench
     assert runs == [(0, "fsgp"), (0, "sgpr"), (1, "fsgp"), (1, "sgpr")]
     assert {r["command"].split("--seeds ")[1][0] for r in record["runs"]} == {"0", "1"}  # each run keeps its command
     assert {r["method"]: r["n"] for r in record["summary"]}["fsgp"] == 2
-    with pytest.raises(SystemExit, match="settings"):  # made with another stopping window
-        fsgp.main(["--rounds", "4", "--window", "3", "--out", str(out), "--merge", parts[0]])
+    with pytest.raises(SystemExit, match="s0.json: settings"):  # made with another stopping window
+        fsgp.main(["--rounds", "4", "--window", "3", "--out", str(tmp_path / "new.json"), "--merge", parts[0]])
+    with pytest.raises(SystemExit, match="sweep.json: settings"):  # the file merged into counts too
+        fsgp.main(["--rounds", "5", "--window", "2", "--out", str(out), "--merge", parts[0]])
