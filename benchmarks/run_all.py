@@ -45,6 +45,18 @@ PROFILES: Dict[str, Dict[str, Invocations]] = {
                 "--out",
                 "benchmarks/results/fsgp_objective_synthetic1.json",
             ],
+            [
+                "--datasets",
+                "deliveries",
+                "--ms",
+                "100",
+                "--seeds",
+                "0",
+                "1",
+                "2",
+                "--out",
+                "benchmarks/results/fsgp_objective_deliveries.json",
+            ],
         ],
     },
     "fsgp_make_run": {
