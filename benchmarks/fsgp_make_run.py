@@ -16,7 +16,6 @@ import argparse
 import os
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Dict, List, Sequence
 
@@ -102,7 +101,4 @@ def main(argv: Sequence[str] = ()) -> int:
 
 
 if __name__ == "__main__":
-    start = time.perf_counter()
-    status = main(sys.argv[1:])
-    print(f"\ntotal wall time {time.perf_counter() - start:.0f} s")
-    sys.exit(status)
+    sys.exit(main(sys.argv[1:]))
