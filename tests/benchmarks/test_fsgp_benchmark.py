@@ -77,8 +77,7 @@ def test_merge_joins_seeds_run_in_parallel_and_refuses_other_settings(load_bench
         fsgp.main(["--rounds", "5", "--window", "2", "--out", str(out), "--merge", parts[0]])
 
 
-def test_default_seeds_skip_partitions_with_a_single_point_client(load_benchmark):
+def test_every_client_holds_two_points_or_more(load_benchmark):
+    """FSGP refuses a one-point client; without the floor, deliveries' seed 4 gave two of them."""
     fsgp = load_benchmark("fsgp")
-    assert fsgp.usable_seeds("synthetic1", 5) == [0, 1, 2, 3, 4]
-    assert min(fsgp.make_dataset("deliveries", 4).client_sizes) == 1  # FSGP would refuse this partition
-    assert fsgp.usable_seeds("deliveries", 5) == [0, 1, 2, 3, 5]
+    assert min(fsgp.make_dataset("deliveries", 4).client_sizes) == 2
