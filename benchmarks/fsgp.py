@@ -245,9 +245,11 @@ def _save(path: str, runs: Sequence[Dict], rounds: int, args: argparse.Namespace
          list(argv))  # fmt: skip
 
 
-def _merge_files(out: str, paths: Sequence[str], rounds: int, args: argparse.Namespace, argv: Sequence[str]) -> None:
+def _merge_files(
+    out: str, paths: Sequence[str], rounds: int, args: argparse.Namespace, argv: Sequence[str]
+) -> List[Dict]:
     """Merge the runs of ``paths`` into ``out``; refuse a file (``out`` too) whose settings differ from this
-    invocation's, so that the merged file's settings describe every run in it."""
+    invocation's, so that the merged file's settings describe every run in it. Returns the merged runs."""
     expected, runs = _settings(rounds, args), []
     for path in [out, *paths] if os.path.exists(out) else paths:
         with open(path) as fh:
@@ -256,6 +258,7 @@ def _merge_files(out: str, paths: Sequence[str], rounds: int, args: argparse.Nam
             raise SystemExit(f"{path}: settings {record.get('settings')} differ from {expected}")
         runs = _merge(runs, record["runs"])  # each run keeps the command that made it
     _save(out, runs, rounds, args, argv)
+    return runs
 
 
 def _settings(rounds: int, args: argparse.Namespace) -> Dict[str, Any]:
@@ -295,10 +298,7 @@ def main(argv: Sequence[str] = ()) -> int:
     print(
         f"cap R = {rounds} rounds, P = {LOCAL_STEPS}, λ = {LEARNING_RATE}, σ²₀ = {INITIAL_NOISE_VARIANCE}; {stopping}"
     )
-    runs = _load(args.out)
-    if args.merge:
-        _merge_files(args.out, args.merge, rounds, args, argv)
-        runs = _load(args.out)
+    runs = _merge_files(args.out, args.merge, rounds, args, argv) if args.merge else _load(args.out)
     for name in [] if args.summarize or args.merge else datasets:
         K, rho, _ = SETTINGS[name]
         for seed in seeds:
