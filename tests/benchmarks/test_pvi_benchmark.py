@@ -52,3 +52,23 @@ def test_json_is_saved_with_provenance_and_read_back(benchmark, tmp_path, capsys
     capsys.readouterr()
     assert benchmark.main(["--from-json", path, "--methods", "fixed_dpo", "--plot-prefix", str(tmp_path / "p")]) == 0
     assert "| diabetes | fixed_dpo | 1 |" in capsys.readouterr().out
+
+
+def test_max_pseudo_reaches_every_pvi_the_benchmark_builds(benchmark, tmp_path, monkeypatch):
+    from gpflow_fed.federated.algorithms import pvi_methods
+
+    built = []
+
+    def recording_make_pvi(*args, **options):
+        alg = make_pvi(*args, **options)
+        built.append(alg)
+        return alg
+
+    make_pvi = pvi_methods.make_pvi
+    monkeypatch.setattr(pvi_methods, "make_pvi", recording_make_pvi)
+    argv = ["--datasets", "ozone", "--methods", "dpo,global", "--splits", "1", "--clients", "4", "--inducing", "4"]
+    argv += ["--rounds", "4", "--local-steps", "5", "--patience", "2", "--predict-samples", "2", "--max-points", "60"]
+    assert (
+        benchmark.main(argv + ["--global-rounds", "1", "--max-pseudo", "3", "--plot-prefix", str(tmp_path / "p")]) == 0
+    )
+    assert len(built) == 2 and all(alg.max_pseudo == 3 for alg in built)
