@@ -51,6 +51,7 @@ from gpflow_fed.federated.algorithms import FGP, FSGP, initial_inducing_inputs  
 from gpflow_fed.metrics import evaluate_model  # noqa: E402
 
 LOCAL_STEPS, LEARNING_RATE = 3, 0.1  # the paper's P and λ
+ROUNDS, WINDOW, TOLERANCE = 1500, 50, 1e-3  # defaults of --rounds, --window and --tolerance
 INITIAL_NOISE_STD = 0.1  # the paper's initial σ (a standard deviation): σ² = 0.01
 INITIAL_NOISE_VARIANCE = INITIAL_NOISE_STD**2
 #: dataset -> (K, ρ, max − min client size): the paper's K, Kρ and imbalance for its three experiments; concrete
@@ -278,9 +279,9 @@ def main(argv: Sequence[str] = ()) -> int:
     parser.add_argument("--datasets", nargs="+", choices=tuple(SETTINGS), default=None)
     parser.add_argument("--ms", nargs="+", type=int, default=None, help="M values (default 10 25 50 100)")
     parser.add_argument("--seeds", nargs="+", type=int, default=None, help="seeds (default 0 1 2 3 4)")
-    parser.add_argument("--rounds", type=int, default=None, help="cap on rounds R (default 1500, quick 300)")
-    parser.add_argument("--window", type=int, default=50, help="rounds per window of the stopping rule")
-    parser.add_argument("--tolerance", type=float, default=1e-3, help="relative change that stops training")
+    parser.add_argument("--rounds", type=int, default=None, help=f"cap on rounds R (default {ROUNDS}, quick 300)")
+    parser.add_argument("--window", type=int, default=WINDOW, help="rounds per window of the stopping rule")
+    parser.add_argument("--tolerance", type=float, default=TOLERANCE, help="relative change that stops training")
     parser.add_argument("--exact-max", type=int, default=1000, help="largest N for centralized exact GPR")
     parser.add_argument("--no-fgp", action="store_true", help="skip FGP and exact GPR (e.g. when adding M values)")
     parser.add_argument("--out", default=OUT, help="JSON file to merge the runs into")
@@ -291,7 +292,7 @@ def main(argv: Sequence[str] = ()) -> int:
     datasets = args.datasets or (["synthetic1"] if args.quick else list(SETTINGS))
     Ms = args.ms or ([10, 25] if args.quick else [10, 25, 50, 100])
     seeds = args.seeds if args.seeds is not None else ([0, 1] if args.quick else [0, 1, 2, 3, 4])
-    rounds = args.rounds if args.rounds is not None else (300 if args.quick else 1500)
+    rounds = args.rounds if args.rounds is not None else (300 if args.quick else ROUNDS)
     stopping = Plateau(args.window, args.tolerance)
     if args.quick and args.out == OUT:
         args.out = OUT.replace(".json", "_quick.json")  # a smoke run never overwrites the protocol's runs

@@ -46,3 +46,22 @@ def test_each_run_raises_its_own_bound_and_runs_pair_with_the_sweep(objective):
     assert summary["fsgp_minus_client_sum"]["mean"] == pytest.approx(expected)
     assert "| synthetic1 | 4 | 2 |" in objective.table(objective.paired(runs, sweep))
     assert objective.paired(runs, []) and "fsgp" not in {r["column"] for r in objective.paired(runs, [])}
+
+
+def test_pooled_adam_repeats_the_sweeps_centralized_sgpr_and_client_sum_adam_raises_its_bound(objective):
+    from gpflow_fed.baselines import centralized_sgpr
+
+    dataset = objective.make_dataset("synthetic1", seed=0)
+    rows = {r["method"]: r for r in objective.objective_runs(dataset, M=4, seed=0, maxiter=0, optimizer="adam")}
+    assert set(rows) == {"pooled_adam", "client_sum_adam"}
+    Z = objective.initial_inducing_inputs(dataset.pooled()[0], 4, seed=0)
+    steps = objective.Plateau(objective.LOCAL_STEPS * objective.WINDOW, objective.TOLERANCE)
+    sweep_sgpr = centralized_sgpr(  # fsgp.sparse_runs' centralized SGPR at its defaults
+        dataset, objective._kernel(1), Z, objective.INITIAL_NOISE_VARIANCE,
+        objective.LOCAL_STEPS * objective.ROUNDS, objective.LEARNING_RATE, steps,
+    )  # fmt: skip
+    assert rows["pooled_adam"]["iterations"] == sweep_sgpr.steps
+    assert rows["pooled_adam"]["rmse"] == pytest.approx(sweep_sgpr.metrics["test_rmse"], rel=1e-9)
+    _, clients = objective.shared_sgpr_models(dataset, Z)
+    start = objective.client_sum_bound(clients).numpy() / dataset.num_data
+    assert rows["client_sum_adam"]["client_sum_bound_per_point"] > start + 0.1
