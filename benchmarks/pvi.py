@@ -88,7 +88,7 @@ def report(curves: dict, datasets: list, methods: list, rounds: int, plot_prefix
     )
     print("|---|---|---|---|---|---|---|")
     print("\n".join(rows))
-    print_curves(curves, datasets, methods)
+    print_curves(curves, datasets, methods, rounds)
     try:
         import matplotlib
 
@@ -121,15 +121,16 @@ def report(curves: dict, datasets: list, methods: list, rounds: int, plot_prefix
         plt.close(fig)
 
 
-def print_curves(curves: dict, datasets: list, methods: list) -> None:
-    """A Markdown table of every run's test log-likelihood after each evaluation, with global VI's final value."""
+def print_curves(curves: dict, datasets: list, methods: list, rounds: int) -> None:
+    """A Markdown table of every run's test log-likelihood after each evaluation (every ``every`` communications,
+    the last after all ``rounds``), with global VI's final value."""
     runs = [(d, m, k[2]) for d in datasets for m in methods if m != "global" for k in sorted(curves) if k[:2] == (d, m)]
     if not runs:
         return
     every = curves[runs[0]]["every"]
     width = max(len(curves[r]["curve"]) for r in runs)
     print()
-    print("| run | " + " | ".join(str(every * (i + 1)) for i in range(width)) + " | global VI |")
+    print("| run | " + " | ".join(str(min(every * (i + 1), rounds)) for i in range(width)) + " | global VI |")
     print("|---" * (width + 2) + "|")
     for d, m, split in runs:
         values = [f"{v:.3f}" for v in curves[(d, m, split)]["curve"]] + [""] * (

@@ -12,6 +12,7 @@ training inputs (first two coordinates, i.e. latitude/longitude for ozone), the 
     python benchmarks/pvi_diagnostics.py trace --dataset ozone --method dpo --partition iid   # iid clients
     python benchmarks/pvi_diagnostics.py trace --dataset ozone --method dpo --alpha 0.01      # (and global)
     python benchmarks/pvi_diagnostics.py trace --dataset ozone --method dpo --rounds 20 --initial-factors split
+    python benchmarks/pvi_diagnostics.py trace --dataset ozone --clients 32 --max-pseudo 100 --rounds 64  # 32 regions
     python benchmarks/pvi_diagnostics.py trace --dataset boston --method global --rounds 20   # concrete, diabetes
     python benchmarks/pvi_diagnostics.py trace --dataset boston --method cpo
 
@@ -71,6 +72,7 @@ def trace(a: argparse.Namespace) -> None:
         patience=a.patience,
         num_predict_samples=a.predict_samples,
         initial_factors=a.initial_factors,
+        max_pseudo=a.max_pseudo,
     )
 
     def monitor(r: int, *, state: Any, algorithm: Any, **_: Any) -> None:
@@ -204,6 +206,7 @@ def main(argv: Any = None) -> int:
     p.add_argument("--patience", type=int, default=50)
     p.add_argument("--predict-samples", type=int, default=100)
     p.add_argument("--refit-steps", type=int, default=3000)
+    p.add_argument("--max-pseudo", type=int, default=500, help="trace: cap on M_k = min(0.8 N_k, cap)")
     p.add_argument(
         "--initial-factors",
         choices=("prior", "split"),

@@ -72,3 +72,9 @@ def test_max_pseudo_reaches_every_pvi_the_benchmark_builds(benchmark, tmp_path, 
         benchmark.main(argv + ["--global-rounds", "1", "--max-pseudo", "3", "--plot-prefix", str(tmp_path / "p")]) == 0
     )
     assert len(built) == 2 and all(alg.max_pseudo == 3 for alg in built)
+
+
+def test_the_last_curve_column_is_labelled_with_the_last_communication(benchmark, capsys):
+    curves = {("ozone", "dpo", 0): {"curve": [-0.9, -0.8, -0.7], "every": 32}, ("ozone", "global", 0): {"ll": -0.2}}
+    benchmark.print_curves(curves, ["ozone"], ["dpo", "global"], rounds=70)
+    assert "| run | 32 | 64 | 70 | global VI |" in capsys.readouterr().out
