@@ -8,7 +8,7 @@ TEXT = (ROOT / "BENCHMARKS.md").read_text()
 
 
 def test_every_named_benchmark_file_exists():
-    named = set(re.findall(r"(?<![\w/])benchmarks/[\w/.-]+\.(?:py|json)", TEXT))
+    named = set(re.findall(r"(?<![\w/])benchmarks/[\w/.-]+\.(?:py|jsonl|json)(?!\w)", TEXT))
     assert named, "BENCHMARKS.md names no script or saved run"
     missing = sorted(name for name in named if not (ROOT / name).is_file())
     assert not missing, f"BENCHMARKS.md names files the repository does not have: {missing}"
