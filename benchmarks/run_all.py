@@ -45,44 +45,15 @@ PROFILES: Dict[str, Dict[str, Invocations]] = {
     "fsgp_objective": {
         "quick": [["--quick"]],
         "full": [
-            ["--datasets", "concrete", "--ms", "10", "100", "--out", "benchmarks/results/fsgp_objective.json"],
-            [
-                "--datasets",
-                "synthetic1",
-                "--ms",
-                "10",
-                "100",
-                "--out",
-                "benchmarks/results/fsgp_objective_synthetic1.json",
-            ],
-            [
-                "--datasets",
-                "deliveries",
-                "--ms",
-                "100",
-                "--seeds",
-                "0",
-                "1",
-                "2",
-                "--out",
-                "benchmarks/results/fsgp_objective_deliveries.json",
-            ],
-            [
-                "--datasets",
-                "deliveries",
-                "--ms",
-                "100",
-                "--seeds",
-                "0",
-                "1",
-                "2",
-                "3",
-                "5",
-                "--optimizer",
-                "adam",
-                "--out",
-                "benchmarks/results/fsgp_objective_deliveries_adam.json",
-            ],
+            "--datasets concrete --ms 10 100 --out benchmarks/results/fsgp_objective.json".split(),
+            "--datasets synthetic1 --ms 10 100 --out benchmarks/results/fsgp_objective_synthetic1.json".split(),
+            (
+                "--datasets deliveries --ms 100 --seeds 0 1 2 --out benchmarks/results/fsgp_objective_deliveries.json"
+            ).split(),
+            (
+                "--datasets deliveries --ms 100 --seeds 0 1 2 3 5 --optimizer adam "
+                "--out benchmarks/results/fsgp_objective_deliveries_adam.json"
+            ).split(),
         ],
     },
     "fsgp_make_run": {
