@@ -41,7 +41,17 @@ REGIONAL_32: Invocations = [
 
 # script → (quick invocations, full invocations); each invocation is an argument list.
 PROFILES: Dict[str, Dict[str, Invocations]] = {
-    "fsgp": {"quick": [["--quick", "--out", "runs/bench/fsgp_sweep_quick.json"]], "full": [[]]},
+    "fsgp": {
+        "quick": [["--quick", "--out", "runs/bench/fsgp_sweep_quick.json"]],
+        "full": [
+            [],  # the sweep
+            *(  # the training-length checks: fixed rounds, no stopping rule
+                f"--datasets {name} --ms 100 --seeds 0 --no-fgp --rounds {rounds} --tolerance 1e-9 "
+                f"--out benchmarks/results/fsgp_{name}_no_stopping.json".split()
+                for name, rounds in (("concrete", 1000), ("deliveries", 5000))
+            ),
+        ],
+    },
     "fsgp_objective": {
         "quick": [["--quick"]],
         "full": [
