@@ -18,6 +18,11 @@ the sweep's centralized-SGPR protocol (tf_keras Adam, λ = 0.1, at most P·R = 4
 plateau rule), so that ``pooled_adam`` repeats the sweep's SGPR run and ``client_sum_adam`` differs from it only in
 the bound. Adam is for sets where L-BFGS from this start falls into the all-noise optimum (deliveries).
 
+``--objectives fgp`` does the same for FGP, the paper's baseline: its FedAvg seeks a stationary point of
+Σ_k log N(y_k | 0, K_kk + σ²I), the clients' exact-GP marginal likelihoods at the shared (θ, σ²). L-BFGS maximises
+that sum from the sweep's start and the clients' exact GPs at the optimum predict by the robust BCM, as FGP's
+committee does: FGP trained to convergence, whatever the number of rounds its stopping rule allowed.
+
 Usage: ``python benchmarks/fsgp_objective.py [--quick] [--datasets ...] [--ms ...] [--seeds ...]``; results in
 ``benchmarks/results/fsgp_objective.json`` (``--quick``: ``runs/bench/fsgp_objective_quick.json``).
 """
@@ -52,6 +57,7 @@ from fsgp import (  # noqa: E402
 )
 from provenance import save  # noqa: E402
 
+from gpflow_fed.baselines.experts import ExpertCommittee  # noqa: E402
 from gpflow_fed.baselines.sgpr import train_adam  # noqa: E402
 from gpflow_fed.data import FederatedDataset  # noqa: E402
 from gpflow_fed.federated import Plateau  # noqa: E402
@@ -133,6 +139,36 @@ def objective_runs(dataset: FederatedDataset, M: int, seed: int, maxiter: int, o
     return rows
 
 
+def fgp_optimum_run(dataset: FederatedDataset, maxiter: int) -> Dict:
+    """FGP's objective Σ_k log N(y_k | 0, K_kk + σ²I) maximised by L-BFGS from the sweep's start (every θ = 1,
+    σ² = 0.01; the clients' exact GPs share one kernel and likelihood), predicting with the robust BCM of the
+    clients' exact GPs at the optimum: test RMSE/NLPD, the objective per training point and σ² there."""
+    start = time.perf_counter()
+    kernel = _kernel(dataset.input_dim)
+    experts = [gpflow.models.GPR((X, Y), kernel, noise_variance=INITIAL_NOISE_VARIANCE) for X, Y in dataset.clients]
+    for expert in experts[1:]:
+        expert.likelihood = experts[0].likelihood
+
+    def objective() -> tf.Tensor:
+        return tf.add_n([expert.log_marginal_likelihood() for expert in experts])
+
+    iterations = maximise(objective, experts[0].trainable_variables, maxiter)
+    metrics = evaluate_model(ExpertCommittee(experts, rule="rbcm"), dataset.test)
+    return {
+        "method": FGP_OPTIMUM,
+        "rmse": metrics["test_rmse"],
+        "nlpd": metrics["test_nlpd"],
+        "fgp_objective_per_point": float(objective()) / dataset.num_data,
+        "noise_variance": float(experts[0].likelihood.variance.numpy()),
+        "iterations": iterations,
+        "seconds": time.perf_counter() - start,
+    }
+
+
+FGP_OPTIMUM = "fgp_optimum_lbfgs"
+OBJECTIVES = ("sgpr", "fgp")
+
+
 def column_pairs(optimizer: str) -> Dict[str, Tuple[str, str | None]]:
     """Column → (method a, method b): the RMSE of a, or the paired difference a − b (same dataset, seed and M)."""
     client_sum, pooled = f"client_sum_{optimizer}", f"pooled_{optimizer}"
@@ -144,21 +180,34 @@ def column_pairs(optimizer: str) -> Dict[str, Tuple[str, str | None]]:
         "fsgp_minus_client_sum": ("fsgp", client_sum),
         "client_sum_minus_pooled": (client_sum, pooled),
         "fsgp_minus_sgpr": ("fsgp", "sgpr"),
+        "fgp_optimum": (FGP_OPTIMUM, None),
+        "fgp": ("fgp_rbcm", None),
+        "fgp_minus_fgp_optimum": ("fgp_rbcm", FGP_OPTIMUM),
+        "client_sum_minus_fgp_optimum": (client_sum, FGP_OPTIMUM),
     }
 
 
+def _groups(rows: Sequence[Dict]) -> List[Tuple[str, int | None]]:
+    """The (dataset, M) pairs of ``rows``, M = None for FGP's rows (FGP has no inducing points), in table order."""
+    return sorted({(r["dataset"], r.get("M")) for r in rows}, key=lambda g: (g[0], -1 if g[1] is None else g[1]))
+
+
 def paired(rows: Sequence[Dict], sweep: Sequence[Dict], optimizer: str = "lbfgs") -> List[Dict]:
-    """Mean ± sd over seeds per (dataset, M) of every :func:`column_pairs` entry; ``fsgp`` and ``sgpr`` come from the
-    sweep's runs. A column is left out where the sweep lacks a run of one of its seeds."""
-    rmse = {(r["dataset"], r["seed"], r["M"], r["method"]): r["rmse"] for r in [*sweep, *rows] if "M" in r}
+    """Mean ± sd over seeds per (dataset, M) of every :func:`column_pairs` entry; ``fsgp``, ``sgpr`` and ``fgp`` come
+    from the sweep's runs. A run without an M (FGP's) pairs at every M. A column is left out where a run of one of
+    its seeds is missing."""
+    rmse = {(r["dataset"], r["seed"], r.get("M"), r["method"]): r["rmse"] for r in [*sweep, *rows]}
+
+    def lookup(name: str, seed: int, M: int | None, method: str) -> float | None:
+        return rmse.get((name, seed, M, method), rmse.get((name, seed, None, method)))
+
     out = []
-    for name, M in sorted({(r["dataset"], r["M"]) for r in rows}):
-        seeds = sorted({r["seed"] for r in rows if (r["dataset"], r["M"]) == (name, M)})
+    for name, M in _groups(rows):
+        seeds = sorted({r["seed"] for r in rows if (r["dataset"], r.get("M")) == (name, M)})
         for column, (a, b) in column_pairs(optimizer).items():
-            needed = [(name, s, M, m) for s in seeds for m in (a, b) if m]
-            if not all(key in rmse for key in needed):
+            if any(lookup(name, s, M, m) is None for s in seeds for m in (a, b) if m):
                 continue
-            values = [rmse[name, s, M, a] - (rmse[name, s, M, b] if b else 0.0) for s in seeds]
+            values = [lookup(name, s, M, a) - (lookup(name, s, M, b) if b else 0.0) for s in seeds]
             sd = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
             out.append({"dataset": name, "M": M, "column": column, "n": len(values),
                         "mean": float(np.mean(values)), "sd": sd})  # fmt: skip
@@ -170,10 +219,10 @@ def table(summary: Sequence[Dict]) -> str:
     columns = list(dict.fromkeys(r["column"] for r in summary))
     cells = {(r["dataset"], r["M"], r["column"]): r for r in summary}
     lines = ["| dataset | M | n | " + " | ".join(columns) + " |", "|---|---|---|" + "---|" * len(columns)]
-    for name, M in sorted({(r["dataset"], r["M"]) for r in summary}):
-        n = cells[name, M, columns[0]]["n"]
+    for name, M in _groups(summary):
+        n = next(r["n"] for r in summary if (r["dataset"], r["M"]) == (name, M))
         text = [f"{c['mean']:.4f} ± {c['sd']:.4f}" if c else "" for c in (cells.get((name, M, k)) for k in columns)]
-        lines.append(f"| {name} | {M} | {n} | " + " | ".join(text) + " |")
+        lines.append(f"| {name} | {'–' if M is None else M} | {n} | " + " | ".join(text) + " |")
     return "\n".join(lines)
 
 
@@ -185,27 +234,38 @@ def main(argv: Sequence[str] = ()) -> int:
     parser.add_argument("--seeds", nargs="+", type=int, default=None, help="seeds (default 0 1 2 3 4)")
     parser.add_argument("--maxiter", type=int, default=2000, help="L-BFGS iterations at most")
     parser.add_argument("--optimizer", choices=OPTIMIZERS, default="lbfgs", help="lbfgs, or the sweep's SGPR Adam")
+    objectives_help = "sgpr: FSGP's client-sum and the pooled bound per M (default); fgp: FGP's objective"
+    parser.add_argument("--objectives", nargs="+", choices=OBJECTIVES, default=["sgpr"], help=objectives_help)
+    pair_help = "saved runs of this script to pair with (their client-sum runs: --optimizer's)"
+    parser.add_argument("--pair-with", nargs="+", default=[], metavar="JSON", help=pair_help)
     parser.add_argument("--out", default=None, help=f"JSON of the runs (default {os.path.relpath(OUT)})")
     args = parser.parse_args(list(argv))
     datasets = args.datasets or (["synthetic1"] if args.quick else ["concrete", "synthetic1"])
     Ms = args.ms or ([10] if args.quick else [10, 25, 50, 100])
     seeds = args.seeds if args.seeds is not None else ([0] if args.quick else [0, 1, 2, 3, 4])
     out = args.out or (QUICK_OUT if args.quick else OUT)
-    sweep = _load(SWEEP)
+    for path in args.pair_with:
+        if not os.path.exists(path):
+            parser.error(f"--pair-with: no file {path}")
+    sweep, earlier = _load(SWEEP), [r for path in args.pair_with for r in _load(path)]
     rows: List[Dict] = []
     summary: List[Dict] = []
     for name in datasets:
         for seed in seeds:
             dataset = make_dataset(name, seed)
-            for M in Ms:
-                for r in objective_runs(dataset, M, seed, args.maxiter, args.optimizer):
-                    rows.append({"dataset": name, "seed": seed, **r})
-                    print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in rows[-1].items()}, flush=True)
-            summary = paired(rows, sweep, args.optimizer)
-            save(out, {"maxiter": args.maxiter, "optimizer": args.optimizer,
-                       "sweep": os.path.relpath(SWEEP, os.path.dirname(HERE)),
+            new = [fgp_optimum_run(dataset, args.maxiter)] if "fgp" in args.objectives else []
+            for M in Ms if "sgpr" in args.objectives else ():
+                new += objective_runs(dataset, M, seed, args.maxiter, args.optimizer)
+            for r in new:
+                rows.append({"dataset": name, "seed": seed, **r})
+                print({k: (round(v, 4) if isinstance(v, float) else v) for k, v in rows[-1].items()}, flush=True)
+            summary = paired([*earlier, *rows], sweep, args.optimizer)
+            save(out, {"maxiter": args.maxiter, "optimizer": args.optimizer, "objectives": args.objectives,
+                       "sweep": os.path.relpath(SWEEP, os.path.dirname(HERE)), "pair_with": args.pair_with,
                        "summary": summary, "runs": rows}, __file__, list(argv))  # fmt: skip
-    print("\nTest RMSE, mean ± sd over seeds (fsgp, sgpr: benchmarks/results/fsgp_sweep.json; *_minus_*: by seed)\n")
+    print(
+        "\nTest RMSE, mean ± sd over seeds (fsgp, sgpr, fgp: benchmarks/results/fsgp_sweep.json; *_minus_*: by seed)\n"
+    )
     print(table(summary))
     return 0
 

@@ -65,3 +65,30 @@ def test_pooled_adam_repeats_the_sweeps_centralized_sgpr_and_client_sum_adam_rai
     _, clients = objective.shared_sgpr_models(dataset, Z)
     start = objective.client_sum_bound(clients).numpy() / dataset.num_data
     assert rows["client_sum_adam"]["client_sum_bound_per_point"] > start + 0.1
+
+
+def test_fgp_optimum_raises_fgps_own_objective_and_pairs_at_every_M(objective):
+    dataset = objective.make_dataset("synthetic1", seed=0)
+    kernel = objective._kernel(dataset.input_dim)
+    start = sum(  # FGP's objective at the sweep's start: every client's exact GP at θ = 1, σ² = 0.01
+        gpflow.models.GPR(data, kernel, noise_variance=objective.INITIAL_NOISE_VARIANCE).log_marginal_likelihood()
+        for data in dataset.clients
+    ).numpy()
+    row = objective.fgp_optimum_run(dataset, maxiter=30)
+    assert row["method"] == objective.FGP_OPTIMUM and "M" not in row and row["iterations"] <= 30
+    assert row["fgp_objective_per_point"] > start / dataset.num_data + 0.1
+    assert row["noise_variance"] != pytest.approx(objective.INITIAL_NOISE_VARIANCE)
+    runs = [dict(row, dataset="synthetic1", seed=s, rmse=0.5 + s) for s in (0, 1)]
+    runs += [{"dataset": "synthetic1", "seed": s, "M": 4, "method": "client_sum_adam", "rmse": 0.7 + s} for s in (0, 1)]
+    sweep = [{"dataset": "synthetic1", "seed": s, "method": "fgp_rbcm", "rmse": 0.6 + s} for s in (0, 1)]
+    summary = {(r["M"], r["column"]): r for r in objective.paired(runs, sweep, optimizer="adam")}
+    assert summary[None, "fgp_minus_fgp_optimum"]["mean"] == pytest.approx(0.1)
+    assert summary[4, "client_sum_minus_fgp_optimum"]["mean"] == pytest.approx(0.2)  # FGP's run pairs at M = 4
+    assert (None, "client_sum_minus_fgp_optimum") not in summary
+    assert "| synthetic1 | – | 2 |" in objective.table(list(summary.values()))
+
+
+def test_pair_with_must_name_saved_runs(objective, tmp_path):
+    with pytest.raises(SystemExit):
+        objective.main(["--quick", "--pair-with", str(tmp_path / "missing.json"), "--out", str(tmp_path / "o.json")])
+    assert not (tmp_path / "o.json").exists()
