@@ -53,7 +53,7 @@ PROFILES: Dict[str, Dict[str, Invocations]] = {
         ],
     },
     "fsgp_objective": {
-        "quick": [["--quick"]],
+        "quick": [["--quick", "--objectives", "sgpr", "fgp"]],
         "full": [
             "--datasets concrete --ms 10 100 --out benchmarks/results/fsgp_objective.json".split(),
             "--datasets synthetic1 --ms 10 100 --out benchmarks/results/fsgp_objective_synthetic1.json".split(),
@@ -63,6 +63,13 @@ PROFILES: Dict[str, Dict[str, Invocations]] = {
             (
                 "--datasets deliveries --ms 100 --seeds 0 1 2 3 5 --optimizer adam "
                 "--out benchmarks/results/fsgp_objective_deliveries_adam.json"
+            ).split(),
+            # FGP trained to convergence: its own objective by L-BFGS (after the Adam run it pairs with)
+            "--datasets concrete --objectives fgp --out benchmarks/results/fsgp_objective_concrete_fgp.json".split(),
+            (
+                "--datasets deliveries --seeds 0 1 2 3 4 --objectives fgp --optimizer adam --pair-with "
+                "benchmarks/results/fsgp_objective_deliveries_adam.json "
+                "--out benchmarks/results/fsgp_objective_deliveries_fgp.json"
             ).split(),
         ],
     },
