@@ -139,6 +139,10 @@ def objective_runs(dataset: FederatedDataset, M: int, seed: int, maxiter: int, o
     return rows
 
 
+FGP_OPTIMUM = "fgp_optimum_lbfgs"
+OBJECTIVES = ("sgpr", "fgp")
+
+
 def fgp_optimum_run(dataset: FederatedDataset, maxiter: int) -> Dict:
     """FGP's objective Σ_k log N(y_k | 0, K_kk + σ²I) maximised by L-BFGS from the sweep's start (every θ = 1,
     σ² = 0.01; the clients' exact GPs share one kernel and likelihood), predicting with the robust BCM of the
@@ -163,10 +167,6 @@ def fgp_optimum_run(dataset: FederatedDataset, maxiter: int) -> Dict:
         "iterations": iterations,
         "seconds": time.perf_counter() - start,
     }
-
-
-FGP_OPTIMUM = "fgp_optimum_lbfgs"
-OBJECTIVES = ("sgpr", "fgp")
 
 
 def column_pairs(optimizer: str) -> Dict[str, Tuple[str, str | None]]:
