@@ -30,7 +30,7 @@ from provenance import save  # noqa: E402
 Invocations = List[List[str]]
 
 # The paper's regional experiment (§6.2, Fig. 3) on ozone: 32 regions, 200 communications, M_k = min(0.8 N_k, 100),
-# one saved run per split; splits 2 and 3 were stopped for time (BENCHMARKS.md § PVI), so they are not listed.
+# one saved run per split; splits 2 and 3 were stopped twice for time (BENCHMARKS.md § PVI), so they are not listed.
 REGIONAL_32: Invocations = [
     ["--datasets", "ozone", "--clients", "32", "--first-split", str(split), "--splits", "1", "--methods", "dpo,global",
      "--inducing", "100", "--rounds", "200", "--local-steps", "5000", "--patience", "50", "--predict-samples", "100",
