@@ -239,6 +239,7 @@ def main(argv: Sequence[str] = ()) -> int:
     pair_help = "saved runs of this script to pair with (their client-sum runs: --optimizer's)"
     parser.add_argument("--pair-with", nargs="+", default=[], metavar="JSON", help=pair_help)
     parser.add_argument("--out", default=None, help=f"JSON of the runs (default {os.path.relpath(OUT)})")
+    parser.add_argument("--summarize", action="store_true", help="run nothing: print the table of --pair-with's runs")
     args = parser.parse_args(list(argv))
     datasets = args.datasets or (["synthetic1"] if args.quick else ["concrete", "synthetic1"])
     Ms = args.ms or ([10] if args.quick else [10, 25, 50, 100])
@@ -249,8 +250,8 @@ def main(argv: Sequence[str] = ()) -> int:
             parser.error(f"--pair-with: no file {path}")
     sweep, earlier = _load(SWEEP), [r for path in args.pair_with for r in _load(path)]
     rows: List[Dict] = []
-    summary: List[Dict] = []
-    for name in datasets:
+    summary: List[Dict] = paired(earlier, sweep, args.optimizer) if args.summarize else []
+    for name in [] if args.summarize else datasets:
         for seed in seeds:
             dataset = make_dataset(name, seed)
             new = [fgp_optimum_run(dataset, args.maxiter)] if "fgp" in args.objectives else []

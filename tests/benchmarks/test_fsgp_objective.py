@@ -1,5 +1,7 @@
 """benchmarks/fsgp_objective.py at tiny size: the two bounds share w, each run raises its own bound, pairing."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -92,3 +94,15 @@ def test_pair_with_must_name_saved_runs(objective, tmp_path):
     with pytest.raises(SystemExit):
         objective.main(["--quick", "--pair-with", str(tmp_path / "missing.json"), "--out", str(tmp_path / "o.json")])
     assert not (tmp_path / "o.json").exists()
+
+
+def test_summarize_pairs_saved_runs_of_several_files_and_runs_nothing(objective, tmp_path, capsys):
+    files = []
+    for seed in (0, 1):
+        runs = [{"dataset": "synthetic1", "seed": seed, "M": 4, "method": m, "rmse": v + seed}
+                for m, v in (("client_sum_adam", 0.7), ("pooled_adam", 0.5))]  # fmt: skip
+        files.append(tmp_path / f"s{seed}.json")
+        files[-1].write_text(json.dumps({"runs": runs}))
+    assert objective.main(["--summarize", "--optimizer", "adam", "--pair-with", *map(str, files)]) == 0
+    assert "| synthetic1 | 4 | 2 | 1.2000 ± 0.7071 | 1.0000 ± 0.7071 | 0.2000 ± 0.0000 |" in capsys.readouterr().out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s0.json", "s1.json"]
