@@ -288,7 +288,11 @@ def main(argv: Sequence[str] = ()) -> int:
     parser.add_argument("--summarize", action="store_true", help="run nothing: print the table of --out's runs")
     merge = "run nothing: merge these files' runs (e.g. seeds run in parallel) into --out"
     parser.add_argument("--merge", nargs="+", default=(), metavar="JSON", help=merge)
+    fgp_from = "print the table with FGP's runs from this saved file (e.g. the sweep, for runs of another length)"
+    parser.add_argument("--fgp-from", default=None, metavar="JSON", help=fgp_from)
     args = parser.parse_args(list(argv))
+    if args.fgp_from is not None and not os.path.exists(args.fgp_from):
+        parser.error(f"--fgp-from: no file {args.fgp_from}")
     datasets = args.datasets or (["synthetic1"] if args.quick else list(SETTINGS))
     Ms = args.ms or ([10, 25] if args.quick else [10, 25, 50, 100])
     seeds = args.seeds if args.seeds is not None else ([0, 1] if args.quick else [0, 1, 2, 3, 4])
@@ -320,9 +324,11 @@ def main(argv: Sequence[str] = ()) -> int:
                 print(shown, flush=True)
             runs = _merge(runs, new)
             _save(args.out, runs, rounds, args, argv)
-    print("\nTest RMSE, mean ± sd over seeds (*_minus_*: paired by seed; fgp = FGP with rBCM)\n")
+    fgp = [r for r in _load(args.fgp_from) if r["method"].startswith("fgp_")] if args.fgp_from else []
+    source = f"; FGP's runs from {args.fgp_from}" if fgp else ""
+    print(f"\nTest RMSE, mean ± sd over seeds (*_minus_*: paired by seed; fgp = FGP with rBCM{source})\n")
     shown = (args.datasets or list(SETTINGS)) if args.summarize or args.merge else datasets
-    print(table(runs, shown))
+    print(table([*(r for r in runs if not r["method"].startswith("fgp_")), *fgp] if fgp else runs, shown))
     print("\nFGP's exact-GP cost against FSGP's (means over seeds)\n")
     print(cost_table(runs, shown))
     return 0

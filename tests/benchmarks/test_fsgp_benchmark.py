@@ -81,3 +81,22 @@ def test_every_client_holds_two_points_or_more(load_benchmark):
     """FSGP refuses a one-point client; without the floor, deliveries' seed 4 gave two of them."""
     fsgp = load_benchmark("fsgp")
     assert min(fsgp.make_dataset("deliveries", 4).client_sizes) == 2
+
+
+def test_fgp_from_pairs_the_table_with_another_files_fgp_runs_and_changes_no_file(load_benchmark, tmp_path, capsys):
+    fsgp = load_benchmark("fsgp")
+    timing = {"c_mn_bytes": 400, "seconds_per_round": 0.1, "rounds": 4}  # what the cost table reads
+    runs = [{"dataset": "synthetic1", "seed": s, "M": 5, "method": "fsgp", "rmse": 0.5 + s, **timing} for s in (0, 1)]
+    out, other = tmp_path / "long.json", tmp_path / "sweep.json"
+    out.write_text(json.dumps({"runs": runs}))
+    fgp = [{"dataset": "synthetic1", "seed": s, "method": "fgp_rbcm", "rmse": 0.4 + s} for s in (0, 1)]
+    other.write_text(json.dumps({"runs": fgp + [dict(r, rmse=9.0) for r in runs]}))  # its FSGP runs are not used
+    before = out.read_text()
+    assert fsgp.main(["--summarize", "--datasets", "synthetic1", "--out", str(out), "--fgp-from", str(other)]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| synthetic1 | 5 |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[3] == "1.0000 ± 0.7071" and cells[5] == "0.9000 ± 0.7071"  # fsgp from --out, fgp_rbcm from the other
+    assert cells[3 + fsgp.COLUMNS.index("fsgp_minus_fgp")] == "0.1000 ± 0.0000"
+    assert out.read_text() == before
+    with pytest.raises(SystemExit):
+        fsgp.main(["--summarize", "--out", str(out), "--fgp-from", str(tmp_path / "missing.json")])
