@@ -39,6 +39,9 @@ REGIONAL_32: Invocations = [
     for split in (0, 1, 4)
 ]  # fmt: skip
 
+# FSGP on deliveries at the paper's T = 5,000 rounds: one saved run per seed (seed 0's was the first, unsuffixed)
+AT_T_SUFFIXES = ("", "_s1", "_s2", "_s3", "_s4")
+
 # script → (quick invocations, full invocations); each invocation is an argument list.
 PROFILES: Dict[str, Dict[str, Invocations]] = {
     "fsgp": {
@@ -46,10 +49,22 @@ PROFILES: Dict[str, Dict[str, Invocations]] = {
         "full": [
             [],  # the sweep
             *(  # the training-length checks: fixed rounds, no stopping rule
-                f"--datasets {name} --ms 100 --seeds 0 --no-fgp --rounds {rounds} --tolerance 1e-9 "
-                f"--out benchmarks/results/fsgp_{name}_no_stopping.json".split()
-                for name, rounds in (("concrete", 1000), ("deliveries", 5000))
+                f"--datasets {name} --ms 100 --seeds {seed} --no-fgp --rounds {rounds} --tolerance 1e-9 "
+                f"--out benchmarks/results/fsgp_{name}_no_stopping{suffix}.json".split()
+                for name, rounds, seed, suffix in (
+                    ("concrete", 1000, 0, ""),
+                    *(("deliveries", 5000, seed, suffix) for seed, suffix in enumerate(AT_T_SUFFIXES)),
+                )
             ),
+            (  # deliveries' seeds 0–4 at the paper's T, in one file
+                "--datasets deliveries --rounds 5000 --tolerance 1e-9 "
+                "--out benchmarks/results/fsgp_deliveries_at_T.json --merge "
+                + " ".join(f"benchmarks/results/fsgp_deliveries_no_stopping{suffix}.json" for suffix in AT_T_SUFFIXES)
+            ).split(),
+            (  # ... paired with the sweep's FGP
+                "--summarize --datasets deliveries --rounds 5000 --tolerance 1e-9 "
+                "--out benchmarks/results/fsgp_deliveries_at_T.json --fgp-from benchmarks/results/fsgp_sweep.json"
+            ).split(),
         ],
     },
     "fsgp_objective": {
@@ -63,6 +78,14 @@ PROFILES: Dict[str, Dict[str, Invocations]] = {
             (
                 "--datasets deliveries --ms 100 --seeds 0 1 2 3 5 --optimizer adam "
                 "--out benchmarks/results/fsgp_objective_deliveries_adam.json"
+            ).split(),
+            (  # that run stopped after seed 2; seeds 3 and 5 ran afterwards, and the five are paired together
+                "--datasets deliveries --ms 100 --seeds 3 5 --optimizer adam "
+                "--out benchmarks/results/fsgp_objective_deliveries_adam_s35.json"
+            ).split(),
+            (
+                "--summarize --optimizer adam --pair-with benchmarks/results/fsgp_objective_deliveries_adam.json "
+                "benchmarks/results/fsgp_objective_deliveries_adam_s35.json"
             ).split(),
             # FGP trained to convergence: its own objective by L-BFGS (after the Adam run it pairs with)
             "--datasets concrete --objectives fgp --out benchmarks/results/fsgp_objective_concrete_fgp.json".split(),
