@@ -112,13 +112,19 @@ def report(curves: dict, datasets: list, methods: list, rounds: int, plot_prefix
                 ax.axhspan(g - 0.05, g, color="k", alpha=0.1, label="within 0.05 of global VI")
                 continue
             c = np.mean([r["curve"] for r in runs], axis=0)
-            ax.plot(runs[0]["every"] * (1 + np.arange(len(c))), c, f"C{i}o-", ms=3, label=label)
+            ax.plot(evaluation_points(runs[0]["every"], len(c), rounds), c, f"C{i}o-", ms=3, label=label)
         ax.set_xlabel("communications")
         ax.set_ylabel("test log-likelihood / point")
         ax.set_title(f"{name} (mean over {len(splits)} split{'s' if len(splits) > 1 else ''})")
         ax.legend(fontsize=7)
         fig.savefig(f"{plot_prefix}_{name}.png", dpi=100, bbox_inches="tight")
         plt.close(fig)
+
+
+def evaluation_points(every: int, count: int, rounds: int) -> list:
+    """The communications after which a curve's ``count`` values were taken: every ``every``, the last after all
+    ``rounds``."""
+    return [min(every * (i + 1), rounds) for i in range(count)]
 
 
 def print_curves(curves: dict, datasets: list, methods: list, rounds: int) -> None:
@@ -130,7 +136,7 @@ def print_curves(curves: dict, datasets: list, methods: list, rounds: int) -> No
     every = curves[runs[0]]["every"]
     width = max(len(curves[r]["curve"]) for r in runs)
     print()
-    print("| run | " + " | ".join(str(min(every * (i + 1), rounds)) for i in range(width)) + " | global VI |")
+    print("| run | " + " | ".join(map(str, evaluation_points(every, width, rounds))) + " | global VI |")
     print("|---" * (width + 2) + "|")
     for d, m, split in runs:
         values = [f"{v:.3f}" for v in curves[(d, m, split)]["curve"]] + [""] * (

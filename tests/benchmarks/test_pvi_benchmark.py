@@ -78,3 +78,8 @@ def test_the_last_curve_column_is_labelled_with_the_last_communication(benchmark
     curves = {("ozone", "dpo", 0): {"curve": [-0.9, -0.8, -0.7], "every": 32}, ("ozone", "global", 0): {"ll": -0.2}}
     benchmark.print_curves(curves, ["ozone"], ["dpo", "global"], rounds=70)
     assert "| run | 32 | 64 | 70 | global VI |" in capsys.readouterr().out
+
+
+def test_the_plot_puts_the_last_value_at_the_last_communication(benchmark):
+    assert benchmark.evaluation_points(32, 7, rounds=200) == [32, 64, 96, 128, 160, 192, 200]
+    assert benchmark.evaluation_points(10, 3, rounds=30) == [10, 20, 30]
