@@ -325,6 +325,8 @@ def main(argv: Sequence[str] = ()) -> int:
             runs = _merge(runs, new)
             _save(args.out, runs, rounds, args, argv)
     fgp = [r for r in _load(args.fgp_from) if r["method"].startswith("fgp_")] if args.fgp_from else []
+    if args.fgp_from and not fgp:
+        parser.error(f"--fgp-from: {args.fgp_from} holds no FGP runs")
     source = f"; FGP's runs from {args.fgp_from}" if fgp else ""
     print(f"\nTest RMSE, mean ± sd over seeds (*_minus_*: paired by seed; fgp = FGP with rBCM{source})\n")
     shown = (args.datasets or list(SETTINGS)) if args.summarize or args.merge else datasets

@@ -245,6 +245,8 @@ def main(argv: Sequence[str] = ()) -> int:
     Ms = args.ms or ([10] if args.quick else [10, 25, 50, 100])
     seeds = args.seeds if args.seeds is not None else ([0] if args.quick else [0, 1, 2, 3, 4])
     out = args.out or (QUICK_OUT if args.quick else OUT)
+    if args.summarize and not args.pair_with:
+        parser.error("--summarize prints the runs of --pair-with's files: name at least one")
     for path in args.pair_with:
         if not os.path.exists(path):
             parser.error(f"--pair-with: no file {path}")

@@ -78,8 +78,9 @@ def report(curves: dict, datasets: list, methods: list, rounds: int, plot_prefix
                 g = curves.get((name, "global", split))
                 if m == "global" or g is None:
                     continue
-                idx = [i for i, v in enumerate(r["curve"]) if v >= g["ll"] - 0.05]
-                hits.append("never" if not idx else str(min((idx[0] + 1) * r["every"], rounds)))
+                points = evaluation_points(r["every"], len(r["curve"]), rounds)
+                close = [point for point, v in zip(points, r["curve"]) if v >= g["ll"] - 0.05]
+                hits.append(str(close[0]) if close else "never")
             secs = np.mean([r["seconds"] for r in runs.values()])
             rows.append(f"| {name} | {m} | {len(runs)} | {pm(ll)} | {pm(rm)} | {','.join(hits)} | {secs:.0f} |")
     print(

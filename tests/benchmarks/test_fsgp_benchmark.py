@@ -100,3 +100,5 @@ def test_fgp_from_pairs_the_table_with_another_files_fgp_runs_and_changes_no_fil
     assert out.read_text() == before
     with pytest.raises(SystemExit):
         fsgp.main(["--summarize", "--out", str(out), "--fgp-from", str(tmp_path / "missing.json")])
+    with pytest.raises(SystemExit):  # a file without FGP runs would silently pair with nothing
+        fsgp.main(["--summarize", "--out", str(out), "--fgp-from", str(out)])

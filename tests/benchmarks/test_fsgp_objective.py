@@ -106,3 +106,5 @@ def test_summarize_pairs_saved_runs_of_several_files_and_runs_nothing(objective,
     assert objective.main(["--summarize", "--optimizer", "adam", "--pair-with", *map(str, files)]) == 0
     assert "| synthetic1 | 4 | 2 | 1.2000 ± 0.7071 | 1.0000 ± 0.7071 | 0.2000 ± 0.0000 |" in capsys.readouterr().out
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s0.json", "s1.json"]
+    with pytest.raises(SystemExit):  # nothing to summarize
+        objective.main(["--summarize"])

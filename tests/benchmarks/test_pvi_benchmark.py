@@ -83,3 +83,18 @@ def test_the_last_curve_column_is_labelled_with_the_last_communication(benchmark
 def test_the_plot_puts_the_last_value_at_the_last_communication(benchmark):
     assert benchmark.evaluation_points(32, 7, rounds=200) == [32, 64, 96, 128, 160, 192, 200]
     assert benchmark.evaluation_points(10, 3, rounds=30) == [10, 20, 30]
+
+
+def test_comms_to_within_005_counts_the_last_evaluation_at_the_last_communication(benchmark, tmp_path, capsys):
+    dpo = {"ll": -0.21, "rmse": 0.3, "seconds": 1.0, "every": 32}
+    curves = {
+        ("ozone", "dpo", 0): {**dpo, "curve": [-0.9, -0.3, -0.21]},  # within 0.05 only after all 70
+        ("ozone", "dpo", 1): {**dpo, "curve": [-0.9, -0.22, -0.21]},
+        ("ozone", "dpo", 2): {**dpo, "curve": [-0.9, -0.8, -0.7]},
+        **{
+            ("ozone", "global", s): {"ll": -0.2, "rmse": 0.3, "seconds": 1.0, "curve": [-0.2], "every": 20}
+            for s in (0, 1, 2)
+        },
+    }
+    benchmark.report(curves, ["ozone"], ["dpo", "global"], 70, str(tmp_path / "p"))
+    assert "| 70,64,never |" in capsys.readouterr().out
