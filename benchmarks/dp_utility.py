@@ -88,7 +88,7 @@ class RidgeFSGP(FSGP):
 class RepairedFedBNR(FedBNR):
     """FedBNR whose server replaces the released ``Σ Φ_kᵀΦ_k`` by ``PSD(Σ Φ_kᵀΦ_k) + ridge · I`` itself and hides
     the noise from FedBNR's own repair (which is ``PSD + τ I``,
-    :func:`~gpflow_fed.models.aggregated_sgpr.denoised_gram`):
+    :func:`~gpflow_fed.federated.protection.postprocess.denoised_gram`):
     ``ridge = None`` keeps the noised sum as it is, ``0.0`` projects it only."""
 
     ridge: Any = 0.0

@@ -90,10 +90,10 @@ def main() -> int:
     from flwr.supercore.task_identity import TaskIdentity
 
     from gpflow_fed.federated import FlowerRuntime
-    from gpflow_fed.federated.runtimes.flower_client import make_client_app
-    from gpflow_fed.federated.runtimes.flower_deploy import LoopbackFederation, read_result, write_client_data
-    from gpflow_fed.federated.runtimes.flower_runtime import LoopbackGrid
-    from gpflow_fed.federated.runtimes.flower_server import app as server_app
+    from gpflow_fed.federated.runtimes.flower.client_app import make_client_app
+    from gpflow_fed.federated.runtimes.flower.deploy import LoopbackFederation, read_result, write_client_data
+    from gpflow_fed.federated.runtimes.flower.runtime import LoopbackGrid
+    from gpflow_fed.federated.runtimes.flower.server_app import app as server_app
 
     ds = make_dataset(args.clients)
     config: Dict[str, Any] = {"rounds": args.rounds}

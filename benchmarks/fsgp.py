@@ -44,7 +44,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from provenance import command, save  # noqa: E402
 
 from gpflow_fed.baselines import centralized_sgpr  # noqa: E402
-from gpflow_fed.baselines.experts import ExpertCommittee  # noqa: E402
+from gpflow_fed.models.experts import ExpertCommittee  # noqa: E402
 from gpflow_fed.data import FederatedDataset, fsgp_synthetic_1, fsgp_synthetic_2, load_dataset, make_federated  # noqa: E402
 from gpflow_fed.federated import Plateau, run  # noqa: E402
 from gpflow_fed.federated.algorithms import FGP, FSGP, initial_inducing_inputs  # noqa: E402

@@ -57,7 +57,7 @@ from fsgp import (  # noqa: E402
 )
 from provenance import save  # noqa: E402
 
-from gpflow_fed.baselines.experts import ExpertCommittee  # noqa: E402
+from gpflow_fed.models.experts import ExpertCommittee  # noqa: E402
 from gpflow_fed.baselines.sgpr import train_adam  # noqa: E402
 from gpflow_fed.data import FederatedDataset  # noqa: E402
 from gpflow_fed.federated import Plateau  # noqa: E402

@@ -27,7 +27,7 @@ from provenance import save  # noqa: E402
 def run_method(
     method: str, dataset: Any, rounds: int, M: int = 100, seed: int = 0, eval_every: int = 0, **options: Any
 ) -> Dict[str, Any]:
-    """Train one of the paper's methods (:func:`~gpflow_fed.federated.algorithms.pvi_methods.make_pvi`); returns
+    """Train one of the paper's methods (:func:`~gpflow_fed.federated.algorithms.pvi.methods.make_pvi`); returns
     the test log-likelihood per point of the predictive mixture over (Z, β) (``ll``), RMSE (standardised units),
     and ``curve``: the same log-likelihood after every ``eval_every`` communications (default: one sweep, K;
     for ``"global"``, PVI on the pooled data as one client, only the final value).
@@ -37,7 +37,7 @@ def run_method(
     from gpflow_fed import metrics
     from gpflow_fed.data import FederatedDataset
     from gpflow_fed.federated import run
-    from gpflow_fed.federated.algorithms.pvi_methods import make_pvi
+    from gpflow_fed.federated.algorithms.pvi.methods import make_pvi
 
     if method == "global":
         dataset = FederatedDataset([dataset.pooled()], test=dataset.test, name=dataset.name)

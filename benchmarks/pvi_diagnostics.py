@@ -52,7 +52,7 @@ def load_split(a: argparse.Namespace) -> Any:
 def trace(a: argparse.Namespace) -> None:
     from gpflow_fed.data import FederatedDataset
     from gpflow_fed.federated import run
-    from gpflow_fed.federated.algorithms.pvi_methods import make_pvi
+    from gpflow_fed.federated.algorithms.pvi.methods import make_pvi
 
     fed = load_split(a)
     train = np.concatenate([X for X, _ in fed.clients])
@@ -96,7 +96,7 @@ def first_client(a: argparse.Namespace) -> None:
     from gpflow.keras import tf_keras
 
     from gpflow_fed.federated import run
-    from gpflow_fed.federated.algorithms.pvi_methods import make_pvi
+    from gpflow_fed.federated.algorithms.pvi.methods import make_pvi
 
     fed = load_split(a)
 
@@ -147,7 +147,7 @@ def first_client(a: argparse.Namespace) -> None:
 
 def cpo_factors(a: argparse.Namespace) -> None:
     from gpflow_fed.federated import run
-    from gpflow_fed.federated.algorithms.pvi_methods import make_pvi
+    from gpflow_fed.federated.algorithms.pvi.methods import make_pvi
 
     fed = load_split(a)
     factors = {}

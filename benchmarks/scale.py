@@ -10,7 +10,7 @@ exchange (every client's statistics) is timed separately. Each round is split in
 ``client_update`` (the clients' own work), inside ``server_update``, and the rest (the runtime: messages,
 ledger, fault screening, reduction), so the runtime's per-message overhead is visible.
 
-``shared`` is the package's FSGP: one :class:`~gpflow_fed.federated.algorithms.fsgp_utils.SGPRClientWorker` whose
+``shared`` is the package's FSGP: one :class:`~gpflow_fed.federated.algorithms.fsgp.worker.SGPRClientWorker` whose
 compiled functions (traced once per run) take each client's data, w and Adam state as arguments.
 ``per-client`` re-creates the previous implementation for comparison: every client builds its own SGPR, its
 own ``tf_keras`` Adam and its own compiled training loop (traced once per client), and computes its final
@@ -38,7 +38,7 @@ from gpflow_fed.data import FederatedDataset, fsgp_synthetic_1  # noqa: E402
 from gpflow_fed.data.partition import iid_partition  # noqa: E402
 from gpflow_fed.federated import run  # noqa: E402
 from gpflow_fed.federated.algorithms import FSGP, initial_inducing_inputs  # noqa: E402
-from gpflow_fed.federated.algorithms.fsgp_statistics import sgpr_statistics  # noqa: E402
+from gpflow_fed.federated.algorithms.fsgp.statistics import sgpr_statistics  # noqa: E402
 from gpflow_fed.federated.local_training import adam_steps  # noqa: E402
 
 

@@ -33,7 +33,7 @@ def _algorithm(method: str, input_dim: int, num_inducing: int, kernel: Any, seed
     if method == "pvi":
         if kernel is not None:
             raise ValueError("fit(method='pvi') uses PVI's own prior over kernel hyperparameters; drop kernel=")
-        from .federated.algorithms.pvi_methods import make_pvi
+        from .federated.algorithms.pvi.methods import make_pvi
 
         return make_pvi(
             options.pop("variant", "dpo"), input_dim, options.pop("rounds", 20), num_inducing, seed, **options

@@ -1,7 +1,7 @@
 """Baselines: committee-of-experts combination rules and centralized/local-only SGPR."""
 
 from .expert_models import fit_gpr_experts
-from .experts import COMBINATION_RULES, ExpertCommittee, bcm, combine_experts, gpoe, poe, rbcm
+from ..models.experts import COMBINATION_RULES, ExpertCommittee, bcm, combine_experts, gpoe, poe, rbcm
 from .sgpr import BaselineResult, centralized_sgpr, local_only_sgpr, train_adam
 
 __all__ = [

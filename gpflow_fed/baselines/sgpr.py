@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from ..data.dataset import FederatedDataset
 from ..federated.local_training import CompiledAdam, per_point_loss
-from ..federated.runtimes.base import evaluate_model
+from ..metrics import evaluate_model
 from ..federated.stopping import Plateau
 from ..validation import integer, positive_float
 

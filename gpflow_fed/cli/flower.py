@@ -42,7 +42,7 @@ def _settings(pairs: List[str]) -> Dict[str, Any]:
 
 def _run(args: argparse.Namespace) -> int:
     from ..federated.factories import TRUSTED_MODULES_ENV
-    from ..federated.runtimes.flower_deploy import OFFLINE_ENV, superlink_command, supernode_command, write_app
+    from ..federated.runtimes.flower.deploy import OFFLINE_ENV, superlink_command, supernode_command, write_app
 
     if args.clients < 1:
         raise ValueError(f"--clients must be at least 1, got {args.clients}")

@@ -68,7 +68,7 @@ def main(args: argparse.Namespace) -> int:
     logdir.mkdir(parents=True, exist_ok=True)
     from ..data import FederatedDataset, pvi_five_partition_toy, real_split
     from ..federated import LocalRuntime, run
-    from ..federated.algorithms.pvi_methods import make_pvi
+    from ..federated.algorithms.pvi.methods import make_pvi
     from ..monitor import federated_monitor, write_scalars
     from ..plotting import plot_run
 

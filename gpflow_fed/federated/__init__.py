@@ -1,14 +1,17 @@
 """The federated core: messages, the ledger, clients, the Algorithm protocol, runtimes and ``run``."""
 
 from . import algorithms
-from .aggregator import reduce_messages
 from .algorithm import Aggregate, Algorithm, FederationInfo
 from .api import run
 from .client import Client
 from .factories import register_algorithm_factory
 from .ledger import Channel, CommunicationLedger, LedgerEntry
 from .messages import SERVER, Message
+from .options import RunOptions
 from .protection import DifferentialPrivacy, PrivacyAccountant, RobustAggregation, SecureAggregation
+from .protection.policy import ClientPolicy
+from .protection.reduction import reduce_messages
+from .protection.request import Protection
 from .result import FederatedResult
 from .runtimes import ClientUpdateError, DistributeRuntime, FaultPolicy, LocalRuntime, RoundFailedError, Runtime
 from .sampling import num_sampled_clients, sample_clients
@@ -20,6 +23,7 @@ __all__ = [
     "Algorithm",
     "Channel",
     "Client",
+    "ClientPolicy",
     "ClientUpdateError",
     "CommunicationLedger",
     "DifferentialPrivacy",
@@ -32,8 +36,10 @@ __all__ = [
     "Message",
     "Plateau",
     "PrivacyAccountant",
+    "Protection",
     "RoundFailedError",
     "RobustAggregation",
+    "RunOptions",
     "Runtime",
     "SERVER",
     "SecureAggregation",
@@ -52,7 +58,7 @@ def __getattr__(name: str) -> object:
     """``FlowerRuntime`` is imported on first use: it needs the optional extra ``flower`` (flwr)."""
     if name == "FlowerRuntime":
         try:
-            from .runtimes.flower_runtime import FlowerRuntime
+            from .runtimes.flower.runtime import FlowerRuntime
         except ImportError as exc:
             raise ImportError(f"FlowerRuntime needs Flower: pip install 'gpflow-fed[flower]' ({exc})") from exc
         return FlowerRuntime

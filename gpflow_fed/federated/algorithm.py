@@ -108,6 +108,21 @@ class Algorithm(abc.ABC):
         self.client_fraction = float(client_fraction)
 
     # --- configuration -------------------------------------------------------------------------------
+    def bind(self, info: FederationInfo) -> "Algorithm":
+        """The instance one run uses: a deep copy of this configuration (``gpflow.utilities.deepcopy``).
+
+        The object a user builds is configuration only: the run validates, traces and trains its own copy, so the
+        same object can start several runs, a checkpoint's settings are read from it unchanged, and every party of
+        a deployment binds its own. Callables the algorithm holds (callbacks, factories) are shared, not copied.
+        Subclasses that keep per-run state override this to reset it (calling ``super().bind(info)``).
+
+        :param info: the federation the run is for.
+        """
+        import tensorflow as tf
+
+        shared = {id(v): v for v in vars(self).values() if callable(v) and not isinstance(v, tf.Module)}
+        return gpflow.utilities.deepcopy(self, memo=shared)
+
     def validate(self, dataset: Any) -> None:
         """Raise ``ValueError``/``TypeError`` for data this algorithm cannot use, before any training."""
 
@@ -132,8 +147,11 @@ class Algorithm(abc.ABC):
         """The clients asked in ``round`` (the same for all its phases); default ``max(⌈Kρ⌉, 1)``."""
         return sample_clients(client_ids, self.client_fraction, rng)
 
-    def setup_client(self, client: Client, state: Any) -> None:
-        """Called once per client before its first update (create its model copy and optimizer here)."""
+    def setup_client(self, client: Client, info: FederationInfo) -> None:
+        """Called once per client before its first update (create its model copy and optimizer here).
+
+        :param info: the federation as the server announced it (no server state: a remote party has none).
+        """
 
     def reply_spec(self, state: Any, round: int, phase: str) -> Optional[ReplySpec]:
         """The array names and shapes the server expects in every reply of ``phase`` (``None``: a free size).

@@ -47,9 +47,8 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
-from gpflow.keras import tf_keras
 
-from .fingerprint import data_digest, settings_differences
+from .fingerprint import MOVED_MODULES, data_digest, is_trackable, settings_differences
 from .ledger import LedgerEntry
 
 __all__ = [
@@ -70,12 +69,6 @@ CLIENTS = "clients"
 _ROUND = re.compile(r"round-\d+")
 _DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
 _CLASS_NAME = re.compile(f"{_DOTTED}:{_DOTTED}")
-
-
-def is_trackable(obj: Any) -> bool:
-    """Whether ``tf.train.Checkpoint`` can save ``obj`` (modules, variables, Keras optimizers)."""
-    optimizers = (tf_keras.optimizers.Optimizer, tf_keras.optimizers.legacy.Optimizer)
-    return isinstance(obj, (tf.Module, tf.Variable) + optimizers)
 
 
 def encode_tree(obj: Any, arrays: Dict[str, np.ndarray]) -> Any:
@@ -135,9 +128,11 @@ def _allowed_class(name: Any, allowed: Mapping[str, type]) -> type:
     """
     if not isinstance(name, str) or not _CLASS_NAME.fullmatch(name):
         raise ValueError(f"checkpoint: {name!r} is not a class name of the form module:qualname")
+    module_name, qualname = name.split(":")
+    name = f"{MOVED_MODULES.get(module_name, module_name)}:{qualname}"
+    module_name = MOVED_MODULES.get(module_name, module_name)
     if name in allowed:
         return allowed[name]
-    module_name, qualname = name.split(":")
     refusal = (
         f"checkpoint: the state names class {name!r}, which is not an allowed state class (only "
         "dataclasses of gpflow_fed and of the algorithm's own state are); the file was altered or "

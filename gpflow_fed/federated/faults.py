@@ -142,39 +142,95 @@ def spec_faults(replies: Sequence[Any], spec: Optional[Mapping[str, Tuple[Option
     return faults
 
 
-def log_exclusions(round: int, phase: str, excluded: Dict[str, str]) -> None:
+def log_exclusions(round: int, phase: str, excluded: Mapping[str, str]) -> None:
     for client_id, reason in excluded.items():
         logger.warning("round %d, phase %r: excluded %s: %s", round, phase, client_id, reason)
+
+
+def _shape_only(shape: Sequence[int]) -> np.ndarray:
+    """A read-only ``uint64`` array of ``shape`` that holds no memory (a zero-stride view): a layout's stand-in."""
+    view = np.lib.stride_tricks.as_strided(np.zeros(1, np.uint64), tuple(int(d) for d in shape), (0,) * len(shape))
+    view.flags.writeable = False
+    return view
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """A protected reply's layout, in the shape :func:`spec_faults` reads (sender and zero-sized arrays)."""
+
+    sender: str
+    arrays: Mapping[str, np.ndarray]
 
 
 def screen(
     faults: FaultPolicy,
     round: int,
     phase: str,
-    selected: Sequence[str],
-    replies: Sequence[Any],
-    excluded: Dict[str, str],
+    cohort: Sequence[str],
+    responses: Mapping[str, Any],
+    *,
     spec: Optional[Mapping[str, Tuple[Optional[int], ...]]] = None,
-) -> List[str]:
-    """Exclude replies that differ from the server's expectation, log every exclusion, check ``min_clients``.
+    expected_weight: Optional[Mapping[str, Optional[float]]] = None,
+    sizes: Optional[Mapping[str, int]] = None,
+) -> Tuple[List[str], Dict[str, str]]:
+    """The one place a phase's replies are judged and the fault policy applied.
 
-    :param replies: the well-formed replies so far (objects with ``sender`` and ``arrays``), in order.
-    :param excluded: ``{client: reason}`` of earlier faults; extended in place.
-    :param spec: :meth:`Algorithm.reply_spec` of the phase (see :func:`~.faults.spec_faults`).
-    :return: the senders whose replies are aggregated, in order.
-    :raises ClientUpdateError: a wrongly shaped reply under ``on_error="raise"``.
+    Each client's :class:`~gpflow_fed.federated.transport.Response` is a fault if the transport or the client says so
+    (it raised, refused, did not answer), if it came too late (``faults.timeout``, from the client's own timing), if
+    its message is malformed (:func:`reply_fault`) or claims another weight than the server expects
+    (:func:`weight_fault`, for replies the server can read), or if its array names or shapes (or, for a protected
+    reply, its layout) differ from ``spec`` (:func:`spec_faults`). Then ``on_error="raise"`` raises for the first
+    faulty client in cohort order, and ``"exclude"`` logs every exclusion and checks ``min_clients``.
+
+    :param cohort: the clients asked, in order; ``responses`` has one entry for each.
+    :param spec: :meth:`Algorithm.reply_spec` of the phase.
+    :param expected_weight: ``{client: weight the server expects}`` for the replies it can read (None: any weight up
+        to the client's registered size); omitted, weights are not checked (protected replies hide them).
+    :param sizes: the clients' registered sizes (with ``expected_weight``).
+    :return: the clients whose replies are aggregated (in cohort order) and ``{client: reason}`` of the others.
+    :raises ClientUpdateError: the first fault under ``on_error="raise"``.
     :raises RoundFailedError: fewer than ``min_clients`` good replies.
     """
-    bad_shapes = spec_faults(replies, spec)
-    if bad_shapes and faults.on_error == "raise":
-        cid, reason = next(iter(bad_shapes.items()))
-        raise ClientUpdateError(cid, round, phase, ValueError(reason))
-    excluded.update(bad_shapes)
-    good = [m.sender for m in replies if m.sender not in bad_shapes]
+    down = _Down(round, phase)
+    excluded: Dict[str, str] = {}
+    errors: Dict[str, Optional[BaseException]] = {}
+    readable: List[Any] = []
+    for cid in cohort:
+        response = responses[cid]
+        fault = response.fault
+        if fault is None and faults.timeout is not None and response.seconds is not None:
+            if response.seconds > faults.timeout:
+                fault = f"timed out ({response.seconds:.3g} s > {faults.timeout} s)"
+        if fault is None and response.layout is not None:
+            readable.append(_Layout(cid, {str(n): _shape_only(shape) for n, shape in response.layout.items()}))
+        elif fault is None:
+            fault = reply_fault(response.message, cid, down)
+            if fault is None and expected_weight is not None and sizes is not None:
+                fault = weight_fault(response.message, expected_weight.get(cid), sizes[cid])
+            if fault is None:
+                readable.append(response.message)
+        if fault is not None:
+            excluded[cid] = fault
+            errors[cid] = response.error
+    for cid, reason in spec_faults(readable, spec).items():
+        excluded[cid] = reason
+    if excluded and faults.on_error == "raise":
+        cid = next(c for c in cohort if c in excluded)
+        cause = errors.get(cid) or ValueError(excluded[cid])
+        raise ClientUpdateError(cid, round, phase, cause) from cause
+    good = [cid for cid in cohort if cid not in excluded]
     log_exclusions(round, phase, excluded)
     if len(good) < faults.min_clients:
         raise RoundFailedError(
-            f"round {round}, phase {phase!r}: {len(good)} of {len(selected)} clients answered well, "
+            f"round {round}, phase {phase!r}: {len(good)} of {len(cohort)} clients answered well, "
             f"fewer than min_clients={faults.min_clients}; excluded: {excluded}"
         )
-    return good
+    return good, excluded
+
+
+@dataclass(frozen=True)
+class _Down:
+    """What :func:`reply_fault` reads of the server's broadcast: its round and phase."""
+
+    round: int
+    phase: str

@@ -16,13 +16,29 @@ import dataclasses
 import hashlib
 import hmac
 import json
+import re
 from typing import Any, Dict, List, Mapping, Tuple
 
 import numpy as np
 
-__all__ = ["data_digest", "describe_settings", "settings_differences"]
+__all__ = ["data_digest", "describe_settings", "is_trackable", "settings_differences"]
 
 _MAX_DEPTH = 8
+
+#: modules whose classes moved (issue 31's sub-packages): a checkpoint written before the move names the old module;
+#: its settings and state classes are read under the new one (the only names translated; nothing is imported)
+MOVED_MODULES = {
+    "gpflow_fed.federated.algorithms.fsgp": "gpflow_fed.federated.algorithms.fsgp.algorithm",
+    "gpflow_fed.federated.algorithms.pvi": "gpflow_fed.federated.algorithms.pvi.algorithm",
+}
+_MOVED = re.compile(
+    "(" + "|".join(re.escape(m) for m in MOVED_MODULES) + r")\.([A-Za-z_][A-Za-z0-9_]*)(?=$|[^.A-Za-z0-9_])"
+)
+
+
+def _current_names(description: str) -> str:
+    """``description`` with a moved module's class names (``old.Class``) under the module's new home."""
+    return _MOVED.sub(lambda m: f"{MOVED_MODULES[m.group(1)]}.{m.group(2)}", description)
 
 
 def _array(value: Any) -> str:
@@ -46,10 +62,17 @@ def _module(path: str, obj: Any, out: Dict[str, str]) -> None:
         out[f"{path}{name}"] = f"{_array(variable.numpy())}:trainable={bool(variable.trainable)}"
 
 
+def is_trackable(obj: Any) -> bool:
+    """Whether ``tf.train.Checkpoint`` can save ``obj`` (modules, variables, Keras optimizers)."""
+    import tensorflow as tf
+    from gpflow.keras import tf_keras
+
+    optimizers = (tf_keras.optimizers.Optimizer, tf_keras.optimizers.legacy.Optimizer)
+    return isinstance(obj, (tf.Module, tf.Variable) + optimizers)
+
+
 def _describe(path: str, obj: Any, out: Dict[str, str], depth: int) -> None:
     import tensorflow as tf
-
-    from .checkpoint import is_trackable
 
     if obj is None or isinstance(obj, (bool, int, float, str)):
         out[path] = f"{type(obj).__name__}:{obj!r}"
@@ -101,6 +124,7 @@ def describe_settings(algorithm: Any) -> Dict[str, str]:
 
 def settings_differences(saved: Mapping[str, str], current: Mapping[str, str]) -> List[Tuple[str, str, str]]:
     """``[(setting, saved description, current description)]`` for every setting that differs (or is absent)."""
+    saved = {k: _current_names(v) for k, v in saved.items()}
     keys = sorted(set(saved) | set(current))
     return [(k, saved.get(k, "(absent)"), current.get(k, "(absent)")) for k in keys if saved.get(k) != current.get(k)]
 

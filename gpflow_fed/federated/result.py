@@ -23,6 +23,7 @@ class FederatedResult:
     :param seconds: wall time of the whole run.
     :param privacy: with differential privacy, the spent ``epsilon`` at ``delta`` and the mechanism's
         settings (see :class:`gpflow_fed.federated.DifferentialPrivacy`); None otherwise.
+    :param algorithm: the run's own bound copy of the algorithm (``Algorithm.bind``), with whatever it kept.
     :param standardizer: set by :func:`gpflow_fed.fit`: the :class:`~gpflow_fed.data.Standardizer` between the
         data's units and the model's (None from ``run``).
     """
@@ -34,6 +35,7 @@ class FederatedResult:
     metrics: Dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
     privacy: Optional[Dict[str, Any]] = None
+    algorithm: Optional[Any] = None
     standardizer: Optional[Any] = None
 
     def __repr__(self) -> str:

@@ -1,100 +1,76 @@
-"""The one seam between the round loop and a runtime: how one phase's messages travel, and nothing else.
+"""The one seam between the phase owner and a runtime: requests go out, raw responses come back.
 
-A runtime is a :class:`Transport`. For each phase the round loop hands it a :class:`Broadcast` and the
-phase's cohort; :meth:`Transport.exchange` delivers the broadcast and returns each client's :class:`Reply`.
-Everything after that (the ledger, fault screening, secure aggregation, differential privacy, the reduction)
-is :meth:`~gpflow_fed.federated.aggregator.Aggregator.aggregate`'s, written once for every runtime. Only a
-phase the aggregator protects needs a second trip, :meth:`Transport.masked`: once the cohort is fixed, each
-client sends its prepared message masked against that cohort (or the transport runs its own secure
-summation, such as Flower's SecAgg+, and returns a :class:`SecureSum`).
+A runtime is a :class:`Transport`. The phase owner (:mod:`gpflow_fed.federated.exchange`) hands it one stage of an
+exchange at a time — ``{client: Request}`` — and :meth:`Transport.send` returns each client's :class:`Response`, as
+it arrived. A transport only moves messages: it does not record, screen, protect or reduce anything (the phase owner
+does, once, for every runtime). Every stage has the same shape (request → response), so a multi-stage protected
+exchange (key advertisement, masked input, unmasking) runs through the same owner on every runtime.
+
+On the client's side every runtime hands the request to the party's
+:class:`~gpflow_fed.federated.endpoint.ClientEndpoint`, which answers it.
 """
 
 from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Sequence, Tuple, Union
-
-import numpy as np
+from types import MappingProxyType
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from .messages import Message
 
-if TYPE_CHECKING:
-    from .aggregator import ExchangeContext
+__all__ = ["Request", "Response", "STAGES", "Transport", "UPDATE"]
 
-__all__ = ["Broadcast", "Reply", "SecureSum", "Transport"]
+#: the stage that asks a client for its update (``Algorithm.client_update``); protected exchanges add their own
+UPDATE = "update"
+#: every stage name a client answers (the protection stages are defined in :mod:`~gpflow_fed.federated.protection`)
+STAGES: Tuple[str, ...] = (UPDATE, "keys", "mask")
 
 
 @dataclass(frozen=True)
-class Broadcast:
-    """What the server sends in one phase, and what a transport needs to deliver it.
+class Request:
+    """What the server sends a client in one stage.
 
-    :param message: the server's message (sender ``SERVER``, the round, the phase, ``Algorithm.broadcast``).
-    :param purpose: ``"train"``, ``"evaluate"`` or ``"final"`` (see :class:`~gpflow_fed.federated.LedgerEntry`).
-    :param aggregation: the phase's ``Algorithm.aggregation``.
-    :param protected: whether the aggregator protects the phase: clients then prepare their replies (clip,
-        fixed point) and send them only masked, in :meth:`Transport.masked`.
-    :param state: the server state the broadcast was made from (an in-process client is set up from it).
+    :param stage: the stage (:data:`UPDATE`, or a protection stage).
+    :param message: the server's message (sender ``SERVER``); for :data:`UPDATE`, ``Algorithm.broadcast``.
+    :param purpose: ``"train"``, ``"evaluate"`` or ``"final"`` (the ledger's purposes).
+    :param config: small public settings the stage needs (JSON-able values: the phase's aggregation, the server's
+        protection request, the cohort, …).
     """
 
+    stage: str
     message: Message
     purpose: str
-    aggregation: str
-    protected: bool
-    state: Any = None
+    config: Mapping[str, Any] = field(default_factory=dict)
 
-    @property
-    def round(self) -> int:
-        return self.message.round
-
-    @property
-    def phase(self) -> str:
-        return self.message.phase
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "config", MappingProxyType(dict(self.config)))
 
 
 @dataclass(frozen=True)
-class Reply:
-    """One client's reply to a :class:`Broadcast`, as it reached the server.
+class Response:
+    """One client's answer to a :class:`Request`, as it reached the server.
 
-    :param message: the client's :class:`~gpflow_fed.federated.Message`; in a protected phase only its layout
-        counts (array names and shapes: the server checks them before anyone masks). None if there is none.
-    :param fault: why the reply is unusable (the client raised, timed out, answered malformed), or None.
-    :param error: the exception behind ``fault``, for ``ClientUpdateError``'s cause.
-    :param prepared: in a protected phase, the client's prepared message, which stays with the client until
-        :meth:`Transport.masked` (in-process transports only).
+    :param message: what the client sent, or None (a fault, or a layout-only answer).
+    :param fault: why there is no usable answer (the client raised, refused, timed out), or None.
+    :param error: the exception behind ``fault``, for ``ClientUpdateError``'s cause (in-process runtimes).
+    :param seconds: the client's own time for the stage, None when not timed (a client's first answer includes
+        one-off tracing and set-up; remote runtimes cannot time it).
+    :param layout: in a protected update, the names and shapes of the client's encoded payload (the payload
+        itself stays with the client until it is masked).
     """
 
     message: Optional[Message] = None
     fault: Optional[str] = None
     error: Optional[BaseException] = field(default=None, compare=False)
-    prepared: Optional[Message] = None
-
-
-@dataclass(frozen=True)
-class SecureSum:
-    """What a transport's own secure summation returns instead of masked messages.
-
-    :param sums: ``Σ_k y_k mod 2^64`` per array name, over ``survivors`` (see ``Aggregator.finish``).
-    :param survivors: the cohort members whose masks were removed, in cohort order.
-    :param dropped: ``{client: reason}`` of the cohort members that dropped out during the protocol.
-    """
-
-    sums: Mapping[str, np.ndarray]
-    survivors: Tuple[str, ...]
-    dropped: Mapping[str, str]
+    seconds: Optional[float] = None
+    layout: Optional[Mapping[str, Tuple[int, ...]]] = None
 
 
 class Transport(abc.ABC):
-    """How one phase's messages travel between the server and the clients (see the module docstring)."""
+    """How one stage's requests reach the clients and their responses come back (module docstring)."""
 
     @abc.abstractmethod
-    def exchange(self, broadcast: Broadcast, cohort: Sequence[str]) -> Dict[str, Reply]:
-        """Deliver ``broadcast`` to every client of ``cohort`` and return ``{client: reply}`` for each."""
-
-    def masked(self, context: "ExchangeContext", replies: Mapping[str, Reply]) -> Union[Dict[str, Message], SecureSum]:
-        """A protected phase's second trip: the cohort's messages masked against ``context.cohort``.
-
-        :param replies: the cohort's replies from :meth:`exchange`.
-        :raises NotImplementedError: a transport that cannot carry protected phases.
-        """
-        raise NotImplementedError(f"{type(self).__name__} carries no secure aggregation or differential privacy")
+    def send(self, requests: Mapping[str, Request]) -> Dict[str, Response]:
+        """Deliver ``requests[client]`` to each client and return ``{client: Response}`` for every one of them
+        (a client that does not answer gets a :class:`Response` with its ``fault``)."""

@@ -10,6 +10,9 @@ from .aggregated_sgpr import AggregatedSGPR, collapsed_sgpr_bound
 from .dpo_svgp import DPOSVGP, BaseDPOSVGP, FederatedDPOSVGP
 from .ensemble_pyramid import fit_pyramid
 from .ensemble_svgp import EnsembleSVGP, RecyclableWarning, as_recyclable
+from .experts import COMBINATION_RULES, ExpertCommittee
+from .neural_regression import NetworkMean, NeuralRegression
+from .personalised_gp import PersonalisedGPs
 from .privacy_aware_gpr import PrivacyAwareGPR, PrivacyRelease, fit_hyperparameters, release
 from .recyclable import RecyclableModel, export_svgp, load_recyclable, save_recyclable, train_local_svgp
 from .recyclable_training import LocalSVGPTrainer
@@ -38,4 +41,9 @@ __all__: list = [
     "FederatedDPOSVGP",
     "AggregatedSGPR",
     "collapsed_sgpr_bound",
+    "COMBINATION_RULES",
+    "ExpertCommittee",
+    "NetworkMean",
+    "NeuralRegression",
+    "PersonalisedGPs",
 ]

@@ -33,7 +33,7 @@ class Case:
 
 
 def _aggregated(noise: float):
-    from gpflow_fed.federated.algorithms.fsgp_statistics import sgpr_statistics
+    from gpflow_fed.federated.algorithms.fsgp.statistics import sgpr_statistics
     from gpflow_fed.models import AggregatedSGPR
 
     kernel = gpflow.kernels.SquaredExponential(lengthscales=0.7)

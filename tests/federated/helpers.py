@@ -154,3 +154,20 @@ def fsgp(run_config: Mapping[str, Any]) -> FSGP:
         learning_rate=0.05,
         client_fraction=float(run_config.get("client-fraction", 1.0)),
     )
+
+
+def masked_messages(messages, protection, run_id=bytes(16), purpose="train", aggregation="sum"):
+    """What each client of ``messages`` sends under ``protection``'s secure aggregation: its encoder prepares and masks
+    (every client's encoder and keys in this process), for one exchange of the clients in order. Returns
+    ``(masked messages, ExchangeContext)``."""
+    from gpflow_fed.federated.protection.encoder import ClientEncoder
+    from gpflow_fed.federated.protection.policy import ClientPolicy
+    from gpflow_fed.federated.protection.reduction import ExchangeContext
+
+    cohort = tuple(m.sender for m in messages)
+    context = ExchangeContext(run_id, purpose, messages[0].round, messages[0].phase, aggregation, cohort)
+    encoders = {c: ClientEncoder(c, ClientPolicy.matching(protection)) for c in cohort}
+    keys = {c: e.public_key(run_id) for c, e in encoders.items()}
+    for m in messages:
+        encoders[m.sender].prepare(m, protection, aggregation, len(cohort), purpose)
+    return [encoders[c].mask(context.exchange, keys) for c in cohort], context

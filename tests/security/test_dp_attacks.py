@@ -8,7 +8,8 @@ import pytest
 
 from gpflow_fed.data import FederatedDataset
 from gpflow_fed.federated import Algorithm, DifferentialPrivacy, LocalRuntime, run
-from gpflow_fed.federated.aggregator import Aggregator, ExchangeContext
+from gpflow_fed.federated import Protection
+from gpflow_fed.federated.protection.reduction import ExchangeContext, Reducer
 from gpflow_fed.federated.messages import Message
 
 
@@ -69,7 +70,7 @@ def test_dp_noise_cannot_be_regenerated_from_the_run_seed():
             guess = np.random.default_rng(guess_seed).normal(0.0, std, size=released.shape)
             assert np.abs(released - guess - true_sum).max() > 1e-6, f"noise regenerated from seed {seed}"
         context = ExchangeContext(bytes(16), "train", 0, "train", "sum", tuple(cohort))
-        guess = Aggregator(dp=dp).noise_rng(context).normal(0.0, std, size=released.shape)
+        guess = Reducer(Protection(differential_privacy=dp)).noise_rng(context).normal(0.0, std, size=released.shape)
         assert np.abs(released - guess - true_sum).max() > 1e-6
 
 
@@ -97,14 +98,14 @@ def test_insecure_noise_seed_is_explicit_and_reproducible():
 
 
 def test_replayed_message_is_refused():
-    aggregator = Aggregator(dp=DifferentialPrivacy(1.0, 1.0))
+    aggregator = Reducer(Protection(differential_privacy=DifferentialPrivacy(1.0, 1.0)))
     context = ExchangeContext(bytes(16), "train", 3, "p", "sum", ("client_0", "client_1"))
     fresh = Message("client_0", 3, "p", {"a": np.ones(2)})
     replayed = Message("client_1", 2, "p", {"a": np.ones(2)})
     with pytest.raises(ValueError, match="replayed or stale"):
         aggregator.reduce([fresh, replayed], context)
     with pytest.raises(ValueError, match="replayed or stale"):
-        Aggregator().reduce([fresh, replayed], context)
+        Reducer(Protection()).reduce([fresh, replayed], context)
 
 
 @pytest.mark.parametrize("protocol", ["statistics", "two_step"])

@@ -14,7 +14,7 @@ import tensorflow as tf
 from gpflow_fed.data import FederatedDataset
 from gpflow_fed.federated import LocalRuntime, run
 from gpflow_fed.federated.algorithms import FSGP
-from gpflow_fed.federated.algorithms.fsgp_statistics import sgpr_statistics
+from gpflow_fed.federated.algorithms.fsgp.statistics import sgpr_statistics
 
 M, D = 6, 2
 LENGTHSCALE = 0.9

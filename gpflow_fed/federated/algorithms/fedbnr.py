@@ -36,7 +36,7 @@ from gpflow.keras import tf_keras
 
 from ...data.dataset import FederatedDataset, validate_regression_data
 from ...kernels.urk import URK
-from ...models.aggregated_sgpr import denoised_gram
+from ..protection.postprocess import denoised_gram
 from ...models.bayesian_linear_regression import (
     BayesianLinearRegression,
     blr_log_marginal_likelihood,
@@ -288,7 +288,7 @@ class FedBNR(Algorithm):
             )
         return worker.statistics(X, Y)
 
-    def setup_client(self, client: Client, state: FedBNRState) -> None:
+    def setup_client(self, client: Client, info: FederationInfo) -> None:
         """The client's own Adam state (its steps run on the shared compiled worker, see
         :mod:`~gpflow_fed.federated.local_training`) and its data as tensors."""
         client.state["adam"] = self._worker.get().trainer.initial_state()

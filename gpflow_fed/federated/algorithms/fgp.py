@@ -12,7 +12,7 @@ import gpflow
 import numpy as np
 import tensorflow as tf
 
-from ...baselines.experts import COMBINATION_RULES, ExpertCommittee
+from ...models.experts import COMBINATION_RULES, ExpertCommittee
 from ..algorithm import TRAIN_PHASE, Aggregate, Algorithm, FederationInfo, ReplySpec
 from ..client import Client
 from ..messages import Message
@@ -95,7 +95,7 @@ class FGP(Algorithm):
     :param learning_rate: λ > 0 of every Adam optimizer.
     :param client_fraction: ρ ∈ (0, 1]; ``max(⌈Kρ⌉, 1)`` clients per round.
     :param rule: the committee's combination rule, one of
-        :data:`~gpflow_fed.baselines.experts.COMBINATION_RULES` (default ``"rbcm"``).
+        :data:`~gpflow_fed.models.experts.COMBINATION_RULES` (default ``"rbcm"``).
     :param stopping: end training before R rounds once the round's ``local_log_likelihood`` (the sampled
         clients' ``(1/N_k) log p(y_k)`` before their last local step, averaged with weights N_k) reaches a
         :class:`~gpflow_fed.federated.Plateau`; None (default): always R rounds. With a rule, every ``train``
@@ -185,7 +185,7 @@ class FGP(Algorithm):
         worker = self._worker.get(info.input_dim, info.output_dim)
         return FGPState(params=worker.shared.read(worker.model))
 
-    def setup_client(self, client: Client, state: FGPState) -> None:
+    def setup_client(self, client: Client, info: FederationInfo) -> None:
         """The client's expert (an exact GPR on its own data, ``client.model``) and a fresh Adam state.
 
         The Adam state (an :class:`~gpflow_fed.federated.local_training.AdamState`) lives in

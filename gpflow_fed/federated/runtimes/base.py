@@ -1,52 +1,184 @@
-"""What every runtime shares: the Runtime interface, client construction and seeding."""
+"""What every runtime shares: the Runtime interface, the in-process parties, and client seeds.
+
+A runtime is where the parties run and how messages reach them (a
+:class:`~gpflow_fed.federated.transport.Transport`); the run itself — set-up, phases, protection, rounds — is
+:func:`~gpflow_fed.federated.loop.set_up_run` and :func:`~gpflow_fed.federated.loop.run_rounds`, the same for every
+runtime. A run's options and protection are values (:class:`~gpflow_fed.federated.RunOptions`,
+:class:`~gpflow_fed.federated.Protection`) given to :func:`~gpflow_fed.federated.run`; a runtime may hold defaults for
+them (its deprecated keyword arguments).
+"""
 
 from __future__ import annotations
 
 import abc
-from typing import Any, List, Optional, Tuple
+import warnings
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from ...metrics import evaluate_model  # noqa: F401  (the runtimes evaluate with it)
 from ...data.dataset import FederatedDataset
+from ...metrics import evaluate_model  # noqa: F401  (re-exported: the runtimes' evaluation)
 from ...validation import integer
-from ..algorithm import Algorithm
+from ..algorithm import Algorithm, FederationInfo
 from ..client import Client
+from ..endpoint import ClientEndpoint
+from ..loop import run_rounds, set_up_run
+from ..options import RunOptions
+from ..protection.encoder import ClientEncoder
+from ..protection.policy import ClientPolicy
+from ..protection.reduction import Reducer
+from ..protection.request import Protection
 from ..result import FederatedResult
+from ..transport import Request, Response, Transport
 
+__all__ = ["InProcessRuntime", "Runtime", "client_seed", "make_clients", "sampling_rng"]
 
-class Runtime(abc.ABC):
-    """Executes an :class:`~gpflow_fed.federated.Algorithm` over a :class:`FederatedDataset`."""
-
-    @abc.abstractmethod
-    def execute(
-        self, algorithm: Algorithm, dataset: FederatedDataset, *, monitor: Optional[Any] = None, seed: int = 0
-    ) -> FederatedResult:
-        """Run every round and return the result."""
+#: the keyword arguments runtimes used to take, now fields of RunOptions or Protection
+_OPTION_KEYS = ("progress", "keep_payloads", "eval_every", "faults", "checkpoint_dir", "checkpoint_every", "resume")
+_PROTECTION_KEYS = {"secure_aggregation": "secure_aggregation", "differential_privacy": "differential_privacy"}
 
 
 def client_seed(seed: int, index: int, num_clients: int) -> int:
-    """Client ``index``'s seed: child ``index + 1`` of ``SeedSequence(seed).spawn(K + 1)``.
+    """Client ``index``'s seed: the state of ``SeedSequence(seed, spawn_key=(index + 1,))``, which is child
+    ``index + 1`` of ``SeedSequence(seed).spawn(K + 1)``, computed in O(1).
 
     :raises ValueError: ``index`` outside ``[0, K)``.
     """
     if not 0 <= index < num_clients:
         raise ValueError(f"client index {index} is outside [0, {num_clients}); number the parties 0 … K-1")
-    return int(np.random.SeedSequence(int(seed)).spawn(num_clients + 1)[index + 1].generate_state(1)[0])
+    return int(np.random.SeedSequence(int(seed), spawn_key=(index + 1,)).generate_state(1)[0])
 
 
-def sampling_rng(seed: int, num_clients: int) -> np.random.Generator:
-    """The server's client-sampling RNG: child 0 of ``SeedSequence(seed).spawn(K + 1)``."""
-    return np.random.default_rng(np.random.SeedSequence(int(seed)).spawn(num_clients + 1)[0])
+def sampling_rng(seed: int, num_clients: int = 0) -> np.random.Generator:
+    """The server's client-sampling RNG: child 0 of ``SeedSequence(seed)`` (``num_clients`` is not needed)."""
+    return np.random.default_rng(np.random.SeedSequence(int(seed), spawn_key=(0,)))
 
 
 def make_clients(dataset: FederatedDataset, seed: int) -> Tuple[List[Client], np.random.Generator]:
     """Build ``Client("client_k")`` objects with seeds derived from ``seed``, and the server's sampling RNG.
 
-    Seeds come from ``numpy.random.SeedSequence(seed).spawn(K + 1)`` (:func:`client_seed`,
-    :func:`sampling_rng`), so the same seed gives the same run on every runtime (a Flower party derives its own).
+    The same seed gives the same run on every runtime (a Flower party derives its own seed the same way).
     """
     integer(seed, "seed", minimum=0)
     K = dataset.num_clients
     clients = [Client(f"client_{k}", data, client_seed(seed, k, K)) for k, data in enumerate(dataset.clients)]
-    return clients, sampling_rng(seed, K)
+    return clients, sampling_rng(seed)
+
+
+def federation_info(clients: List[Client], dataset: FederatedDataset, seed: int) -> FederationInfo:
+    """What the server knows of an in-process federation: ids, sizes, D, P and the seed."""
+    return FederationInfo(
+        client_ids=tuple(c.id for c in clients),
+        client_sizes={c.id: c.num_data for c in clients},
+        input_dim=dataset.input_dim,
+        output_dim=dataset.output_dim,
+        seed=int(seed),
+    )
+
+
+class Runtime(abc.ABC):
+    """Executes an :class:`~gpflow_fed.federated.Algorithm` over a :class:`FederatedDataset`.
+
+    :param options: default :class:`RunOptions` of the runs this runtime executes (``run(options=...)`` wins).
+    :param protection: default :class:`Protection` request (``run(protection=...)`` wins).
+    :param deprecated: the keyword arguments runtimes used to take (``progress``, ``keep_payloads``, ``eval_every``,
+        ``faults``, ``checkpoint_dir``, ``checkpoint_every``, ``resume``, ``secure_aggregation``,
+        ``differential_privacy``, ``robust``): still accepted for one release, with a ``DeprecationWarning``.
+    """
+
+    def __init__(
+        self, *, options: Optional[RunOptions] = None, protection: Optional[Protection] = None, **deprecated: Any
+    ) -> None:
+        unknown = sorted(set(deprecated) - set(_OPTION_KEYS) - set(_PROTECTION_KEYS) - {"robust"})
+        if unknown:
+            raise TypeError(f"{type(self).__name__}() got unexpected keyword arguments {unknown}")
+        if deprecated:
+            warnings.warn(
+                f"{type(self).__name__}({', '.join(sorted(deprecated))}=...) is deprecated: pass "
+                "run(..., options=RunOptions(...), protection=Protection(...))",
+                DeprecationWarning,
+                stacklevel=3,
+            )
+        if options is not None and not isinstance(options, RunOptions):
+            raise TypeError(f"options must be a RunOptions, got {type(options).__name__}")
+        if protection is not None and not isinstance(protection, Protection):
+            raise TypeError(f"protection must be a Protection, got {type(protection).__name__}")
+        option_values = {k: deprecated[k] for k in _OPTION_KEYS if k in deprecated}
+        self.options = RunOptions(**option_values) if option_values or options is None else options
+        protection_values = {v: deprecated[k] for k, v in _PROTECTION_KEYS.items() if k in deprecated}
+        if "robust" in deprecated:
+            protection_values["robust"] = deprecated["robust"]
+        self.protection = Protection(**protection_values) if protection_values or protection is None else protection
+
+    @abc.abstractmethod
+    def execute(
+        self,
+        algorithm: Algorithm,
+        dataset: FederatedDataset,
+        *,
+        options: Optional[RunOptions] = None,
+        protection: Optional[Protection] = None,
+        monitor: Optional[Any] = None,
+        seed: int = 0,
+    ) -> FederatedResult:
+        """Run every round and return the result."""
+
+
+class InProcessRuntime(Runtime, Transport):
+    """Base of the runtimes whose parties live in this process; each is its own run's transport.
+
+    It builds one :class:`~gpflow_fed.federated.endpoint.ClientEndpoint` per client of the dataset (its data, its
+    seed, the run's bound algorithm, an encoder with ``client_policy`` — by default
+    :meth:`ClientPolicy.matching` the run's protection: every party is in this process, so the policy is for parity
+    with a deployment, not protection), and a subclass implements :meth:`send` over :attr:`endpoints`.
+
+    :param client_policy: the policy of every in-process client (default: matching the run's protection).
+    """
+
+    def __init__(self, *, client_policy: Optional[ClientPolicy] = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        if client_policy is not None and not isinstance(client_policy, ClientPolicy):
+            raise TypeError(f"client_policy must be a ClientPolicy, got {type(client_policy).__name__}")
+        self.client_policy = client_policy
+        self.endpoints: Dict[str, ClientEndpoint] = {}
+
+    def prepare(self, algorithm: Algorithm, dataset: FederatedDataset, reducer: Reducer) -> None:
+        """Checks and set-up before any client work (subclasses add theirs); raise ``ValueError``/``TypeError``."""
+
+    def options_for(self, options: RunOptions) -> RunOptions:
+        """The options this runtime runs with (a subclass may place checkpoints per worker)."""
+        return options
+
+    def execute(
+        self,
+        algorithm: Algorithm,
+        dataset: FederatedDataset,
+        *,
+        options: Optional[RunOptions] = None,
+        protection: Optional[Protection] = None,
+        monitor: Optional[Any] = None,
+        seed: int = 0,
+    ) -> FederatedResult:
+        import time
+
+        start = time.perf_counter()
+        options = self.options_for(options or self.options)
+        protection = protection or self.protection
+        clients, seeded = make_clients(dataset, seed)
+        info = federation_info(clients, dataset, seed)
+        setup = set_up_run(algorithm, info, dataset, options, protection)
+        policy = self.client_policy or ClientPolicy.matching(protection)
+        self.endpoints = {c.id: ClientEndpoint(setup.algorithm, c, info, ClientEncoder(c.id, policy)) for c in clients}
+        self.prepare(setup.algorithm, dataset, setup.reducer)
+        return run_rounds(
+            setup,
+            self,
+            seeded_sampling=seeded,
+            endpoints=self.endpoints,
+            test=dataset.test,
+            monitor=monitor,
+            start=start,
+        )
+
+    def send(self, requests: Mapping[str, Request]) -> Dict[str, Response]:  # pragma: no cover - abstract
+        raise NotImplementedError

@@ -6,22 +6,20 @@ replica ``k mod R`` (``placement="round_robin"``) or ``⌊k R / K⌋`` (``placem
 and K clients. A process runs the clients of its own replicas, each under its replica's device
 (``tf.device``), so their models and optimizers live there.
 
-The runtime is only a transport (:class:`~gpflow_fed.federated.transport.Transport`): it delivers the
-replies of every client to every process, and each process's
-:meth:`~gpflow_fed.federated.aggregator.Aggregator.aggregate` records, screens, protects and reduces them
-exactly as :class:`~gpflow_fed.federated.LocalRuntime`'s does. In a single process (``MirroredStrategy``)
-every reply is already at hand. Across processes (``MultiWorkerMirroredStrategy``) the replies are
-all-gathered with collective all-reduces (``strategy.reduce(SUM, ...)`` of per-replica values, each
-replica filling its own segment of a zero vector): first each reply's header (sender, names, shapes, dtypes,
-weight, metrics, fault) as JSON bytes, then the payloads as float64 words. A value travels as itself when
+The runtime is only a transport (:class:`~gpflow_fed.federated.transport.Transport`): for every stage it delivers
+the responses of every client to every process, and each process's phase owner
+(:class:`~gpflow_fed.federated.exchange.PhaseOwner`) records, screens, protects and reduces them exactly as
+:class:`~gpflow_fed.federated.LocalRuntime`'s does. In a single process (``MirroredStrategy``) every response is
+already at hand. Across processes (``MultiWorkerMirroredStrategy``) the responses are all-gathered with collective
+all-reduces (``strategy.reduce(SUM, ...)`` of per-replica values, each replica filling its own segment of a zero
+vector): first each response's header (fault, timing, layout, and the message's names, shapes, dtypes, weight,
+metrics) as JSON bytes, then the payloads as float64 words. A value travels as itself when
 float64 holds it exactly (floats, bools, integers of up to 32 bits), otherwise as its bytes, four to a word
 (64-bit integers such as secure aggregation's masked codes, fixed-width strings such as Recycle's JSON
 model spec), so every process receives every message bit for bit.
 
-In a phase the aggregator protects (secure aggregation, DP), the first all-gather carries only each reply's
-layout; once every process has screened the same replies and fixed the cohort, each process masks its own
-clients' prepared messages against it (with the cohort's public keys, which the server relays) and the
-masked messages are all-gathered in turn. The DP noise comes from the chief's OS-random server secret,
+In a protected phase a client's update response is only its layout; the later stages (public keys, masked
+payloads) are all-gathered like any other response. The DP noise comes from the chief's OS-random server secret,
 which every process shares, so every process adds the same noise.
 """
 
@@ -30,21 +28,19 @@ from __future__ import annotations
 import json
 import os
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from dataclasses import replace
+from typing import Any, Dict, List, Mapping, Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from ...data.dataset import FederatedDataset
-from ..protection.dp import DifferentialPrivacy
-from ..protection.masking import SecureAggregation
-from ..protection.robust import RobustAggregation
 from ..algorithm import Algorithm
 from ..messages import Message
-from ..aggregator import Aggregator, ExchangeContext
-from ..faults import FaultPolicy
-from ..transport import Broadcast, Reply
-from .loop import RoundLoopRuntime
+from ..options import RunOptions
+from ..protection.reduction import Reducer
+from ..transport import Request, Response
+from .base import InProcessRuntime
 
 __all__ = ["DistributeRuntime", "PLACEMENTS", "worker_folder"]
 
@@ -91,6 +87,9 @@ def _header(message: Message) -> Dict[str, Any]:
     """What travels of ``message`` besides its payload values."""
     names = list(message.arrays)
     return {
+        "sender": message.sender,
+        "round": int(message.round),
+        "phase": message.phase,
         "names": names,
         "shapes": [list(message.arrays[n].shape) for n in names],
         "dtypes": [str(message.arrays[n].dtype) for n in names],
@@ -99,7 +98,7 @@ def _header(message: Message) -> Dict[str, Any]:
     }
 
 
-def _message(sender: str, round: int, phase: str, header: Mapping[str, Any], words: np.ndarray) -> Message:
+def _message(header: Mapping[str, Any], words: np.ndarray) -> Message:
     """The message whose header and payload words came from another process."""
     arrays, start = {}, 0
     for name, shape, dtype in zip(header["names"], header["shapes"], header["dtypes"]):
@@ -107,20 +106,13 @@ def _message(sender: str, round: int, phase: str, header: Mapping[str, Any], wor
         arrays[name] = _from_words(words[start : start + size], shape, dtype)
         start += size
     return Message(
-        sender,
-        round,
-        phase,
+        header["sender"],
+        int(header["round"]),
+        header["phase"],
         arrays,
         weight=float(header["weight"]),
         metrics={k: float(v) for k, v in header["metrics"].items()},
     )
-
-
-def _layout(sender: str, down: Message, header: Mapping[str, Any]) -> Message:
-    """A message with the names, shapes and dtypes of ``header`` and zero payloads: what the server knows of
-    a reply in a protected phase, enough to screen it."""
-    arrays = {n: np.zeros(s, d) for n, s, d in zip(header["names"], header["shapes"], header["dtypes"])}
-    return Message(sender, down.round, down.phase, arrays, weight=0.0)
 
 
 def worker_folder(strategy: tf.distribute.Strategy, directory: str) -> str:
@@ -132,66 +124,37 @@ def worker_folder(strategy: tf.distribute.Strategy, directory: str) -> str:
     return os.path.join(directory, f"worker-{int(resolver.task_id)}")
 
 
-class DistributeRuntime(RoundLoopRuntime):
+class DistributeRuntime(InProcessRuntime):
     """Runs an :class:`Algorithm` with its clients spread over the replicas of a ``tf.distribute`` strategy.
 
     The same algorithm and seed give exactly the result of :class:`~gpflow_fed.federated.LocalRuntime`: every
-    process reduces every reply, in the same order, through the same aggregator; the history, faults and ledger
+    process reduces every response, in the same order, through the same phase owner; the history, faults and ledger
     entries are the same too.
 
     * ``tf.distribute.MirroredStrategy(devices)``: one process, a replica per device (GPUs, or logical CPUs).
     * ``tf.distribute.MultiWorkerMirroredStrategy()``: one process per host, started with ``TF_CONFIG``;
       call :func:`~gpflow_fed.federated.run` with the same algorithm, dataset and seed in every process.
       Each process runs only its own replicas' clients (the others' data are never touched), and every
-      process returns the same result (and keeps the same ledger).
+      process returns the same result (and keeps the same ledger). Checkpoints go to ``worker-<task index>``
+      sub-folders of ``RunOptions.checkpoint_dir``: the server state is the same on every worker, each holds
+      only its own clients' state.
 
     Client models are private to one replica, so they are *not* built inside ``strategy.scope()`` (mirrored
     variables would be kept identical on every replica); they are built under the replica's device, and the
-    only cross-replica traffic is the explicit all-gather of the phase's replies.
+    only cross-replica traffic is the explicit all-gather of each stage's responses.
 
     :param strategy: a ``tf.distribute.Strategy``.
     :param placement: ``"round_robin"`` (client k on replica k mod R) or ``"blocks"`` (contiguous blocks).
     :param threads: run each local replica's clients in its own thread (useful with several GPUs; the
         algorithm's ``setup_client``/``client_update`` must then be thread-safe across clients).
-    :param progress: show a tqdm progress bar over rounds.
-    :param keep_payloads: keep every message in the ledger.
-    :param eval_every: evaluate test metrics every this many rounds (0: only at the end).
-    :param faults: how faulty clients are treated (:class:`FaultPolicy`). Under ``on_error="raise"`` every
-        process raises :class:`ClientUpdateError` for the first faulty client, after all have reported.
-    :param secure_aggregation: as for ``LocalRuntime``: each process masks its own clients' fixed-point
-        payloads against the whole cohort, and only the masked messages are all-gathered.
-    :param differential_privacy: as for ``LocalRuntime``: clients clip, and every process adds the same
-        Gaussian noise (drawn from the chief's OS-random server secret, never from the seed), so every process
-        accounts and returns the same noised model and (ε, δ).
-    :param robust: a :class:`~gpflow_fed.federated.RobustAggregation` for ``"mean"`` phases, as for
-        ``LocalRuntime``.
-    :param checkpoint_dir: as for ``LocalRuntime``. Under ``MultiWorkerMirroredStrategy`` each worker writes
-        (and resumes from) its own sub-folder ``worker-<task index>``: the server state is the same on every
-        worker, each holds only its own clients' state.
-    :param checkpoint_every: rounds between checkpoints (≥ 1).
-    :param resume: continue from the latest checkpoint (see ``LocalRuntime``).
-    :raises TypeError: ``strategy`` is not a ``tf.distribute.Strategy``; a wrong ``secure_aggregation`` or
-        ``differential_privacy`` type.
-    :raises ValueError: an unknown placement, a bad ``eval_every``/``checkpoint_every``, ``resume`` without
-        ``checkpoint_dir``, or (at the start of a run) protection of a ``"collect"`` phase.
+    :param kwargs: ``options``, ``protection``, ``client_policy`` and the deprecated keyword arguments, as for
+        :class:`~gpflow_fed.federated.LocalRuntime`.
+    :raises TypeError: ``strategy`` is not a ``tf.distribute.Strategy``.
+    :raises ValueError: an unknown placement.
     """
 
     def __init__(
-        self,
-        strategy: tf.distribute.Strategy,
-        *,
-        placement: str = "round_robin",
-        threads: bool = False,
-        progress: bool = False,
-        keep_payloads: bool = False,
-        eval_every: int = 0,
-        faults: Optional[FaultPolicy] = None,
-        secure_aggregation: Union[bool, SecureAggregation] = False,
-        differential_privacy: Optional[DifferentialPrivacy] = None,
-        robust: Optional[RobustAggregation] = None,
-        checkpoint_dir: Optional[Union[str, os.PathLike]] = None,
-        checkpoint_every: int = 1,
-        resume: bool = False,
+        self, strategy: tf.distribute.Strategy, *, placement: str = "round_robin", threads: bool = False, **kwargs: Any
     ) -> None:
         if not isinstance(strategy, tf.distribute.Strategy):
             raise TypeError(
@@ -200,16 +163,7 @@ class DistributeRuntime(RoundLoopRuntime):
             )
         if placement not in PLACEMENTS:
             raise ValueError(f"DistributeRuntime: placement must be one of {PLACEMENTS}, got {placement!r}")
-        super().__init__(
-            progress=progress,
-            keep_payloads=keep_payloads,
-            eval_every=eval_every,
-            faults=faults,
-            aggregator=Aggregator(secure=secure_aggregation, dp=differential_privacy, robust=robust),
-            checkpoint_dir=None if checkpoint_dir is None else worker_folder(strategy, os.fspath(checkpoint_dir)),
-            checkpoint_every=checkpoint_every,
-            resume=resume,
-        )
+        super().__init__(**kwargs)
         self.strategy = strategy
         self.placement = placement
         self.threads = bool(threads)
@@ -227,8 +181,15 @@ class DistributeRuntime(RoundLoopRuntime):
             return index % self.num_replicas
         return index * self.num_replicas // num_clients
 
-    def prepare(self, algorithm: Algorithm, dataset: FederatedDataset) -> None:
-        """Find this process's replicas and their devices, and place the clients on replicas."""
+    def options_for(self, options: RunOptions) -> RunOptions:
+        """Checkpoints per worker: ``worker-<task index>`` under ``checkpoint_dir`` across several workers."""
+        if options.checkpoint_dir is None:
+            return options
+        return replace(options, checkpoint_dir=worker_folder(self.strategy, str(options.checkpoint_dir)))
+
+    def prepare(self, algorithm: Algorithm, dataset: FederatedDataset, reducer: Reducer) -> None:
+        """Find this process's replicas and their devices, place the clients on replicas, and (across processes)
+        take the chief's run id and server secret, so that every process is the same server."""
         replica_ids: List[int] = []
 
         def probe(context: tf.distribute.experimental.ValueContext) -> tf.Tensor:
@@ -240,9 +201,9 @@ class DistributeRuntime(RoundLoopRuntime):
         K = dataset.num_clients
         self._replica_of = {f"client_{k}": self.replica_of(k, K) for k in range(K)}
         if len(self._devices) != self.num_replicas:  # several processes are the server: take the chief's secrets
-            mine = np.frombuffer(self.aggregator.run_id + self.aggregator.server_secret, np.uint8).astype(WIRE_DTYPE)
+            mine = np.frombuffer(reducer.run_id + reducer.server_secret, np.uint8).astype(WIRE_DTYPE)
             agreed = self._all_reduce({0: mine} if 0 in self._devices else {}, mine.size).astype(np.uint8).tobytes()
-            self.aggregator.start(agreed[: len(self.aggregator.run_id)], agreed[len(self.aggregator.run_id) :])
+            reducer.start(agreed[: len(reducer.run_id)], agreed[len(reducer.run_id) :])
 
     # --- collectives -----------------------------------------------------------------------------------
     def _all_reduce(self, local: Mapping[int, np.ndarray], size: int) -> np.ndarray:
@@ -257,13 +218,8 @@ class DistributeRuntime(RoundLoopRuntime):
         return np.asarray(self.strategy.reduce(tf.distribute.ReduceOp.SUM, values, axis=None).numpy())
 
     def _all_gather_json(self, local: Mapping[int, Any]) -> Dict[int, Any]:
-        """Every replica's JSON-able ``local[r]``, on every process (two all-reduces: lengths, then bytes).
-
-        In a single process (every replica local, e.g. MirroredStrategy) there is nothing to gather.
-        """
+        """Every replica's JSON-able ``local[r]``, on every process (two all-reduces: lengths, then bytes)."""
         R = self.num_replicas
-        if len(self._devices) == R:
-            return dict(local)
         encoded = {r: np.frombuffer(json.dumps(obj).encode("utf-8"), np.uint8) for r, obj in local.items()}
         lengths_local = {}
         for r, data in encoded.items():
@@ -279,103 +235,70 @@ class DistributeRuntime(RoundLoopRuntime):
         rows = self._all_reduce(rows_local, R * width).reshape(R, width)
         return {r: json.loads(rows[r, : lengths[r]].astype(np.uint8).tobytes().decode("utf-8")) for r in range(R)}
 
-    def _all_gather_messages(
-        self, local: Mapping[str, Optional[Message]], faults: Mapping[str, Optional[str]], payloads: bool
-    ) -> Dict[str, Tuple[Optional[Dict[str, Any]], Optional[str], Optional[np.ndarray]]]:
-        """Every process's ``{client: (header, fault, words)}``: each local message's header (None if there is
-        none), its fault, and, if ``payloads``, its arrays as float64 words (two all-reduces for the headers,
-        one for the payloads)."""
+    def _all_gather(self, local: Mapping[str, Response]) -> Dict[str, Response]:
+        """Every process's responses, ``{client: Response}`` (two all-reduces for the headers, one for payloads)."""
         per_replica: Dict[int, Dict[str, Any]] = {rid: {} for rid in self._devices}
-        for cid, message in local.items():
-            header = None if message is None else _header(message)
-            per_replica[self._replica_of[cid]][cid] = {"header": header, "fault": faults.get(cid)}
+        for cid, response in local.items():
+            message = response.message
+            per_replica[self._replica_of[cid]][cid] = {
+                "fault": response.fault,
+                "seconds": response.seconds,
+                "layout": None if response.layout is None else {n: list(s) for n, s in response.layout.items()},
+                "message": None if message is None else _header(message),
+            }
         described = {cid: d for part in self._all_gather_json(per_replica).values() for cid, d in part.items()}
         order = [cid for cid in self._replica_of if cid in described]  # the clients' order, on every process
         sizes = {
-            cid: sum(_words(sh, dt) for sh, dt in zip(d["header"]["shapes"], d["header"]["dtypes"]))
-            if payloads and d["header"] is not None
-            else 0
+            cid: 0
+            if d["message"] is None
+            else sum(_words(s, t) for s, t in zip(d["message"]["shapes"], d["message"]["dtypes"]))
             for cid, d in described.items()
         }
         offsets = dict(zip(order, np.concatenate([[0], np.cumsum([sizes[c] for c in order])]).astype(int)))
         total_size = int(sum(sizes.values()))
         partial = {rid: np.zeros(total_size, WIRE_DTYPE) for rid in self._devices}
-        for cid, message in local.items():
+        for cid, response in local.items():
             if sizes[cid]:
-                words = np.concatenate([_to_words(message.arrays[n]) for n in message.arrays])
+                message = response.message
+                words = np.concatenate([_to_words(message.arrays[n]) for n in message.arrays])  # type: ignore[union-attr]
                 partial[self._replica_of[cid]][offsets[cid] : offsets[cid] + words.size] = words
         total = self._all_reduce(partial, total_size) if total_size else np.zeros(0, WIRE_DTYPE)
-        return {
-            cid: (d["header"], d["fault"], total[offsets[cid] : offsets[cid] + sizes[cid]] if sizes[cid] else None)
-            for cid, d in described.items()
-        }
+        gathered: Dict[str, Response] = {}
+        for cid, d in described.items():
+            if cid in local:
+                gathered[cid] = local[cid]
+                continue
+            header, message = d["message"], None
+            if header is not None:
+                message = _message(header, total[offsets[cid] : offsets[cid] + sizes[cid]])
+            fault = d["fault"]
+            layout = None if d["layout"] is None else {n: tuple(s) for n, s in d["layout"].items()}
+            error = None if fault is None else ValueError(f"{fault} (reported by another worker)")
+            gathered[cid] = Response(message, fault, error, d["seconds"], layout)
+        return gathered
 
-    def _run_clients(self, broadcast: Broadcast, mine: Sequence[str], cohort_size: int) -> Dict[str, Reply]:
-        """This process's clients' replies, each replica's clients under its device (optionally in threads)."""
+    def _answer(self, requests: Mapping[str, Request]) -> Dict[str, Response]:
+        """This process's clients' responses, each replica's clients under its device (optionally in threads)."""
         by_replica: Dict[int, List[str]] = {}
-        for cid in mine:
-            by_replica.setdefault(self._replica_of[cid], []).append(cid)
+        for cid in requests:
+            if self._replica_of[cid] in self._devices:
+                by_replica.setdefault(self._replica_of[cid], []).append(cid)
 
-        def work(rid: int) -> Dict[str, Reply]:
+        def work(rid: int) -> Dict[str, Response]:
             with tf.device(self._devices[rid]):
-                return {cid: self.pool.ask(cid, broadcast, cohort_size, raise_now=False) for cid in by_replica[rid]}
+                return {cid: self.endpoints[cid].handle(requests[cid]) for cid in by_replica[rid]}
 
         if self.threads and len(by_replica) > 1:
             with ThreadPoolExecutor(max_workers=len(by_replica)) as pool:
                 parts = list(pool.map(work, sorted(by_replica)))
         else:
             parts = [work(rid) for rid in sorted(by_replica)]
-        return {cid: reply for part in parts for cid, reply in part.items()}
+        return {cid: response for part in parts for cid, response in part.items()}
 
-    @property
-    def _single_process(self) -> bool:
-        return len(self._devices) == self.num_replicas
-
-    def exchange(self, broadcast: Broadcast, cohort: Sequence[str]) -> Dict[str, Reply]:
-        """This process's clients answer; every reply (of a protected phase: its layout) reaches every process."""
-        mine = [cid for cid in cohort if self._replica_of[cid] in self._devices]
-        replies = self._run_clients(broadcast, mine, len(cohort))
-        if self._single_process:
-            return replies
-        gathered = self._all_gather_messages(
-            {cid: r.message for cid, r in replies.items()},
-            {cid: r.fault for cid, r in replies.items()},
-            payloads=not broadcast.protected,
-        )
-        down = broadcast.message
-        for cid in cohort:
-            if cid in replies:
-                continue
-            header, fault, words = gathered[cid]
-            if header is None:
-                message = None
-            elif broadcast.protected:
-                message = _layout(cid, down, header)
-            else:
-                message = _message(cid, down.round, down.phase, header, words)
-            error = None if fault is None else ValueError(f"{fault} (reported by another worker)")
-            replies[cid] = Reply(message, fault, error)
-        return replies
-
-    def masked(self, context: ExchangeContext, replies: Mapping[str, Reply]) -> Dict[str, Message]:
-        """Each process masks its own clients' prepared messages against the fixed cohort (with the cohort's
-        public keys, relayed by the server); every masked message then reaches every process."""
-        aggregator = self.aggregator
-        mine = [cid for cid in context.cohort if replies[cid].prepared is not None]
-        public_keys = None
-        if aggregator.secure is not None and not self._single_process:  # the server relays the cohort's keys
-            local = {
-                rid: {c: aggregator.keys(c).public_bytes.hex() for c in mine if self._replica_of[c] == rid}
-                for rid in self._devices
-            }
-            public_keys = {
-                c: bytes.fromhex(h) for part in self._all_gather_json(local).values() for c, h in part.items()
-            }
-        sent = {cid: aggregator.mask(replies[cid].prepared, context, public_keys) for cid in mine}
-        if self._single_process:
-            return sent
-        gathered = self._all_gather_messages(sent, {}, payloads=True)
-        return {
-            cid: sent[cid] if cid in sent else _message(cid, context.round, context.phase, *gathered[cid][::2])
-            for cid in context.cohort
-        }
+    def send(self, requests: Mapping[str, Request]) -> Dict[str, Response]:
+        """This process's clients answer; every response reaches every process."""
+        mine = self._answer(requests)
+        if len(self._devices) == self.num_replicas:  # one process: every response is here
+            return {cid: mine[cid] for cid in requests}
+        gathered = self._all_gather(mine)
+        return {cid: gathered[cid] for cid in requests}

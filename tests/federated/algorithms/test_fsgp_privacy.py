@@ -8,7 +8,7 @@ import tensorflow as tf
 from gpflow_fed.data import FederatedDataset
 from gpflow_fed.federated import LocalRuntime, run
 from gpflow_fed.federated.algorithms import FSGP
-from gpflow_fed.federated.algorithms.fsgp_statistics import sgpr_statistics, statistics_from_cross_covariance
+from gpflow_fed.federated.algorithms.fsgp.statistics import sgpr_statistics, statistics_from_cross_covariance
 
 M, D = 6, 2
 

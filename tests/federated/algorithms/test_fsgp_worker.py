@@ -8,7 +8,7 @@ from gpflow.keras import tf_keras
 from gpflow_fed.data import FederatedDataset
 from gpflow_fed.federated import LocalRuntime, Message, run
 from gpflow_fed.federated.algorithms import FSGP
-from gpflow_fed.federated.algorithms.fsgp_utils import SGPRClientWorker
+from gpflow_fed.federated.algorithms.fsgp.worker import SGPRClientWorker
 from gpflow_fed.federated.local_training import AdamState
 
 

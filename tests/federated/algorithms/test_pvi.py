@@ -9,7 +9,7 @@ from gpflow_fed.data import FederatedDataset
 from gpflow_fed.federated import LocalRuntime, run
 from gpflow_fed.federated.algorithm import Aggregate
 from gpflow_fed.federated.algorithms import PVI
-from gpflow_fed.federated.algorithms.pvi_factors import NaturalGaussian
+from gpflow_fed.federated.algorithms.pvi.factors import NaturalGaussian
 
 
 @pytest.fixture
@@ -195,7 +195,7 @@ def test_local_step_is_traced_once_across_clients_and_rounds():
 
 
 def _cpo_problem():
-    from gpflow_fed.federated.algorithms.pvi_local import LocalProblem
+    from gpflow_fed.federated.algorithms.pvi.local import LocalProblem
 
     problem = LocalProblem(
         gpflow.kernels.SquaredExponential(),

@@ -11,7 +11,7 @@ import pytest
 
 from gpflow_fed.data import FederatedDataset
 from gpflow_fed.federated import run
-from gpflow_fed.federated.algorithms.pvi_methods import INIT_NOISE, make_pvi
+from gpflow_fed.federated.algorithms.pvi.methods import INIT_NOISE, make_pvi
 
 
 def _linear_task(D=8, K=5, n=40, seed=0):

@@ -16,9 +16,9 @@ def task_identity():
 
 def loopback(tmp_path, ds, run_config, run_id):
     """A grid of restartable ClientApps: every message rebuilds its client from the state on disk."""
-    from gpflow_fed.federated.runtimes.flower_client import make_client_app
-    from gpflow_fed.federated.runtimes.flower_deploy import write_client_data
-    from gpflow_fed.federated.runtimes.flower_runtime import LoopbackGrid
+    from gpflow_fed.federated.runtimes.flower.client_app import make_client_app
+    from gpflow_fed.federated.runtimes.flower.deploy import write_client_data
+    from gpflow_fed.federated.runtimes.flower.runtime import LoopbackGrid
 
     paths, test = write_client_data(str(tmp_path / "data"), ds)
     configs = [{"data": p, "client-index": k, "state-dir": str(tmp_path / "state")} for k, p in enumerate(paths)]

@@ -8,7 +8,9 @@ from scipy.optimize import brentq
 from scipy.stats import norm
 
 from gpflow_fed.federated import LocalRuntime, Message, run
-from gpflow_fed.federated.aggregator import Aggregator, ExchangeContext
+from gpflow_fed.federated import ClientPolicy, Protection
+from gpflow_fed.federated.protection.encoder import ClientEncoder
+from gpflow_fed.federated.protection.reduction import ExchangeContext, Reducer
 from gpflow_fed.federated.protection.dp import DifferentialPrivacy, PrivacyAccountant, clip_payload
 
 from tests.federated.helpers import FederatedMean, WeightedMean
@@ -36,7 +38,8 @@ def test_clipping_bounds_the_global_norm():
 @pytest.mark.parametrize("aggregation, weight_bound", [("sum", 1.0), ("mean", 3.0)])
 def test_noise_std_matches_and_aggregate_is_clipped_sum_plus_noise(aggregation, weight_bound):
     dp = DifferentialPrivacy(noise_multiplier=1.5, clip_norm=0.5, weight_bound=weight_bound, insecure_noise_seed=11)
-    aggregator = Aggregator(dp=dp)
+    protection = Protection(differential_privacy=dp)
+    aggregator = Reducer(protection)
     cohort = ("client_0", "client_1")
     context = ExchangeContext(
         run_id=bytes(16), purpose="train", round=2, phase="p", aggregation=aggregation, cohort=cohort
@@ -44,7 +47,12 @@ def test_noise_std_matches_and_aggregate_is_clipped_sum_plus_noise(aggregation, 
     rng = np.random.default_rng(0)
     raw = [rng.normal(size=20_000), rng.normal(size=20_000) * 1e-4]
     weights = [5.0, 2.0]
-    sent = [aggregator.encode(Message(c, 2, "p", {"a": v}, weight=w), context) for c, v, w in zip(cohort, raw, weights)]
+    sent = [
+        ClientEncoder(c, ClientPolicy(secure_aggregation=False)).prepare(
+            Message(c, 2, "p", {"a": v}, weight=w), protection, aggregation, len(cohort), "train"
+        )
+        for c, v, w in zip(cohort, raw, weights)
+    ]
     for m in sent:
         assert np.linalg.norm(m["a"]) <= dp.clip_norm * (1 + 1e-12)
     aggregate = aggregator.reduce(sent, context)

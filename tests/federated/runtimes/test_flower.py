@@ -16,10 +16,10 @@ from gpflow_fed.federated.runtimes import make_clients  # noqa: E402
 from gpflow_fed.federated.runtimes.base import client_seed, sampling_rng  # noqa: E402
 from gpflow_fed.federated import register_algorithm_factory  # noqa: E402
 from gpflow_fed.federated.factories import TRUSTED_MODULES_ENV, registered_factories  # noqa: E402
-from gpflow_fed.federated.runtimes.flower_client import describe_reply, load_client_data  # noqa: E402
-from gpflow_fed.federated.runtimes.flower_deploy import LoopbackFederation, supernode_command, write_app  # noqa: E402
-from gpflow_fed.federated.runtimes.flower_runtime import FlowerRuntime, _over_the_wire  # noqa: E402
-from gpflow_fed.federated.runtimes.flower_server import FederationShape, FlowerServer  # noqa: E402
+from gpflow_fed.federated.runtimes.flower.client_app import describe_reply, load_client_data  # noqa: E402
+from gpflow_fed.federated.runtimes.flower.deploy import LoopbackFederation, supernode_command, write_app  # noqa: E402
+from gpflow_fed.federated.runtimes.flower.runtime import FlowerRuntime, _over_the_wire  # noqa: E402
+from gpflow_fed.federated.runtimes.flower.server_app import FederationShape, FlowerServer  # noqa: E402
 
 from tests.federated.helpers import FACTORY, flower_dataset as dataset, fsgp  # noqa: E402
 from tests.federated.runtimes.flower_helpers import loopback as _loopback, task_identity  # noqa: E402,F401
@@ -157,8 +157,8 @@ def test_write_app_and_supernode_command(tmp_path):
     with open(os.path.join(path, "pyproject.toml"), "rb") as f:
         spec = tomllib.load(f)
     assert spec["tool"]["flwr"]["app"]["components"] == {
-        "serverapp": "gpflow_fed.federated.runtimes.flower_server:app",
-        "clientapp": "gpflow_fed.federated.runtimes.flower_client:app",
+        "serverapp": "gpflow_fed.federated.runtimes.flower.server_app:app",
+        "clientapp": "gpflow_fed.federated.runtimes.flower.client_app:app",
     }
     assert spec["tool"]["flwr"]["app"]["config"] == {"algorithm": FACTORY, "seed": 3, "rounds": 2, "output": "/tmp/out"}
     command = supernode_command("127.0.0.1:9092", 9110, "/data/a b.npz", 1)
@@ -226,8 +226,8 @@ def test_excluded_faulty_client_matches_local_runtime():
 
 def test_server_app_with_restarted_client_apps_matches_local_runtime(tmp_path, task_identity):
     """The ServerApp's main (run config, result files) over ClientApps that keep state only on disk."""
-    from gpflow_fed.federated.runtimes.flower_deploy import read_result
-    from gpflow_fed.federated.runtimes.flower_server import app as server_app
+    from gpflow_fed.federated.runtimes.flower.deploy import read_result
+    from gpflow_fed.federated.runtimes.flower.server_app import app as server_app
 
     ds = dataset()
     local = run(fsgp({"rounds": 2}), ds, runtime=LocalRuntime(), seed=4)
@@ -252,8 +252,8 @@ def test_server_app_with_restarted_client_apps_matches_local_runtime(tmp_path, t
 
 def test_server_app_runs_the_shared_round_loop_with_evaluation_and_checkpoints(tmp_path, task_identity):
     """The ServerApp runs the round loop every runtime shares: eval_every and server checkpoints, as LocalRuntime."""
-    from gpflow_fed.federated.runtimes.flower_deploy import read_result
-    from gpflow_fed.federated.runtimes.flower_server import app as server_app
+    from gpflow_fed.federated.runtimes.flower.deploy import read_result
+    from gpflow_fed.federated.runtimes.flower.server_app import app as server_app
 
     ds = dataset()
     local = run(fsgp({"rounds": 3}), ds, runtime=LocalRuntime(eval_every=1), seed=4)
@@ -278,7 +278,7 @@ def test_server_app_runs_the_shared_round_loop_with_evaluation_and_checkpoints(t
 
 
 def test_server_app_failure_is_written_for_the_caller(tmp_path, task_identity):
-    from gpflow_fed.federated.runtimes.flower_server import app as server_app
+    from gpflow_fed.federated.runtimes.flower.server_app import app as server_app
 
     ds = dataset()
     config = {"algorithm": "tests.federated.helpers:nothing", "output": str(tmp_path / "out")}
@@ -341,7 +341,7 @@ def test_in_process_flower_runs_every_algorithm_as_local_runtime(job):
 def test_client_state_on_disk_is_verified_before_it_is_restored(tmp_path):
     """A ClientApp's own state between messages carries a manifest: tampered files are refused, naming them."""
     from gpflow_fed.federated import Client
-    from gpflow_fed.federated.runtimes.flower_client import _restore_client, _save_client
+    from gpflow_fed.federated.runtimes.flower.client_app import _restore_client, _save_client
 
     client = Client("client_0", (np.zeros((3, 1)), np.zeros((3, 1))), seed=1)
     client.state["factor"] = np.arange(4.0)

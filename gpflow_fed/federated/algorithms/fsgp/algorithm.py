@@ -14,15 +14,16 @@ import tensorflow as tf
 from gpflow.keras import tf_keras
 from gpflow.models.util import inducingpoint_wrapper
 
-from ...models.aggregated_sgpr import AggregatedSGPR, collapsed_sgpr_bound, project_to_psd
-from ...validation import integer, positive_float
-from ..algorithm import TRAIN_PHASE, Aggregate, Algorithm, FederationInfo, ReplySpec
-from ..client import Client
-from ..state import SharedState, resolve_path
-from ..stopping import Plateau
-from .fsgp_statistics import ADJOINT_NAMES, STATISTIC_NAMES
-from .fsgp_utils import SGPRClientWorker, initial_inducing_inputs
-from .inducing_inputs import STANDARDISED_BOX, inducing_grid
+from ....models.aggregated_sgpr import AggregatedSGPR, collapsed_sgpr_bound
+from ...protection.postprocess import project_to_psd
+from ....validation import integer, positive_float
+from ...algorithm import TRAIN_PHASE, Aggregate, Algorithm, FederationInfo, ReplySpec
+from ...client import Client
+from ...state import SharedState, resolve_path
+from ...stopping import Plateau
+from .statistics import ADJOINT_NAMES, STATISTIC_NAMES
+from .worker import SGPRClientWorker, initial_inducing_inputs
+from ..inducing_inputs import STANDARDISED_BOX, inducing_grid
 
 __all__ = ["FSGP", "FSGPState", "SGPRClientWorker", "initial_inducing_inputs"]
 
@@ -130,7 +131,7 @@ class FSGP(Algorithm):
 
     ``mode="exact"`` (beyond the paper). Each round is one Adam step on the *global* bound
     ``F(w) = ELBO(w; D) / N`` with every client: phase ``"statistics"`` sums the clients' statistics S
-    (see :mod:`~gpflow_fed.federated.algorithms.fsgp_statistics`), from which the server computes ``F``,
+    (see :mod:`~gpflow_fed.federated.algorithms.fsgp.statistics`), from which the server computes ``F``,
     ``∂F/∂w`` at fixed S, and the adjoints ``∂F/∂S``; phase ``"gradient"`` broadcasts the adjoints and the
     clients return the vector-Jacobian products ``(∂S_k/∂w)ᵀ ∂F/∂S``, summed. The server's Adam then
     takes one step, so R rounds equal R Adam steps of ``gpflow.models.SGPR`` on the pooled data with
@@ -148,7 +149,7 @@ class FSGP(Algorithm):
     Final phase ``"predict"`` (both modes, eqs. 14–15): every client sends its statistics at the final w;
     the sum builds :class:`gpflow_fed.models.AggregatedSGPR`, which predicts without data. The server first
     symmetrizes ``Σ C Cᵀ`` and projects it onto the PSD cone
-    (:func:`~gpflow_fed.models.aggregated_sgpr.project_to_psd`): a no-op up to round-off for exact sums, and
+    (:func:`~gpflow_fed.federated.protection.postprocess.project_to_psd`): a no-op up to round-off for exact sums, and
     post-processing (no privacy cost) when the sums were released with differential-privacy noise.
 
     Messages (P outputs, ``|θ|`` kernel parameters, 8 bytes a number; none depends on ``N_k``):
@@ -284,10 +285,6 @@ class FSGP(Algorithm):
         ``x`` from ``k(Z, x)`` — the rotation ambiguity of Theorem 1 (Guo et al.,
         doi:10.1007/978-3-031-13832-4_23) needs ``N_k > 1``.
         """
-        if self._pending_num_inducing is not None:  # FSGP(kernel, M): spread Z over standardised inputs
-            box = [STANDARDISED_BOX] * int(dataset.input_dim)
-            self.inducing_variable = inducingpoint_wrapper(inducing_grid(box, self._pending_num_inducing))
-            self._pending_num_inducing = None
         single = [k for k, n in enumerate(dataset.client_sizes) if int(n) < 2]
         if single:
             raise ValueError(
@@ -351,29 +348,41 @@ class FSGP(Algorithm):
             out.append(obj.unconstrained_variable)
         return out
 
-    def initial_state(self, info: FederationInfo) -> FSGPState:
-        self._server_model = self._empty_model(info.output_dim)
-        self._shared = SharedState.from_module(self._server_model, space="unconstrained")
-        self._worker = SGPRClientWorker(
-            self.kernel,
-            self.inducing_variable,
-            self.noise_variance,
+    def bind(self, info: FederationInfo) -> "FSGP":
+        """The run's FSGP: Z spread over standardised inputs if it was given as a count M (``FSGP(kernel, M)``),
+        and the run's own server model, shared-parameter map and client worker (every party builds the same)."""
+        bound = super().bind(info)
+        assert isinstance(bound, FSGP)
+        if bound._pending_num_inducing is not None:
+            box = [STANDARDISED_BOX] * int(info.input_dim)
+            bound.inducing_variable = inducingpoint_wrapper(inducing_grid(box, bound._pending_num_inducing))
+            bound._pending_num_inducing = None
+        bound._server_model = bound._empty_model(info.output_dim)
+        bound._shared = SharedState.from_module(bound._server_model, space="unconstrained")
+        bound._worker = SGPRClientWorker(
+            bound.kernel,
+            bound.inducing_variable,
+            bound.noise_variance,
             info.output_dim,
-            list(self._shared.paths.values()),
-            self.learning_rate,
-            self.local_steps,
-            self.whiten,
+            list(bound._shared.paths.values()),
+            bound.learning_rate,
+            bound.local_steps,
+            bound.whiten,
         )
-        self._clients = []
-        server_adam = None
-        if self.mode == "exact":
-            self._server_adam = ServerAdam(self._unconstrained(self._server_model), self.learning_rate)
-            server_adam = self._server_adam.initial_state()
+        bound._clients = []
+        if bound.mode == "exact":
+            bound._server_adam = ServerAdam(bound._unconstrained(bound._server_model), bound.learning_rate)
+        return bound
+
+    def initial_state(self, info: FederationInfo) -> FSGPState:
+        if self._worker is None:
+            raise ValueError("FSGP.initial_state needs the run's bound algorithm (FSGP.bind(info); use run())")
+        server_adam = self._server_adam.initial_state() if self.mode == "exact" else None
         return FSGPState(
             params=self._shared.read(self._server_model), output_dim=int(info.output_dim), server_adam=server_adam
         )
 
-    def setup_client(self, client: Client, state: FSGPState) -> None:
+    def setup_client(self, client: Client, info: FederationInfo) -> None:
         """The client's data as tensors and, in FedAvg, its own fresh Adam state (step 0, zero moments).
 
         The client's Adam state lives in ``client.state["adam"]`` (an

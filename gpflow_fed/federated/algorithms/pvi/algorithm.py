@@ -37,14 +37,14 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import gpflow
 import numpy as np
 
-from ..algorithm import Aggregate, Algorithm, FederationInfo
-from ..client import Client
-from ..messages import Message
-from ...inducing_variables import S_FLOOR, GaussianInducingPoints, NaturalFactor, PseudoObservations
-from ...models.dpo_svgp import FederatedDPOSVGP
-from ...posteriors import LogNormalHyperparameters
-from .pvi_factors import NaturalGaussian, pack_lower, unpack_lower
-from .pvi_local import LocalProblem, initial_log_beta, num_hyperparameters, stack_sets
+from ...algorithm import Aggregate, Algorithm, FederationInfo
+from ...client import Client
+from ...messages import Message
+from ....inducing_variables import S_FLOOR, GaussianInducingPoints, NaturalFactor, PseudoObservations
+from ....models.dpo_svgp import FederatedDPOSVGP
+from ....posteriors import LogNormalHyperparameters
+from .factors import NaturalGaussian, pack_lower, unpack_lower
+from .local import LocalProblem, initial_log_beta, num_hyperparameters, stack_sets
 
 PARAMETERISATIONS = ("dpo", "cpo")
 SCHEDULES = ("sequential", "synchronous")
@@ -385,18 +385,18 @@ class PVI(Algorithm):
         )
 
     # --- client --------------------------------------------------------------------------------------
-    def setup_client(self, client: Client, state: PVIState) -> None:
+    def setup_client(self, client: Client, info: FederationInfo) -> None:
         """The client's own factors and optimiser position, and its position in the federation (its entry in the
         broadcast ``versions`` and ``sizes``)."""
         M, D = self.Z0.shape
         # t_k⁰ = (q⁰ / prior)^{1/K} (zero natural parameters for initial_factors="prior", where q⁰ is the prior)
-        share = 1.0 / len(state.client_ids)
+        share = 1.0 / len(info.client_ids)
         qZ, qrho = self.initial_q()
         tZ = NaturalGaussian.unit((M, D)) if qZ is None else (qZ - NaturalGaussian.standard((M, D))).scale(share)
         H = self.num_hyper
         trho = NaturalGaussian.unit((H,)) if qrho is None else (qrho - NaturalGaussian.standard((H,))).scale(share)
         client.state.update(
-            index=state.client_ids.index(client.id),
+            index=info.client_ids.index(client.id),
             num_pseudo=self.num_pseudo(client.num_data),
             factor=None,
             counter=0,

@@ -1,0 +1,267 @@
+"""The run: one set-up and one round loop, shared by the in-process runtimes and the Flower server.
+
+:func:`set_up_run` takes the user's algorithm (configuration, left untouched), the federation and a transport,
+and does what every runtime needs the same way: it fingerprints the algorithm's settings (for checkpoints), binds
+a per-run instance (``Algorithm.bind``) and validates it, checks the protection request, starts the server's side of
+it (:class:`~gpflow_fed.federated.protection.reduction.Reducer`); :func:`run_rounds` builds the phase owner
+(:class:`~gpflow_fed.federated.exchange.PhaseOwner`); :func:`run_rounds` then runs the rounds over the runtime's
+transport: resume from a checkpoint if asked, each
+round's phases (:func:`train_round`), evaluation every ``eval_every`` rounds, DP releases, checkpoints, the monitor,
+an early stop, the final phases, and the :class:`~gpflow_fed.federated.FederatedResult`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..metrics import evaluate_model
+from ..progress import tqdm
+from .algorithm import Aggregate, Algorithm, FederationInfo
+from .checkpoint import (
+    latest_checkpoint,
+    load_checkpoint,
+    restore_clients,
+    restore_objects,
+    save_checkpoint,
+    state_classes,
+)
+from .endpoint import ClientEndpoint
+from .exchange import PhaseOwner
+from .fingerprint import describe_settings
+from .ledger import Channel, CommunicationLedger
+from .options import RunOptions
+from .protection.dp import PrivacyAccountant
+from .protection.reduction import Reducer
+from .protection.request import Protection
+from .result import FederatedResult
+from .transport import Transport
+
+__all__ = ["RunSetup", "final_phases", "record_releases", "run_rounds", "set_up_run", "train_round"]
+
+
+def train_round(
+    owner: PhaseOwner, state: Any, round: int, ids: Sequence[str], rng: np.random.Generator
+) -> Tuple[Any, Dict[str, Any], int]:
+    """Round ``round``: select the clients (``Algorithm.select_clients``), run each of ``Algorithm.phases(round)``
+    (a later phase goes to the clients the previous one aggregated) and build the round's history entry:
+    ``round``, ``clients`` (those aggregated in the last phase), ``bytes_up``/``bytes_down`` (the round's traffic
+    in the ledger), ``Algorithm.round_metrics``, ``seconds`` and, if any client was excluded, ``excluded``.
+
+    :return: the new server state, the history entry and the number of clients selected (the sample size a
+        privacy accountant needs).
+    """
+    t0 = time.perf_counter()
+    algorithm, ledger = owner.algorithm, owner.ledger
+    before = (ledger.total_bytes(direction="up"), ledger.total_bytes(direction="down"))
+    selected = algorithm.select_clients(round, ids, rng)
+    sample_size = len(selected)
+    aggregates: List[Aggregate] = []
+    excluded: Dict[str, str] = {}
+    for phase in algorithm.phases(round):
+        state, aggregate, dropped = owner.run(state, round, phase, selected, "train")
+        selected = list(aggregate.senders)
+        aggregates.append(aggregate)
+        excluded.update(dropped)
+    entry: Dict[str, Any] = {
+        "round": round,
+        "clients": len(selected),
+        "bytes_up": ledger.total_bytes(direction="up") - before[0],
+        "bytes_down": ledger.total_bytes(direction="down") - before[1],
+    }
+    entry.update(algorithm.round_metrics(state, aggregates))
+    entry["seconds"] = time.perf_counter() - t0
+    if excluded:
+        entry["excluded"] = excluded
+    return state, entry, sample_size
+
+
+def final_phases(owner: PhaseOwner, state: Any, round: int, ids: Sequence[str], purpose: str = "final") -> Any:
+    """Run ``Algorithm.final_phases()`` with every client in ``ids`` (a later phase with those aggregated).
+
+    :param round: the round number the final messages carry (``algorithm.rounds`` after the last round).
+    :param purpose: ``"final"``, or ``"evaluate"`` for a mid-training evaluation on a copy of the state.
+    :return: the server state from which ``Algorithm.result`` builds the returned model.
+    """
+    selected: Sequence[str] = ids
+    for phase in owner.algorithm.final_phases():
+        state, aggregate, _ = owner.run(state, round, phase, selected, purpose)
+        selected = list(aggregate.senders)
+    return state
+
+
+def record_releases(
+    accountant: Optional[PrivacyAccountant],
+    protection: Protection,
+    algorithm: Algorithm,
+    phases: Sequence[str],
+    num_clients: int,
+    sample_size: int,
+) -> None:
+    """Tell ``accountant`` (None without DP: nothing to do) about the noised sums of ``phases``.
+
+    ``sample_size`` clients of ``num_clients`` were sampled; subsampling amplifies privacy only for the default
+    uniform sampling without replacement, so any other ``select_clients`` is accounted as if every client took part.
+    """
+    if accountant is None:
+        return
+    uniform = type(algorithm).select_clients is Algorithm.select_clients
+    noised = sum(protection.noised(p, algorithm.aggregation(p)) for p in phases)
+    accountant.record(num_clients, sample_size if uniform else num_clients, noised)
+
+
+@dataclass(frozen=True)
+class RunSetup:
+    """A run before its first round: the settings fingerprint, the bound algorithm, the server's protection.
+
+    Made by :func:`set_up_run`; every runtime then builds its transport for ``algorithm`` and calls :func:`run_rounds`.
+    """
+
+    settings: Mapping[str, str]
+    algorithm: Algorithm
+    reducer: Reducer
+    info: FederationInfo
+    options: RunOptions
+
+
+def set_up_run(
+    algorithm: Algorithm, info: FederationInfo, validation_data: Any, options: RunOptions, protection: Protection
+) -> RunSetup:
+    """The set-up every runtime shares (module docstring).
+
+    :param algorithm: the user's algorithm; its settings are fingerprinted before anything else, and the run uses
+        its own bound copy (``Algorithm.bind``), so the user's object is never changed.
+    :param info: the federation (client ids and sizes, D, P, the seed).
+    :param validation_data: what ``Algorithm.validate`` checks (the dataset in process; its shape on a Flower server).
+    :raises TypeError, ValueError: an algorithm that is not an ``Algorithm``, data it cannot use, a protection
+        request it cannot run under.
+    """
+    if not isinstance(algorithm, Algorithm):
+        raise TypeError(f"algorithm must be a gpflow_fed.federated.Algorithm, got {type(algorithm).__name__}")
+    settings = describe_settings(algorithm)  # the user's configuration, before the run touches anything
+    bound = algorithm.bind(info)
+    bound.validate(validation_data)
+    protection.check(bound)
+    return RunSetup(settings, bound, Reducer(protection), info, options)
+
+
+def run_rounds(
+    setup: RunSetup,
+    transport: Transport,
+    *,
+    seeded_sampling: np.random.Generator,
+    endpoints: Optional[Mapping[str, ClientEndpoint]] = None,
+    test: Optional[Tuple[np.ndarray, np.ndarray]] = None,
+    monitor: Optional[Any] = None,
+    start: Optional[float] = None,
+) -> FederatedResult:
+    """The rounds of a set-up run over ``transport``, to the result (module docstring).
+
+    :param seeded_sampling: the client-sampling generator from the public seed (replaced under DP).
+    :param endpoints: the parties held in this process, ``{client: endpoint}`` (their state is checkpointed with
+        the server's); empty for a Flower server.
+    :param test: a held-out ``(X, Y)`` for the result's metrics and ``eval_every``.
+    :param monitor: called after every round as ``monitor(round, history=..., state=..., algorithm=...)``.
+    """
+    start = time.perf_counter() if start is None else start
+    options, reducer = setup.options, setup.reducer
+    sampling_rng = reducer.sampling_rng(seeded_sampling)
+    channel = Channel(CommunicationLedger(keep_payloads=options.keep_payloads))
+    owner = PhaseOwner(setup.algorithm, transport, reducer, channel, options.faults, setup.info)
+    endpoints = {} if endpoints is None else endpoints
+    return _rounds(owner, setup.info, sampling_rng, setup.settings, endpoints, options, test, monitor, start)
+
+
+def _rounds(
+    owner: PhaseOwner,
+    info: FederationInfo,
+    sampling_rng: np.random.Generator,
+    settings: Mapping[str, str],
+    endpoints: Mapping[str, ClientEndpoint],
+    options: RunOptions,
+    test: Optional[Tuple[np.ndarray, np.ndarray]],
+    monitor: Optional[Any],
+    start: float,
+) -> FederatedResult:
+    algorithm, reducer, ledger = owner.algorithm, owner.reducer, owner.ledger
+    protection = reducer.protection
+    ids = list(info.client_ids)
+    clients = {cid: e.client for cid, e in endpoints.items()}
+    directory = None if options.checkpoint_dir is None else str(options.checkpoint_dir)
+    state = algorithm.initial_state(info)
+    history: List[Dict[str, Any]] = []
+    accountant = reducer.accountant()
+    meta = {
+        "algorithm": algorithm.name,
+        "seed": int(info.seed),
+        "clients": list(ids),
+        **protection.describe(),
+        "settings": settings,
+    }
+    first_round = 0
+    checkpoint = latest_checkpoint(directory) if options.resume and directory else None
+    if checkpoint is not None:
+        record, saved = load_checkpoint(checkpoint, meta, clients, state_classes(state))
+        state = record["state"]
+        sampling_rng.bit_generator.state = record["sampling_rng"]
+        history = record["history"]
+        ledger.extend(record["ledger"])
+        if accountant is not None:
+            accountant.restore(record["releases"])
+        for cid in record["ready"]:
+            if cid in endpoints:
+                endpoints[cid].setup()
+        restore_clients(record, saved, clients)
+        restore_objects(checkpoint, algorithm, clients, _ready(endpoints, ids))
+        first_round = int(record["round"]) + 1
+
+    def finalize(state: Any, round: int, purpose: str) -> Any:
+        state = final_phases(owner, state, round, ids, purpose)
+        record_releases(accountant, protection, algorithm, algorithm.final_phases(), len(ids), len(ids))
+        return state
+
+    rounds = range(first_round, algorithm.rounds)
+    last = algorithm.rounds  # the round number of the final messages: fewer if ``Algorithm.stop_early`` ends training
+    for r in tqdm(rounds, desc=algorithm.name, disable=not options.progress, leave=False):
+        state, entry, sample_size = train_round(owner, state, r, ids, sampling_rng)
+        record_releases(accountant, protection, algorithm, algorithm.phases(r), len(ids), sample_size)
+        if test is not None and options.eval_every and (r + 1) % options.eval_every == 0:
+            entry.update(evaluate_model(algorithm.result(finalize(algorithm.copy_state(state), r, "evaluate")), test))
+        if accountant is not None:
+            entry["epsilon"] = accountant.epsilon()
+        history.append(entry)
+        if directory is not None and ((r + 1) % options.checkpoint_every == 0 or r + 1 == algorithm.rounds):
+            run_record = {
+                "state": state,
+                "sampling_rng": sampling_rng,
+                "history": history,
+                "ledger": ledger.entries,
+                "releases": accountant.releases if accountant is not None else (),
+                "meta": meta,
+            }
+            save_checkpoint(directory, r, run_record, algorithm, clients, _ready(endpoints, ids))
+        if monitor is not None:
+            monitor(r, history=history, state=state, algorithm=algorithm)
+        if algorithm.stop_early(history):
+            last = r + 1
+            break
+
+    state = finalize(state, last, "final")
+    model = algorithm.result(state)
+    return FederatedResult(
+        model=model,
+        history=history,
+        ledger=ledger,
+        state=state,
+        metrics=evaluate_model(model, test) if test is not None else {},
+        seconds=time.perf_counter() - start,
+        privacy=accountant.report() if accountant is not None else None,
+        algorithm=algorithm,
+    )
+
+
+def _ready(endpoints: Mapping[str, ClientEndpoint], ids: Sequence[str]) -> List[str]:
+    return [cid for cid in ids if cid in endpoints and endpoints[cid].ready]

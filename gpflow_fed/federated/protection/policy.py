@@ -1,0 +1,74 @@
+"""What a client itself insists on: its protection policy, which no broadcast or run config can lower.
+
+The party being protected enforces its own protection. A :class:`ClientPolicy` lives with the client (the Python
+:class:`~gpflow_fed.federated.Client` of an in-process run, or a Flower SuperNode's node config); its
+:class:`~gpflow_fed.federated.protection.encoder.ClientEncoder` applies it to every request:
+
+* ``secure_aggregation=True``: the client never sends a ``"sum"``/``"mean"`` payload in plain — a request that asks
+  for a plain answer is refused (the client answers with a fault, and nothing of its payload leaves it);
+* ``min_cohort``: the client masks only for a cohort it has been shown with at least this many members (whatever the
+  server's request says).
+
+In an in-process runtime every party runs in one process, with every key; there the policy defaults to what the run
+asks (:meth:`ClientPolicy.matching`), for parity with a deployment, not for protection.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from .request import Protection
+
+__all__ = ["ClientPolicy"]
+
+
+@dataclass(frozen=True)
+class ClientPolicy:
+    """A client's own protection policy (module docstring).
+
+    :param secure_aggregation: require masking of every ``"sum"``/``"mean"`` payload (default: required).
+    :param min_cohort: the fewest cohort members the client masks with (≥ 2).
+    :raises ValueError: ``min_cohort`` below 2.
+    :raises TypeError: settings of the wrong type.
+    """
+
+    secure_aggregation: bool = True
+    min_cohort: int = 2
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.secure_aggregation, bool):
+            raise TypeError(
+                f"ClientPolicy: secure_aggregation must be a bool, got {type(self.secure_aggregation).__name__}"
+            )
+        if isinstance(self.min_cohort, bool) or not isinstance(self.min_cohort, int) or self.min_cohort < 2:
+            raise ValueError(f"ClientPolicy: min_cohort must be an int ≥ 2, got {self.min_cohort!r}")
+
+    @classmethod
+    def matching(cls, protection: Protection) -> "ClientPolicy":
+        """The policy of an in-process client of a run with ``protection``: it requires what the run asks."""
+        secure = protection.secure
+        return cls(secure_aggregation=secure is not None, min_cohort=secure.min_cohort if secure is not None else 2)
+
+    @classmethod
+    def from_node_config(cls, config: Mapping[str, Any]) -> "ClientPolicy":
+        """A Flower SuperNode's policy from its node config (``secure-aggregation``, ``min-cohort``); the defaults
+        when absent (secure aggregation required)."""
+        secure = config.get("secure-aggregation", True)
+        if isinstance(secure, str):
+            if secure.lower() not in ("true", "false"):
+                raise ValueError(f"node config secure-aggregation must be true or false, got {secure!r}")
+            secure = secure.lower() == "true"
+        return cls(secure_aggregation=bool(secure), min_cohort=int(config.get("min-cohort", 2)))
+
+    def refusal(self, request: Protection, phase: str, aggregation: str) -> str:
+        """Why this client refuses to answer ``phase`` under ``request``, or ``""`` when it may.
+
+        A plain answer to a ``"sum"``/``"mean"`` phase is refused when the policy requires secure aggregation.
+        """
+        if self.secure_aggregation and aggregation in ("sum", "mean") and request.secure is None:
+            return (
+                f"phase {phase!r}: this client's policy requires secure aggregation, but the server asked for its "
+                "payload in plain; refused (nothing of the payload was sent)"
+            )
+        return ""

@@ -1,0 +1,185 @@
+"""What the server asks for: the protection of a run's ``"sum"``/``"mean"`` exchanges, as one validated value.
+
+:class:`Protection` is the server's *request* (secure aggregation, differential privacy, robust aggregation). It is
+kept apart from each client's own :class:`~gpflow_fed.federated.protection.policy.ClientPolicy`: a request may ask
+for more protection than a client's policy, never for less (the client refuses a request below its policy).
+It travels to every client with each protected broadcast (:meth:`Protection.to_config`), and a Flower run config
+carries the same keys.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Dict, Mapping, Optional, Tuple, Union
+
+from .dp import DifferentialPrivacy
+from .masking import SecureAggregation
+from .robust import RobustAggregation
+
+__all__ = ["PROTECTED_AGGREGATIONS", "Protection"]
+
+#: the aggregations whose exchanges can be protected: a ``"collect"`` phase needs each client's message
+PROTECTED_AGGREGATIONS: Tuple[str, ...] = ("sum", "mean")
+
+
+@dataclass(frozen=True)
+class Protection:
+    """The server's protection request for a run.
+
+    :param secure_aggregation: ``True`` or a :class:`~gpflow_fed.federated.SecureAggregation` (its fixed point,
+        minimum cohort and masking degree) to mask every ``"sum"``/``"mean"`` payload; ``False`` or None: plain.
+    :param differential_privacy: a :class:`~gpflow_fed.federated.DifferentialPrivacy` (clients clip, Gaussian
+        noise on each sum, an accountant), or None.
+    :param robust: a :class:`~gpflow_fed.federated.RobustAggregation` for ``"mean"`` phases (it needs each
+        client's payload, so not with the other two), or None.
+    :raises TypeError: a setting of the wrong type.
+    :raises ValueError: robust aggregation together with secure aggregation or DP.
+    """
+
+    secure_aggregation: Union[bool, SecureAggregation, None] = False
+    differential_privacy: Optional[DifferentialPrivacy] = None
+    robust: Optional[RobustAggregation] = None
+
+    def __post_init__(self) -> None:
+        secure = self.secure_aggregation
+        if secure is True:
+            secure = SecureAggregation()
+        if secure is not None and secure is not False and not isinstance(secure, SecureAggregation):
+            raise TypeError(f"secure_aggregation must be a bool or SecureAggregation, got {type(secure).__name__}")
+        object.__setattr__(self, "secure_aggregation", secure or None)
+        if self.differential_privacy is not None and not isinstance(self.differential_privacy, DifferentialPrivacy):
+            raise TypeError(
+                f"differential_privacy must be a DifferentialPrivacy, got {type(self.differential_privacy).__name__}"
+            )
+        if self.robust is not None and not isinstance(self.robust, RobustAggregation):
+            raise TypeError(f"robust must be a RobustAggregation, got {type(self.robust).__name__}")
+        if self.robust is not None and (self.secure is not None or self.dp is not None):
+            raise ValueError(
+                "robust aggregation needs each client's payload, which secure aggregation hides and DP's "
+                "sensitivity analysis does not cover; use RobustAggregation without secure_aggregation and "
+                "differential_privacy"
+            )
+
+    @property
+    def secure(self) -> Optional[SecureAggregation]:
+        """The secure-aggregation settings, or None."""
+        return self.secure_aggregation  # type: ignore[return-value]  # normalised in __post_init__
+
+    @property
+    def dp(self) -> Optional[DifferentialPrivacy]:
+        return self.differential_privacy
+
+    @property
+    def active(self) -> bool:
+        """Whether any protection is on."""
+        return self.secure is not None or self.dp is not None or self.robust is not None
+
+    def noised(self, phase: str, aggregation: str) -> bool:
+        """Whether DP clips and noises the sums of ``phase``."""
+        return self.dp is not None and aggregation in PROTECTED_AGGREGATIONS and self.dp.applies(phase)
+
+    def protects(self, phase: str, aggregation: str) -> bool:
+        """Whether the replies of ``phase`` are encoded by the clients (else: plain messages)."""
+        return aggregation in PROTECTED_AGGREGATIONS and (self.secure is not None or self.noised(phase, aggregation))
+
+    def check(self, algorithm: Any) -> None:
+        """Before the run: no protected ``"collect"`` phase, and DP's ``phases`` exist in ``algorithm``.
+
+        :raises ValueError: naming the phase and the fix.
+        """
+        if not self.active:
+            return
+        phases = set(algorithm.final_phases())
+        for r in range(algorithm.rounds):
+            phases.update(algorithm.phases(r))
+        if self.dp is not None and self.dp.phases is not None:
+            unknown = sorted(set(self.dp.phases) - phases)
+            if unknown:
+                raise ValueError(
+                    f"{algorithm.name}: DifferentialPrivacy(phases=...) names {unknown}, which this run never "
+                    f"executes; its phases are {sorted(phases)}"
+                )
+        collected = sorted(
+            p
+            for p in phases
+            if algorithm.aggregation(p) == "collect" and (self.secure is not None or (self.dp and self.dp.applies(p)))
+        )
+        if collected:
+            what = " and ".join(
+                n for n, on in (("secure aggregation", self.secure), ("differential privacy", self.dp)) if on
+            )
+            raise ValueError(
+                f"{algorithm.name}: {what} protects only 'sum' and 'mean' phases, but phase(s) {collected} "
+                "collect each client's message; run this algorithm without them"
+            )
+
+    def describe(self) -> Dict[str, str]:
+        """What a checkpoint records of the request (and a resumed run must match)."""
+        return {"secure_aggregation": repr(self.secure), "differential_privacy": repr(self.dp)}
+
+    # --- as a run config (Flower) or a broadcast's config --------------------------------------------------
+    def to_config(self) -> Dict[str, Union[bool, int, float, str]]:
+        """Flat entries from which :meth:`from_config` rebuilds this request.
+
+        Keys: ``secure-aggregation`` (bool), ``fractional-bits``, ``min-cohort``, ``masking-degree`` (0: default);
+        ``robust-method``, ``robust-trim``, ``robust-clip-norm``; with DP ``dp-noise-multiplier``, ``dp-clip-norm``,
+        ``dp-delta``, ``dp-weight-bound``, ``dp-accountant`` and ``dp-phases`` (comma-separated, empty for every
+        sum phase).
+        """
+        config: Dict[str, Union[bool, int, float, str]] = {"secure-aggregation": self.secure is not None}
+        if self.secure is not None:
+            config["fractional-bits"] = int(self.secure.fractional_bits)
+            config["min-cohort"] = int(self.secure.min_cohort)
+            config["masking-degree"] = int(self.secure.degree or 0)
+        if self.robust is not None:
+            config.update({"robust-method": self.robust.method, "robust-trim": float(self.robust.trim)})
+            if self.robust.clip_norm is not None:
+                config["robust-clip-norm"] = float(self.robust.clip_norm)
+        dp = self.dp
+        if dp is not None:
+            config.update(
+                {
+                    "dp-noise-multiplier": float(dp.noise_multiplier),
+                    "dp-clip-norm": float(dp.clip_norm),
+                    "dp-delta": float(dp.delta),
+                    "dp-weight-bound": float(dp.weight_bound),
+                    "dp-accountant": dp.accountant,
+                    "dp-phases": "" if dp.phases is None else ",".join(dp.phases),
+                }
+            )
+        return config
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> "Protection":
+        """The request a config describes (none of the keys: no protection).
+
+        :raises ValueError, TypeError: invalid settings (from ``SecureAggregation``/``DifferentialPrivacy``).
+        """
+        secure = None
+        if config.get("secure-aggregation", False):
+            degree = int(config.get("masking-degree", 0))
+            secure = SecureAggregation(
+                int(config.get("fractional-bits", SecureAggregation.fractional_bits)),
+                min_cohort=int(config.get("min-cohort", SecureAggregation.min_cohort)),
+                degree=degree or None,
+            )
+        robust = None
+        if "robust-method" in config:
+            clip = config.get("robust-clip-norm")
+            robust = RobustAggregation(
+                str(config["robust-method"]),
+                float(config.get("robust-trim", RobustAggregation.trim)),
+                None if clip is None else float(clip),
+            )
+        dp = None
+        if "dp-noise-multiplier" in config or "dp-clip-norm" in config:
+            phases = str(config.get("dp-phases", ""))
+            dp = DifferentialPrivacy(
+                noise_multiplier=float(config["dp-noise-multiplier"]),
+                clip_norm=float(config["dp-clip-norm"]),
+                delta=float(config.get("dp-delta", DifferentialPrivacy.delta)),
+                weight_bound=float(config.get("dp-weight-bound", DifferentialPrivacy.weight_bound)),
+                accountant=str(config.get("dp-accountant", DifferentialPrivacy.accountant)),
+                phases=tuple(p for p in phases.split(",") if p) or None,
+            )
+        return cls(secure_aggregation=secure, differential_privacy=dp, robust=robust)

@@ -1,0 +1,8 @@
+"""The Flower runtime (extra ``flower``, flwr 1.41): a transport over a Flower Grid and the ClientApp.
+
+* :mod:`.server_app`: the ServerApp (:class:`FlowerServer`: discovery, then the shared round loop);
+* :mod:`.transport`: :class:`GridTransport`, one stage's requests as Flower messages;
+* :mod:`.client_app`: the ClientApp, answering each stage with the party's endpoint;
+* :mod:`.records`: the wire format; :mod:`.runtime`: :class:`FlowerRuntime`, the whole Flower path in this process;
+  :mod:`.deploy`: a SuperLink and SuperNodes on loopback.
+"""

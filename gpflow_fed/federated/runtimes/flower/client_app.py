@@ -1,0 +1,222 @@
+"""The Flower ClientApp of gpflow-fed: one party's side of any :class:`~gpflow_fed.federated.Algorithm`.
+
+A SuperNode is one party. Its node config names its private data, its place in the federation and its own
+protection policy:
+
+* ``data``: path to an ``.npz`` file holding ``X`` ``[N_k, D]`` and ``Y`` ``[N_k, P]`` (never sent);
+* ``client-index``: k ∈ {0, …, K-1}; the client is ``"client_k"`` with the seed
+  :func:`~gpflow_fed.federated.runtimes.make_clients` gives it, so runs match ``LocalRuntime``;
+* ``state-dir`` (optional): where the client keeps its model state between messages (default: a folder under the
+  system's temporary directory, per run and node);
+* ``secure-aggregation`` (default true) and ``min-cohort`` (default 2): the party's
+  :class:`~gpflow_fed.federated.protection.policy.ClientPolicy`. No run config and no message can lower it.
+
+The run config's ``algorithm`` names the algorithm factory ``"package.module:function"`` (see
+:func:`~gpflow_fed.federated.runtimes.flower.records.load_factory`); every party calls it with the run config and
+binds its own copy to the federation the server announces.
+
+Handlers: ``query`` answers the server's ``describe`` with ``(k, N_k, D, P)`` (what
+:class:`~gpflow_fed.federated.FederationInfo` holds); ``train`` answers one stage of an exchange with the party's
+:class:`~gpflow_fed.federated.endpoint.ClientEndpoint` — the same code that answers in every runtime. Flower starts a
+fresh ClientApp process for every message, so after each message the client writes its own state — RNG,
+``client.state``, and through ``tf.train.Checkpoint`` its model, optimizer (Adam moments, step count) and
+TensorFlow objects, the same record as a checkpoint of :mod:`gpflow_fed.federated.checkpoint` — to its
+``state-dir``, and its encoder (keys, what it prepared and answered) to Flower's ``Context.state`` only; the next
+message rebuilds the client with ``Algorithm.setup_client`` and restores both, so a Flower client evolves exactly
+like a ``LocalRuntime`` one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import types
+from typing import Any, Dict, Optional, Tuple
+
+import numpy as np
+import tensorflow as tf
+from flwr.app import ConfigRecord, Context, RecordDict
+from flwr.app import Message as FlowerMessage
+from flwr.clientapp import ClientApp
+
+from ....data.dataset import validate_regression_data
+from ....validation import integer
+from ...algorithm import FederationInfo
+from ...checkpoint import decode_tree, encode_tree, tracked_objects, verify_manifest, write_manifest
+from ...client import Client
+from ...endpoint import ClientEndpoint
+from ...fingerprint import is_trackable
+from ...protection.encoder import ClientEncoder
+from ...protection.policy import ClientPolicy
+from ...transport import Request
+from ..base import client_seed
+from .records import build_algorithm, recorddict_to_request, response_to_recorddict
+
+__all__ = ["DESCRIBE", "describe_reply", "load_client_data", "make_client_app", "app"]
+
+DESCRIBE = "describe"
+
+#: parties already built in this process, by (run id, node id): in-process runs skip the disk round trip
+_LIVE: Dict[Tuple[int, int], ClientEndpoint] = {}
+#: where a party keeps its encoder (its keys, what it prepared and answered) between messages: ``Context.state``
+ENCODER_STATE = "gpflow-fed.encoder"
+
+
+def _node_setting(context: Context, key: str) -> Any:
+    if key not in context.node_config:
+        raise ValueError(
+            f"SuperNode {context.node_id}: node config lacks {key!r}; start it with "
+            f"--node-config \"data='/path/client.npz' client-index=0\""
+        )
+    return context.node_config[key]
+
+
+def load_client_data(context: Context) -> Tuple[int, np.ndarray, np.ndarray]:
+    """``(k, X_k, Y_k)`` from the node config, validated like a :class:`~gpflow_fed.data.FederatedDataset`.
+
+    :raises ValueError: a missing setting, a missing file, or an ``.npz`` without ``X`` and ``Y``.
+    """
+    path = str(_node_setting(context, "data"))
+    index = _node_setting(context, "client-index")
+    index = integer(index, "node config client-index", minimum=0)
+    if not os.path.isfile(path):
+        raise ValueError(f"node config data={path!r}: no such file")
+    with np.load(path) as npz:
+        if "X" not in npz.files or "Y" not in npz.files:
+            raise ValueError(f"{path!r} must hold arrays 'X' [N, D] and 'Y' [N, P]; it has {npz.files}")
+        X, Y = validate_regression_data(npz["X"], npz["Y"], f"client {index} ({path})")
+    return int(index), X, Y
+
+
+def describe_reply(context: Context) -> RecordDict:
+    """The party's public description: ``client-index``, ``num-data`` N_k, ``input-dim`` D, ``output-dim`` P."""
+    index, X, Y = load_client_data(context)
+    return RecordDict(
+        {
+            DESCRIBE: ConfigRecord(
+                {
+                    "client-index": index,
+                    "num-data": int(X.shape[0]),
+                    "input-dim": int(X.shape[1]),
+                    "output-dim": int(Y.shape[1]),
+                }
+            )
+        }
+    )
+
+
+def _state_dir(context: Context, client_id: str) -> str:
+    root = context.node_config.get("state-dir") or os.path.join(tempfile.gettempdir(), "gpflow_fed_flower")
+    return os.path.join(str(root), f"run-{context.run_id}", f"node-{context.node_id}-{client_id}")
+
+
+def _save_client(directory: str, client: Client) -> None:
+    """The client's own checkpoint (RNG, plain ``client.state``, TensorFlow objects), replaced atomically."""
+    os.makedirs(directory, exist_ok=True)
+    arrays: Dict[str, np.ndarray] = {}
+    plain = {k: v for k, v in client.state.items() if not is_trackable(v) and _encodable(v)}
+    record = {"rng": client.rng.bit_generator.state, "state": encode_tree(plain, arrays)}
+    objects = tracked_objects(types.SimpleNamespace(), {client.id: client}, [client.id])
+    tf.train.Checkpoint(**objects).write(os.path.join(directory, "tf", "objects"))
+    np.savez(os.path.join(directory, "arrays.npz"), **arrays)
+    tmp = os.path.join(directory, "client.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(record, f)
+    os.replace(tmp, os.path.join(directory, "client.json"))
+    write_manifest(directory)  # SHA-256 of every file, checked before the next restore
+
+
+def _encodable(value: Any) -> bool:
+    try:
+        encode_tree(value, {})
+    except TypeError:
+        return False
+    return True
+
+
+def _restore_client(directory: str, client: Client) -> bool:
+    """Restore what :func:`_save_client` wrote; False if this client has not answered before."""
+    pointer = os.path.join(directory, "client.json")
+    if not os.path.exists(pointer):
+        return False
+    verify_manifest(directory)  # a truncated, altered, added or missing file is a ValueError naming it
+    with open(pointer) as f:
+        record = json.load(f)
+    with np.load(os.path.join(directory, "arrays.npz"), allow_pickle=False) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    client.rng.bit_generator.state = record["rng"]
+    client.state.update(decode_tree(record["state"], arrays, allowed={}))
+    objects = tracked_objects(types.SimpleNamespace(), {client.id: client}, [client.id])
+    tf.train.Checkpoint(**objects).read(os.path.join(directory, "tf", "objects")).assert_existing_objects_matched()
+    return True
+
+
+def _policy(context: Context) -> ClientPolicy:
+    """This party's own protection policy, from its node config (never from the run config or a message)."""
+    return ClientPolicy.from_node_config(context.node_config)
+
+
+def _endpoint(request: Request, info: FederationInfo, context: Context) -> Tuple[ClientEndpoint, Optional[str]]:
+    """This party's endpoint, found alive or rebuilt: its algorithm bound to ``info``, its client restored from its
+    ``state-dir``, its encoder restored from ``Context.state`` (keys live only there, never on disk)."""
+    key = (int(context.run_id), int(context.node_id))
+    if key in _LIVE:
+        return _LIVE[key], None
+    index, X, Y = load_client_data(context)
+    client_id = f"client_{index}"
+    if client_id not in info.client_ids:
+        raise ValueError(f"this party is {client_id!r}, which the server's federation {info.client_ids} lacks")
+    client = Client(client_id, (X, Y), client_seed(info.seed, index, info.num_clients))
+    algorithm = build_algorithm(str(context.run_config["algorithm"]), context.run_config).bind(info)
+    state = context.state.config_records.get(ENCODER_STATE)
+    if state is None:
+        encoder = ClientEncoder(client_id, _policy(context))
+    else:
+        encoder = ClientEncoder.from_state(client_id, _policy(context), bytes(state["state"]))  # type: ignore[arg-type]
+    endpoint = ClientEndpoint(algorithm, client, info, encoder)
+    directory = _state_dir(context, client_id)
+    if _restore_client_after_setup(directory, endpoint):
+        endpoint.setup()
+    return endpoint, directory
+
+
+def _restore_client_after_setup(directory: str, endpoint: ClientEndpoint) -> bool:
+    """Set the client up and restore its saved state, if it answered before (False: a fresh client)."""
+    if not os.path.exists(os.path.join(directory, "client.json")):
+        return False
+    endpoint.setup()
+    return _restore_client(directory, endpoint.client)
+
+
+def make_client_app(*, keep_alive: bool = False) -> ClientApp:
+    """A ClientApp running any gpflow-fed algorithm on the data named by the node config.
+
+    :param keep_alive: keep each party's endpoint in this process between messages (for in-process transports,
+        where the ClientApp is not restarted); otherwise every update ends by writing the client's state to its
+        ``state-dir`` and its encoder's to ``Context.state``, and the next message restores them.
+    """
+    client_app = ClientApp()
+
+    @client_app.query()
+    def describe(msg: FlowerMessage, context: Context) -> FlowerMessage:
+        return FlowerMessage(describe_reply(context), reply_to=msg)
+
+    @client_app.train()
+    def train(msg: FlowerMessage, context: Context) -> FlowerMessage:
+        request, info = recorddict_to_request(msg.content)
+        endpoint, directory = _endpoint(request, info, context)
+        response = endpoint.handle(request)
+        if keep_alive:
+            _LIVE[(int(context.run_id), int(context.node_id))] = endpoint
+        else:
+            if directory is not None and endpoint.ready:
+                _save_client(directory, endpoint.client)
+            context.state.config_records[ENCODER_STATE] = ConfigRecord({"state": endpoint.encoder.to_state()})
+        return FlowerMessage(response_to_recorddict(response, request.purpose), reply_to=msg)
+
+    return client_app
+
+
+#: the ClientApp of a Flower deployment (``clientapp = "gpflow_fed.federated.runtimes.flower.client_app:app"``)
+app = make_client_app()

@@ -1,0 +1,194 @@
+"""Wire format of the Flower runtime: :class:`~gpflow_fed.federated.Message` ↔ Flower ``RecordDict``.
+
+A gpflow-fed message travels inside a Flower message's content as three records:
+
+* ``"arrays"``: an ``ArrayRecord`` with one ``Array`` per payload array (name, dtype and shape kept exactly);
+* ``"meta"``: a ``ConfigRecord`` with ``sender``, ``round``, ``phase``, ``weight`` and ``purpose``
+  (``"train"``, ``"final"``, ``"evaluate"``: the ledger's purposes);
+* ``"metrics"``: a ``MetricRecord`` with the scalar metrics.
+
+A stage's :class:`~gpflow_fed.federated.transport.Request` adds ``"request"`` (the stage and its config as JSON) and
+``"info"``, the :class:`~gpflow_fed.federated.FederationInfo` (client ids, sizes, D, P and the run's seed), so that
+every party binds its algorithm to what the server used; a :class:`~gpflow_fed.federated.transport.Response` adds
+``"response"`` (fault, timing, a protected reply's layout). The conversion is lossless:
+``recorddict_to_message(message_to_recorddict(m)) == m`` array for array.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Dict, Mapping, Tuple
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
+
+from ...algorithm import Algorithm, FederationInfo
+from ...factories import load_factory
+from ...messages import Message
+from ...transport import Request, Response
+
+__all__ = [
+    "PURPOSES",
+    "config_to_info",
+    "info_to_config",
+    "load_factory",
+    "message_to_recorddict",
+    "recorddict_to_message",
+    "recorddict_to_request",
+    "recorddict_to_response",
+    "request_to_recorddict",
+    "response_to_recorddict",
+]
+
+PURPOSES = ("train", "final", "evaluate")
+ARRAYS, META, METRICS, INFO = "arrays", "meta", "metrics", "info"
+REQUEST, RESPONSE = "request", "response"
+
+
+def message_to_recorddict(message: Message, purpose: str = "train") -> RecordDict:
+    """The Flower content carrying ``message`` (see the module docstring for the layout).
+
+    :raises ValueError: an unknown ``purpose``.
+    :raises TypeError: ``message`` is not a :class:`~gpflow_fed.federated.Message`.
+    """
+    if not isinstance(message, Message):
+        raise TypeError(f"expected a gpflow_fed Message, got {type(message).__name__}")
+    if purpose not in PURPOSES:
+        raise ValueError(f"purpose must be one of {PURPOSES}, got {purpose!r}")
+    arrays = ArrayRecord({name: Array(np.array(value, order="C")) for name, value in message.arrays.items()})
+    meta = ConfigRecord(
+        {
+            "sender": message.sender,
+            "round": int(message.round),
+            "phase": message.phase,
+            "weight": float(message.weight),
+            "purpose": purpose,
+        }
+    )
+    return RecordDict({ARRAYS: arrays, META: meta, METRICS: MetricRecord(dict(message.metrics))})
+
+
+def recorddict_to_message(content: RecordDict) -> Tuple[Message, str]:
+    """The :class:`~gpflow_fed.federated.Message` and its purpose from a Flower content.
+
+    :raises ValueError: a content without the ``"arrays"``/``"meta"`` records or with missing fields.
+    """
+    missing = [key for key in (ARRAYS, META) if key not in content]
+    if missing:
+        raise ValueError(f"not a gpflow_fed message: the Flower content lacks the record(s) {missing}")
+    meta = content.config_records[META]
+    fields = [k for k in ("sender", "round", "phase", "weight", "purpose") if k not in meta]
+    if fields:
+        raise ValueError(f"not a gpflow_fed message: its 'meta' record lacks {fields}")
+    arrays = {name: array.numpy() for name, array in content.array_records[ARRAYS].items()}
+    metrics = dict(content.metric_records[METRICS]) if METRICS in content else {}
+    message = Message(
+        sender=str(meta["sender"]),
+        round=int(meta["round"]),  # type: ignore[arg-type]
+        phase=str(meta["phase"]),
+        arrays=arrays,
+        weight=float(meta["weight"]),  # type: ignore[arg-type]
+        metrics=metrics,  # type: ignore[arg-type]
+    )
+    return message, str(meta["purpose"])
+
+
+def request_to_recorddict(request: Request, info: FederationInfo) -> RecordDict:
+    """The Flower content of one stage's :class:`~gpflow_fed.federated.transport.Request`: its message, the
+    ``"request"`` record (``stage`` and the JSON of its ``config``) and the ``"info"`` record."""
+    content = message_to_recorddict(request.message, request.purpose)
+    content[REQUEST] = ConfigRecord({"stage": request.stage, "config": json.dumps(dict(request.config))})
+    content[INFO] = info_to_config(info)
+    return content
+
+
+def recorddict_to_request(content: RecordDict) -> Tuple[Request, FederationInfo]:
+    """The inverse of :func:`request_to_recorddict`.
+
+    :raises ValueError: a content that is not a gpflow-fed request.
+    """
+    if REQUEST not in content.config_records or INFO not in content.config_records:
+        raise ValueError("not a gpflow_fed request: the Flower content lacks the 'request' or 'info' record")
+    record = content.config_records[REQUEST]
+    message, purpose = recorddict_to_message(content)
+    config = json.loads(str(record["config"]))
+    if not isinstance(config, dict):
+        raise ValueError("a gpflow_fed request's config must be a JSON object")
+    return Request(str(record["stage"]), message, purpose, config), config_to_info(content.config_records[INFO])
+
+
+def response_to_recorddict(response: Response, purpose: str) -> RecordDict:
+    """The Flower content of a client's :class:`~gpflow_fed.federated.transport.Response`: its message (if any) and
+    the ``"response"`` record (``fault``, ``seconds``, ``layout`` as JSON)."""
+    content = RecordDict() if response.message is None else message_to_recorddict(response.message, purpose)
+    record: Dict[str, Any] = {}
+    if response.fault is not None:
+        record["fault"] = str(response.fault)
+    if response.seconds is not None:
+        record["seconds"] = float(response.seconds)
+    if response.layout is not None:
+        record["layout"] = json.dumps({name: list(shape) for name, shape in response.layout.items()})
+    content[RESPONSE] = ConfigRecord(record)
+    return content
+
+
+def recorddict_to_response(content: RecordDict) -> Response:
+    """The inverse of :func:`response_to_recorddict` (as the server reads it: never trusted further).
+
+    :raises ValueError: a content that is not a gpflow-fed response, or a malformed layout.
+    """
+    if RESPONSE not in content.config_records:
+        raise ValueError("not a gpflow_fed response: the Flower content lacks the 'response' record")
+    record = content.config_records[RESPONSE]
+    message = recorddict_to_message(content)[0] if ARRAYS in content else None
+    layout = None
+    if "layout" in record:
+        raw = json.loads(str(record["layout"]))
+        if not isinstance(raw, dict) or not all(
+            isinstance(shape, list) and all(isinstance(d, int) and d >= 0 for d in shape) for shape in raw.values()
+        ):
+            raise ValueError("a gpflow_fed response's layout must map names to lists of non-negative ints")
+        layout = {str(name): tuple(shape) for name, shape in raw.items()}
+    fault = str(record["fault"]) if "fault" in record else None
+    seconds = float(record["seconds"]) if "seconds" in record else None  # type: ignore[arg-type]
+    return Response(message, fault, None if fault is None else RuntimeError(fault), seconds, layout)
+
+
+def info_to_config(info: FederationInfo) -> ConfigRecord:
+    """The federation's description as a ``ConfigRecord`` (no data: ids, sizes N_k, D, P and the seed)."""
+    return ConfigRecord(
+        {
+            "client_ids": list(info.client_ids),
+            "client_sizes": [int(info.client_sizes[c]) for c in info.client_ids],
+            "input_dim": int(info.input_dim),
+            "output_dim": int(info.output_dim),
+            "seed": int(info.seed),
+        }
+    )
+
+
+def config_to_info(config: ConfigRecord) -> FederationInfo:
+    """The inverse of :func:`info_to_config`."""
+    ids = tuple(str(c) for c in config["client_ids"])  # type: ignore[union-attr]
+    sizes = [int(n) for n in config["client_sizes"]]  # type: ignore[union-attr]
+    return FederationInfo(
+        client_ids=ids,
+        client_sizes=dict(zip(ids, sizes)),
+        input_dim=int(config["input_dim"]),  # type: ignore[arg-type]
+        output_dim=int(config["output_dim"]),  # type: ignore[arg-type]
+        seed=int(config["seed"]),  # type: ignore[arg-type]
+    )
+
+
+def build_algorithm(spec: str, run_config: Mapping[str, Any]) -> Algorithm:
+    """``load_factory(spec)(run_config)`` for a registered factory, checked to be an
+    :class:`~gpflow_fed.federated.Algorithm`.
+
+    :raises ValueError: ``spec`` is not registered (see :mod:`gpflow_fed.federated.factories`).
+
+    :raises TypeError: the factory returned something else.
+    """
+    algorithm = load_factory(spec)(dict(run_config))
+    if not isinstance(algorithm, Algorithm):
+        raise TypeError(f"the algorithm factory {spec!r} returned a {type(algorithm).__name__}, not an Algorithm")
+    return algorithm

@@ -1,0 +1,306 @@
+"""The Flower ServerApp of gpflow-fed: any :class:`~gpflow_fed.federated.Algorithm` over a Flower Grid.
+
+The server runs the same set-up and round loop as every runtime (:func:`~gpflow_fed.federated.loop.set_up_run`,
+:func:`~gpflow_fed.federated.loop.run_rounds`); only its transport, :class:`~.transport.GridTransport`, is Flower's.
+First it asks every SuperNode to ``describe`` itself (client index k, N_k, D, P: what
+:class:`~gpflow_fed.federated.FederationInfo` holds; no data); then every stage of every exchange is a Flower
+``train`` message to the stage's clients, which the ClientApp (:mod:`~.client_app`) answers with the party's
+:class:`~gpflow_fed.federated.endpoint.ClientEndpoint`.
+
+The run config carries the server's options and its protection *request*
+(:meth:`~gpflow_fed.federated.Protection.to_config`); each party's own policy comes from its node config, and a
+request below it is refused by the party itself.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+import gpflow
+import numpy as np
+from flwr.app import Context, MessageType, RecordDict
+from flwr.app import Message as FlowerMessage
+from flwr.serverapp import Grid, ServerApp
+
+from ....validation import integer
+from ...algorithm import Algorithm, FederationInfo
+from ...faults import FaultPolicy
+from ...loop import run_rounds, set_up_run
+from ...options import RunOptions
+from ...protection.request import Protection
+from ...result import FederatedResult
+from ..base import sampling_rng
+from .client_app import DESCRIBE
+from .records import build_algorithm
+from .transport import GridTransport
+
+__all__ = ["FederationShape", "FlowerServer", "app", "options_from_config", "save_error", "save_result"]
+
+
+@dataclass(frozen=True)
+class FederationShape:
+    """What ``Algorithm.validate`` may use on a Flower server, which never holds client data."""
+
+    client_sizes: Tuple[int, ...]
+    input_dim: int
+    output_dim: int
+    test: Optional[Tuple[np.ndarray, np.ndarray]] = None
+
+    @property
+    def num_clients(self) -> int:
+        return len(self.client_sizes)
+
+    @property
+    def num_data(self) -> int:
+        return int(sum(self.client_sizes))
+
+
+class FlowerServer:
+    """Runs an algorithm's rounds over a Flower ``Grid`` (see the module docstring).
+
+    :param algorithm: the algorithm (its configuration; clients build theirs from the same factory).
+    :param seed: the run's seed (client sampling here; each client derives its own seed from it).
+    :param options: the run's :class:`~gpflow_fed.federated.RunOptions`; a Flower server checkpoints its own part
+        of the run (state, sampling RNG, history, ledger, DP releases), the clients keep theirs on their SuperNodes.
+    :param protection: the server's :class:`~gpflow_fed.federated.Protection` request.
+    :param timeout: seconds to wait for the replies of one stage (None: no limit).
+    :param num_clients: wait until this many SuperNodes are connected (None: use those connected now).
+    :param wait: seconds to wait for them.
+    :raises ValueError: bad ``seed``, ``timeout``, ``num_clients`` or ``wait``.
+    :raises TypeError: an algorithm, options or protection of the wrong type.
+    """
+
+    def __init__(
+        self,
+        algorithm: Algorithm,
+        *,
+        seed: int = 0,
+        options: Optional[RunOptions] = None,
+        protection: Optional[Protection] = None,
+        timeout: Optional[float] = None,
+        num_clients: Optional[int] = None,
+        wait: float = 120.0,
+    ) -> None:
+        if not isinstance(algorithm, Algorithm):
+            raise TypeError(f"algorithm must be a gpflow_fed Algorithm, got {type(algorithm).__name__}")
+        integer(seed, "seed", minimum=0)
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout must be positive seconds or None, got {timeout!r}")
+        if num_clients is not None:
+            integer(num_clients, "num_clients", minimum=1)
+        if not wait >= 0:
+            raise ValueError(f"wait must be non-negative seconds, got {wait!r}")
+        if options is not None and not isinstance(options, RunOptions):
+            raise TypeError(f"options must be a RunOptions, got {type(options).__name__}")
+        if protection is not None and not isinstance(protection, Protection):
+            raise TypeError(f"protection must be a Protection, got {type(protection).__name__}")
+        self.algorithm = algorithm
+        self.seed = int(seed)
+        self.options = options or RunOptions()
+        self.protection = protection or Protection()
+        self.timeout = timeout
+        self.num_clients = num_clients
+        self.wait = float(wait)
+        #: the transport of the last run (its message counts)
+        self.transport: Optional[GridTransport] = None
+
+    # --- the federation ------------------------------------------------------------------------------
+    def _nodes(self, grid: Grid) -> List[int]:
+        deadline = time.monotonic() + self.wait
+        while True:
+            nodes = sorted(int(n) for n in grid.get_node_ids())
+            if self.num_clients is None and nodes or self.num_clients is not None and len(nodes) >= self.num_clients:
+                return nodes
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"only {len(nodes)} SuperNode(s) connected after {self.wait:g} s, "
+                    f"expected {self.num_clients or 'at least 1'}; start them with flower-supernode"
+                )
+            time.sleep(0.5)
+
+    def discover(self, grid: Grid) -> Tuple[FederationInfo, Dict[str, int]]:
+        """Ask every SuperNode to describe itself: the :class:`FederationInfo` and ``{client id: node id}``.
+
+        :raises ValueError: missing, repeated or out-of-range client indices, or parties with different D or P.
+        """
+        nodes = self._nodes(grid)
+        messages = [
+            FlowerMessage(RecordDict({}), dst_node_id=n, message_type=MessageType.QUERY, group_id=DESCRIBE)
+            for n in nodes
+        ]
+        replies = list(grid.send_and_receive(messages, timeout=self.timeout))
+        described: Dict[int, Tuple[int, int, int, int]] = {}
+        for reply in replies:
+            if reply.has_error():
+                raise ValueError(
+                    f"SuperNode {reply.metadata.src_node_id} could not describe itself: {reply.error.reason}"
+                )
+            cfg = reply.content.config_records[DESCRIBE]
+            described[int(reply.metadata.src_node_id)] = (
+                int(cfg["client-index"]),
+                int(cfg["num-data"]),
+                int(cfg["input-dim"]),
+                int(cfg["output-dim"]),  # type: ignore[arg-type]
+            )
+        silent = sorted(set(nodes) - set(described))
+        if silent:
+            raise ValueError(f"SuperNode(s) {silent} did not answer 'describe' within {self.timeout} s")
+        indices = sorted(d[0] for d in described.values())
+        if indices != list(range(len(nodes))):
+            raise ValueError(
+                f"the SuperNodes' client-index values are {indices}; give the K = {len(nodes)} parties the distinct "
+                f"indices 0 … {len(nodes) - 1} in --node-config"
+            )
+        dims = {(d[2], d[3]) for d in described.values()}
+        if len(dims) != 1:
+            raise ValueError(f"the parties' data disagree on (D, P): {sorted(dims)}")
+        ((input_dim, output_dim),) = dims
+        order = sorted(described, key=lambda n: described[n][0])
+        ids = tuple(f"client_{described[n][0]}" for n in order)
+        info = FederationInfo(
+            client_ids=ids,
+            client_sizes={c: described[n][1] for c, n in zip(ids, order)},
+            input_dim=input_dim,
+            output_dim=output_dim,
+            seed=self.seed,
+        )
+        return info, dict(zip(ids, order))
+
+    # --- the run -------------------------------------------------------------------------------------
+    def run(
+        self,
+        grid: Grid,
+        *,
+        test: Optional[Tuple[np.ndarray, np.ndarray]] = None,
+        monitor: Optional[Callable[..., Any]] = None,
+    ) -> FederatedResult:
+        """Discover the parties, run every round and the final phases; the result as ``LocalRuntime``'s.
+
+        :param test: a held-out ``(X, Y)`` the server may hold, for ``result.metrics``.
+        :param monitor: called as ``monitor(r, history=..., state=..., algorithm=...)`` after each round.
+        """
+        start = time.perf_counter()
+        info, node_of = self.discover(grid)
+        shape = FederationShape(tuple(info.client_sizes[c] for c in info.client_ids), info.input_dim, info.output_dim)
+        setup = set_up_run(self.algorithm, info, replace_test(shape, test), self.options, self.protection)
+        transport = self.transport = GridTransport(grid, node_of, info, self.timeout)
+        return run_rounds(
+            setup, transport, seeded_sampling=sampling_rng(self.seed), test=test, monitor=monitor, start=start
+        )
+
+
+def replace_test(shape: FederationShape, test: Optional[Tuple[np.ndarray, np.ndarray]]) -> FederationShape:
+    return FederationShape(shape.client_sizes, shape.input_dim, shape.output_dim, test)
+
+
+def options_from_config(config: Mapping[str, Any]) -> RunOptions:
+    """The :class:`RunOptions` a run config describes: ``min-clients``, ``on-error``, ``eval-every``,
+    ``checkpoint-dir``, ``checkpoint-every``, ``resume``, ``keep-payloads`` (each optional)."""
+    return RunOptions(
+        keep_payloads=bool(config.get("keep-payloads", False)),
+        eval_every=int(config.get("eval-every", 0)),
+        faults=FaultPolicy(
+            on_error=str(config.get("on-error", "raise")), min_clients=int(config.get("min-clients", 1))
+        ),
+        checkpoint_dir=str(config["checkpoint-dir"]) if config.get("checkpoint-dir") else None,
+        checkpoint_every=int(config.get("checkpoint-every", 1)),
+        resume=bool(config.get("resume", False)),
+    )
+
+
+def save_result(result: FederatedResult, directory: str, predict_at: Optional[np.ndarray] = None) -> None:
+    """Write a Flower run's result where the caller can read it (the ServerApp runs in its own process).
+
+    Files: ``parameters.npz`` (``gpflow.utilities.read_values`` of the model), ``predictions.npz``
+    (``mean``, ``var`` of ``predict_f`` at ``predict_at``, if given) and ``result.json`` (history, metrics,
+    ledger entries, seconds), the last written last, so its presence means the run finished.
+    """
+    os.makedirs(directory, exist_ok=True)
+    values = {k: np.asarray(v) for k, v in gpflow.utilities.read_values(result.model).items()}
+    np.savez(os.path.join(directory, "parameters.npz"), **values)
+    if predict_at is not None:
+        mean, var = result.model.predict_f(np.asarray(predict_at, dtype=gpflow.default_float()))
+        np.savez(os.path.join(directory, "predictions.npz"), mean=mean.numpy(), var=var.numpy())
+    record = {
+        "history": result.history,
+        "metrics": dict(result.metrics),
+        "ledger": [asdict(e) for e in result.ledger.entries],
+        "seconds": result.seconds,
+    }
+    tmp = os.path.join(directory, "result.json.tmp")
+    with open(tmp, "w") as f:
+        json.dump(record, f, default=float)
+    os.replace(tmp, os.path.join(directory, "result.json"))
+
+
+def save_error(error: BaseException, directory: str) -> None:
+    """Write ``error.json`` (the exception's type and message) when a ServerApp run fails."""
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "error.json"), "w") as f:
+        json.dump({"type": type(error).__name__, "message": str(error)}, f)
+
+
+def _run_config_number(config: Mapping[str, Any], key: str, default: Any) -> Any:
+    value = config.get(key, default)
+    return None if value == "" else value
+
+
+def make_server_app() -> ServerApp:
+    """A ServerApp configured entirely by the run config (``flwr run … --run-config``):
+
+    * ``algorithm`` (required): a registered algorithm factory (:mod:`gpflow_fed.federated.factories`),
+      called with the run config;
+    * ``seed`` (default 0); ``num-clients``: wait for this many SuperNodes (default: those connected);
+    * ``timeout``: seconds per stage (default: none);
+    * ``output``: folder for :func:`save_result`; ``test-data``: an ``.npz`` with ``X``, ``Y`` the server
+      holds, for test metrics and ``predictions.npz``;
+    * the options (:func:`options_from_config`: ``min-clients``, ``on-error``, ``eval-every``, ``checkpoint-dir``,
+      ``checkpoint-every``, ``resume``, ``keep-payloads``);
+    * the protection request (:meth:`Protection.from_config <gpflow_fed.federated.Protection.from_config>`:
+      ``secure-aggregation``, ``fractional-bits``, ``min-cohort``, ``dp-*``, ``robust-*``). It is only a request:
+      each party's own policy (its node config) decides what it accepts.
+    """
+    server_app = ServerApp()
+
+    @server_app.main()
+    def main(grid: Grid, context: Context) -> None:
+        config = context.run_config
+        if "algorithm" not in config:
+            raise ValueError("run config lacks 'algorithm': pass --run-config \"algorithm='package.module:factory'\"")
+        try:
+            algorithm = build_algorithm(str(config["algorithm"]), config)
+        except Exception as exc:
+            if config.get("output"):
+                save_error(exc, str(config["output"]))
+            raise
+        timeout = _run_config_number(config, "timeout", None)
+        server = FlowerServer(
+            algorithm,
+            seed=int(config.get("seed", 0)),
+            options=options_from_config(config),
+            protection=Protection.from_config(config),
+            timeout=None if timeout is None else float(timeout),
+            num_clients=int(config["num-clients"]) if "num-clients" in config else None,
+        )
+        test = None
+        if config.get("test-data"):
+            with np.load(str(config["test-data"])) as npz:
+                test = (npz["X"].astype(gpflow.default_float()), npz["Y"].astype(gpflow.default_float()))
+        try:
+            result = server.run(grid, test=test)
+        except Exception as exc:  # the ServerApp's own process: leave the reason where the caller looks
+            if config.get("output"):
+                save_error(exc, str(config["output"]))
+            raise
+        if config.get("output"):
+            save_result(result, str(config["output"]), None if test is None else test[0])
+
+    return server_app
+
+
+#: the ServerApp of a Flower deployment (``serverapp = "gpflow_fed.federated.runtimes.flower.server_app:app"``)
+app = make_server_app()

@@ -1,0 +1,78 @@
+"""The Flower ServerApp's transport: one stage's requests over a Flower ``Grid``, raw responses back.
+
+Each request becomes a Flower ``train`` message to the client's SuperNode (:mod:`.records` encodes it); a reply
+becomes a :class:`~gpflow_fed.federated.transport.Response`. A Flower error reply, no reply within ``timeout`` or a
+reply that is not a gpflow-fed response is a :class:`Response` with its fault. Nothing else happens here: the phase
+owner screens, protects, reduces and records.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Mapping, Optional
+
+from flwr.app import Message as FlowerMessage
+from flwr.app import MessageType
+from flwr.serverapp import Grid
+
+from ...algorithm import FederationInfo
+from ...transport import Request, Response, Transport
+from .records import recorddict_to_response, request_to_recorddict
+
+__all__ = ["GridTransport"]
+
+
+class GridTransport(Transport):
+    """Requests to SuperNodes and their responses (module docstring).
+
+    :param grid: the Flower ``Grid`` of the run.
+    :param node_of: ``{client id: node id}`` from the server's discovery.
+    :param info: the federation, sent with every request so that each party binds its algorithm to it.
+    :param timeout: seconds to wait for one stage's replies (None: no limit).
+    """
+
+    def __init__(
+        self, grid: Grid, node_of: Mapping[str, int], info: FederationInfo, timeout: Optional[float] = None
+    ) -> None:
+        self.grid = grid
+        self.node_of = dict(node_of)
+        self.info = info
+        self.timeout = timeout
+        #: Flower messages sent and stages run, for the loopback benchmark's "exchanges per round"
+        self.messages_sent = 0
+        self.stages = 0
+
+    def send(self, requests: Mapping[str, Request]) -> Dict[str, Response]:
+        outgoing = []
+        for cid, request in requests.items():
+            group = f"{request.purpose}/{request.message.round}/{request.message.phase}/{request.stage}"
+            outgoing.append(
+                FlowerMessage(
+                    request_to_recorddict(request, self.info),
+                    dst_node_id=self.node_of[cid],
+                    message_type=MessageType.TRAIN,
+                    group_id=group,
+                )
+            )
+        self.messages_sent += len(outgoing)
+        self.stages += 1
+        client_of = {n: c for c, n in self.node_of.items()}
+        received: Dict[str, FlowerMessage] = {}
+        for reply in self.grid.send_and_receive(outgoing, timeout=self.timeout):
+            cid = client_of.get(int(reply.metadata.src_node_id))
+            if cid in requests and cid not in received:  # a reply from a node not asked, or a second one: ignored
+                received[cid] = reply
+        responses: Dict[str, Response] = {}
+        for cid in requests:
+            reply = received.get(cid)
+            if reply is None:
+                responses[cid] = Response(fault=f"no reply within {self.timeout} s")
+            elif reply.has_error():
+                reason = f"raised on its SuperNode: {reply.error.reason}"
+                responses[cid] = Response(fault=reason, error=RuntimeError(reason))
+            else:
+                try:
+                    responses[cid] = recorddict_to_response(reply.content)
+                except (ValueError, TypeError, KeyError) as exc:
+                    reason = f"sent a malformed reply: {exc}"
+                    responses[cid] = Response(fault=reason, error=ValueError(reason))
+        return responses
