@@ -17,7 +17,8 @@ For each cohort size K (all clients in this process, so a time is the work of al
   back for the unmask) and 1 % of the survivors failing the unmask (their seeds rebuilt from Shamir shares).
 
 Dropped clients are excluded for the rest of the run, so each drop-out row uses the clients still eligible.
-Times are medians over ``--repeats`` exchanges for the rows without drop-outs, single exchanges otherwise; bytes
+Times (wall and this process's CPU, which a loaded machine disturbs less) are medians over ``--repeats``
+exchanges for the rows without drop-outs, single exchanges otherwise; bytes
 are :func:`~gpflow_fed.federated.protection.secagg.payload_bytes` of every request and response (no framing).
 Every secure total is checked to equal the plain sum of the survivors' codes.
 
@@ -99,14 +100,15 @@ def main(argv: Any = None) -> Dict[str, Any]:
         run_id = new_run_id()
         net = Network({c: SecAggClient(c) for c in ids})
         server = SecAggServer(run_id)
-        begin = time.perf_counter()
+        begin, cpu = time.perf_counter(), time.process_time()
         report = server.setup(net.send, ids)
-        setup_seconds = time.perf_counter() - begin
+        setup_seconds, setup_cpu = time.perf_counter() - begin, time.process_time() - cpu
         rows.append(
             {
                 "clients": K,
                 "config": "setup",
                 "seconds": setup_seconds,
+                "cpu_seconds": setup_cpu,
                 "client_seconds": net.client_seconds,
                 "degree": report.degree,
                 "threshold": report.threshold,
@@ -118,39 +120,50 @@ def main(argv: Any = None) -> Dict[str, Any]:
         print(f"K={K:5d} setup {setup_seconds:8.2f} s, d = {report.degree}, t = {report.threshold}", flush=True)
         round_ = 0
 
-        def exchange_row(config: str, times: List[float], **extra: Any) -> None:
+        def exchange_row(config: str, times: List[float], cpus: List[float], **extra: Any) -> None:
             rows.append(
-                {"clients": K, "config": config, "seconds": statistics.median(times), "all_seconds": times, **extra}
+                {
+                    "clients": K,
+                    "config": config,
+                    "seconds": statistics.median(times),
+                    "all_seconds": times,
+                    "cpu_seconds": statistics.median(cpus),
+                    "all_cpu_seconds": cpus,
+                    **extra,
+                }
             )
             print(f"K={K:5d} {config:18s} {statistics.median(times):9.4f} s", flush=True)
 
         # plain
         codes = draw(ids)
-        times = []
+        times, cpus = [], []
         for _ in range(args.repeats):
-            begin = time.perf_counter()
+            begin, cpu = time.perf_counter(), time.process_time()
             total = plain(codes, ids)
             times.append(time.perf_counter() - begin)
-        exchange_row("plain", times, bytes_from_clients=K * payload_bytes(codes[ids[0]]), survivors=K)
+            cpus.append(time.process_time() - cpu)
+        exchange_row("plain", times, cpus, bytes_from_clients=K * payload_bytes(codes[ids[0]]), survivors=K)
 
         # today's masking, no recovery; its first exchange (key agreements) is timed apart
         keys = {c: MaskingKeys() for c in ids}
         public = {c: k.public_bytes for c, k in keys.items()}
-        times, first = [], 0.0
+        times, cpus, first = [], [], 0.0
         for r in range(args.repeats + 1):
             exchange = Exchange(run_id, "masking", r, "stats", tuple(ids))
-            begin = time.perf_counter()
+            begin, cpu = time.perf_counter(), time.process_time()
             graph = masking_graph(exchange, default_degree(K))
             masked = [mask(keys[c], c, {"q": codes[c]}, exchange, public, graph[c]) for c in ids]
             total = sum_masked(masked)["q"]
             if r:
                 times.append(time.perf_counter() - begin)
+                cpus.append(time.process_time() - cpu)
             else:
                 first = time.perf_counter() - begin
             assert np.array_equal(total, plain(codes, ids))
         exchange_row(
             "masking",
             times,
+            cpus,
             first_exchange_seconds=first,
             bytes_from_clients=K * payload_bytes(codes[ids[0]]),
             survivors=K,
@@ -158,7 +171,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
 
         def secure(config: str, cohort, lost=(), late_fraction=0.0, repeats=1) -> None:
             nonlocal round_
-            times, client_times, results = [], [], []
+            times, cpus, client_times, results = [], [], [], []
             # a new cohort's first exchange makes its key agreements (cached for the run): timed apart
             exchange = Exchange(run_id, "train", round_, "stats", tuple(cohort))
             round_ += 1
@@ -176,9 +189,10 @@ def main(argv: Any = None) -> Dict[str, Any]:
                     late = set(rng.choice(others, max(1, int(late_fraction * len(others))), replace=False))
                 net.offline = {"masked_input": set(lost), "unmask": late | (set() if late_fraction else set(lost))}
                 net.client_seconds = 0.0
-                begin = time.perf_counter()
+                begin, cpu = time.perf_counter(), time.process_time()
                 result = server.secure_sum(net.send, exchange, P)
                 times.append(time.perf_counter() - begin)
+                cpus.append(time.process_time() - cpu)
                 client_times.append(net.client_seconds)
                 assert np.array_equal(result.total, plain(net.codes, result.survivors)), config
                 results.append(result)
@@ -186,6 +200,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
             exchange_row(
                 config,
                 times,
+                cpus,
                 first_exchange_seconds=first,
                 client_seconds=statistics.median(client_times),
                 cohort=len(cohort),
@@ -209,22 +224,28 @@ def main(argv: Any = None) -> Dict[str, Any]:
 
     print(
         f"\nP = {P} codes; times are all K clients plus the server in one process\n"
-        f"{'K':>5} {'configuration':18} {'1st exch s':>10} {'seconds':>9} {'client s':>9} {'× plain':>9} "
-        f"{'× masking':>9} {'MB to':>8} {'MB from':>8} {'dropped':>7} {'rebuilt b':>9}"
+        f"{'K':>5} {'configuration':18} {'1st exch s':>10} {'seconds':>9} {'cpu s':>9} {'client s':>9} {'× plain':>9} "
+        f"{'× masking':>9} {'cpu × mask':>10} {'MB to':>8} {'MB from':>8} {'dropped':>7} {'rebuilt b':>9}"
     )
     for r in rows:
-        same = {x["config"]: x["seconds"] for x in rows if x["clients"] == r["clients"]}
-        ratio = (
-            ("", "")
-            if r["config"] == "setup"
-            else (f"{r['seconds'] / same['plain']:9.0f}", f"{r['seconds'] / same['masking']:9.2f}")
-        )
+        same = {x["config"]: x for x in rows if x["clients"] == r["clients"]}
+        ratios = ("", "", "")
+        if r["config"] != "setup":
+            plain_s, mask_s, mask_cpu = (
+                same[k][f] for k, f in (("plain", "seconds"), ("masking", "seconds"), ("masking", "cpu_seconds"))
+            )
+            ratios = (
+                f"{r['seconds'] / plain_s:9.0f}",
+                f"{r['seconds'] / mask_s:9.2f}",
+                f"{r['cpu_seconds'] / mask_cpu:10.2f}",
+            )
         mb_to = f"{r['bytes_to_clients'] / 1e6:8.2f}" if "bytes_to_clients" in r else f"{'':8}"
         first = f"{r['first_exchange_seconds']:10.3f}" if "first_exchange_seconds" in r else ""
         print(
-            f"{r['clients']:5d} {r['config']:18} {first:>10} {r['seconds']:9.4f} {r.get('client_seconds', 0.0):9.3f} "
-            f"{ratio[0]:>9} {ratio[1]:>9} {mb_to} {r['bytes_from_clients'] / 1e6:8.2f} "
-            f"{r.get('dropped', r.get('excluded', 0)):7d} {r.get('recovered', 0):9d}"
+            f"{r['clients']:5d} {r['config']:18} {first:>10} {r['seconds']:9.4f} {r['cpu_seconds']:9.4f} "
+            f"{r.get('client_seconds', 0.0):9.3f} {ratios[0]:>9} {ratios[1]:>9} {ratios[2]:>10} {mb_to} "
+            f"{r['bytes_from_clients'] / 1e6:8.2f} {r.get('dropped', r.get('excluded', 0)):7d} "
+            f"{r.get('recovered', 0):9d}"
         )
     result = {"benchmark": "secure_recovery", "codes": P, "repeats": args.repeats, "rows": rows}
     if args.json:
