@@ -10,8 +10,9 @@ For each cohort size K (all clients in this process, so a time is the work of al
 * ``masking``: :func:`~gpflow_fed.federated.protection.masking.mask` per client over the sparse graph (key
   agreements cached, as after a run's first exchange) and :func:`sum_masked`; no recovery, so no drop-out.
 * ``secagg 0%``: :meth:`SecAggServer.secure_sum` (masked input, unmask: self-mask seeds) with every client.
-  Each secure row first runs one exchange of its cohort without drop-outs (``1st exch s``): it makes the
-  cohort's key agreements, which later exchanges of the same cohort reuse (as ``masking``'s untimed first).
+  ``plain``, ``masking`` and ``secagg 0%`` exchanges alternate, ``--repeats`` times each. Each masking and
+  secure row first runs one exchange of its cohort without drop-outs (``1st exch s``): it makes the cohort's
+  key agreements, which later exchanges of the same cohort reuse.
 * ``secagg 10%``: the same with 10 % of the cohort gone after masking (their pads come from their surviving
   neighbours); ``secagg 10% + late``: another exchange with 10 % of the masked inputs lost (those clients are
   back for the unmask) and 1 % of the survivors failing the unmask (their seeds rebuilt from Shamir shares).
@@ -33,7 +34,7 @@ import os
 import statistics
 import sys
 import time
-from typing import Any, Dict, List
+from typing import Any, Callable, Dict, List, Sequence, Tuple
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -134,76 +135,45 @@ def main(argv: Any = None) -> Dict[str, Any]:
             )
             print(f"K={K:5d} {config:18s} {statistics.median(times):9.4f} s", flush=True)
 
-        # plain
-        codes = draw(ids)
-        times, cpus = [], []
-        for _ in range(args.repeats):
+        def timed(step: Callable[[], Any]) -> Tuple[float, float, Any]:
             begin, cpu = time.perf_counter(), time.process_time()
-            total = plain(codes, ids)
-            times.append(time.perf_counter() - begin)
-            cpus.append(time.process_time() - cpu)
-        exchange_row("plain", times, cpus, bytes_from_clients=K * payload_bytes(codes[ids[0]]), survivors=K)
+            value = step()
+            return time.perf_counter() - begin, time.process_time() - cpu, value
 
-        # today's masking, no recovery; its first exchange (key agreements) is timed apart
+        codes = draw(ids)
         keys = {c: MaskingKeys() for c in ids}
         public = {c: k.public_bytes for c, k in keys.items()}
-        times, cpus, first = [], [], 0.0
-        for r in range(args.repeats + 1):
-            exchange = Exchange(run_id, "masking", r, "stats", tuple(ids))
-            begin, cpu = time.perf_counter(), time.process_time()
-            graph = masking_graph(exchange, default_degree(K))
-            masked = [mask(keys[c], c, {"q": codes[c]}, exchange, public, graph[c]) for c in ids]
-            total = sum_masked(masked)["q"]
-            if r:
-                times.append(time.perf_counter() - begin)
-                cpus.append(time.process_time() - cpu)
-            else:
-                first = time.perf_counter() - begin
-            assert np.array_equal(total, plain(codes, ids))
-        exchange_row(
-            "masking",
-            times,
-            cpus,
-            first_exchange_seconds=first,
-            bytes_from_clients=K * payload_bytes(codes[ids[0]]),
-            survivors=K,
-        )
 
-        def secure(config: str, cohort, lost=(), late_fraction=0.0, repeats=1) -> None:
+        def masking(r: int) -> None:
+            exchange = Exchange(run_id, "masking", r, "stats", tuple(ids))
+            graph = masking_graph(exchange, default_degree(K))
+            total = sum_masked([mask(keys[c], c, {"q": codes[c]}, exchange, public, graph[c]) for c in ids])["q"]
+            assert np.array_equal(total, plain(codes, ids))
+
+        def secure(cohort: Sequence[str], lost: Sequence[str] = (), late_fraction: float = 0.0) -> Any:
             nonlocal round_
-            times, cpus, client_times, results = [], [], [], []
-            # a new cohort's first exchange makes its key agreements (cached for the run): timed apart
             exchange = Exchange(run_id, "train", round_, "stats", tuple(cohort))
             round_ += 1
-            net.codes, net.offline = draw(cohort), {}
-            begin = time.perf_counter()
-            server.secure_sum(net.send, exchange, P)
-            first = time.perf_counter() - begin
-            for _ in range(repeats):
-                exchange = Exchange(run_id, "train", round_, "stats", tuple(cohort))
-                round_ += 1
-                net.codes = draw(cohort)
-                late = set()
-                if late_fraction:
-                    others = [c for c in cohort if c not in lost]
-                    late = set(rng.choice(others, max(1, int(late_fraction * len(others))), replace=False))
-                net.offline = {"masked_input": set(lost), "unmask": late | (set() if late_fraction else set(lost))}
-                net.client_seconds = 0.0
-                begin, cpu = time.perf_counter(), time.process_time()
-                result = server.secure_sum(net.send, exchange, P)
-                times.append(time.perf_counter() - begin)
-                cpus.append(time.process_time() - cpu)
-                client_times.append(net.client_seconds)
-                assert np.array_equal(result.total, plain(net.codes, result.survivors)), config
-                results.append(result)
-            result = results[-1]
+            net.codes = draw(cohort)
+            late = set()
+            if late_fraction:
+                others = [c for c in cohort if c not in lost]
+                late = set(rng.choice(others, max(1, int(late_fraction * len(others))), replace=False))
+            net.offline = {"masked_input": set(lost), "unmask": late | (set() if late_fraction else set(lost))}
+            net.client_seconds = 0.0
+            result = server.secure_sum(net.send, exchange, P)
+            assert np.array_equal(result.total, plain(net.codes, result.survivors))
+            return result, net.client_seconds
+
+        def secure_row(config: str, samples: List[Tuple[float, float, Any]], first: float, cohort: int) -> None:
+            result = samples[-1][2][0]
             exchange_row(
                 config,
-                times,
-                cpus,
+                [w for w, _, _ in samples],
+                [c for _, c, _ in samples],
                 first_exchange_seconds=first,
-                client_seconds=statistics.median(client_times),
-                cohort=len(cohort),
+                client_seconds=statistics.median(value[1] for _, _, value in samples),
+                cohort=cohort,
                 survivors=len(result.survivors),
                 dropped=len(result.dropped),
                 recovered=len(result.recovered),
@@ -211,16 +181,32 @@ def main(argv: Any = None) -> Dict[str, Any]:
                 bytes_from_clients=result.bytes_from_clients,
             )
 
-        secure("secagg 0%", server.eligible, repeats=args.repeats)
+        # the first exchange of a cohort makes its key agreements (cached for the run): timed apart; then plain,
+        # masking and secure exchanges interleaved, so that the machine's load drifts alike for all three
+        masking_first = timed(lambda: masking(0))[0]
         cohort = server.eligible
-        secure("secagg 10%", cohort, lost=list(rng.choice(cohort, len(cohort) // 10, replace=False)))
-        cohort = server.eligible
-        secure(
-            "secagg 10% + late",
-            cohort,
-            lost=list(rng.choice(cohort, len(cohort) // 10, replace=False)),
-            late_fraction=0.01,
+        secure_first = timed(lambda: secure(cohort))[0]
+        plains, maskings, secures = [], [], []
+        for r in range(1, args.repeats + 1):
+            plains.append(timed(lambda: plain(codes, ids)))
+            maskings.append(timed(lambda: masking(r)))
+            secures.append(timed(lambda: secure(cohort)))
+        payload = K * payload_bytes(codes[ids[0]])
+        exchange_row("plain", [w for w, _, _ in plains], [c for _, c, _ in plains], bytes_from_clients=payload)
+        exchange_row(
+            "masking",
+            [w for w, _, _ in maskings],
+            [c for _, c, _ in maskings],
+            first_exchange_seconds=masking_first,
+            bytes_from_clients=payload,
         )
+        secure_row("secagg 0%", secures, secure_first, len(cohort))
+        # drop-outs: the dropped are excluded from then on, so the next row's cohort is new (first exchange apart)
+        for config, late_fraction in (("secagg 10%", 0.0), ("secagg 10% + late", 0.01)):
+            cohort = server.eligible
+            first = timed(lambda: secure(cohort))[0]
+            lost = list(rng.choice(cohort, len(cohort) // 10, replace=False))
+            secure_row(config, [timed(lambda: secure(cohort, lost, late_fraction))], first, len(cohort))
 
     print(
         f"\nP = {P} codes; times are all K clients plus the server in one process\n"
