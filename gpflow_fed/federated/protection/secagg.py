@@ -93,7 +93,8 @@ import hashlib
 import json
 import secrets
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Mapping, Optional, Sequence, Tuple
+from collections.abc import Mapping
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 from cryptography.hazmat.primitives import hashes
@@ -245,14 +246,17 @@ def members_of(roster: Sequence[str], bitmap: bytes) -> Tuple[str, ...]:
 
     :raises ValueError: not bytes of length ``⌈K/8⌉``, or a bit set beyond the roster.
     """
-    order = tuple(sorted(roster))
+    return _members_of(tuple(sorted(roster)), bitmap)
+
+
+def _members_of(order: Tuple[str, ...], bitmap: Any) -> Tuple[str, ...]:
     if not isinstance(bitmap, bytes) or len(bitmap) != (len(order) + 7) // 8:
         raise ValueError(f"a bitmap of {(len(order) + 7) // 8} bytes over the roster of {len(order)}")
-    return _members_of(order, bitmap)
+    return _decode_bitmap(order, bitmap)
 
 
 @functools.lru_cache(maxsize=64)
-def _members_of(order: Tuple[str, ...], bitmap: bytes) -> Tuple[str, ...]:
+def _decode_bitmap(order: Tuple[str, ...], bitmap: bytes) -> Tuple[str, ...]:
     bits = np.unpackbits(np.frombuffer(bitmap, dtype=np.uint8), bitorder="little")
     if bits[len(order) :].any():
         raise ValueError("a bitmap with bits beyond the roster")
@@ -266,14 +270,14 @@ def payload_bytes(message: Any) -> int:
         return 0
     if isinstance(message, (bytes, bytearray)):
         return len(message)
-    if isinstance(message, np.ndarray):
-        return int(message.nbytes)
     if isinstance(message, str):
         return len(message.encode("utf-8"))
+    if isinstance(message, (dict, Mapping)):
+        return sum(payload_bytes(k) + payload_bytes(v) for k, v in message.items())
+    if isinstance(message, np.ndarray):
+        return int(message.nbytes)
     if isinstance(message, bool):
         return 1
-    if isinstance(message, Mapping):
-        return sum(payload_bytes(k) + payload_bytes(v) for k, v in message.items())
     if isinstance(message, (list, tuple)):
         try:
             return len("".join(message).encode("utf-8"))  # a list of ids, fast
@@ -378,7 +382,7 @@ class SecAggClient:
         if self._get(request, "run_id", lambda v: isinstance(v, bytes), "bytes") != self._run_id:
             raise self._refuse("the request is for another run")
         try:
-            cohort = members_of(self._order, request.get("cohort"))  # type: ignore[arg-type]
+            cohort = _members_of(self._order, request.get("cohort"))
             exchange = _exchange_of(
                 self._run_id, request.get("purpose"), request.get("round"), request.get("phase"), cohort
             )  # type: ignore[arg-type]
@@ -527,7 +531,7 @@ class SecAggClient:
         """
         exchange, degree, graph = self._exchange(request)
         try:
-            dropped = set(members_of(self._order, request.get("dropped")))  # type: ignore[arg-type]
+            dropped = set(_members_of(self._order, request.get("dropped")))
             pads, b_shares = _ids(request.get("pads", [])), _ids(request.get("b_shares", []))
         except (TypeError, ValueError) as error:
             raise self._refuse(f"malformed unmask request ({error})") from None
