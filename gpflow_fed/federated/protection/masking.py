@@ -410,7 +410,9 @@ class MaskingKeys:
 
     The private key is generated from the OS by ``cryptography`` and stays inside this object: it has no
     accessor, and pickling raises ``TypeError`` (copies share the object). Shared secrets are cached per
-    peer key, so a run pays one key agreement per neighbour pair.
+    peer key, so a run pays one key agreement per neighbour pair. A client that must keep its key across
+    restarts in its own memory (:class:`~gpflow_fed.federated.protection.secagg.SecAggClient`) draws the 32
+    bytes itself and rebuilds the pair with :meth:`from_private_bytes`.
 
     :param insecure_seed: for tests only: derive the private key from this integer (SHA-256), which gives
         it to anyone who knows or guesses the integer.
@@ -427,6 +429,21 @@ class MaskingKeys:
             self._private = X25519PrivateKey.from_private_bytes(material)
         self._public = self._private.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
         self._shared: Dict[bytes, bytes] = {}
+
+    @classmethod
+    def from_private_bytes(cls, private: bytes) -> "MaskingKeys":
+        """The pair of a 32-byte X25519 private key that the owning client holds (drawn from the OS, e.g.
+        :func:`secrets.token_bytes`, and kept in memory only); the key is not kept as bytes here either.
+
+        :raises ValueError: ``private`` is not 32 bytes.
+        """
+        if not isinstance(private, bytes) or len(private) != PUBLIC_KEY_BYTES:
+            raise ValueError(f"MaskingKeys.from_private_bytes: the private key must be {PUBLIC_KEY_BYTES} bytes")
+        keys = cls.__new__(cls)
+        keys._private = X25519PrivateKey.from_private_bytes(private)
+        keys._public = keys._private.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+        keys._shared = {}
+        return keys
 
     @property
     def public_bytes(self) -> bytes:

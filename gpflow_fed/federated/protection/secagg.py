@@ -1,0 +1,976 @@
+"""Secure aggregation with drop-out recovery, as request/response stages over plain data (SecAgg+-style).
+
+Protocol: the double masking of Bonawitz et al., "Practical Secure Aggregation for Privacy-Preserving Machine
+Learning", CCS 2017, doi:10.1145/3133956.3133982, over the sparse graphs of Bell et al., "Secure Single-Server
+Aggregation with (Poly)Logarithmic Overhead", CCS 2020, doi:10.1145/3372297.3417885; keys and shares are made
+once per run and serve every exchange of the run. Pure Python and numpy, no threads and no TensorFlow: a runtime
+supplies ``send(stage, {client: request}) -> {client: response or None}`` (``None``: no answer) and relays
+:class:`SecAggServer`'s requests to :meth:`SecAggClient.respond`, in one process, across workers, or in a Flower
+ClientApp that restarts between messages (:meth:`SecAggClient.to_state` / :meth:`SecAggClient.from_state`).
+
+**Setup, once per run** (stages ``advertise``, ``share``, ``store``). Client ``i`` draws from the OS a masking
+X25519 pair ``(s_sk_i, s_pk_i)``, an encryption pair ``(c_sk_i, c_pk_i)`` and a 32-byte self-mask seed ``b_i``,
+and advertises ``(s_pk_i, c_pk_i)``. The server relays the roster (every public key) with the holder graph's
+degree ``d_s`` and threshold ``t``: client ``i``'s *share holders* are its neighbours in the Harary graph
+:func:`holder_graph` over the roster (default ``d_s = min(2⌈log₂K⌉, K − 1)``, ``t = ⌊d_s/2⌋ + 1``; every client
+checks ``d_s/2 < t ≤ d_s``). Client ``i`` Shamir-shares ``b_i`` among its holders (:mod:`.shamir`: threshold
+``t``, share ``k`` for its ``k``-th holder in sorted order) and encrypts each share to its holder (AES-GCM
+under ``X25519(c_sk_i, c_pk_j)``, bound to the run, both ids and what is shared); the server relays the
+ciphertexts and each holder keeps the shares it could authenticate. :class:`SetupReport` gives the bytes.
+
+**Masked input, per exchange** (stage ``masked_input``). The server names the exchange ``e`` (run id, purpose,
+round, phase), its cohort ``U`` (eligible clients fixed after fault screening) and each client's neighbours'
+``s_pk``. Client ``i`` answers only if its own policy holds: one answer per (run, purpose, round, phase) —
+whatever the cohort, so a server cannot difference two cohorts' sums of one broadcast —, a cohort of at least its
+own ``min_cohort`` that contains it and no client it knows was excluded, and neighbour keys equal to the roster
+it saw at setup. It sends, for its ``uint64`` codes ``q_i`` (given by the caller), ids compared as strings,
+
+    y_i = q_i + PRG(HKDF(b_i, tag(e) ‖ i)) + Σ_{j ∈ N_e(i), j > i} PRG(s_ij(e)) − Σ_{j ∈ N_e(i), j < i} PRG(s_ij(e))
+
+(mod 2^64), with ``N_e`` the Harary graph :func:`~.masking.masking_graph` of ``e`` over ``U`` and ``s_ij(e)``
+the pad seed of :meth:`~.masking.MaskingKeys.pad_seed` (X25519, HKDF bound to the whole tag). Its reply
+carries the exchange digest, so a masked input replayed from another exchange is refused.
+
+**Unmask** (stage ``unmask``). Survivors ``S`` are those whose masked input arrived; ``D = U \\ S``. The server
+asks each survivor for its exchange's self-mask seed ``HKDF(b_i, tag(e) ‖ i)`` and the pad seed ``s_ij(e)``
+with each dropped neighbour ``j``, and each dropped client (it may be back) for its pad seeds with its surviving
+neighbours; if a survivor does not answer, its holders send their shares of ``b_i`` and the server rebuilds its
+seed. Then ``Σ_{i∈S} y_i − Σ_{i∈S} PRG(seed_i) − (the dropped pairs' pads) = Σ_{i∈S} q_i mod 2^64`` exactly.
+An honest client answers the unmask of one exchange under one view only (the same ``D`` and degree), gives its
+self-mask seed only if it sent a masked input for this very exchange and is listed as a survivor, a pad seed
+only for a neighbour pair with exactly one end dropped, a share of ``b_j`` only for a listed survivor ``j``
+(never for a dropped one), and nothing at all unless every connected component of ``N_e`` restricted to ``S``
+has at least its ``min_cohort`` members. A client listed as dropped, or whose ``b`` was rebuilt, is excluded for
+the rest of the run by the server and by every client shown that unmask request: a dropped client's input may
+still reach the server late, and all its pads for that exchange are revealed, so its ``b`` must never be rebuilt.
+
+Why the masking key is not Shamir-shared (unlike the single-exchange protocols): with one sharing per run,
+rebuilding ``s_sk_j`` of a client that drops in exchange 2 gives every pad ``j`` used in exchange 1, where the
+server already holds ``y_j`` and ``j``'s revealed self-mask seed, so ``j``'s earlier inputs would fall out to a
+server that merely follows the protocol. Here everything revealed on a drop-out is bound to its exchange
+(``s_ij(e)``, ``seed_i(e)``); only ``b`` is shared, and only a survivor's ``b`` is ever rebuilt, when its input
+already carries pads the server does not know. The price: if a survivor that has a dropped neighbour also fails
+to unmask, and that neighbour does not come back, their pad is lost and the sum is refused
+(:class:`SecAggAborted`).
+
+Messages are dicts of bytes, str, int, bool, lists of ids and ``uint64`` arrays; a cohort and its drop-outs
+travel as bitmaps over the sorted roster (:func:`members_bitmap`, ``⌈K/8⌉`` bytes). Cost per client: at setup the
+roster (``O(K)`` bytes, once), ``d_s`` encryptions and decryptions and two Shamir splits; per exchange what
+:func:`~.masking.mask` costs (``d`` pads of ``P`` words) plus one self-mask pad, an ``O(K)`` graph, and at the
+unmask one HKDF per pad asked; the server adds one pad per survivor and per survivor/dropped pair, and two
+Shamir combinations per rebuilt ``b``.
+
+**What the server sees and learns** (it follows the protocol; cryptographic assumptions: CDH on Curve25519,
+HKDF, AES as PRFs). It sees every public key, the graphs, the ciphertexts of shares (not their content), each
+survivor's ``y_i`` and ``seed_i(e)``, the pad seeds between survivors and dropped clients, and the ``b`` shares
+of survivors that failed to unmask. Pads between survivors stay unknown, so it learns the sum of each connected
+component of ``N_e`` restricted to ``S`` and nothing else about the inputs: with the Harary graph's connectivity
+that is ``Σ_{i∈S} q_i`` unless the drop-outs cut the graph, and clients refuse to unmask when a component is
+smaller than their ``min_cohort``. What is revealed is bound to one exchange, so another exchange's inputs stay
+masked. A dropped client whose late ``y_j`` arrived keeps its self-mask: a server that follows the protocol
+never rebuilds ``b_j`` (``j`` is excluded), and the clients shown ``j``'s drop-out refuse shares of it.
+
+**What is not protected.** (1) A server that substitutes public keys at setup (there is no PKI): it then reads
+the shares and can unmask everyone. Keys changed after setup are refused. (2) A malicious server that lies about
+drop-outs to different clients beyond the rules above: telling ``j`` it survived (its seed) and all of ``j``'s
+neighbours that it dropped (their pads with ``j``) unmasks ``j``; Bonawitz et al. stop this with signatures and
+a consistency round. (3) What the sum itself reveals, and sums across exchanges (distributed DP covers that).
+(4) Sybils: ``s`` clients the server controls in a cohort of ``n`` leave it the sum of the ``n − s`` honest
+clients, so ``min_cohort`` bounds what a curious server learns, not a server that supplies sybils. (5) Clients
+that collude with the server: fewer than ``t`` holders learn nothing about a ``b``; the colluders' pads are known,
+so the server learns the sums of the honest survivors' groups once the colluders are removed from the graph
+(the Harary graph is ``d``-connected: fewer than ``d`` colluders leave it connected), which the clients' group
+check cannot see. (6) Traffic: who answered, and when.
+
+Randomness that protects comes from the OS (:func:`secrets.token_bytes`, pycryptodome's and ``cryptography``'s
+generators); there is no seed for tests.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import secrets
+from dataclasses import dataclass
+from collections.abc import Mapping
+from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
+
+import numpy as np
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from .masking import (
+    PAD_SEED_BYTES,
+    PUBLIC_KEY_BYTES,
+    Exchange,
+    MaskingKeys,
+    SecureAggregation,
+    _field,
+    _is_int,
+    keystream,
+    mask,
+    masking_graph,
+)
+from .shamir import (
+    SHARE_BYTES,
+    ShamirError,
+    ShareDecryptionError,
+    ciphertext_bytes,
+    combine_shares,
+    decrypt_share,
+    encrypt_share,
+    split_secret,
+)
+
+__all__ = [
+    "STAGES",
+    "SecAggAborted",
+    "SecAggClient",
+    "SecAggRefused",
+    "SecAggServer",
+    "SecureSum",
+    "Send",
+    "SetupReport",
+    "components",
+    "default_degree",
+    "holder_graph",
+    "in_process_send",
+    "members_bitmap",
+    "members_of",
+    "payload_bytes",
+    "self_mask_seed",
+]
+
+#: the stages, in the order a run uses them (the first three once per run)
+STAGES = ("advertise", "share", "store", "masked_input", "unmask")
+
+#: ``send(stage, {client_id: request}) -> {client_id: response or None}``, supplied by the runtime
+Send = Callable[[str, Dict[str, Dict[str, Any]]], Mapping[str, Optional[Mapping[str, Any]]]]
+
+_SETUP_PURPOSE, _SETUP_PHASE = "secure-aggregation-setup", "share-holders"
+_SHARED = "self-mask seed b"
+_SELF_MASK_DOMAIN = b"gpflow-fed/secure-aggregation/self-mask/v1"
+_SLOT_DOMAIN = b"gpflow-fed/secure-aggregation/slot/v1"
+_VIEW_DOMAIN = b"gpflow-fed/secure-aggregation/view/v1"
+_STATE_FORMAT = b"gpflow-fed/secure-aggregation/client-state/v1"
+_CIPHERTEXT = ciphertext_bytes(SHARE_BYTES)
+
+
+class SecAggRefused(ValueError):
+    """An honest client's refusal: the request breaks the protocol or the client's own policy."""
+
+
+class SecAggAborted(RuntimeError):
+    """The server cannot produce the sum (too few survivors or share holders, a lost pad); nothing is released."""
+
+
+# --- shared helpers -----------------------------------------------------------------------------------
+def default_degree(count: int) -> int:
+    """``min(2⌈log₂ n⌉, n − 1)``, the degree of both graphs unless the server asks for another (≥ 2 members)."""
+    return SecureAggregation().masking_degree(count)
+
+
+def holder_graph(run_id: bytes, roster: Sequence[str], degree: int) -> Dict[str, Tuple[str, ...]]:
+    """Each client's share holders: :func:`~.masking.masking_graph` over the whole roster, bound to the run
+    (a run-level exchange); symmetric, so a client holds shares of exactly its own holders."""
+    return dict(_holders(run_id, tuple(roster), degree))
+
+
+# Public, deterministic functions of public data, cached: clients in one process share them, and a client
+# reuses the graph of its masked input at the unmask. O(K) each, which a client pays once per exchange.
+@functools.lru_cache(maxsize=32, typed=True)
+def _exchange_of(run_id: bytes, purpose: str, round: int, phase: str, cohort: Tuple[str, ...]) -> Exchange:
+    return Exchange(run_id, purpose, round, phase, cohort)
+
+
+@functools.lru_cache(maxsize=32)
+def _graph(exchange: Exchange, degree: int) -> Mapping[str, Tuple[str, ...]]:
+    return masking_graph(exchange, degree)
+
+
+def _holders(run_id: bytes, roster: Tuple[str, ...], degree: int) -> Mapping[str, Tuple[str, ...]]:
+    return _graph(_exchange_of(run_id, _SETUP_PURPOSE, 0, _SETUP_PHASE, tuple(sorted(roster))), degree)
+
+
+@functools.lru_cache(maxsize=32)
+def _smallest_group(exchange: Exchange, degree: int, dropped: FrozenSet[str]) -> int:
+    """The fewest members of a connected component of the survivors (0 if none survive)."""
+    groups = components(_graph(exchange, degree), exchange.members - dropped)
+    return min((len(g) for g in groups), default=0)
+
+
+def self_mask_seed(b: bytes, exchange: Exchange, client_id: str) -> bytes:
+    """``HKDF-SHA256(b, info = domain ‖ SHA-256(tag(e)) ‖ i)``: the only self-mask value a survivor reveals, so
+    ``b`` and other exchanges' self-masks stay secret."""
+    info = _field(_SELF_MASK_DOMAIN) + _field(exchange.digest) + _field(client_id.encode())
+    return HKDF(algorithm=hashes.SHA256(), length=PAD_SEED_BYTES, salt=None, info=info).derive(b)
+
+
+def components(graph: Mapping[str, Sequence[str]], members: Iterable[str]) -> List[FrozenSet[str]]:
+    """The connected components of ``graph`` restricted to ``members``: what a server that unmasks the survivors
+    ``members`` learns is the sum of each component's inputs."""
+    left, found = set(members), []
+    while left:
+        todo = [left.pop()]
+        seen = set(todo)
+        while todo:
+            for other in graph[todo.pop()]:
+                if other in left:
+                    left.discard(other)
+                    seen.add(other)
+                    todo.append(other)
+        found.append(frozenset(seen))
+    return found
+
+
+def members_bitmap(roster: Sequence[str], members: Iterable[str]) -> bytes:
+    """``members`` as a bitmap over the sorted ``roster`` (bit ``k`` of byte ``k // 8``, little-endian within a
+    byte): how requests name a cohort and its drop-outs in ``⌈K/8⌉`` bytes instead of K ids.
+
+    :raises ValueError: a member not in the roster.
+    """
+    index = {c: k for k, c in enumerate(sorted(roster))}
+    bits = np.zeros(len(index), dtype=np.uint8)
+    for c in members:
+        if c not in index:
+            raise ValueError(f"members_bitmap: {c!r} is not in the roster")
+        bits[index[c]] = 1
+    return np.packbits(bits, bitorder="little").tobytes()
+
+
+def members_of(roster: Sequence[str], bitmap: bytes) -> Tuple[str, ...]:
+    """The members a :func:`members_bitmap` names, in roster order.
+
+    :raises ValueError: not bytes of length ``⌈K/8⌉``, or a bit set beyond the roster.
+    """
+    return _members_of(tuple(sorted(roster)), bitmap)
+
+
+def _members_of(order: Tuple[str, ...], bitmap: Any) -> Tuple[str, ...]:
+    if not isinstance(bitmap, bytes) or len(bitmap) != (len(order) + 7) // 8:
+        raise ValueError(f"a bitmap of {(len(order) + 7) // 8} bytes over the roster of {len(order)}")
+    return _decode_bitmap(order, bitmap)
+
+
+@functools.lru_cache(maxsize=64)
+def _decode_bitmap(order: Tuple[str, ...], bitmap: bytes) -> Tuple[str, ...]:
+    bits = np.unpackbits(np.frombuffer(bitmap, dtype=np.uint8), bitorder="little")
+    if bits[len(order) :].any():
+        raise ValueError("a bitmap with bits beyond the roster")
+    return tuple(np.asarray(order, dtype=object)[np.flatnonzero(bits[: len(order)])])
+
+
+def payload_bytes(message: Any) -> int:
+    """The bytes a message carries: raw bytes, array contents, UTF-8 text, 8 per number, 1 per flag, summed over
+    dict keys and values and list items (no transport framing)."""
+    if message is None:
+        return 0
+    if isinstance(message, (bytes, bytearray)):
+        return len(message)
+    if isinstance(message, str):
+        return len(message.encode("utf-8"))
+    if isinstance(message, (dict, Mapping)):
+        return sum(payload_bytes(k) + payload_bytes(v) for k, v in message.items())
+    if isinstance(message, np.ndarray):
+        return int(message.nbytes)
+    if isinstance(message, bool):
+        return 1
+    if isinstance(message, (list, tuple)):
+        try:
+            return len("".join(message).encode("utf-8"))  # a list of ids, fast
+        except TypeError:
+            return sum(payload_bytes(v) for v in message)
+    return 8
+
+
+def _slot(exchange: Exchange) -> bytes:
+    """What a client answers at most once: the run, purpose, round and phase, whatever the cohort."""
+    parts = (_SLOT_DOMAIN, exchange.run_id, exchange.purpose.encode(), exchange.round.to_bytes(8, "big", signed=True))
+    return hashlib.sha256(b"".join(_field(p) for p in (*parts, exchange.phase.encode()))).digest()
+
+
+def _view(exchange: Exchange, degree: int, dropped: Iterable[str] = ()) -> bytes:
+    """The digest of one exchange as a client was shown it: the tag, the graph's degree, the dropped set."""
+    parts = [_VIEW_DOMAIN, exchange.digest, str(int(degree)).encode(), *(d.encode() for d in sorted(dropped))]
+    return hashlib.sha256(b"".join(_field(p) for p in parts)).digest()
+
+
+def _public(private: bytes) -> bytes:
+    return X25519PrivateKey.from_private_bytes(private).public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
+
+
+def _ids(value: Any) -> Tuple[str, ...]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        raise TypeError("a list of client ids")
+    ids = tuple(value)
+    if any(not isinstance(c, str) or not c for c in ids) or len(set(ids)) != len(ids):
+        raise ValueError("distinct non-empty str client ids")
+    return ids
+
+
+def _is_key(value: Any, length: int = PUBLIC_KEY_BYTES) -> bool:
+    return isinstance(value, bytes) and len(value) == length
+
+
+# --- the client ---------------------------------------------------------------------------------------
+class SecAggClient:
+    """One client's side for one run: its secrets, its policy and its record of what it has answered.
+
+    Make one per run (the keys and ``b`` are fresh from the OS); answer the server's requests with
+    :meth:`respond` (or the per-stage methods). Every refusal raises :class:`SecAggRefused` with the reason;
+    a runtime sends no answer (``None``) then.
+
+    :param client_id: this client's id, as the server names it.
+    :param min_cohort: this client's own minimum (≥ 2): it masks only for a cohort of at least this many
+        and unmasks only if every group of survivors whose sum the server would learn is this large. Set on
+        the client (node config), never taken from the server.
+    :raises TypeError, ValueError: a malformed id or ``min_cohort``.
+    """
+
+    def __init__(self, client_id: str, *, min_cohort: int = 2) -> None:
+        if not isinstance(client_id, str) or not client_id:
+            raise TypeError(f"SecAggClient: client_id must be a non-empty str, got {client_id!r}")
+        if not _is_int(min_cohort) or min_cohort < 2:
+            raise ValueError(f"SecAggClient: min_cohort must be an int ≥ 2, got {min_cohort!r}")
+        self.client_id, self.min_cohort = client_id, int(min_cohort)
+        self._s_sk, self._c_sk, self._b = (secrets.token_bytes(32) for _ in range(3))
+        self._run_id: Optional[bytes] = None
+        self._roster: Dict[str, Tuple[bytes, bytes]] = {}  # id -> (s_pk, c_pk), as seen at setup
+        self._order: Tuple[str, ...] = ()  # the roster's ids, sorted (what bitmaps index)
+        self._degree = self._threshold = 0
+        self._held: Dict[str, bytes] = {}  # sender -> its share of b_sender
+        self._answered: Dict[bytes, bytes] = {}  # slot -> view of the exchange answered there
+        self._views: Dict[bytes, bytes] = {}  # exchange digest -> view shown at unmask
+        self._excluded: Dict[str, bytes] = {}  # client -> digest of the exchange where it dropped or b was given
+        self._restore_keys()
+
+    def _restore_keys(self) -> None:
+        self._keys = MaskingKeys.from_private_bytes(self._s_sk)
+        self._c_pk = _public(self._c_sk)
+        self._holders: Mapping[str, Tuple[str, ...]] = {}
+        self._order = tuple(sorted(self._roster))
+        if self._roster:
+            self._holders = _holders(self._run_id, tuple(self._roster), self._degree)  # type: ignore[arg-type]
+
+    def __repr__(self) -> str:
+        return f"SecAggClient({self.client_id!r}, min_cohort={self.min_cohort}, set_up={bool(self._roster)})"
+
+    def __reduce__(self) -> None:  # type: ignore[override]
+        raise TypeError("SecAggClient holds secrets: keep it with to_state() in the client's memory, never pickle it")
+
+    @property
+    def excluded(self) -> FrozenSet[str]:
+        """Clients this client refuses for the rest of the run: listed as dropped in an unmask it was shown, or
+        whose ``b`` share it gave away."""
+        return frozenset(self._excluded)
+
+    def _refuse(self, why: str) -> SecAggRefused:
+        return SecAggRefused(f"secure aggregation: {self.client_id!r} refuses: {why}")
+
+    def _get(self, request: Mapping[str, Any], name: str, check: Callable[[Any], bool], what: str) -> Any:
+        if not isinstance(request, Mapping) or name not in request or not check(request[name]):
+            raise self._refuse(f"the request's {name!r} must be {what}")
+        return request[name]
+
+    def _exchange(self, request: Mapping[str, Any]) -> Tuple[Exchange, int, Mapping[str, Tuple[str, ...]]]:
+        """The exchange a request names, checked against the run and roster, with its degree and graph."""
+        if not self._roster:
+            raise self._refuse("setup is not complete (no roster)")
+        if self._get(request, "run_id", lambda v: isinstance(v, bytes), "bytes") != self._run_id:
+            raise self._refuse("the request is for another run")
+        try:
+            cohort = _members_of(self._order, request.get("cohort"))
+            exchange = _exchange_of(
+                self._run_id, request.get("purpose"), request.get("round"), request.get("phase"), cohort
+            )  # type: ignore[arg-type]
+            degree = int(self._get(request, "degree", _is_int, "an int"))
+            graph = _graph(exchange, degree)
+        except (TypeError, ValueError) as error:
+            raise self._refuse(f"malformed exchange ({error})") from None
+        return exchange, int(degree), graph
+
+    def _check_excluded(self, exchange: Exchange, allow_here: bool) -> None:
+        barred = sorted(
+            c
+            for c, at in self._excluded.items()
+            if c in exchange.members and not (allow_here and at == exchange.digest)
+        )
+        if barred:
+            raise self._refuse(f"{barred[:3]} dropped out or had b rebuilt earlier in this run and are excluded")
+
+    # -- setup --
+    def advertise(self, request: Mapping[str, Any]) -> Dict[str, Any]:
+        """Stage ``advertise``: ``{"run_id"}`` → ``{"s_pk", "c_pk"}`` (public keys only). Binds the client to
+        the run; asking again for the same run gives the same keys, for another run is refused."""
+        run_id = self._get(request, "run_id", lambda v: isinstance(v, bytes) and len(v) >= 16, "bytes (≥ 16)")
+        if self._run_id is not None and run_id != self._run_id:
+            raise self._refuse("a SecAggClient serves one run; make a new one (fresh keys) for another run")
+        self._run_id = run_id
+        return {"s_pk": self._keys.public_bytes, "c_pk": self._c_pk}
+
+    def share(self, request: Mapping[str, Any]) -> Dict[str, Any]:
+        """Stage ``share``: ``{"run_id", "s_pk": {id: key}, "c_pk": {id: key}, "degree", "threshold"}`` →
+        ``{"ciphertexts": {holder: bytes}}``, the encrypted Shamir shares of ``b``; once per run.
+
+        Refused: a second call, another run, a roster without this client's own keys or with malformed ones,
+        a threshold not in ``(d_s/2, d_s]``.
+        """
+        if (
+            self._run_id is None
+            or self._get(request, "run_id", lambda v: isinstance(v, bytes), "bytes") != self._run_id
+        ):
+            raise self._refuse("share before advertise, or for another run")
+        if self._roster:
+            raise self._refuse("the shares of b are made once per run")
+        s_pk = self._get(request, "s_pk", lambda v: isinstance(v, Mapping), "a mapping id -> key")
+        c_pk = self._get(request, "c_pk", lambda v: isinstance(v, Mapping), "a mapping id -> key")
+        ids = sorted(s_pk) if all(isinstance(c, str) and c for c in s_pk) else None
+        if ids is None or set(c_pk) != set(ids) or len(ids) < 2:
+            raise self._refuse("the roster must name ≥ 2 clients, the same ones for both keys")
+        if not all(_is_key(s_pk[c]) and _is_key(c_pk[c]) for c in ids):
+            raise self._refuse(f"every roster key must be {PUBLIC_KEY_BYTES} raw bytes")
+        if s_pk.get(self.client_id) != self._keys.public_bytes or c_pk.get(self.client_id) != self._c_pk:
+            raise self._refuse("the roster does not carry this client's own public keys")
+        degree = self._get(request, "degree", _is_int, "an int")
+        threshold = self._get(request, "threshold", _is_int, "an int")
+        try:
+            holders = _holders(self._run_id, tuple(ids), degree)[self.client_id]
+        except ValueError as error:
+            raise self._refuse(f"bad holder graph ({error})") from None
+        if not len(holders) < 2 * threshold <= 2 * len(holders):
+            raise self._refuse(f"threshold {threshold} is not in (d/2, d] for {len(holders)} share holders")
+        self._roster = {c: (s_pk[c], c_pk[c]) for c in ids}
+        self._degree, self._threshold = int(degree), int(threshold)
+        self._restore_keys()
+        shares = split_secret(self._b, self._threshold, len(holders))
+        return {
+            "ciphertexts": {
+                holder: encrypt_share(self._c_sk, c_pk[holder], self._run_id, self.client_id, holder, _SHARED, share)
+                for holder, (_, share) in zip(holders, shares)
+            }
+        }
+
+    def store(self, request: Mapping[str, Any]) -> Dict[str, Any]:
+        """Stage ``store``: ``{"run_id", "ciphertexts": {sender: bytes}}`` → ``{"stored": [senders]}``, those whose
+        share authenticated (sent by a client this one holds shares for, to this client, for this run)."""
+        if not self._roster or self._get(request, "run_id", lambda v: isinstance(v, bytes), "bytes") != self._run_id:
+            raise self._refuse("store before share, or for another run")
+        ciphertexts = self._get(request, "ciphertexts", lambda v: isinstance(v, Mapping), "a mapping")
+        stored = []
+        for sender, ciphertext in ciphertexts.items():
+            if sender not in self._holders.get(self.client_id, ()) or sender in self._held:
+                continue
+            try:
+                share = decrypt_share(
+                    self._c_sk, self._roster[sender][1], self._run_id, sender, self.client_id, _SHARED, ciphertext
+                )
+            except ShareDecryptionError:
+                continue
+            if len(share) == SHARE_BYTES:
+                self._held[sender] = share
+                stored.append(sender)
+        return {"stored": sorted(stored)}
+
+    # -- per exchange --
+    def masked_input(self, request: Mapping[str, Any], codes: np.ndarray) -> Dict[str, Any]:
+        """Stage ``masked_input``: ``{"run_id", "purpose", "round", "phase", "cohort", "degree", "size",
+        "s_pk": {neighbour: key}}`` and this client's ``uint64`` codes → ``{"tag": exchange digest, "masked"}``.
+        The cohort is a :func:`members_bitmap` over the roster.
+
+        :param codes: ``uint64`` array ``[size]``, the fixed-point codes to sum (e.g. from
+            :meth:`~.masking.SecureAggregation.encode`), given by the caller, never by the server.
+        :raises SecAggRefused: a second answer for the run, purpose, round and phase; a cohort below
+            ``min_cohort``, without this client, with a stranger or an excluded client; a neighbour key that
+            is missing or differs from the roster; a size that is not the codes'.
+        :raises TypeError: codes that are not a 1-D ``uint64`` array.
+        """
+        if not isinstance(codes, np.ndarray) or codes.dtype != np.uint64 or codes.ndim != 1:
+            raise TypeError("SecAggClient.masked_input: codes must be a 1-D uint64 array (fixed-point codes)")
+        exchange, degree, graph = self._exchange(request)
+        slot = _slot(exchange)
+        if slot in self._answered:
+            raise self._refuse(
+                f"it has answered {exchange.purpose!r} round {exchange.round} phase {exchange.phase!r} already"
+            )
+        if self.client_id not in exchange.members:
+            raise self._refuse("it is not in the cohort")
+        if len(exchange.cohort) < self.min_cohort:
+            raise self._refuse(f"a cohort of {len(exchange.cohort)} is below its min_cohort = {self.min_cohort}")
+        self._check_excluded(exchange, allow_here=False)
+        if self._get(request, "size", _is_int, "an int") != codes.size:
+            raise self._refuse(f"the server expects {request['size']} codes, the caller gave {codes.size}")
+        offered = self._get(request, "s_pk", lambda v: isinstance(v, Mapping), "a mapping")
+        neighbours = graph[self.client_id]
+        if any(p not in offered for p in neighbours):
+            raise self._refuse("the request lacks a neighbour's public key")
+        if any(self._roster.get(p, (None,))[0] != key for p, key in offered.items()):
+            raise self._refuse("a public key differs from the roster of setup (substituted keys)")
+        try:
+            masked = mask(self._keys, self.client_id, {"q": codes}, exchange, offered, neighbours)["q"]
+        except ValueError as error:
+            raise self._refuse(str(error)) from None
+        self._answered[slot] = _view(exchange, degree)
+        with np.errstate(over="ignore"):
+            masked += keystream(self_mask_seed(self._b, exchange, self.client_id), codes.size)
+        return {"tag": exchange.digest, "masked": masked}
+
+    def unmask(self, request: Mapping[str, Any]) -> Dict[str, Any]:
+        """Stage ``unmask``: the exchange's fields and ``"dropped"`` (``D``, a :func:`members_bitmap`; survivors
+        ``S = U \\ D``), with what is asked: ``"seed"`` (bool, this client's self-mask seed), ``"pads"``
+        (neighbours whose pad seed with this client is asked), ``"b_shares"`` (clients whose ``b`` share is
+        asked) → ``{"tag", "seed"?, "pads": {peer: seed}, "b_shares": {client: share}}``.
+
+        :raises SecAggRefused: (module docstring) another view of an exchange already unmasked; an exchange
+            (cohort, degree) other than the one it masked for in this slot; the own seed while listed as dropped
+            or for an exchange not answered; a pad with a neighbour unless exactly one of the pair is dropped; a
+            ``b`` share of a dropped client, of itself or one not held; a survivor group smaller than
+            ``min_cohort``; a cohort with a client excluded before.
+        """
+        exchange, degree, graph = self._exchange(request)
+        try:
+            dropped = set(_members_of(self._order, request.get("dropped")))
+            pads, b_shares = _ids(request.get("pads", [])), _ids(request.get("b_shares", []))
+        except (TypeError, ValueError) as error:
+            raise self._refuse(f"malformed unmask request ({error})") from None
+        want_seed = self._get(request, "seed", lambda v: isinstance(v, bool), "a bool")
+        if not dropped <= exchange.members:
+            raise self._refuse("'dropped' names clients outside the cohort")
+        survivors = exchange.members - dropped
+        view = _view(exchange, degree, dropped)
+        if self._views.get(exchange.digest, view) != view:
+            raise self._refuse("it was shown another set of drop-outs (or degree) for this exchange before")
+        answered = self._answered.get(_slot(exchange))
+        if answered is not None and answered != _view(exchange, degree):
+            raise self._refuse("it masked for another cohort or degree in this round and phase")
+        self._check_excluded(exchange, allow_here=True)
+        smallest = _smallest_group(exchange, degree, frozenset(dropped))
+        if smallest < self.min_cohort:
+            raise self._refuse(
+                f"unmasking would reveal the sum of a group of {smallest} survivor(s), below its min_cohort = "
+                f"{self.min_cohort}"
+            )
+        me = self.client_id
+        if want_seed:
+            if me not in survivors:
+                raise self._refuse("it is listed as dropped, so it does not reveal its self-mask seed")
+            if answered is None:
+                raise self._refuse("it sent no masked input for this exchange")
+        for peer in pads:
+            if peer not in graph.get(me, ()) or (me in dropped) == (peer in dropped):
+                raise self._refuse(f"a pad with {peer!r} is given only to remove a neighbour pair with one end dropped")
+        for owner in b_shares:
+            if owner not in survivors or owner == me or owner not in self._held:
+                raise self._refuse(f"a share of {owner!r}'s b is given only for another listed survivor it holds")
+        try:
+            pad_seeds = {p: self._keys.pad_seed(me, p, self._roster[p][0], exchange) for p in pads}
+        except ValueError as error:
+            raise self._refuse(str(error)) from None
+        self._views[exchange.digest] = view
+        for owner in (*dropped, *b_shares):
+            self._excluded.setdefault(owner, exchange.digest)
+        answer: Dict[str, Any] = {
+            "tag": exchange.digest,
+            "pads": pad_seeds,
+            "b_shares": {owner: self._held[owner] for owner in b_shares},
+        }
+        if want_seed:
+            answer["seed"] = self_mask_seed(self._b, exchange, me)
+        return answer
+
+    def respond(self, stage: str, request: Mapping[str, Any], codes: Optional[np.ndarray] = None) -> Dict[str, Any]:
+        """The answer to ``request`` at ``stage`` (one of :data:`STAGES`); ``codes`` only for ``masked_input``."""
+        if stage == "masked_input":
+            return self.masked_input(request, codes)  # type: ignore[arg-type]
+        handler = {"advertise": self.advertise, "share": self.share, "store": self.store, "unmask": self.unmask}
+        if stage not in handler:
+            raise self._refuse(f"unknown stage {stage!r}; expected one of {STAGES}")
+        return handler[stage](request)
+
+    # -- state: the client's memory across restarts --
+    def to_state(self) -> Dict[str, bytes]:
+        """Everything this client needs after a restart, as ``{name: bytes}`` (e.g. Flower's ``Context.state``).
+
+        It holds the private keys, ``b`` and the shares of others' ``b``: keep it in the client's memory only,
+        never on disk or in a checkpoint, and never send it.
+        """
+        record = {
+            "client_id": self.client_id,
+            "min_cohort": self.min_cohort,
+            "degree": self._degree,
+            "threshold": self._threshold,
+            "roster": {c: [s.hex(), e.hex()] for c, (s, e) in self._roster.items()},
+            "held": {c: v.hex() for c, v in self._held.items()},
+            "answered": {k.hex(): v.hex() for k, v in self._answered.items()},
+            "views": {k.hex(): v.hex() for k, v in self._views.items()},
+            "excluded": {c: v.hex() for c, v in self._excluded.items()},
+        }
+        return {
+            "format": _STATE_FORMAT,
+            "secrets": self._s_sk + self._c_sk + self._b,
+            "run_id": self._run_id or b"",
+            "record": json.dumps(record, sort_keys=True).encode(),
+        }
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, bytes]) -> "SecAggClient":
+        """The client :meth:`to_state` saved, with its answered-once record and exclusions.
+
+        :raises ValueError: a state of another format, or malformed.
+        """
+        try:
+            if state["format"] != _STATE_FORMAT or not _is_key(state["secrets"], 96):
+                raise ValueError("format")
+            record = json.loads(state["record"].decode())
+            client = cls(record["client_id"], min_cohort=record["min_cohort"])
+            secret = state["secrets"]
+            client._s_sk, client._c_sk, client._b = secret[:32], secret[32:64], secret[64:]
+            client._run_id = bytes(state["run_id"]) or None
+            client._degree, client._threshold = int(record["degree"]), int(record["threshold"])
+            client._roster = {c: (bytes.fromhex(s), bytes.fromhex(e)) for c, (s, e) in record["roster"].items()}
+            client._held = {c: bytes.fromhex(v) for c, v in record["held"].items()}
+            client._answered = {bytes.fromhex(k): bytes.fromhex(v) for k, v in record["answered"].items()}
+            client._views = {bytes.fromhex(k): bytes.fromhex(v) for k, v in record["views"].items()}
+            client._excluded = {c: bytes.fromhex(v) for c, v in record["excluded"].items()}
+            client._restore_keys()
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            raise ValueError(f"SecAggClient.from_state: not a secure-aggregation client state ({error!r})") from None
+        return client
+
+
+# --- the server ---------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SetupReport:
+    """The one-off setup: who is in, the holder graph, and what it cost in bytes (:func:`payload_bytes`)."""
+
+    roster: Tuple[str, ...]
+    eligible: Tuple[str, ...]
+    degree: int
+    threshold: int
+    excluded: Dict[str, str]
+    bytes_to_clients: int
+    bytes_from_clients: int
+
+
+@dataclass(frozen=True)
+class SecureSum:
+    """One exchange's result: ``total = Σ_{i ∈ survivors} codes_i mod 2^64`` (``uint64`` ``[size]``)."""
+
+    total: np.ndarray
+    survivors: Tuple[str, ...]
+    dropped: Dict[str, str]  # excluded from now on
+    recovered: Tuple[str, ...] = ()  # survivors whose b was rebuilt (excluded from now on)
+    bytes_to_clients: int = 0
+    bytes_from_clients: int = 0
+
+
+class _Bad(Exception):
+    """A client's response that fails validation (the client is treated as not having answered)."""
+
+
+def _expect(condition: bool, why: str) -> None:
+    if not condition:
+        raise _Bad(why)
+
+
+class SecAggServer:
+    """The server's side for one run: setup once, then :meth:`secure_sum` per exchange.
+
+    :param run_id: the run's id, fresh from the OS (:func:`~gpflow_fed.randomness.new_run_id`, ≥ 16 bytes).
+    :param degree: the holder graph's degree ``d_s``; ``None``: :func:`default_degree` of the roster.
+    :param threshold: ``t`` with ``d_s/2 < t ≤ d_s``; ``None``: ``⌊d_s/2⌋ + 1``.
+    :param min_survivors: the server's own minimum (≥ 2) of survivors, and of each survivor group whose sum
+        unmasking reveals; clients enforce their own ``min_cohort`` besides.
+    """
+
+    def __init__(
+        self, run_id: bytes, *, degree: Optional[int] = None, threshold: Optional[int] = None, min_survivors: int = 2
+    ) -> None:
+        if not isinstance(run_id, bytes) or len(run_id) < 16:
+            raise ValueError("SecAggServer: run_id must be ≥ 16 bytes from the OS (use new_run_id())")
+        for name, value in (("degree", degree), ("threshold", threshold)):
+            if value is not None and (not _is_int(value) or value < 1):
+                raise ValueError(f"SecAggServer: {name} must be None or an int ≥ 1, got {value!r}")
+        if not _is_int(min_survivors) or min_survivors < 2:
+            raise ValueError(f"SecAggServer: min_survivors must be an int ≥ 2, got {min_survivors!r}")
+        self.run_id, self.min_survivors = run_id, int(min_survivors)
+        self._degree, self._threshold = degree, threshold
+        self.threshold = 0
+        self.roster: Dict[str, Tuple[bytes, bytes]] = {}
+        self._order: Tuple[str, ...] = ()
+        self.holders: Dict[str, Tuple[str, ...]] = {}
+        self.stored: Dict[str, FrozenSet[str]] = {}  # client -> holders that stored its share of b
+        self.excluded: Dict[str, str] = {}  # client -> why it takes no further part in the run
+
+    @property
+    def eligible(self) -> Tuple[str, ...]:
+        """Clients that completed setup and were not excluded since."""
+        return tuple(c for c in sorted(self.roster) if c not in self.excluded)
+
+    def _call(self, send: Send, stage: str, requests: Dict[str, Dict[str, Any]], tally: List[int]) -> Dict[str, Any]:
+        answers = send(stage, requests)
+        if not isinstance(answers, Mapping):
+            raise TypeError(f"secure aggregation: send({stage!r}, ...) must return a mapping client -> response")
+        picked = {c: answers.get(c) for c in requests}
+        tally[0] += sum(payload_bytes(r) for r in requests.values())
+        tally[1] += sum(payload_bytes(r) for r in picked.values())
+        return picked
+
+    def setup(self, send: Send, clients: Sequence[str]) -> SetupReport:
+        """Stages ``advertise``, ``share`` and ``store`` over ``clients``; once per run.
+
+        A client that does not answer, answers malformed data, presents a key another client presents, or
+        whose share reached fewer than ``t`` holders is excluded (with the reason in :attr:`excluded`).
+
+        :raises RuntimeError: a second setup.
+        :raises ValueError: malformed ``clients`` or an invalid threshold for the holder graph.
+        :raises SecAggAborted: fewer than two clients with valid keys.
+        """
+        if self.roster:
+            raise RuntimeError("SecAggServer.setup runs once per run; start a new run (new run id) to set up again")
+        ids = _ids(list(clients))
+        tally = [0, 0]
+        answers = self._call(send, "advertise", {c: {"run_id": self.run_id} for c in ids}, tally)
+        keys: Dict[str, Tuple[bytes, bytes]] = {}
+        for c in ids:
+            a = answers[c]
+            if isinstance(a, Mapping) and _is_key(a.get("s_pk")) and _is_key(a.get("c_pk")):
+                keys[c] = (a["s_pk"], a["c_pk"])
+            else:
+                self.excluded[c] = "setup: no valid public keys advertised"
+        seen: Dict[bytes, List[str]] = {}
+        for c, pair in keys.items():
+            for key in pair:
+                seen.setdefault(key, []).append(c)
+        for owners in seen.values():
+            if len(owners) > 1:
+                for c in owners:
+                    self.excluded[c] = "setup: presents a public key used twice"
+                    keys.pop(c, None)
+        roster = sorted(keys)
+        if len(roster) < 2:
+            raise SecAggAborted(f"secure aggregation setup: {len(roster)} client(s) with valid keys, need ≥ 2")
+        degree = self._degree if self._degree is not None else default_degree(len(roster))
+        holders = _holders(self.run_id, tuple(roster), degree)
+        d = len(holders[roster[0]])
+        t = self._threshold if self._threshold is not None else d // 2 + 1
+        if not d < 2 * t <= 2 * d:
+            raise ValueError(f"SecAggServer: threshold {t} is not in (d/2, d] for {d} share holders per client")
+        self.roster, self.holders, self.threshold = keys, dict(holders), t
+        self._order = tuple(roster)
+        request = {
+            "run_id": self.run_id,
+            "s_pk": {c: keys[c][0] for c in roster},
+            "c_pk": {c: keys[c][1] for c in roster},
+            "degree": degree,
+            "threshold": t,
+        }
+        answers = self._call(send, "share", {c: request for c in roster}, tally)
+        ciphertexts: Dict[str, Mapping[str, bytes]] = {}
+        for c in roster:
+            a = answers[c]
+            cts = a.get("ciphertexts") if isinstance(a, Mapping) else None
+            if (
+                isinstance(cts, Mapping)
+                and set(cts) == set(holders[c])
+                and all(isinstance(v, bytes) and len(v) == _CIPHERTEXT for v in cts.values())
+            ):
+                ciphertexts[c] = cts
+            else:
+                self.excluded[c] = "setup: no valid encrypted shares"
+        requests = {
+            h: {"run_id": self.run_id, "ciphertexts": {i: ciphertexts[i][h] for i in holders[h] if i in ciphertexts}}
+            for h in roster
+        }
+        answers = self._call(send, "store", requests, tally)
+        stored: Dict[str, set] = {i: set() for i in ciphertexts}
+        for h in roster:
+            a = answers[h]
+            names = a.get("stored") if isinstance(a, Mapping) else None
+            if isinstance(names, (list, tuple)):
+                for i in set(names) & set(requests[h]["ciphertexts"]):
+                    stored[i].add(h)
+        self.stored = {i: frozenset(s) for i, s in stored.items()}
+        for i, holders_i in self.stored.items():
+            if len(holders_i) < t:
+                self.excluded[i] = f"setup: only {len(holders_i)} of its {d} share holders stored its shares (t = {t})"
+        return SetupReport(
+            roster=tuple(roster),
+            eligible=self.eligible,
+            degree=d,
+            threshold=t,
+            excluded=dict(self.excluded),
+            bytes_to_clients=tally[0],
+            bytes_from_clients=tally[1],
+        )
+
+    def secure_sum(self, send: Send, exchange: Exchange, size: int, *, degree: Optional[int] = None) -> SecureSum:
+        """``Σ_{i∈S} codes_i mod 2^64`` over the survivors ``S`` of ``exchange.cohort`` (stages ``masked_input``,
+        ``unmask``, and ``unmask`` again for the ``b`` shares of survivors that did not answer it).
+
+        Every response is validated; an invalid one counts as no answer. Dropped clients, and survivors whose
+        ``b`` is rebuilt, are excluded for the rest of the run (:attr:`excluded`) as soon as they are named.
+
+        :param send: the runtime's transport (:data:`Send`).
+        :param exchange: the exchange (this run's id; a cohort of eligible clients, fixed after fault screening).
+        :param size: P, the number of ``uint64`` codes each client sums.
+        :param degree: the masking graph's degree; ``None``: :func:`default_degree` of the cohort.
+        :raises ValueError: an exchange of another run, a cohort with ineligible clients or below
+            ``min_survivors``, or a bad ``size``.
+        :raises SecAggAborted: fewer survivors than ``min_survivors``, a survivor group below it, a pad whose two
+            ends are both gone, or a rebuilt ``b`` with fewer than ``t`` shares (nothing is released then).
+        """
+        if not isinstance(exchange, Exchange) or exchange.run_id != self.run_id:
+            raise ValueError("secure_sum: the exchange must be an Exchange of this run (same run_id)")
+        if not self.roster:
+            raise ValueError("secure_sum: run setup() first")
+        ineligible = sorted(c for c in exchange.cohort if c not in self.roster or c in self.excluded)
+        if ineligible:
+            reasons = {c: self.excluded.get(c, "not in the roster") for c in ineligible[:3]}
+            raise ValueError(f"secure_sum: cohort members are not eligible in this run: {reasons}")
+        if len(exchange.cohort) < self.min_survivors:
+            raise ValueError(
+                f"secure_sum: a cohort of {len(exchange.cohort)} is below min_survivors = {self.min_survivors}"
+            )
+        if not _is_int(size) or size < 1:
+            raise ValueError(f"secure_sum: size must be an int ≥ 1, got {size!r}")
+        d = degree if degree is not None else default_degree(len(exchange.cohort))
+        graph = _graph(exchange, d)
+        digest, tally = exchange.digest, [0, 0]
+        base = {
+            "run_id": self.run_id,
+            "purpose": exchange.purpose,
+            "round": exchange.round,
+            "phase": exchange.phase,
+            "cohort": members_bitmap(self._order, exchange.cohort),
+            "degree": d,
+        }
+        requests = {
+            c: {**base, "size": size, "s_pk": {p: self.roster[p][0] for p in graph[c]}} for c in exchange.cohort
+        }
+        answers = self._call(send, "masked_input", requests, tally)
+        masked: Dict[str, np.ndarray] = {}
+        dropped: Dict[str, str] = {}
+        for c in exchange.cohort:
+            a = answers[c]
+            if a is None:
+                dropped[c] = "no masked input"
+                continue
+            y = a.get("masked") if isinstance(a, Mapping) else None
+            if not isinstance(a, Mapping):
+                dropped[c] = "malformed answer"
+            elif a.get("tag") != digest:
+                dropped[c] = "masked input for another exchange (stale or replayed)"
+            elif not (isinstance(y, np.ndarray) and y.dtype == np.uint64 and y.shape == (size,)):
+                dropped[c] = f"masked input is not a uint64 array of {size} codes"
+            else:
+                masked[c] = y
+        survivors = sorted(masked)
+        if len(survivors) < self.min_survivors:
+            raise SecAggAborted(
+                f"secure aggregation: {len(survivors)} survivor(s) of {len(exchange.cohort)}, below min_survivors = "
+                f"{self.min_survivors}; the sum is not unmasked"
+            )
+        smallest = _smallest_group(exchange, d, frozenset(dropped))
+        if smallest < self.min_survivors:
+            raise SecAggAborted(
+                f"secure aggregation: the drop-outs split the survivors into a group of {smallest}, below "
+                f"min_survivors = {self.min_survivors}; its sum would be revealed, so nothing is unmasked"
+            )
+        for j, why in dropped.items():
+            self.excluded[j] = f"dropped out of {exchange.purpose!r} round {exchange.round} ({why})"
+        unmask = {**base, "dropped": members_bitmap(self._order, dropped)}
+        requests = {c: {**unmask, "seed": True, "pads": [p for p in graph[c] if p in dropped]} for c in survivors}
+        for j in sorted(dropped):
+            peers = [p for p in graph[j] if p in masked]
+            if peers:
+                requests[j] = {**unmask, "seed": False, "pads": peers}
+        answers = self._call(send, "unmask", requests, tally)
+        seeds: Dict[str, bytes] = {}
+        pads: Dict[Tuple[str, str], bytes] = {}  # (survivor, dropped) -> pad seed
+        for c, request in requests.items():
+            try:
+                a = answers[c]
+                _expect(isinstance(a, Mapping) and a.get("tag") == digest, "no answer for this exchange")
+                got = a.get("pads")
+                _expect(isinstance(got, Mapping) and set(got) == set(request["pads"]), "wrong pads")
+                _expect(all(_is_key(v, PAD_SEED_BYTES) for v in got.values()), "malformed pads")
+                _expect(not a.get("b_shares"), "unrequested shares")
+                if request["seed"]:
+                    _expect(_is_key(a.get("seed"), PAD_SEED_BYTES), "malformed seed")
+            except _Bad:
+                continue
+            if request["seed"]:
+                seeds[c] = a["seed"]
+            for p, value in got.items():
+                pair = (c, p) if c in masked else (p, c)
+                if pads.setdefault(pair, value) != value:
+                    raise SecAggAborted(f"secure aggregation: the two ends of pair {pair} gave different pad seeds")
+        lost = sorted((i, j) for j in dropped for i in graph[j] if i in masked and (i, j) not in pads)
+        if lost:
+            raise SecAggAborted(
+                f"secure aggregation: the pads of survivor/dropped pair(s) {lost[:3]} are lost (both ends left before "
+                "unmasking); the sum cannot be recovered"
+            )
+        late = [c for c in survivors if c not in seeds]
+        if late:
+            requests = {}
+            for i in late:
+                for h in sorted(self.stored.get(i, ())):
+                    requests.setdefault(h, {**unmask, "seed": False, "pads": [], "b_shares": []})["b_shares"].append(i)
+            for i in late:
+                self.excluded[i] = f"its self-mask seed b was rebuilt in {exchange.purpose!r} round {exchange.round}"
+            answers = self._call(send, "unmask", requests, tally)
+            shares: Dict[str, List[Tuple[int, bytes]]] = {i: [] for i in late}
+            for h, request in requests.items():
+                a = answers[h]
+                got = a.get("b_shares") if isinstance(a, Mapping) and a.get("tag") == digest else None
+                if not isinstance(got, Mapping) or set(got) != set(request["b_shares"]):
+                    continue
+                if not all(_is_key(v, SHARE_BYTES) for v in got.values()):
+                    continue
+                for i, value in got.items():
+                    shares[i].append((self.holders[i].index(h) + 1, value))
+            for i in late:
+                try:
+                    seeds[i] = self_mask_seed(combine_shares(shares[i], self.threshold), exchange, i)
+                except ShamirError as error:
+                    raise SecAggAborted(
+                        f"secure aggregation: survivor {i!r} did not unmask and its b cannot be rebuilt: {error}"
+                    ) from None
+        total = np.zeros(size, dtype=np.uint64)
+        for c in survivors:
+            total += masked[c]  # uint64 arithmetic wraps modulo 2^64
+            total -= keystream(seeds[c], size)
+        for (i, j), seed in pads.items():
+            if i < j:
+                total -= keystream(seed, size)
+            else:
+                total += keystream(seed, size)
+        return SecureSum(
+            total=total,
+            survivors=tuple(survivors),
+            dropped=dropped,
+            recovered=tuple(late),
+            bytes_to_clients=tally[0],
+            bytes_from_clients=tally[1],
+        )
+
+
+def in_process_send(clients: Mapping[str, SecAggClient], codes: Optional[Mapping[str, np.ndarray]] = None) -> Send:
+    """A :data:`Send` for clients in this process: each answers with :meth:`SecAggClient.respond` (``codes[c]``
+    for ``masked_input``); a refusal (:class:`SecAggRefused`) or an unknown client is no answer (``None``)."""
+
+    def send(stage: str, requests: Dict[str, Dict[str, Any]]) -> Dict[str, Optional[Dict[str, Any]]]:
+        out: Dict[str, Optional[Dict[str, Any]]] = {}
+        for c, request in requests.items():
+            try:
+                own = None if codes is None else codes.get(c)
+                out[c] = clients[c].respond(stage, request, own) if c in clients else None
+            except SecAggRefused:
+                out[c] = None
+        return out
+
+    return send
