@@ -11,7 +11,7 @@ happens on the client (its algorithm raises, its own policy refuses), the server
 from __future__ import annotations
 
 import time
-from typing import Any, Optional
+from typing import Optional
 
 import numpy as np
 
@@ -20,37 +20,11 @@ from .client import Client
 from .faults import reply_fault, weight_fault
 from .messages import Message
 from .protection.encoder import ClientEncoder
-from .protection.masking import PUBLIC_KEY_BYTES, Exchange
 from .protection.request import Protection
-from .transport import UPDATE, Request, Response
+from .protection.wire import pack, unpack
+from .transport import PROTOCOL_STAGES, UPDATE, Request, Response
 
-__all__ = ["ClientEndpoint", "public_keys_message", "read_public_keys"]
-
-#: array-name prefix of the public keys a "mask" request relays
-KEY_PREFIX = "pk/"
-
-
-def public_keys_message(round: int, phase: str, keys: dict) -> Message:
-    """The server's "mask" request payload: the cohort's public keys as ``uint8`` arrays (``pk/<client>``)."""
-    from .messages import SERVER
-
-    arrays = {KEY_PREFIX + cid: np.frombuffer(key, dtype=np.uint8) for cid, key in keys.items()}
-    return Message(SERVER, round, phase, arrays, weight=0.0)
-
-
-def read_public_keys(message: Message) -> dict:
-    """The public keys a "mask" request relays, ``{client: 32 bytes}``.
-
-    :raises ValueError: an entry that is not a 32-byte ``uint8`` key.
-    """
-    keys = {}
-    for name, value in message.arrays.items():
-        if not name.startswith(KEY_PREFIX):
-            continue
-        if value.dtype != np.uint8 or value.shape != (PUBLIC_KEY_BYTES,):
-            raise ValueError(f"public key {name!r} must be {PUBLIC_KEY_BYTES} uint8 values")
-        keys[name[len(KEY_PREFIX) :]] = value.tobytes()
-    return keys
+__all__ = ["ClientEndpoint"]
 
 
 class ClientEndpoint:
@@ -81,25 +55,22 @@ class ClientEndpoint:
         try:
             if request.stage == UPDATE:
                 return self._update(request)
-            if request.stage == "keys":
-                run_id = bytes.fromhex(str(request.config["run_id"]))
-                key = self.encoder.public_key(run_id)
-                down = request.message
-                message = Message(self.client.id, down.round, down.phase, {"public_key": np.frombuffer(key, np.uint8)})
-                return Response(message=message)
-            if request.stage == "mask":
-                config = request.config
-                exchange = Exchange(
-                    bytes.fromhex(str(config["run_id"])),
-                    str(config["purpose"]),
-                    int(config["round"]),
-                    str(config["phase"]),
-                    tuple(str(c) for c in config["cohort"]),
-                )
-                return Response(message=self.encoder.mask(exchange, read_public_keys(request.message)))
+            if request.stage in PROTOCOL_STAGES:
+                return self._protocol(request)
             return Response(fault=f"unknown stage {request.stage!r}", error=ValueError(request.stage))
         except Exception as exc:  # noqa: BLE001 - every client-side failure becomes a fault the server screens
             return Response(fault=f"raised {type(exc).__name__}: {exc}", error=exc)
+
+    def _protocol(self, request: Request) -> Response:
+        """One stage of the secure-aggregation protocol, answered by the encoder (a refusal is a fault)."""
+        down = request.message
+        try:
+            answer = self.encoder.respond(request.stage, unpack(request.config.get("protocol"), down.arrays))
+        except ValueError as refusal:  # the client's own rules: nothing is sent
+            return Response(fault=str(refusal), error=refusal)
+        structure, arrays = pack(answer)
+        message = Message(self.client.id, down.round, down.phase, arrays, weight=0.0)
+        return Response(message=message, config={"protocol": structure})
 
     def _update(self, request: Request) -> Response:
         algorithm, down, config = self.algorithm, request.message, request.config
@@ -110,10 +81,14 @@ class ClientEndpoint:
         first = down.phase not in self._timed
         self._timed.add(down.phase)
         seconds: Optional[float] = None if first else elapsed
-        protection: Optional[Any] = config.get("protection")
+        aggregation = str(config["aggregation"])
+        request_protection = Protection.from_config(config.get("protection", {}))
+        refusal = self.encoder.policy.refusal(request_protection, down.phase, aggregation)
+        if refusal:  # the client's own policy: nothing of its payload is sent
+            return Response(fault=refusal, error=PermissionError(refusal), seconds=seconds)
         fault = reply_fault(reply, self.client.id, down) if not isinstance(reply, Message) else None
-        if fault is None and protection is None:  # the server screens what it can read
-            return Response(message=reply, seconds=seconds)
+        if fault is None and not request_protection.protects(down.phase, aggregation):
+            return Response(message=reply, seconds=seconds)  # the server screens what it can read
         if fault is None:  # a protected phase: the client checks its own reply; once encoded, the server cannot
             fault = reply_fault(reply, self.client.id, down)
         if fault is None:
@@ -121,12 +96,11 @@ class ClientEndpoint:
             fault = weight_fault(reply, algorithm.expected_weight(down.phase, size), size)
         if fault is not None:
             return Response(fault=fault, error=ValueError(fault), seconds=seconds)
-        request_protection = Protection.from_config(protection)
         try:
             prepared = self.encoder.prepare(
-                reply, request_protection, str(config["aggregation"]), int(config["cohort_size"]), request.purpose
+                reply, request_protection, aggregation, int(config["cohort_size"]), request.purpose
             )
-        except ValueError as exc:  # the client's policy refuses, or a value its encoding cannot carry
+        except ValueError as exc:  # a value its encoding cannot carry
             return Response(fault=str(exc), error=exc, seconds=seconds)
         if request_protection.secure is None:
             return Response(message=prepared, seconds=seconds)

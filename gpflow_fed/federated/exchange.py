@@ -8,9 +8,9 @@
 3. **records** every message that crossed in the ledger (the broadcast to each client, then its reply);
 4. **screens** the responses and applies the fault policy, once (:func:`~gpflow_fed.federated.faults.screen`);
 5. **protects**: in a phase the run's :class:`~gpflow_fed.federated.protection.request.Protection` covers, the
-   clients prepared (clipped, encoded) their replies; under secure aggregation the owner fixes the cohort, relays
-   the cohort's public keys (stage ``keys``, once per client and run) and asks for the masked payloads (stage
-   ``mask``), recording each stage;
+   clients prepared (clipped, encoded) their replies; under secure aggregation the owner fixes the cohort and runs
+   the protocol of :mod:`~gpflow_fed.federated.protection.secagg` through the same transport (its setup once per
+   run, then masked input and unmasking, with drop-out recovery), recording every stage;
 6. **reduces** with the :class:`~gpflow_fed.federated.protection.reduction.Reducer` (plain, robust, or decode and
    noise the protected sum);
 7. hands the aggregate to ``Algorithm.server_update``.
@@ -20,19 +20,19 @@ A runtime is only a transport; a protection lives in the client's encoder and th
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Sequence, Tuple
+from dataclasses import dataclass, field, replace
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
 from .algorithm import Aggregate, Algorithm, FederationInfo
-from .endpoint import public_keys_message
 from .faults import ClientUpdateError, FaultPolicy, RoundFailedError, screen
 from .ledger import Channel, CommunicationLedger
 from .messages import SERVER, Message
-from .protection.masking import sum_masked
 from .protection.reduction import ExchangeContext, Reducer
-from .transport import UPDATE, Request, Response, Transport
+from .protection.secagg import SecAggAborted, SecAggServer
+from .protection.wire import pack, unpack
+from .transport import UPDATE, Request, Transport
 
 __all__ = ["PhaseOwner"]
 
@@ -55,7 +55,8 @@ class PhaseOwner:
     channel: Channel
     faults: FaultPolicy
     info: FederationInfo
-    _public_keys: Dict[str, bytes] = field(default_factory=dict)
+    _secagg: Optional[SecAggServer] = None
+    _protocol_faults: Dict[str, str] = field(default_factory=dict)
 
     @property
     def ledger(self) -> CommunicationLedger:
@@ -77,7 +78,7 @@ class PhaseOwner:
         protection = self.reducer.protection
         protected = protection.protects(phase, aggregation)
         config: Dict[str, Any] = {"aggregation": aggregation, "cohort_size": len(cohort)}
-        if protected:
+        if aggregation != "collect":  # each client checks the request against its own policy
             config["protection"] = protection.to_config()
         request = Request(UPDATE, down, purpose, config)
         responses = self.transport.send({cid: request for cid in cohort})
@@ -99,7 +100,7 @@ class PhaseOwner:
         )
         context = self.reducer.context(purpose, round, phase, aggregation, good)
         if protected and protection.secure is not None:
-            aggregate, dropped = self._masked_sum(context)
+            aggregate, dropped = self._masked_sum(context, responses[good[0]].layout or {})
             excluded.update(dropped)
         else:
             aggregate = self.reducer.reduce([responses[cid].message for cid in good], context)  # type: ignore[misc]
@@ -130,57 +131,99 @@ class PhaseOwner:
         return expected
 
     # --- secure aggregation ------------------------------------------------------------------------------
-    def _stage(self, stage: str, requests: Mapping[str, Request], phase: str) -> Dict[str, Response]:
-        """One protocol stage: send, and record what crossed (the requests, then the answers)."""
-        responses = self.transport.send(requests)
-        for cid, request in requests.items():
-            self.channel.send(request.message, cid, request.purpose)
-            answer = responses[cid].message
-            if answer is not None:
-                self.channel.send(answer, SERVER, request.purpose)
-        return responses
+    def _send(
+        self, stage: str, requests: Mapping[str, Mapping[str, Any]], where: Tuple[int, str, str]
+    ) -> Dict[str, Any]:
+        """One protocol stage through the transport, recorded in the ledger: ``{client: answer or None}``."""
+        round, phase, purpose = where
+        packed: Dict[int, Tuple[Dict[str, Any], Dict[str, np.ndarray]]] = {}
+        outgoing: Dict[str, Request] = {}
+        for cid, message in requests.items():
+            if id(message) not in packed:  # one request object for many clients (the roster) is packed once
+                packed[id(message)] = pack(message)
+            structure, arrays = packed[id(message)]
+            down = Message(SERVER, round, f"{phase}/secagg/{stage}", arrays, weight=0.0)
+            outgoing[cid] = Request(stage, down, purpose, {"protocol": structure})
+        responses = self.transport.send(outgoing)
+        answers: Dict[str, Any] = {}
+        for cid, request in outgoing.items():
+            self.channel.send(request.message, cid, purpose)
+            response = responses[cid]
+            answers[cid] = None
+            if response.fault is None and response.message is not None:
+                self.channel.send(response.message, SERVER, purpose)
+                try:
+                    answers[cid] = unpack(response.config.get("protocol"), response.message.arrays)
+                except (ValueError, TypeError):
+                    answers[cid] = None
+            else:
+                self._protocol_faults[cid] = response.fault or "sent nothing"
+        return answers
 
-    def _fail_or_drop(self, context: ExchangeContext, responses: Mapping[str, Response]) -> Dict[str, str]:
-        failed = {cid: r.fault or "sent nothing" for cid, r in responses.items() if r.fault or r.message is None}
+    def _secure_server(self, where: Tuple[int, str, str]) -> SecAggServer:
+        """The run's secure-aggregation server, set up with every client on first use (keys and shares once per
+        run)."""
+        if self._secagg is None:
+            secure = self.reducer.protection.secure
+            assert secure is not None
+            server = SecAggServer(self.reducer.run_id, min_survivors=secure.min_cohort)
+            try:
+                server.setup(lambda stage, requests: self._send(stage, requests, where), self.info.client_ids)
+            except SecAggAborted as exc:
+                raise RoundFailedError(f"round {where[0]}, phase {where[1]!r}: {exc}") from None
+            self._secagg = server
+        return self._secagg
+
+    def _masked_sum(
+        self, context: ExchangeContext, layout: Mapping[str, Tuple[int, ...]]
+    ) -> Tuple[Aggregate, Dict[str, str]]:
+        """The protected sum of the cohort's kept encodings: the protocol of :mod:`~.protection.secagg` (drop-out
+        recovery included) over the cohort the server fixed, decoded and noised by the reducer."""
+        round, phase, purpose = context.round, context.phase, context.purpose
+        where = (round, phase, purpose)
+        secure = self.reducer.protection.secure
+        assert secure is not None
+        self._protocol_faults: Dict[str, str] = {}
+        self.reducer.check_cohort(context)
+        server = self._secure_server(where)
+        eligible = set(server.eligible)
+        dropped = {
+            cid: f"takes no part in secure aggregation for the rest of the run ({server.excluded.get(cid, 'no setup')})"
+            for cid in context.cohort
+            if cid not in eligible
+        }
+        self._raise_first(context, dropped)
+        context = self.reducer.context(purpose, round, phase, context.aggregation, _without(context, dropped))
+        self.reducer.check_cohort(context)
+        names = sorted(layout)
+        size = int(sum(int(np.prod(layout[n], dtype=np.int64)) for n in names))
+        try:
+            result = server.secure_sum(
+                lambda stage, requests: self._send(stage, requests, where), context.exchange, size, degree=secure.degree
+            )
+        except SecAggAborted as exc:
+            raise RoundFailedError(f"round {round}, phase {phase!r}: {exc}") from None
+        lost = {cid: self._protocol_faults.get(cid, reason) for cid, reason in result.dropped.items()}
+        self._raise_first(context, lost)
+        dropped.update(lost)
+        if len(result.survivors) < self.faults.min_clients:
+            raise RoundFailedError(
+                f"round {round}, phase {phase!r}: {len(result.survivors)} clients finished the secure summation, "
+                f"fewer than min_clients={self.faults.min_clients}"
+            )
+        sums, offset = {}, 0
+        for name in names:
+            count = int(np.prod(layout[name], dtype=np.int64))
+            sums[name] = result.total[offset : offset + count].reshape(layout[name])
+            offset += count
+        survivors = replace(context, cohort=tuple(c for c in context.cohort if c in set(result.survivors)))
+        return self.reducer.finish(sums, survivors, masked=True), dropped
+
+    def _raise_first(self, context: ExchangeContext, failed: Mapping[str, str]) -> None:
+        """Under ``on_error="raise"`` a client lost to the protocol stops the run, naming the first one."""
         if failed and self.faults.on_error == "raise":
             cid = next(c for c in context.cohort if c in failed)
-            error = responses[cid].error or RuntimeError(failed[cid])
-            raise ClientUpdateError(cid, context.round, context.phase, error) from error
-        return failed
-
-    def _masked_sum(self, context: ExchangeContext) -> Tuple[Aggregate, Dict[str, str]]:
-        """Fix the cohort, relay its public keys, collect the masked payloads and decode their sum."""
-        self.reducer.check_cohort(context)
-        round, phase, purpose = context.round, context.phase, context.purpose
-        run_id = self.reducer.run_id.hex()
-        missing = [cid for cid in context.cohort if cid not in self._public_keys]
-        dropped: Dict[str, str] = {}
-        if missing:
-            down = Message(SERVER, round, f"{phase}/secagg/keys", {}, weight=0.0)
-            ask = Request("keys", down, purpose, {"run_id": run_id})
-            answers = self._stage("keys", {cid: ask for cid in missing}, phase)
-            dropped = self._fail_or_drop(context, answers)
-            for cid in missing:
-                if cid not in dropped:
-                    self._public_keys[cid] = answers[cid].message.arrays["public_key"].tobytes()  # type: ignore[union-attr]
-            if dropped:
-                context = self.reducer.context(purpose, round, phase, context.aggregation, _without(context, dropped))
-                self.reducer.check_cohort(context)
-        keys = public_keys_message(round, f"{phase}/secagg/mask", {c: self._public_keys[c] for c in context.cohort})
-        config = {"run_id": run_id, "purpose": purpose, "round": round, "phase": phase, "cohort": list(context.cohort)}
-        answers = self._stage("mask", {cid: Request("mask", keys, purpose, config) for cid in context.cohort}, phase)
-        failed = self._fail_or_drop(context, answers)
-        if failed:
-            raise RoundFailedError(
-                f"round {round}, phase {phase!r}: {sorted(failed)} did not send their masked payload after the cohort "
-                f"was fixed ({failed}); the pairwise masks cancel only over the whole cohort, so the sum is refused"
-            )
-        masked: List[Message] = [answers[cid].message for cid in context.cohort]  # type: ignore[misc]
-        stale = [m.sender for m in masked if (m.round, m.phase) != (round, phase)]
-        if stale:
-            raise RoundFailedError(f"round {round}, phase {phase!r}: {stale} answered for another exchange; refused")
-        sums = sum_masked([m.arrays for m in masked])
-        return self.reducer.finish(sums, context, masked=True), dropped
+            raise ClientUpdateError(cid, context.round, context.phase, RuntimeError(failed[cid]))
 
 
 def _without(context: ExchangeContext, dropped: Mapping[str, str]) -> List[str]:

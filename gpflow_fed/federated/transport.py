@@ -19,12 +19,14 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from .messages import Message
 
-__all__ = ["Request", "Response", "STAGES", "Transport", "UPDATE"]
+__all__ = ["PROTOCOL_STAGES", "Request", "Response", "STAGES", "Transport", "UPDATE"]
 
 #: the stage that asks a client for its update (``Algorithm.client_update``); protected exchanges add their own
 UPDATE = "update"
-#: every stage name a client answers (the protection stages are defined in :mod:`~gpflow_fed.federated.protection`)
-STAGES: Tuple[str, ...] = (UPDATE, "keys", "mask")
+#: the secure-aggregation protocol's stages (:mod:`~gpflow_fed.federated.protection.secagg`)
+PROTOCOL_STAGES: Tuple[str, ...] = ("advertise", "share", "store", "masked_input", "unmask")
+#: every stage a client answers
+STAGES: Tuple[str, ...] = (UPDATE, *PROTOCOL_STAGES)
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,7 @@ class Response:
         one-off tracing and set-up; remote runtimes cannot time it).
     :param layout: in a protected update, the names and shapes of the client's encoded payload (the payload
         itself stays with the client until it is masked).
+    :param config: small public values that travel with ``message`` (JSON-able: a protocol message's structure).
     """
 
     message: Optional[Message] = None
@@ -65,6 +68,7 @@ class Response:
     error: Optional[BaseException] = field(default=None, compare=False)
     seconds: Optional[float] = None
     layout: Optional[Mapping[str, Tuple[int, ...]]] = None
+    config: Mapping[str, Any] = field(default_factory=dict)
 
 
 class Transport(abc.ABC):

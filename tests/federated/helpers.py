@@ -156,18 +156,30 @@ def fsgp(run_config: Mapping[str, Any]) -> FSGP:
     )
 
 
-def masked_messages(messages, protection, run_id=bytes(16), purpose="train", aggregation="sum"):
-    """What each client of ``messages`` sends under ``protection``'s secure aggregation: its encoder prepares and masks
-    (every client's encoder and keys in this process), for one exchange of the clients in order. Returns
-    ``(masked messages, ExchangeContext)``."""
+def secure_exchange(messages, protection, purpose="train", aggregation="sum"):
+    """One secure exchange of ``messages`` (one per client, in cohort order) with every client's encoder and the
+    protocol's server in this process: each encoder prepares its message, the server sets up and runs
+    :meth:`SecAggServer.secure_sum`. Returns ``(masked vectors {client: uint64 [P]}, the secure sum, context)``."""
     from gpflow_fed.federated.protection.encoder import ClientEncoder
     from gpflow_fed.federated.protection.policy import ClientPolicy
+    from gpflow_fed.federated.protection.randomness import new_run_id
     from gpflow_fed.federated.protection.reduction import ExchangeContext
+    from gpflow_fed.federated.protection.secagg import SecAggServer
 
     cohort = tuple(m.sender for m in messages)
-    context = ExchangeContext(run_id, purpose, messages[0].round, messages[0].phase, aggregation, cohort)
+    run_id = new_run_id()
     encoders = {c: ClientEncoder(c, ClientPolicy.matching(protection)) for c in cohort}
-    keys = {c: e.public_key(run_id) for c, e in encoders.items()}
-    for m in messages:
-        encoders[m.sender].prepare(m, protection, aggregation, len(cohort), purpose)
-    return [encoders[c].mask(context.exchange, keys) for c in cohort], context
+    prepared = [encoders[m.sender].prepare(m, protection, aggregation, len(cohort), purpose) for m in messages]
+    size = sum(a.size for a in prepared[0].arrays.values())
+    masked = {}
+
+    def send(stage, requests):
+        answers = {c: encoders[c].respond(stage, r) for c, r in requests.items()}
+        if stage == "masked_input":
+            masked.update({c: a["masked"] for c, a in answers.items()})
+        return answers
+
+    server = SecAggServer(run_id)
+    server.setup(send, cohort)
+    context = ExchangeContext(run_id, purpose, messages[0].round, messages[0].phase, aggregation, cohort)
+    return masked, server.secure_sum(send, context.exchange, size), context

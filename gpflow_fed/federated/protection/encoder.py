@@ -7,28 +7,28 @@ Every runtime hands a protected stage to the party's :class:`ClientEncoder` (thr
    :class:`~gpflow_fed.federated.protection.policy.ClientPolicy`, then clips (DP), caps and applies the weight
    (``"mean"``), and encodes in fixed point (secure aggregation). The encoding stays with the client; the server
    gets its layout only (names and shapes), or, with DP alone, the clipped message;
-2. **keys**: the client's X25519 public key for this run (its private key never leaves this object);
-3. **mask**: for the cohort the server has fixed, the client checks that cohort itself (it is in it, it has at
-   least the client's own minimum, the exchange is the one it prepared, and it has not answered this exchange
-   before), computes the masking graph itself from the public cohort, and sends its encoding plus its pads.
+2. **the secure-aggregation protocol** (:mod:`.secagg`, drop-out recovery included): once per run its keys and
+   the Shamir shares of its self-mask seed; per exchange its masked encoding, for a cohort the client checks
+   itself (it is in it, it has at least the client's own minimum, the exchange is the one it prepared, it has not
+   answered this exchange before), then what the unmasking of that exchange needs.
 
-What leaves the client is what :meth:`ClientEncoder.prepare` (layout or clipped message), :meth:`public_key` and
-:meth:`mask` return; nothing else.
+What leaves the client is what :meth:`ClientEncoder.prepare` (layout or clipped message) and :meth:`respond`
+return; nothing else.
 """
 
 from __future__ import annotations
 
 import io
 import json
-from typing import Dict, Mapping, Optional, Set, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 import numpy as np
 
 from ..messages import Message
 from .dp import clip_payload
-from .masking import Exchange, MaskingKeys, mask, masking_graph
 from .policy import ClientPolicy
 from .request import Protection
+from .secagg import SecAggClient
 
 __all__ = ["ClientEncoder", "EncoderRefusal", "METRIC_PREFIX", "WEIGHT_KEY"]
 
@@ -55,9 +55,8 @@ class ClientEncoder:
         self.client_id = client_id
         self.policy = policy
         self._run_id: Optional[bytes] = None
-        self._keys: Optional[MaskingKeys] = None
+        self._secagg: Optional[SecAggClient] = None
         self._prepared: Dict[Tuple[str, int, str], Tuple[Message, Protection]] = {}
-        self._answered: Set[Tuple[bytes, str, int, str]] = set()
 
     # --- the update ----------------------------------------------------------------------------------
     def prepare(
@@ -95,60 +94,47 @@ class ClientEncoder:
         self._prepared = {(purpose, message.round, message.phase): (prepared, request)}  # one exchange at a time
         return prepared
 
-    # --- keys and masking ----------------------------------------------------------------------------
-    def public_key(self, run_id: bytes) -> bytes:
-        """This client's X25519 public key for run ``run_id`` (fresh keys from the OS for every new run)."""
-        if run_id != self._run_id:
-            self._run_id, self._keys = bytes(run_id), MaskingKeys()
-        assert self._keys is not None
-        return self._keys.public_bytes
+    # --- the secure-aggregation protocol ---------------------------------------------------------------
+    def respond(self, stage: str, request: Mapping[str, Any]) -> Dict[str, Any]:
+        """This client's answer to one stage of the secure-aggregation protocol (:mod:`.secagg`).
 
-    def mask(self, exchange: Exchange, public_keys: Mapping[str, bytes]) -> Message:
-        """What the client sends for ``exchange``: its kept encoding plus its pads (module docstring, step 3).
+        ``advertise`` starts the run's protocol client (fresh keys from the OS; the client's own ``min_cohort``);
+        ``masked_input`` masks the encoding :meth:`prepare` kept for the exchange the request names, once.
 
-        :param exchange: the exchange the server fixed (run id, purpose, round, phase, cohort).
-        :param public_keys: the cohort's public keys, relayed by the server.
-        :raises EncoderRefusal: an exchange this client did not prepare, has answered before, is not in, or whose
-            cohort is below its own minimum; keys of another run.
+        :raises EncoderRefusal: no setup for this run, or no kept encoding for the exchange.
+        :raises SecAggRefused: the protocol client refuses (its policy, a cohort it does not accept, a replay).
         """
-        key = (exchange.run_id, exchange.purpose, exchange.round, exchange.phase)
-        if key in self._answered:
-            raise EncoderRefusal(
-                f"round {exchange.round}, phase {exchange.phase!r}: this client has answered this exchange already; "
-                "a second masked answer (to another cohort) would let the server difference the sums; refused"
-            )
-        kept = self._prepared.get((exchange.purpose, exchange.round, exchange.phase))
-        if kept is None:
-            raise EncoderRefusal(
-                f"round {exchange.round}, phase {exchange.phase!r}: this client prepared no payload for this exchange"
-            )
-        if self.client_id not in exchange.members:
-            raise EncoderRefusal(f"the cohort {exchange.cohort} does not include this client ({self.client_id})")
-        prepared, request = kept
-        assert request.secure is not None
-        minimum = max(self.policy.min_cohort, request.secure.min_cohort)
-        if len(exchange.cohort) < minimum:
-            raise EncoderRefusal(
-                f"round {exchange.round}, phase {exchange.phase!r}: a cohort of {len(exchange.cohort)} is below this "
-                f"client's minimum of {minimum}; refused"
-            )
-        if exchange.run_id != self._run_id or self._keys is None:
-            raise EncoderRefusal("the server asks to mask for a run whose keys this client never made")
-        graph = masking_graph(exchange, request.secure.masking_degree(len(exchange.cohort)))
-        neighbours = graph[self.client_id]
-        masked = mask(self._keys, self.client_id, prepared.arrays, exchange, public_keys, neighbours)
-        self._answered.add(key)
-        del self._prepared[(exchange.purpose, exchange.round, exchange.phase)]
-        return Message(self.client_id, prepared.round, prepared.phase, masked, weight=0.0)
+        if stage == "advertise":
+            run_id = request.get("run_id") if isinstance(request, Mapping) else None
+            if self._secagg is None or run_id != self._run_id:
+                self._secagg = SecAggClient(self.client_id, min_cohort=self.policy.min_cohort)
+                self._run_id = run_id if isinstance(run_id, bytes) else None
+        if self._secagg is None:
+            raise EncoderRefusal(f"secure aggregation: {self.client_id!r} has no setup for this run")
+        codes = None
+        key = None
+        if stage == "masked_input":
+            key = (request.get("purpose"), request.get("round"), request.get("phase"))
+            kept = self._prepared.get(key)  # type: ignore[arg-type]
+            if kept is None:
+                raise EncoderRefusal(
+                    f"secure aggregation: {self.client_id!r} prepared no payload for round {key[1]}, phase {key[2]!r}"
+                )
+            prepared = kept[0]
+            codes = np.concatenate([prepared.arrays[n].ravel() for n in sorted(prepared.arrays)]).astype(np.uint64)
+        answer = self._secagg.respond(stage, request, codes)
+        if key is not None:
+            del self._prepared[key]  # type: ignore[arg-type]
+        return answer
 
     # --- the client's own state between messages (a Flower ClientApp restarts for each one) -------------
     def to_state(self) -> bytes:
         """Everything this encoder holds, as bytes for the client's *in-memory* state only (Flower's
-        ``Context.state``, which the SuperNode keeps): its private key, what it prepared, what it answered."""
+        ``Context.state``, which the SuperNode keeps): its protocol client's secrets, what it prepared."""
         header = {
             "client_id": self.client_id,
             "run_id": None if self._run_id is None else self._run_id.hex(),
-            "answered": [[r.hex(), p, int(n), f] for r, p, n, f in sorted(self._answered)],
+            "secagg": [] if self._secagg is None else sorted(self._secagg.to_state()),
             "prepared": [
                 {
                     "purpose": key[0],
@@ -160,14 +146,14 @@ class ClientEncoder:
                 for key, (message, request) in self._prepared.items()
             ],
         }
-        buffer = io.BytesIO()
         arrays = {
             f"p{i}/{name}": np.asarray(message.arrays[name])
             for i, (message, _) in enumerate(self._prepared.values())
             for name in sorted(message.arrays)
         }
-        if self._keys is not None:
-            arrays["private_key"] = np.frombuffer(self._keys.export_private(), np.uint8)
+        if self._secagg is not None:
+            arrays.update({f"s/{k}": np.frombuffer(v, np.uint8) for k, v in self._secagg.to_state().items()})
+        buffer = io.BytesIO()
         np.savez(buffer, header=np.frombuffer(json.dumps(header).encode("utf-8"), np.uint8), **arrays)
         return buffer.getvalue()
 
@@ -185,8 +171,8 @@ class ClientEncoder:
                 raise ValueError(f"the saved encoder state belongs to {header.get('client_id')!r}, not {client_id!r}")
             if header["run_id"] is not None:
                 encoder._run_id = bytes.fromhex(header["run_id"])
-                encoder._keys = MaskingKeys.from_private(npz["private_key"].tobytes())
-            encoder._answered = {(bytes.fromhex(r), str(p), int(n), str(f)) for r, p, n, f in header["answered"]}
+            if header["secagg"]:
+                encoder._secagg = SecAggClient.from_state({k: npz[f"s/{k}"].tobytes() for k in header["secagg"]})
             for i, kept in enumerate(header["prepared"]):
                 arrays = {name: npz[f"p{i}/{name}"] for name in kept["names"]}
                 message = Message(client_id, int(kept["round"]), str(kept["phase"]), arrays, weight=0.0)

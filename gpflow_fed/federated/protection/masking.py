@@ -60,7 +60,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat, PublicFormat
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from .randomness import check_insecure_seed
 
@@ -452,22 +452,6 @@ class MaskingKeys:
 
     def __repr__(self) -> str:
         return f"MaskingKeys(public={self._public.hex()[:16]}…)"
-
-    def export_private(self) -> bytes:
-        """The raw private key, for the owning client's own in-memory state only (a Flower ``Context.state``,
-        which the SuperNode keeps between messages). Never write it to disk or send it."""
-        return self._private.private_bytes(Encoding.Raw, PrivateFormat.Raw, NoEncryption())
-
-    @classmethod
-    def from_private(cls, private: bytes) -> "MaskingKeys":
-        """The keys whose private key is ``private`` (32 raw bytes from :meth:`export_private`)."""
-        if not isinstance(private, bytes) or len(private) != 32:
-            raise ValueError("MaskingKeys.from_private: the private key must be 32 raw bytes")
-        keys = cls.__new__(cls)
-        keys._private = X25519PrivateKey.from_private_bytes(private)
-        keys._public = keys._private.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
-        keys._shared = {}
-        return keys
 
     def __reduce__(self) -> None:  # type: ignore[override]
         raise TypeError("MaskingKeys holds a private key, which the library never serialises; make new keys instead")

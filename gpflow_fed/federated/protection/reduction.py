@@ -163,7 +163,13 @@ class Reducer:
         try:
             secure.check_cohort(context.cohort)
         except ValueError as exc:
-            raise RoundFailedError(f"round {context.round}, phase {context.phase!r}: {exc}") from None
+            alone = (
+                "; to train on one party's data alone, fit a GPflow model to it directly, or run with "
+                "protection=Protection(secure_aggregation=False)"
+                if len(context.cohort) == 1
+                else ""
+            )
+            raise RoundFailedError(f"round {context.round}, phase {context.phase!r}: {exc}{alone}") from None
 
     def noise_rng(self, context: ExchangeContext) -> np.random.Generator:
         """The server's noise generator for one exchange, from the run's OS-random server secret.

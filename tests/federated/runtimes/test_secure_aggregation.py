@@ -7,7 +7,7 @@ from gpflow_fed.federated import ClientUpdateError, FaultPolicy, LocalRuntime, M
 from gpflow_fed.federated.protection.masking import SecureAggregation, sum_masked
 from gpflow_fed.federated.protection.reduction import Reducer
 
-from tests.federated.helpers import FederatedMean, Faulty, WeightedMean, masked_messages
+from tests.federated.helpers import FederatedMean, Faulty, WeightedMean, secure_exchange
 
 
 class Collecting(FederatedMean):
@@ -21,26 +21,30 @@ class Collecting(FederatedMean):
         return super().client_update(client, broadcast)
 
 
+def _codes(protection, values, cohort):
+    """Each client's fixed-point codes as its encoder flattens them (sorted names, weight entry included)."""
+    secure = protection.secure
+    out = {}
+    for c in cohort:
+        arrays = {**values[c], "secagg/weight": np.array([1.0])}
+        out[c] = np.concatenate([secure.encode(n, arrays[n], len(cohort)).ravel() for n in sorted(arrays)])
+    return out
+
+
 def test_masks_cancel_exactly_in_fixed_point():
     protection = Protection(secure_aggregation=SecureAggregation(fractional_bits=30))
-    secure = protection.secure
     rng = np.random.default_rng(1)
     cohort = tuple(f"client_{k}" for k in range(5))
     values = {c: {"a": rng.normal(size=(3, 4)), "b": rng.normal(size=7) * 100} for c in cohort}
-    sent, _ = masked_messages([Message(c, 0, "p", values[c], weight=0.0) for c in cohort], protection)
-    masked = {m.sender: m.arrays for m in sent}
-    encoded = {c: {n: secure.encode(n, v, len(cohort)) for n, v in values[c].items()} for c in cohort}
-    for name in ("a", "b"):
-        total = sum_masked([{name: masked[c][name]} for c in cohort])[name]
-        np.testing.assert_array_equal(total, sum_masked([{name: encoded[c][name]} for c in cohort])[name])
-        plain = np.sum([values[c][name] for c in cohort], axis=0)
-        np.testing.assert_allclose(secure.decode(total), plain, rtol=0, atol=len(cohort) * 2.0**-31)
-        for c in cohort:  # each masked payload alone decodes to garbage
-            assert np.all(masked[c][name] != encoded[c][name])
-            assert np.max(np.abs(secure.decode(masked[c][name]) - values[c][name])) > 1.0
+    masked, result, _ = secure_exchange([Message(c, 0, "p", values[c]) for c in cohort], protection)
+    codes = _codes(protection, values, cohort)
+    np.testing.assert_array_equal(result.total, sum_masked([{"q": codes[c]} for c in cohort])["q"])
+    for c in cohort:  # each masked payload alone is unrelated to the client's codes
+        assert np.mean(masked[c] == codes[c]) < 0.05
+    assert np.max(np.abs(protection.secure.decode(sum_masked([{"q": masked[c]} for c in cohort[:4]])["q"]))) > 1e3
     # a different exchange draws different masks
-    again, _ = masked_messages([Message(c, 1, "p", values[c], weight=0.0) for c in cohort], protection)
-    assert np.all(again[0]["a"] != masked[cohort[0]]["a"])
+    again, _, _ = secure_exchange([Message(c, 1, "p", values[c]) for c in cohort], protection)
+    assert np.all(again[cohort[0]] != masked[cohort[0]])
 
 
 def test_fixed_point_range_and_bad_settings_are_rejected():
@@ -66,35 +70,31 @@ def test_server_sees_only_masks_and_the_exact_sum(dataset, algorithm_class):  # 
     codec = SecureAggregation()
     by_id = {f"client_{k}": data for k, data in enumerate(dataset.clients)}
     ups = [m for m in secure.ledger.messages if m.sender != "server"]
-    assert len(ups) == 2 * dataset.num_clients
-    for m in ups:
-        assert m.weight == 0.0 and all(a.dtype == np.uint64 for a in m.arrays.values())
+    stages = {m.phase.split("/secagg/")[-1] for m in ups}
+    assert stages == {"advertise", "share", "store", "masked_input", "unmask"}  # nothing in plain
+    masked = [m for m in ups if m.phase.endswith("/masked_input")]
+    assert len(masked) == 2 * dataset.num_clients
+    wire = b"".join(a.tobytes() for m in ups for a in m.arrays.values())
+    for m in masked:
+        assert m.weight == 0.0
         Y = by_id[m.sender][1]
-        truth = {
-            "sum_y": Y.sum(0),
-            "n": np.array([len(Y)], float),
-            "mean_y": len(Y) * Y.mean(0),
-            "secagg/weight": np.array([len(Y)], float),
-        }
-        for name, masked in m.arrays.items():
-            if name in truth:
-                assert np.all(masked != codec.encode(name, truth[name], dataset.num_clients))
+        for name, truth in {"sum_y": Y.sum(0), "mean_y": len(Y) * Y.mean(0), "n": np.array([len(Y)], float)}.items():
+            assert codec.encode(name, truth, dataset.num_clients).tobytes() not in wire
+            assert truth.tobytes() not in wire
 
 
 def test_aggregate_equals_sum_of_fixed_point_encodings():
     protection = Protection(secure_aggregation=SecureAggregation(fractional_bits=20))
     cohort = ("client_0", "client_1", "client_2")
     values = [np.array([0.1, -2.3]), np.array([1e-7, 4.0]), np.array([3.3, 0.0])]
-    messages, context = masked_messages([Message(c, 0, "p", {"a": v}) for c, v in zip(cohort, values)], protection)
-    reducer = Reducer(protection)
-    aggregate = reducer.finish(sum_masked([m.arrays for m in messages]), context, masked=True)
+    _, result, context = secure_exchange([Message(c, 0, "p", {"a": v}) for c, v in zip(cohort, values)], protection)
+    sums = {"a": result.total[:2], "secagg/weight": result.total[2:]}
+    aggregate = Reducer(protection).finish(sums, context, masked=True)
     codec = protection.secure
     exact = codec.decode(sum_masked([{"a": codec.encode("a", v, 3)} for v in values])["a"])
     np.testing.assert_array_equal(aggregate["a"], exact)
     np.testing.assert_allclose(aggregate["a"], np.sum(values, axis=0), atol=3 * 2.0**-21)
     assert aggregate.total_weight == 3.0
-    partial = sum_masked([m.arrays for m in messages[:2]])  # a missing member leaves its pads in the sum
-    assert np.max(np.abs(reducer.finish(partial, context, masked=True)["a"] - np.sum(values[:2], axis=0))) > 1.0
 
 
 def test_faulty_client_is_excluded_before_masking(dataset):  # noqa: F811

@@ -128,6 +128,8 @@ def response_to_recorddict(response: Response, purpose: str) -> RecordDict:
         record["seconds"] = float(response.seconds)
     if response.layout is not None:
         record["layout"] = json.dumps({name: list(shape) for name, shape in response.layout.items()})
+    if response.config:
+        record["config"] = json.dumps(dict(response.config))
     content[RESPONSE] = ConfigRecord(record)
     return content
 
@@ -151,7 +153,10 @@ def recorddict_to_response(content: RecordDict) -> Response:
         layout = {str(name): tuple(shape) for name, shape in raw.items()}
     fault = str(record["fault"]) if "fault" in record else None
     seconds = float(record["seconds"]) if "seconds" in record else None  # type: ignore[arg-type]
-    return Response(message, fault, None if fault is None else RuntimeError(fault), seconds, layout)
+    config = json.loads(str(record["config"])) if "config" in record else {}
+    if not isinstance(config, dict):
+        raise ValueError("a gpflow_fed response's config must be a JSON object")
+    return Response(message, fault, None if fault is None else RuntimeError(fault), seconds, layout, config)
 
 
 def info_to_config(info: FederationInfo) -> ConfigRecord:
