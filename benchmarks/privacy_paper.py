@@ -29,7 +29,7 @@ import numpy as np
 from scipy.integrate import solve_ivp
 
 from gpflow_fed.models.privacy_aware_gpr import fit_hyperparameters
-from gpflow_fed.privacy import (
+from gpflow_fed.release import (
     ProportionalKernel,
     gaussian_tolerance_kernel,
     posterior_covariance,

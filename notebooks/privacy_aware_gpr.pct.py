@@ -14,7 +14,7 @@ import numpy as np
 
 from gpflow_fed.data import satellite_data
 from gpflow_fed.models import release
-from gpflow_fed.privacy import (
+from gpflow_fed.release import (
     Interval,
     ProportionalKernel,
     gaussian_tolerance_kernel,

@@ -173,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the release and write its three outputs."""
     import numpy as np
 
-    from ..privacy import ProportionalKernel, RegionUnion, Interval
+    from ..release import ProportionalKernel, RegionUnion, Interval
 
     import gpflow
 

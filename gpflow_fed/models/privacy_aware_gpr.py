@@ -26,11 +26,11 @@ from check_shapes.exceptions import CheckShapesError
 from gpflow.models.training_mixins import InternalDataTrainingLossMixin
 from gpflow.utilities import assert_params_false
 
-from ..privacy._linalg import as_inputs
-from ..privacy.lowrank import LowRankCovariance
-from ..privacy.obfuscation import Covariance, _check_method, _inputs, obfuscate, synthetic_noise_covariance
-from ..privacy.regions import Region, check_region, region_noise_covariance
-from ..privacy.tolerance import Tolerance
+from ..release._linalg import as_inputs
+from ..release.lowrank import LowRankCovariance
+from ..release.obfuscation import Covariance, _check_method, _inputs, obfuscate, synthetic_noise_covariance
+from ..release.regions import Region, check_region, region_noise_covariance
+from ..release.tolerance import Tolerance
 from ._npz import read_npz
 from .recyclable import kernel_from_spec, kernel_spec
 
@@ -339,24 +339,24 @@ def release(
     r"""The owner's release workflow (§3.2): fit, compute Σ (eq. 8/10/11), obfuscate (§4.1), build the model.
 
     :param data: raw ``(X [N, D], Y [N, 1])`` — never stored in the result's model.
-    :param sensitive: ``[γ, D]`` sensitive inputs, or a :class:`~gpflow_fed.privacy.Region` (interval, box,
+    :param sensitive: ``[γ, D]`` sensitive inputs, or a :class:`~gpflow_fed.release.Region` (interval, box,
         union) discretised at ``density`` and handled by
-        :func:`~gpflow_fed.privacy.region_noise_covariance` (needs a kernel tolerance H; ``method="strong"``:
+        :func:`~gpflow_fed.release.region_noise_covariance` (needs a kernel tolerance H; ``method="strong"``:
         eq. 12–13, ``method="weak"``: eq. 10 at the grid points, certified Krylov reduction).
-    :param tolerance: as for :func:`~gpflow_fed.privacy.synthetic_noise_covariance`; a kernel H may wrap
+    :param tolerance: as for :func:`~gpflow_fed.release.synthetic_noise_covariance`; a kernel H may wrap
         ``kernel`` (e.g. ``ProportionalKernel(kernel, 0.5)``) and then follows the fitted hyperparameters.
     :param kernel: K (``SquaredExponential()`` if None); its hyperparameters are fitted in place.
     :param density: grid points per unit length when ``sensitive`` is a region.
     :param method: ``"strong" | "weak" | "diagonal"``.
     :param noise_variance: σ² of V: None to estimate it, a number to fix it (0 for deterministic data).
     :param fit: False to keep the kernel's (and σ²'s) values as given (mean = ``mean(Y)``).
-    :param low_rank: see :func:`~gpflow_fed.privacy.synthetic_noise_covariance`.
-    :param solver: for the SDP methods (see :func:`~gpflow_fed.privacy.synthetic_noise_covariance`): the weak
+    :param low_rank: see :func:`~gpflow_fed.release.synthetic_noise_covariance`.
+    :param solver: for the SDP methods (see :func:`~gpflow_fed.release.synthetic_noise_covariance`): the weak
         method uses the certified Krylov reduction unless ``solver="dense"``.
     :param maxiter: L-BFGS iterations of the maximum-likelihood fit (ignored with ``fit=False``).
     :param insecure_noise_seed: leave None: the synthetic noise (§4.1) comes from the OS, so the release cannot
         be de-noised by regenerating it; an int makes W reproducible for tests only (see
-        :func:`~gpflow_fed.privacy.obfuscate`).
+        :func:`~gpflow_fed.release.obfuscate`).
     :raises ValueError: bad data or any of the tolerance errors, before any fitting.
     """
     _check_method(method)

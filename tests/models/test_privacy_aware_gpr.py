@@ -6,7 +6,7 @@ import pytest
 
 from gpflow_fed.data import orbit_constants, satellite_data
 from gpflow_fed.models import PrivacyAwareGPR, release
-from gpflow_fed.privacy import ProportionalKernel, posterior_covariance, synthetic_noise_covariance
+from gpflow_fed.release import ProportionalKernel, posterior_covariance, synthetic_noise_covariance
 
 
 def test_predictions_match_eq_3_4_oracle():

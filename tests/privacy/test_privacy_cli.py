@@ -7,7 +7,7 @@ import pytest
 
 from gpflow_fed.cli import main
 from gpflow_fed.models import PrivacyAwareGPR
-from gpflow_fed.privacy import ProportionalKernel, synthetic_noise_covariance
+from gpflow_fed.release import ProportionalKernel, synthetic_noise_covariance
 
 
 def test_privacy_cli_tiny_csv(tmp_path, capsys):

@@ -13,7 +13,7 @@ import pytest
 
 from gpflow_fed.cli import main
 from gpflow_fed.models import PrivacyAwareGPR, release
-from gpflow_fed.privacy import ProportionalKernel, obfuscate, synthetic_noise_covariance
+from gpflow_fed.release import ProportionalKernel, obfuscate, synthetic_noise_covariance
 
 GUESSES = range(1000)
 
