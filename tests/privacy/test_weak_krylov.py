@@ -162,7 +162,7 @@ def test_release_uses_the_certified_path():
     k = gpflow.kernels.SquaredExponential(lengthscales=0.2)
     X = np.linspace(0, 1, 25)[:, None]
     Y = np.sin(6 * X)
-    result = release((X, Y), np.array([[0.5], [0.7]]), 0.6, kernel=k, method="weak", noise_variance=1e-3, fit=False)
+    result = release((X, Y), np.array([[0.5], [0.7]]), 0.6, kernel=k, method="weak", noise_variance=1e-3)
     assert isinstance(result.Sigma, CertifiedCovariance)
     _, var = result.model.predict_f(np.array([[0.5], [0.7]]))
     assert np.all(var.numpy() >= 0.6 * (1 - 1e-9))
@@ -176,7 +176,6 @@ def test_release_uses_the_certified_path():
         density=50,
         method="weak",
         noise_variance=1e-3,
-        fit=False,
     )
     assert isinstance(region.Sigma, CertifiedCovariance) and region.sensitive.shape[0] == 11
     _, var = region.model.predict_f(region.sensitive)
@@ -190,7 +189,6 @@ def test_release_uses_the_certified_path():
             density=50,
             method="diagonal",
             noise_variance=1e-3,
-            fit=False,
         )
 
 
@@ -219,7 +217,14 @@ def test_weak_region_and_cli(tmp_path, capsys):
     rc = main(
         [
             "privacy",
+            "--csv",
             str(path),
+            "--target",
+            "y",
+            "--lengthscale",
+            "0.15",
+            "--variance",
+            "1",
             "--sensitive",
             "0.4,0.6",
             "--tolerance",
