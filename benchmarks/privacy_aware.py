@@ -22,11 +22,11 @@ import time
 import gpflow
 import numpy as np
 
-from gpflow_fed.privacy import LowRankCovariance, ProportionalKernel, synthetic_noise_covariance, verify_privacy
-from gpflow_fed.privacy._linalg import kernel_matrix
-from gpflow_fed.privacy.lowrank import krylov_positive_part
-from gpflow_fed.privacy.obfuscation import positive_part_of_difference, strong_factor
-from gpflow_fed.privacy.regions import pivoted_region_factor
+from gpflow_fed.release import LowRankCovariance, ProportionalKernel, synthetic_noise_covariance, verify_privacy
+from gpflow_fed.release._linalg import kernel_matrix
+from gpflow_fed.release.lowrank import krylov_positive_part
+from gpflow_fed.release.obfuscation import positive_part_of_difference, strong_factor
+from gpflow_fed.release.regions import pivoted_region_factor
 
 
 #: Oracle cases of ``--weak``: (kernel name, lengthscale, N, γ, V, ξ as a fraction of the prior variance).
@@ -205,7 +205,7 @@ def weak_main(argv: "list[str]") -> None:
 
 def _compare_small(cases: "list[str]", record: dict, path: str) -> None:
     """The reduced SDP by Clarabel (bordered LMI) vs the numpy barrier, on the same scale cases (Krylov s only)."""
-    from gpflow_fed.privacy.weak import solve_weak_krylov
+    from gpflow_fed.release.weak import solve_weak_krylov
 
     print("\n| N | γ | small solver | Krylov s | tr Σ_weak | certified gap | margin (full dim) | k (steps) |")
     print("|---|---|---|---|---|---|---|---|")

@@ -14,7 +14,9 @@ tables (recorded in BENCHMARKS.md) and writes the numbers with the git commit.
   training inputs are the sensitive set), K = σ²exp(−200 t²) (lengthscale 0.05) with σ² and the constant mean
   by maximum likelihood, V = 0, H = αK (α = 0.1, 0.5; strong, eq. 11). For each component: the minimum
   predictive variance on the segment (at its 21 inputs and on a 0.001 grid) against the tolerance ασ², the
-  largest change of the predictive variance outside the segment (relative to σ²), and tr Σ.
+  largest change of the predictive variance outside the segment (relative to σ²), and tr Σ. This reproduces the
+  paper's Σ, fitted on the raw orbit as the paper does; it draws no W. A release must not publish hyperparameters
+  fitted on the data it releases (``docs/guides/privacy-aware.md``; ``models.release`` takes them as public inputs).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import numpy as np
 from scipy.integrate import solve_ivp
 
 from gpflow_fed.models.privacy_aware_gpr import fit_hyperparameters
-from gpflow_fed.privacy import (
+from gpflow_fed.release import (
     ProportionalKernel,
     gaussian_tolerance_kernel,
     posterior_covariance,

@@ -44,7 +44,7 @@ ENTRY_POINTS = [
     "from gpflow_fed.federated.algorithms import PVI, FSGP, FGP",
     "from gpflow_fed.data import satellite_data; from gpflow_fed.models import release",
     "from gpflow_fed.models import DPOSVGP, EnsembleSVGP, AggregatedSGPR",
-    "from gpflow_fed.baselines import ExpertCommittee; from gpflow_fed.privacy import obfuscate",
+    "from gpflow_fed.baselines import ExpertCommittee; from gpflow_fed.release import obfuscate",
     "import gpflow_fed.federated.runtimes.base; import gpflow_fed.metrics",
 ]
 

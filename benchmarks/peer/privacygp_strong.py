@@ -111,7 +111,7 @@ def compare(X, Y, idx, lengthscale: float, repeats: int, peer_seconds: float, pe
     """Time ours on the same problem and compare its Σ with the peer's ``Σ = RRᵀ`` (one table row)."""
     import gpflow
 
-    from gpflow_fed.privacy import ProportionalKernel, obfuscate, synthetic_noise_covariance, verify_privacy
+    from gpflow_fed.release import ProportionalKernel, obfuscate, synthetic_noise_covariance, verify_privacy
 
     k = gpflow.kernels.SquaredExponential(lengthscales=lengthscale)
     H, S = ProportionalKernel(k, ALPHA), X[idx]

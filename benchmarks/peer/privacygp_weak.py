@@ -31,7 +31,7 @@ from pathlib import Path
 import gpflow
 import numpy as np
 
-from gpflow_fed.privacy import synthetic_noise_covariance, verify_privacy
+from gpflow_fed.release import synthetic_noise_covariance, verify_privacy
 
 
 def load_peer(checkout: Path):

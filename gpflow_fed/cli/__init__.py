@@ -147,8 +147,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if getattr(args, "func", None) is None:
         parser.print_help()
         return 2
-    quiet_tensorflow()
     try:
+        if getattr(args, "check", None) is not None:
+            args.check(args)  # a subcommand's validation that needs no TensorFlow: usage errors answer at once
+        quiet_tensorflow()
         return int(args.func(args) or 0)
     except USER_ERRORS as exc:
         print(f"gpflow-fed {args.command}: error: {user_error_message(exc)}", file=sys.stderr)

@@ -1,12 +1,20 @@
 """``gpflow-fed privacy``: privacy-aware release of a GP regression model (Tuo & Bhattacharya).
 
-Reads a CSV (input columns and one output column), fits a GP by maximum likelihood (constant mean), computes
-the minimum-trace synthetic-noise covariance Σ for the sensitive points or intervals, obfuscates the outputs
-with noise drawn from the operating system's randomness (so nobody can regenerate and subtract it; there is
-deliberately no seed), and writes ``released.csv`` (inputs and obfuscated outputs), ``model.npz`` (the released
-:class:`~gpflow_fed.models.PrivacyAwareGPR`, no raw outputs inside) and ``privacy.png`` (the released posterior,
-1-D inputs) into ``--out``: everything there is safe to publish. For the data owner only (it shows the raw
-data), ``privacy-raw-vs-released.png`` (raw vs released posterior) and TensorBoard scalars go to ``--logdir``.
+Reads a CSV (``--csv FILE --target COL [--features COL ...]``), designs the minimum-trace synthetic-noise
+covariance Σ for the sensitive points or intervals from PUBLIC hyperparameters, obfuscates the target with noise
+drawn from the operating system's randomness (so nobody can regenerate and subtract it; there is deliberately
+no seed), and writes ``released.csv`` (features and obfuscated target), ``model.npz`` (the released
+:class:`~gpflow_fed.models.PrivacyAwareGPR`) and ``privacy.png`` (the released posterior, 1-D inputs) into
+``--out``: everything there, and everything printed, is computed from W and public inputs only, so it is safe
+to publish. For the data owner only (it shows the raw data), ``privacy-raw-vs-released.png`` and TensorBoard
+scalars go to ``--logdir``.
+
+Σ is low rank, so W gives the raw target back up to a few numbers, and any statistic of the raw target published
+beside W (hyperparameters or a mean fitted on it) solves for them. The hyperparameters that design Σ are
+therefore public inputs: ``--lengthscale``, ``--variance`` and ``--noise-variance`` as numbers you may publish,
+or ``--public-csv FILE`` (public data, or rows disjoint from the released ones, with the same columns) to fit
+them on. The released mean is ``--mean`` or its maximum-likelihood value given W; ``--refit`` refits the kernel
+on the released W (post-processing, kept within the tolerance). The target is never standardised.
 """
 
 from __future__ import annotations
@@ -14,8 +22,11 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
+import sys
+import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, List
+from typing import TYPE_CHECKING, Any, List, Optional
 
 if TYPE_CHECKING:
     import numpy as np
@@ -24,14 +35,22 @@ if TYPE_CHECKING:
 MAXITER = 1000
 QUICK_MAXITER = 20
 #: the stages the progress bar counts
-STAGES = ("fit, Σ and noise", "write the release", "plots and TensorBoard")
+STAGES = ("Σ and noise", "write the release", "plots and TensorBoard")
+#: first characters that make a spreadsheet evaluate a cell as a formula (CSV/formula injection); a column
+#: name starting with one (after the surrounding whitespace that names lose) is refused, since ``released.csv``
+#: repeats the header.
+FORMULA_PREFIXES = ("=", "+", "-", "@")
+OUTPUTS = ("released.csv", "model.npz", "privacy.png")
 
 
 def _floats(text: str) -> List[float]:
     try:
-        return [float(v) for v in text.split(",") if v.strip()]
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from exc
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+    if not values or not all(math.isfinite(v) for v in values):
+        raise argparse.ArgumentTypeError(f"expected one or more finite comma-separated numbers, got {text!r}")
+    return values
 
 
 def _interval(text: str) -> "tuple[float, float]":
@@ -49,15 +68,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument(
-        "csv",
+    data = p.add_argument_group("data (required: --csv, --target)")
+    data.add_argument(
+        "--csv",
         type=Path,
+        default=None,
+        metavar="FILE",
         help="input CSV (a first row with a non-number is the header; without one, columns are named 1, 2, …)",
     )
-    p.add_argument("--x", dest="x_columns", default=None, help="comma-separated input columns (default: all but --y)")
-    p.add_argument("--y", dest="y_column", default=None, help="output column (default: the last column)")
-    p.add_argument("--sensitive", type=_floats, default=None, help="sensitive points (1-D inputs), e.g. 0.4,0.6")
-    p.add_argument(
+    data.add_argument("--target", default=None, metavar="COL", help="the output column, obfuscated in the release")
+    data.add_argument(
+        "--features", nargs="+", default=None, metavar="COL", help="input columns (default: every column but --target)"
+    )
+    # deprecated forms (one release): a positional CSV, --x a,b and --y COL
+    p.add_argument("legacy_csv", nargs="?", type=Path, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--x", dest="x_columns", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--y", dest="y_column", default=None, help=argparse.SUPPRESS)
+    what = p.add_argument_group("what to protect (required: one of --sensitive/--interval, one of --tolerance/--alpha)")
+    what.add_argument("--sensitive", type=_floats, default=None, help="sensitive points (1-D inputs), e.g. 0.4,0.6")
+    what.add_argument(
         "--interval",
         type=_interval,
         action="append",
@@ -65,17 +94,42 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="a sensitive interval LOW:HIGH (1-D inputs; repeatable; needs --alpha), discretised at --density "
         "(eq. 12–13, on a well-conditioned subset of the grid)",
     )
-    p.add_argument("--density", type=float, default=20.0, help="grid points per unit length for intervals")
-    p.add_argument("--tolerance", type=float, default=None, help="variance tolerance ξ at each sensitive point")
-    p.add_argument("--alpha", type=float, default=None, help="kernel tolerance H = αK, 0 < α < 1 (larger hides more)")
-    p.add_argument("--method", choices=("strong", "weak", "diagonal"), default="strong")
-    p.add_argument(
+    what.add_argument("--density", type=float, default=None, help="grid points per unit length for intervals (20)")
+    what.add_argument("--tolerance", type=float, default=None, help="variance tolerance ξ at each sensitive point")
+    what.add_argument(
+        "--alpha", type=float, default=None, help="kernel tolerance H = αK, 0 < α < 1 (larger hides more)"
+    )
+    what.add_argument("--method", choices=("strong", "weak", "diagonal"), default="strong")
+    what.add_argument(
         "--solver",
         choices=("krylov", "dense"),
         default=None,
         help="weak method: certified Krylov reduction (default) or the dense N×N SDP (small N)",
     )
-    p.add_argument("--noise-variance", type=float, default=None, help="fix σ² of V (default: estimate it)")
+    design = p.add_argument_group(
+        "public hyperparameters that design Σ (required: --lengthscale, --variance and --noise-variance, or "
+        "--public-csv); never fitted on the released target"
+    )
+    design.add_argument("--lengthscale", type=float, default=None, help="SE kernel lengthscale (public value)")
+    design.add_argument("--variance", type=float, default=None, help="SE kernel variance (public value)")
+    design.add_argument(
+        "--noise-variance", type=float, default=None, help="σ² of V (public value; 0 for deterministic data)"
+    )
+    design.add_argument(
+        "--public-csv",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="public data, or rows not in the release, with the same columns: fit the kernel (and σ² unless "
+        "--noise-variance is given) on it by maximum likelihood",
+    )
+    post = p.add_argument_group("post-processing of the released W")
+    post.add_argument("--mean", type=float, default=None, help="the released constant mean (default: estimated from W)")
+    post.add_argument(
+        "--refit",
+        action="store_true",
+        help="refit the kernel (and the mean unless --mean) on the released W, kept within the tolerance",
+    )
     p.add_argument("--out", type=Path, default=Path("privacy_release"), help="output directory (created if absent)")
     p.add_argument(
         "--logdir",
@@ -87,12 +141,111 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--maxiter",
         type=int,
         default=None,
-        help=f"L-BFGS iterations of the maximum-likelihood fit (default {MAXITER}; --quick {QUICK_MAXITER})",
+        help=f"L-BFGS iterations of the --public-csv and --refit fits (default {MAXITER}; --quick {QUICK_MAXITER})",
     )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.add_argument("--quick", action="store_true", help="a short hyperparameter fit, for a smoke test (seconds)")
+    p.add_argument("--quick", action="store_true", help="short --public-csv / --refit fits, for a smoke test")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, check=check)
+
+
+def _warn(message: str) -> None:
+    print(f"gpflow-fed privacy: warning: {message}", file=sys.stderr)
+
+
+def _legacy_forms(args: argparse.Namespace) -> None:
+    """Map the deprecated positional CSV, ``--x a,b`` and ``--y COL`` onto ``--csv``, ``--features``, ``--target``."""
+    for old, new, value in (
+        ("a positional CSV", "--csv FILE", args.legacy_csv),
+        ("--x", "--features COL [COL ...]", args.x_columns),
+        ("--y", "--target COL", args.y_column),
+    ):
+        if value is not None:
+            _warn(f"{old} is deprecated and will be removed in the next release; use {new}")
+    if args.legacy_csv is not None and args.csv is not None:
+        raise ValueError("give the CSV once: --csv FILE (the positional form is deprecated)")
+    if args.x_columns is not None and args.features is not None or args.y_column is not None and args.target:
+        raise ValueError("give --features/--target, not both them and the deprecated --x/--y")
+    if args.legacy_csv is not None:
+        args.csv = args.legacy_csv
+        args.legacy_target_default = args.y_column is None  # the old form defaulted to the last column
+    if args.x_columns is not None:
+        args.features = [c for c in args.x_columns.split(",") if c.strip()] or None
+    if args.y_column is not None:
+        args.target = args.y_column
+
+
+def _missing(args: argparse.Namespace) -> List[str]:
+    """Every required option that is absent, as the usage names it."""
+    missing = []
+    if args.csv is None:
+        missing.append("--csv FILE")
+    if args.target is None and not getattr(args, "legacy_target_default", False):
+        missing.append("--target COL")
+    if args.sensitive is None and args.interval is None:
+        missing.append("--sensitive S[,S...] or --interval LOW:HIGH")
+    if args.tolerance is None and args.alpha is None:
+        missing.append("--tolerance XI or --alpha A")
+    if args.public_csv is None:
+        absent = [
+            f"--{n.replace('_', '-')}"
+            for n in ("lengthscale", "variance", "noise_variance")
+            if getattr(args, n) is None
+        ]
+        if absent:
+            missing.append(f"{' '.join(absent)} (public hyperparameters) or --public-csv FILE")
+    return missing
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    checks = [
+        ("--lengthscale", args.lengthscale, lambda v: v > 0, "> 0"),
+        ("--variance", args.variance, lambda v: v > 0, "> 0"),
+        ("--noise-variance", args.noise_variance, lambda v: v >= 0, "≥ 0"),
+        ("--tolerance", args.tolerance, lambda v: v >= 0, "≥ 0"),
+        ("--alpha", args.alpha, lambda v: 0 < v < 1, "in (0, 1)"),
+        ("--density", args.density, lambda v: v > 0, "> 0"),
+        ("--mean", args.mean, lambda v: True, "finite"),
+        ("--maxiter", args.maxiter, lambda v: v >= 1, "at least 1"),
+    ]
+    for name, value, ok, rule in checks:
+        if value is not None and not (math.isfinite(value) and ok(value)):
+            raise ValueError(f"{name} must be a finite number {rule}, got {value}")
+
+
+def check(args: argparse.Namespace) -> None:
+    """Validate the options and read the CSV(s), before TensorFlow is imported; one ``ValueError`` per problem."""
+    import numpy as np
+
+    _legacy_forms(args)
+    missing = _missing(args)
+    if missing:
+        raise ValueError(f"missing required options: {'; '.join(missing)}")
+    if args.sensitive is not None and args.interval is not None:
+        raise ValueError("give sensitive points with --sensitive or intervals with --interval, not both")
+    if args.tolerance is not None and args.alpha is not None:
+        raise ValueError("give exactly one of --tolerance (a variance) or --alpha (H = αK)")
+    if args.interval is not None and args.alpha is None:
+        raise ValueError("a sensitive interval needs a kernel tolerance: use --alpha (H = αK) instead of --tolerance")
+    if args.density is not None and args.interval is None:
+        raise ValueError("--density applies to --interval only; drop it")
+    if args.public_csv is not None and (args.lengthscale is not None or args.variance is not None):
+        raise ValueError("--public-csv fits the kernel; drop --lengthscale/--variance (or drop --public-csv)")
+    if (args.maxiter is not None or args.quick) and args.public_csv is None and not args.refit:
+        raise ValueError("--maxiter and --quick apply to a fit (--public-csv or --refit); drop them")
+    _check_numbers(args)
+    _check_out(args.out)
+    args.table = _read_csv(args.csv, args.features, args.target)
+    if args.public_csv is not None:
+        args.public_table = _read_csv(args.public_csv, args.table[2][:-1], args.table[2][-1])
+        released = {tuple(row) for row in np.concatenate(args.table[:2], axis=1).tolist()}
+        if any(tuple(row) in released for row in np.concatenate(args.public_table[:2], axis=1).tolist()):
+            raise ValueError(
+                f"--public-csv {args.public_csv} repeats rows of --csv: hyperparameters fitted on the released "
+                "outputs let anyone holding the release recover them; use public data or rows that are not released"
+            )
+    if args.table[0].shape[1] != 1:
+        raise ValueError(f"the CLI handles 1-D inputs (got {args.table[0].shape[1]} features); use the Python API")
 
 
 def _is_number(cell: str) -> bool:
@@ -103,11 +256,27 @@ def _is_number(cell: str) -> bool:
     return True
 
 
-def _read_csv(path: Path, x_columns: "str | None", y_column: "str | None") -> "tuple[np.ndarray, np.ndarray, list]":
-    """Inputs, outputs and column names from a CSV with or without a header row.
+def _check_header(path: Path, header: List[str]) -> None:
+    """Refuse duplicate column names (which one would be meant?) and names a spreadsheet would run as formulas."""
+    duplicates = sorted({h for h in header if header.count(h) > 1})
+    if duplicates:
+        raise ValueError(f"{path} has duplicate column names {duplicates}; rename them so that each is unique")
+    formulas = [h for h in header if h.startswith(FORMULA_PREFIXES)]
+    if formulas:
+        raise ValueError(
+            f"{path}: column names {formulas} start with one of = + - @, which spreadsheets run as a formula when "
+            "released.csv is opened; rename them"
+        )
+
+
+def _read_csv(
+    path: Path, features: Optional[List[str]], target: Optional[str]
+) -> "tuple[np.ndarray, np.ndarray, list]":
+    """Features, target and column names ``features + [target]`` from a CSV with or without a header row.
 
     The first row is a header iff one of its cells is not a number; without a header, columns are named by
-    their 1-based position (``--y 2``). Every value must be a finite number.
+    their 1-based position (``--target 2``). Every value must be a finite number. ``target=None`` (the
+    deprecated positional form only) means the last column.
     """
     import numpy as np
 
@@ -121,35 +290,42 @@ def _read_csv(path: Path, x_columns: "str | None", y_column: "str | None") -> "t
     first_row = numbered[0][1]
     has_header = not all(_is_number(c) for c in first_row)
     header = [h.strip() for h in first_row] if has_header else [str(j + 1) for j in range(len(first_row))]
+    _check_header(path, header)
     data = numbered[1:] if has_header else numbered
     if len(data) < 2:
         raise ValueError(f"{path} needs at least 2 data rows, got {len(data)}")
-    y_name = y_column or header[-1]
-    x_names = x_columns.split(",") if x_columns else [h for h in header if h != y_name]
+    y_name = target or header[-1]
+    x_names = list(features) if features else [h for h in header if h != y_name]
     for name in x_names + [y_name]:
         if name not in header:
             raise ValueError(
                 f"column {name!r} not in {path} (columns: {', '.join(header)}"
                 f"{'' if has_header else '; no header row, so columns are numbered from 1'})"
             )
+    if y_name in x_names:
+        raise ValueError(
+            f"the target {y_name!r} is also a feature; features are released verbatim, so this would publish "
+            "the raw target: drop it from --features"
+        )
+    if len(set(x_names)) != len(x_names):
+        raise ValueError(f"--features names a column twice ({', '.join(x_names)})")
     index = [header.index(n) for n in x_names + [y_name]]
     table = np.empty((len(data), len(index)))
     for i, (line, row) in enumerate(data):
         if len(row) != len(header):
             raise ValueError(f"{path}, line {line}: {len(row)} cells, expected {len(header)}")
         for j, col in enumerate(index):
+            # a feature cell is quoted (features are published anyway); a target cell is private, so it is not
+            cell = f"{row[col]!r}" if j < len(x_names) else "the target's cell"
             try:
                 table[i, j] = float(row[col])
             except ValueError:
-                raise ValueError(f"{path}, line {line}, column {header[col]!r}: {row[col]!r} is not a number") from None
+                raise ValueError(f"{path}, line {line}, column {header[col]!r}: {cell} is not a number") from None
             if not np.isfinite(table[i, j]):
                 raise ValueError(
-                    f"{path}, line {line}, column {header[col]!r}: {row[col]!r} is not finite; remove or impute the row"
+                    f"{path}, line {line}, column {header[col]!r}: {cell} is not finite; remove or impute the row"
                 )
     return table[:, :-1], table[:, -1:], x_names + [y_name]
-
-
-OUTPUTS = ("released.csv", "model.npz", "privacy.png")
 
 
 def _check_out(out: Path) -> None:
@@ -170,38 +346,32 @@ def _check_out(out: Path) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the release and write its three outputs."""
+    """Run the release (options already validated by :func:`check`) and write its outputs."""
+    import gpflow
     import numpy as np
 
-    from ..privacy import ProportionalKernel, RegionUnion, Interval
-
-    import gpflow
-
     from ..progress import tqdm
+    from ..release import Interval, ProportionalKernel, RegionUnion
 
-    maxiter = args.maxiter if args.maxiter is not None else QUICK_MAXITER if args.quick else MAXITER
-    if maxiter < 1:
-        raise ValueError(f"--maxiter must be at least 1, got {maxiter}")
-    X, Y, names = _read_csv(args.csv, args.x_columns, args.y_column)
-    if (args.tolerance is None) == (args.alpha is None):
-        raise ValueError("give exactly one of --tolerance (a variance) or --alpha (H = αK)")
-    if (args.sensitive is None) == (args.interval is None):
-        raise ValueError("give sensitive points with --sensitive or intervals with --interval (one of them)")
-    if X.shape[1] != 1:
-        raise ValueError(f"the CLI handles 1-D inputs (got {X.shape[1]} columns); use the Python API for more")
-    if args.interval is not None and args.alpha is None:
-        raise ValueError("a sensitive interval needs a kernel tolerance: use --alpha (H = αK) instead of --tolerance")
+    if not hasattr(args, "table"):  # called directly rather than through ``gpflow-fed``
+        check(args)
+    X, Y, names = args.table
     if args.interval is not None:
-        sensitive = RegionUnion(*[Interval(lo, hi) for lo, hi in args.interval])
-        S = sensitive.discretise(args.density)
+        sensitive: Any = RegionUnion(*[Interval(lo, hi) for lo, hi in args.interval])
     else:
-        sensitive = S = np.asarray(args.sensitive, dtype=float)[:, None]
-    _check_out(args.out)
-    kernel = gpflow.kernels.SquaredExponential(lengthscales=float(np.std(X)) or 1.0)
+        sensitive = np.asarray(args.sensitive, dtype=float)[:, None]
+    if args.public_csv is None:
+        kernel = gpflow.kernels.SquaredExponential(variance=args.variance, lengthscales=args.lengthscale)
+    else:
+        # a starting point from public information only: the features' spread and the public target's variance
+        Xp, Yp, _ = args.public_table
+        kernel = gpflow.kernels.SquaredExponential(
+            variance=float(np.var(Yp)) or 1.0, lengthscales=float(np.std(Xp)) or 1.0
+        )
     tolerance = ProportionalKernel(kernel, args.alpha) if args.alpha is not None else args.tolerance
     with tqdm(total=len(STAGES), desc="privacy", disable=args.json or args.no_progress) as bar:
         bar.set_postfix_str(STAGES[0])
-        return _release(args, X, Y, names, S, sensitive, tolerance, kernel, maxiter, bar)
+        return _release(args, X, Y, names, sensitive, tolerance, kernel, bar)
 
 
 def _release(
@@ -209,29 +379,24 @@ def _release(
     X: "np.ndarray",
     Y: "np.ndarray",
     names: List[str],
-    S: "np.ndarray",
     sensitive: Any,
     tolerance: Any,
     kernel: Any,
-    maxiter: int,
     bar: Any,
 ) -> int:
-    """Fit, compute Σ, obfuscate, write the release and the owner's outputs, ticking ``bar`` per stage."""
+    """Compute Σ, obfuscate, write the release and the owner's outputs, ticking ``bar`` per stage.
+
+    Every number printed, saved in ``--out`` or written to TensorBoard comes from the released model (X, W, Σ,
+    the public hyperparameters); the raw target only reaches W and the owner's raw-vs-released plot.
+    """
     import numpy as np
 
-    from ..models.privacy_aware_gpr import release
-
-    result = release(
-        (X, Y),
-        sensitive,
-        tolerance,
-        kernel=kernel,
-        method=args.method,
-        maxiter=maxiter,
-        noise_variance=args.noise_variance,
-        density=args.density,
-        solver=args.solver,
-    )
+    maxiter = args.maxiter if args.maxiter is not None else QUICK_MAXITER if args.quick else MAXITER
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UserWarning)
+        result = _call_release(args, X, Y, sensitive, tolerance, kernel, maxiter)
+    for warning in caught:  # e.g. --refit kept within the tolerance: one line each, like the errors
+        _warn(str(warning.message))
     _advance(bar, 1)
     args.out.mkdir(parents=True, exist_ok=True)
     with open(args.out / "released.csv", "w", newline="") as fh:
@@ -246,12 +411,12 @@ def _release(
     args.logdir.mkdir(parents=True, exist_ok=True)
     comparison = args.logdir / "privacy-raw-vs-released.png"
     _plot(X, Y, result, comparison, names)
-    mean, var = result.model.predict_f(S)
     summary = {
         "released_points": int(X.shape[0]),
-        "sensitive_points": int(S.shape[0]),
+        "sensitive_points": int(result.sensitive.shape[0]),
         "trace_sigma": float(np.trace(np.asarray(result.Sigma))),
-        "min_sensitive_variance": float(np.min(var)),
+        "min_sensitive_variance": float(np.min(result.variance)),
+        "min_tolerance": float(np.min(result.tolerance)),
     }
     certificate = getattr(result.Sigma, "certificate", None)
     if certificate is not None:
@@ -275,19 +440,47 @@ def _release(
         )
         return 0
     print(
-        f"released {X.shape[0]} points, {S.shape[0]} sensitive; tr Σ = {summary['trace_sigma']:.6g}; "
-        f"min predictive variance at sensitive inputs = {summary['min_sensitive_variance']:.6g}"
+        f"released {X.shape[0]} points, {result.sensitive.shape[0]} sensitive; tr Σ = {summary['trace_sigma']:.6g}; "
+        f"min predictive variance at sensitive inputs = {summary['min_sensitive_variance']:.6g} "
+        f"(tolerance {summary['min_tolerance']:.6g})"
     )
     if certificate is not None:
         print(
             f"certificate: tr Σ = {certificate.objective:.10g} ≥ optimum ≥ {certificate.lower_bound:.10g} "
             f"(relative gap {certificate.relative_gap:.1e}); min (Var − ξ) at sensitive inputs = "
-            f"{certificate.feasibility_margin:.2e}; Krylov dimension {certificate.krylov_dimension}; "
-            f"{certificate.seconds:.2f} s"
+            f"{certificate.feasibility_margin:.2e}; Krylov dimension {certificate.krylov_dimension}"
         )
     print(f"wrote {', '.join(written)} (safe to publish)")
     print(f"owner only (shows raw data): {comparison}; TensorBoard: tensorboard --logdir {args.logdir}")
     return 0
+
+
+def _call_release(
+    args: argparse.Namespace,
+    X: "np.ndarray",
+    Y: "np.ndarray",
+    sensitive: Any,
+    tolerance: Any,
+    kernel: Any,
+    maxiter: int,
+) -> Any:
+    """:func:`~gpflow_fed.models.release` with the command's options (public design, post-processing)."""
+    from ..models.privacy_aware_gpr import release
+
+    return release(
+        (X, Y),
+        sensitive,
+        tolerance,
+        kernel=kernel,
+        noise_variance=args.noise_variance,
+        mean=args.mean,
+        public_data=args.public_table[:2] if args.public_csv is not None else None,
+        refit=args.refit,
+        method=args.method,
+        maxiter=maxiter,
+        density=20.0 if args.density is None else args.density,
+        solver=args.solver,
+    )
 
 
 def _advance(bar: Any, stage: int) -> None:
@@ -296,12 +489,11 @@ def _advance(bar: Any, stage: int) -> None:
     bar.set_postfix_str(STAGES[stage])
 
 
-def _plot(X: np.ndarray, Y: "np.ndarray | None", result: object, path: Path, names: List[str]) -> None:
+def _plot(X: "np.ndarray", Y: "np.ndarray | None", result: Any, path: Path, names: List[str]) -> None:
     """The released posterior (and, given the raw ``Y``, the raw-data posterior with the same hyperparameters)."""
     import numpy as np
 
-    import gpflow
-
+    from ..models import PrivacyAwareGPR
     from ..plotting import figure
 
     grid = np.linspace(X.min(), X.max(), 400)[:, None]
@@ -310,11 +502,14 @@ def _plot(X: np.ndarray, Y: "np.ndarray | None", result: object, path: Path, nam
     curves = [("released", result.model, "k", "C1")]
     if Y is not None:
         ax.plot(X[:, 0], Y[:, 0], ".", color="0.5", ms=4, label="raw data (owner only)")
-        raw = gpflow.models.GPR(
+        # the raw data under the released hyperparameters (Σ = 0; a 1e-10 relative jitter when σ² = 0)
+        jitter = 1e-10 * float(np.max(result.model.kernel(X, full_cov=False).numpy()))
+        raw = PrivacyAwareGPR(
             (X, Y),
-            kernel=result.model.kernel,
-            mean_function=result.model.mean_function,
-            noise_variance=result.noise_variance,
+            result.model.kernel,
+            np.zeros((X.shape[0], X.shape[0])),
+            result.model.mean_function,
+            noise_variance=result.noise_variance + jitter,
         )
         curves.insert(0, ("raw-data", raw, "C0", None))
     ax.plot(X[:, 0], result.W[:, 0], "o", ms=3, color="C1", alpha=0.6, label="released outputs W")

@@ -37,6 +37,7 @@ def read_table(source: Table) -> Dict[str, np.ndarray]:
         if len(rows) < 2:
             raise ValueError(f"{path} needs a header row and at least one data row")
         header = [h.strip() for h in rows[0]]
+        _unique(header, path)
         for line, row in enumerate(rows[1:], start=2):
             if len(row) != len(header):
                 raise ValueError(f"{path}, data row {line - 1}: {len(row)} cells, expected {len(header)} ({header})")
@@ -45,7 +46,15 @@ def read_table(source: Table) -> Dict[str, np.ndarray]:
     names = list(columns) if columns is not None else list(source.keys()) if isinstance(source, dict) else None
     if names is None:
         raise TypeError(f"expected a CSV path, a pandas DataFrame or a dict of columns, got {type(source).__name__}")
+    _unique([str(name) for name in names], "the table")
     return {str(name): np.asarray(source[name]) for name in names}
+
+
+def _unique(names: List[str], source: object) -> None:
+    """Refuse duplicate column names: a dict of columns would silently keep only the last of them."""
+    duplicates = sorted({name for name in names if names.count(name) > 1})
+    if duplicates:
+        raise ValueError(f"{source} has duplicate column names {duplicates}; rename them so that each is unique")
 
 
 def _numeric(name: str, values: np.ndarray) -> np.ndarray:

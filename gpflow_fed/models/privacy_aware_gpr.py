@@ -6,17 +6,21 @@ The released model predicts with eq. (3)–(4)::
     Var[f(x*) | X, W] = K_{x*x*} − K_{x*X} (K_XX + V + Σ)⁻¹ K_{Xx*},
 
 which is the best (minimum-MSE) predictor anyone can build from the released ``(X, W)``, the GP's mean and
-covariance, V and Σ; so the variance at the sensitive inputs is a hard floor (§3.2). :func:`release` runs
-the owner's three steps (§3.2): fit hyperparameters on the raw data (GPflow GPR maximum likelihood with a
-constant mean), compute Σ, obfuscate, and build the released model, which holds only X, W and Σ.
+covariance, V and Σ; so the variance at the sensitive inputs is a hard floor (§3.2) — provided nothing else
+published depends on the raw Y. :func:`release` therefore departs from §3.2's step 1 (which fits the GP on the
+raw data): Σ is designed from *public* hyperparameters (given, or fitted on public or disjoint data), and the
+mean and any refit are post-processing of W. See ``docs/guides/privacy-aware.md`` for why the low rank of Σ
+makes any statistic of the raw Y published beside W fatal.
 """
 
 from __future__ import annotations
 
 import json
+import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Optional, Union
+from typing import Any, Dict, Iterator, Optional, Union
 
 import gpflow
 import numpy as np
@@ -26,11 +30,11 @@ from check_shapes.exceptions import CheckShapesError
 from gpflow.models.training_mixins import InternalDataTrainingLossMixin
 from gpflow.utilities import assert_params_false
 
-from ..privacy._linalg import as_inputs
-from ..privacy.lowrank import LowRankCovariance
-from ..privacy.obfuscation import Covariance, _check_method, _inputs, obfuscate, synthetic_noise_covariance
-from ..privacy.regions import Region, check_region, region_noise_covariance
-from ..privacy.tolerance import Tolerance
+from ..release._linalg import as_inputs
+from ..release.lowrank import LowRankCovariance
+from ..release.obfuscation import Covariance, _check_method, _inputs, obfuscate, synthetic_noise_covariance
+from ..release.regions import Region, check_region, region_noise_covariance
+from ..release.tolerance import Tolerance, resolve_tolerance
 from ._npz import read_npz
 from .recyclable import kernel_from_spec, kernel_spec
 
@@ -260,14 +264,18 @@ def _describe(describe: Any, obj: Any) -> Optional[Dict[str, Any]]:
 
 @dataclass
 class PrivacyRelease:
-    """The outcome of :func:`release`.
+    """The outcome of :func:`release`; every field is computed from W and public inputs only (safe to publish).
 
-    :param model: the released :class:`PrivacyAwareGPR` (safe to publish: X, W, Σ, hyperparameters).
+    :param model: the released :class:`PrivacyAwareGPR` (X, W, Σ, hyperparameters, mean).
     :param Sigma: Σ.
     :param W: ``[N, 1]`` the obfuscated outputs.
     :param sensitive: ``[γ, D]`` the sensitive inputs.
     :param noise_variance: σ² used for V.
-    :param log_marginal_likelihood: the raw-data GPR's optimum (owner-side diagnostics).
+    :param log_marginal_likelihood: ``log N(W; m(X), K_XX + V + Σ)`` of the released model — the likelihood of
+        the *released* W (before the fix that introduced ``public_data``, this was the raw-data GPR's optimum, a
+        statistic of the raw Y that must not be published).
+    :param variance: ``[γ]`` the released model's predictive variance at each sensitive input (eq. 4).
+    :param tolerance: ``[γ]`` ξᵢ as designed (the floor that ``variance`` respects).
     """
 
     model: PrivacyAwareGPR
@@ -276,10 +284,12 @@ class PrivacyRelease:
     sensitive: np.ndarray
     noise_variance: float
     log_marginal_likelihood: float
+    variance: np.ndarray
+    tolerance: np.ndarray
 
 
 def _check_tolerance_shape(tolerance: Tolerance, gamma: int) -> None:
-    """Checks that do not depend on the fitted hyperparameters, run before fitting (sign, shape, finiteness)."""
+    """Checks that do not depend on the hyperparameters, run before any fitting (sign, shape, finiteness)."""
     if isinstance(tolerance, gpflow.kernels.Kernel):
         return
     array = np.asarray(tolerance, dtype=gpflow.default_float())
@@ -301,7 +311,12 @@ def fit_hyperparameters(
     noise_variance: Optional[float] = None,
     maxiter: int = 1000,
 ) -> "tuple[gpflow.models.GPR, float]":
-    r"""Step 1 of §3.2: GPflow GPR maximum likelihood with a constant mean (updates ``kernel`` in place).
+    r"""GPflow GPR maximum likelihood with a constant mean (updates ``kernel`` in place).
+
+    For a privacy-aware release, call it on **public or disjoint data only**, never on the outputs being
+    released: Σ is low rank, so W determines Y up to a few scalars, and the stationarity equations of this fit
+    on the raw Y (``1ᵀC⁻¹(Y − c1) = 0``, ``rᵀC⁻¹Ċ_jC⁻¹r = tr(C⁻¹Ċ_j)``) give those scalars back
+    (``tests/security/test_release_attack.py``). :func:`release` calls it only on its ``public_data``.
 
     The constant is initialised at ``mean(Y)``. ``noise_variance=None`` estimates σ²; a number fixes it
     (0 allowed: deterministic data). Returns the fitted GPR and σ².
@@ -321,44 +336,212 @@ def fit_hyperparameters(
     return gpr, float(gpr.likelihood.variance.numpy())
 
 
+@contextmanager
+def _singular(what: str) -> Iterator[None]:
+    """Turn TensorFlow's failed Cholesky (``K + V + Σ`` numerically singular) into a one-line ``ValueError``."""
+    try:
+        yield
+    except tf.errors.InvalidArgumentError:
+        raise ValueError(
+            f"{what} failed: the covariance K_XX + V + Σ is numerically singular (repeated inputs, or "
+            "noise_variance = 0 with a smooth kernel); pass noise_variance > 0"
+        ) from None
+
+
+def _outputs(Y: object, rows: int, what: str) -> np.ndarray:
+    """``Y`` as a finite real ``[rows, 1]`` array (an ``[N]`` vector becomes a column)."""
+    if np.iscomplexobj(Y):
+        raise TypeError(f"{what} is complex; pass real outputs (casting would drop the imaginary part)")
+    array = np.asarray(Y, dtype=gpflow.default_float())
+    if array.ndim == 1:
+        array = array[:, None]
+    if array.shape != (rows, 1) or not np.all(np.isfinite(array)):
+        raise ValueError(f"{what} must be a finite [N, 1] array matching X's {rows} rows, got shape {array.shape}")
+    return array
+
+
+def _public_fit_data(
+    public_data: "tuple[np.ndarray, np.ndarray]", X: np.ndarray, Y: np.ndarray
+) -> "tuple[np.ndarray, np.ndarray]":
+    """``public_data`` checked: real, finite, X's columns, at least 2 rows, and no row of the released data."""
+    if not isinstance(public_data, (tuple, list)) or len(public_data) != 2:
+        raise TypeError("public_data must be a pair (X_public [M, D], Y_public [M, 1]) of public or disjoint data")
+    Xp = as_inputs(public_data[0], "public_data X")
+    if Xp.shape[1] != X.shape[1] or Xp.shape[0] < 2:
+        raise ValueError(f"public_data X must have X's {X.shape[1]} columns and at least 2 rows, got shape {Xp.shape}")
+    Yp = _outputs(public_data[1], Xp.shape[0], "public_data Y")
+    private_rows = {tuple(row) for row in np.concatenate([X, Y], axis=1).tolist()}
+    if any(tuple(row) in private_rows for row in np.concatenate([Xp, Yp], axis=1).tolist()):
+        raise ValueError(
+            "public_data repeats rows of the data being released: hyperparameters fitted on the raw outputs let "
+            "anyone holding the release recover them; fit on public data or on rows that are not released"
+        )
+    return Xp, Yp
+
+
+def _gls_mean(model: PrivacyAwareGPR) -> np.ndarray:
+    r"""The maximum-likelihood constant given W: ``ĉ = 1ᵀC⁻¹W / 1ᵀC⁻¹1``, ``C = K_XX + V + Σ`` (post-processing)."""
+    W = model.data[1]
+    L = model._observation_cholesky()
+    ones = tf.ones_like(W)
+    a = tf.linalg.triangular_solve(L, ones, lower=True)
+    b = tf.linalg.triangular_solve(L, W, lower=True)
+    return (tf.reduce_sum(a * b) / tf.reduce_sum(a * a)).numpy().reshape(1)
+
+
+#: Relative slack (of the largest prior variance at the sensitive inputs) allowed in the floor check.
+FLOOR_RTOL = 1e-6
+#: Bisection steps of the refit's retreat towards the design hyperparameters (to 2⁻²⁰ of the path).
+REFIT_BISECTIONS = 20
+
+
+def _short(
+    model: PrivacyAwareGPR, S: np.ndarray, xi: np.ndarray, strict: bool = False
+) -> "tuple[np.ndarray, np.ndarray]":
+    """The released model's variance at S (eq. 4, under its current θ) and the indices where it is below ξ
+    (by more than ``FLOOR_RTOL`` of the prior variance, or at all when ``strict``)."""
+    _, var = model.predict_f(S)
+    variance = var.numpy()[:, 0]
+    slack = 0.0 if strict else FLOOR_RTOL * float(np.max(model.kernel(S, full_cov=False).numpy()))
+    return variance, np.flatnonzero(variance < xi - slack)
+
+
+def _refit(model: PrivacyAwareGPR, S: np.ndarray, xi: np.ndarray, maxiter: int, fixed_mean: bool) -> None:
+    r"""Post-processing: refit the kernel (and the mean unless ``fixed_mean``) by maximum likelihood on W.
+
+    The refitted θ̂ may predict the sensitive inputs better than the design θ₀ that Σ was built for. Then the
+    kernel's unconstrained parameters retreat along the segment ``θ₀ + t(θ̂ − θ₀)`` to the largest ``t ∈ [0, 1]``
+    (bisection) at which the floor holds; ``t = 0`` is the design, where it holds by construction. Every step
+    uses only W, Σ, σ², X, S and ξ, so the result is a function of public quantities.
+    """
+    kernel_params = model.kernel.trainable_parameters
+    start = [p.unconstrained_variable.numpy() for p in kernel_params]
+    gpflow.optimizers.Scipy().minimize(
+        model.training_loss, model.trainable_variables, options=dict(maxiter=int(maxiter)), compile=False
+    )
+    if not _short(model, S, xi, strict=True)[1].size:
+        return
+    end = [p.unconstrained_variable.numpy() for p in kernel_params]
+
+    def move(t: float) -> bool:
+        for p, a, b in zip(kernel_params, start, end):
+            p.unconstrained_variable.assign(a + t * (b - a))
+        return not _short(model, S, xi, strict=True)[1].size
+
+    low, high = 0.0, 1.0
+    for _ in range(REFIT_BISECTIONS):
+        mid = 0.5 * (low + high)
+        low, high = (mid, high) if move(mid) else (low, mid)
+    move(low)
+    if not fixed_mean:
+        model.mean_function.c.assign(_gls_mean(model))
+    warnings.warn(
+        f"refit=True: the hyperparameters fitted on W would predict the sensitive inputs better than the tolerance "
+        f"allows; published θ = θ_design + {low:.3g}·(θ_refit − θ_design) (unconstrained), the largest step that "
+        "keeps the floor",
+        UserWarning,
+        stacklevel=3,
+    )
+
+
+def _floor(model: PrivacyAwareGPR, S: np.ndarray, xi: np.ndarray) -> np.ndarray:
+    """The released model's variance at S under the *published* θ, checked against ξ (the guarantee)."""
+    variance, short = _short(model, S, xi)
+    if short.size:
+        i = int(short[np.argmin(variance[short] - xi[short])])
+        raise ValueError(
+            f"the released model's variance at sensitive input {i} is {variance[i]:.6g} < tolerance {xi[i]:.6g}; "
+            "Σ could not be certified: report this as a bug"
+        )
+    return variance
+
+
+_DEFAULT = object()
+
+
 def release(
     data: "tuple[np.ndarray, np.ndarray]",
     sensitive: Union[np.ndarray, Region],
     tolerance: Tolerance,
     *,
     kernel: Optional[gpflow.kernels.Kernel] = None,
+    noise_variance: Optional[float] = None,
+    mean: Optional[float] = None,
+    public_data: "Optional[tuple[np.ndarray, np.ndarray]]" = None,
+    refit: bool = False,
     density: Optional[float] = None,
     method: str = "strong",
-    noise_variance: Optional[float] = None,
-    fit: bool = True,
     low_rank: Optional[bool] = None,
     solver: Optional[str] = None,
     maxiter: int = 1000,
     insecure_noise_seed: Optional[int] = None,
+    fit: Any = _DEFAULT,
 ) -> PrivacyRelease:
-    r"""The owner's release workflow (§3.2): fit, compute Σ (eq. 8/10/11), obfuscate (§4.1), build the model.
+    r"""The owner's release (§3.2): design Σ (eq. 8/10/11) from **public** hyperparameters, obfuscate (§4.1),
+    build the released model.
 
-    :param data: raw ``(X [N, D], Y [N, 1])`` — never stored in the result's model.
-    :param sensitive: ``[γ, D]`` sensitive inputs, or a :class:`~gpflow_fed.privacy.Region` (interval, box,
+    Everything the result holds is computed from what is already public: X, the tolerance, the design
+    hyperparameters (given, or fitted on ``public_data``) and W. The raw Y enters only W. Σ is low rank (rank ≈
+    the number of sensitive inputs), so W fixes Y up to that many scalars, and *any* statistic of the raw Y
+    published beside W (a mean, hyperparameters fitted on Y) adds equations that solve for them.
+
+    1. Design (public): θ and σ² are ``kernel``'s values and ``noise_variance`` as given, or, with
+       ``public_data``, fitted by maximum likelihood (:func:`fit_hyperparameters`) on that public or disjoint
+       data (rows of the released data are refused).
+    2. Σ from the design θ, σ² (eq. 8/10/11), ``W = Y + Z`` with ``Z ~ N(0, Σ)`` from OS randomness.
+    3. Post-processing of W: the constant mean is ``mean`` if given, else its maximum-likelihood value given W
+       (``1ᵀC⁻¹W / 1ᵀC⁻¹1``, ``C = K_XX + V + Σ``); with ``refit=True`` the kernel hyperparameters (and the mean
+       unless given) are refitted by maximum likelihood on ``(X, W)`` with Σ and σ² fixed. Σ is tight at the
+       design θ, so a refitted θ̂ often predicts some sensitive input better than ξ; the published θ then
+       retreats towards the design θ until the floor holds (with a ``UserWarning``; see :func:`_refit`).
+    4. The floor: the released model's variance at each sensitive input (eq. 4, under the **published** θ) is
+       checked to be ≥ ξᵢ (``result.variance``).
+
+    :param data: raw ``(X [N, D], Y [N, 1])``; Y is used for W only.
+    :param sensitive: ``[γ, D]`` sensitive inputs, or a :class:`~gpflow_fed.release.Region` (interval, box,
         union) discretised at ``density`` and handled by
-        :func:`~gpflow_fed.privacy.region_noise_covariance` (needs a kernel tolerance H; ``method="strong"``:
+        :func:`~gpflow_fed.release.region_noise_covariance` (needs a kernel tolerance H; ``method="strong"``:
         eq. 12–13, ``method="weak"``: eq. 10 at the grid points, certified Krylov reduction).
-    :param tolerance: as for :func:`~gpflow_fed.privacy.synthetic_noise_covariance`; a kernel H may wrap
-        ``kernel`` (e.g. ``ProportionalKernel(kernel, 0.5)``) and then follows the fitted hyperparameters.
-    :param kernel: K (``SquaredExponential()`` if None); its hyperparameters are fitted in place.
+    :param tolerance: as for :func:`~gpflow_fed.release.synthetic_noise_covariance`; a kernel H may wrap
+        ``kernel`` (e.g. ``ProportionalKernel(kernel, 0.5)``) and then follows the design hyperparameters.
+    :param kernel: K with public hyperparameter values (the design θ); required unless ``public_data`` is given
+        (then ``SquaredExponential()`` by default, fitted in place on ``public_data``).
+    :param noise_variance: σ² of V, a public number ≥ 0 (0 for deterministic data); required unless
+        ``public_data`` is given (then None estimates it there).
+    :param mean: the released constant mean, a public number; None: its maximum-likelihood value given W.
+    :param public_data: ``(X_public, Y_public)``, public data or data disjoint from ``data`` (not released by
+        this call), on which the design θ and σ² are fitted.
+    :param refit: refit the kernel hyperparameters (and the mean unless given) on the released ``(X, W)``,
+        post-processing, kept within the floor under the published θ (step 3).
     :param density: grid points per unit length when ``sensitive`` is a region.
     :param method: ``"strong" | "weak" | "diagonal"``.
-    :param noise_variance: σ² of V: None to estimate it, a number to fix it (0 for deterministic data).
-    :param fit: False to keep the kernel's (and σ²'s) values as given (mean = ``mean(Y)``).
-    :param low_rank: see :func:`~gpflow_fed.privacy.synthetic_noise_covariance`.
-    :param solver: for the SDP methods (see :func:`~gpflow_fed.privacy.synthetic_noise_covariance`): the weak
+    :param low_rank: see :func:`~gpflow_fed.release.synthetic_noise_covariance`.
+    :param solver: for the SDP methods (see :func:`~gpflow_fed.release.synthetic_noise_covariance`): the weak
         method uses the certified Krylov reduction unless ``solver="dense"``.
-    :param maxiter: L-BFGS iterations of the maximum-likelihood fit (ignored with ``fit=False``).
+    :param maxiter: L-BFGS iterations of each maximum-likelihood fit (``public_data``, ``refit``).
     :param insecure_noise_seed: leave None: the synthetic noise (§4.1) comes from the OS, so the release cannot
         be de-noised by regenerating it; an int makes W reproducible for tests only (see
-        :func:`~gpflow_fed.privacy.obfuscate`).
-    :raises ValueError: bad data or any of the tolerance errors, before any fitting.
+        :func:`~gpflow_fed.release.obfuscate`).
+    :param fit: deprecated. ``fit=False`` is now the only behaviour (with ``noise_variance=None`` meaning 0, as
+        before); ``fit=True`` fitted the hyperparameters on the raw Y, which let anyone holding the release
+        recover Y, and is refused.
+    :raises ValueError: bad data, a missing public design input, ``fit=True`` or any of the tolerance errors
+        (all before any fitting).
     """
+    if fit is not _DEFAULT:
+        if fit:
+            raise ValueError(
+                "release(fit=True) fitted the hyperparameters and mean on the raw Y; with a low-rank Σ their "
+                "stationarity equations give Y back from the release. Pass public values (kernel=, "
+                "noise_variance=, mean=), public_data= (public or disjoint data to fit on) and/or refit=True "
+                "(refit on the released W)"
+            )
+        warnings.warn(
+            "release(fit=False) is deprecated: hyperparameters are never fitted on the raw Y now; drop fit=",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        noise_variance = 0.0 if noise_variance is None and public_data is None else noise_variance
     _check_method(method)
     region = sensitive if isinstance(sensitive, Region) else None
     if region is not None:
@@ -374,25 +557,25 @@ def release(
         S = region.discretise(density)
     else:
         X, S = _inputs(data[0], sensitive)
-    if np.iscomplexobj(data[1]):
-        raise TypeError("Y is complex; pass real outputs (casting would drop the imaginary part)")
-    Y = np.asarray(data[1], dtype=gpflow.default_float())
-    if Y.ndim == 1:
-        Y = Y[:, None]
-    if Y.shape != (X.shape[0], 1) or not np.all(np.isfinite(Y)):
-        raise ValueError(f"Y must be a finite [N, 1] array matching X's {X.shape[0]} rows, got shape {Y.shape}")
+    Y = _outputs(data[1], X.shape[0], "Y")
     if noise_variance is not None and not (np.isfinite(noise_variance) and noise_variance >= 0):
-        raise ValueError(f"noise_variance must be None (estimate) or a number ≥ 0, got {noise_variance}")
-    kernel = gpflow.kernels.SquaredExponential() if kernel is None else kernel
+        raise ValueError(f"noise_variance must be None or a number ≥ 0, got {noise_variance}")
+    if mean is not None and not np.isfinite(mean):
+        raise ValueError(f"mean must be None (estimated from W) or a finite number, got {mean}")
+    if public_data is None and (kernel is None or noise_variance is None):
+        missing = [name for name, value in (("kernel", kernel), ("noise_variance", noise_variance)) if value is None]
+        raise ValueError(
+            f"give {' and '.join(missing)} as public inputs (a kernel with public hyperparameter values; σ² of V, 0 "
+            "for deterministic data), or public_data= (public or disjoint data to fit them on): Σ is designed "
+            "from them, and fitted on the raw Y they let anyone holding the release recover Y"
+        )
     _check_tolerance_shape(tolerance, S.shape[0])
-    if fit:
-        gpr, sigma2 = fit_hyperparameters((X, Y), kernel, noise_variance=noise_variance, maxiter=maxiter)
-        mean_value = gpr.mean_function.c.numpy()
-        lml = float(gpr.log_marginal_likelihood().numpy())
-    else:
-        sigma2 = 0.0 if noise_variance is None else float(noise_variance)
-        mean_value = np.mean(Y, axis=0)
-        lml = float("nan")
+    kernel = gpflow.kernels.SquaredExponential() if kernel is None else kernel
+    if public_data is not None:
+        _, noise_variance = fit_hyperparameters(
+            _public_fit_data(public_data, X, Y), kernel, noise_variance=noise_variance, maxiter=maxiter
+        )
+    sigma2 = float(noise_variance)
     if region is not None:
         Sigma = region_noise_covariance(
             kernel,
@@ -408,11 +591,28 @@ def release(
         Sigma = synthetic_noise_covariance(
             kernel, X, S, tolerance, noise_variance=sigma2, method=method, low_rank=low_rank, solver=solver
         )
+    xi = resolve_tolerance(kernel, S, tolerance).xi  # the floor, as designed
     W = obfuscate(Y, Sigma, insecure_noise_seed=insecure_noise_seed)
-    released_kernel = gpflow.utilities.deepcopy(kernel)
-    model = PrivacyAwareGPR(
-        (X, W), released_kernel, Sigma, gpflow.mean_functions.Constant(mean_value), noise_variance=sigma2
-    )
+    del Y  # nothing below may depend on the raw outputs
+    constant = gpflow.mean_functions.Constant(np.zeros(1) if mean is None else np.array([float(mean)]))
+    model = PrivacyAwareGPR((X, W), gpflow.utilities.deepcopy(kernel), Sigma, constant, noise_variance=sigma2)
+    with _singular("the released model"):
+        if mean is None:
+            constant.c.assign(_gls_mean(model))
+        else:
+            gpflow.set_trainable(constant, False)
+        if refit:
+            _refit(model, S, xi, maxiter, fixed_mean=mean is not None)
+        gpflow.set_trainable(constant, True)
+        variance = _floor(model, S, xi)
+        log_likelihood = float(model.maximum_log_likelihood_objective().numpy())
     return PrivacyRelease(
-        model=model, Sigma=Sigma, W=W, sensitive=S, noise_variance=sigma2, log_marginal_likelihood=lml
+        model=model,
+        Sigma=Sigma,
+        W=W,
+        sensitive=S,
+        noise_variance=sigma2,
+        log_marginal_likelihood=log_likelihood,
+        variance=variance,
+        tolerance=xi,
     )

@@ -1,53 +1,32 @@
-"""Privacy: privacy-aware GP release by synthetic correlated noise (Tuo & Bhattacharya)."""
+"""Deprecated alias of :mod:`gpflow_fed.release`, kept for one release after the rename.
 
-from .lowrank import LowRankCovariance
-from .obfuscation import (
-    METHODS,
-    PrivacyCheck,
-    obfuscate,
-    posterior_covariance,
-    prior_variance,
-    synthetic_noise_covariance,
-    verify_privacy,
-)
-from .regions import (
-    Box,
-    Interval,
-    Region,
-    RegionRefinement,
-    RegionUnion,
-    refine_region,
-    region_noise_covariance,
-    uniform_privacy_covariance,
-)
-from .sdp import SDPInfo, solve_privacy_sdp
-from .tolerance import ProportionalKernel, check_tolerance_kernel, gaussian_tolerance_kernel, resolve_tolerance
-from .weak import CertifiedCovariance, WeakCertificate, solve_weak_krylov
+``import gpflow_fed.privacy`` and each old submodule (``gpflow_fed.privacy.obfuscation``, ...) warn
+``DeprecationWarning`` and give the very same objects as :mod:`gpflow_fed.release`: each old submodule *is* the new
+module (its ``sys.modules`` entry is replaced), so private names and ``isinstance`` checks keep working.
+"""
 
-__all__ = [
-    "Box",
-    "CertifiedCovariance",
-    "Interval",
-    "LowRankCovariance",
-    "METHODS",
-    "PrivacyCheck",
-    "ProportionalKernel",
-    "Region",
-    "RegionRefinement",
-    "RegionUnion",
-    "SDPInfo",
-    "check_tolerance_kernel",
-    "gaussian_tolerance_kernel",
-    "obfuscate",
-    "posterior_covariance",
-    "prior_variance",
-    "refine_region",
-    "region_noise_covariance",
-    "resolve_tolerance",
-    "solve_privacy_sdp",
-    "synthetic_noise_covariance",
-    "uniform_privacy_covariance",
-    "verify_privacy",
-    "WeakCertificate",
-    "solve_weak_krylov",
-]
+from __future__ import annotations
+
+import importlib
+import sys
+import warnings
+
+from ..release import *  # noqa: F401,F403 -- the alias re-exports the whole public API
+from ..release import __all__  # noqa: F401
+
+OLD, NEW = __name__, "gpflow_fed.release"
+
+
+def _deprecated(old: str, stacklevel: int) -> None:
+    """Warn that ``old`` (this package or one of its submodules) moved to ``gpflow_fed.release``."""
+    new = NEW + old[len(OLD) :]
+    warnings.warn(f"{old} is deprecated (renamed); import {new} instead", DeprecationWarning, stacklevel)
+
+
+def alias_submodule(old: str) -> None:
+    """Make the module named ``old`` (``gpflow_fed.privacy.<name>``) the module ``gpflow_fed.release.<name>``."""
+    _deprecated(old, 4)
+    sys.modules[old] = importlib.import_module(NEW + old[len(OLD) :])
+
+
+_deprecated(OLD, 3)

@@ -87,3 +87,11 @@ def test_non_numeric_missing_and_tiny_party():
         federated_from_table(tiny, party_column="hospital", target="los")
     with pytest.raises(TypeError, match="CSV path, a pandas DataFrame or a dict"):
         federated_from_table(42, party_column="hospital", target="los")
+
+
+def test_duplicate_column_names_are_refused_not_overwritten(tmp_path):
+    """A CSV header ``age,age`` used to keep the last column silently."""
+    path = tmp_path / "dup.csv"
+    path.write_text("hospital,age,age,los\na,1,2,3\na,2,3,4\nb,3,4,5\nb,4,5,6\n")
+    with pytest.raises(ValueError, match=r"dup.csv has duplicate column names \['age'\]"):
+        federated_from_table(path, party_column="hospital", target="los")

@@ -4,9 +4,9 @@ import gpflow
 import numpy as np
 import pytest
 
-from gpflow_fed.data import orbit_constants, satellite_data
-from gpflow_fed.models import PrivacyAwareGPR, release
-from gpflow_fed.privacy import ProportionalKernel, posterior_covariance, synthetic_noise_covariance
+from gpflow_fed.data import orbit_constants, satellite_data, satellite_trajectory
+from gpflow_fed.models import PrivacyAwareGPR, fit_hyperparameters, release
+from gpflow_fed.release import ProportionalKernel, posterior_covariance, synthetic_noise_covariance
 
 
 def test_predictions_match_eq_3_4_oracle():
@@ -36,7 +36,7 @@ def test_release_save_load_without_raw_y(tmp_path):
     X = np.linspace(0, 1, 30)[:, None]
     Y = np.cos(5 * X) + 0.05 * rng.standard_normal((30, 1))
     k = gpflow.kernels.SquaredExponential(lengthscales=0.3)
-    out = release((X, Y), [[0.4], [0.45]], ProportionalKernel(k, 0.5), kernel=k)
+    out = release((X, Y), [[0.4], [0.45]], ProportionalKernel(k, 0.5), kernel=k, noise_variance=2.5e-3)
     assert np.all(out.model.data[1].numpy() == out.W) and not np.allclose(out.W, Y)
     path = out.model.save(tmp_path / "model.npz")
     assert Y.astype(np.float64).tobytes()[:64] not in path.read_bytes()
@@ -81,16 +81,85 @@ def test_save_load_composite_kernel_needs_a_template(tmp_path):
 
 def test_release_rejects_bad_input_before_fitting():
     X = np.linspace(0, 1, 10)[:, None]
+    Y = np.sin(X)
+    public = (X + 0.05, np.sin(X + 0.05))
     k = gpflow.kernels.SquaredExponential()
     before = k.lengthscales.numpy()
     for kwargs, match in [
-        (dict(sensitive=[[0.5]], tolerance=-1.0), "negative tolerance"),
-        (dict(sensitive=[[0.5, 0.1]], tolerance=0.1), "2 columns but X has 1"),
-        (dict(sensitive=[[0.5]], tolerance=0.1, method="fast"), "unknown method"),
+        (dict(sensitive=[[0.5]], tolerance=-1.0, public_data=public), "negative tolerance"),
+        (dict(sensitive=[[0.5, 0.1]], tolerance=0.1, public_data=public), "2 columns but X has 1"),
+        (dict(sensitive=[[0.5]], tolerance=0.1, method="fast", public_data=public), "unknown method"),
+        (dict(sensitive=[[0.5]], tolerance=0.1), r"give noise_variance as public inputs"),
+        (dict(sensitive=[[0.5]], tolerance=0.1, mean=np.nan, noise_variance=0.1), "mean must be"),
+        (dict(sensitive=[[0.5]], tolerance=0.1, public_data=(X, Y)), "public_data repeats rows"),
+        (dict(sensitive=[[0.5]], tolerance=0.1, public_data=(X[:, [0, 0]], Y)), "X's 1 columns"),
+        (dict(sensitive=[[0.5]], tolerance=0.1, fit=True), "fitted the hyperparameters and mean on the raw Y"),
     ]:
         with pytest.raises(ValueError, match=match):
-            release((X, np.sin(X)), kernel=k, **kwargs)
+            release((X, Y), kernel=k, **kwargs)
+    with pytest.raises(ValueError, match="give kernel and noise_variance as public inputs"):
+        release((X, Y), [[0.5]], 0.1)
     assert k.lengthscales.numpy() == before
+
+
+def test_the_release_publishes_no_statistic_of_the_raw_y():
+    """Hyperparameters stay at their public values; the mean is the maximum-likelihood constant given W."""
+    X = np.linspace(0, 1, 20)[:, None]
+    Y = 3.0 + np.sin(6 * X)
+    k = gpflow.kernels.SquaredExponential(lengthscales=0.2, variance=1.5)
+    out = release((X, Y), [[0.5]], ProportionalKernel(k, 0.5), kernel=k, noise_variance=1e-3)
+    assert float(out.model.kernel.lengthscales.numpy()) == 0.2 and float(out.model.kernel.variance.numpy()) == 1.5
+    C = k.K(X).numpy() + 1e-3 * np.eye(20) + np.asarray(out.Sigma)
+    a = np.linalg.solve(C, np.ones(20))
+    assert float(out.model.mean_function.c.numpy()[0]) == pytest.approx(a @ out.W[:, 0] / a.sum(), rel=1e-10)
+    assert out.log_marginal_likelihood == pytest.approx(float(out.model.maximum_log_likelihood_objective()))
+    np.testing.assert_allclose(out.variance, [0.75], rtol=1e-8)
+    np.testing.assert_allclose(out.tolerance, [0.75])
+    fixed = release((X, Y), [[0.5]], ProportionalKernel(k, 0.5), kernel=k, noise_variance=1e-3, mean=3.0)
+    assert float(fixed.model.mean_function.c.numpy()[0]) == 3.0
+
+
+def test_fit_false_is_deprecated_and_means_the_default():
+    X = np.linspace(0, 1, 15)[:, None]
+    Y = np.sin(6 * X)
+    k = gpflow.kernels.SquaredExponential(lengthscales=0.2)
+    new = release((X, Y), [[0.5]], 0.3, kernel=k, noise_variance=0.0, insecure_noise_seed=1)
+    with pytest.warns(DeprecationWarning, match="fit=False"):
+        old = release((X, Y), [[0.5]], 0.3, kernel=k, fit=False, insecure_noise_seed=1)  # σ² None meant 0
+    np.testing.assert_array_equal(old.W, new.W)
+    np.testing.assert_allclose(old.model.mean_function.c.numpy(), new.model.mean_function.c.numpy())
+
+
+def test_public_data_fit_and_refit_on_w():
+    X = np.linspace(0, 1, 25)[:, None]
+    Y = np.sin(6 * X) + 0.05 * np.random.default_rng(0).standard_normal((25, 1))
+    Xp = np.linspace(0.01, 0.99, 30)[:, None]
+    Yp = np.sin(6 * Xp) + 0.05 * np.random.default_rng(1).standard_normal((30, 1))
+    k = gpflow.kernels.SquaredExponential()
+    out = release((X, Y), [[0.5]], ProportionalKernel(k, 0.5), kernel=k, public_data=(Xp, Yp))
+    check = gpflow.kernels.SquaredExponential()
+    fit_hyperparameters((Xp, Yp), check)  # the design θ is exactly the fit on the public data
+    assert float(out.model.kernel.lengthscales.numpy()) == pytest.approx(float(check.lengthscales.numpy()), rel=1e-8)
+    assert np.all(out.variance >= out.tolerance * (1 - 1e-6))
+    # refit on W: the published θ moves away from the (poor) design θ, and the floor holds under it
+    design = gpflow.kernels.SquaredExponential(lengthscales=0.2, variance=0.5)
+    with pytest.warns(UserWarning, match="the largest step that keeps the floor"):
+        refit = release(
+            (X, Y), [[0.5], [0.3]], ProportionalKernel(design, 0.5), kernel=design, noise_variance=1e-3, refit=True
+        )
+    assert float(design.variance.numpy()) == 0.5  # the design kernel is untouched; the released one is a copy
+    assert float(refit.model.kernel.variance.numpy()) != pytest.approx(0.5, rel=1e-3)
+    _, var = refit.model.predict_f(np.array([[0.5], [0.3]]))
+    assert np.all(var.numpy()[:, 0] >= 0.25)
+    assert set(gpflow.utilities.parameter_dict(refit.model)) >= {".mean_function.c", ".kernel.variance"}
+    assert refit.model.mean_function.c.trainable  # an ordinary GPflow model for whoever loads it
+
+
+def test_a_singular_covariance_is_one_clear_error():
+    X = np.repeat(np.linspace(0, 1, 8), 2)[:, None]  # repeated inputs, σ² = 0: K + Σ is singular
+    k = gpflow.kernels.SquaredExponential(lengthscales=0.3)
+    with pytest.raises(ValueError, match="numerically singular.*pass noise_variance > 0"):
+        release((X, np.sin(X)), [[0.5]], ProportionalKernel(k, 0.5), kernel=k, noise_variance=0.0)
 
 
 def test_satellite_constants_and_trajectory():
@@ -108,16 +177,25 @@ def test_satellite_constants_and_trajectory():
 
 @pytest.mark.parametrize("alpha", [0.1, 0.5])
 def test_satellite_release(alpha):
+    """§5 with the design variance from public data: the same satellite's next three orbits (t + 3), not the
+    released orbit (the paper fits on the raw data, which a release must not publish)."""
     data = satellite_data("r")
+    later = satellite_trajectory(data.X[:, 0] + 3.0)[:, :1]
     k = gpflow.kernels.SquaredExponential(lengthscales=0.05)  # exp(−200 t²)
     gpflow.set_trainable(k.lengthscales, False)
-    out = release((data.X, data.Y), data.sensitive, ProportionalKernel(k, alpha), kernel=k, noise_variance=0.0)
-    # MLE of constant mean and variance under a fixed correlation R has a closed form.
+    out = release(
+        (data.X, data.Y),
+        data.sensitive,
+        ProportionalKernel(k, alpha),
+        kernel=k,
+        noise_variance=0.0,
+        public_data=(data.X, later),
+    )
+    # MLE of the variance under a fixed correlation R has a closed form (on the public orbits).
     R = np.exp(-200.0 * (data.X - data.X.T) ** 2)
     one = np.ones((61, 1))
-    mu = float(one.T @ np.linalg.solve(R, data.Y) / (one.T @ np.linalg.solve(R, one)))
-    s2 = float((data.Y - mu).T @ np.linalg.solve(R, data.Y - mu) / 61)
-    assert float(out.model.mean_function.c.numpy()) == pytest.approx(mu, rel=1e-6)
+    mu = float(one.T @ np.linalg.solve(R, later) / (one.T @ np.linalg.solve(R, one)))
+    s2 = float((later - mu).T @ np.linalg.solve(R, later - mu) / 61)
     assert float(k.variance.numpy()) == pytest.approx(s2, rel=1e-3)
     _, var = out.model.predict_f(data.sensitive)
     assert np.all(var.numpy()[:, 0] >= alpha * s2 - 1e-6 * s2)  # s2 ≈ 1e-7: far tighter than 1e-8 absolute
@@ -125,3 +203,6 @@ def test_satellite_release(alpha):
     raw = posterior_covariance(k, data.X, data.X[:10], np.zeros((61, 61)), 0.0)
     _, var_far = out.model.predict_f(data.X[:10])
     np.testing.assert_allclose(var_far.numpy()[:, 0], np.diag(raw), atol=1e-6 * s2)
+    # and the published mean still predicts the orbit there (the GLS constant of W, not of Y)
+    mean_far, _ = out.model.predict_f(data.X[:10])
+    np.testing.assert_allclose(mean_far.numpy(), data.Y[:10], atol=1e-3 * np.ptp(data.Y))

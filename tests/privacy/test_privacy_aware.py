@@ -6,7 +6,7 @@ import gpflow
 import numpy as np
 import pytest
 
-from gpflow_fed.privacy import (
+from gpflow_fed.release import (
     Interval,
     LowRankCovariance,
     ProportionalKernel,
@@ -21,9 +21,9 @@ from gpflow_fed.privacy import (
     uniform_privacy_covariance,
     verify_privacy,
 )
-from gpflow_fed.privacy.lowrank import _galerkin_margin, krylov_positive_part, min_eigenvalue_lower_bound
-from gpflow_fed.privacy.obfuscation import strong_factor
-from gpflow_fed.privacy.regions import pivoted_region_factor
+from gpflow_fed.release.lowrank import _galerkin_margin, krylov_positive_part, min_eigenvalue_lower_bound
+from gpflow_fed.release.obfuscation import strong_factor
+from gpflow_fed.release.regions import pivoted_region_factor
 
 X9 = (np.arange(1, 10) / 10.0)[:, None]
 
@@ -179,7 +179,7 @@ def test_unknown_solver_infeasible_and_failed_sdp_raise(monkeypatch):
     from the solver; both paths are forced here and must raise the ValueError that names the status and a fix."""
     import cvxpy as cp
 
-    from gpflow_fed.privacy import solve_privacy_sdp
+    from gpflow_fed.release import solve_privacy_sdp
 
     k = example_kernel()
     args = (k.K(X9).numpy() + 0.01 * np.eye(9), k.K(X9, [[0.5]]).numpy(), np.array([0.5]))

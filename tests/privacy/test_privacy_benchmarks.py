@@ -120,7 +120,7 @@ def test_strong_peer_harness_our_side(tmp_path):
         sys.path.pop(0)
     X, Y = training_data(40)
     assert np.all(np.diff(X[:, 0]) >= 0) and X.min() >= 0 and X.max() <= 10
-    from gpflow_fed.privacy import ProportionalKernel, synthetic_noise_covariance
+    from gpflow_fed.release import ProportionalKernel, synthetic_noise_covariance
 
     import gpflow
 

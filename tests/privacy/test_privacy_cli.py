@@ -1,49 +1,55 @@
-"""``gpflow-fed privacy`` on a tiny CSV."""
+"""``gpflow-fed privacy`` on tiny CSVs: options, validation before TensorFlow, refusals, deprecated forms."""
 
 import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from gpflow_fed.cli import main
 from gpflow_fed.models import PrivacyAwareGPR
-from gpflow_fed.privacy import ProportionalKernel, synthetic_noise_covariance
+from gpflow_fed.release import ProportionalKernel, synthetic_noise_covariance
+
+ROOT = Path(__file__).resolve().parents[2]
+#: public design hyperparameters
+DESIGN = ["--lengthscale", "0.2", "--variance", "1", "--noise-variance", "1e-4"]
+
+
+def _write(path, rows):
+    with open(path, "w", newline="") as fh:
+        csv.writer(fh).writerows(rows)
+    return path
+
+
+def _table(path, n=15, names=("t", "y")):
+    x = np.linspace(0, 1, n)
+    return _write(path, [list(names), *zip(x, np.sin(6 * x))])
+
+
+def _one_error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("gpflow-fed privacy: error:"), err
+    return err
 
 
 def test_privacy_cli_tiny_csv(tmp_path, capsys):
+    path = _table(tmp_path / "data.csv")
     x = np.linspace(0, 1, 15)
-    path = tmp_path / "data.csv"
-    with open(path, "w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["t", "y"])
-        writer.writerows(zip(x, np.sin(6 * x)))
     out = tmp_path / "out"
     # 41 grid points on [0.4, 0.6]: K_SS − H_SS is numerically singular, so the region path (pivoted factor,
     # eq. 12–13) is what makes this work; the finite-set closed form rejects the same grid (checked below).
-    rc = main(
-        [
-            "privacy",
-            str(path),
-            "--interval",
-            "0.4:0.6",
-            "--density",
-            "200",
-            "--alpha",
-            "0.5",
-            "--noise-variance",
-            "1e-4",
-            "--out",
-            str(out),
-        ]
-    )
-    assert rc == 0
+    argv = ["privacy", "--csv", str(path), "--target", "y", "--interval", "0.4:0.6", "--density", "200"]
+    assert main([*argv, "--alpha", "0.5", *DESIGN, "--out", str(out)]) == 0
     assert {p.name for p in out.iterdir()} == {"released.csv", "model.npz", "privacy.png"}
     model = PrivacyAwareGPR.load(out / "model.npz")
     released = np.loadtxt(out / "released.csv", delimiter=",", skiprows=1)
     np.testing.assert_allclose(released[:, 1:], model.data[1].numpy())
-    prior = float(model.kernel.variance.numpy())
+    assert float(model.kernel.lengthscales.numpy()) == 0.2 and float(model.kernel.variance.numpy()) == 1.0
     _, var = model.predict_f(np.linspace(0.4, 0.6, 21)[:, None])
-    assert np.all(var.numpy() >= 0.5 * prior * (1 - 1e-6))
+    assert np.all(var.numpy() >= 0.5 * (1 - 1e-6))
     assert "tr Σ" in capsys.readouterr().out
     with pytest.raises(ValueError, match="K_SS − Ξ is not positive definite"):
         synthetic_noise_covariance(
@@ -53,16 +59,143 @@ def test_privacy_cli_tiny_csv(tmp_path, capsys):
             ProportionalKernel(model.kernel, 0.5),
             noise_variance=1e-4,
         )
-    assert main(["privacy", str(path), "--sensitive", "0.5", "--out", str(out)]) == 2
-    assert "exactly one of --tolerance" in capsys.readouterr().err
-    assert main(["privacy", str(path), "--interval", "0.4:0.6", "--tolerance", "0.1", "--out", str(out)]) == 2
-    assert "needs a kernel tolerance: use --alpha" in capsys.readouterr().err
+    base = ["privacy", "--csv", str(path), "--target", "y", *DESIGN, "--out", str(tmp_path / "o")]
+    assert main([*base, "--sensitive", "0.5"]) == 2
+    assert "missing required options: --tolerance XI or --alpha A" in _one_error_line(capsys)
+    assert main([*base, "--interval", "0.4:0.6", "--tolerance", "0.1"]) == 2
+    assert "needs a kernel tolerance: use --alpha" in _one_error_line(capsys)
+    assert main([*base, "--sensitive", "0.5", "--alpha", "0.5", "--density", "10"]) == 2
+    assert "--density applies to --interval only" in _one_error_line(capsys)
 
 
-def _write(path, rows):
-    with open(path, "w", newline="") as fh:
-        csv.writer(fh).writerows(rows)
-    return path
+def test_every_missing_option_at_once_and_before_tensorflow(tmp_path):
+    """Usage errors are one line, exit 2, name every missing option, and come before TensorFlow is imported."""
+    path = _table(tmp_path / "data.csv")
+    calls = [
+        ["privacy"],
+        ["privacy", "--csv", str(tmp_path / "missing.csv"), "--target", "y", "--sensitive", "0.5", "--alpha", "0.5"]
+        + DESIGN,
+        ["privacy", "--csv", str(path), "--features", "y", "--target", "y", "--sensitive", "0.5", "--alpha", "0.5"]
+        + DESIGN,
+        [
+            "privacy",
+            "--csv",
+            str(path),
+            "--target",
+            "y",
+            "--sensitive",
+            "0.5",
+            "--alpha",
+            "0.5",
+            "--noise-variance",
+            "-1",
+        ]
+        + DESIGN[:4],
+    ]
+    code = (
+        "import sys\nfrom gpflow_fed.cli import main\n"
+        f"for argv in {calls!r}:\n"
+        "    print(main(argv), 'tensorflow' in sys.modules, flush=True)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert done.stdout.split("\n")[:4] == ["2 False"] * 4, (done.stdout, done.stderr)
+    errors = done.stderr.strip().split("\n")
+    assert len(errors) == 4 and all(e.startswith("gpflow-fed privacy: error:") for e in errors)
+    for option in ("--csv FILE", "--target COL", "--sensitive", "--interval", "--tolerance XI or --alpha A"):
+        assert option in errors[0]
+    assert "--lengthscale --variance --noise-variance (public hyperparameters) or --public-csv FILE" in errors[0]
+    assert "missing.csv not found" in errors[1]
+    assert "the target 'y' is also a feature" in errors[2]
+    assert "--noise-variance must be a finite number ≥ 0, got -1.0" in errors[3]
+    assert not (tmp_path / "privacy_release").exists()
+
+
+def test_a_target_that_is_also_a_feature_is_refused(tmp_path, capsys):
+    """``--x y --y y`` used to publish the raw target as the released input column."""
+    path = _table(tmp_path / "data.csv")
+    out = tmp_path / "out"
+    common = ["--sensitive", "0.5", "--alpha", "0.5", *DESIGN, "--out", str(out)]
+    assert main(["privacy", str(path), "--x", "y", "--y", "y", *common]) == 2
+    assert "is also a feature; features are released verbatim" in capsys.readouterr().err
+    assert main(["privacy", "--csv", str(path), "--features", "t", "y", "--target", "y", *common]) == 2
+    assert "is also a feature" in _one_error_line(capsys)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("name", ["=HYPERLINK(1)", "+cmd", "-2+3", "@SUM(A1)", " =1+1"])
+def test_a_formula_header_is_refused(tmp_path, capsys, name):
+    """``released.csv`` repeats the header: a name a spreadsheet would evaluate is never copied into it."""
+    path = _table(tmp_path / "data.csv", names=(name, "y"))
+    argv = ["privacy", "--csv", str(path), "--target", "y", "--sensitive", "0.5", "--alpha", "0.5", *DESIGN]
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+    assert "which spreadsheets run as a formula" in _one_error_line(capsys)
+    assert not (tmp_path / "out").exists()
+
+
+def test_duplicate_headers_are_refused_by_name(tmp_path, capsys):
+    path = _write(tmp_path / "dup.csv", [["t", "y", "y"], [0, 1, 2], [0.5, 1, 2], [1, 1, 2]])
+    argv = ["privacy", "--csv", str(path), "--target", "y", "--sensitive", "0.5", "--alpha", "0.5", *DESIGN]
+    assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+    assert "duplicate column names ['y']" in _one_error_line(capsys)
+
+
+def test_deprecated_forms_still_work_with_a_warning(tmp_path, capsys):
+    path = _table(tmp_path / "data.csv")
+    common = ["--sensitive", "0.5", "--alpha", "0.5", *DESIGN, "--no-progress"]
+    assert main(["privacy", str(path), "--x", "t", "--y", "y", *common, "--out", str(tmp_path / "a")]) == 0
+    err = capsys.readouterr().err
+    for old, new in (("a positional CSV", "--csv FILE"), ("--x", "--features"), ("--y", "--target COL")):
+        assert f"warning: {old} is deprecated" in err and new in err
+    assert main(["privacy", str(path), *common, "--out", str(tmp_path / "b")]) == 0  # target: the last column
+    assert np.loadtxt(tmp_path / "b" / "released.csv", delimiter=",", skiprows=1).shape == (15, 2)
+    capsys.readouterr()
+    assert main(["privacy", str(path), "--csv", str(path), "--target", "y", *common]) == 2
+    assert "give the CSV once" in capsys.readouterr().err
+
+
+def test_releases_take_no_standardisation(tmp_path, capsys):
+    path = _table(tmp_path / "data.csv")
+    with pytest.raises(SystemExit) as exc:
+        main(["privacy", "--csv", str(path), "--target", "y", "--sensitive", "0.5", "--alpha", "0.5", "--standardize"])
+    assert exc.value.code == 2 and "unrecognized arguments: --standardize" in capsys.readouterr().err
+
+
+def test_noise_variance_zero_is_one_line_not_a_traceback(tmp_path, capsys):
+    """On main, ``--noise-variance 0`` ended in a TensorFlow traceback (the owner's raw-vs-released plot built a
+    GPflow GPR, which refuses σ² = 0). Now σ² = 0 is a valid public design; a covariance that is singular (repeated
+    inputs) is one line and exit status 2."""
+    path = _table(tmp_path / "data.csv")
+    x = np.repeat(np.linspace(0, 1, 8), 2)
+    repeated = _write(tmp_path / "rep.csv", [["t", "y"], *zip(x, np.cos(6 * x))])
+    zero = ["--lengthscale", "0.2", "--variance", "1", "--noise-variance", "0", "--no-progress"]
+    common = ["--target", "y", "--sensitive", "0.5", "--alpha", "0.5", *zero]
+    for method in ("strong", "weak"):
+        out = tmp_path / method
+        assert main(["privacy", "--csv", str(path), *common, "--method", method, "--out", str(out)]) == 0
+        assert (out.parent / f"{method}_owner" / "privacy-raw-vs-released.png").is_file()
+    capsys.readouterr()
+    assert main(["privacy", "--csv", str(repeated), *common, "--out", str(tmp_path / "b")]) == 2
+    assert "numerically singular" in _one_error_line(capsys)
+
+
+def test_public_csv_designs_sigma_and_refuses_the_released_rows(tmp_path, capsys):
+    path = _table(tmp_path / "data.csv")
+    xp = np.linspace(0.02, 0.98, 20)
+    public = _write(tmp_path / "public.csv", [["t", "y"], *zip(xp, np.sin(6 * xp))])
+    argv = ["privacy", "--csv", str(path), "--target", "y", "--sensitive", "0.5", "--alpha", "0.5", "--quick"]
+    assert main([*argv, "--public-csv", str(public), "--json", "--out", str(tmp_path / "a")]) == 0
+    assert '"min_sensitive_variance"' in capsys.readouterr().out
+    assert main([*argv, "--public-csv", str(path), "--out", str(tmp_path / "b")]) == 2
+    assert "repeats rows of --csv" in _one_error_line(capsys)
+    assert main([*argv, "--public-csv", str(public), "--lengthscale", "0.2", "--out", str(tmp_path / "c")]) == 2
+    assert "--public-csv fits the kernel; drop --lengthscale/--variance" in _one_error_line(capsys)
 
 
 def test_privacy_cli_csv_without_header_keeps_its_first_row(tmp_path, capsys):
@@ -70,28 +203,13 @@ def test_privacy_cli_csv_without_header_keeps_its_first_row(tmp_path, capsys):
     rows = [[f"{a!r}", f"{b!r}"] for a, b in zip(x, np.sin(6 * x))]
     path = _write(tmp_path / "plain.csv", rows)
     out = tmp_path / "out"
-    assert (
-        main(
-            [
-                "privacy",
-                str(path),
-                "--sensitive",
-                "0.5",
-                "--alpha",
-                "0.5",
-                "--noise-variance",
-                "1e-4",
-                "--out",
-                str(out),
-            ]
-        )
-        == 0
-    )
+    argv = ["privacy", "--csv", str(path), "--sensitive", "0.5", "--alpha", "0.5", *DESIGN]
+    assert main([*argv, "--target", "2", "--out", str(out)]) == 0
     assert "released 12 points" in capsys.readouterr().out  # not 11: the first row is data
     released = np.loadtxt(out / "released.csv", delimiter=",", skiprows=1)
     np.testing.assert_array_equal(released[:, 0], x)
     # headerless columns are numbered from 1
-    assert main(["privacy", str(path), "--y", "y", "--sensitive", "0.5", "--alpha", "0.5", "--out", str(out)]) == 2
+    assert main([*argv, "--target", "y", "--out", str(tmp_path / "o2")]) == 2
     assert "no header row, so columns are numbered from 1" in capsys.readouterr().err
 
 
@@ -100,93 +218,64 @@ def test_privacy_cli_csv_without_header_keeps_its_first_row(tmp_path, capsys):
     [("inf", "is not finite"), ("nan", "is not finite"), ("abc", "is not a number"), ("", "is not a number")],
 )
 def test_privacy_cli_bad_cell_is_one_line_and_exit_2(tmp_path, capsys, cell, problem):
+    """A bad feature cell is quoted; a bad target cell is not (the target is what the release protects)."""
     x = np.linspace(0, 1, 6)
-    rows = [["t", "y"], *[[a, b] for a, b in zip(x, np.sin(x))]]
-    rows[4][1] = cell
-    path = _write(tmp_path / "bad.csv", rows)
-    assert main(["privacy", str(path), "--sensitive", "0.5", "--alpha", "0.5", "--out", str(tmp_path / "o")]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and err.startswith("gpflow-fed privacy: error:")
-    assert f"line 5, column 'y': {cell!r} {problem}" in err
+    argv = ["--target", "y", "--sensitive", "0.5", "--alpha", "0.5", *DESIGN, "--out", str(tmp_path / "o")]
+    for column, shown in ((0, f"{cell!r}"), (1, "the target's cell")):
+        rows = [["t", "y"], *[[a, b] for a, b in zip(x, np.sin(x))]]
+        rows[4][column] = cell
+        path = _write(tmp_path / "bad.csv", rows)
+        assert main(["privacy", "--csv", str(path), *argv]) == 2
+        assert f"line 5, column '{'ty'[column]}': {shown} {problem}" in _one_error_line(capsys)
     assert not (tmp_path / "o").exists()
 
 
 def test_privacy_cli_line_numbers_count_blank_lines(tmp_path, capsys):
     path = tmp_path / "blank.csv"
     path.write_text("t,y\n0,1\n\n0.5,2\n1,inf\n")
-    assert main(["privacy", str(path), "--sensitive", "0.5", "--alpha", "0.5", "--out", str(tmp_path / "o")]) == 2
-    assert "line 5, column 'y': 'inf' is not finite" in capsys.readouterr().err
+    argv = ["privacy", "--csv", str(path), "--target", "y", "--sensitive", "0.5", "--alpha", "0.5", *DESIGN]
+    assert main([*argv, "--out", str(tmp_path / "o")]) == 2
+    assert "line 5, column 'y': the target's cell is not finite" in capsys.readouterr().err
 
 
 def test_privacy_cli_never_overwrites_a_release(tmp_path, capsys):
-    x = np.linspace(0, 1, 10)
-    path = _write(tmp_path / "d.csv", [["t", "y"], *[[a, b] for a, b in zip(x, np.sin(6 * x))]])
+    path = _table(tmp_path / "d.csv", n=10)
     out = tmp_path / "out"
-    argv = ["privacy", str(path), "--sensitive", "0.5", "--alpha", "0.5", "--noise-variance", "1e-4", "--out", str(out)]
-    assert main(argv) == 0
+    argv = ["privacy", "--csv", str(path), "--target", "y", "--sensitive", "0.5", "--alpha", "0.5", *DESIGN]
+    assert main([*argv, "--out", str(out)]) == 0
     first = (out / "released.csv").read_bytes()
     capsys.readouterr()
-    assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "already holds a release (released.csv, model.npz, privacy.png)" in err
+    assert main([*argv, "--out", str(out)]) == 2
+    assert "already holds a release (released.csv, model.npz, privacy.png)" in _one_error_line(capsys)
     assert (out / "released.csv").read_bytes() == first
 
 
 def test_privacy_cli_ragged_row_and_existing_out_file(tmp_path, capsys):
-    x = np.linspace(0, 1, 6)
-    good = _write(tmp_path / "good.csv", [["t", "y"], *[[a, b] for a, b in zip(x, np.sin(x))]])
+    good = _table(tmp_path / "good.csv", n=6)
     ragged = _write(tmp_path / "ragged.csv", [["t", "y"], [0.0, 1.0], [0.5], [1.0, 2.0]])
-    assert main(["privacy", str(ragged), "--sensitive", "0.5", "--alpha", "0.5", "--out", str(tmp_path / "o")]) == 2
+    argv = ["privacy", "--target", "y", "--sensitive", "0.5", "--alpha", "0.5", *DESIGN]
+    assert main([*argv, "--csv", str(ragged), "--out", str(tmp_path / "o")]) == 2
     assert "line 3: 1 cells, expected 2" in capsys.readouterr().err
     existing = tmp_path / "existing"
     existing.write_text("keep me")
-    assert main(["privacy", str(good), "--sensitive", "0.5", "--alpha", "0.5", "--out", str(existing)]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "exists and is not a directory" in err
+    assert main([*argv, "--csv", str(good), "--out", str(existing)]) == 2
+    assert "exists and is not a directory" in _one_error_line(capsys)
     assert existing.read_text() == "keep me"
-    assert main(["privacy", str(tmp_path / "missing.csv"), "--sensitive", "0.5", "--alpha", "0.5"]) == 2
-    assert "missing.csv not found" in capsys.readouterr().err
 
 
-def test_privacy_cli_quick_progress_and_maxiter(tmp_path, capsys):
-    x = np.linspace(0, 1, 15)
-    path = tmp_path / "data.csv"
-    _write(path, [["t", "y"], *zip(x, np.sin(6 * x))])
-    rc = main(["privacy", str(path), "--sensitive", "0.5", "--alpha", "0.5", "--quick", "--out", str(tmp_path / "q")])
-    assert rc == 0
+def test_privacy_cli_refit_quick_progress_and_maxiter(tmp_path, capsys):
+    path = _table(tmp_path / "data.csv")
+    argv = ["privacy", "--csv", str(path), "--target", "y", "--sensitive", "0.5", "--alpha", "0.5", *DESIGN]
+    assert main([*argv, "--refit", "--quick", "--out", str(tmp_path / "q")]) == 0
     err = capsys.readouterr().err
     assert "privacy: 100%" in err and "3/3" in err  # one tick per stage: release, write, plots
-    rc = main(
-        [
-            "privacy",
-            str(path),
-            "--sensitive",
-            "0.5",
-            "--alpha",
-            "0.5",
-            "--maxiter",
-            "3",
-            "--no-progress",
-            "--out",
-            str(tmp_path / "m"),
-        ]
-    )
-    assert rc == 0 and "privacy:" not in capsys.readouterr().err
-    assert (
-        main(
-            [
-                "privacy",
-                str(path),
-                "--sensitive",
-                "0.5",
-                "--alpha",
-                "0.5",
-                "--maxiter",
-                "0",
-                "--out",
-                str(tmp_path / "z"),
-            ]
-        )
-        == 2
-    )
-    assert "--maxiter must be at least 1" in capsys.readouterr().err
+    model = PrivacyAwareGPR.load(tmp_path / "q" / "model.npz")
+    _, var = model.predict_f(np.array([[0.5]]))
+    assert float(var) >= 0.5 * (1 - 1e-6)  # the floor holds under the refitted (published) θ
+    assert main([*argv, "--refit", "--maxiter", "3", "--no-progress", "--out", str(tmp_path / "m")]) == 0
+    err = capsys.readouterr().err
+    assert "%|" not in err and err.count("\n") == 1 and "warning: refit=True" in err  # no bar; the refit's note
+    assert main([*argv, "--refit", "--maxiter", "0", "--out", str(tmp_path / "z")]) == 2
+    assert "--maxiter must be a finite number at least 1" in _one_error_line(capsys)
+    assert main([*argv, "--quick", "--out", str(tmp_path / "z")]) == 2  # nothing to fit: refused, not ignored
+    assert "--maxiter and --quick apply to a fit" in _one_error_line(capsys)

@@ -1,19 +1,19 @@
-"""The weak SDP (eq. 10) by certified block-Krylov reduction (gpflow_fed.privacy.weak) against the dense oracle."""
+"""The weak SDP (eq. 10) by certified block-Krylov reduction (gpflow_fed.release.weak) against the dense oracle."""
 
 import gpflow
 import numpy as np
 import pytest
 
-from gpflow_fed.privacy import (
+from gpflow_fed.release import (
     CertifiedCovariance,
     LowRankCovariance,
     synthetic_noise_covariance,
     verify_privacy,
 )
-from gpflow_fed.privacy.lowrank import _orthonormal_block
-from gpflow_fed.privacy.sdp import solve_privacy_sdp
-from gpflow_fed.privacy import weak as weak_module
-from gpflow_fed.privacy.weak import (
+from gpflow_fed.release.lowrank import _orthonormal_block
+from gpflow_fed.release.sdp import solve_privacy_sdp
+from gpflow_fed.release import weak as weak_module
+from gpflow_fed.release.weak import (
     _lifted_lower_bound,
     _rank_one_lower_bound,
     _small_weak_barrier,
@@ -162,11 +162,11 @@ def test_release_uses_the_certified_path():
     k = gpflow.kernels.SquaredExponential(lengthscales=0.2)
     X = np.linspace(0, 1, 25)[:, None]
     Y = np.sin(6 * X)
-    result = release((X, Y), np.array([[0.5], [0.7]]), 0.6, kernel=k, method="weak", noise_variance=1e-3, fit=False)
+    result = release((X, Y), np.array([[0.5], [0.7]]), 0.6, kernel=k, method="weak", noise_variance=1e-3)
     assert isinstance(result.Sigma, CertifiedCovariance)
     _, var = result.model.predict_f(np.array([[0.5], [0.7]]))
     assert np.all(var.numpy() >= 0.6 * (1 - 1e-9))
-    from gpflow_fed.privacy import Interval, ProportionalKernel
+    from gpflow_fed.release import Interval, ProportionalKernel
 
     region = release(
         (X, Y),
@@ -176,7 +176,6 @@ def test_release_uses_the_certified_path():
         density=50,
         method="weak",
         noise_variance=1e-3,
-        fit=False,
     )
     assert isinstance(region.Sigma, CertifiedCovariance) and region.sensitive.shape[0] == 11
     _, var = region.model.predict_f(region.sensitive)
@@ -190,7 +189,6 @@ def test_release_uses_the_certified_path():
             density=50,
             method="diagonal",
             noise_variance=1e-3,
-            fit=False,
         )
 
 
@@ -198,7 +196,7 @@ def test_weak_region_and_cli(tmp_path, capsys):
     import csv
 
     from gpflow_fed.cli import main
-    from gpflow_fed.privacy import Interval, ProportionalKernel, region_noise_covariance
+    from gpflow_fed.release import Interval, ProportionalKernel, region_noise_covariance
 
     k = gpflow.kernels.SquaredExponential(lengthscales=0.15)
     X = np.linspace(0, 1, 30)[:, None]
@@ -219,7 +217,14 @@ def test_weak_region_and_cli(tmp_path, capsys):
     rc = main(
         [
             "privacy",
+            "--csv",
             str(path),
+            "--target",
+            "y",
+            "--lengthscale",
+            "0.15",
+            "--variance",
+            "1",
             "--sensitive",
             "0.4,0.6",
             "--tolerance",

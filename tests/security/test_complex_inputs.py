@@ -6,7 +6,7 @@ import pytest
 
 from gpflow_fed.data import FederatedDataset
 from gpflow_fed.models import release
-from gpflow_fed.privacy import obfuscate, synthetic_noise_covariance
+from gpflow_fed.release import obfuscate, synthetic_noise_covariance
 
 X = np.linspace(0, 1, 8)[:, None]
 Y = np.sin(6 * X)

@@ -1,0 +1,53 @@
+"""Privacy-aware GP release by synthetic correlated noise (Tuo & Bhattacharya), formerly ``gpflow_fed.privacy``."""
+
+from .lowrank import LowRankCovariance
+from .obfuscation import (
+    METHODS,
+    PrivacyCheck,
+    obfuscate,
+    posterior_covariance,
+    prior_variance,
+    synthetic_noise_covariance,
+    verify_privacy,
+)
+from .regions import (
+    Box,
+    Interval,
+    Region,
+    RegionRefinement,
+    RegionUnion,
+    refine_region,
+    region_noise_covariance,
+    uniform_privacy_covariance,
+)
+from .sdp import SDPInfo, solve_privacy_sdp
+from .tolerance import ProportionalKernel, check_tolerance_kernel, gaussian_tolerance_kernel, resolve_tolerance
+from .weak import CertifiedCovariance, WeakCertificate, solve_weak_krylov
+
+__all__ = [
+    "Box",
+    "CertifiedCovariance",
+    "Interval",
+    "LowRankCovariance",
+    "METHODS",
+    "PrivacyCheck",
+    "ProportionalKernel",
+    "Region",
+    "RegionRefinement",
+    "RegionUnion",
+    "SDPInfo",
+    "check_tolerance_kernel",
+    "gaussian_tolerance_kernel",
+    "obfuscate",
+    "posterior_covariance",
+    "prior_variance",
+    "refine_region",
+    "region_noise_covariance",
+    "resolve_tolerance",
+    "solve_privacy_sdp",
+    "synthetic_noise_covariance",
+    "uniform_privacy_covariance",
+    "verify_privacy",
+    "WeakCertificate",
+    "solve_weak_krylov",
+]

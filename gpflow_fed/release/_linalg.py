@@ -1,0 +1,114 @@
+"""Numerical helpers shared by the privacy-aware release modules (kernel matrices, PSD parts, checks)."""
+
+from __future__ import annotations
+
+from typing import Optional, Tuple, Union
+
+import gpflow
+import numpy as np
+
+ArrayLike = Union[np.ndarray, float, list]
+
+#: Row block used when a kernel matrix is evaluated in pieces, to bound TensorFlow's temporaries.
+KERNEL_BLOCK_ROWS = 1024
+
+
+def as_inputs(value: object, what: str) -> np.ndarray:
+    """Return ``value`` as a finite ``[N, D]`` array of ``gpflow.default_float()`` (a 1-D array is ``[N, 1]``).
+
+    :raises TypeError: if it is not numeric, or complex.
+    :raises ValueError: if it is empty, of rank > 2 or holds NaN/inf.
+    """
+    array = np.asarray(value)
+    if not (np.issubdtype(array.dtype, np.number) or array.dtype == bool):
+        raise TypeError(f"{what} must be numeric, got dtype {array.dtype}")
+    if np.iscomplexobj(array):
+        raise TypeError(f"{what} is complex ({array.dtype}); pass real values (casting would drop the imaginary part)")
+    if array.ndim == 0:
+        array = array.reshape(1, 1)
+    elif array.ndim == 1:
+        array = array[:, None]
+    if array.ndim != 2:
+        raise ValueError(f"{what} must have shape [N, D], got shape {array.shape}")
+    if array.shape[0] == 0:
+        raise ValueError(f"{what} is empty; pass at least one point")
+    array = array.astype(gpflow.default_float())
+    if not np.all(np.isfinite(array)):
+        raise ValueError(f"{what} contains NaN or inf values")
+    return array
+
+
+def kernel_matrix(kernel: gpflow.kernels.Kernel, A: np.ndarray, B: Optional[np.ndarray] = None) -> np.ndarray:
+    """The Gram matrix ``k(A, B)`` as numpy, evaluated in row blocks so that large N fits in memory.
+
+    For ``B = None`` only the blocks on and above the diagonal are evaluated and mirrored, so the result is
+    exactly symmetric at half the kernel evaluations.
+    """
+    dtype = gpflow.default_float()
+    if B is not None:
+        out = np.empty((A.shape[0], B.shape[0]), dtype=dtype)
+        for start in range(0, A.shape[0], KERNEL_BLOCK_ROWS):
+            stop = min(start + KERNEL_BLOCK_ROWS, A.shape[0])
+            out[start:stop] = kernel.K(A[start:stop], B).numpy()
+        return out
+    N = A.shape[0]
+    out = np.empty((N, N), dtype=dtype)
+    for start in range(0, N, KERNEL_BLOCK_ROWS):
+        stop = min(start + KERNEL_BLOCK_ROWS, N)
+        block = kernel.K(A[start:stop], A[start:]).numpy()
+        diagonal = block[:, : stop - start]
+        block[:, : stop - start] = 0.5 * (diagonal + diagonal.T)
+        out[start:stop, start:] = block
+        out[stop:, start:stop] = block[:, stop - start :].T
+    return out
+
+
+def kernel_diag(kernel: gpflow.kernels.Kernel, A: np.ndarray) -> np.ndarray:
+    """``k(a, a)`` for each row of ``A``."""
+    return np.asarray(kernel.K_diag(A).numpy(), dtype=gpflow.default_float())
+
+
+def noise_vector(noise_variance: ArrayLike, num_data: int) -> np.ndarray:
+    """The diagonal of V as a length-N vector; a scalar is broadcast.
+
+    :raises ValueError: wrong length, negative or non-finite entries.
+    """
+    v = np.asarray(noise_variance, dtype=gpflow.default_float())
+    if v.ndim == 0:
+        v = np.full(num_data, float(v))
+    v = v.reshape(-1)
+    if v.shape[0] != num_data:
+        raise ValueError(
+            f"noise_variance has {v.shape[0]} entries but X has {num_data} rows; pass a scalar or one per row"
+        )
+    if not np.all(np.isfinite(v)) or np.any(v < 0):
+        raise ValueError("noise_variance must be finite and non-negative (V is a covariance diagonal)")
+    return v
+
+
+def sym_eigh(A: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """Eigen-decomposition of the symmetric part of ``A`` (ascending eigenvalues)."""
+    return np.linalg.eigh(0.5 * (A + A.T))
+
+
+def psd_factor(A: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """Eigenpairs ``(λ⁺, O)`` of the PSD part ``A⁺ = O diag(λ⁺) Oᵀ`` (eq. 8), keeping only ``λ > 0``."""
+    lam, vecs = sym_eigh(A)
+    keep = lam > 0
+    return lam[keep], vecs[:, keep]
+
+
+def psd_check(A: np.ndarray, what: str, fix: str, *, strict: bool, rtol: float = 1e-10) -> float:
+    """Check that the symmetric ``A`` is PSD (or PD when ``strict``) relative to its scale; return λ_min.
+
+    :raises ValueError: naming ``what`` and ``fix`` when the check fails.
+    """
+    if not np.allclose(A, A.T, rtol=1e-10, atol=1e-12 * max(1.0, float(np.max(np.abs(A))))):
+        raise ValueError(f"{what} is not symmetric; {fix}")
+    lam = np.linalg.eigvalsh(0.5 * (A + A.T))
+    scale = max(float(np.max(np.abs(lam))), np.finfo(float).tiny)
+    threshold = rtol * scale
+    if (strict and lam[0] <= threshold) or (not strict and lam[0] < -threshold):
+        kind = "positive definite" if strict else "positive semi-definite"
+        raise ValueError(f"{what} is not {kind} (smallest eigenvalue {lam[0]:.3e}); {fix}")
+    return float(lam[0])

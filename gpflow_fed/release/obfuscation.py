@@ -1,0 +1,313 @@
+r"""Synthetic noise for privacy-aware GP release (Tuo & Bhattacharya, §3–4).
+
+The owner releases ``W = Y + Z`` with ``Z ~ N(0, Σ)``; the released model predicts with eq. (3)–(4), and for
+every sensitive input ``sᵢ`` the predictive variance ``K(sᵢ,sᵢ) − K_{sᵢX}(K_XX + V + Σ)⁻¹K_{Xsᵢ}`` stays ≥ the
+tolerance ξᵢ (eq. 5). Among all such Σ the returned one has minimum trace:
+
+* ``method="strong"``: ``Σ = (K_XS (K_SS − Ξ)⁻¹ K_SX − K_XX − V)⁺`` (eq. 8, 11; Theorem 1), which also
+  guarantees ``Var[βᵀf(S) | W] ≥ βᵀΞβ`` for every β. Needs ``K_SS − Ξ ≻ 0``.
+* ``method="weak"``: the SDP (10) (one constraint per sensitive input); ``tr Σ_weak ≤ tr Σ_strong``
+  (Theorem 2). By default solved by the exact block-Krylov reduction of :mod:`~gpflow_fed.release.weak`,
+  which returns a :class:`~gpflow_fed.release.weak.CertifiedCovariance` (low rank, with a certified optimality
+  gap and a full-dimensional feasibility margin); ``solver="dense"`` solves the N×N SDP with cvxpy.
+* ``method="diagonal"``: the SDP (10) restricted to diagonal Σ (independent noise; Example 1's comparison).
+  Always the dense cvxpy SDP: a diagonal Σ is generally of full rank, so no low-dimensional subspace holds it
+  and the Krylov reduction (which needs ``range Σ`` inside a small space containing ``K_XS``) does not apply.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Optional, Union
+
+import gpflow
+import numpy as np
+from check_shapes import check_shapes
+from scipy.linalg import cholesky, solve_triangular
+
+from ._linalg import as_inputs, kernel_diag, kernel_matrix, noise_vector, psd_check, psd_factor
+from .lowrank import CERTIFY_TOL, LowRankCovariance, krylov_positive_part
+from .sdp import solve_privacy_sdp
+from .weak import solve_weak_krylov
+from .tolerance import ResolvedTolerance, Tolerance, resolve_tolerance
+
+Covariance = Union[np.ndarray, LowRankCovariance]
+METHODS = ("strong", "weak", "diagonal")
+#: ``solver=`` values for the SDP methods: the certified Krylov reduction (weak only) or the dense cvxpy SDP.
+SOLVERS = ("krylov", "dense", "CLARABEL", "SCS")
+#: Automatic low-rank rule: use block Krylov when N ≥ this, γ ≤ N / 5 and min V > 0 (so the O(N k²)
+#: certificate applies; with V = 0 the kernel matrix is often numerically singular and eigh is used).
+LOW_RANK_MIN_N = 200
+
+
+def _check_method(method: str) -> str:
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}; use one of {', '.join(METHODS)}")
+    return method
+
+
+def _inputs(X: object, sensitive: object) -> "tuple[np.ndarray, np.ndarray]":
+    Xa = as_inputs(X, "X")
+    S = as_inputs(sensitive, "sensitive inputs")
+    if S.shape[1] != Xa.shape[1]:
+        raise ValueError(
+            f"sensitive inputs have {S.shape[1]} columns but X has {Xa.shape[1]}; pass sensitive points "
+            "in the same input space as X ([γ, D])"
+        )
+    return Xa, S
+
+
+def strong_factor(KXS: np.ndarray, KSS: np.ndarray, Xi: np.ndarray, resolved_kind: str = "matrix") -> np.ndarray:
+    r"""``B`` with ``BBᵀ = K_XS (K_SS − Ξ)⁻¹ K_SX`` (the positive term of eq. 11 / G(S) of eq. 12).
+
+    ``K_SS − Ξ = Q diag(m) Qᵀ`` and ``B = K_XS Q diag(m^{-1/2})``. (Dense region grids, where ``K_SS − H_SS``
+    is numerically singular, use the pivoted factor of :mod:`~gpflow_fed.release.regions` instead.)
+
+    :raises ValueError: if ``K_SS − Ξ`` is not positive definite.
+    """
+    M = 0.5 * ((KSS - Xi) + (KSS - Xi).T)
+    if resolved_kind in ("scalar", "vector") and M.shape[0] > 1:
+        fix = (
+            "with several sensitive inputs a scalar or vector tolerance builds Ξ = diag(ξ), which is invalid "
+            "here; pass a kernel tolerance H (e.g. ProportionalKernel(kernel, alpha)) or a matrix Ξ with "
+            "K_SS − Ξ ≻ 0, lower the tolerances, or use method='weak'"
+        )
+    else:
+        fix = (
+            "choose a smaller Ξ / H (e.g. H = αK with 0 < α < 1, or H within gaussian_tolerance_kernel's "
+            "range), drop duplicated sensitive inputs, or use method='weak'"
+        )
+    psd_check(M, "K_SS − Ξ", fix, strict=True)
+    m, Q = np.linalg.eigh(M)
+    return KXS @ (Q / np.sqrt(m)[None, :])
+
+
+def _cholesky_margin(candidate: LowRankCovariance, B: np.ndarray, KXX: np.ndarray, v: np.ndarray) -> Optional[float]:
+    """``λ_min(I − Bᵀ(K + V + Σ)⁻¹B)`` by one Cholesky (O(N³/3)); None if ``K + V + Σ`` is numerically singular.
+
+    The fallback certificate of the low-rank path, used only when no positive lower bound on
+    ``λ_min(K + V)`` exists (V = 0 with a kernel matrix that is not diagonally dominant).
+    """
+    C = KXX + np.asarray(candidate)
+    C[np.diag_indices(C.shape[0])] += v
+    try:
+        L = cholesky(C, lower=True, overwrite_a=True, check_finite=False)
+    except np.linalg.LinAlgError:
+        return None
+    Y = solve_triangular(L, B, lower=True, check_finite=False)
+    return float(np.linalg.eigvalsh(np.eye(B.shape[1]) - Y.T @ Y)[0])
+
+
+@check_shapes("B: [N, G]", "KXX: [N, N]", "v: [N]")
+def positive_part_of_difference(B: np.ndarray, KXX: np.ndarray, v: np.ndarray, *, low_rank: bool) -> Covariance:
+    r"""``(BBᵀ − K_XX − V)⁺`` (eq. 8, 11, 13): dense eigh (O(N³)), or block Krylov when ``low_rank`` (O(N²γ)).
+
+    The low-rank result is certified: every Ritz pair's residual is checked, and the strong condition at the
+    sensitive inputs, ``I − Bᵀ(K + V + Σ)⁻¹B ⪰ 0`` (eq. 11 through the Schur complement), is proved by the
+    Galerkin bound of :mod:`~gpflow_fed.release.lowrank` (O(N k²)), or, when V = 0 leaves no positive
+    bound on ``λ_min(K + V)``, by one Cholesky. If certification fails the dense decomposition is used, with a
+    warning.
+    """
+    N = KXX.shape[0]
+    if low_rank and B.shape[1] < N - 1:
+        candidate, info = krylov_positive_part(B, KXX, v)
+        if candidate is not None:
+            margin = info.certified_margin
+            if margin is None or margin < -CERTIFY_TOL:
+                margin = _cholesky_margin(candidate, B, KXX, v)
+            if margin is not None and margin >= -CERTIFY_TOL:
+                return candidate
+        warnings.warn("the low-rank positive part could not be certified; using the dense eigen-decomposition")
+    A = B @ B.T
+    A -= KXX
+    A[np.diag_indices(N)] -= v
+    lam, vecs = psd_factor(A)
+    del A
+    Sigma = (vecs * lam[None, :]) @ vecs.T
+    return 0.5 * (Sigma + Sigma.T)
+
+
+def synthetic_noise_covariance(
+    kernel: gpflow.kernels.Kernel,
+    X: np.ndarray,
+    sensitive: np.ndarray,
+    tolerance: Tolerance,
+    *,
+    noise_variance: Union[float, np.ndarray] = 0.0,
+    method: str = "strong",
+    low_rank: Optional[bool] = None,
+    solver: Optional[str] = None,
+) -> Covariance:
+    r"""The minimum-trace covariance Σ of the synthetic noise (eq. 8, 10, 11).
+
+    :param kernel: the GP covariance K (hyperparameters already estimated, §3.2 step 1).
+    :param X: ``[N, D]`` training inputs.
+    :param sensitive: ``[γ, D]`` sensitive inputs S (they need not be training inputs).
+    :param tolerance: a scalar ξ, a ``[γ]`` vector ξᵢ, a ``[γ, γ]`` PSD matrix Ξ (strong, eq. 11) or a GPflow
+        kernel H with Ξ = H_SS (§4.3; see :class:`ProportionalKernel`, :func:`gaussian_tolerance_kernel`). The
+        weak and diagonal methods use ξᵢ = Ξᵢᵢ.
+    :param noise_variance: V, a scalar or ``[N]`` diagonal (0 for deterministic simulators).
+    :param method: ``"strong"`` (closed form), ``"weak"`` (SDP 10) or ``"diagonal"`` (diagonal-Σ SDP).
+    :param low_rank: strong method only; compute the rank-≤γ positive part by certified block Krylov in
+        O(N²γ) (deterministic; ``None``: when ``N ≥ 200``, ``γ ≤ N/5`` and ``min V > 0``). The result is then
+        a :class:`LowRankCovariance`.
+    :param solver: for the SDP methods: ``"krylov"`` (the default for ``"weak"``: certified block-Krylov
+        reduction, :func:`~gpflow_fed.release.weak.solve_weak_krylov`; needs ``K + V`` numerically positive
+        definite), ``"dense"`` (= ``"CLARABEL"``, the N×N SDP with cvxpy; the default for ``"diagonal"``) or
+        ``"SCS"`` (dense, lower accuracy).
+    :return: Σ, ``[N, N]`` PSD: a dense array, or a :class:`LowRankCovariance` (``np.asarray`` gives the dense);
+        the weak Krylov path returns a :class:`~gpflow_fed.release.weak.CertifiedCovariance` whose
+        ``.certificate`` holds the objective, certified lower bound, relative gap, feasibility margin, Krylov
+        dimension and time.
+    :raises ValueError: negative tolerance; tolerance ≥ prior variance; Ξ not PSD; ``K_SS − Ξ`` not PD
+        (strong); dimension mismatch between X and S; unknown method or solver; infeasible or failed SDP; a
+        weak solution that cannot be certified (the message names the gap and margin reached and the fix).
+    """
+    _check_method(method)
+    if solver is not None and solver not in SOLVERS and str(solver).upper() not in SOLVERS:
+        raise ValueError(f"unknown solver {solver!r}; use one of {', '.join(SOLVERS)}")
+    if solver == "krylov" and method != "weak":
+        raise ValueError(
+            f"solver='krylov' applies to method='weak' only (got method={method!r}): the strong method "
+            "has a closed form, and a diagonal Σ is of full rank, so use solver='dense' (the default) for "
+            "method='diagonal'"
+        )
+    Xa, S = _inputs(X, sensitive)
+    v = noise_vector(noise_variance, Xa.shape[0])
+    resolved = resolve_tolerance(kernel, S, tolerance)
+    KXX = kernel_matrix(kernel, Xa)
+    KXS = kernel_matrix(kernel, Xa, S)
+    if method == "strong":
+        B = strong_factor(KXS, kernel_matrix(kernel, S), resolved.Xi, resolved.kind)
+        if low_rank is None:
+            low_rank = Xa.shape[0] >= LOW_RANK_MIN_N and 5 * S.shape[0] <= Xa.shape[0] and float(np.min(v)) > 0
+        return positive_part_of_difference(B, KXX, v, low_rank=bool(low_rank))
+    C = KXX
+    C[np.diag_indices(Xa.shape[0])] += v
+    margin = resolved.prior_variance - resolved.xi
+    if method == "weak" and solver in (None, "krylov"):
+        return solve_weak_krylov(C, KXS, margin)
+    dense_solver = "CLARABEL" if solver in (None, "dense") else str(solver).upper()
+    Sigma, _ = solve_privacy_sdp(C, KXS, margin, diagonal=method == "diagonal", solver=dense_solver)
+    return Sigma
+
+
+def _eigenpairs(Sigma: object) -> "tuple[np.ndarray, np.ndarray]":
+    if isinstance(Sigma, LowRankCovariance):
+        return Sigma.eigenvalues, Sigma.eigenvectors
+    dense = np.asarray(Sigma, dtype=gpflow.default_float())
+    if dense.ndim != 2 or dense.shape[0] != dense.shape[1]:
+        raise ValueError(f"Sigma must be a square [N, N] matrix, got shape {dense.shape}")
+    if not np.all(np.isfinite(dense)):
+        raise ValueError("Sigma contains NaN or inf values")
+    psd_check(dense, "Sigma", "pass the covariance returned by synthetic_noise_covariance", strict=False, rtol=1e-8)
+    return psd_factor(dense)
+
+
+def obfuscate(Y: np.ndarray, Sigma: Covariance, *, insecure_noise_seed: Optional[int] = None) -> np.ndarray:
+    r"""Obfuscated outputs ``W = Y + Z``, ``Z ~ N(0, Σ)``, by the eigen-decomposition steps of §4.1.
+
+    Step 1: ``Σ = Oᵀ diag(λ) O``. Step 2: ``U = (√λ₁⁺ ω₁, …, √λₙ⁺ ωₙ)`` with ωᵢ iid standard normal (only for
+    λᵢ > 0). Step 3: ``Z = OᵀU``. Each output column of Y gets its own independent Z.
+
+    :param Y: ``[N]`` or ``[N, P]`` raw outputs.
+    :param Sigma: ``[N, N]`` PSD covariance (dense or :class:`LowRankCovariance`).
+    :param insecure_noise_seed: leave None: ω is drawn from 128 OS-random bits
+        (:func:`~gpflow_fed.randomness.protective_rng`), so nobody can regenerate Z and compute
+        ``W − Z = Y`` (Σ itself is public: it follows from the released kernel, X and tolerance). An int makes W
+        reproducible for tests and removes all protection.
+    :return: W with the shape of Y.
+    :raises ValueError: shape mismatch, or Σ not square / not PSD / not finite.
+    :raises TypeError: a positional third argument (the former ``seed``) or a non-int ``insecure_noise_seed``.
+    """
+    if np.iscomplexobj(Y):
+        raise TypeError("Y is complex; pass real outputs (casting would drop the imaginary part)")
+    Ya = np.asarray(Y, dtype=gpflow.default_float())
+    if Ya.ndim not in (1, 2) or not np.all(np.isfinite(Ya)):
+        raise ValueError(f"Y must be a finite [N] or [N, P] array, got shape {Ya.shape}")
+    lam, O = _eigenpairs(Sigma)
+    if O.shape[0] != Ya.shape[0]:
+        raise ValueError(f"Sigma is {O.shape[0]}×{O.shape[0]} but Y has {Ya.shape[0]} rows")
+    # imported here: the protective randomness is moving under gpflow_fed.federated, whose package imports the
+    # models, which import this module
+    from ..randomness import protective_rng
+
+    rng = protective_rng(insecure_noise_seed)
+    columns = 1 if Ya.ndim == 1 else Ya.shape[1]
+    omega = rng.standard_normal((lam.shape[0], columns))
+    Z = O @ (np.sqrt(lam)[:, None] * omega)
+    return Ya + (Z[:, 0] if Ya.ndim == 1 else Z)
+
+
+@check_shapes("X: [N, D]", "Xnew: [M, D]", "return: [M, M]")
+def posterior_covariance(
+    kernel: gpflow.kernels.Kernel,
+    X: np.ndarray,
+    Xnew: np.ndarray,
+    Sigma: Covariance,
+    noise_variance: Union[float, np.ndarray] = 0.0,
+) -> np.ndarray:
+    r"""``Cov[f(X*) | X, W] = K_** − K_*X (K_XX + V + Σ)⁻¹ K_X*`` (eq. 4), in numpy (an oracle for checks)."""
+    Xa, Xs = as_inputs(X, "X"), as_inputs(Xnew, "Xnew")
+    C = kernel_matrix(kernel, Xa) + np.asarray(Sigma)
+    C[np.diag_indices(Xa.shape[0])] += noise_vector(noise_variance, Xa.shape[0])
+    L = np.linalg.cholesky(0.5 * (C + C.T))
+    A = solve_triangular(L, kernel_matrix(kernel, Xa, Xs), lower=True)
+    return kernel_matrix(kernel, Xs) - A.T @ A
+
+
+@dataclass(frozen=True)
+class PrivacyCheck:
+    """The privacy margins achieved by Σ at the sensitive inputs.
+
+    :param variance: ``[γ]`` posterior variances ``Var[f(sᵢ) | W]`` (eq. 4).
+    :param tolerance: ``[γ]`` ξᵢ.
+    :param weak_margin: ``minᵢ (Var[f(sᵢ)|W] − ξᵢ)``, ≥ 0 when the weak condition (5)/(10) holds.
+    :param strong_margin: ``λ_min(Cov[f(S)|W] − Ξ)``, ≥ 0 when ``Var[βᵀf(S)|W] ≥ βᵀΞβ`` for all β (eq. 11).
+    """
+
+    variance: np.ndarray
+    tolerance: np.ndarray
+    weak_margin: float
+    strong_margin: float
+
+
+def verify_privacy(
+    kernel: gpflow.kernels.Kernel,
+    X: np.ndarray,
+    sensitive: np.ndarray,
+    tolerance: Tolerance,
+    Sigma: Covariance,
+    *,
+    noise_variance: Union[float, np.ndarray] = 0.0,
+) -> PrivacyCheck:
+    """Evaluate the weak and strong privacy conditions for a given Σ (O(N³); for checks and reports)."""
+    Xa, S = _inputs(X, sensitive)
+    resolved: ResolvedTolerance = resolve_tolerance(kernel, S, tolerance)
+    cov = posterior_covariance(kernel, Xa, S, Sigma, noise_variance)
+    variance = np.diag(cov).copy()
+    strong = float(np.linalg.eigvalsh(0.5 * (cov + cov.T) - resolved.Xi)[0])
+    return PrivacyCheck(
+        variance=variance,
+        tolerance=resolved.xi,
+        weak_margin=float(np.min(variance - resolved.xi)),
+        strong_margin=strong,
+    )
+
+
+def prior_variance(kernel: gpflow.kernels.Kernel, X: np.ndarray) -> np.ndarray:
+    """``[N]`` ``K(x, x)`` — the largest tolerance any Σ can reach is just below it."""
+    return kernel_diag(kernel, as_inputs(X, "X"))
+
+
+__all__ = [
+    "METHODS",
+    "SOLVERS",
+    "PrivacyCheck",
+    "obfuscate",
+    "posterior_covariance",
+    "prior_variance",
+    "synthetic_noise_covariance",
+    "verify_privacy",
+]
