@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from gpflow_fed import randomness
-from gpflow_fed.federated.protection.randomness import new_run_id, protective_rng, protective_seed_sequence
+from gpflow_fed.randomness import new_run_id, protective_rng, protective_seed_sequence
 
 
 def test_seed_sequence_entropy_comes_from_secrets(monkeypatch):

@@ -7,9 +7,9 @@ module (its ``sys.modules`` entry is replaced), so private names and ``isinstanc
 
 from __future__ import annotations
 
-import importlib
-import sys
 import warnings
+
+from .._aliases import alias_module
 
 from ..release import *  # noqa: F401,F403 -- the alias re-exports the whole public API
 from ..release import __all__  # noqa: F401
@@ -17,16 +17,13 @@ from ..release import __all__  # noqa: F401
 OLD, NEW = __name__, "gpflow_fed.release"
 
 
-def _deprecated(old: str, stacklevel: int) -> None:
-    """Warn that ``old`` (this package or one of its submodules) moved to ``gpflow_fed.release``."""
-    new = NEW + old[len(OLD) :]
-    warnings.warn(f"{old} is deprecated (renamed); import {new} instead", DeprecationWarning, stacklevel)
-
-
 def alias_submodule(old: str) -> None:
     """Make the module named ``old`` (``gpflow_fed.privacy.<name>``) the module ``gpflow_fed.release.<name>``."""
-    _deprecated(old, 4)
-    sys.modules[old] = importlib.import_module(NEW + old[len(OLD) :])
+    alias_module(old, NEW + old[len(OLD) :])
 
 
-_deprecated(OLD, 3)
+warnings.warn(
+    f"{OLD} is deprecated and will be removed in the next release; import {NEW} instead",
+    DeprecationWarning,
+    stacklevel=2,
+)

@@ -162,7 +162,7 @@ def secure_exchange(messages, protection, purpose="train", aggregation="sum"):
     :meth:`SecAggServer.secure_sum`. Returns ``(masked vectors {client: uint64 [P]}, the secure sum, context)``."""
     from gpflow_fed.federated.protection.encoder import ClientEncoder
     from gpflow_fed.federated.protection.policy import ClientPolicy
-    from gpflow_fed.federated.protection.randomness import new_run_id
+    from gpflow_fed.randomness import new_run_id
     from gpflow_fed.federated.protection.reduction import ExchangeContext
     from gpflow_fed.federated.protection.secagg import SecAggServer
 

@@ -51,12 +51,15 @@ def test_the_old_package_and_each_old_submodule_warn_and_give_the_same_objects()
     )
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout.strip().split("\n")[-1])
-    assert report["package"] == ["gpflow_fed.privacy is deprecated (renamed); import gpflow_fed.release instead"]
+    assert report["package"] == [
+        "gpflow_fed.privacy is deprecated and will be removed in the next release; import gpflow_fed.release instead"
+    ]
     assert report["same_api"] and report["private"] and report["attribute"]
     for name in SUBMODULES:
         assert report[name]["same"], name
         assert report[name]["warnings"] == [
-            f"gpflow_fed.privacy.{name} is deprecated (renamed); import gpflow_fed.release.{name} instead"
+            f"gpflow_fed.privacy.{name} is deprecated and will be removed in the next release; "
+            f"import gpflow_fed.release.{name} instead"
         ], name
 
 

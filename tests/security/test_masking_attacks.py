@@ -28,7 +28,7 @@ from gpflow_fed.federated.protection.masking import (
     masking_graph,
     sum_masked,
 )
-from gpflow_fed.federated.protection.randomness import new_run_id
+from gpflow_fed.randomness import new_run_id
 
 RUN_SEED = 0  # the public run seed: in the configuration, the logs, the defaults
 

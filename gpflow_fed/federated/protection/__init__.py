@@ -20,7 +20,7 @@ from .masking import (
     sum_masked,
     to_limbs,
 )
-from .randomness import new_run_id, protective_rng, protective_seed_sequence
+from ...randomness import new_run_id, protective_rng, protective_seed_sequence
 from .robust import RobustAggregation, weighted_median
 
 __all__ = [

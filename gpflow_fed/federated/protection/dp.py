@@ -30,7 +30,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 import dp_accounting
 import numpy as np
 
-from .randomness import check_insecure_seed
+from ...randomness import check_insecure_seed
 from ...validation import positive_float
 
 __all__ = [

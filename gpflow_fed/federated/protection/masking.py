@@ -62,7 +62,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from .randomness import check_insecure_seed
+from ...randomness import check_insecure_seed
 
 __all__ = [
     "Exchange",
@@ -247,7 +247,7 @@ class Exchange:
     """What one masked sum belongs to; every pad is bound to it through :attr:`tag`.
 
     :param run_id: the run's identifier, fresh from the OS per run
-        (:func:`~gpflow_fed.federated.protection.randomness.new_run_id`), at least 16 bytes.
+        (:func:`~gpflow_fed.randomness.new_run_id`), at least 16 bytes.
     :param purpose: e.g. ``"train"``, ``"evaluate"``, ``"final"``.
     :param round: the round number.
     :param phase: the phase name.

@@ -31,7 +31,7 @@ from ..messages import Message
 from .dp import DPUtilityWarning, PrivacyAccountant, utility_warning
 from .encoder import METRIC_PREFIX, WEIGHT_KEY
 from .masking import Exchange, check_senders
-from .randomness import new_run_id
+from ...randomness import new_run_id
 from .request import Protection
 
 __all__ = ["ExchangeContext", "Reducer", "reduce_messages"]

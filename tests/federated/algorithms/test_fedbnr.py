@@ -307,7 +307,7 @@ def test_noised_scatter_sums_are_repaired_with_a_noise_sized_ridge() -> None:
 
 
 def test_denoised_gram_checks_and_ridge() -> None:
-    from gpflow_fed.models.aggregated_sgpr import denoised_gram, project_to_psd
+    from gpflow_fed.federated.protection.postprocess import denoised_gram, project_to_psd
 
     noisy = np.array([[1.0, 2.0], [2.0, -3.0]])
     np.testing.assert_allclose(denoised_gram(noisy, 0.0), project_to_psd(noisy))

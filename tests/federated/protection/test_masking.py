@@ -20,7 +20,7 @@ from gpflow_fed.federated.protection.masking import (
     sum_masked,
     to_limbs,
 )
-from gpflow_fed.federated.protection.randomness import new_run_id
+from gpflow_fed.randomness import new_run_id
 
 RUN = bytes(range(16))
 
