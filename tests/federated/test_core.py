@@ -215,17 +215,19 @@ def test_failing_client_is_named_and_state_is_unchanged(dataset):
             self.server_updates += 1
             return super().server_update(state, aggregate)
 
-    snapshots = []
+    snapshots, bound = [], []
 
     def monitor(round, *, history, state, algorithm):
         snapshots.append((dict(state), state))
+        bound.append(algorithm)  # the run's own copy
 
     algorithm = FailsInRoundOne(rounds=3)
     with pytest.raises(ClientUpdateError, match="client_2.*round 1.*disk on fire") as info:
         run(algorithm, dataset, monitor=monitor)
     assert info.value.client_id == "client_2" and isinstance(info.value.cause, RuntimeError)
     # round 0 completed; round 1 reached no server update and left round 0's state as it was
-    assert algorithm.server_updates == 1 and len(snapshots) == 1
+    assert bound[0].server_updates == 1 and len(snapshots) == 1
+    assert algorithm.server_updates == 0  # the user's object is configuration: untouched
     copy, state = snapshots[0]
     assert state == copy and state["mean"] == pytest.approx(dataset.pooled()[1].mean(), rel=1e-12)
 

@@ -90,8 +90,8 @@ def test_exact_mode_under_dp_projects_the_noised_statistics_or_fails_naming_dp()
     assert all(np.all(np.isfinite(v)) for v in result.state.params.values())
     assert all("excluded" not in entry and np.isfinite(entry["bound"]) for entry in result.history)
     # a noised sum the server cannot use: the error names DP and the settings, never a client
-    algorithm = _fsgp(mode="exact")
     info = FederationInfo(("client_0", "client_1"), {"client_0": 30, "client_1": 30}, 1, 1, 0)
+    algorithm = _fsgp(mode="exact").bind(info)
     state = algorithm.initial_state(info)
     stats = {
         "kuf_kfu": np.eye(6),

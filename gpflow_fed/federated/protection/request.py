@@ -26,8 +26,12 @@ PROTECTED_AGGREGATIONS: Tuple[str, ...] = ("sum", "mean")
 class Protection:
     """The server's protection request for a run.
 
-    :param secure_aggregation: ``True`` or a :class:`~gpflow_fed.federated.SecureAggregation` (its fixed point,
-        minimum cohort and masking degree) to mask every ``"sum"``/``"mean"`` payload; ``False`` or None: plain.
+    :param secure_aggregation: ``True`` (the default) or a :class:`~gpflow_fed.federated.SecureAggregation` (its
+        fixed point, minimum cohort and masking degree) to mask every ``"sum"``/``"mean"`` payload with drop-out
+        recovery (:mod:`~gpflow_fed.federated.protection.secagg`); ``False`` to opt out (plain payloads: the exactness
+        and bit-identity results of the package hold for an explicit ``False``; masked sums differ from plain ones
+        by the fixed-point resolution, ``2^-f`` per client and entry). ``"collect"`` phases, which need each client's
+        message, always run in plain; each algorithm's documentation and the threat model say which have them.
     :param differential_privacy: a :class:`~gpflow_fed.federated.DifferentialPrivacy` (clients clip, Gaussian
         noise on each sum, an accountant), or None.
     :param robust: a :class:`~gpflow_fed.federated.RobustAggregation` for ``"mean"`` phases (it needs each
@@ -36,7 +40,7 @@ class Protection:
     :raises ValueError: robust aggregation together with secure aggregation or DP.
     """
 
-    secure_aggregation: Union[bool, SecureAggregation, None] = False
+    secure_aggregation: Union[bool, SecureAggregation, None] = True
     differential_privacy: Optional[DifferentialPrivacy] = None
     robust: Optional[RobustAggregation] = None
 
@@ -55,9 +59,9 @@ class Protection:
             raise TypeError(f"robust must be a RobustAggregation, got {type(self.robust).__name__}")
         if self.robust is not None and (self.secure is not None or self.dp is not None):
             raise ValueError(
-                "robust aggregation needs each client's payload, which secure aggregation hides and DP's "
-                "sensitivity analysis does not cover; use RobustAggregation without secure_aggregation and "
-                "differential_privacy"
+                "robust aggregation needs each client's payload, which secure aggregation (on by default) hides and "
+                "DP's sensitivity analysis does not cover; opt out explicitly: "
+                "Protection(secure_aggregation=False, robust=...) without differential_privacy"
             )
 
     @property
@@ -83,7 +87,8 @@ class Protection:
         return aggregation in PROTECTED_AGGREGATIONS and (self.secure is not None or self.noised(phase, aggregation))
 
     def check(self, algorithm: Any) -> None:
-        """Before the run: no protected ``"collect"`` phase, and DP's ``phases`` exist in ``algorithm``.
+        """Before the run: DP's ``phases`` exist in ``algorithm`` and none of them is a ``"collect"`` phase (secure
+        aggregation leaves ``"collect"`` phases plain, as the algorithm documents).
 
         :raises ValueError: naming the phase and the fix.
         """
@@ -99,18 +104,12 @@ class Protection:
                     f"{algorithm.name}: DifferentialPrivacy(phases=...) names {unknown}, which this run never "
                     f"executes; its phases are {sorted(phases)}"
                 )
-        collected = sorted(
-            p
-            for p in phases
-            if algorithm.aggregation(p) == "collect" and (self.secure is not None or (self.dp and self.dp.applies(p)))
-        )
+        collected = sorted(p for p in phases if algorithm.aggregation(p) == "collect" and self.dp and self.dp.applies(p))
         if collected:
-            what = " and ".join(
-                n for n, on in (("secure aggregation", self.secure), ("differential privacy", self.dp)) if on
-            )
             raise ValueError(
-                f"{algorithm.name}: {what} protects only 'sum' and 'mean' phases, but phase(s) {collected} "
-                "collect each client's message; run this algorithm without them"
+                f"{algorithm.name}: differential privacy protects only 'sum' and 'mean' phases, but phase(s) "
+                f"{collected} collect each client's message; run this algorithm without it, or name the protected "
+                "phases with DifferentialPrivacy(phases=...)"
             )
 
     def describe(self) -> Dict[str, str]:

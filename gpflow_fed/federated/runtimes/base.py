@@ -110,6 +110,11 @@ class Runtime(abc.ABC):
             protection_values["robust"] = deprecated["robust"]
         self.protection = Protection(**protection_values) if protection_values or protection is None else protection
 
+    @property
+    def faults(self) -> Any:
+        """The default runs' fault policy (``options.faults``)."""
+        return self.options.faults
+
     @abc.abstractmethod
     def execute(
         self,

@@ -244,6 +244,7 @@ class DistributeRuntime(InProcessRuntime):
                 "fault": response.fault,
                 "seconds": response.seconds,
                 "layout": None if response.layout is None else {n: list(s) for n, s in response.layout.items()},
+                "config": dict(response.config),
                 "message": None if message is None else _header(message),
             }
         described = {cid: d for part in self._all_gather_json(per_replica).values() for cid, d in part.items()}
@@ -274,7 +275,7 @@ class DistributeRuntime(InProcessRuntime):
             fault = d["fault"]
             layout = None if d["layout"] is None else {n: tuple(s) for n, s in d["layout"].items()}
             error = None if fault is None else ValueError(f"{fault} (reported by another worker)")
-            gathered[cid] = Response(message, fault, error, d["seconds"], layout)
+            gathered[cid] = Response(message, fault, error, d["seconds"], layout, d["config"])
         return gathered
 
     def _answer(self, requests: Mapping[str, Request]) -> Dict[str, Response]:

@@ -172,7 +172,7 @@ def test_compiled_equals_eager_and_traces_once(aggregation: str) -> None:
             **kd,
         )
         results.append(run(algo, _dataset((20, 30, 40))))
-        algos.append(algo)
+        algos.append(results[-1].algorithm)  # the run's own bound copy holds the compiled workers
     for key, value in results[0].state.values.items():
         np.testing.assert_allclose(value, results[1].state.values[key], rtol=1e-10, atol=1e-10, err_msg=key)
     for a, b in zip(results[0].model.predict_y(X), results[1].model.predict_y(X)):

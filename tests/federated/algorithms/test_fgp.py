@@ -11,7 +11,7 @@ from gpflow.keras import tf_keras
 
 from gpflow_fed.baselines import ExpertCommittee, combine_experts
 from gpflow_fed.data import FederatedDataset
-from gpflow_fed.federated import DifferentialPrivacy, DistributeRuntime, LocalRuntime, run
+from gpflow_fed.federated import RunOptions, Protection, DifferentialPrivacy, DistributeRuntime, LocalRuntime, run
 from gpflow_fed.federated.algorithms import FGP, FGPState
 from gpflow_fed.federated.checkpoint import latest_checkpoint
 
@@ -132,15 +132,11 @@ def test_six_clients_trace_once_and_warn_nothing():
 
 def test_secure_aggregation_masks_the_hyperparameters_and_keeps_the_result():
     dataset = _dataset((10, 12, 14))
-    plain = run(FGP(_kernel(), 0.1, rounds=2, local_steps=2), dataset)
-    secure = run(
-        FGP(_kernel(), 0.1, rounds=2, local_steps=2),
-        dataset,
-        runtime=LocalRuntime(secure_aggregation=True, keep_payloads=True),
-    )
-    for message in secure.ledger.messages:
+    plain = run(FGP(_kernel(), 0.1, rounds=2, local_steps=2), dataset, protection=Protection(secure_aggregation=False))
+    secure = run(FGP(_kernel(), 0.1, rounds=2, local_steps=2), dataset, options=RunOptions(keep_payloads=True))
+    for message in secure.ledger.messages:  # secure aggregation is the default: only protocol messages leave
         if message.sender != "server":
-            assert message.weight == 0.0 and all(a.dtype == np.uint64 for a in message.arrays.values())
+            assert message.weight == 0.0 and "/secagg/" in message.phase
     for path in PARAMS:  # fixed-point encoding: equal to round-off
         np.testing.assert_allclose(secure.state.params[path], plain.state.params[path], rtol=1e-9)
     Xs = dataset.test[0]
@@ -154,7 +150,7 @@ def test_differential_privacy_on_the_training_rounds_only():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no DPUtilityWarning: the noised hyperparameters carry signal
         result = run(
-            FGP(_kernel(), 0.1, rounds=2, local_steps=2), dataset, runtime=LocalRuntime(differential_privacy=dp)
+            FGP(_kernel(), 0.1, rounds=2, local_steps=2), dataset, protection=Protection(differential_privacy=dp)
         )
     assert np.isfinite(result.privacy["epsilon"]) and [np.isfinite(h["epsilon"]) for h in result.history] == [True] * 2
     assert result.history[0]["epsilon"] < result.history[1]["epsilon"] == result.privacy["epsilon"]

@@ -24,7 +24,8 @@ def test_fsgp_with_an_integer_m_and_defaults():
     rng = np.random.default_rng(0)
     data = FederatedDataset([(rng.normal(size=(10, 2)), rng.normal(size=(10, 1))) for _ in range(2)])
     result = run(algorithm, data)
-    np.testing.assert_allclose(algorithm.inducing_variable.Z.numpy(), inducing_grid([(-2, 2), (-2, 2)], 6))
+    np.testing.assert_allclose(result.algorithm.inducing_variable.Z.numpy(), inducing_grid([(-2, 2), (-2, 2)], 6))
+    assert algorithm._pending_num_inducing == 6  # the user's object is configuration: the run bound its own copy
     assert result.model.inducing_variable.Z.shape == (6, 2) and np.isfinite(result.metrics.get("test_rmse", 0.0))
     with pytest.raises(ValueError, match="M .* must be positive"):
         FSGP(gpflow.kernels.SquaredExponential(), 0)

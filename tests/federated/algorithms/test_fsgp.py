@@ -6,7 +6,7 @@ import pytest
 from gpflow.keras import tf_keras
 
 from gpflow_fed.data import FederatedDataset
-from gpflow_fed.federated import ClientUpdateError, LocalRuntime, run
+from gpflow_fed.federated import RunOptions, Protection, ClientUpdateError, LocalRuntime, run
 from gpflow_fed.federated.algorithms import FSGP, initial_inducing_inputs
 
 
@@ -107,14 +107,15 @@ def test_fedavg_averages_unconstrained_parameters_weighted_by_size():
 def test_client_sampling_no_retracing_and_progress():
     dataset = _dataset(sizes=(10, 12, 14, 16))
     algorithm = FSGP(_kernel(), _Z(M=5), 0.1, rounds=5, local_steps=3, learning_rate=0.1, client_fraction=0.3)
-    result = run(algorithm, dataset, runtime=LocalRuntime(keep_payloads=True), seed=3)
+    options, plain = RunOptions(keep_payloads=True), Protection(secure_aggregation=False)
+    result = run(algorithm, dataset, options=options, protection=plain, seed=3)
     assert [h["clients"] for h in result.history] == [2] * 5  # max(ceil(4 * 0.3), 1)
     for r in range(5):
         assert len(result.ledger.select(direction="up", round=r, phase="train")) == 2
     assert len(result.ledger.select(direction="up", phase="predict")) == 4
     initial = _pooled_sgpr(dataset, _kernel(), _Z(M=5), 0.1).elbo().numpy() / dataset.num_data
     assert result.state.bound > initial + 0.05
-    counts = algorithm.tracing_counts()
+    counts = result.algorithm.tracing_counts()
     assert set(counts) == {f"client_{k}" for k in range(4)}
     assert all(set(c) == {"train"} and c["train"] <= 1 for c in counts.values())  # traced once, never again
     assert sum(c["train"] for c in counts.values()) >= 2
@@ -149,9 +150,12 @@ def test_failing_client_is_named_and_global_state_unchanged(mode, phase):
     dataset = _dataset()
     snapshots = []
 
+    bound = []
+
     def monitor(round, *, history, state, algorithm):
         snapshots.append({k: np.array(v) for k, v in state.params.items()})
         snapshots.append(state)
+        bound.append(algorithm)  # the run's own copy
 
     algorithm = _FailingFSGP(
         _kernel(), _Z(), 0.1, rounds=3, local_steps=2, learning_rate=0.1, mode=mode, fail=("client_1", 1, phase)
@@ -165,7 +169,7 @@ def test_failing_client_is_named_and_global_state_unchanged(mode, phase):
         np.testing.assert_array_equal(state.params[key], value)
     if mode == "exact":  # the server's model and Adam took no step for the failed round
         assert int(state.server_adam[0]) == 1
-        server_values = algorithm._shared.read(algorithm._server_model)
+        server_values = bound[0]._shared.read(bound[0]._server_model)
         for key, value in copy.items():
             np.testing.assert_array_equal(server_values[key], value)
 

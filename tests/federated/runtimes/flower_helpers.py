@@ -21,5 +21,9 @@ def loopback(tmp_path, ds, run_config, run_id):
     from gpflow_fed.federated.runtimes.flower.runtime import LoopbackGrid
 
     paths, test = write_client_data(str(tmp_path / "data"), ds)
-    configs = [{"data": p, "client-index": k, "state-dir": str(tmp_path / "state")} for k, p in enumerate(paths)]
+    # each party's own policy matches the run's request here (a test of parity, not of the policy)
+    policy = {"secure-aggregation": bool(run_config.get("secure-aggregation", False))}
+    configs = [
+        {"data": p, "client-index": k, "state-dir": str(tmp_path / "state"), **policy} for k, p in enumerate(paths)
+    ]
     return LoopbackGrid(make_client_app(), configs[::-1], run_config, run_id), test

@@ -9,7 +9,7 @@ import pytest
 
 from gpflow_fed.data import FederatedDataset, fsgp_synthetic_1
 from gpflow_fed.data.partition import iid_partition
-from gpflow_fed.federated import FaultPolicy, LocalRuntime, run
+from gpflow_fed.federated import RunOptions, Protection, FaultPolicy, run
 from gpflow_fed.federated.algorithms import FSGP, initial_inducing_inputs
 
 K, FAULTY, ROUNDS = 10, 2, 12  # 20 % of the clients fail in every training round
@@ -68,14 +68,15 @@ def _algorithm(cls, dataset):
 
 
 def test_twenty_percent_faulty_clients_are_excluded_and_rmse_stays_within_five_percent(dataset, caplog):
-    clean = run(_algorithm(FSGP, dataset), dataset, seed=0)
+    plain = Protection(secure_aggregation=False)  # the ledger below reads each client's payload
+    clean = run(_algorithm(FSGP, dataset), dataset, protection=plain, seed=0)
     faulty_algorithm = _algorithm(FaultyFSGP, dataset)
-    runtime = LocalRuntime(faults=FaultPolicy(on_error="exclude", min_clients=K - FAULTY))
+    options = RunOptions(faults=FaultPolicy(on_error="exclude", min_clients=K - FAULTY))
     with caplog.at_level(logging.WARNING, logger="gpflow_fed.federated"):
-        faulty = run(faulty_algorithm, dataset, runtime=runtime, seed=0)
+        faulty = run(faulty_algorithm, dataset, options=options, protection=plain, seed=0)
 
     # the faults were injected (every kind, 20 % of the clients in every round) ...
-    injected = faulty_algorithm.injected
+    injected = faulty.algorithm.injected  # recorded by the run's own bound copy
     assert len(injected) == FAULTY * ROUNDS and set(injected.values()) == set(KINDS)
     # ... and exactly those clients were excluded, each with the reason of its fault, and logged
     for entry in faulty.history:
@@ -103,6 +104,7 @@ def test_twenty_percent_faulty_clients_are_excluded_and_rmse_stays_within_five_p
             learning_rate=0.1,
         ),
         dataset,
+        protection=plain,
         seed=0,
     )
     assert clean.metrics["test_rmse"] < 0.9 * initial.metrics["test_rmse"]

@@ -189,7 +189,7 @@ def test_in_process_flower_matches_local_runtime(fraction):
 def test_in_process_client_error_is_reported_with_the_client():
     from gpflow_fed.federated import ClientUpdateError
 
-    with pytest.raises(ClientUpdateError, match="client_1.*SuperNode.*diverged"):
+    with pytest.raises(ClientUpdateError, match="client_1.*diverged"):
         run(_failing(fsgp({"rounds": 1}), "client_1", 0), dataset(), runtime=FlowerRuntime(), seed=0)
 
 
