@@ -8,7 +8,7 @@ from .factories import register_algorithm_factory
 from .ledger import Channel, CommunicationLedger, LedgerEntry
 from .messages import SERVER, Message
 from .options import RunOptions
-from .protection import DifferentialPrivacy, PrivacyAccountant, RobustAggregation, SecureAggregation
+from .protection import DifferentialPrivacy, DistributedDP, PrivacyAccountant, RobustAggregation, SecureAggregation
 from .protection.policy import ClientPolicy
 from .protection.reduction import reduce_messages
 from .protection.request import Protection
@@ -28,6 +28,7 @@ __all__ = [
     "CommunicationLedger",
     "DifferentialPrivacy",
     "DistributeRuntime",
+    "DistributedDP",
     "FederatedResult",
     "FaultPolicy",
     "FederationInfo",

@@ -399,6 +399,7 @@ def save_checkpoint(
         "history": encode_tree(list(run["history"]), arrays),
         "ledger": [dataclasses.asdict(e) for e in run["ledger"]],
         "releases": [list(r) for r in run["releases"]],
+        "final": bool(run.get("final", False)),  # the state after the final phases: resuming restores it
         "ready": list(ready),
         "clients": client_records,
     }

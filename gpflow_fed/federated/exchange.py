@@ -166,7 +166,10 @@ class PhaseOwner:
         if self._secagg is None:
             secure = self.reducer.protection.secure
             assert secure is not None
-            server = SecAggServer(self.reducer.run_id, min_survivors=secure.min_cohort)
+            distributed = self.reducer.protection.distributed
+            # under distributed DP the sum carries the target noise only with ≥ honest_clients survivors
+            minimum = max(secure.min_cohort, distributed.honest_clients if distributed is not None else 2)
+            server = SecAggServer(self.reducer.run_id, min_survivors=minimum)
             try:
                 server.setup(lambda stage, requests: self._send(stage, requests, where), self.info.client_ids)
             except SecAggAborted as exc:

@@ -34,7 +34,7 @@ from .exchange import PhaseOwner
 from .fingerprint import describe_settings
 from .ledger import Channel, CommunicationLedger
 from .options import RunOptions
-from .protection.dp import PrivacyAccountant
+from .protection.distributed_dp import DistributedPrivacyAccountant
 from .protection.reduction import Reducer
 from .protection.request import Protection
 from .result import FederatedResult
@@ -94,8 +94,8 @@ def final_phases(owner: PhaseOwner, state: Any, round: int, ids: Sequence[str], 
 
 
 def record_releases(
-    accountant: Optional[PrivacyAccountant],
-    protection: Protection,
+    accountant: Any,
+    reducer: Reducer,
     algorithm: Algorithm,
     phases: Sequence[str],
     num_clients: int,
@@ -103,14 +103,20 @@ def record_releases(
 ) -> None:
     """Tell ``accountant`` (None without DP: nothing to do) about the noised sums of ``phases``.
 
-    ``sample_size`` clients of ``num_clients`` were sampled; subsampling amplifies privacy only for the default
+    ``sample_size`` clients of ``num_clients`` were sampled; subsampling amplifies central DP only for the default
     uniform sampling without replacement, so any other ``select_clients`` is accounted as if every client took part.
+    Distributed DP claims no amplification (the server picks the sample) and counts each release with the number of
+    values it released.
     """
     if accountant is None:
         return
+    noised = [p for p in phases if reducer.protection.noised(p, algorithm.aggregation(p))]
+    if isinstance(accountant, DistributedPrivacyAccountant):
+        for phase in noised:
+            accountant.record(num_clients, sample_size, 1, dimension=reducer.dimensions[phase])
+        return
     uniform = type(algorithm).select_clients is Algorithm.select_clients
-    noised = sum(protection.noised(p, algorithm.aggregation(p)) for p in phases)
-    accountant.record(num_clients, sample_size if uniform else num_clients, noised)
+    accountant.record(num_clients, sample_size if uniform else num_clients, len(noised))
 
 
 @dataclass(frozen=True)
@@ -202,6 +208,7 @@ def _rounds(
         "settings": settings,
     }
     first_round = 0
+    final: Optional[Any] = None  # the released final state, if a checkpoint holds it already
     checkpoint = latest_checkpoint(directory) if options.resume and directory else None
     if checkpoint is not None:
         record, saved = load_checkpoint(checkpoint, meta, clients, state_classes(state))
@@ -217,39 +224,50 @@ def _rounds(
         restore_clients(record, saved, clients)
         restore_objects(checkpoint, algorithm, clients, _ready(endpoints, ids))
         first_round = int(record["round"]) + 1
+        if record.get("final"):  # the run had finished: its (noised) final release is restored, never redrawn
+            final, first_round = state, algorithm.rounds
 
     def finalize(state: Any, round: int, purpose: str) -> Any:
         state = final_phases(owner, state, round, ids, purpose)
-        record_releases(accountant, protection, algorithm, algorithm.final_phases(), len(ids), len(ids))
+        record_releases(accountant, reducer, algorithm, algorithm.final_phases(), len(ids), len(ids))
         return state
+
+    def save(round: int, state: Any, final: bool = False) -> None:
+        run_record = {
+            "state": state,
+            "sampling_rng": sampling_rng,
+            "history": history,
+            "ledger": ledger.entries,
+            "releases": accountant.releases if accountant is not None else (),
+            "meta": meta,
+            "final": final,
+        }
+        save_checkpoint(directory, round, run_record, algorithm, clients, _ready(endpoints, ids))  # type: ignore[arg-type]
 
     rounds = range(first_round, algorithm.rounds)
     last = algorithm.rounds  # the round number of the final messages: fewer if ``Algorithm.stop_early`` ends training
     for r in tqdm(rounds, desc=algorithm.name, disable=not options.progress, leave=False):
         state, entry, sample_size = train_round(owner, state, r, ids, sampling_rng)
-        record_releases(accountant, protection, algorithm, algorithm.phases(r), len(ids), sample_size)
+        record_releases(accountant, reducer, algorithm, algorithm.phases(r), len(ids), sample_size)
         if test is not None and options.eval_every and (r + 1) % options.eval_every == 0:
             entry.update(evaluate_model(algorithm.result(finalize(algorithm.copy_state(state), r, "evaluate")), test))
         if accountant is not None:
             entry["epsilon"] = accountant.epsilon()
         history.append(entry)
         if directory is not None and ((r + 1) % options.checkpoint_every == 0 or r + 1 == algorithm.rounds):
-            run_record = {
-                "state": state,
-                "sampling_rng": sampling_rng,
-                "history": history,
-                "ledger": ledger.entries,
-                "releases": accountant.releases if accountant is not None else (),
-                "meta": meta,
-            }
-            save_checkpoint(directory, r, run_record, algorithm, clients, _ready(endpoints, ids))
+            save(r, state)
         if monitor is not None:
             monitor(r, history=history, state=state, algorithm=algorithm)
         if algorithm.stop_early(history):
             last = r + 1
             break
 
-    state = finalize(state, last, "final")
+    if final is None:
+        state = finalize(state, last, "final")
+        if directory is not None:  # a resumed run restores this release instead of drawing a new one
+            save(max(last - 1, 0), state, final=True)
+    else:
+        state = final
     model = algorithm.result(state)
     return FederatedResult(
         model=model,
@@ -258,9 +276,30 @@ def _rounds(
         state=state,
         metrics=evaluate_model(model, test) if test is not None else {},
         seconds=time.perf_counter() - start,
-        privacy=accountant.report() if accountant is not None else None,
+        privacy=_privacy_report(accountant, reducer, algorithm),
         algorithm=algorithm,
     )
+
+
+def _privacy_report(accountant: Any, reducer: Reducer, algorithm: Algorithm) -> Optional[Dict[str, Any]]:
+    """``result.privacy``: the accountant's report, and which phases its (ε, δ) covers and which it does not."""
+    if accountant is None:
+        return None
+    phases = list(
+        dict.fromkeys(
+            [p for r in range(algorithm.rounds) for p in algorithm.phases(r)] + list(algorithm.final_phases())
+        )
+    )
+    covered = [p for p in phases if reducer.protection.noised(p, algorithm.aggregation(p))]
+    report = dict(accountant.report())
+    report["phases"] = covered
+    report["phases_not_covered"] = [p for p in phases if p not in covered]
+    if report["phases_not_covered"]:
+        report["warning"] = (
+            f"phases {report['phases_not_covered']} are released without DP noise: what the server (and the returned "
+            "model) computes from them is a deterministic function of the clients' data, not covered by (ε, δ)"
+        )
+    return report
 
 
 def _ready(endpoints: Mapping[str, ClientEndpoint], ids: Sequence[str]) -> List[str]:

@@ -6,6 +6,7 @@
 * :mod:`.dp`: client-level differential privacy of the sums (clipping, Gaussian noise, the accountant).
 """
 
+from .distributed_dp import DistributedDP, DistributedPrivacyAccountant, NoiseSource
 from .dp import DifferentialPrivacy, PrivacyAccountant, clip_payload
 from .masking import (
     Exchange,
@@ -25,6 +26,9 @@ from .robust import RobustAggregation, weighted_median
 
 __all__ = [
     "DifferentialPrivacy",
+    "DistributedDP",
+    "DistributedPrivacyAccountant",
+    "NoiseSource",
     "PrivacyAccountant",
     "clip_payload",
     "Exchange",

@@ -25,6 +25,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 import numpy as np
 
 from ..messages import Message
+from .distributed_dp import DistributedDP, NoiseSource
 from .dp import clip_payload
 from .policy import ClientPolicy
 from .request import Protection
@@ -57,6 +58,7 @@ class ClientEncoder:
         self._run_id: Optional[bytes] = None
         self._secagg: Optional[SecAggClient] = None
         self._prepared: Dict[Tuple[str, int, str], Tuple[Message, Protection]] = {}
+        self._noise = NoiseSource()  # distributed DP's shares: the OS's randomness
 
     # --- the update ----------------------------------------------------------------------------------
     def prepare(
@@ -75,6 +77,9 @@ class ClientEncoder:
         if refusal:
             raise EncoderRefusal(refusal)
         arrays = {k: np.asarray(v, dtype=np.float64) for k, v in message.arrays.items()}
+        distributed = request.distributed
+        if distributed is not None and request.noised(message.phase, aggregation):
+            return self._keep(self._distributed_codes(message, arrays, distributed, cohort_size), request, purpose)
         weight = message.weight
         metrics = dict(message.metrics)
         dp = request.dp
@@ -90,9 +95,26 @@ class ClientEncoder:
         arrays[WEIGHT_KEY] = np.array([weight])
         arrays.update({METRIC_PREFIX + k: np.array([weight * v]) for k, v in metrics.items()})
         encoded = {k: request.secure.encode(k, v, cohort_size) for k, v in arrays.items()}
-        prepared = Message(message.sender, message.round, message.phase, encoded, weight=0.0)
-        self._prepared = {(purpose, message.round, message.phase): (prepared, request)}  # one exchange at a time
+        return self._keep(Message(message.sender, message.round, message.phase, encoded, weight=0.0), request, purpose)
+
+    def _keep(self, prepared: Message, request: Protection, purpose: str) -> Message:
+        self._prepared = {(purpose, prepared.round, prepared.phase): (prepared, request)}  # one exchange at a time
         return prepared
+
+    def _distributed_codes(
+        self, message: Message, arrays: Dict[str, np.ndarray], dp: DistributedDP, cohort_size: int
+    ) -> Message:
+        """Distributed DP: the whole payload clipped, rounded and noised on the client
+        (:meth:`DistributedDP.encode`), as ``uint64`` codes per array. A ``"mean"`` phase averages the clients'
+        clipped payloads with equal weights (the server divides by the number of survivors); metrics are dropped."""
+        names = sorted(arrays)
+        flat = np.concatenate([arrays[n].ravel() for n in names])
+        codes = dp.encode(flat, cohort_size, rng=self._noise).view(np.uint64)
+        encoded, offset = {}, 0
+        for n in names:
+            encoded[n] = codes[offset : offset + arrays[n].size].reshape(arrays[n].shape)
+            offset += arrays[n].size
+        return Message(message.sender, message.round, message.phase, encoded, weight=0.0)
 
     # --- the secure-aggregation protocol ---------------------------------------------------------------
     def respond(self, stage: str, request: Mapping[str, Any]) -> Dict[str, Any]:

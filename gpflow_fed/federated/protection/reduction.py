@@ -20,7 +20,7 @@ import secrets
 import warnings
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import Dict, Mapping, Optional, Sequence, Tuple
+from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
 
 import gpflow
 import numpy as np
@@ -28,7 +28,8 @@ import numpy as np
 from ..algorithm import AGGREGATIONS, Aggregate
 from ..faults import RoundFailedError
 from ..messages import Message
-from .dp import DPUtilityWarning, PrivacyAccountant, utility_warning
+from .distributed_dp import DistributedDP, DistributedPrivacyAccountant
+from .dp import DifferentialPrivacy, DPUtilityWarning, PrivacyAccountant, utility_warning
 from .encoder import METRIC_PREFIX, WEIGHT_KEY
 from .masking import Exchange, check_senders
 from ...randomness import new_run_id
@@ -142,6 +143,8 @@ class Reducer:
         self.run_id = new_run_id() if run_id is None else bytes(run_id)
         self.server_secret = secrets.token_bytes(32) if server_secret is None else bytes(server_secret)
         self._warned: set = set()
+        #: the number of values each distributed-DP phase released (its accountant's dimension)
+        self.dimensions: Dict[str, int] = {}
 
     def _secret_rng(self, *context: object) -> np.random.Generator:
         label = "\x1f".join(str(c) for c in context).encode("utf-8")
@@ -178,7 +181,7 @@ class Reducer:
         exchange, so that runtimes can be compared on the same noise.
         """
         dp = self.protection.dp
-        assert dp is not None
+        assert isinstance(dp, DifferentialPrivacy)
         if dp.insecure_noise_seed is None:
             return self._secret_rng("dp-noise", *context.tag)
         return _insecure_rng(dp.insecure_noise_seed, "dp-noise", *context.tag)
@@ -192,7 +195,7 @@ class Reducer:
         dp = self.protection.dp
         if dp is None:
             return seeded
-        if dp.insecure_noise_seed is None:
+        if not isinstance(dp, DifferentialPrivacy) or dp.insecure_noise_seed is None:
             return self._secret_rng("dp-sampling")
         return _insecure_rng(dp.insecure_noise_seed, "dp-sampling")
 
@@ -247,7 +250,15 @@ class Reducer:
         out: Dict[str, np.ndarray]
         means: Dict[str, float] = {}
         std = 0.0
-        if masked:
+        noised = protection.noised(context.phase, context.aggregation)
+        distributed = protection.distributed if noised else None
+        if masked and distributed is not None:  # the clients added the noise: decode only
+            out = {k: distributed.decode(v) for k, v in sums.items()}
+            dimension = int(sum(np.size(v) for v in out.values()))
+            self.dimensions[context.phase] = dimension
+            std = distributed.noise_std(dimension)
+            total_weight = float(len(context.cohort))  # equal weights (see ClientEncoder)
+        elif masked:
             assert protection.secure is not None
             out = {k: protection.secure.decode(v) for k, v in sums.items()}
             total_weight = float(out.pop(WEIGHT_KEY)[0])
@@ -258,9 +269,8 @@ class Reducer:
         else:
             out = {k: np.asarray(v, dtype=np.float64) for k, v in sums.items()}
             means = dict(metrics or {})
-        noised = protection.noised(context.phase, context.aggregation)
-        if noised:
-            assert protection.dp is not None
+        if noised and distributed is None:
+            assert isinstance(protection.dp, DifferentialPrivacy)
             rng = self.noise_rng(context)
             std = protection.dp.noise_std(context.aggregation)
             out = {k: v + rng.normal(0.0, std, size=np.shape(v)) for k, v in sorted(out.items())}
@@ -285,6 +295,9 @@ class Reducer:
             noise_std=float(std),
         )
 
-    def accountant(self) -> Optional[PrivacyAccountant]:
+    def accountant(self) -> Optional[Union[PrivacyAccountant, DistributedPrivacyAccountant]]:
         """A fresh accountant for a run (None without DP)."""
-        return PrivacyAccountant(self.protection.dp) if self.protection.dp is not None else None
+        dp = self.protection.dp
+        if isinstance(dp, DistributedDP):
+            return DistributedPrivacyAccountant(dp)
+        return PrivacyAccountant(dp) if dp is not None else None

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
+from .distributed_dp import DistributedDP
 from .dp import DifferentialPrivacy
 from .masking import SecureAggregation
 from .robust import RobustAggregation
@@ -32,8 +33,10 @@ class Protection:
         and bit-identity results of the package hold for an explicit ``False``; masked sums differ from plain ones
         by the fixed-point resolution, ``2^-f`` per client and entry). ``"collect"`` phases, which need each client's
         message, always run in plain; each algorithm's documentation and the threat model say which have them.
-    :param differential_privacy: a :class:`~gpflow_fed.federated.DifferentialPrivacy` (clients clip, Gaussian
-        noise on each sum, an accountant), or None.
+    :param differential_privacy: a :class:`~gpflow_fed.federated.DifferentialPrivacy` (central: clients clip, the
+        server adds Gaussian noise to each sum), a :class:`~gpflow_fed.federated.protection.DistributedDP`
+        (distributed: each client adds its share of discrete Gaussian noise before masking, so the (ε, δ) holds
+        against the server too, if enough clients are honest; needs secure aggregation), or None.
     :param robust: a :class:`~gpflow_fed.federated.RobustAggregation` for ``"mean"`` phases (it needs each
         client's payload, so not with the other two), or None.
     :raises TypeError: a setting of the wrong type.
@@ -41,7 +44,7 @@ class Protection:
     """
 
     secure_aggregation: Union[bool, SecureAggregation, None] = True
-    differential_privacy: Optional[DifferentialPrivacy] = None
+    differential_privacy: Optional[Union[DifferentialPrivacy, DistributedDP]] = None
     robust: Optional[RobustAggregation] = None
 
     def __post_init__(self) -> None:
@@ -51,9 +54,15 @@ class Protection:
         if secure is not None and secure is not False and not isinstance(secure, SecureAggregation):
             raise TypeError(f"secure_aggregation must be a bool or SecureAggregation, got {type(secure).__name__}")
         object.__setattr__(self, "secure_aggregation", secure or None)
-        if self.differential_privacy is not None and not isinstance(self.differential_privacy, DifferentialPrivacy):
+        dp = self.differential_privacy
+        if dp is not None and not isinstance(dp, (DifferentialPrivacy, DistributedDP)):
             raise TypeError(
-                f"differential_privacy must be a DifferentialPrivacy, got {type(self.differential_privacy).__name__}"
+                f"differential_privacy must be a DifferentialPrivacy or DistributedDP, got {type(dp).__name__}"
+            )
+        if isinstance(dp, DistributedDP) and secure is None:
+            raise ValueError(
+                "distributed DP: each client adds its share of the noise before masking, so it needs secure "
+                "aggregation (on by default); do not combine it with secure_aggregation=False"
             )
         if self.robust is not None and not isinstance(self.robust, RobustAggregation):
             raise TypeError(f"robust must be a RobustAggregation, got {type(self.robust).__name__}")
@@ -70,8 +79,13 @@ class Protection:
         return self.secure_aggregation  # type: ignore[return-value]  # normalised in __post_init__
 
     @property
-    def dp(self) -> Optional[DifferentialPrivacy]:
+    def dp(self) -> Optional[Union[DifferentialPrivacy, DistributedDP]]:
         return self.differential_privacy
+
+    @property
+    def distributed(self) -> Optional[DistributedDP]:
+        """The distributed DP settings, or None (no DP, or central DP)."""
+        return self.differential_privacy if isinstance(self.differential_privacy, DistributedDP) else None
 
     @property
     def active(self) -> bool:
@@ -79,8 +93,10 @@ class Protection:
         return self.secure is not None or self.dp is not None or self.robust is not None
 
     def noised(self, phase: str, aggregation: str) -> bool:
-        """Whether DP clips and noises the sums of ``phase``."""
-        return self.dp is not None and aggregation in PROTECTED_AGGREGATIONS and self.dp.applies(phase)
+        """Whether DP clips and noises the sums of ``phase`` (distributed DP: every ``"sum"``/``"mean"`` phase)."""
+        if self.dp is None or aggregation not in PROTECTED_AGGREGATIONS:
+            return False
+        return isinstance(self.dp, DistributedDP) or self.dp.applies(phase)
 
     def protects(self, phase: str, aggregation: str) -> bool:
         """Whether the replies of ``phase`` are encoded by the clients (else: plain messages)."""
@@ -97,14 +113,17 @@ class Protection:
         phases = set(algorithm.final_phases())
         for r in range(algorithm.rounds):
             phases.update(algorithm.phases(r))
-        if self.dp is not None and self.dp.phases is not None:
+        if isinstance(self.dp, DifferentialPrivacy) and self.dp.phases is not None:
             unknown = sorted(set(self.dp.phases) - phases)
             if unknown:
                 raise ValueError(
                     f"{algorithm.name}: DifferentialPrivacy(phases=...) names {unknown}, which this run never "
                     f"executes; its phases are {sorted(phases)}"
                 )
-        collected = sorted(p for p in phases if algorithm.aggregation(p) == "collect" and self.dp and self.dp.applies(p))
+        central = self.dp if isinstance(self.dp, DifferentialPrivacy) else None
+        collected = sorted(
+            p for p in phases if algorithm.aggregation(p) == "collect" and central and central.applies(p)
+        )
         if collected:
             raise ValueError(
                 f"{algorithm.name}: differential privacy protects only 'sum' and 'mean' phases, but phase(s) "
@@ -123,7 +142,8 @@ class Protection:
         Keys: ``secure-aggregation`` (bool), ``fractional-bits``, ``min-cohort``, ``masking-degree`` (0: default);
         ``robust-method``, ``robust-trim``, ``robust-clip-norm``; with DP ``dp-noise-multiplier``, ``dp-clip-norm``,
         ``dp-delta``, ``dp-weight-bound``, ``dp-accountant`` and ``dp-phases`` (comma-separated, empty for every
-        sum phase).
+        sum phase); with distributed DP ``ddp-noise-multiplier``, ``ddp-clip-norm``, ``ddp-honest-clients``,
+        ``ddp-delta``, ``ddp-granularity``, ``ddp-beta``.
         """
         config: Dict[str, Union[bool, int, float, str]] = {"secure-aggregation": self.secure is not None}
         if self.secure is not None:
@@ -135,7 +155,18 @@ class Protection:
             if self.robust.clip_norm is not None:
                 config["robust-clip-norm"] = float(self.robust.clip_norm)
         dp = self.dp
-        if dp is not None:
+        if isinstance(dp, DistributedDP):
+            config.update(
+                {
+                    "ddp-noise-multiplier": float(dp.noise_multiplier),
+                    "ddp-clip-norm": float(dp.clip_norm),
+                    "ddp-honest-clients": int(dp.honest_clients),
+                    "ddp-delta": float(dp.delta),
+                    "ddp-granularity": float(dp.step),
+                    "ddp-beta": float(dp.beta),
+                }
+            )
+        elif dp is not None:
             config.update(
                 {
                     "dp-noise-multiplier": float(dp.noise_multiplier),
@@ -170,8 +201,17 @@ class Protection:
                 float(config.get("robust-trim", RobustAggregation.trim)),
                 None if clip is None else float(clip),
             )
-        dp = None
-        if "dp-noise-multiplier" in config or "dp-clip-norm" in config:
+        dp: Optional[Union[DifferentialPrivacy, DistributedDP]] = None
+        if "ddp-noise-multiplier" in config:
+            dp = DistributedDP(
+                noise_multiplier=float(config["ddp-noise-multiplier"]),
+                clip_norm=float(config["ddp-clip-norm"]),
+                honest_clients=int(config["ddp-honest-clients"]),
+                delta=float(config.get("ddp-delta", DistributedDP.delta)),
+                granularity=float(config["ddp-granularity"]) if "ddp-granularity" in config else None,
+                beta=float(config.get("ddp-beta", DistributedDP.beta)),
+            )
+        elif "dp-noise-multiplier" in config or "dp-clip-norm" in config:
             phases = str(config.get("dp-phases", ""))
             dp = DifferentialPrivacy(
                 noise_multiplier=float(config["dp-noise-multiplier"]),
