@@ -36,6 +36,7 @@ def test_the_rule_reads_the_saved_default_and_global_runs(regional):
     assert {s for (m, s) in regional.saved_reference(32) if m == "dpo"} == {0, 1, 4, 5, 6}
 
 
+@pytest.mark.slow  # two PVI runs traced: 11 min at load 8 on the shared 2 cores
 def test_a_tiny_run_saves_its_diagnostics(regional, tmp_path, capsys):
     out = tmp_path / "regional.json"
     tiny = ["--rounds", "10", "--local-steps", "5", "--inducing", "6", "--predict-samples", "2"]
