@@ -152,6 +152,12 @@ PROFILES: Dict[str, Dict[str, Invocations]] = {
     },
     "privacy_paper": {"quick": [["--json", ""]], "full": [[]]},
     "figures": {"quick": [["--out", "runs/bench/figures.json"]], "full": [[]]},  # the front page's numbers
+    "pvi_regional": {  # the discriminating regional runs, in the priority order of benchmarks/papers/pvi.md
+        "quick": [["--quick", "--variants", "default", "--splits", "0", "--out", "runs/bench/pvi_regional_quick.json"]],
+        "full": [
+            "--variants precision100 --splits 0 1 2 --out benchmarks/results/pvi_regional.json".split(),
+        ],
+    },
     "privacy_aware": {
         "quick": [["--sizes", "50", "100"]],
         "full": [
@@ -209,7 +215,6 @@ PROFILES: Dict[str, Dict[str, Invocations]] = {
 NOT_PROFILED: Dict[str, str] = {
     "run_all": "this runner",
     "pvi_diagnostics": "diagnostic traces run by hand; benchmarks/papers/pvi.md gives their commands",
-    "pvi_regional": "the discriminating regional runs, started by hand in the order benchmarks/papers/pvi.md states",
 }
 
 
