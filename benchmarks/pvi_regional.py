@@ -38,7 +38,7 @@ communications, M_k ≤ 100) on the saved 32-region splits 0, 1 and 4, judged by
 ``pvi_ozone32_s*.json``.
 
     python benchmarks/pvi_regional.py --variants precision100 --splits 0 1 2 --out FILE.json
-    python benchmarks/pvi_regional.py --summarize --out FILE.json
+    python benchmarks/pvi_regional.py --summarize --out FILE.json   # progress and diagnostics, then the verdicts
     python benchmarks/pvi_regional.py --quick --variants default,damped --splits 0 --out /tmp/pvi_regional.json
 """
 
@@ -218,6 +218,65 @@ def verdict(runs: Dict[int, float], reference: Dict[Tuple[str, int], float]) -> 
     return out
 
 
+def saved_default_curves(clients: int) -> Dict[int, List[float]]:
+    """The saved default DPO run's test log-likelihood after every K communications, per split."""
+    pattern = "pvi_ozone32_s*.json" if clients == 32 else "pvi_ozone*.json"
+    out: Dict[int, List[float]] = {}
+    for path in sorted(glob.glob(os.path.join(RESULTS, pattern))):
+        if "split_factors" in path or (clients != 32 and "ozone32" in path):
+            continue
+        with open(path) as fh:
+            saved = json.load(fh)
+        for key, run in saved.get("runs", saved).items():
+            name, method, split = key.split("|")
+            if name == "ozone" and method == "dpo":
+                out[int(split)] = run["curve"]
+    return out
+
+
+def progress(saved: Dict[str, Any], clients: int) -> List[Dict[str, Any]]:
+    """Per saved run, finished or not: its curve against the default's at the same communications, and a digest
+    of its per-update diagnostics. Prints one Markdown row each."""
+    defaults = saved_default_curves(clients)
+    rows = []
+    print(
+        "| run | communications | test log-lik (default DPO at the same point) | Adam steps per update (median, max) "
+        "| updates with clipped cavities | largest jitter | q(Z) spread at the end | regions with an inducing mean "
+        "| updates that added means to their own region | seconds |"
+    )
+    print("|---" * 10 + "|")
+    for key, record in saved["runs"].items():
+        split = int(key.split("|")[2])
+        updates, rounds, curve = record.get("updates", []), record.get("rounds", []), record.get("curve", [])
+        default = defaults.get(split, [])
+        pairs = ", ".join(
+            f"{v:.3f} ({default[i]:.3f})" if i < len(default) else f"{v:.3f}" for i, v in enumerate(curve)
+        )
+        steps = [u["steps"] for u in updates]
+        row = {
+            "run": key,
+            "communications": len(rounds),
+            "curve": curve,
+            "default_curve": default[: len(curve)],
+            "steps_median": float(np.median(steps)) if steps else float("nan"),
+            "steps_max": max(steps, default=float("nan")),
+            "clipped_updates": sum(u["cavity_clipped"] > 0 for u in updates),
+            "max_jitter": max((u["jitter"] for u in updates), default=float("nan")),
+            "qZ_std_end": rounds[-1]["qZ_std"] if rounds else float("nan"),
+            "regions_end": rounds[-1]["regions"] if rounds else 0,
+            "pulled_own_region": sum(u["own_region_means_after"] > u["own_region_means_before"] for u in updates),
+            "seconds": record.get("seconds", float("nan")),
+        }
+        rows.append(row)
+        print(
+            f"| {key.replace('|', ' ')} | {row['communications']} | {pairs} | "
+            f"{row['steps_median']:.0f}, {row['steps_max']:.0f} | "
+            f"{row['clipped_updates']} of {len(updates)} | {row['max_jitter']:.0e} | {row['qZ_std_end']:.3f} | "
+            f"{row['regions_end']} of {clients} | {row['pulled_own_region']} of {len(updates)} | {row['seconds']:.0f} |"
+        )
+    return rows
+
+
 def summarize(saved: Dict[str, Any], clients: int) -> Dict[str, Dict[str, Any]]:
     """Per variant: its finished runs judged by :func:`verdict`; prints one Markdown row each."""
     reference = saved_reference(clients)
@@ -258,6 +317,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         with open(a.out) as fh:
             saved = json.load(fh)
     if a.summarize:
+        progress(saved, a.clients)
+        print()
         summarize(saved, a.clients)
         return 0
     config = {k: getattr(a, k) for k in ("clients", "rounds", "inducing", "max_pseudo", "local_steps", "patience")}

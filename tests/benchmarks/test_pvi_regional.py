@@ -64,3 +64,18 @@ def test_uniform_inducing_means_lie_in_the_public_box(regional):
     low, high = (np.array(b) for b in zip(*regional.PUBLIC_BOX))
     assert np.all(Z >= low - 1e-9) and np.all(Z <= high + 1e-9)
     assert np.all(Z.max(0) - Z.min(0) > 0.8 * (high - low))  # spread over the box, not a N(0, I) cloud
+
+
+def test_progress_digests_a_partial_run_against_the_saved_default(regional, capsys):
+    update = dict(client=0, steps=300.0, cavity_clipped=0.0, jitter=1e-6, qZ_std=0.1, beta=[1.0] * 5)
+    updates = [
+        dict(update, own_region_means_before=2, own_region_means_after=5),
+        dict(update, steps=900.0, cavity_clipped=3.0, jitter=1e-4, own_region_means_before=5, own_region_means_after=1),
+    ]
+    saved = {"runs": {"ozone|damped|0": {"updates": updates, "rounds": [{"qZ_std": 0.3, "regions": 7}] * 12,
+                                         "curve": [-0.9], "seconds": 50.0}}}  # fmt: skip
+    (row,) = regional.progress(saved, 10)
+    assert row["communications"] == 12 and row["default_curve"] == [pytest.approx(-0.501, abs=5e-4)]
+    assert (row["steps_median"], row["steps_max"], row["clipped_updates"]) == (600.0, 900.0, 1)
+    assert row["max_jitter"] == 1e-4 and row["pulled_own_region"] == 1 and row["regions_end"] == 7
+    assert "| ozone damped 0 | 12 | -0.900 (-0.501) |" in capsys.readouterr().out
