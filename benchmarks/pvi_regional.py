@@ -20,7 +20,7 @@ cavity coordinates, the local free energy, the mean standard deviation of the up
 how many inducing means lie nearest (latitude/longitude) to the updating client's own region before and after its
 update (does a client pull inducing means toward its region?). Per communication (``rounds``): q(Z)'s spread
 and how many regions have an inducing mean nearest to them. Every K communications: the test log-likelihood per
-point (``curve``), as ``pvi.py``. The JSON is saved after every evaluation, so a stopped run keeps its curve.
+point (``curve``), as ``pvi.py``. The JSON is saved after every update, so a stopped run keeps what it did.
 
 **What counts as discriminating (written before any variant ran; the PVI page repeats it).** Per variant, on
 splits s = 0, 1, 2 (at least three, each to 100 communications): d_s = ll(variant, s) − ll(default DPO, s), the
@@ -122,7 +122,7 @@ def build(variant: str, fed: Any, scaler: Any, a: argparse.Namespace, on_update:
 
 def run_variant(variant: str, a: argparse.Namespace, record: Dict[str, Any], flush: Any) -> None:
     """One variant on split ``a.split``: fills ``record`` (curve, ll, diagnostics) and calls ``flush`` after
-    every evaluation."""
+    every client update and every evaluation."""
     from gpflow_fed import metrics
     from gpflow_fed.federated import LocalRuntime, run
 
@@ -158,6 +158,8 @@ def run_variant(variant: str, a: argparse.Namespace, record: Dict[str, Any], flu
                 "own_region_means_after": int((regions(mean) == k).sum()),
             }
         )
+        record["seconds"] = time.perf_counter() - start
+        flush()  # every update: late updates can run to the step cap for minutes each
 
     algorithm = build(variant, fed, scaler, a, on_update)
     Xt, Yt = fed.test
