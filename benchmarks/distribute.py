@@ -64,20 +64,26 @@ def main(argv: Any = None) -> None:
     strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(args.devices)])
     one_device = tf.distribute.OneDeviceStrategy("/cpu:0")
     runtimes = {
-        "LocalRuntime": lambda: LocalRuntime(),
-        "DistributeRuntime, OneDeviceStrategy (CPU:0)": lambda: DistributeRuntime(one_device),
-        f"DistributeRuntime, MirroredStrategy ({args.devices} CPUs)": lambda: DistributeRuntime(strategy),
+        "LocalRuntime": lambda: LocalRuntime(secure_aggregation=False),
+        "DistributeRuntime, OneDeviceStrategy (CPU:0)": lambda: DistributeRuntime(one_device, secure_aggregation=False),
+        f"DistributeRuntime, MirroredStrategy ({args.devices} CPUs)": lambda: DistributeRuntime(
+            strategy, secure_aggregation=False
+        ),
         f"DistributeRuntime, MirroredStrategy ({args.devices} CPUs), threads": lambda: DistributeRuntime(
-            strategy, threads=True
+            strategy, threads=True, secure_aggregation=False
         ),
     }
     gpus = [f"/gpu:{i}" for i, _ in enumerate(tf.config.list_logical_devices("GPU"))]
     if gpus:
         on_gpu = tf.distribute.OneDeviceStrategy(gpus[0])
-        runtimes["DistributeRuntime, OneDeviceStrategy (GPU:0)"] = lambda: DistributeRuntime(on_gpu)
+        runtimes["DistributeRuntime, OneDeviceStrategy (GPU:0)"] = lambda: DistributeRuntime(
+            on_gpu, secure_aggregation=False
+        )
     if len(gpus) > 1:
         all_gpus = tf.distribute.MirroredStrategy(gpus)
-        runtimes[f"DistributeRuntime, MirroredStrategy ({len(gpus)} GPUs)"] = lambda: DistributeRuntime(all_gpus)
+        runtimes[f"DistributeRuntime, MirroredStrategy ({len(gpus)} GPUs)"] = lambda: DistributeRuntime(
+            all_gpus, secure_aggregation=False
+        )
 
     def job() -> FSGP:
         kernel = gpflow.kernels.SquaredExponential(lengthscales=[1.0, 1.0])

@@ -67,10 +67,15 @@ def measure(
         accountant="pld",
         tolerance=tolerance,
     )
-    exact = run(fedbnr(seed), dataset, seed=seed)
+    exact = run(fedbnr(seed), dataset, runtime=LocalRuntime(secure_aggregation=False), seed=seed)
     rows = []
     for draw in range(draws):
-        result = run(fedbnr(seed), dataset, runtime=LocalRuntime(differential_privacy=dp), seed=seed + draw)
+        result = run(
+            fedbnr(seed),
+            dataset,
+            runtime=LocalRuntime(secure_aggregation=False, differential_privacy=dp),
+            seed=seed + draw,
+        )
         rows.append(
             {
                 "epsilon": float(result.privacy["epsilon"]),

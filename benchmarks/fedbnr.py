@@ -56,7 +56,7 @@ from gpflow_fed.kernels import DeepKernel, deep_urk, mlp  # noqa: E402
 from gpflow_fed.models import BayesianLinearRegression, blr_statistics  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from fedbnr_ablations import last_layers, learn_kernels  # noqa: E402
+from fedbnr_ablations import last_layers, learn_kernels, plain_runtime  # noqa: E402
 from provenance import save  # noqa: E402
 
 METHODS = (
@@ -137,11 +137,13 @@ def run_methods(task, methods: Sequence[str], cfg: argparse.Namespace, seed: int
             )  # noqa: E731
             factory = lambda: tf_keras.Sequential([mlp(5, (cfg.hidden,), seed=seed), head()])  # noqa: E731
             mu = cfg.proximal_mu if method == "fedprox" else 0.0
-            models = [run(FedAvgNN(factory, cfg.rounds, cfg.local_steps, cfg.lr, proximal_mu=mu), ds, seed=seed).model]
+            fedavg = FedAvgNN(factory, cfg.rounds, cfg.local_steps, cfg.lr, proximal_mu=mu)
+            models = [run(fedavg, ds, runtime=plain_runtime(), seed=seed).model]
         elif method == "pfedgp":
             deep = DeepKernel(gpflow.kernels.SquaredExponential(), mlp(5, (cfg.hidden,), seed=seed), input_dim=D)
             Z = np.random.default_rng(seed).normal(size=(cfg.num_inducing, D))
-            model = run(PersonalisedGP(deep, Z, 0.5, cfg.rounds, cfg.local_steps, cfg.lr), ds, seed=seed).model
+            personal_gp = PersonalisedGP(deep, Z, 0.5, cfg.rounds, cfg.local_steps, cfg.lr)
+            model = run(personal_gp, ds, runtime=plain_runtime(), seed=seed).model
             noise = model.likelihood.variance.numpy()
 
             def personal(X: np.ndarray, c: int) -> Tuple[np.ndarray, np.ndarray]:
@@ -219,7 +221,9 @@ def calibration_study(task, cfg: argparse.Namespace, seed: int) -> Dict[str, Dic
     for variant in CALIBRATION_VARIANTS:
         alpha = 10.0 if variant.endswith("α=10") else cfg.alpha
         algorithm = fedbnr_algorithm(task, variant.split(" ")[0], cfg, seed, alpha)
-        out[variant] = calibration_scores(run(algorithm, task.dataset, seed=seed).model, task.dataset.test)
+        out[variant] = calibration_scores(
+            run(algorithm, task.dataset, runtime=plain_runtime(), seed=seed).model, task.dataset.test
+        )
         print(f"  {variant:15s} " + " ".join(f"{k}={v:.3f}" for k, v in out[variant].items()), file=sys.stderr)
     return out
 
@@ -253,7 +257,7 @@ def thesis_schedule(task, variant: str, cfg: argparse.Namespace, seed: int, alph
 
     t0 = time.perf_counter()
     try:
-        run(algorithm, ds, monitor=monitor, seed=seed)
+        run(algorithm, ds, runtime=plain_runtime(), monitor=monitor, seed=seed)
     except _EarlyStop:
         pass
     best = int(np.argmin([row["val_rmse"] for row in rounds]))
@@ -367,6 +371,23 @@ def summarize_logs(paths: Sequence[str], methods: Sequence[str]) -> None:
         elif current is not None and line.startswith("  ") and "rmse=" in line:
             method, *pairs = line.split()
             runs[current[0]][current[1]][method] = {k: float(v) for k, v in (p.split("=") for p in pairs)}
+    print_tables(runs, methods)
+
+
+def summarize_records(paths: Sequence[str], methods: Sequence[str]) -> None:
+    """Re-print the tables from the JSON files that ``--out`` wrote (one record per dataset, K and seed), pooling
+    their seeds as :func:`summarize_logs` does."""
+    runs: Dict[Tuple[str, int], Dict[int, Dict[str, Dict[str, float]]]] = {}
+    for path in paths:
+        with open(path) as f:
+            for record in json.load(f)["records"]:
+                runs.setdefault((record["dataset"], record["K"]), {})[record["seed"]] = record["methods"]
+    print_tables(runs, methods)
+
+
+def print_tables(runs: Dict[Tuple[str, int], Dict[int, Dict[str, Dict[str, float]]]], methods: Sequence[str]) -> None:
+    """:func:`print_table` per (dataset, K) of ``runs`` (seed → method → scores), over the seeds where every one of
+    ``methods`` has a score."""
     for (name, K), by_seed in runs.items():
         complete = sorted(s for s, rows in by_seed.items() if list(rows) == list(methods))
         if not complete:
@@ -501,12 +522,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--patience", type=int, default=5, help="thesis-schedule: rounds without validation gain")
     parser.add_argument("--alphas", default="0.5,2,5,10", help="thesis-schedule: FedBNR-KD's α grid (Table A.1)")
     parser.add_argument("--append", action="store_true", help="add to the records already in --out")
-    parser.add_argument("--out", help="the study's JSON file (default benchmarks/results/fedbnr_<study>.json)")
+    parser.add_argument(
+        "--out",
+        help="with --study: the study's JSON file (default benchmarks/results/fedbnr_<study>.json); without: the "
+        "methods table's JSON file (every seed's scores, saved after each seed; none by default)",
+    )
+    parser.add_argument(
+        "--from-json",
+        metavar="JSON",
+        nargs="+",
+        help="print the methods tables from the files --out wrote (without --study), pooling their seeds",
+    )
     parser.add_argument("--gemm-shape", default="20000,1000", help="N,L of the roofline measurement")
     parser.add_argument("--gemm-repeats", type=int, default=10, help="timings per computation (the best is kept)")
     args = parser.parse_args(argv)
     if args.summarize:
         summarize_logs(args.summarize, [m for m in args.methods.split(",") if m])
+        return 0
+    if args.from_json:
+        summarize_records(args.from_json, [m for m in args.methods.split(",") if m])
         return 0
     if args.study:
         return run_study(args)
@@ -535,6 +569,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"### Real-data protocol: rounds={args.rounds}, local_steps={args.local_steps}, kd_steps={args.kd_steps}, "
         f"m={args.num_samples}, hidden={args.hidden}, M={args.num_inducing}, seeds={args.seeds}\n"
     )
+    records: List[Dict[str, object]] = []
+    config = {k: getattr(args, k) for k in ("rounds", "local_steps", "kd_steps", "num_samples", "hidden", "lr")}
+    config.update(alpha=args.alpha, num_inducing=args.num_inducing, proximal_mu=args.proximal_mu)
     for name in args.datasets.split(","):
         real = load_dataset(name)
         for K in (int(k) for k in args.clients.split(",")):
@@ -543,9 +580,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             for seed in range(args.seed_start, args.seed_start + args.seeds):
                 task = fedbnr_real_task(real.X, real.Y, K, seed=seed, name=name)
                 print(f"{name} K={K} seed={seed}", file=sys.stderr, flush=True)
-                for method, row in run_methods(task, methods, args, seed).items():
+                scores = run_methods(task, methods, args, seed)
+                for method, row in scores.items():
                     for k, v in row.items():
                         results[method].setdefault(k, []).append(v)
+                if args.out:  # every seed, so that an interrupted run keeps what it finished
+                    records.append({"dataset": name, "K": K, "seed": seed, "methods": scores})
+                    save(args.out, {"study": "methods", "config": config, "records": records}, __file__)
             print_table(task, K, methods, results)
     return 0
 

@@ -19,13 +19,19 @@ from typing import Any, Dict, List
 import gpflow
 
 from gpflow_fed.data import FederatedDataset
-from gpflow_fed.federated import run
+from gpflow_fed.federated import LocalRuntime, run
 from gpflow_fed.federated.algorithms import FedBNR
 from gpflow_fed.models import BayesianLinearRegression
 
-__all__ = ["ABLATIONS", "fedbnr_ablation", "last_layers", "learn_kernels"]
+__all__ = ["ABLATIONS", "fedbnr_ablation", "last_layers", "learn_kernels", "plain_runtime"]
 
 ABLATIONS = ("local+local", "local+global", "avg+local", "kd+local", "avg+global", "kd+global")
+
+
+def plain_runtime() -> LocalRuntime:
+    """The runtime of a paper reproduction: ``LocalRuntime`` with secure aggregation off, whatever the library's
+    default (the thesis aggregates in the clear; masking would change the sums by its fixed-point rounding)."""
+    return LocalRuntime(secure_aggregation=False)
 
 
 def _variances(model: BayesianLinearRegression) -> Dict[str, float]:
@@ -46,13 +52,18 @@ def learn_kernels(
         options.pop("distillation_data", None)
         algorithm = FedBNR(**options)  # one algorithm (one compiled local loop) runs every client alone
         return [
-            run(algorithm, FederatedDataset(clients=[client], name=f"{dataset.name}-client{k}"), seed=seed).model
+            run(
+                algorithm,
+                FederatedDataset(clients=[client], name=f"{dataset.name}-client{k}"),
+                runtime=plain_runtime(),
+                seed=seed,
+            ).model
             for k, client in enumerate(dataset.clients)
         ]
     if kernel_learning not in ("avg", "kd"):
         raise ValueError(f"kernel_learning must be 'local', 'avg' or 'kd', got {kernel_learning!r}")
     options["aggregation"] = "fedavg" if kernel_learning == "avg" else "kd"
-    return [run(FedBNR(**options), dataset, seed=seed).model]
+    return [run(FedBNR(**options), dataset, runtime=plain_runtime(), seed=seed).model]
 
 
 def last_layers(
@@ -72,7 +83,7 @@ def last_layers(
     models = []
     for model in trained:  # one algorithm (one compiled statistics function), restarted from each kernel
         algorithm.start_from(model)
-        models.append(run(algorithm, dataset, seed=seed).model)
+        models.append(run(algorithm, dataset, runtime=plain_runtime(), seed=seed).model)
     return models
 
 

@@ -99,11 +99,15 @@ def main() -> int:
     config: Dict[str, Any] = {"rounds": args.rounds}
     seed = 0
     Xs = ds.test[0]
-    local, t_local = _timed(lambda: run(fsgp_job(config), ds, runtime=LocalRuntime(), seed=seed))
+    local, t_local = _timed(
+        lambda: run(fsgp_job(config), ds, runtime=LocalRuntime(secure_aggregation=False), seed=seed)
+    )
     reference = local.model.predict_f(Xs)[0].numpy()
     rows: List[tuple] = [("LocalRuntime", t_local, 0.0)]
 
-    flower, t_flower = _timed(lambda: run(fsgp_job(config), ds, runtime=FlowerRuntime(), seed=seed))
+    flower, t_flower = _timed(
+        lambda: run(fsgp_job(config), ds, runtime=FlowerRuntime(secure_aggregation=False), seed=seed)
+    )
     rows.append(
         (
             "FlowerRuntime (in-process nodes, protobuf)",
@@ -162,12 +166,14 @@ def secure_costs(clients: int, rounds: int) -> int:
     config: Dict[str, Any] = {"rounds": rounds}
     Xs = ds.test[0]
     runs = [
-        ("LocalRuntime", lambda: LocalRuntime()),
+        ("LocalRuntime", lambda: LocalRuntime(secure_aggregation=False)),
         ("LocalRuntime, pairwise masking", lambda: LocalRuntime(secure_aggregation=True)),
-        ("FlowerRuntime", lambda: FlowerRuntime()),
+        ("FlowerRuntime", lambda: FlowerRuntime(secure_aggregation=False)),
         ("FlowerRuntime, SecAgg+", lambda: FlowerRuntime(secure_aggregation=True)),
     ]
-    run(fsgp_job(config), ds, runtime=LocalRuntime(), seed=0)  # warm-up: TensorFlow's first-use costs
+    run(
+        fsgp_job(config), ds, runtime=LocalRuntime(secure_aggregation=False), seed=0
+    )  # warm-up: TensorFlow's first-use costs
     rows = []
     for name, runtime in runs:
         result, seconds = _timed(lambda: run(fsgp_job(config), ds, runtime=runtime(), seed=0))

@@ -51,7 +51,7 @@ def load_split(a: argparse.Namespace) -> Any:
 
 def trace(a: argparse.Namespace) -> None:
     from gpflow_fed.data import FederatedDataset
-    from gpflow_fed.federated import run
+    from gpflow_fed.federated import LocalRuntime, run
     from gpflow_fed.federated.algorithms.pvi.methods import make_pvi
 
     fed = load_split(a)
@@ -88,14 +88,14 @@ def trace(a: argparse.Namespace) -> None:
             entry["test_ll"] = float(np.mean(algorithm.result(state).predict_log_density((Xt, Yt)).numpy()))
         print(json.dumps(entry), flush=True)
 
-    run(algorithm, fed, monitor=monitor, seed=a.split)
+    run(algorithm, fed, runtime=LocalRuntime(secure_aggregation=False), monitor=monitor, seed=a.split)
 
 
 def first_client(a: argparse.Namespace) -> None:
     import tensorflow as tf
     from gpflow.keras import tf_keras
 
-    from gpflow_fed.federated import run
+    from gpflow_fed.federated import LocalRuntime, run
     from gpflow_fed.federated.algorithms.pvi.methods import make_pvi
 
     fed = load_split(a)
@@ -114,7 +114,7 @@ def first_client(a: argparse.Namespace) -> None:
             num_predict_samples=2,
             on_client_update=updates.append,
         )
-        run(algorithm, fed, seed=a.split)
+        run(algorithm, fed, runtime=LocalRuntime(secure_aggregation=False), seed=a.split)
         (update,) = updates
         return update.worker, update.metrics["local_steps"]
 
@@ -146,7 +146,7 @@ def first_client(a: argparse.Namespace) -> None:
 
 
 def cpo_factors(a: argparse.Namespace) -> None:
-    from gpflow_fed.federated import run
+    from gpflow_fed.federated import LocalRuntime, run
     from gpflow_fed.federated.algorithms.pvi.methods import make_pvi
 
     fed = load_split(a)
@@ -182,7 +182,7 @@ def cpo_factors(a: argparse.Namespace) -> None:
             flush=True,
         )
 
-    run(algorithm, fed, monitor=monitor, seed=a.split)
+    run(algorithm, fed, runtime=LocalRuntime(secure_aggregation=False), monitor=monitor, seed=a.split)
 
 
 def main(argv: Any = None) -> int:

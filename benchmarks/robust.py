@@ -72,7 +72,7 @@ def one_run(seed: int, num_bad: int, config: str, shift: float, num_clients: int
         num_bad=num_bad,
         shift=shift,
     )
-    result = run(algorithm, dataset, runtime=LocalRuntime(robust=CONFIGS[config]), seed=seed)
+    result = run(algorithm, dataset, runtime=LocalRuntime(secure_aggregation=False, robust=CONFIGS[config]), seed=seed)
     return float(result.metrics["test_rmse"])
 
 

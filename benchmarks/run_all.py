@@ -1,8 +1,8 @@
 """Run the benchmark scripts of this folder in one of two profiles (``make bench`` / ``make bench-full``).
 
-* ``quick`` (``make bench``): every script at reduced size, each table of BENCHMARKS.md in miniature; the whole
+* ``quick`` (``make bench``): every script at reduced size, each table of the benchmark pages in miniature; the whole
   profile is meant to take ≤ 30 minutes on a 2-core machine.
-* ``full`` (``make bench-full``): the protocols behind BENCHMARKS.md, with the arguments of its saved runs
+* ``full`` (``make bench-full``): the protocols behind BENCHMARKS.md's pages, with the arguments of their saved runs
   (``benchmarks/results/*.json`` record the command each came from); hours on a 2-core machine.
 
 Each invocation's output goes to ``--out/<profile>/<script>[-<n>].log`` (default ``runs/bench``, not tracked by
@@ -30,7 +30,7 @@ from provenance import save  # noqa: E402
 Invocations = List[List[str]]
 
 # The paper's regional experiment (§6.2, Fig. 3) on ozone: 32 regions, 200 communications, M_k = min(0.8 N_k, 100),
-# one saved run per split; splits 2 and 3 were stopped twice for time (BENCHMARKS.md § PVI), 5 and 6 ran instead.
+# one saved run per split; splits 2 and 3 were stopped twice for time (benchmarks/papers/pvi.md), 5 and 6 ran instead.
 REGIONAL_32: Invocations = [
     ["--datasets", "ozone", "--clients", "32", "--first-split", str(split), "--splits", "1", "--methods", "dpo,global",
      "--inducing", "100", "--rounds", "200", "--local-steps", "5000", "--patience", "50", "--predict-samples", "100",
@@ -151,6 +151,13 @@ PROFILES: Dict[str, Dict[str, Invocations]] = {
         ],
     },
     "privacy_paper": {"quick": [["--json", ""]], "full": [[]]},
+    "figures": {"quick": [["--out", "runs/bench/figures.json"]], "full": [[]]},  # the front page's numbers
+    "pvi_regional": {  # the discriminating regional runs, in the priority order of benchmarks/papers/pvi.md
+        "quick": [["--quick", "--variants", "default", "--splits", "0", "--out", "runs/bench/pvi_regional_quick.json"]],
+        "full": [
+            "--variants precision100 --splits 0 1 2 --out benchmarks/results/pvi_regional.json".split(),
+        ],
+    },
     "privacy_aware": {
         "quick": [["--sizes", "50", "100"]],
         "full": [
@@ -207,7 +214,7 @@ PROFILES: Dict[str, Dict[str, Invocations]] = {
 # Scripts in this folder that are not in a profile, and why.
 NOT_PROFILED: Dict[str, str] = {
     "run_all": "this runner",
-    "pvi_diagnostics": "diagnostic traces run by hand; BENCHMARKS.md § PVI gives their commands",
+    "pvi_diagnostics": "diagnostic traces run by hand; benchmarks/papers/pvi.md gives their commands",
 }
 
 

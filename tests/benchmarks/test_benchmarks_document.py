@@ -1,28 +1,40 @@
-"""BENCHMARKS.md quotes only what the repository holds: every script and saved run it names exists."""
+"""BENCHMARKS.md and the per-paper pages quote only what the repository holds: every script and saved run they
+name exists, every link resolves, the front page is short and opens with where each paper stands, and every
+decimal number of its verdict tables is a figure computed from the saved runs (``benchmarks/figures.py``)."""
 
+import importlib.util
+import json
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
-TEXT = (ROOT / "BENCHMARKS.md").read_text()
+FRONT = ROOT / "BENCHMARKS.md"
+PAPERS = ROOT / "benchmarks" / "papers"
+PAGES = [FRONT, *sorted(PAPERS.glob("*.md")), ROOT / "benchmarks" / "CHANGELOG.md"]
+PAPER_PAGES = ("fsgp", "fedbnr", "pvi", "recyclable", "privacy-aware")
+LEGEND = ("reproduced", "partial", "contradicted", "not run")
+SECTIONS = {"FSGP": "fsgp", "FedBNR": "fedbnr", "PVI with DPO": "pvi", "Recyclable GPs": "recyclable",
+            "Privacy-aware GPR": "privacy-aware"}  # fmt: skip
+NUMBER = re.compile(r"(?<![\w.])([−+-]?\d+(?:,\d{3})*\.\d+)(?![\d.])")
 
 
-def test_every_named_benchmark_file_exists():
-    named = set(re.findall(r"(?<![\w/])benchmarks/[\w/.-]+\.(?:py|jsonl|json)(?!\w)", TEXT))
-    assert named, "BENCHMARKS.md names no script or saved run"
+def _text(path: Path) -> str:
+    return path.read_text()
+
+
+def test_the_pages_exist_and_the_front_page_is_short():
+    for name in (*PAPER_PAGES, "engineering"):
+        assert (PAPERS / f"{name}.md").is_file(), name
+    assert len(FRONT.read_bytes()) <= 40_000, "BENCHMARKS.md is the front page: keep it under 40 KB"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_named_benchmark_file_exists(page):
+    named = set(re.findall(r"(?<![\w/])benchmarks/[\w/.-]+\.(?:py|jsonl|json|md|png)(?!\w)", _text(page)))
     missing = sorted(name for name in named if not (ROOT / name).is_file())
-    assert not missing, f"BENCHMARKS.md names files the repository does not have: {missing}"
-
-
-def test_the_summary_comes_first():
-    """The verdict per paper is on the first screen: before the first detailed section."""
-    headings = re.findall(r"^(#{2,3}) (.+)$", TEXT, flags=re.MULTILINE)
-    assert headings[0][1].startswith("Summary"), headings[:3]
-    papers = ("FSGP", "FedBNR", "PVI", "Recyclable", "Privacy-aware")
-    summary = TEXT[: TEXT.index("\n## ", TEXT.index("## Summary") + 1)]
-    for paper in papers:
-        assert f"### {paper}" in summary, paper
-    assert "Not run" in summary
+    assert not missing, f"{page.name} names files the repository does not have: {missing}"
 
 
 def _slug(heading: str) -> str:
@@ -30,11 +42,127 @@ def _slug(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
-def test_every_internal_link_has_its_heading():
+def _anchors(path: Path) -> set:
     anchors, seen = set(), {}
-    for heading in re.findall(r"^#{1,6} (.+)$", TEXT, flags=re.MULTILINE):
+    for heading in re.findall(r"^#{1,6} (.+)$", _text(path), flags=re.MULTILINE):
         slug = _slug(heading)
         anchors.add(slug if slug not in seen else f"{slug}-{seen[slug]}")
         seen[slug] = seen.get(slug, 0) + 1
-    links = set(re.findall(r"\]\(#([^)]+)\)", TEXT))
-    assert not sorted(links - anchors), f"links to no heading: {sorted(links - anchors)}"
+    return anchors
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_every_link_resolves(page):
+    broken = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", _text(page)):
+        if target.startswith("http"):
+            continue
+        path, _, anchor = target.partition("#")
+        file = page if not path else (page.parent / path).resolve()
+        if not file.is_file() or (anchor and anchor not in _anchors(file)):
+            broken.append(target)
+    assert not broken, f"{page.name}: links to no file or heading: {broken}"
+
+
+def test_every_paper_page_says_it_runs_in_the_clear():
+    for name in PAPER_PAGES:
+        assert "secure_aggregation=False" in _text(PAPERS / f"{name}.md"), name
+
+
+def _tables(section: str) -> list:
+    """The rows (lists of cells) of the Markdown tables in ``section``, without header and rule rows."""
+    rows = []
+    for line in section.splitlines():
+        if line.startswith("|") and not re.match(r"^\|[-| ]+\|$", line):
+            rows.append([cell.strip() for cell in line.strip("|").split("|")])
+    return rows
+
+
+def _section(title: str) -> str:
+    text = _text(FRONT)
+    start = text.index(f"\n## {title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end > 0 else None]
+
+
+def test_the_front_page_opens_with_where_each_paper_stands():
+    headings = re.findall(r"^## (.+)$", _text(FRONT), flags=re.MULTILINE)
+    assert headings[0] == "Where each paper stands" and headings[-2:] == [
+        "Not run",
+        "The machine, the raw runs, the peer code",
+    ]
+    header, *rows = _tables(_section("Where each paper stands"))
+    assert header[2:6] == list(LEGEND)
+    assert [row[0].split("]")[0].lstrip("[") for row in rows] == list(SECTIONS)
+
+
+def _verdicts(title: str) -> list:
+    header, *rows = _tables(_section(title))
+    assert header[:4] == [header[0], "verdict", "ours", "what differs"], (title, header)
+    return rows
+
+
+def test_each_verdict_uses_the_legend_and_the_counts_match_the_status_table():
+    _, *status = _tables(_section("Where each paper stands"))
+    for row, title in zip(status, SECTIONS):
+        verdicts = [r[1] for r in _verdicts(title)]
+        for verdict in verdicts:
+            assert verdict.rstrip(" †") in LEGEND, (title, verdict)
+        assert int(row[1]) == len(verdicts), title
+        for column, word in zip(row[2:6], LEGEND):
+            count = sum(v.rstrip(" †") == word for v in verdicts)
+            unsaved = sum(v == f"{word} †" for v in verdicts)
+            expected = str(count) + (f" ({unsaved} †)" if unsaved else "")
+            assert column == expected, (title, word, column, expected)
+
+
+@pytest.fixture(scope="module")
+def figures():
+    spec = importlib.util.spec_from_file_location("figures_benchmark", ROOT / "benchmarks" / "figures.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_saved_figures_are_those_of_the_saved_runs(figures):
+    saved = json.loads((ROOT / "benchmarks" / "results" / "figures.json").read_text())
+    assert saved["command"].startswith("python benchmarks/figures.py")
+    now = figures.figures()
+    assert set(saved["figures"]) == set(now), "run python benchmarks/figures.py: a saved run changed"
+    assert all(saved["figures"][k] == pytest.approx(v, rel=1e-12, abs=1e-15) for k, v in now.items())
+
+
+def _printed(text: str) -> list:
+    return [(s, float(s.replace("−", "-").replace(",", ""))) for s in NUMBER.findall(text)]
+
+
+def _matches(printed: str, value: float, values: list) -> bool:
+    decimals = len(printed.split(".")[1])
+    return any(abs(round(v, decimals) - value) < 1e-9 for v in values)
+
+
+def test_every_number_of_the_verdict_tables_is_a_saved_figure():
+    """Each decimal number of the 'ours' and 'what differs' columns, as printed (sign and decimals), is the
+    rounding of a figure of ``benchmarks/results/figures.json``."""
+    values = list(json.loads((ROOT / "benchmarks" / "results" / "figures.json").read_text())["figures"].values())
+    unmatched = []
+    checked = 0
+    for title in SECTIONS:
+        for row in _verdicts(title):
+            for printed, value in _printed(" ".join(row[2:4])):
+                checked += 1
+                if not _matches(printed, value, values):
+                    unmatched.append(f"{title}: {printed}")
+    assert checked > 100, checked
+    assert not unmatched, f"numbers in BENCHMARKS.md's verdict tables that no saved figure gives: {unmatched}"
+
+
+def test_the_number_check_can_fail():
+    values = [0.0202, -0.1117, 9.36927]
+    assert _matches("+0.020", 0.020, values) and _matches("9.4", 9.4, values)
+    assert not _matches("−0.020", -0.020, values)  # the sign counts
+    assert not _matches("0.112", 0.112, values)  # −0.1117 printed without its sign
+    assert not _matches("9.37", 9.37, [9.36]) and _printed("a −0.016 ± 0.017 (10 of 10), M = 100") == [
+        ("−0.016", -0.016),
+        ("0.017", 0.017),
+    ]

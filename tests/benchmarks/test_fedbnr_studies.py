@@ -56,3 +56,19 @@ def test_kernel_only_distillation_keeps_fedavg_variances(fedbnr) -> None:
         assert get(theta) == pytest.approx(get(fedavg), rel=1e-10)  # σ², λ² stay at the FedAvg mean
         assert get(kd) != pytest.approx(get(fedavg), rel=1e-6)  # the thesis' KD moves them
     assert not np.allclose(theta.kernel.K(X[:5]).numpy(), fedavg.kernel.K(X[:5]).numpy())  # θ is distilled
+
+
+def test_methods_table_is_saved_every_seed_and_reprinted_from_json(fedbnr, tmp_path, capsys) -> None:
+    """``--out`` keeps every seed's scores with provenance; ``--from-json`` prints the same table from them."""
+    out = tmp_path / "methods.json"
+    common = ["--no-gemm", "--datasets", "diabetes", "--clients", "2", "--methods", "fedbnr,fedavg"]
+    small = ["--rounds", "1", "--local-steps", "2", "--num-samples", "5", "--hidden", "4", "--seeds", "2"]
+    assert fedbnr.main([*common, *small, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    saved = __import__("json").loads(out.read_text())
+    assert saved["command"].startswith("python benchmarks/fedbnr.py") and saved["git_commit"]
+    assert [(r["dataset"], r["K"], r["seed"]) for r in saved["records"]] == [("diabetes", 2, 0), ("diabetes", 2, 1)]
+    assert set(saved["records"][0]["methods"]) == {"fedbnr", "fedavg"}
+    assert fedbnr.main(["--from-json", str(out), "--methods", "fedbnr,fedavg"]) == 0
+    table = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| fed")]
+    assert len(table) == 2 and all(line in printed for line in table)

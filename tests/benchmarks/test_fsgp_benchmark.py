@@ -43,7 +43,8 @@ def test_tiny_sweep_writes_runs_and_summary(load_benchmark, tmp_path, monkeypatc
     methods = {r["method"] for r in record["runs"]}
     assert methods == {"fgp_rbcm", "fgp_poe", "fgp_local", "gpr_exact", "fsgp", "sgpr"}
     assert record["settings"]["initial_noise_variance"] == fsgp.INITIAL_NOISE_VARIANCE
-    assert {r["method"] for r in record["summary"]} == methods | {"fsgp_minus_fgp", "sgpr_minus_fgp", "fsgp_minus_sgpr"}
+    pairs = {"fsgp_minus_fgp", "fsgp_minus_fgp_local", "sgpr_minus_fgp", "fsgp_minus_sgpr"}
+    assert {r["method"] for r in record["summary"]} == methods | pairs
     assert all(r["rounds"] <= 4 for r in record["runs"] if "rounds" in r)
     # a second run with another M merges into the file
     assert fsgp.main(["--no-fgp", *argv[:2], "--ms", "6", *argv[4:]]) == 0
@@ -90,6 +91,7 @@ def test_fgp_from_pairs_the_table_with_another_files_fgp_runs_and_changes_no_fil
     out, other = tmp_path / "long.json", tmp_path / "sweep.json"
     out.write_text(json.dumps({"runs": runs}))
     fgp = [{"dataset": "synthetic1", "seed": s, "method": "fgp_rbcm", "rmse": 0.4 + s} for s in (0, 1)]
+    fgp += [{"dataset": "synthetic1", "seed": s, "method": "fgp_local", "rmse": 0.7 + 2 * s} for s in (0, 1)]
     other.write_text(json.dumps({"runs": fgp + [dict(r, rmse=9.0) for r in runs]}))  # its FSGP runs are not used
     before = out.read_text()
     assert fsgp.main(["--summarize", "--datasets", "synthetic1", "--out", str(out), "--fgp-from", str(other)]) == 0
@@ -97,6 +99,7 @@ def test_fgp_from_pairs_the_table_with_another_files_fgp_runs_and_changes_no_fil
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[3] == "1.0000 ± 0.7071" and cells[5] == "0.9000 ± 0.7071"  # fsgp from --out, fgp_rbcm from the other
     assert cells[3 + fsgp.COLUMNS.index("fsgp_minus_fgp")] == "0.1000 ± 0.0000"
+    assert cells[3 + fsgp.COLUMNS.index("fsgp_minus_fgp_local")] == "-0.7000 ± 0.7071"  # the per-client predictor
     assert out.read_text() == before
     with pytest.raises(SystemExit):
         fsgp.main(["--summarize", "--out", str(out), "--fgp-from", str(tmp_path / "missing.json")])

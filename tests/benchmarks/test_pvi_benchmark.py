@@ -55,7 +55,7 @@ def test_json_is_saved_with_provenance_and_read_back(benchmark, tmp_path, capsys
 
 
 def test_max_pseudo_reaches_every_pvi_the_benchmark_builds(benchmark, tmp_path, monkeypatch):
-    from gpflow_fed.federated.algorithms import pvi_methods
+    from gpflow_fed.federated.algorithms.pvi import methods as pvi_methods
 
     built = []
 

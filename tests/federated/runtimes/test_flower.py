@@ -11,7 +11,7 @@ pytest.importorskip("flwr")
 from flwr.app import Context, RecordDict  # noqa: E402
 
 from gpflow_fed.federated import FederationInfo, LocalRuntime, Message, run  # noqa: E402
-from gpflow_fed.federated.runtimes import flower_records as records  # noqa: E402
+from gpflow_fed.federated.runtimes.flower import records  # noqa: E402
 from gpflow_fed.federated.runtimes import make_clients  # noqa: E402
 from gpflow_fed.federated.runtimes.base import client_seed, sampling_rng  # noqa: E402
 from gpflow_fed.federated import register_algorithm_factory  # noqa: E402
