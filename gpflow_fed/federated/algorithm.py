@@ -171,6 +171,22 @@ class Algorithm(abc.ABC):
         """
         return None
 
+    def check_reply(self, state: Any, phase: str, message: Message, num_data: int) -> Optional[str]:
+        """Why the server refuses one client's readable reply of ``phase`` (impossible for any data of the client's
+        registered ``num_data`` points), or None. The runtime excludes the client with this reason; it must name
+        the check, never a value of the reply. Default: nothing beyond the generic checks."""
+        return None
+
+    def check_sum(self, state: Any, aggregate: Aggregate) -> Optional[str]:
+        """Why the server refuses the (un-noised) sum of a masked ``"sum"`` phase, or None: the same checks as
+        :meth:`check_reply` on the total, when the server cannot see each client's reply."""
+        return None
+
+    def min_cohort_data(self, phase: str) -> Optional[int]:
+        """The least total data a cohort's sum of ``phase`` must hold for it not to determine the cohort's rows (a
+        client's policy refuses smaller groups, plain or masked); None: no such bound. FSGP: ``M + 1``."""
+        return None
+
     # --- the round -----------------------------------------------------------------------------------
     @abc.abstractmethod
     def initial_state(self, info: FederationInfo) -> Any:

@@ -41,6 +41,7 @@ class ClientEndpoint:
         self.client = client
         self.info = info
         self.encoder = encoder
+        encoder.sizes = {cid: int(n) for cid, n in info.client_sizes.items()}  # public: the small-cohort rule
         self.ready = False
         self._timed: set = set()
 
@@ -72,6 +73,17 @@ class ClientEndpoint:
         message = Message(self.client.id, down.round, down.phase, arrays, weight=0.0)
         return Response(message=message, config={"protocol": structure})
 
+    def _small_alone(self, phase: str) -> str:
+        """The small-cohort rule for a plain answer, where the client's payload is summed alone."""
+        needed = self.algorithm.min_cohort_data(phase)
+        if needed is None or not self.encoder.policy.protect_small_cohorts or self.client.num_data >= needed:
+            return ""
+        return (
+            f"phase {phase!r}: this client's {self.client.num_data} points are fewer than the {needed} its payload "
+            "needs not to determine them, and the server asked for it in plain; refused (its policy protects small "
+            "cohorts)"
+        )
+
     def _update(self, request: Request) -> Response:
         algorithm, down, config = self.algorithm, request.message, request.config
         self.setup()
@@ -88,6 +100,9 @@ class ClientEndpoint:
             return Response(fault=refusal, error=PermissionError(refusal), seconds=seconds)
         fault = reply_fault(reply, self.client.id, down) if not isinstance(reply, Message) else None
         if fault is None and not request_protection.protects(down.phase, aggregation):
+            small = self._small_alone(down.phase)
+            if small:
+                return Response(fault=small, error=PermissionError(small), seconds=seconds)
             return Response(message=reply, seconds=seconds)  # the server screens what it can read
         if fault is None:  # a protected phase: the client checks its own reply; once encoded, the server cannot
             fault = reply_fault(reply, self.client.id, down)
@@ -96,9 +111,10 @@ class ClientEndpoint:
             fault = weight_fault(reply, algorithm.expected_weight(down.phase, size), size)
         if fault is not None:
             return Response(fault=fault, error=ValueError(fault), seconds=seconds)
+        min_data = algorithm.min_cohort_data(down.phase)
         try:
             prepared = self.encoder.prepare(
-                reply, request_protection, aggregation, int(config["cohort_size"]), request.purpose
+                reply, request_protection, aggregation, int(config["cohort_size"]), request.purpose, min_data
             )
         except ValueError as exc:  # a value its encoding cannot carry
             return Response(fault=str(exc), error=exc, seconds=seconds)

@@ -97,11 +97,19 @@ class PhaseOwner:
             spec=algorithm.reply_spec(state, round, phase),
             expected_weight=self._expected_weights(phase, aggregation, cohort) if readable_weights else None,
             sizes=self.info.client_sizes,
+            verify=lambda cid, message: algorithm.check_reply(state, phase, message, self.info.client_sizes[cid]),
         )
         context = self.reducer.context(purpose, round, phase, aggregation, good)
         if protected and protection.secure is not None:
             aggregate, dropped = self._masked_sum(context, responses[good[0]].layout or {})
             excluded.update(dropped)
+            reason = None if aggregate.noised else algorithm.check_sum(state, aggregate)
+            if reason is not None:
+                check = reason.replace("its ", "")
+                raise RoundFailedError(
+                    f"round {round}, phase {phase!r}: the masked sum fails the server's check ({check}): a client "
+                    "sent impossible values, which secure aggregation does not let the server attribute"
+                )
         else:
             aggregate = self.reducer.reduce([responses[cid].message for cid in good], context)  # type: ignore[misc]
         return algorithm.server_update(state, aggregate), aggregate, excluded

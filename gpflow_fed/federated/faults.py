@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -62,8 +62,14 @@ class FaultPolicy:
             raise ValueError(f"timeout must be positive seconds or None, got {self.timeout!r}")
 
 
+#: the largest magnitude a payload value may have: the server sums replies and squares sums (Adam's second moment),
+#: and (1e150)² is still far inside float64's range; anything larger could only overflow the server's arithmetic
+OVERFLOW_BOUND = 1e150
+
+
 def reply_fault(reply: object, client_id: str, broadcast: Message) -> Optional[str]:
-    """Why a single reply is unusable (wrong type, sender, round or phase; non-finite values), or None."""
+    """Why a single reply is unusable (wrong type, sender, round or phase; non-finite values, or values beyond
+    :data:`OVERFLOW_BOUND`), or None. The reason never carries a value of the reply."""
     if not isinstance(reply, Message):
         return f"returned {type(reply).__name__}, not a Message"
     if reply.sender != client_id:
@@ -73,6 +79,8 @@ def reply_fault(reply: object, client_id: str, broadcast: Message) -> Optional[s
     for name, array in reply.arrays.items():
         if np.issubdtype(array.dtype, np.number) and not np.all(np.isfinite(array)):
             return f"payload {name!r} has NaN or inf values"
+        if np.issubdtype(array.dtype, np.floating) and array.size and float(np.max(np.abs(array))) > OVERFLOW_BOUND:
+            return f"payload {name!r} has values beyond ±{OVERFLOW_BOUND:g}, which would overflow the server's sums"
     if not all(np.isfinite(v) for v in reply.metrics.values()):
         return "a metric is NaN or inf"
     return None
@@ -172,6 +180,7 @@ def screen(
     spec: Optional[Mapping[str, Tuple[Optional[int], ...]]] = None,
     expected_weight: Optional[Mapping[str, Optional[float]]] = None,
     sizes: Optional[Mapping[str, int]] = None,
+    verify: Optional[Callable[[str, Any], Optional[str]]] = None,
 ) -> Tuple[List[str], Dict[str, str]]:
     """The one place a phase's replies are judged and the fault policy applied.
 
@@ -187,6 +196,8 @@ def screen(
     :param expected_weight: ``{client: weight the server expects}`` for the replies it can read (None: any weight up
         to the client's registered size); omitted, weights are not checked (protected replies hide them).
     :param sizes: the clients' registered sizes (with ``expected_weight``).
+    :param verify: ``verify(client, message)``: the algorithm's own check of a readable reply
+        (``Algorithm.check_reply``), run on replies that pass the others.
     :return: the clients whose replies are aggregated (in cohort order) and ``{client: reason}`` of the others.
     :raises ClientUpdateError: the first fault under ``on_error="raise"``.
     :raises RoundFailedError: fewer than ``min_clients`` good replies.
@@ -214,6 +225,12 @@ def screen(
             errors[cid] = response.error
     for cid, reason in spec_faults(readable, spec).items():
         excluded[cid] = reason
+    if verify is not None:
+        for message in readable:
+            if message.sender not in excluded and isinstance(message, Message):
+                reason = verify(message.sender, message)
+                if reason is not None:
+                    excluded[message.sender] = reason
     if excluded and faults.on_error == "raise":
         cid = next(c for c in cohort if c in excluded)
         cause = errors.get(cid) or ValueError(excluded[cid])

@@ -48,9 +48,10 @@ class ClientEncoder:
 
     :param client_id: the client's id (the sender of its messages).
     :param policy: the client's own :class:`ClientPolicy`.
+    :param sizes: the registered sizes of the federation's clients (public), for the small-cohort rule.
     """
 
-    def __init__(self, client_id: str, policy: ClientPolicy) -> None:
+    def __init__(self, client_id: str, policy: ClientPolicy, sizes: Optional[Mapping[str, int]] = None) -> None:
         if not isinstance(policy, ClientPolicy):
             raise TypeError(f"policy must be a ClientPolicy, got {type(policy).__name__}")
         self.client_id = client_id
@@ -59,10 +60,19 @@ class ClientEncoder:
         self._secagg: Optional[SecAggClient] = None
         self._prepared: Dict[Tuple[str, int, str], Tuple[Message, Protection]] = {}
         self._noise = NoiseSource()  # distributed DP's shares: the OS's randomness
+        self.sizes = dict(sizes or {})
+        #: per exchange (purpose, round, phase), the least total data a summed group must hold (small-cohort rule)
+        self._min_data: Dict[Tuple[str, int, str], int] = {}
 
     # --- the update ----------------------------------------------------------------------------------
     def prepare(
-        self, message: Message, request: Protection, aggregation: str, cohort_size: int, purpose: str
+        self,
+        message: Message,
+        request: Protection,
+        aggregation: str,
+        cohort_size: int,
+        purpose: str,
+        min_data: Optional[int] = None,
     ) -> Message:
         """The client's protected answer to an update: clipped and weighted (DP), fixed point (secure aggregation).
 
@@ -70,12 +80,16 @@ class ClientEncoder:
         zeros in its layout (only its names and shapes may leave the client); with DP alone the clipped message
         is returned, which the client sends.
 
+        :param min_data: the least total data a summed group must hold for the payload not to determine its rows
+            (``Algorithm.min_cohort_data``); checked on the cohort and on every group unmasking reveals.
         :raises EncoderRefusal: the request is below the client's policy.
         :raises ValueError: a payload outside the fixed-point range (see ``SecureAggregation``).
         """
         refusal = self.policy.refusal(request, message.phase, aggregation)
         if refusal:
             raise EncoderRefusal(refusal)
+        if min_data is not None and self.policy.protect_small_cohorts:
+            self._min_data[(purpose, message.round, message.phase)] = int(min_data)
         arrays = {k: np.asarray(v, dtype=np.float64) for k, v in message.arrays.items()}
         distributed = request.distributed
         if distributed is not None and request.noised(message.phase, aggregation):
@@ -135,6 +149,8 @@ class ClientEncoder:
             raise EncoderRefusal(f"secure aggregation: {self.client_id!r} has no setup for this run")
         codes = None
         key = None
+        if stage in ("masked_input", "unmask"):
+            self._check_groups(request)
         if stage == "masked_input":
             key = (request.get("purpose"), request.get("round"), request.get("phase"))
             kept = self._prepared.get(key)  # type: ignore[arg-type]
@@ -149,6 +165,20 @@ class ClientEncoder:
             del self._prepared[key]  # type: ignore[arg-type]
         return answer
 
+    def _check_groups(self, request: Mapping[str, Any]) -> None:
+        """The small-cohort rule: every group whose sum the server would learn holds enough data."""
+        key = (request.get("purpose"), request.get("round"), request.get("phase"))
+        needed = self._min_data.get(key)  # type: ignore[arg-type]
+        if needed is None or self._secagg is None:
+            return
+        for group in self._secagg.survivor_groups(request):
+            held = sum(int(self.sizes.get(c, 0)) for c in group)
+            if held < needed:
+                raise EncoderRefusal(
+                    f"secure aggregation: {self.client_id!r} refuses: the sum over a group of {len(group)} client(s) "
+                    f"holding {held} points would determine their rows (this phase needs ≥ {needed})"
+                )
+
     # --- the client's own state between messages (a Flower ClientApp restarts for each one) -------------
     def to_state(self) -> bytes:
         """Everything this encoder holds, as bytes for the client's *in-memory* state only (Flower's
@@ -157,6 +187,8 @@ class ClientEncoder:
             "client_id": self.client_id,
             "run_id": None if self._run_id is None else self._run_id.hex(),
             "secagg": [] if self._secagg is None else sorted(self._secagg.to_state()),
+            "sizes": self.sizes,
+            "min_data": [[k[0], int(k[1]), k[2], v] for k, v in self._min_data.items()],
             "prepared": [
                 {
                     "purpose": key[0],
@@ -186,11 +218,12 @@ class ClientEncoder:
 
         :raises ValueError: a state of another client, or malformed.
         """
-        encoder = cls(client_id, policy)
         with np.load(io.BytesIO(state), allow_pickle=False) as npz:
             header = json.loads(npz["header"].tobytes().decode("utf-8"))
             if header.get("client_id") != client_id:
                 raise ValueError(f"the saved encoder state belongs to {header.get('client_id')!r}, not {client_id!r}")
+            encoder = cls(client_id, policy, {str(k): int(v) for k, v in header.get("sizes", {}).items()})
+            encoder._min_data = {(str(p), int(r), str(f)): int(v) for p, r, f, v in header.get("min_data", [])}
             if header["run_id"] is not None:
                 encoder._run_id = bytes.fromhex(header["run_id"])
             if header["secagg"]:

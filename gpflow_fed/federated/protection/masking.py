@@ -164,7 +164,7 @@ class SecureAggregation:
         largest = float(np.max(np.abs(x))) if x.size else 0.0
         if largest >= limit:
             raise ValueError(
-                f"secure aggregation: payload {name!r} has |x| = {largest:.3g}, beyond the fixed-point range "
+                f"secure aggregation: payload {name!r} has values beyond the fixed-point range "
                 f"{limit:.3g} for {cohort_size} clients; lower SecureAggregation(fractional_bits=...)"
             )
         return np.asarray(np.rint(x * self.scale)).astype(np.int64).view(np.uint64)

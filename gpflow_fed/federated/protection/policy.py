@@ -29,14 +29,20 @@ class ClientPolicy:
 
     :param secure_aggregation: require masking of every ``"sum"``/``"mean"`` payload (default: required).
     :param min_cohort: the fewest cohort members the client masks with (≥ 2).
+    :param protect_small_cohorts: refuse to send a payload whose sum over the cohort (or the client alone, in plain)
+        would determine the cohort's rows, as the algorithm declares (``Algorithm.min_cohort_data``: FSGP's
+        statistics of Σ N_k ≤ M points are invertible).
     :raises ValueError: ``min_cohort`` below 2.
     :raises TypeError: settings of the wrong type.
     """
 
     secure_aggregation: bool = True
     min_cohort: int = 2
+    protect_small_cohorts: bool = True
 
     def __post_init__(self) -> None:
+        if not isinstance(self.protect_small_cohorts, bool):
+            raise TypeError("ClientPolicy: protect_small_cohorts must be a bool")
         if not isinstance(self.secure_aggregation, bool):
             raise TypeError(
                 f"ClientPolicy: secure_aggregation must be a bool, got {type(self.secure_aggregation).__name__}"
@@ -48,7 +54,11 @@ class ClientPolicy:
     def matching(cls, protection: Protection) -> "ClientPolicy":
         """The policy of an in-process client of a run with ``protection``: it requires what the run asks."""
         secure = protection.secure
-        return cls(secure_aggregation=secure is not None, min_cohort=secure.min_cohort if secure is not None else 2)
+        return cls(
+            secure_aggregation=secure is not None,
+            min_cohort=secure.min_cohort if secure is not None else 2,
+            protect_small_cohorts=secure is not None,
+        )
 
     @classmethod
     def from_node_config(cls, config: Mapping[str, Any]) -> "ClientPolicy":
@@ -59,7 +69,14 @@ class ClientPolicy:
             if secure.lower() not in ("true", "false"):
                 raise ValueError(f"node config secure-aggregation must be true or false, got {secure!r}")
             secure = secure.lower() == "true"
-        return cls(secure_aggregation=bool(secure), min_cohort=int(config.get("min-cohort", 2)))
+        small = config.get("protect-small-cohorts", True)
+        if isinstance(small, str):
+            small = small.lower() == "true"
+        return cls(
+            secure_aggregation=bool(secure),
+            min_cohort=int(config.get("min-cohort", 2)),
+            protect_small_cohorts=bool(small),
+        )
 
     def refusal(self, request: Protection, phase: str, aggregation: str) -> str:
         """Why this client refuses to answer ``phase`` under ``request``, or ``""`` when it may.

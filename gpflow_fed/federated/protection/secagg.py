@@ -375,6 +375,21 @@ class SecAggClient:
             raise self._refuse(f"the request's {name!r} must be {what}")
         return request[name]
 
+    def survivor_groups(self, request: Mapping[str, Any]) -> List[FrozenSet[str]]:
+        """The groups of survivors whose sums an ``unmask`` request would reveal (the connected components of the
+        exchange's masking graph without the dropped clients); for a ``masked_input`` request, the cohort.
+
+        :raises SecAggRefused: a malformed request.
+        """
+        exchange, _, graph = self._exchange(request)
+        try:
+            dropped = set(_members_of(self._order, request.get("dropped"))) if "dropped" in request else set()
+        except (TypeError, ValueError) as error:
+            raise self._refuse(f"malformed request ({error})") from None
+        if "dropped" not in request:
+            return [frozenset(exchange.members)]
+        return components(graph, exchange.members - dropped)
+
     def _exchange(self, request: Mapping[str, Any]) -> Tuple[Exchange, int, Mapping[str, Tuple[str, ...]]]:
         """The exchange a request names, checked against the run and roster, with its degree and graph."""
         if not self._roster:

@@ -19,8 +19,10 @@ from ...protection.postprocess import project_to_psd
 from ....validation import integer, positive_float
 from ...algorithm import TRAIN_PHASE, Aggregate, Algorithm, FederationInfo, ReplySpec
 from ...client import Client
+from ...messages import Message
 from ...state import SharedState, resolve_path
 from ...stopping import Plateau
+from .checks import displacement_fault, statistics_fault
 from .statistics import ADJOINT_NAMES, STATISTIC_NAMES
 from .worker import SGPRClientWorker, initial_inducing_inputs
 from ..inducing_inputs import STANDARDISED_BOX, inducing_grid
@@ -270,6 +272,7 @@ class FSGP(Algorithm):
         self._server_adam: Optional[ServerAdam] = None
         self._worker: Optional[SGPRClientWorker] = None
         self._clients: List[str] = []
+        self._sizes: Optional[Dict[str, int]] = None
 
     # --- configuration -------------------------------------------------------------------------------
     @property
@@ -325,6 +328,43 @@ class FSGP(Algorithm):
         """Every FSGP message is weighted by the client's registered N_k."""
         return float(num_data)
 
+    def _kernel_variance(self, state: FSGPState) -> Optional[float]:
+        """max_x k(x, x) at the state's hyperparameters: σ_f² of a stationary kernel (else None: no bound)."""
+        if not isinstance(self.kernel, gpflow.kernels.Stationary) or self._shared is None:
+            return None
+        self._shared.assign(self._server_model, state.params)
+        return float(self._server_model.kernel.variance.numpy())  # type: ignore[union-attr]
+
+    def check_reply(self, state: FSGPState, phase: str, message: Message, num_data: int) -> Optional[str]:
+        """Statistics consistent with N_k points (:func:`~.checks.statistics_fault`: count, PSD, trace and entry
+        bounds); a FedAvg update within ``local_steps`` Adam steps of the broadcast
+        (:func:`~.checks.displacement_fault`)."""
+        if phase == TRAIN_PHASE:
+            return displacement_fault(message.arrays, state.params, self.learning_rate, self.local_steps)
+        if phase in (STATISTICS_PHASE, PREDICT_PHASE):
+            variance = self._kernel_variance(state)
+            return statistics_fault(message.arrays, num_data, kernel_variance=variance, whitened=self.whiten)
+        return None
+
+    def check_sum(self, state: FSGPState, aggregate: Aggregate) -> Optional[str]:
+        """The same statistics checks on a masked sum, against the senders' registered sizes (fixed-point round-off
+        allowed: the cohort size times 1e-6)."""
+        if aggregate.phase not in (STATISTICS_PHASE, PREDICT_PHASE) or self._sizes is None:
+            return None
+        expected = sum(self._sizes[c] for c in aggregate.senders)
+        return statistics_fault(
+            aggregate.arrays,
+            expected,
+            kernel_variance=self._kernel_variance(state),
+            whitened=self.whiten,
+            absolute_tolerance=1e-6 * len(aggregate.senders),
+        )
+
+    def min_cohort_data(self, phase: str) -> Optional[int]:
+        """``M + 1``: the statistics of Σ N_k ≤ M points determine those points exactly (every column of
+        ``C = k(Z, X)`` is a kernel feature vector of its input), so a client's policy refuses smaller groups."""
+        return self.num_inducing + 1 if phase in (STATISTICS_PHASE, PREDICT_PHASE) else None
+
     # --- models ---------------------------------------------------------------------------------------
     def _empty_model(self, output_dim: int) -> AggregatedSGPR:
         M = self.num_inducing
@@ -370,6 +410,7 @@ class FSGP(Algorithm):
             bound.whiten,
         )
         bound._clients = []
+        bound._sizes = dict(info.client_sizes)
         if bound.mode == "exact":
             bound._server_adam = ServerAdam(bound._unconstrained(bound._server_model), bound.learning_rate)
         return bound
@@ -485,7 +526,8 @@ class FSGP(Algorithm):
             return replace(state, params={k: np.array(aggregate[k]) for k in state.params}, steps=state.steps + 1)
         if phase == PREDICT_PHASE:
             stats = {k: np.array(aggregate[k]) for k in STATISTIC_NAMES}
-            # post-processing (free under DP): a noised Σ C Cᵀ is made symmetric PSD again
+            # symmetric PSD: post-processing under DP (free); for exact sums, which the server's checks have found PSD
+            # (check_reply, check_sum), only symmetrization and round-off
             stats["kuf_kfu"] = project_to_psd(stats["kuf_kfu"])
             bound, _, _ = self._objective(state, stats)
             return replace(state, statistics=stats, bound=bound)
