@@ -13,6 +13,8 @@ from .ensemble_svgp import EnsembleSVGP, RecyclableWarning, as_recyclable
 from .privacy_aware_gpr import PrivacyAwareGPR, PrivacyRelease, fit_hyperparameters, release
 from .recyclable import RecyclableModel, export_svgp, load_recyclable, save_recyclable, train_local_svgp
 from .recyclable_training import LocalSVGPTrainer
+from .saving import export_saved_model, load_model, save_model
+from .standardized import StandardizedModel
 
 __all__: list = [
     "PrivacyAwareGPR",
@@ -38,4 +40,8 @@ __all__: list = [
     "FederatedDPOSVGP",
     "AggregatedSGPR",
     "collapsed_sgpr_bound",
+    "StandardizedModel",
+    "export_saved_model",
+    "load_model",
+    "save_model",
 ]
