@@ -276,7 +276,7 @@ def _row(label: str, models: List[Any], raw_test: Any, scaler: Any, seconds: flo
 
 def compare(settings: Dict[str, Any], logdir: Path, progress: bool) -> Tuple[List[MethodResult], Dict[str, Any]]:
     """Run FSGP (both modes) and the baselines on the same data and initial values; return the table rows
-    (headline mode first, predicting the mean last) and what the plot and the report need.
+    (headline mode first) and what the plot and the report need (``extras["baseline"]``: predicting the mean).
 
     Every method gets T = rounds × local_steps gradient steps: FSGP-fedavg R rounds of P local steps,
     exact federated SGPR T rounds of one Adam step, centralized and local-only SGPR T Adam steps, FGP R
@@ -326,9 +326,9 @@ def compare(settings: Dict[str, Any], logdir: Path, progress: bool) -> Tuple[Lis
     rows.append(
         _row("FGP (rBCM)", [fgp_result.model], raw.test, scaler, fgp_result.seconds, fgp_result.ledger.total_bytes())
     )
-    rows.append(MethodResult("predict the mean", seconds=0.0, bytes_sent=0, **mean_baseline(raw.test, scaler)))
     headline = HEADLINE[settings["mode"]]
     extras = {
+        "baseline": MethodResult("predict the mean", seconds=0.0, bytes_sent=0, **mean_baseline(raw.test, scaler)),
         "raw": raw,
         "dataset": dataset,
         "scaler": scaler,
@@ -366,6 +366,7 @@ def main(args: argparse.Namespace) -> int:
     from ..plotting import plot_run
 
     rows, extras = compare(settings, logdir, progress=not (args.no_progress or args.json))
+    rows.append(extras["baseline"])
     comparison = {f"{r.method}/{k}": float(getattr(r, k)) for r in rows for k in ("test_rmse", "test_nlpd", "seconds")}
     comparison.update({f"{r.method}/bytes_sent": float(r.bytes_sent) for r in rows})
     write_scalars(str(logdir / "comparison"), comparison, step=settings["rounds"])
