@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed-$(shell cksum setup.cfg | cut -d' ' -f1)
 PYTEST_ARGS ?=
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: install run test test-slow test-all lint format docs bench bench-full clean
+.PHONY: install run test test-slow test-all test-core-install lint format docs bench bench-full clean
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,22 @@ test-slow: $(STAMP)
 test-all: $(STAMP)
 	GPFLOW_FED_NO_SKIPS=1 $(PY) -m pytest -n 2 $(PYTEST_ARGS)
 
+## The core install, as a library user gets it: the package WITHOUT extras in a fresh venv ($(CORE_VENV), rebuilt
+## each time; pip's cache makes reruns fast), then the README quickstart and `gpflow-fed fsgp --quick --dataset
+## synthetic1` from outside the checkout, and the default dataset's one-line error naming the 'data' extra.
+CORE_VENV ?= build/core-venv
+test-core-install:
+	rm -rf $(CORE_VENV)
+	$(PYTHON) -m venv $(CORE_VENV)
+	$(CORE_VENV)/bin/python -m pip install $(PIP_FLAGS) --upgrade pip setuptools wheel
+	$(CORE_VENV)/bin/python -m pip install $(PIP_FLAGS) .
+	mkdir -p $(CORE_VENV)/work
+	cd $(CORE_VENV)/work && ../bin/python $(CURDIR)/.ci/readme_quickstart.py $(CURDIR)/README.md
+	cd $(CORE_VENV)/work && ../bin/gpflow-fed fsgp --quick --dataset synthetic1 --no-progress --logdir runs
+	cd $(CORE_VENV)/work && { ../bin/gpflow-fed fsgp --quick > no-data.txt 2>&1; test $$? -eq 2; }
+	grep -q 'pip install "gpflow-fed\[data\]"' $(CORE_VENV)/work/no-data.txt
+	test "$$(wc -l < $(CORE_VENV)/work/no-data.txt)" -eq 1
+
 ## Formatting and lint (ruff, configured in pyproject.toml); CI runs it before the tests. `make format` fixes.
 lint: $(STAMP)
 	$(VENV)/bin/ruff format --check
@@ -56,4 +72,4 @@ bench-full: $(STAMP)  ## the protocols behind BENCHMARKS.md (hours on 2 cores)
 	$(PY) benchmarks/run_all.py --profile full $(BENCH_ARGS)
 
 clean:
-	rm -rf docs/_build runs .pytest_cache
+	rm -rf docs/_build runs .pytest_cache $(CORE_VENV)

@@ -96,6 +96,10 @@ PROFILES: Dict[str, Dict[str, Invocations]] = {
             ).split(),
         ],
     },
+    "fit_defaults": {
+        "quick": [["--quick", "--out", "runs/bench/fit_defaults_quick.json"]],
+        "full": [["--out", "benchmarks/results/fit_defaults.json"]],
+    },
     "fsgp_make_run": {
         "quick": [["--quick", "--out", "runs/bench/fsgp_make_run_quick.json"]],
         "full": [["--inducing", "30", "100", "--out", "benchmarks/results/fsgp_make_run.json"]],

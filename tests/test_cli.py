@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from gpflow_fed.cli import SUBCOMMANDS, build_parser, main
-from gpflow_fed.cli.fsgp import MethodResult, build_dataset, format_table, make_kernel
+from gpflow_fed.cli.fsgp import MethodResult, build_dataset, format_table, make_kernel, resolve_settings
 from gpflow_fed.data.standardize import Standardizer
 
 METHODS = [
@@ -18,70 +18,59 @@ METHODS = [
     "centralized SGPR",
     "local-only SGPR (mean of 2)",
     "FGP (rBCM)",
+    "predict the mean",
 ]
 
 
 def test_fsgp_is_registered() -> None:
     assert "fsgp" in SUBCOMMANDS
     args = build_parser().parse_args(["fsgp"])
-    assert (args.dataset, args.partition, args.mode, args.logdir) == ("co2", "random_sizes", "fedavg", "runs/fsgp")
+    settings = resolve_settings(args)
+    assert (settings["dataset"], settings["partition"], settings["mode"]) == ("co2", "random_sizes", "fedavg")
+    assert args.logdir == "runs/fsgp"
+    from gpflow_fed.fitting import DEFAULTS
+
+    fsgp = DEFAULTS["fsgp"]  # the CLI's defaults are fit's
+    assert (settings["rounds"], settings["local_steps"], settings["learning_rate"], settings["inducing"]) == (
+        fsgp["rounds"], fsgp["local_steps"], fsgp["learning_rate"], fsgp["num_inducing"]
+    )  # fmt: skip
 
 
 def test_fsgp_json_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     logdir = tmp_path / "runs"
     argv = [
-        "fsgp",
-        "--quick",
-        "--dataset",
-        "synthetic1",
-        "--partition",
-        "iid",
-        "--clients",
-        "2",
-        "--rounds",
-        "2",
-        "--local-steps",
-        "2",
-        "-M",
-        "5",
-        "--learning-rate",
-        "0.05",
-        "--seed",
-        "3",
-        "--logdir",
-        str(logdir),
-        "--json",
-    ]
+        "fsgp", "--quick", "--dataset", "synthetic1", "--partition", "iid", "--clients", "2", "--rounds", "2",
+        "--local-steps", "2", "-M", "5", "--learning-rate", "0.05", "--seed", "3", "--logdir", str(logdir), "--json",
+    ]  # fmt: skip
     assert main(argv) == 0
     payload = json.loads(capsys.readouterr().out)
-
+    assert payload["schema_version"] == 1 and payload["command"] == "fsgp"
     settings = payload["settings"]
     assert (settings["clients"], settings["rounds"], settings["local_steps"], settings["inducing"]) == (2, 2, 2, 5)
-    assert payload["dataset"]["num_clients"] == 2
-    assert sum(payload["dataset"]["client_sizes"]) == 300  # --quick keeps 300 training rows
+    assert payload["dataset"]["parties"] == ["client_0", "client_1"]
+    assert sum(payload["dataset"]["party_sizes"].values()) == 300  # --quick keeps 300 training rows
     rows = {r["method"]: r for r in payload["results"]}
     assert list(rows) == METHODS
     for row in rows.values():
-        assert (
-            np.isfinite(row["test_rmse"])
-            and row["test_rmse"] > 0
-            and np.isfinite(row["test_nlpd"])
-            and row["seconds"] > 0
-        )
+        assert np.isfinite(row["test_rmse"]) and row["test_rmse"] > 0 and np.isfinite(row["test_nlpd"])
+        assert 0 <= row["test_coverage_90"] <= 1 and np.isfinite(row["test_nlpd_standardized"])
+    # synthetic1's y = 3 sin(2πx/20) + N(0, 0.5²): predicting the mean scores about its standard deviation (≈ 2.2)
+    assert 1.5 < rows["predict the mean"]["test_rmse"] < 3
     # exact federated SGPR is centralized SGPR trained by the same Adam steps, computed from client sums
-    np.testing.assert_allclose(
-        rows["exact federated SGPR"]["test_rmse"], rows["centralized SGPR"]["test_rmse"], rtol=1e-6
-    )
-    np.testing.assert_allclose(
-        rows["exact federated SGPR"]["test_nlpd"], rows["centralized SGPR"]["test_nlpd"], rtol=1e-6
-    )
+    for key in ("test_rmse", "test_nlpd"):
+        np.testing.assert_allclose(rows["exact federated SGPR"][key], rows["centralized SGPR"][key], rtol=1e-6)
     # centralized "sends" the raw training data: 300 rows of (x, y) in float64
     assert rows["centralized SGPR"]["bytes_sent"] == 300 * 2 * 8
     assert rows["local-only SGPR (mean of 2)"]["bytes_sent"] == 0
     assert rows["FSGP (fedavg)"]["bytes_sent"] > 0
 
-    plot = Path(payload["plot"])
+    outputs = payload["outputs"]
+    plot = Path(outputs["plot"])
     assert plot == logdir / "fsgp.png" and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    from gpflow_fed.models import load_model
+
+    model = load_model(outputs["model"])  # the headline model, in the data's units
+    assert outputs["model"] == str(logdir / "model.npz") and model.input_dim == 1
     event_dirs = {p.parent.name for p in logdir.rglob("events.out.tfevents.*")}
     assert event_dirs == {"fsgp-fedavg", "fsgp-exact", "comparison"}
     tags = set()
@@ -112,6 +101,7 @@ def test_fsgp_json_end_to_end(tmp_path: Path, capsys: pytest.CaptureFixture) -> 
         (["-M", "many"], "argument --inducing/-M: expected a positive integer, got 'many'"),
         (["--mode", "sgd"], "argument --mode: invalid choice: 'sgd'"),
         (["--dataset", "kin40k"], "argument --dataset: invalid choice: 'kin40k'"),
+        (["--client-fraction", "0"], "argument --client-fraction: must be a number in (0, 1]"),
     ],
 )
 def test_bad_arguments_exit_2(argv: list, message: str, capsys: pytest.CaptureFixture) -> None:
@@ -164,7 +154,7 @@ def test_format_table() -> None:
         "| method | test RMSE | test NLPD | time (s) | bytes sent |",
         "|---|---:|---:|---:|---:|",
         "| FSGP (fedavg) | 0.1235 | -0.5000 | 1.23 | 1,234,567 |",
-        "| local | 1.0000 | 2.0000 | 0.50 | 0 |",
+        "| local | 1 | 2.0000 | 0.50 | 0 |",
     ]
 
 

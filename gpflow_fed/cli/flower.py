@@ -7,15 +7,15 @@ algorithm factory (``@register_algorithm_factory``), writes ``APP_DIR/pyproject.
 (the SuperLink connection), and prints, one per line, the environment to export on every machine (including
 ``GPFLOW_FED_ALGORITHM_MODULES``, so each party loads the factory's registration), the ``flower-superlink``
 command, one ``flower-supernode`` command per party (party k reads ``DIR/client_k.npz``) and the ``flwr run``
-command (``--json``: the same as one JSON object). The training itself runs under ``flwr run``, in the
-ServerApp, so this command has no progress bar, TensorBoard or plot of its own. See the Flower guide
+command (``--json``: the same under ``outputs`` of the commands' common JSON layout). The training itself runs
+under ``flwr run``, in the ServerApp, so this command has no progress bar, TensorBoard or plot of its own. See the
+Flower guide
 (docs/guides/flower.md).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 from typing import Any, Dict, List
@@ -40,15 +40,27 @@ def _settings(pairs: List[str]) -> Dict[str, Any]:
     return out
 
 
+def _check(args: argparse.Namespace) -> None:
+    """The options, before TensorFlow: every problem of --clients, --superlink and --set."""
+    problems = []
+    if args.clients < 1:
+        problems.append(f"--clients must be at least 1, got {args.clients}")
+    _host, sep, port = args.superlink.rpartition(":")
+    if not sep or not _host or not port.isdigit():
+        problems.append(f"--superlink must be HOST:PORT, got {args.superlink!r}")
+    try:
+        _settings(args.set or [])
+    except ValueError as exc:
+        problems.append(str(exc))
+    if problems:
+        raise ValueError("; ".join(problems))
+
+
 def _run(args: argparse.Namespace) -> int:
     from ..federated.factories import TRUSTED_MODULES_ENV
     from ..federated.runtimes.flower.deploy import OFFLINE_ENV, superlink_command, supernode_command, write_app
 
-    if args.clients < 1:
-        raise ValueError(f"--clients must be at least 1, got {args.clients}")
-    _host, sep, port = args.superlink.rpartition(":")
-    if not sep or not _host or not port.isdigit():
-        raise ValueError(f"--superlink must be HOST:PORT, got {args.superlink!r}")
+    port = args.superlink.rpartition(":")[2]
     config = {"num-clients": args.clients, **_settings(args.set or [])}
     module = _check_factory(args.algorithm)
     app = os.path.abspath(write_app(args.app_dir, args.algorithm, config))
@@ -69,8 +81,12 @@ def _run(args: argparse.Namespace) -> int:
         ],
         "run": f"FLWR_HOME={shlex.quote(home)} " + shlex.join(["flwr", "run", app, CONNECTION]),
     }
-    if args.json:
-        print(json.dumps({"app": app, "environment": environment, **commands}, indent=2))
+    if args.json:  # the commands' common layout (docs "Command output"); what to run is under "outputs"
+        from .report import emit, payload
+
+        settings = {"algorithm": args.algorithm, "clients": args.clients, "superlink": args.superlink,
+                    "data_dir": data_dir, "run_config": config}  # fmt: skip
+        emit(True, payload("flower", None, settings, [], outputs={"app": app, "environment": environment, **commands}))
         return 0
     print("export " + " ".join(f"{k}={v}" for k, v in environment.items()))
     print("\n".join([commands["superlink"], *commands["supernodes"], commands["run"]]))
@@ -128,4 +144,4 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--json", action="store_true", help="print the app folder, the environment and the commands as JSON"
     )
-    parser.set_defaults(func=_run)
+    parser.set_defaults(func=_run, check=_check)

@@ -1,10 +1,20 @@
-"""``--csv FILE --party-column COL --target COL [--features COL ...]``: the options every training subcommand
-shares to run on your own table (see :func:`gpflow_fed.data.federated_from_table`)."""
+"""``--csv FILE --party-column COL --target COL [--features COL ...]``: the options every command that trains on
+your own table shares (see :func:`gpflow_fed.data.federated_from_table`).
+
+:func:`check_own_data_arguments` runs before TensorFlow is imported: it checks the options together (every
+missing one named at once), refuses the options ``--csv`` makes meaningless, and reads and checks the table
+(:func:`gpflow_fed.data.split_table`, numpy only), so a wrong column or an empty cell is reported in a fraction
+of a second.
+"""
 
 from __future__ import annotations
 
 import argparse
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
+
+from .options import refuse_ignored
+
+OWN = ("party_column", "target", "features")
 
 
 def add_own_data_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,23 +34,49 @@ def add_own_data_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def check_own_data_arguments(args: argparse.Namespace) -> None:
-    """``--csv`` needs ``--party-column`` and ``--target``, and they mean nothing without it."""
-    extra = [f"--{k.replace('_', '-')}" for k in ("party_column", "target", "features") if getattr(args, k, None)]
-    if args.csv is None and extra:
-        raise ValueError(f"{', '.join(extra)} only apply to --csv FILE; add --csv or drop them")
-    if args.csv is not None and (args.party_column is None or args.target is None):
-        raise ValueError("--csv needs --party-column COL (who holds each row) and --target COL (the output)")
+def check_own_data_arguments(
+    args: argparse.Namespace, ignored_with_csv: Mapping[str, str] = {}, test_fraction: float = 0.2
+) -> Optional[Any]:
+    """Check the own-data options and read the table; returns the :class:`~gpflow_fed.data.TableSplit` (also
+    kept as ``args.table``), or ``None`` without ``--csv``.
 
-
-def own_dataset(args: argparse.Namespace, test_fraction: float, seed: int) -> Optional[Any]:
-    """The :class:`~gpflow_fed.data.FederatedDataset` of ``--csv`` (raw units), or ``None`` without ``--csv``."""
-    check_own_data_arguments(args)
+    :param ignored_with_csv: options that do not apply with ``--csv`` (``{dest: why}``); given ones are refused.
+    :param test_fraction: the held-out fraction when ``--test-fraction`` is not given.
+    :raises ValueError: ``--party-column``/``--target``/``--features`` without ``--csv``; ``--csv`` without
+        ``--party-column`` or ``--target`` (all that are missing, in one message); a refused option; or a table
+        error of :func:`~gpflow_fed.data.split_table`.
+    """
+    extra = [f"--{k.replace('_', '-')}" for k in OWN if getattr(args, k, None)]
     if args.csv is None:
+        if extra:
+            raise ValueError(f"{', '.join(extra)} only apply to --csv FILE; add --csv or drop them")
+        args.table = None
         return None
-    from ..data import federated_from_table
+    problems = []  # every problem with the options at once
+    missing = [f"--{k.replace('_', '-')} COL" for k in ("party_column", "target") if getattr(args, k) is None]
+    if missing:
+        problems.append(f"--csv needs {' and '.join(missing)} (who holds each row, and the output column)")
+    try:
+        refuse_ignored(args, ignored_with_csv)
+    except ValueError as exc:
+        problems.append(str(exc))
+    if problems:
+        raise ValueError("; ".join(problems))
+    from ..data.tabular import split_table
 
-    return federated_from_table(
+    fraction = args.test_fraction if getattr(args, "test_fraction", None) is not None else test_fraction
+    args.table = split_table(
         args.csv, party_column=args.party_column, target=args.target, features=args.features,
-        test_fraction=test_fraction, seed=seed,
+        test_fraction=fraction, seed=args.seed,
     )  # fmt: skip
+    return args.table
+
+
+def own_dataset(args: argparse.Namespace) -> Optional[Any]:
+    """The :class:`~gpflow_fed.data.FederatedDataset` (raw units, clients named by party) of the table
+    :func:`check_own_data_arguments` read, or ``None`` without ``--csv``."""
+    if getattr(args, "table", None) is None:
+        return None
+    from ..data.tabular import dataset_from_split
+
+    return dataset_from_split(args.table)

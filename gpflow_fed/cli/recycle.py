@@ -1,17 +1,19 @@
-"""``gpflow-fed recycle``: fit local SVGPs and save them as a dictionary of recyclable models; later, in
-another process and without the data, fit the Recyclable-GP ensemble from that dictionary.
+"""``gpflow-fed recycle``: Recyclable GPs — fit local SVGPs, then the ensemble of them without the data.
 
-* ``gpflow-fed recycle locals --dataset toy --out models.npz`` fits one SVGP per task of a generated dataset
-  (toy: toy concatenation; 10k: 50 segments × 200 points), or per party of your own CSV (``--csv``, standardised
-  with pooled moments, which are saved next to the models as ``<out>.standardizer.json``), and saves them (no
-  data inside);
+* ``gpflow-fed recycle --csv FILE --party-column COL --target COL`` does it in one step: one SVGP per party
+  (standardised with moments agreed across the parties), the ensemble (EnsembleSVGP) over them, test metrics in
+  the target's units beside predicting the mean, and the ensemble saved as one model (raw inputs in, target units
+  out; ``--save``); ``--dataset toy|10k`` instead of ``--csv`` runs the paper's generated tasks.
+* ``gpflow-fed recycle locals ... --out models.npz`` fits one SVGP per task of a generated dataset (toy: toy
+  concatenation; 10k: 50 segments × 200 points), or per party of your own CSV (``--csv``; the agreed moments are
+  saved next to the models as ``<out>.standardizer.json``), and saves them (no data inside);
 * ``gpflow-fed recycle ensemble models.npz --inducing 35 --out ensemble.npz [--evaluate toy | --csv ...]``
-  loads the dictionary, fits the ensemble (EnsembleSVGP) and saves it as a one-model dictionary (so it can be
-  recycled again: pyramids); --evaluate (or the held-out rows of --csv, same --seed and --test-fraction) gives
-  test_rmse and test_nlpd.
+  later, in another process and without the data, loads the dictionary, fits the ensemble and saves it as a
+  one-model dictionary (so it can be recycled again: pyramids); --evaluate (or the held-out rows of --csv, same
+  --seed and --test-fraction) gives the test metrics, and --save the model.
 
-Both print their result as one JSON line (--json: indented), and write TensorBoard scalars and a PNG under
---logdir.
+Every form prints the commands' common JSON layout (--json) or a table, and writes TensorBoard scalars and a PNG
+under --logdir. Local models are named by party (with --csv) or task_k.
 """
 
 from __future__ import annotations
@@ -20,12 +22,17 @@ import argparse
 import json
 import warnings
 from pathlib import Path
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
-from .own_data import add_own_data_arguments, own_dataset
+from .datasets import KNOWN, RECYCLABLE, check_dataset
+from .options import add_run_arguments, non_negative_int, positive_float, positive_int, refuse_ignored
+from .own_data import add_own_data_arguments, check_own_data_arguments, own_dataset
 
 QUICK_MAXITER = 30
 QUICK_POINTS = 100
+MAXITER = 200
+LOCAL_INDUCING = 15
+ENSEMBLE_INDUCING = 35
 
 
 def _dataset(name: str, seed: int, points: int = 0) -> Any:
@@ -52,28 +59,18 @@ def _standardizer_path(models: Path) -> Path:
 
 
 def _maxiter(args: argparse.Namespace) -> int:
-    return args.maxiter if args.maxiter is not None else QUICK_MAXITER if args.quick else 200
-
-
-def _own(args: argparse.Namespace) -> Optional[Tuple[Any, Any]]:
-    """``(standardised dataset, standardizer)`` of ``--csv``, or ``None``."""
-    own = own_dataset(args, args.test_fraction, args.seed)
-    return None if own is None else own.standardized()
+    return args.maxiter if args.maxiter is not None else QUICK_MAXITER if args.quick else MAXITER
 
 
 def _inducing_inputs(X: Any, M: int, seed: int) -> Any:
-    """M inputs of one party: a grid for 1-D inputs, otherwise a random subset of its own rows (local data)."""
+    """M inputs of one party: a grid for 1-D inputs, otherwise a random subset of its own rows (local data: a
+    local model never leaves its party with rows inside it; only its own fitted posterior does)."""
     import numpy as np
 
     if X.shape[1] == 1:
         return np.linspace(X.min(), X.max(), M)[:, None]
     rows = np.random.default_rng(seed).choice(X.shape[0], size=min(M, X.shape[0]), replace=False)
     return X[np.sort(rows)]
-
-
-def _report(args: argparse.Namespace, payload: Dict[str, Any]) -> None:
-    """One JSON line (machine-readable, as this command always printed); ``--json`` indents it."""
-    print(json.dumps(payload, indent=2 if args.json else None))
 
 
 def _plot(path: Path, models: Dict[str, Any], X: Any, Y: Any, title: str) -> str:
@@ -88,171 +85,275 @@ def _plot(path: Path, models: Dict[str, Any], X: Any, Y: Any, title: str) -> str
     return str(path)
 
 
-def _locals(args: argparse.Namespace) -> int:
-    if args.inducing < 1:
-        raise ValueError(f"--inducing must be positive, got {args.inducing}")
-    out = npz_path(args.out)
-    logdir = Path(args.logdir)
-    logdir.mkdir(parents=True, exist_ok=True)
+def _data(args: argparse.Namespace) -> Tuple[Any, Any, Optional[Any], List[str]]:
+    """``(raw dataset or None, training clients as the local models see them, standardizer or None, names)``."""
+    raw = own_dataset(args)
+    if raw is not None:
+        dataset, scaler = raw.standardized()
+        return raw, dataset, scaler, list(raw.names)
+    data = _dataset(args.dataset or "toy", args.seed, args.points or (QUICK_POINTS if args.quick else 0))
+    return data, data, None, [f"task_{k}" for k in range(data.num_clients)]
+
+
+def _fit_locals(args: argparse.Namespace, dataset: Any, names: List[str], inducing: int) -> Tuple[Dict, Dict, Dict]:
+    """One SVGP per client: ``(recyclable models, fitted SVGPs, ELBO per point)``, keyed by name."""
     import gpflow
-    import numpy as np
+
+    from ..models import LocalSVGPTrainer, export_svgp
     from ..progress import tqdm
 
-    from ..models import LocalSVGPTrainer, export_svgp, save_recyclable
-    from ..monitor import write_scalars
-
-    own = _own(args)
-    if own is not None:
-        dataset, scaler = own
-        clients, label = dataset.clients, dataset.name
-    else:
-        data = _dataset(args.dataset, args.seed, args.points or (QUICK_POINTS if args.quick else 0))
-        clients, label, scaler = data.clients, args.dataset, None
     kernel = gpflow.kernels.SquaredExponential(variance=args.variance, lengthscales=args.lengthscale)
     trainer = LocalSVGPTrainer(kernel, gpflow.likelihoods.Gaussian(1.0), maxiter=_maxiter(args))
     models, fitted, bounds = {}, {}, {}
-    for k, (X, Y) in enumerate(tqdm(clients, desc="recycle locals", disable=args.json or args.no_progress)):
-        model = trainer.fit(X, Y, _inducing_inputs(X, args.inducing, args.seed))
-        name = f"task_{k}"
+    pairs = list(zip(names, dataset.clients))
+    for name, (X, Y) in tqdm(pairs, desc="recycle locals", disable=args.json or args.no_progress):
+        model = trainer.fit(X, Y, _inducing_inputs(X, inducing, args.seed))
         models[name], fitted[name] = export_svgp(model, name=name), model
         bounds[f"{name}/elbo_per_point"] = float(model.elbo((X, Y)).numpy()) / X.shape[0]
-    save_recyclable(out, models)
-    if scaler is not None:
-        _standardizer_path(out).write_text(
-            json.dumps({k: np.asarray(getattr(scaler, k)).tolist() for k in ("X_mean", "X_std", "Y_mean", "Y_std")})
-        )
-    write_scalars(str(logdir / "locals"), bounds, step=0)
-    X_all = np.concatenate([X for X, _ in clients])
-    Y_all = np.concatenate([Y for _, Y in clients])
-    shown = dict(list(fitted.items())[:5])
-    plot = _plot(
-        logdir / "recycle-locals.png",
-        shown,
-        X_all,
-        Y_all,
-        f"local SVGPs on {label} ({len(shown)} of {len(fitted)} shown)",
-    )
-    payload = {
-        "saved": str(out),
-        "models": len(models),
-        "inducing_per_model": args.inducing,
-        **bounds,
-        "logdir": str(logdir),
-        "plot": plot,
-    }
-    if scaler is not None:
-        payload["standardizer"] = str(_standardizer_path(out))
-    _report(args, payload)
-    return 0
+    return models, fitted, bounds
 
 
-def _test_set(args: argparse.Namespace, models_path: Path) -> Optional[Tuple[Any, Any, str]]:
-    """The evaluation set: a generated dataset's test split, or the held-out rows of ``--csv`` (standardised
-    with the models' saved standardizer)."""
-    import numpy as np
-
-    own = own_dataset(args, args.test_fraction, args.seed)
-    if own is not None:
-        if own.test is None:
-            raise ValueError("--csv evaluation needs held-out rows; use --test-fraction > 0")
-        saved = _standardizer_path(models_path)
-        if not saved.is_file():
-            raise ValueError(f"{saved} not found: the models were not fitted with `recycle locals --csv`")
-        s = {k: np.asarray(v) for k, v in json.loads(saved.read_text()).items()}
-        X, Y = own.test
-        return (X - s["X_mean"]) / s["X_std"], (Y - s["Y_mean"]) / s["Y_std"], own.name
-    if args.evaluate:
-        X, Y = _dataset(args.evaluate, args.seed).test
-        return X, Y, args.evaluate
-    return None
-
-
-def _ensemble(args: argparse.Namespace) -> int:
-    if args.inducing < 1:
-        raise ValueError(f"--inducing must be positive, got {args.inducing}")
-    if args.evaluate and args.csv:
-        raise ValueError("give --evaluate or --csv, not both")
-    logdir = Path(args.logdir)
-    logdir.mkdir(parents=True, exist_ok=True)
+def _fit_ensemble(args: argparse.Namespace, models: Dict[str, Any], inducing: int) -> Tuple[Any, float, List[str]]:
+    """The ensemble over ``models`` (Z_* from the local models' own inducing inputs: no data), its bound and any
+    recyclability warnings."""
     import gpflow
     import numpy as np
 
-    from .. import metrics
-    from ..models import EnsembleSVGP, RecyclableWarning, load_recyclable, save_recyclable
-    from ..monitor import write_scalars
+    from ..models import EnsembleSVGP, RecyclableWarning
 
-    models_path = Path(args.models)
-    models = load_recyclable(models_path)
-    test = _test_set(args, models_path)
     Z_all = np.concatenate([m.Z for m in models.values()])
     if Z_all.shape[1] == 1:
-        Z = np.linspace(Z_all.min(), Z_all.max(), args.inducing)[:, None]
+        Z = np.linspace(Z_all.min(), Z_all.max(), inducing)[:, None]
     else:  # the local models' own inducing inputs (no data), thinned to M_*
-        rows = np.random.default_rng(args.seed).choice(
-            Z_all.shape[0], min(args.inducing, Z_all.shape[0]), replace=False
-        )
+        rows = np.random.default_rng(args.seed).choice(Z_all.shape[0], min(inducing, Z_all.shape[0]), replace=False)
         Z = Z_all[np.sort(rows)]
     kernel = gpflow.kernels.SquaredExponential(variance=args.variance, lengthscales=args.lengthscale)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RecyclableWarning)
         ensemble = EnsembleSVGP(models, kernel, Z)
-    for w in caught:
-        print(f"warning: {w.message}")
     bound = float(ensemble.fit(maxiter=_maxiter(args), method=args.method))
-    payload: Dict[str, Any] = {"models": len(models), "elbo": bound}
+    return ensemble, bound, [str(w.message) for w in caught]
+
+
+def _evaluate(model: Any, raw_test: Any, scaler: Any, clients: Any) -> Tuple[List[Dict], Optional[str]]:
+    """Rows of the ensemble and of predicting the mean (the agreed moments; computed from the clients' summaries
+    for generated data, which the models see in its own units)."""
+    from ..data.standardize import agreed_standardizer
+    from .report import score_rows
+
+    scaler = scaler or agreed_standardizer(clients)
+    return score_rows(model, "Recyclable-GP ensemble", raw_test, scaler, int(raw_test[0].shape[0]))
+
+
+def _finish(args: argparse.Namespace, report: Dict[str, Any], header: str) -> None:
+    from .report import emit
+
+    footer = f"TensorBoard: tensorboard --logdir {args.logdir}"
+    emit(args.json, report, header, footer)
+
+
+def _one_step(args: argparse.Namespace) -> int:
+    """``recycle --csv ...`` / ``recycle --dataset toy``: locals, ensemble, metrics and the model, in one go."""
+    from ..models import StandardizedModel, save_recyclable
+    from ..models import save_model as save
+    from ..monitor import write_scalars
+    from .report import dataset_info, payload
+
+    logdir = Path(args.logdir)
+    logdir.mkdir(parents=True, exist_ok=True)
+    raw, dataset, scaler, names = _data(args)
+    models, fitted, bounds = _fit_locals(args, dataset, names, args.local_inducing or LOCAL_INDUCING)
+    ensemble, bound, notes = _fit_ensemble(args, models, args.inducing or ENSEMBLE_INDUCING)
+    model = ensemble if scaler is None else StandardizedModel(ensemble, scaler)
+    outputs: Dict[str, Any] = {"logdir": str(logdir)}
     if args.out:
-        out = npz_path(args.out)
-        save_recyclable(out, {"ensemble": ensemble.to_recyclable(name="ensemble")})
-        payload["saved"] = str(out)
-    plot = None
-    if test is not None:
-        X, Y, name = test
-        mean, var = (t.numpy() for t in ensemble.predict_y(X))
-        payload.update(test_rmse=metrics.rmse(Y, mean), test_nlpd=metrics.nlpd(Y, mean, var))
-        plot = _plot(
-            logdir / "recycle-ensemble.png",
-            {"ensemble": ensemble},
-            X,
-            Y,
-            f"Recyclable-GP ensemble of {len(models)} models on {name} (test set)",
-        )
-    write_scalars(str(logdir / "ensemble"), {k: v for k, v in payload.items() if isinstance(v, float)}, step=0)
-    payload.update(logdir=str(logdir), plot=plot)
-    _report(args, payload)
+        outputs["local_models"] = str(npz_path(args.out))
+        save_recyclable(outputs["local_models"], models)
+    rows, warning = _evaluate(model, raw.test, scaler, dataset.clients)
+    rows[0].update(elbo=bound, local_elbo_per_point=bounds)
+    write_scalars(str(logdir / "ensemble"), {"elbo": bound, **{k: rows[0][k] for k in ("test_rmse", "test_nlpd")}}, 0)
+    outputs["plot"] = _plot(
+        logdir / "recycle-ensemble.png", {"ensemble": model}, *raw.test,
+        f"Recyclable-GP ensemble of {len(models)} local models on {raw.name} (test set)",
+    )  # fmt: skip
+    outputs["model"] = str(save(model, args.save or logdir / "model.npz"))
+    settings = {
+        "dataset": raw.name, "local_inducing": args.local_inducing or LOCAL_INDUCING,
+        "inducing": args.inducing or ENSEMBLE_INDUCING, "maxiter": _maxiter(args), "method": args.method,
+        "seed": args.seed,
+    }  # fmt: skip
+    features = list(args.table.features) if args.table is not None else None
+    info = dataset_info(raw, features=features, target=args.target)
+    report = payload("recycle", info, settings, rows, [*notes, *([warning] if warning else [])], outputs)
+    units = f"the units of {args.target}" if args.target else "the data's units"
+    _finish(args, report, f"{raw!r}\n{len(models)} local models ({', '.join(names[:8])}); metrics in {units}")
     return 0
 
 
-def register(subparsers: Any) -> None:
-    """Add the ``recycle`` subcommand and its two steps."""
-    parser = subparsers.add_parser(
-        "recycle", help="Recyclable GPs: save local SVGPs, ensemble them later", description=__doc__
+def _locals(args: argparse.Namespace) -> int:
+    out = npz_path(args.out)
+    logdir = Path(args.logdir)
+    logdir.mkdir(parents=True, exist_ok=True)
+    import numpy as np
+
+    from ..models import save_recyclable
+    from ..monitor import write_scalars
+    from .report import dataset_info, payload
+
+    raw, dataset, scaler, names = _data(args)
+    models, fitted, bounds = _fit_locals(args, dataset, names, args.inducing)
+    save_recyclable(out, models)
+    outputs: Dict[str, Any] = {"local_models": str(out), "logdir": str(logdir)}
+    if scaler is not None:
+        _standardizer_path(out).write_text(
+            json.dumps({k: np.asarray(getattr(scaler, k)).tolist() for k in ("X_mean", "X_std", "Y_mean", "Y_std")})
+        )
+        outputs["standardizer"] = str(_standardizer_path(out))
+    write_scalars(str(logdir / "locals"), bounds, step=0)
+    X_all = np.concatenate([X for X, _ in dataset.clients])
+    Y_all = np.concatenate([Y for _, Y in dataset.clients])
+    shown = dict(list(fitted.items())[:5])
+    outputs["plot"] = _plot(
+        logdir / "recycle-locals.png", shown, X_all, Y_all,
+        f"local SVGPs on {raw.name} ({len(shown)} of {len(fitted)} shown"
+        + (", standardised units)" if scaler is not None else ")"),
+    )  # fmt: skip
+    rows = [{"method": name, "elbo_per_point": bounds[f"{name}/elbo_per_point"]} for name in names]
+    settings = {"dataset": raw.name, "inducing_per_model": args.inducing, "maxiter": _maxiter(args), "seed": args.seed}
+    features = list(args.table.features) if args.table is not None else None
+    info = dataset_info(raw, features=features, target=args.target)
+    report = payload("recycle locals", info, settings, rows, [], outputs)
+    _finish(args, report, f"saved {len(models)} local models ({', '.join(names[:8])}) to {out}")
+    return 0
+
+
+def _saved_standardizer(models_path: Path) -> Any:
+    import numpy as np
+
+    from ..data.standardize import Standardizer
+
+    saved = _standardizer_path(models_path)
+    if not saved.is_file():
+        raise ValueError(f"{saved} not found: the models were not fitted with `recycle locals --csv`")
+    try:
+        s = {k: np.asarray(v, dtype=float) for k, v in json.loads(saved.read_text()).items()}
+        return Standardizer(s["X_mean"], s["X_std"], s["Y_mean"], s["Y_std"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ValueError(f"{saved}: not a standardiser written by `recycle locals --csv` ({exc})") from None
+
+
+def _ensemble(args: argparse.Namespace) -> int:
+    logdir = Path(args.logdir)
+    logdir.mkdir(parents=True, exist_ok=True)
+    from ..models import StandardizedModel, load_recyclable, save_recyclable
+    from ..models import save_model as save
+    from ..monitor import write_scalars
+    from .report import dataset_info, method_row, payload
+
+    models_path = Path(args.models)
+    models = load_recyclable(models_path)
+    ensemble, bound, notes = _fit_ensemble(args, models, args.inducing)
+    outputs: Dict[str, Any] = {"logdir": str(logdir)}
+    if args.out:
+        outputs["ensemble"] = str(npz_path(args.out))
+        save_recyclable(outputs["ensemble"], {"ensemble": ensemble.to_recyclable(name="ensemble")})
+    raw = own_dataset(args)
+    scaler = None
+    if raw is not None:
+        if raw.test is None:
+            raise ValueError("--csv evaluation needs held-out rows; use --test-fraction > 0")
+        scaler = _saved_standardizer(models_path)
+    elif args.evaluate:
+        raw = _dataset(args.evaluate, args.seed)
+    model = ensemble if scaler is None else StandardizedModel(ensemble, scaler)
+    rows, warning = [method_row("Recyclable-GP ensemble", {"elbo": bound})], None
+    if raw is not None:
+        rows, warning = _evaluate(model, raw.test, scaler, raw.clients)
+        rows[0]["elbo"] = bound
+        outputs["plot"] = _plot(
+            logdir / "recycle-ensemble.png", {"ensemble": model}, *raw.test,
+            f"Recyclable-GP ensemble of {len(models)} models on {raw.name} (test set)",
+        )  # fmt: skip
+    outputs["model"] = str(save(model, args.save or logdir / "model.npz"))
+    write_scalars(str(logdir / "ensemble"), {k: v for k, v in rows[0].items() if isinstance(v, float)}, step=0)
+    settings = {"models": len(models), "inducing": args.inducing, "maxiter": _maxiter(args), "method": args.method}
+    features = list(args.table.features) if args.table is not None else None
+    info = None if raw is None else dataset_info(raw, features=features, target=args.target)
+    report = payload("recycle ensemble", info, settings, rows, [*notes, *([warning] if warning else [])], outputs)
+    _finish(args, report, f"ensemble of {len(models)} recyclable models from {models_path}")
+    return 0
+
+
+def _check_one_step(args: argparse.Namespace) -> None:
+    if args.csv is None:
+        check_dataset("recycle", args.dataset or "toy")
+    check_own_data_arguments(args, {"dataset": "--csv replaces --dataset", "points": "--csv uses every row"})
+    if args.csv is None:
+        refuse_ignored(args, {"test_fraction": "the generated tasks have their own test set"})
+
+
+def _check_ensemble(args: argparse.Namespace) -> None:
+    if args.evaluate and args.csv:
+        raise ValueError("give --evaluate or --csv, not both")
+    check_own_data_arguments(args)
+    models = Path(args.models)
+    if not models.is_file():
+        raise FileNotFoundError(2, "No such file" if not models.exists() else "Not a file", str(models))
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--maxiter",
+        type=positive_int,
+        default=None,
+        help=f"L-BFGS iterations (default {MAXITER}; --quick {QUICK_MAXITER})",
     )
-    sub = parser.add_subparsers(dest="recycle_command", metavar="STEP", required=True)
+    p.add_argument("--variance", type=positive_float, default=5.0, help="initial kernel variance")
+    p.add_argument("--lengthscale", type=positive_float, default=0.3, help="initial kernel lengthscale")
+    add_run_arguments(p, "runs/recycle", "the PNGs")
+    add_own_data_arguments(p)
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``recycle`` subcommand: one step, or its two steps."""
+    parser = subparsers.add_parser(
+        "recycle", help="Recyclable GPs: local SVGPs, then their ensemble without the data", description=__doc__
+    )
+    parser.add_argument("--dataset", default=None, choices=KNOWN, help="toy or 10k (the paper's tasks; default toy)")
+    parser.add_argument(
+        "--points",
+        type=non_negative_int,
+        default=None,
+        help=f"points per generated task (0: 500 / 200; --quick {QUICK_POINTS})",
+    )
+    parser.add_argument(
+        "--local-inducing", type=positive_int, default=None, help=f"M_k per local model (default {LOCAL_INDUCING})"
+    )
+    parser.add_argument(
+        "--inducing", type=positive_int, default=None, help=f"M_* of the ensemble (default {ENSEMBLE_INDUCING})"
+    )
+    parser.add_argument("--method", default="collapsed", choices=("collapsed", "alternate", "joint"))
+    parser.add_argument("--out", default=None, help="also save the local models' dictionary to this .npz")
+    _common(parser)
+    parser.set_defaults(func=_one_step, check=_check_one_step)
+    sub = parser.add_subparsers(dest="recycle_command", metavar="STEP")
     loc = sub.add_parser("locals", help="fit one SVGP per task (or party) and save the dictionary")
-    loc.add_argument("--dataset", default="toy", choices=("toy", "10k"))
-    loc.add_argument("--inducing", type=int, default=15, help="M_k per local model")
+    loc.add_argument("--dataset", default=None, choices=KNOWN, help="toy or 10k (default toy)")
+    loc.add_argument("--inducing", type=positive_int, default=LOCAL_INDUCING, help="M_k per local model")
     loc.add_argument(
-        "--points", type=int, default=0, help=f"points per task (0: the paper's 500 / 200; --quick {QUICK_POINTS})"
+        "--points",
+        type=non_negative_int,
+        default=None,
+        help=f"points per task (0: the paper's 500 / 200; --quick {QUICK_POINTS})",
     )
     loc.add_argument("--out", required=True, help="the .npz to write (.npz appended if missing; folders created)")
+    _common(loc)
     ens = sub.add_parser("ensemble", help="fit the ensemble from a saved dictionary (no data needed)")
     ens.add_argument("models", help="a .npz written by 'recycle locals' or save_recyclable")
-    ens.add_argument("--inducing", type=int, default=35, help="M_* of the ensemble")
+    ens.add_argument("--inducing", type=positive_int, default=ENSEMBLE_INDUCING, help="M_* of the ensemble")
     ens.add_argument("--method", default="collapsed", choices=("collapsed", "alternate", "joint"))
     ens.add_argument("--out", default=None, help="save the ensemble to this .npz (.npz appended if missing)")
-    ens.add_argument("--evaluate", default=None, choices=("toy", "10k"), help="test metrics on this dataset")
-    for p in (loc, ens):
-        p.add_argument(
-            "--maxiter", type=int, default=None, help=f"L-BFGS iterations (default 200; --quick {QUICK_MAXITER})"
-        )
-        p.add_argument("--variance", type=float, default=5.0, help="initial kernel variance")
-        p.add_argument("--lengthscale", type=float, default=0.3, help="initial kernel lengthscale")
-        p.add_argument("--test-fraction", type=float, default=0.2, help="held-out rows of each party (--csv only)")
-        p.add_argument("--seed", type=int, default=0)
-        p.add_argument("--logdir", default="runs/recycle", help="TensorBoard scalars and the PNG go here")
-        p.add_argument("--json", action="store_true", help="indent the JSON result (one line without)")
-        p.add_argument("--quick", action="store_true", help="tiny settings for a smoke test (seconds)")
-        p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-        add_own_data_arguments(p)
-    loc.set_defaults(func=_locals)
-    ens.set_defaults(func=_ensemble)
+    ens.add_argument("--evaluate", default=None, choices=RECYCLABLE, help="test metrics on this dataset")
+    _common(ens)
+    loc.set_defaults(func=_locals, check=_check_one_step)
+    ens.set_defaults(func=_ensemble, check=_check_ensemble)

@@ -1,96 +1,83 @@
-"""Data: FederatedDataset, synthetic generators from the papers, offline real datasets, partitioners."""
+"""Data: FederatedDataset, synthetic generators from the papers, offline real datasets, partitioners.
 
-from .dataset import FederatedDataset, validate_regression_data
-from .satellite import SatelliteData, orbit_constants, satellite_data, satellite_trajectory
-from .classification import banana, digit_pixels, quadrant_tasks
-from .partition import (
-    PARTITIONS,
-    group_partition,
-    iid_partition,
-    make_federated,
-    most_correlated_feature,
-    partition_indices,
-    random_size_partition,
-    size_imbalance,
-    sorted_chunk_partition,
-    spatial_partition,
-    split_indices,
-    holdout_split,
-    train_test_split,
-)
-from .real import RealDataset, available_datasets, load_dataset
-from .real_splits import FedBNRTask, fedbnr_real_task, real_split
-from .standardize import Standardizer, client_moments, combine_moments
-from .tabular import federated_from_table, read_table
-from .synthetic import (
-    SegmentedRegression,
-    SyntheticRegression,
-    distributed_segments,
-    fedbnr_function,
-    fsgp_latent_1,
-    fsgp_latent_2,
-    fsgp_synthetic_1,
-    fsgp_synthetic_2,
-    new_client_task,
-    pvi_five_partition_toy,
-    recyclable_latent,
-    recyclable_segments,
-    smooth_function,
-    smooth_function_bias,
-    step_function_data,
-    toy_concatenation,
-    two_range_clients,
-)
+Names load on first use (PEP 562), so that reading and checking a table (:mod:`.tabular`) imports no TensorFlow:
+the command line reports a bad CSV before TensorFlow starts.
+"""
 
-__all__ = [
-    "federated_from_table",
-    "read_table",
-    "SatelliteData",
-    "orbit_constants",
-    "satellite_data",
-    "satellite_trajectory",
-    "banana",
-    "digit_pixels",
-    "distributed_segments",
-    "quadrant_tasks",
-    "smooth_function",
-    "smooth_function_bias",
-    "toy_concatenation",
-    "FedBNRTask",
-    "fedbnr_function",
-    "fedbnr_real_task",
-    "new_client_task",
-    "step_function_data",
-    "two_range_clients",
-    "real_split",
-    "FederatedDataset",
-    "PARTITIONS",
-    "RealDataset",
-    "SegmentedRegression",
-    "Standardizer",
-    "SyntheticRegression",
-    "available_datasets",
-    "client_moments",
-    "combine_moments",
-    "fsgp_latent_1",
-    "fsgp_latent_2",
-    "fsgp_synthetic_1",
-    "fsgp_synthetic_2",
-    "group_partition",
-    "iid_partition",
-    "load_dataset",
-    "make_federated",
-    "most_correlated_feature",
-    "partition_indices",
-    "pvi_five_partition_toy",
-    "random_size_partition",
-    "recyclable_latent",
-    "recyclable_segments",
-    "size_imbalance",
-    "sorted_chunk_partition",
-    "spatial_partition",
-    "split_indices",
-    "holdout_split",
-    "train_test_split",
-    "validate_regression_data",
-]
+from __future__ import annotations
+
+import importlib
+from typing import Any, List
+
+#: public name -> the submodule that defines it.
+_NAMES = {
+    "example_table": "example",
+    "write_example_csv": "example",
+    "banana": "classification",
+    "digit_pixels": "classification",
+    "quadrant_tasks": "classification",
+    "FederatedDataset": "dataset",
+    "validate_regression_data": "dataset",
+    "PARTITIONS": "partition",
+    "group_partition": "partition",
+    "holdout_split": "partition",
+    "iid_partition": "partition",
+    "make_federated": "partition",
+    "most_correlated_feature": "partition",
+    "partition_indices": "partition",
+    "random_size_partition": "partition",
+    "size_imbalance": "partition",
+    "sorted_chunk_partition": "partition",
+    "spatial_partition": "partition",
+    "split_indices": "partition",
+    "train_test_split": "partition",
+    "RealDataset": "real",
+    "available_datasets": "real",
+    "load_dataset": "real",
+    "FedBNRTask": "real_splits",
+    "fedbnr_real_task": "real_splits",
+    "real_split": "real_splits",
+    "SatelliteData": "satellite",
+    "orbit_constants": "satellite",
+    "satellite_data": "satellite",
+    "satellite_trajectory": "satellite",
+    "Standardizer": "standardize",
+    "client_moments": "standardize",
+    "combine_moments": "standardize",
+    "SegmentedRegression": "synthetic",
+    "SyntheticRegression": "synthetic",
+    "distributed_segments": "synthetic",
+    "fedbnr_function": "synthetic",
+    "fsgp_latent_1": "synthetic",
+    "fsgp_latent_2": "synthetic",
+    "fsgp_synthetic_1": "synthetic",
+    "fsgp_synthetic_2": "synthetic",
+    "new_client_task": "synthetic",
+    "pvi_five_partition_toy": "synthetic",
+    "recyclable_latent": "synthetic",
+    "recyclable_segments": "synthetic",
+    "smooth_function": "synthetic",
+    "smooth_function_bias": "synthetic",
+    "step_function_data": "synthetic",
+    "toy_concatenation": "synthetic",
+    "two_range_clients": "synthetic",
+    "federated_from_table": "tabular",
+    "read_table": "tabular",
+    "TableSplit": "tabular",
+    "split_table": "tabular",
+}
+
+__all__ = sorted(_NAMES)
+
+
+def __getattr__(name: str) -> Any:
+    """Import the submodule that defines ``name`` on first use."""
+    if name in _NAMES:
+        value = getattr(importlib.import_module(f"{__name__}.{_NAMES[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> List[str]:
+    return sorted(set(globals()) | set(__all__))

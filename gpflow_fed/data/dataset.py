@@ -8,7 +8,7 @@ from typing import Optional, Sequence, Tuple
 import gpflow
 import numpy as np
 
-from .standardize import Standardizer, client_moments, combine_moments
+from .standardize import Standardizer, agreed_standardizer
 
 RegressionArrays = Tuple[np.ndarray, np.ndarray]
 
@@ -60,11 +60,14 @@ class FederatedDataset:
         (a 1-D ``Y_k`` is read as ``[N_k, 1]``).
     :param test: optional held-out ``(X, Y)``, never given to a client.
     :param name: a label used in logs and tables.
+    :param client_names: optional name of each client (e.g. the party column's values of
+        :func:`~gpflow_fed.data.federated_from_table`), distinct, one per client; kept by :meth:`standardized`.
     """
 
     clients: Sequence[RegressionArrays]
     test: Optional[RegressionArrays] = None
     name: str = "dataset"
+    client_names: Optional[Sequence[str]] = None
 
     def __post_init__(self) -> None:
         clients = list(self.clients) if self.clients is not None else []
@@ -84,6 +87,11 @@ class FederatedDataset:
             dims = [Y.shape[1] for _, Y in checked]
             raise ValueError(f"clients have inconsistent output dimensions P: {dims}")
         object.__setattr__(self, "clients", tuple(checked))
+        if self.client_names is not None:
+            names = tuple(str(n) for n in self.client_names)
+            if len(names) != len(checked) or len(set(names)) != len(names):
+                raise ValueError(f"client_names must be {len(checked)} distinct names, one per client, got {names}")
+            object.__setattr__(self, "client_names", names)
         if self.test is not None:
             X_test, Y_test = validate_regression_data(self.test[0], self.test[1], "test set")
             if X_test.shape[1] != self.input_dim:
@@ -106,6 +114,11 @@ class FederatedDataset:
     def output_dim(self) -> int:
         """P."""
         return int(self.clients[0][1].shape[1])
+
+    @property
+    def names(self) -> Tuple[str, ...]:
+        """The clients' names: ``client_names``, or ``client_0 … client_{K-1}`` (the runtimes' client ids)."""
+        return tuple(self.client_names or (f"client_{k}" for k in range(self.num_clients)))
 
     @property
     def client_sizes(self) -> Tuple[int, ...]:
@@ -133,16 +146,19 @@ class FederatedDataset:
         :return: the standardised dataset and the :class:`~gpflow_fed.data.standardize.Standardizer` (use its
             ``inverse_transform`` to report predictions in data units).
         """
-        mean, std = combine_moments([client_moments(np.concatenate([X, Y], axis=1)) for X, Y in self.clients])
-        D = self.input_dim
-        scaler = Standardizer(X_mean=mean[:D], X_std=std[:D], Y_mean=mean[D:], Y_std=std[D:])
+        scaler = agreed_standardizer(self.clients)
         clients = [scaler.transform(X, Y) for X, Y in self.clients]
         test = None if self.test is None else scaler.transform(*self.test)
-        return FederatedDataset(clients=clients, test=test, name=self.name), scaler
+        return FederatedDataset(clients=clients, test=test, name=self.name, client_names=self.client_names), scaler
 
     def __repr__(self) -> str:
         test = "none" if self.test is None else str(self.test[0].shape[0])
         return (
             f"FederatedDataset(name={self.name!r}, K={self.num_clients}, N={self.num_data}, D={self.input_dim}, "
-            f"P={self.output_dim}, sizes={list(self.client_sizes)}, test={test})"
+            f"P={self.output_dim}, sizes={self._sizes()}, test={test})"
         )
+
+    def _sizes(self) -> str:
+        if self.client_names is None:
+            return str(list(self.client_sizes))
+        return "{" + ", ".join(f"{n}: {size}" for n, size in zip(self.client_names, self.client_sizes)) + "}"

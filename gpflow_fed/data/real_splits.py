@@ -23,7 +23,12 @@ paper's weather stations."""
 
 
 def real_split(
-    name: str, split: int, num_clients: int = 10, max_points: int = 0, regional: Optional[bool] = None
+    name: str,
+    split: int,
+    num_clients: int = 10,
+    max_points: int = 0,
+    regional: Optional[bool] = None,
+    standardize: bool = True,
 ) -> FederatedDataset:
     """The standardised federated split of a real dataset for PVI (used by ``gpflow-fed pvi`` and the benchmarks).
 
@@ -32,6 +37,8 @@ def real_split(
     datasets, homogeneous (iid) otherwise, or as ``regional`` says; standardised by
     :meth:`FederatedDataset.standardized` (pooled statistics from per-client summaries).
 
+    :param standardize: ``False`` returns the split in the data's units (then call ``.standardized()`` to keep
+        the standardiser, as the command line does).
     :raises ValueError: ``regional`` clients for a dataset without coordinates.
     """
     real = load_dataset(name)
@@ -44,7 +51,7 @@ def real_split(
         raise ValueError(f"dataset {name!r} has no coordinates for regional clients")
     partition = dict(partition="spatial", coordinates=coords) if regional else dict(partition="iid")
     dataset = make_federated(X, Y, num_clients=num_clients, test_fraction=0.1, seed=split, name=name, **partition)
-    return dataset.standardized()[0]
+    return dataset.standardized()[0] if standardize else dataset
 
 
 @dataclass(frozen=True)
@@ -56,6 +63,7 @@ class FedBNRTask:
     :param validation: the other 20 % of the validation set.
     :param feature: the column the training rows were sorted by.
     :param correlation: its correlation with the target (the thesis reports it per dataset).
+    :param standardizer: the training split's moments every array above was standardised with.
     """
 
     dataset: FederatedDataset
@@ -63,6 +71,7 @@ class FedBNRTask:
     validation: Tuple[np.ndarray, np.ndarray]
     feature: int
     correlation: float
+    standardizer: Optional[Standardizer] = None
 
 
 def fedbnr_real_task(
@@ -88,7 +97,8 @@ def fedbnr_real_task(
     order = np.random.default_rng(seed).permutation(n)
     n_test = n_val = max(1, int(round(0.1 * n)))
     test, val, train = order[:n_test], order[n_test : n_test + n_val], order[n_test + n_val :]
-    Xs, Ys = Standardizer.from_data(X_arr[train], Y_arr[train]).transform(X_arr, Y_arr)
+    scaler = Standardizer.from_data(X_arr[train], Y_arr[train])
+    Xs, Ys = scaler.transform(X_arr, Y_arr)
     parts = sorted_chunk_partition(Xs[train], Ys[train], num_clients, seed=seed, feature=feature)
     X_tr, Y_tr = Xs[train], Ys[train]
     column = most_correlated_feature(X_tr, Y_tr) if feature is None else int(feature)
@@ -101,4 +111,5 @@ def fedbnr_real_task(
         validation=(Xs[val[n_kd:]], Ys[val[n_kd:]]),
         feature=column,
         correlation=corr,
+        standardizer=scaler,
     )

@@ -19,7 +19,7 @@ import gpflow
 import numpy as np
 from check_shapes import check_shapes
 
-__all__ = ["Standardizer", "client_moments", "combine_moments"]
+__all__ = ["Standardizer", "agreed_standardizer", "client_moments", "combine_moments"]
 
 Moments = Tuple[int, np.ndarray, np.ndarray]
 
@@ -126,3 +126,21 @@ def _deprecated(old: str, new: str) -> None:
     import warnings
 
     warnings.warn(f"Standardizer.{old} is deprecated; use Standardizer.{new}", DeprecationWarning, stacklevel=3)
+
+
+def agreed_standardizer(clients: Sequence[Tuple[np.ndarray, np.ndarray]]) -> "Standardizer":
+    """The :class:`Standardizer` every party uses, from each client's ``(N_k, m_k, S_k)`` of ``[X_k, Y_k]``
+    (:func:`client_moments`), combined exactly by :func:`combine_moments`; no rows are pooled.
+
+    This is the one place the moments are exchanged (:meth:`FederatedDataset.standardized
+    <gpflow_fed.data.FederatedDataset.standardized>`, hence :func:`gpflow_fed.fit` and the command line, call
+    it). Today the summaries are combined in plain, outside the run's ledger; the federated core's protected
+    exchange (secure aggregation and DP of a recorded "moments" phase) is to replace the plain sum here.
+
+    :param clients: ``[(X_k: [N_k, D], Y_k: [N_k, P])]``.
+    """
+    if len(clients) == 0:
+        raise ValueError("agreed_standardizer needs at least one client")
+    D = int(np.shape(clients[0][0])[1])
+    mean, std = combine_moments([client_moments(np.concatenate([X, Y], axis=1)) for X, Y in clients])
+    return Standardizer(X_mean=mean[:D], X_std=std[:D], Y_mean=mean[D:], Y_std=std[D:])

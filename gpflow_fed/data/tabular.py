@@ -5,28 +5,35 @@ column naming each row's party.
 
 In a deployment each party loads only its own rows; the table is the simulation's (and the tutorial's) way of
 holding all of them. Every party keeps ``1 - test_fraction`` of its rows for training; the held-out rows of
-all parties form the shared test set.
+all parties form the shared test set. The clients keep the party names (``dataset.client_names``).
+
+Reading and checking the table (:func:`split_table`) needs numpy only, so the command line reports a bad file or
+column before it imports TensorFlow; only :func:`federated_from_table` builds the (TensorFlow-typed) dataset.
 """
 
 from __future__ import annotations
 
 import csv
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from .dataset import FederatedDataset
-
-__all__ = ["federated_from_table", "read_table"]
+__all__ = ["TableSplit", "federated_from_table", "read_table", "split_table"]
 
 Table = Union[str, "os.PathLike[str]", Any]
+Arrays = Tuple[np.ndarray, np.ndarray]
 
 
 def read_table(source: Table) -> Dict[str, np.ndarray]:
     """Columns of a CSV file (with a header row) or of a DataFrame-like object (``df.columns``, ``df[name]``;
-    a ``dict`` of columns works too), as ``{name: 1-D array}`` (CSV cells stay strings until converted)."""
+    a ``dict`` of columns works too), as ``{name: 1-D array}`` (CSV cells stay strings until converted).
+
+    :raises ValueError: a missing file, a header with a repeated or empty name, or a row with another number of
+        cells than the header.
+    """
     if isinstance(source, (str, os.PathLike)):
         path = Path(source)
         if not path.is_file():
@@ -37,7 +44,7 @@ def read_table(source: Table) -> Dict[str, np.ndarray]:
         if len(rows) < 2:
             raise ValueError(f"{path} needs a header row and at least one data row")
         header = [h.strip() for h in rows[0]]
-        _unique(header, path)
+        _check_header(header, str(path))
         for line, row in enumerate(rows[1:], start=2):
             if len(row) != len(header):
                 raise ValueError(f"{path}, data row {line - 1}: {len(row)} cells, expected {len(header)} ({header})")
@@ -46,29 +53,39 @@ def read_table(source: Table) -> Dict[str, np.ndarray]:
     names = list(columns) if columns is not None else list(source.keys()) if isinstance(source, dict) else None
     if names is None:
         raise TypeError(f"expected a CSV path, a pandas DataFrame or a dict of columns, got {type(source).__name__}")
-    _unique([str(name) for name in names], "the table")
+    _check_header([str(n) for n in names], "the table")
     return {str(name): np.asarray(source[name]) for name in names}
 
 
-def _unique(names: List[str], source: object) -> None:
-    """Refuse duplicate column names: a dict of columns would silently keep only the last of them."""
-    duplicates = sorted({name for name in names if names.count(name) > 1})
-    if duplicates:
-        raise ValueError(f"{source} has duplicate column names {duplicates}; rename them so that each is unique")
+def _check_header(header: List[str], where: str) -> None:
+    if any(not name for name in header):
+        raise ValueError(f"{where}: column {header.index('') + 1} has no name; name every column in the header")
+    repeated = sorted({name for name in header if header.count(name) > 1})
+    if repeated:
+        raise ValueError(f"{where}: column names {repeated} appear more than once; rename them")
+
+
+def _missing(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("", "na", "nan", "n/a", "null", "none")
+    try:
+        return value is None or not np.isfinite(float(value))
+    except (TypeError, ValueError):
+        return False
 
 
 def _numeric(name: str, values: np.ndarray) -> np.ndarray:
+    """The column as floats; the same message for a missing value whether the table is a CSV or a DataFrame."""
+    missing = np.flatnonzero([_missing(v) for v in values])
+    if missing.size:
+        raise ValueError(f"column {name!r}: missing value in data row {missing[0] + 1}; impute or drop it")
     try:
-        out = values.astype(float)
-    except ValueError:
+        return values.astype(float)
+    except (TypeError, ValueError):
         bad = next(v for v in values if not _is_number(v))
         raise ValueError(
             f"column {name!r} must be numeric; it holds {bad!r} (convert or drop it, or leave it out of --features)"
         ) from None
-    if not np.all(np.isfinite(out)):
-        row = int(np.flatnonzero(~np.isfinite(out))[0])
-        raise ValueError(f"column {name!r} has a missing or non-finite value in data row {row + 1}; impute or drop it")
-    return out
 
 
 def _is_number(value: Any) -> bool:
@@ -79,7 +96,26 @@ def _is_number(value: Any) -> bool:
     return True
 
 
-def federated_from_table(
+@dataclass(frozen=True)
+class TableSplit:
+    """A checked table split by party, as numpy arrays (no TensorFlow): what :func:`federated_from_table` builds
+    the dataset from.
+
+    :param clients: one ``(X_k, Y_k)`` training pair per party, in ``parties`` order.
+    :param test: the held-out rows of every party, or ``None``.
+    :param parties: the party names (the ``party_column`` values, as text, sorted).
+    :param features: the input column names; :param target: the output column name; :param name: the label.
+    """
+
+    clients: Tuple[Arrays, ...]
+    test: Optional[Arrays]
+    parties: Tuple[str, ...]
+    features: Tuple[str, ...]
+    target: str
+    name: str
+
+
+def split_table(
     source: Table,
     *,
     party_column: str,
@@ -88,21 +124,8 @@ def federated_from_table(
     test_fraction: float = 0.2,
     seed: int = 0,
     name: Optional[str] = None,
-) -> FederatedDataset:
-    """One client per distinct value of ``party_column``, regressing ``target`` on ``features``.
-
-    :param source: a CSV path (header row required) or a DataFrame (or a ``dict`` of equal-length columns).
-    :param party_column: the column naming each row's party (any values: names or numbers).
-    :param target: the output column.
-    :param features: the input columns (default: every column but ``party_column`` and ``target``).
-    :param test_fraction: the fraction of each party's rows held out for the shared test set, in ``[0, 1)``
-        (0: no test set); each party keeps at least 2 training rows.
-    :param seed: seed of the held-out draw (a simulation choice, not privacy noise).
-    :param name: the dataset's label (default: the file name, or ``"table"``).
-    :return: the :class:`FederatedDataset`, clients ordered by sorted party value.
-    :raises ValueError: a column that does not exist (the message lists those that do), a non-numeric or
-        missing feature/target value, a party with fewer than 2 rows, or ``test_fraction`` outside ``[0, 1)``.
-    """
+) -> TableSplit:
+    """Check the table and split it by party (see :func:`federated_from_table` for the arguments and errors)."""
     if not 0 <= test_fraction < 1:
         raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction!r}")
     columns = read_table(source)
@@ -118,12 +141,19 @@ def federated_from_table(
         raise ValueError(f"no feature columns left besides {party_column!r} and {target!r} (columns: {available})")
     if party_column in inputs or target in inputs:
         raise ValueError("--features must not include the party column or the target")
+    if len(set(inputs)) != len(inputs):
+        raise ValueError(f"--features names a column twice: {inputs}")
     X = np.stack([_numeric(c, columns[c]) for c in inputs], axis=1)
     Y = _numeric(target, columns[target])[:, None]
-    parties = columns[party_column].astype(str)
+    party_values = columns[party_column]
+    empty = [i for i, v in enumerate(party_values) if _missing(v)]
+    if empty:
+        raise ValueError(f"column {party_column!r}: missing value in data row {empty[0] + 1}; impute or drop it")
+    parties = party_values.astype(str)
     rng = np.random.default_rng(seed)
+    names = sorted(set(parties.tolist()))
     clients, test_rows = [], []
-    for party in sorted(set(parties.tolist())):
+    for party in names:
         rows = np.flatnonzero(parties == party)
         if rows.size < 2:
             raise ValueError(f"party {party!r} has {rows.size} row; every party needs at least 2")
@@ -135,4 +165,45 @@ def federated_from_table(
     held_out = np.sort(np.concatenate(test_rows))
     test = (X[held_out], Y[held_out]) if held_out.size else None
     label = name or (Path(source).stem if isinstance(source, (str, os.PathLike)) else "table")
-    return FederatedDataset(clients, test=test, name=label)
+    return TableSplit(tuple(clients), test, tuple(names), tuple(inputs), target, label)
+
+
+def federated_from_table(
+    source: Table,
+    *,
+    party_column: str,
+    target: str,
+    features: Optional[Sequence[str]] = None,
+    test_fraction: float = 0.2,
+    seed: int = 0,
+    name: Optional[str] = None,
+) -> Any:
+    """One client per distinct value of ``party_column``, regressing ``target`` on ``features``.
+
+    :param source: a CSV path (header row required) or a DataFrame (or a ``dict`` of equal-length columns).
+    :param party_column: the column naming each row's party (any values: names or numbers).
+    :param target: the output column.
+    :param features: the input columns (default: every column but ``party_column`` and ``target``).
+    :param test_fraction: the fraction of each party's rows held out for the shared test set, in ``[0, 1)``
+        (0: no test set); each party keeps at least 2 training rows.
+    :param seed: seed of the held-out draw (a simulation choice, not privacy noise).
+    :param name: the dataset's label (default: the file name, or ``"table"``).
+    :return: the :class:`FederatedDataset`, clients ordered by sorted party value and named by it
+        (``client_names``).
+    :raises ValueError: a column that does not exist (the message lists those that do), a repeated column name,
+        a non-numeric feature/target value, a missing value (``column 'los': missing value in data row 5;
+        impute or drop it``, from a CSV or a DataFrame alike), a party with fewer than 2 rows, or
+        ``test_fraction`` outside ``[0, 1)``.
+    """
+    split = split_table(
+        source, party_column=party_column, target=target, features=features, test_fraction=test_fraction,
+        seed=seed, name=name,
+    )  # fmt: skip
+    return dataset_from_split(split)
+
+
+def dataset_from_split(split: TableSplit) -> Any:
+    """The :class:`~gpflow_fed.data.FederatedDataset` of a :class:`TableSplit` (imports TensorFlow)."""
+    from .dataset import FederatedDataset
+
+    return FederatedDataset(list(split.clients), test=split.test, name=split.name, client_names=split.parties)

@@ -16,6 +16,8 @@ from .personalised_gp import PersonalisedGPs
 from .privacy_aware_gpr import PrivacyAwareGPR, PrivacyRelease, fit_hyperparameters, release
 from .recyclable import RecyclableModel, export_svgp, load_recyclable, save_recyclable, train_local_svgp
 from .recyclable_training import LocalSVGPTrainer
+from .saving import export_saved_model, load_model, save_model
+from .standardized import StandardizedModel
 
 __all__: list = [
     "PrivacyAwareGPR",
@@ -46,4 +48,8 @@ __all__: list = [
     "NetworkMean",
     "NeuralRegression",
     "PersonalisedGPs",
+    "StandardizedModel",
+    "export_saved_model",
+    "load_model",
+    "save_model",
 ]

@@ -43,6 +43,10 @@ def _as_float_tensor(value: Any, name: str, ndim: int) -> tf.Tensor:
     return tf.constant(array)
 
 
+def _statistic(value: tf.Tensor, name: str) -> tf.Variable:
+    return tf.Variable(value, trainable=False, name=name)
+
+
 @check_shapes(
     "kuu: [M, M]",
     "kuf_kfu: [M, M]",
@@ -104,7 +108,9 @@ class AggregatedSGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
     ``full_cov``), ``predict_y`` and ``predict_log_density`` equal :class:`gpflow.models.SGPR` on the pooled
     data with the same kernel, inducing inputs and noise variance. With the three optional scalars it
     also offers :meth:`elbo` (eq. 9 times N), so it can be monitored and trained like SGPR on fixed
-    statistics. The statistics depend on θ and Z, so training those needs fresh client statistics (what
+    statistics. The statistics are non-trainable ``tf.Variable`` s of the model: a ``tf.train.Checkpoint`` of the
+    model restores its predictions, and :func:`~gpflow_fed.models.save_model` writes them. The statistics
+    depend on θ and Z, so training those needs fresh client statistics (what
     ``FSGP(mode="exact")`` does): the kernel's and Z's parameters are therefore made non-trainable
     (``gpflow.set_trainable(kernel, False)``, which also affects the kernel object passed in), and
     ``Scipy().minimize(model.training_loss, model.trainable_variables)`` trains σ² alone, for which the
@@ -166,15 +172,16 @@ class AggregatedSGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
             gpflow.set_trainable(self.kernel, False)
             gpflow.set_trainable(self.inducing_variable, False)
         self.whitened = bool(whitened)
-        self.kuf_kfu = kuf_kfu_t
-        self.kuf_y = kuf_y_t
+        # the sums are the model's "data": non-trainable variables, so tf.train.Checkpoint, tf.saved_model and
+        # save_model hold them with the kernel and Z
+        self.kuf_kfu = _statistic(kuf_kfu_t, "kuf_kfu")
+        self.kuf_y = _statistic(kuf_y_t, "kuf_y")
         scalars = {"num_data": num_data, "y_squared_sum": y_squared_sum, "trace_kff": trace_kff}
         given = [k for k, v in scalars.items() if v is not None]
         if given and len(given) != 3:
             raise ValueError(f"AggregatedSGPR: give all of num_data, y_squared_sum, trace_kff or none; got {given}")
-        self.num_data = None if num_data is None else _as_float_tensor(num_data, "num_data", 0)
-        self.y_squared_sum = None if y_squared_sum is None else _as_float_tensor(y_squared_sum, "y_squared_sum", 0)
-        self.trace_kff = None if trace_kff is None else _as_float_tensor(trace_kff, "trace_kff", 0)
+        for name, value in scalars.items():
+            setattr(self, name, None if value is None else _statistic(_as_float_tensor(value, name, 0), name))
 
     @property
     def has_bound_statistics(self) -> bool:

@@ -138,7 +138,8 @@ class BayesianLinearRegression(gpflow.models.GPModel, InternalDataTrainingLossMi
         else:
             stats = self._check_statistics(statistics, kernel.num_features)
             num_outputs = int(stats["phi_t_y"].shape[1])
-            self._statistics = stats
+            # non-trainable variables: a tf.train.Checkpoint or save_model of the model holds the sums
+            self._statistics = {n: tf.Variable(v, trainable=False, name=n) for n, v in stats.items()}
         likelihood = gpflow.likelihoods.Gaussian(variance=noise)
         super().__init__(kernel, likelihood, None, num_latent_gps=num_outputs)
         if statistics is not None:  # the sums fix the features: the kernel is outside the objective
@@ -182,7 +183,7 @@ class BayesianLinearRegression(gpflow.models.GPModel, InternalDataTrainingLossMi
     def statistics(self) -> Dict[str, tf.Tensor]:
         """The current sufficient statistics (recomputed from the data, or the stored sums)."""
         if self._statistics is not None:
-            return dict(self._statistics)
+            return {n: tf.convert_to_tensor(v) for n, v in self._statistics.items()}
         X, Y = self.data
         return blr_statistics(self.kernel.features(X), Y)
 

@@ -22,14 +22,23 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Union
 
 import gpflow
 import numpy as np
-import tensorflow as tf
 from check_shapes import check_shapes
 
-from ._npz import read_npz
 from .recyclable_training import train_local_svgp
+from .serialization import (  # the kernel and likelihood specs live there; importable from here as before
+    KERNELS,
+    LINKS,
+    kernel_from_spec,
+    kernel_spec,
+    likelihood_from_spec,
+    likelihood_spec,
+    read_npz,
+)
 
 __all__ = [
     "FORMAT",
+    "KERNELS",
+    "LINKS",
     "RecyclableModel",
     "export_svgp",
     "kernel_from_spec",
@@ -42,76 +51,6 @@ __all__ = [
 ]
 
 FORMAT = "gpflow-fed-recyclable/1"
-KERNELS = ("SquaredExponential", "Matern12", "Matern32", "Matern52")
-LINKS = {"logistic": tf.sigmoid, "probit": gpflow.likelihoods.utils.inv_probit, "exp": tf.exp}
-
-
-def kernel_spec(kernel: gpflow.kernels.Kernel) -> Dict[str, Any]:
-    """A JSON-able description of a stationary kernel ``θ = (σ², ℓ)``.
-
-    :raises TypeError: for kernels other than SquaredExponential / Matern12 / Matern32 / Matern52, or with
-        ``active_dims`` set (wrap such kernels yourself and persist them by other means).
-    """
-    name = type(kernel).__name__
-    if name not in KERNELS or not isinstance(kernel, gpflow.kernels.Stationary):
-        raise TypeError(f"cannot export kernel {name}: supported kernels are {', '.join(KERNELS)}")
-    if not isinstance(kernel.active_dims, slice) or kernel.active_dims != slice(None, None, None):
-        raise TypeError(f"cannot export kernel {name} with active_dims={kernel.active_dims}; use all input dimensions")
-    lengthscales = np.atleast_1d(kernel.lengthscales.numpy()).astype(float)
-    return {"class": name, "variance": float(kernel.variance.numpy()), "lengthscales": lengthscales.tolist()}
-
-
-def kernel_from_spec(spec: Mapping[str, Any]) -> gpflow.kernels.Kernel:
-    """Rebuild a kernel from :func:`kernel_spec` output; raises ``ValueError`` for an invalid spec."""
-    try:
-        name, variance, lengthscales = spec["class"], float(spec["variance"]), spec["lengthscales"]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"invalid kernel spec {spec!r}: needs class, variance and lengthscales") from exc
-    if name not in KERNELS:
-        raise ValueError(f"unknown kernel class {name!r} in saved model; supported: {', '.join(KERNELS)}")
-    ell = np.asarray(lengthscales, dtype=gpflow.default_float())
-    if ell.ndim != 1 or ell.size == 0 or variance <= 0 or np.any(ell <= 0) or not np.all(np.isfinite(ell)):
-        raise ValueError(f"invalid kernel hyperparameters in saved model: variance={variance}, lengthscales={ell}")
-    return getattr(gpflow.kernels, name)(variance=variance, lengthscales=ell if ell.size > 1 else float(ell[0]))
-
-
-def _link_name(invlink: Any) -> str:
-    for name, fn in LINKS.items():
-        if invlink is fn:
-            return name
-    raise TypeError(f"cannot export likelihood link {invlink!r}: supported links are {', '.join(LINKS)}")
-
-
-def likelihood_spec(likelihood: Optional[gpflow.likelihoods.Likelihood]) -> Optional[Dict[str, Any]]:
-    """A JSON-able description of a Gaussian, Bernoulli or Poisson likelihood (``None`` passes through).
-
-    :raises TypeError: for other likelihoods or links.
-    """
-    if likelihood is None:
-        return None
-    if isinstance(likelihood, gpflow.likelihoods.Gaussian):
-        return {"class": "Gaussian", "variance": float(likelihood.variance.numpy())}
-    if isinstance(likelihood, (gpflow.likelihoods.Bernoulli, gpflow.likelihoods.Poisson)):
-        return {"class": type(likelihood).__name__, "invlink": _link_name(likelihood.invlink)}
-    raise TypeError(f"cannot export likelihood {type(likelihood).__name__}: supported are Gaussian, Bernoulli, Poisson")
-
-
-def likelihood_from_spec(spec: Optional[Mapping[str, Any]]) -> Optional[gpflow.likelihoods.Likelihood]:
-    """Rebuild a likelihood from :func:`likelihood_spec` output; raises ``ValueError`` for an invalid spec."""
-    if spec is None:
-        return None
-    name = spec.get("class") if isinstance(spec, Mapping) else None
-    if name == "Gaussian":
-        variance = float(spec.get("variance", -1.0))
-        if not variance > 0:
-            raise ValueError(f"invalid Gaussian likelihood variance {variance} in saved model")
-        return gpflow.likelihoods.Gaussian(variance=variance)
-    if name in ("Bernoulli", "Poisson"):
-        link = spec.get("invlink")
-        if link not in LINKS:
-            raise ValueError(f"unknown likelihood link {link!r} in saved model; supported: {', '.join(LINKS)}")
-        return getattr(gpflow.likelihoods, name)(invlink=LINKS[link])
-    raise ValueError(f"unknown likelihood spec {spec!r} in saved model")
 
 
 @dataclass(frozen=True)

@@ -75,12 +75,15 @@ def test_clear_errors(kwargs, message):
 def test_non_numeric_missing_and_tiny_party():
     table = _table()
     bad = dict(table, age=table["age"].astype(object))
-    bad["age"][3] = "n/a"
-    with pytest.raises(ValueError, match="column 'age' must be numeric; it holds 'n/a'"):
+    bad["age"][3] = "old"
+    with pytest.raises(ValueError, match="column 'age' must be numeric; it holds 'old'"):
+        federated_from_table(bad, party_column="hospital", target="los")
+    bad["age"][3] = "n/a"  # a marker of a missing value, not a non-number
+    with pytest.raises(ValueError, match="column 'age': missing value in data row 4"):
         federated_from_table(bad, party_column="hospital", target="los")
     missing = dict(table, los=table["los"].copy())
     missing["los"][5] = np.nan
-    with pytest.raises(ValueError, match="'los' has a missing or non-finite value in data row 6"):
+    with pytest.raises(ValueError, match="column 'los': missing value in data row 6; impute or drop it"):
         federated_from_table(missing, party_column="hospital", target="los")
     tiny = {k: v[:11] for k, v in table.items()}  # south has one row
     with pytest.raises(ValueError, match="party 'south' has 1 row"):
@@ -89,9 +92,52 @@ def test_non_numeric_missing_and_tiny_party():
         federated_from_table(42, party_column="hospital", target="los")
 
 
-def test_duplicate_column_names_are_refused_not_overwritten(tmp_path):
-    """A CSV header ``age,age`` used to keep the last column silently."""
-    path = tmp_path / "dup.csv"
-    path.write_text("hospital,age,age,los\na,1,2,3\na,2,3,4\nb,3,4,5\nb,4,5,6\n")
-    with pytest.raises(ValueError, match=r"dup.csv has duplicate column names \['age'\]"):
-        federated_from_table(path, party_column="hospital", target="los")
+def test_a_missing_value_reads_the_same_from_a_csv_and_a_dataframe(tmp_path):
+    """An empty CSV cell, "NA" (R's export) and a DataFrame's NaN give one message (issue 33)."""
+    pd = pytest.importorskip("pandas")
+    table = _table()
+    message = "column 'los': missing value in data row 5; impute or drop it"
+    for cell in ("", "NA"):
+        text = _write_csv(tmp_path / "h.csv", table).read_text().splitlines()
+        cells = text[5].split(",")
+        cells[3] = cell
+        text[5] = ",".join(cells)
+        (tmp_path / "h.csv").write_text("\n".join(text) + "\n")
+        with pytest.raises(ValueError, match=message):
+            federated_from_table(tmp_path / "h.csv", party_column="hospital", target="los")
+    frame = pd.read_csv(tmp_path / "h.csv")
+    assert np.isnan(frame["los"][4])
+    with pytest.raises(ValueError, match=message):
+        federated_from_table(frame, party_column="hospital", target="los")
+
+
+def test_party_names_travel_with_the_clients():
+    data = federated_from_table(_table(), party_column="hospital", target="los")
+    assert data.client_names == ("east", "north", "south") == data.names
+    assert "sizes={east: 6, north: 8, south: 10}" in repr(data)
+    standardized, _ = data.standardized()
+    assert standardized.client_names == data.client_names
+
+
+def test_repeated_or_empty_headers_are_refused(tmp_path):
+    (tmp_path / "dup.csv").write_text("hospital,age,age,los\na,1,2,3\nb,4,5,6\n")
+    with pytest.raises(ValueError, match=r"column names \['age'\] appear more than once"):
+        federated_from_table(tmp_path / "dup.csv", party_column="hospital", target="los")
+    (tmp_path / "blank.csv").write_text("hospital,,los\na,1,3\nb,4,6\n")
+    with pytest.raises(ValueError, match="column 2 has no name"):
+        federated_from_table(tmp_path / "blank.csv", party_column="hospital", target="los")
+
+
+def test_reading_a_table_imports_no_tensorflow():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\nfrom gpflow_fed.data import split_table, example_table\n"
+        "split = split_table(example_table(), party_column='hospital', target='los')\n"
+        "assert split.parties == ('east', 'north', 'south', 'west'), split.parties\n"
+        "assert 'tensorflow' not in sys.modules"
+    )
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr

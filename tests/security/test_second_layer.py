@@ -127,7 +127,9 @@ def test_a_small_client_refuses_to_send_its_statistics_in_plain():
     options = RunOptions(keep_payloads=True, faults=FaultPolicy(on_error="exclude", min_clients=2))
     result = run(algorithm, dataset, runtime=strict, options=options, protection=PLAIN)
     sent = [m for m in result.ledger.messages if m.sender == "client_0"]
-    assert sent == [] and "fewer than the 9" in result.history[-1:][0]["excluded"]["client_0"] if result.history else True
+    assert (
+        sent == [] and "fewer than the 9" in result.history[-1:][0]["excluded"]["client_0"] if result.history else True
+    )
     lax = LocalRuntime(client_policy=ClientPolicy(secure_aggregation=False, protect_small_cohorts=False))
     leaked = run(algorithm, dataset, runtime=lax, options=RunOptions(keep_payloads=True), protection=PLAIN)
     stats = next(m for m in leaked.ledger.messages if m.sender == "client_0" and m.phase == "predict")
@@ -209,8 +211,12 @@ def test_one_overflowing_update_is_a_fault_of_its_client_not_the_end_of_the_run(
     Z = np.linspace(-2, 2, 5)[:, None]
     options = RunOptions(faults=FaultPolicy(on_error="exclude"))
     for protection in (PLAIN, Protection()):
-        result = run(OverflowingFSGP(gpflow.kernels.SquaredExponential(), Z, rounds=2, mode=mode), dataset,
-                     options=options, protection=protection)
+        result = run(
+            OverflowingFSGP(gpflow.kernels.SquaredExponential(), Z, rounds=2, mode=mode),
+            dataset,
+            options=options,
+            protection=protection,
+        )
         assert all("client_2" in entry["excluded"] for entry in result.history)
         assert np.isfinite(result.metrics["test_rmse"])
         reasons = " ".join(entry["excluded"]["client_2"] for entry in result.history)
@@ -231,8 +237,12 @@ def test_resuming_a_finished_dp_run_restores_its_release_instead_of_drawing_fres
     options = RunOptions(checkpoint_dir=str(tmp_path), resume=True)
     releases, epsilons = [], []
     for _ in range(3):
-        result = run(FSGP(gpflow.kernels.SquaredExponential(), Z, rounds=2, local_steps=1), dataset,
-                     options=options, protection=Protection(differential_privacy=dp))
+        result = run(
+            FSGP(gpflow.kernels.SquaredExponential(), Z, rounds=2, local_steps=1),
+            dataset,
+            options=options,
+            protection=Protection(differential_privacy=dp),
+        )
         releases.append(result.model.predict_f(dataset.test[0])[0].numpy())
         epsilons.append(result.privacy["epsilon"])
     np.testing.assert_array_equal(releases[0], releases[1])

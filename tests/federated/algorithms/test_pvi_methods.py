@@ -66,5 +66,6 @@ def test_cli_runs_pvi_on_a_real_subset(capsys, tmp_path):
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert out.startswith("FederatedDataset(name='boston'") and "| PVI (cpo) |" in out
-    assert main(["pvi", "--max-points", "-1"]) == 2
-    assert "--max-points" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:
+        main(["pvi", "--max-points", "-1"])
+    assert exc.value.code == 2 and "--max-points" in capsys.readouterr().err

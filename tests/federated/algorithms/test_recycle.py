@@ -105,6 +105,7 @@ def test_cli_locals_then_ensemble_from_file(tmp_path, capsys):
         value, end = decoder.raw_decode(text.strip())
         lines.append(value)
         text = text.strip()[end:]
-    assert lines[0]["models"] == 5 and lines[1]["models"] == 5 and np.isfinite(lines[1]["test_nlpd"])
+    assert len(lines[0]["results"]) == 5 and lines[1]["settings"]["models"] == 5
+    assert np.isfinite(lines[1]["results"][0]["test_nlpd"])
     (tmp_path / "bad.npz").write_bytes(b"junk")
     assert main(["recycle", "ensemble", str(tmp_path / "bad.npz")]) == 2

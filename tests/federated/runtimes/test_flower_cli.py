@@ -85,7 +85,7 @@ def test_flower_writes_the_app_and_prints_the_commands(tmp_path, capsys, factory
         )
         == 0
     )
-    payload = json.loads(capsys.readouterr().out)
+    payload = json.loads(capsys.readouterr().out)["outputs"]
     assert (
         payload["app"] == str(tmp_path / "app2")
         and payload["environment"]["GPFLOW_FED_ALGORITHM_MODULES"] == "h20pkg.jobs"
