@@ -90,6 +90,7 @@ def fit(
     test_fraction: float = 0.2,
     kernel: Any = None,
     runtime: Any = None,
+    protection: Any = None,
     monitor: Any = None,
     seed: int = 0,
     **settings: Any,
@@ -105,7 +106,10 @@ def fit(
         :param features: the input columns (default: all others).
     :param test_fraction: table input only: held-out rows of each party (the shared test set).
     :param kernel: see :func:`algorithm`.
-    :param runtime: / :param monitor: / :param seed: passed to :func:`~gpflow_fed.federated.run`.
+    :param runtime: / :param protection: / :param monitor: / :param seed: passed to
+        :func:`~gpflow_fed.federated.run` (``protection``: default secure aggregation). The standardisation's moments
+        are agreed first in a recorded, protected exchange (:func:`~gpflow_fed.federated.standardize`), and its
+        messages lead ``result.ledger``.
     :param settings: override :data:`DEFAULTS` (``num_inducing``, ``rounds``, ``local_steps``,
         ``learning_rate``…) and pass the algorithm's own keywords (see :func:`algorithm`).
     :return: the result; ``result.model`` is a :class:`~gpflow_fed.models.StandardizedModel`: raw inputs in,
@@ -119,7 +123,7 @@ def fit(
     """
     from .data import FederatedDataset, federated_from_table
     from .evaluation import OverconfidenceWarning, calibration_message, held_out_metrics, mean_baseline
-    from .federated import run
+    from .federated import CommunicationLedger, run, standardize
     from .models import StandardizedModel
 
     if method not in METHODS:
@@ -134,9 +138,13 @@ def fit(
         raw = federated_from_table(
             data, party_column=party_column, target=target, features=features, test_fraction=test_fraction, seed=seed
         )
-    dataset, scaler = raw.standardized()
+    dataset, scaler, moments = standardize(raw, runtime=runtime, protection=protection, seed=seed)
     model_algorithm = algorithm(method, dataset.input_dim, seed, kernel, **settings)
-    result = run(model_algorithm, dataset, runtime=runtime, monitor=monitor, seed=seed)
+    result = run(model_algorithm, dataset, runtime=runtime, protection=protection, monitor=monitor, seed=seed)
+    ledger = CommunicationLedger()  # every byte that left a client: the moments exchange, then the training
+    ledger.extend(moments.ledger.entries)
+    ledger.extend(result.ledger.entries)
+    result.ledger = ledger
     result.model = StandardizedModel(result.model, scaler)
     result.standardizer = scaler
     if raw.test is not None:

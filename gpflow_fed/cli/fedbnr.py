@@ -18,6 +18,7 @@ from .datasets import KNOWN, check_dataset
 from .options import add_run_arguments, non_negative_float, non_negative_int, positive_float, positive_int
 from .options import refuse_ignored, resolve
 from .own_data import add_own_data_arguments, check_own_data_arguments, own_dataset
+from .options import standardized as _standardized
 
 _FEDBNR = FIT_DEFAULTS["fedbnr"]
 DEFAULTS = {k: _FEDBNR[k] for k in ("rounds", "local_steps", "num_samples", "hidden", "learning_rate")}
@@ -108,7 +109,7 @@ def _run(args: argparse.Namespace) -> int:
     if raw is not None:
         if raw.test is None:
             raise ValueError("FedBNR needs a test set to report metrics; use --test-fraction > 0")
-        dataset, scaler = raw.standardized()
+        dataset, scaler = _standardized(raw)
     else:
         name = args.dataset or "diabetes"
         X, Y, _, _ = load_arrays(name, args.seed)

@@ -32,6 +32,7 @@ from ..fitting import DEFAULTS as FIT_DEFAULTS
 from .datasets import KNOWN, SYNTHETIC, check_dataset, load_arrays
 from .options import add_run_arguments, fraction, given, positive_float, positive_int, refuse_ignored, resolve
 from .own_data import add_own_data_arguments, check_own_data_arguments
+from .options import standardized as _standardized
 
 if TYPE_CHECKING:  # imported when a command runs, not when the CLI parses its arguments
     import gpflow
@@ -207,7 +208,7 @@ def raw_dataset(settings: Dict[str, Any]) -> Tuple[Any, Tuple[str, str]]:
 def build_dataset(settings: Dict[str, Any]) -> Tuple[Any, Any]:
     """The standardized :class:`~gpflow_fed.data.FederatedDataset` of the settings, and its standardizer (the
     moments agreed across the clients, :meth:`FederatedDataset.standardized`)."""
-    return raw_dataset(settings)[0].standardized()
+    return _standardized(raw_dataset(settings)[0])
 
 
 def make_kernel(dataset: str, scaler: Any) -> gpflow.kernels.Kernel:
@@ -295,7 +296,7 @@ def compare(settings: Dict[str, Any], logdir: Path, progress: bool) -> Tuple[Lis
         raise ValueError(
             f"M = {settings['inducing']} inducing points exceed the N = {raw.num_data} training rows; lower -M"
         )
-    dataset, scaler = raw.standardized()
+    dataset, scaler = _standardized(raw)
     steps = settings["rounds"] * settings["local_steps"]
     Z = inducing_grid([STANDARDISED_BOX] * dataset.input_dim, settings["inducing"])  # no client data
     kernel = make_kernel(settings["dataset"], scaler)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import Any, Callable, Dict, Mapping
+from typing import Any, Callable, Dict, Mapping, Tuple
 
 __all__ = [
     "add_run_arguments",
@@ -92,3 +92,12 @@ def refuse_ignored(args: argparse.Namespace, ignored: Mapping[str, str]) -> None
         names = ", ".join(f"--{name.replace('_', '-')}" for name, _ in bad)
         reasons = "; ".join(dict.fromkeys(why for _, why in bad))
         raise ValueError(f"{names} would be ignored: {reasons}; drop {'them' if len(bad) > 1 else 'it'}")
+
+
+def standardized(raw: Any) -> Tuple[Any, Any]:
+    """``raw`` standardised with moments agreed in the recorded, protected exchange every command uses
+    (:func:`gpflow_fed.federated.standardize`, secure aggregation on): ``(dataset, standardizer)``."""
+    from ..federated import standardize
+
+    dataset, scaler, _ = standardize(raw)
+    return dataset, scaler

@@ -12,6 +12,7 @@ from ..fitting import DEFAULTS as FIT_DEFAULTS
 from .datasets import KNOWN, check_dataset
 from .options import add_run_arguments, non_negative_int, positive_int, refuse_ignored, resolve
 from .own_data import add_own_data_arguments, check_own_data_arguments, own_dataset
+from .options import standardized as _standardized
 
 _PVI = FIT_DEFAULTS["pvi"]
 DEFAULTS = dict(rounds=_PVI["rounds"], inducing=_PVI["num_inducing"], local_steps=_PVI["local_steps"], max_points=0)
@@ -108,7 +109,7 @@ def main(args: argparse.Namespace) -> int:
             raw = pvi_five_partition_toy(seed=args.seed)
         else:
             raw = real_split(name, args.seed, clients, settings["max_points"], standardize=False)
-    dataset, scaler = raw.standardized()
+    dataset, scaler = _standardized(raw)
     if args.method == "global":  # global VI: one client holding the pooled data (the paper's reference)
         dataset = FederatedDataset([dataset.pooled()], test=dataset.test, name=dataset.name)
     pvi = algorithm(

@@ -27,6 +27,7 @@ from typing import Any, Dict, List, Optional, Tuple
 from .datasets import KNOWN, RECYCLABLE, check_dataset
 from .options import add_run_arguments, non_negative_int, positive_float, positive_int, refuse_ignored
 from .own_data import add_own_data_arguments, check_own_data_arguments, own_dataset
+from .options import standardized as _standardized
 
 QUICK_MAXITER = 30
 QUICK_POINTS = 100
@@ -89,7 +90,7 @@ def _data(args: argparse.Namespace) -> Tuple[Any, Any, Optional[Any], List[str]]
     """``(raw dataset or None, training clients as the local models see them, standardizer or None, names)``."""
     raw = own_dataset(args)
     if raw is not None:
-        dataset, scaler = raw.standardized()
+        dataset, scaler = _standardized(raw)
         return raw, dataset, scaler, list(raw.names)
     data = _dataset(args.dataset or "toy", args.seed, args.points or (QUICK_POINTS if args.quick else 0))
     return data, data, None, [f"task_{k}" for k in range(data.num_clients)]

@@ -2,7 +2,7 @@
 
 from . import algorithms
 from .algorithm import Aggregate, Algorithm, FederationInfo
-from .api import run
+from .api import run, standardize
 from .client import Client
 from .factories import register_algorithm_factory
 from .ledger import Channel, CommunicationLedger, LedgerEntry
@@ -52,6 +52,7 @@ __all__ = [
     "resolve_path",
     "run",
     "sample_clients",
+    "standardize",
 ]
 
 

@@ -11,6 +11,7 @@ from .dpo_svgp import DPOSVGP, BaseDPOSVGP, FederatedDPOSVGP
 from .ensemble_pyramid import fit_pyramid
 from .ensemble_svgp import EnsembleSVGP, RecyclableWarning, as_recyclable
 from .experts import COMBINATION_RULES, ExpertCommittee
+from .mean_predictor import MeanPredictor
 from .neural_regression import NetworkMean, NeuralRegression
 from .personalised_gp import PersonalisedGPs
 from .privacy_aware_gpr import PrivacyAwareGPR, PrivacyRelease, fit_hyperparameters, release
@@ -45,6 +46,7 @@ __all__: list = [
     "collapsed_sgpr_bound",
     "COMBINATION_RULES",
     "ExpertCommittee",
+    "MeanPredictor",
     "NetworkMean",
     "NeuralRegression",
     "PersonalisedGPs",

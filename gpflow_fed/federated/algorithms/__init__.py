@@ -5,6 +5,7 @@ from .fedbnr import FedBNR, FedBNRState, fedbnr_shared_state
 from .fgp import FGP, FGPState
 from .fsgp import FSGP, FSGPState, initial_inducing_inputs
 from .inducing_inputs import inducing_from_public, inducing_grid
+from .moments import Moments, MomentsState
 from .personalised_gp import PersonalisedGP, PersonalisedGPState, PersonalisedGPs
 from .pvi import PVI, PVIState
 from .recycle import Recycle
@@ -18,6 +19,8 @@ __all__: list = [
     "FedAvgNNState",
     "FedBNR",
     "FedBNRState",
+    "Moments",
+    "MomentsState",
     "NetworkMean",
     "NeuralRegression",
     "PVI",

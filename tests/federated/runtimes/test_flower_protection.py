@@ -158,7 +158,14 @@ def test_a_party_whose_policy_requires_masking_refuses_a_plain_request(dataset):
     aggregation, so each refuses and nothing of its payload leaves it."""
     runtime = FlowerRuntime(client_policy=ClientPolicy(secure_aggregation=True))
     with pytest.raises(ClientUpdateError, match="requires secure aggregation"):
-        run(FederatedMean(1), dataset, runtime=runtime, options=RunOptions(keep_payloads=True), seed=0)
+        run(
+            FederatedMean(1),
+            dataset,
+            runtime=runtime,
+            options=RunOptions(keep_payloads=True),
+            protection=Protection(secure_aggregation=False),
+            seed=0,
+        )
 
 
 def test_server_app_runs_secure_aggregation_from_the_run_config(tmp_path, task_identity):  # noqa: F811

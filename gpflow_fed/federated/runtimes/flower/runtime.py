@@ -18,18 +18,9 @@ from __future__ import annotations
 import os
 import tempfile
 import uuid
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Optional
 
 import numpy as np
-from flwr.app import Context, Error, RecordDict
-from flwr.app import Message as FlowerMessage
-from flwr.clientapp import ClientApp
-from flwr.common.constant import SUPERLINK_NODE_ID
-from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
-from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict
-from flwr.serverapp import Grid
-from flwr.supercore.run import Run
-from flwr.supercore.task_identity import TaskIdentity
 
 from ....data.dataset import FederatedDataset
 from ...algorithm import Algorithm
@@ -40,96 +31,10 @@ from ...protection.request import Protection
 from ...result import FederatedResult
 from ..base import Runtime
 from .client_app import _LIVE, make_client_app
+from .testing import LoopbackGrid
 from .server_app import FlowerServer
 
 __all__ = ["FlowerRuntime", "LoopbackGrid"]
-
-#: Flower's error code for an exception raised by a ClientApp (flwr.app.error codes)
-CLIENT_APP_RAISED_EXCEPTION = 0
-
-
-def _over_the_wire(content: RecordDict) -> RecordDict:
-    """``content`` after Flower's protobuf encoding and decoding."""
-    proto = ProtoRecordDict()
-    proto.ParseFromString(recorddict_to_proto(content).SerializeToString())
-    return recorddict_from_proto(proto)
-
-
-class LoopbackGrid(Grid):
-    """A Flower ``Grid`` whose nodes are ClientApps in this process (one :class:`Context` per node).
-
-    :param client_app: the ClientApp every node runs.
-    :param node_configs: one node config per node (node ids 1001, 1002, …).
-    :param run_config: the run config every node sees.
-    :param run_id: the run's id.
-    """
-
-    def __init__(
-        self, client_app: ClientApp, node_configs: List[Dict[str, Any]], run_config: Dict[str, Any], run_id: int
-    ) -> None:
-        self._run = Run.create_empty(run_id)
-        self.client_app = client_app
-        self.contexts = {
-            1001 + i: Context(
-                run_id=run_id, node_id=1001 + i, node_config=dict(cfg), state=RecordDict(), run_config=dict(run_config)
-            )
-            for i, cfg in enumerate(node_configs)
-        }
-        self._pending: Dict[str, FlowerMessage] = {}
-
-    def set_run(self, run: Run) -> None:
-        self._run = run
-
-    @property
-    def run(self) -> Run:
-        return self._run
-
-    def create_message(
-        self, content: RecordDict, message_type: str, dst_node_id: int, group_id: str, ttl: Optional[float] = None
-    ) -> FlowerMessage:
-        return FlowerMessage(content, dst_node_id, message_type, ttl=ttl, group_id=group_id)
-
-    def get_node_ids(self) -> Iterable[int]:
-        return list(self.contexts)
-
-    def push_messages(self, messages: Iterable[FlowerMessage]) -> Iterable[str]:
-        ids = []
-        for msg in messages:
-            if msg.metadata.dst_node_id not in self.contexts:
-                raise ValueError(f"no node {msg.metadata.dst_node_id} in this grid (nodes: {sorted(self.contexts)})")
-            msg.metadata.__dict__["_message_id"] = uuid.uuid4().hex
-            msg.metadata.__dict__["_src_node_id"] = SUPERLINK_NODE_ID
-            self._pending[msg.metadata.message_id] = msg
-            ids.append(msg.metadata.message_id)
-        return ids
-
-    def pull_messages(self, message_ids: Iterable[str]) -> Iterable[FlowerMessage]:
-        replies = []
-        for mid in message_ids:
-            msg = self._pending.pop(mid)
-            delivered = FlowerMessage(
-                _over_the_wire(msg.content),
-                msg.metadata.dst_node_id,
-                msg.metadata.message_type,
-                group_id=msg.metadata.group_id,
-            )
-            delivered.metadata.__dict__["_message_id"] = mid
-            delivered.metadata.__dict__["_src_node_id"] = SUPERLINK_NODE_ID
-            try:
-                reply = self.client_app(delivered, self.contexts[msg.metadata.dst_node_id])
-                reply = FlowerMessage(_over_the_wire(reply.content), reply_to=delivered)
-            except Exception as exc:  # noqa: BLE001 - a SuperNode turns a ClientApp exception into an error reply
-                reply = FlowerMessage(
-                    Error(CLIENT_APP_RAISED_EXCEPTION, f"{type(exc).__name__}: {exc}"), reply_to=delivered
-                )
-            reply.metadata.__dict__["_src_node_id"] = msg.metadata.dst_node_id
-            replies.append(reply)
-        return replies
-
-    def send_and_receive(
-        self, messages: Iterable[FlowerMessage], *, timeout: Optional[float] = None
-    ) -> Iterable[FlowerMessage]:
-        return self.pull_messages(self.push_messages(messages))
 
 
 @register_algorithm_factory
@@ -181,7 +86,6 @@ class FlowerRuntime(Runtime):
         run_key = uuid.uuid4().hex
         run_id = int(run_key[:12], 16)
         _ALGORITHMS[run_key] = algorithm
-        previous = (TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id)
         try:
             with tempfile.TemporaryDirectory(prefix="gpflow_fed_flower_") as tmp:
                 configs = []
@@ -204,7 +108,6 @@ class FlowerRuntime(Runtime):
                     **protection.to_config(),
                 }
                 grid = LoopbackGrid(make_client_app(keep_alive=True), configs, run_config, run_id)
-                TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = run_id, SUPERLINK_NODE_ID, 1
                 result = server.run(grid, test=dataset.test, monitor=monitor)
                 self.transport = server.transport
                 return result
@@ -212,4 +115,3 @@ class FlowerRuntime(Runtime):
             _ALGORITHMS.pop(run_key, None)
             for key in [k for k in _LIVE if k[0] == run_id]:
                 del _LIVE[key]
-            TaskIdentity._run_id, TaskIdentity._node_id, TaskIdentity._task_id = previous

@@ -23,7 +23,6 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 import gpflow
 import numpy as np
 from flwr.app import Context, MessageType, RecordDict
-from flwr.app import Message as FlowerMessage
 from flwr.serverapp import Grid, ServerApp
 
 from ....validation import integer
@@ -128,10 +127,7 @@ class FlowerServer:
         :raises ValueError: missing, repeated or out-of-range client indices, or parties with different D or P.
         """
         nodes = self._nodes(grid)
-        messages = [
-            FlowerMessage(RecordDict({}), dst_node_id=n, message_type=MessageType.QUERY, group_id=DESCRIBE)
-            for n in nodes
-        ]
+        messages = [grid.create_message(RecordDict({}), MessageType.QUERY, n, DESCRIBE) for n in nodes]
         replies = list(grid.send_and_receive(messages, timeout=self.timeout))
         described: Dict[int, Tuple[int, int, int, int]] = {}
         for reply in replies:

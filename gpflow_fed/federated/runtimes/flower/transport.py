@@ -45,14 +45,8 @@ class GridTransport(Transport):
         outgoing = []
         for cid, request in requests.items():
             group = f"{request.purpose}/{request.message.round}/{request.message.phase}/{request.stage}"
-            outgoing.append(
-                FlowerMessage(
-                    request_to_recorddict(request, self.info),
-                    dst_node_id=self.node_of[cid],
-                    message_type=MessageType.TRAIN,
-                    group_id=group,
-                )
-            )
+            content = request_to_recorddict(request, self.info)
+            outgoing.append(self.grid.create_message(content, MessageType.TRAIN, self.node_of[cid], group))
         self.messages_sent += len(outgoing)
         self.stages += 1
         client_of = {n: c for c, n in self.node_of.items()}
