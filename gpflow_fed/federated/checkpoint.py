@@ -16,6 +16,29 @@ Checkpoints are written to ``<dir>/round-<r>/`` and become visible atomically: `
 names the latest complete one and is replaced only after it is fully written. Masks and DP noise are
 derived from (seed, exchange), so a resumed run draws the same ones as an uninterrupted run.
 
+How they are written (threat model: another local user who can write into ``<dir>``, e.g. a shared folder,
+and plants links or files at the names the writer uses; see :mod:`gpflow_fed.private_files`):
+
+* ``<dir>`` is created 0700 if missing; a ``<dir>`` that is a symbolic link, not a folder, or another user's
+  folder is refused with a ``ValueError`` (when a run resumes and when it writes a checkpoint). The mode
+  of an existing ``<dir>`` is left as the user set it; everything the writer puts in it is private;
+* a checkpoint is written into a fresh staging folder ``<dir>/.staging-round-<r>-*`` (``mkdtemp``: 0700,
+  an unpredictable name nobody else can write into), its own files created 0600 with
+  ``O_CREAT | O_EXCL | O_NOFOLLOW``, TensorFlow's and numpy's files set to 0600 before the folder is renamed
+  to ``round-<r>``; on Linux every write goes through the open descriptor of ``<dir>``, so swapping ``<dir>``
+  or the staging folder for a link mid-write cannot redirect it;
+* ``checkpoint.json`` is replaced by renaming a private temporary file (``mkstemp``) over it, so no fixed
+  temporary name is ever opened (a link planted at ``checkpoint.json.tmp`` is inert); whatever was planted at
+  ``round-<r>`` or ``checkpoint.json``, or at an old ``round-<r>`` being pruned, is replaced or removed, never
+  followed (a link is unlinked; a folder is removed with ``shutil.rmtree``, which never follows a link); a
+  name that cannot be replaced is a ``ValueError``.
+
+Not guaranteed: nothing is ``fsync``-ed (after a power failure the pointer may name the previous checkpoint,
+or one whose files did not reach the disk, which the manifest refuses); a staging folder left by a crash stays
+until removed; links
+above ``<dir>`` are followed as the user wrote the path; the owner of ``<dir>``'s parent can still replace
+``<dir>`` between runs (it is re-checked each time); root and the user's own processes are not kept out.
+
 A checkpoint's files are not trusted on load (threat model: someone who can write to the directory):
 
 * ``manifest.json`` lists the SHA-256 and size of every file; a missing, extra, truncated or altered file,
@@ -34,6 +57,7 @@ every file and the manifest consistently can change values, but still cannot mak
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import hmac
@@ -41,13 +65,14 @@ import json
 import os
 import re
 import secrets
-import shutil
 import sys
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+import tempfile
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
 
+from ..private_files import FOLDER_MODE, check_folder, new_file, private_folder, remove, replace_file, seal
 from .fingerprint import MOVED_MODULES, data_digest, is_trackable, settings_differences
 from .ledger import LedgerEntry
 
@@ -66,6 +91,8 @@ __all__ = [
 POINTER = "checkpoint.json"
 MANIFEST = "manifest.json"
 CLIENTS = "clients"
+#: the prefix of the private folder a checkpoint is written in before it is renamed into place
+STAGING = ".staging-"
 _ROUND = re.compile(r"round-\d+")
 _DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*"
 _CLASS_NAME = re.compile(f"{_DOTTED}:{_DOTTED}")
@@ -226,9 +253,11 @@ def _inside(directory: str, path: str) -> bool:
 def latest_checkpoint(directory: str) -> Optional[str]:
     """The path of the latest complete checkpoint in ``directory``, or None.
 
-    :raises ValueError: ``checkpoint.json`` is unreadable, or names anything but a ``round-<r>`` folder
-        inside ``directory``.
+    :raises ValueError: ``directory`` is a symbolic link, not a folder or another user's folder;
+        ``checkpoint.json`` is unreadable, or names anything but a ``round-<r>`` folder inside ``directory``.
     """
+    if not check_folder(directory, "checkpoint_dir"):
+        return None
     pointer = os.path.join(directory, POINTER)
     if not os.path.lexists(pointer):
         return None
@@ -273,13 +302,14 @@ def _files(path: str) -> Dict[str, str]:
 
 
 def write_manifest(path: str) -> None:
-    """Write ``manifest.json`` with the SHA-256 and size of every other file under ``path``."""
+    """Write ``manifest.json`` (mode 0600, never through a link) with the SHA-256 and size of every other file under
+    ``path``, which must not hold a ``manifest.json`` yet."""
     files = {
         name: {"sha256": _sha256(full), "size": os.path.getsize(full)}
         for name, full in sorted(_files(path).items())
         if name != MANIFEST
     }
-    with open(os.path.join(path, MANIFEST), "w") as f:
+    with new_file(os.path.join(path, MANIFEST)) as f:
         json.dump({"format": 1, "files": files}, f, indent=0, sort_keys=True)
 
 
@@ -324,12 +354,12 @@ def _client_file(cid: str) -> str:
 
 def _write_client_parts(path: str, clients: Mapping[str, Any]) -> None:
     """Each client's own part: its size and a digest of its data under a key it draws from the OS."""
-    os.makedirs(os.path.join(path, CLIENTS))
+    os.mkdir(os.path.join(path, CLIENTS), FOLDER_MODE)
     for cid, client in clients.items():
         key = secrets.token_bytes(32)
         X, Y = client.data
         part = {"id": cid, "num_data": int(client.num_data), "key": key.hex(), "digest": data_digest(key, X, Y)}
-        with open(os.path.join(path, _client_file(cid)), "w") as f:
+        with new_file(os.path.join(path, _client_file(cid))) as f:
             json.dump(part, f)
 
 
@@ -374,17 +404,20 @@ def save_checkpoint(
 ) -> str:
     """Write the checkpoint after ``round`` and make it the latest.
 
+    The checkpoint is written into a fresh private staging folder inside ``directory`` (0700, files 0600, created
+    with ``O_EXCL | O_NOFOLLOW``), renamed into place as ``round-<r>`` (whatever was at that name, a link included,
+    is removed, never followed), and named by ``checkpoint.json``, replaced through a private temporary file.
+
+    :param directory: ``checkpoint_dir``: created 0700 if missing.
     :param run: ``state``, ``sampling_rng`` (a numpy Generator), ``history``, ``ledger`` (entries),
         ``releases`` (the privacy accountant's) and ``meta`` (what must match on resume; its ``"settings"``
         are compared setting by setting).
     :param clients: every client of the run; each writes its own part (size, keyed digest of its data).
     :return: the checkpoint's path.
+    :raises ValueError: ``directory`` is a symbolic link, not a folder or another user's folder; or a name the
+        writer replaces cannot be replaced (something else writes to the folder).
     """
-    name = f"round-{round}"
-    path = os.path.join(directory, name)
-    if os.path.exists(path):
-        shutil.rmtree(path)
-    os.makedirs(path)
+    name = f"round-{int(round)}"
     arrays: Dict[str, np.ndarray] = {}
     client_records = {}
     for cid in ready:
@@ -403,23 +436,44 @@ def save_checkpoint(
         "ready": list(ready),
         "clients": client_records,
     }
-    np.savez(os.path.join(path, "arrays.npz"), **arrays)
-    tf.train.Checkpoint(**tracked_objects(algorithm, clients, ready)).write(os.path.join(path, "tf", "objects"))
-    with open(os.path.join(path, "run.json"), "w") as f:
-        json.dump(record, f)
-    _write_client_parts(path, clients)
-    write_manifest(path)
-    tmp = os.path.join(directory, POINTER + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump({"latest": name}, f)
-    os.replace(tmp, os.path.join(directory, POINTER))
-    kept = sorted(
-        (d for d in os.listdir(directory) if re.fullmatch(r"round-\d+", d)), key=lambda d: int(d.split("-")[1])
-    )
-    for old in kept[: max(len(kept) - max_to_keep, 0)]:
-        if old != name:
-            shutil.rmtree(os.path.join(directory, old))
-    return path
+    with private_folder(directory, "checkpoint_dir") as folder:
+        staging = tempfile.mkdtemp(prefix=f"{STAGING}{name}-", dir=folder)
+        try:
+            with new_file(os.path.join(staging, "arrays.npz"), "wb") as f:
+                np.savez(f, **arrays)
+            objects = tf.train.Checkpoint(**tracked_objects(algorithm, clients, ready))
+            objects.write(os.path.join(staging, "tf", "objects"))
+            with new_file(os.path.join(staging, "run.json")) as f:
+                json.dump(record, f)
+            _write_client_parts(staging, clients)
+            seal(staging)
+            write_manifest(staging)
+            with _replacing(name, directory):
+                remove(os.path.join(folder, name))  # an earlier run's round, or a planted link: removed, not followed
+                os.rename(staging, os.path.join(folder, name))
+        except BaseException:
+            remove(staging)
+            raise
+        with _replacing(POINTER, directory):
+            replace_file(folder, POINTER, json.dumps({"latest": name}).encode())
+        kept = sorted((d for d in os.listdir(folder) if _ROUND.fullmatch(d)), key=lambda d: int(d.split("-")[1]))
+        for old in kept[: max(len(kept) - max_to_keep, 0)]:
+            if old != name:
+                with _replacing(old, directory):
+                    remove(os.path.join(folder, old))
+    return os.path.join(directory, name)
+
+
+@contextlib.contextmanager
+def _replacing(name: str, directory: str) -> Iterator[None]:
+    """Replace or remove ``name`` in ``directory``; an OS error becomes a ValueError that says what to do."""
+    try:
+        yield
+    except OSError as exc:
+        raise ValueError(
+            f"checkpoint: cannot replace {name} in {directory} ({exc.strerror or type(exc).__name__}); something "
+            "else writes to checkpoint_dir: give each run a folder of its own"
+        ) from None
 
 
 def _check_meta(path: str, saved: Any, meta: Mapping[str, Any]) -> None:

@@ -107,24 +107,64 @@ def describe_reply(context: Context) -> RecordDict:
 
 
 def _state_dir(context: Context, client_id: str) -> str:
-    root = context.node_config.get("state-dir") or os.path.join(tempfile.gettempdir(), "gpflow_fed_flower")
-    return os.path.join(str(root), f"run-{context.run_id}", f"node-{context.node_id}-{client_id}")
+    """This party's private state folder ``<root>/run-<run id>/node-<node id>-<client id>``.
+
+    ``<root>`` is the node config's ``state-dir`` or, by default, ``$XDG_CACHE_HOME/gpflow_fed/flower``
+    (``~/.cache/gpflow_fed/flower``): per user, never a shared temporary folder. Each level is created 0700 when
+    missing (the default root and the run and node folders are also set to 0700 when they exist); a symbolic link, a
+    file or another user's folder at any level is refused with a ``ValueError``. Keys never go here: the encoder's
+    state lives in ``Context.state`` only.
+    """
+    from ....private_files import make_private_folder
+
+    configured = context.node_config.get("state-dir")
+    if configured:
+        root = make_private_folder(str(configured), "node config state-dir")
+    else:
+        cache = os.environ.get("XDG_CACHE_HOME", "")
+        cache = cache if os.path.isabs(cache) else os.path.join(os.path.expanduser("~"), ".cache")
+        root = make_private_folder(os.path.join(cache, "gpflow_fed", "flower"), "the Flower state folder", tighten=True)
+    run_dir = make_private_folder(
+        os.path.join(root, f"run-{int(context.run_id)}"), "the run's state folder", tighten=True
+    )
+    node = os.path.join(run_dir, f"node-{int(context.node_id)}-{client_id}")
+    return make_private_folder(node, "the client's state folder", tighten=True)
 
 
 def _save_client(directory: str, client: Client) -> None:
-    """The client's own checkpoint (RNG, plain ``client.state``, TensorFlow objects), replaced atomically."""
-    os.makedirs(directory, exist_ok=True)
+    """The client's own checkpoint (RNG, plain ``client.state``, TensorFlow objects) in its private ``directory``.
+
+    Written into a fresh private staging folder (folders 0700, files 0600, nothing created through a link), then
+    moved in: ``manifest.json`` is removed first and written last, so an interrupted save is refused by the next
+    restore instead of being half read; ``client.json`` is only ever replaced, and anything else in ``directory`` (a
+    leftover, a planted link) is removed, never followed.
+    """
+    from ....private_files import new_file, private_folder, remove, seal
+
     arrays: Dict[str, np.ndarray] = {}
     plain = {k: v for k, v in client.state.items() if not is_trackable(v) and _encodable(v)}
     record = {"rng": client.rng.bit_generator.state, "state": encode_tree(plain, arrays)}
     objects = tracked_objects(types.SimpleNamespace(), {client.id: client}, [client.id])
-    tf.train.Checkpoint(**objects).write(os.path.join(directory, "tf", "objects"))
-    np.savez(os.path.join(directory, "arrays.npz"), **arrays)
-    tmp = os.path.join(directory, "client.json.tmp")
-    with open(tmp, "w") as f:
-        json.dump(record, f)
-    os.replace(tmp, os.path.join(directory, "client.json"))
-    write_manifest(directory)  # SHA-256 of every file, checked before the next restore
+    with private_folder(directory, "the client's state folder", tighten=True) as folder:
+        staging = tempfile.mkdtemp(prefix=".staging-", dir=folder)
+        try:
+            tf.train.Checkpoint(**objects).write(os.path.join(staging, "tf", "objects"))
+            with new_file(os.path.join(staging, "arrays.npz"), "wb") as f:
+                np.savez(f, **arrays)
+            with new_file(os.path.join(staging, "client.json")) as f:
+                json.dump(record, f)
+            seal(staging)
+            remove(os.path.join(folder, "manifest.json"))
+            for name in os.listdir(folder):
+                if name not in ("client.json", os.path.basename(staging)):
+                    remove(os.path.join(folder, name))
+            os.rename(os.path.join(staging, "tf"), os.path.join(folder, "tf"))
+            os.rename(os.path.join(staging, "arrays.npz"), os.path.join(folder, "arrays.npz"))
+            os.replace(os.path.join(staging, "client.json"), os.path.join(folder, "client.json"))
+            os.rmdir(staging)
+            write_manifest(folder)  # SHA-256 of every file, checked before the next restore
+        finally:
+            remove(staging)
 
 
 def _encodable(value: Any) -> bool:
@@ -136,9 +176,15 @@ def _encodable(value: Any) -> bool:
 
 
 def _restore_client(directory: str, client: Client) -> bool:
-    """Restore what :func:`_save_client` wrote; False if this client has not answered before."""
+    """Restore what :func:`_save_client` wrote; False if this client has not answered before.
+
+    :raises ValueError: ``directory`` is a symbolic link or another user's folder; a file is missing, added, altered
+        or a link (checked against the manifest before anything is read).
+    """
+    from ....private_files import check_folder
+
     pointer = os.path.join(directory, "client.json")
-    if not os.path.exists(pointer):
+    if not check_folder(directory, "the client's state folder") or not os.path.lexists(pointer):
         return False
     verify_manifest(directory)  # a truncated, altered, added or missing file is a ValueError naming it
     with open(pointer) as f:
