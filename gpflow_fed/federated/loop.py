@@ -21,6 +21,7 @@ import numpy as np
 from ..metrics import evaluate_model
 from ..progress import tqdm
 from .algorithm import Aggregate, Algorithm, FederationInfo
+from ..private_files import check_folder
 from .checkpoint import (
     latest_checkpoint,
     load_checkpoint,
@@ -197,6 +198,8 @@ def _rounds(
     ids = list(info.client_ids)
     clients = {cid: e.client for cid, e in endpoints.items()}
     directory = None if options.checkpoint_dir is None else str(options.checkpoint_dir)
+    if directory is not None:
+        check_folder(directory, "checkpoint_dir")  # refused before any training: a link, a file, another user's
     state = algorithm.initial_state(info)
     history: List[Dict[str, Any]] = []
     accountant = reducer.accountant()
