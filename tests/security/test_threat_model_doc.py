@@ -16,7 +16,9 @@ def test_threat_model_is_linked_and_cites_existing_tests():
         "## Privacy-aware release",
         "## Secure aggregation",
         "## Differential privacy",
-        "## Malicious clients",
+        "## Principles",
+        "## Sum-phase checks and malicious clients",
+        "## Flower",
         "## Checkpoints",
     ):
         assert heading in text
