@@ -187,6 +187,29 @@ PROFILES: Dict[str, Dict[str, Invocations]] = {
     "distribute": {"quick": [["--quick"]], "full": [[]]},
     "flower": {"quick": [[]], "full": [["--deployment"], ["--secure"]]},
     "scale": {"quick": [["--quick"]], "full": [[]]},
+    "scale_overhead": {
+        "quick": [["--clients", "50", "--rounds", "2"]],
+        "full": [["--clients", "1000", "10000", "--json", "benchmarks/results/scale_overhead.json"]],
+    },
+    "secure_recovery": {
+        "quick": [["--clients", "20,100", "--codes", "100", "--repeats", "1", "--json", ""]],
+        "full": [
+            [
+                "--clients",
+                "100,1000",
+                "--codes",
+                "1000",
+                "--repeats",
+                "5",
+                "--json",
+                "benchmarks/results/secure_recovery.json",
+            ]
+        ],
+    },
+    "dp_distributed_utility": {
+        "quick": [["--quick"]],
+        "full": [["--out", "benchmarks/results/dp_distributed_utility.json"]],
+    },
     "secure_aggregation": {
         "quick": [["--clients", "10,100", "--repeats", "1", "--json", ""]],
         "full": [[]],
