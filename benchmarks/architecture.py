@@ -167,26 +167,26 @@ def trace() -> Dict[str, object]:
     def make() -> FSGP:
         return FSGP(gpflow.kernels.SquaredExponential(), Z, rounds=1, local_steps=1)
 
-    runtime = LocalRuntime(secure_aggregation=True)
+    runtime = LocalRuntime()  # the default protection: secure aggregation
     run(make(), dataset, runtime=runtime)  # warm up: tracing and imports happen outside the trace
     transitions: Dict[Tuple[str, str], int] = defaultdict(int)
     owner = "gpflow_fed.federated.exchange"
-    stage_of_owner: List[str] = []
     per_stage: Dict[str, Dict[str, int]] = defaultdict(lambda: defaultdict(int))
     reentered: Dict[str, int] = defaultdict(int)
-    stack: List[str] = []
+    stack: List[Tuple[str, str]] = []  # (module, the phase owner's stage at the time)
 
     def profile(frame, event, arg):  # noqa: ANN001
         if event == "call":
             module = frame.f_globals.get("__name__", "")
-            caller = stack[-1] if stack else ""
-            stack.append(module)
+            caller, stage = stack[-1] if stack else ("", "")
+            if module == owner and frame.f_code.co_name in ("run", "_send"):
+                stage = "update" if frame.f_code.co_name == "run" else str(frame.f_locals.get("stage"))
+            stack.append((module, stage))
             if module.startswith("gpflow_fed") and caller.startswith("gpflow_fed") and module != caller:
                 transitions[(caller, module)] += 1
                 if caller == owner:
-                    stage = frame.f_back.f_locals.get("stage") if frame.f_back is not None else None
-                    per_stage[str(stage or frame.f_back.f_code.co_name)][module] += 1
-                if module == owner and caller != owner and owner in stack[:-1]:
+                    per_stage[stage][module] += 1
+                elif module == owner and any(m == owner for m, _ in stack[:-1]):
                     reentered[caller] += 1
         elif event == "return" and stack:
             stack.pop()
@@ -197,7 +197,6 @@ def trace() -> Dict[str, object]:
         run(make(), dataset, runtime=runtime)
     finally:
         sys.setprofile(None)
-    del stage_of_owner
     return {
         "transitions": sum(transitions.values()),
         "module_pairs": len(transitions),

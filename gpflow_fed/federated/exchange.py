@@ -168,6 +168,16 @@ class PhaseOwner:
                 self._protocol_faults[cid] = response.fault or "sent nothing"
         return answers
 
+    def _drive(self, stages: Any, where: Tuple[int, str, str]) -> Any:
+        """Run a protocol generator (:mod:`~.protection.secagg`): each stage it yields goes out through the transport
+        and its answers go back in; the owner drives, so the protocol never calls back into it."""
+        try:
+            stage, requests = next(stages)
+            while True:
+                stage, requests = stages.send(self._send(stage, requests, where))
+        except StopIteration as done:
+            return done.value
+
     def _secure_server(self, where: Tuple[int, str, str]) -> SecAggServer:
         """The run's secure-aggregation server, set up with every client on first use (keys and shares once per
         run)."""
@@ -179,7 +189,7 @@ class PhaseOwner:
             minimum = max(secure.min_cohort, distributed.honest_clients if distributed is not None else 2)
             server = SecAggServer(self.reducer.run_id, min_survivors=minimum)
             try:
-                server.setup(lambda stage, requests: self._send(stage, requests, where), self.info.client_ids)
+                self._drive(server.setup_stages(self.info.client_ids), where)
             except SecAggAborted as exc:
                 raise RoundFailedError(f"round {where[0]}, phase {where[1]!r}: {exc}") from None
             self._secagg = server
@@ -209,9 +219,7 @@ class PhaseOwner:
         names = sorted(layout)
         size = int(sum(int(np.prod(layout[n], dtype=np.int64)) for n in names))
         try:
-            result = server.secure_sum(
-                lambda stage, requests: self._send(stage, requests, where), context.exchange, size, degree=secure.degree
-            )
+            result = self._drive(server.secure_sum_stages(context.exchange, size, degree=secure.degree), where)
         except SecAggAborted as exc:
             raise RoundFailedError(f"round {round}, phase {phase!r}: {exc}") from None
         lost = {cid: self._protocol_faults.get(cid, reason) for cid, reason in result.dropped.items()}

@@ -94,7 +94,7 @@ import json
 import secrets
 from dataclasses import dataclass
 from collections.abc import Mapping
-from typing import Any, Callable, Dict, FrozenSet, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Generator, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 from cryptography.hazmat.primitives import hashes
@@ -136,6 +136,7 @@ __all__ = [
     "SetupReport",
     "components",
     "default_degree",
+    "drive",
     "holder_graph",
     "in_process_send",
     "members_bitmap",
@@ -149,6 +150,19 @@ STAGES = ("advertise", "share", "store", "masked_input", "unmask")
 
 #: ``send(stage, {client_id: request}) -> {client_id: response or None}``, supplied by the runtime
 Send = Callable[[str, Dict[str, Dict[str, Any]]], Mapping[str, Optional[Mapping[str, Any]]]]
+#: a protocol run as a generator: yields ``(stage, {client_id: request})``, is sent the answers, returns its result
+Stages = Generator[Tuple[str, Dict[str, Dict[str, Any]]], Mapping[str, Any], Any]
+
+
+def drive(stages: Stages, send: Send) -> Any:
+    """Run ``stages`` with ``send`` answering each stage; the generator's return value."""
+    try:
+        stage, requests = next(stages)
+        while True:
+            stage, requests = stages.send(send(stage, requests))
+    except StopIteration as done:
+        return done.value
+
 
 _SETUP_PURPOSE, _SETUP_PHASE = "secure-aggregation-setup", "share-holders"
 _SHARED = "self-mask seed b"
@@ -724,8 +738,10 @@ class SecAggServer:
         """Clients that completed setup and were not excluded since."""
         return tuple(c for c in sorted(self.roster) if c not in self.excluded)
 
-    def _call(self, send: Send, stage: str, requests: Dict[str, Dict[str, Any]], tally: List[int]) -> Dict[str, Any]:
-        answers = send(stage, requests)
+    @staticmethod
+    def _ask(stage: str, requests: Dict[str, Dict[str, Any]], tally: List[int]) -> Stages:
+        """One stage: yield ``(stage, requests)``, receive the answers, keep those asked (generator)."""
+        answers = yield stage, requests
         if not isinstance(answers, Mapping):
             raise TypeError(f"secure aggregation: send({stage!r}, ...) must return a mapping client -> response")
         picked = {c: answers.get(c) for c in requests}
@@ -734,7 +750,17 @@ class SecAggServer:
         return picked
 
     def setup(self, send: Send, clients: Sequence[str]) -> SetupReport:
-        """Stages ``advertise``, ``share`` and ``store`` over ``clients``; once per run.
+        """:meth:`setup_stages` driven by ``send`` (every stage's requests in, the answers out)."""
+        return drive(self.setup_stages(clients), send)
+
+    def secure_sum(self, send: Send, exchange: Exchange, size: int, *, degree: Optional[int] = None) -> SecureSum:
+        """:meth:`secure_sum_stages` driven by ``send``."""
+        return drive(self.secure_sum_stages(exchange, size, degree=degree), send)
+
+    def setup_stages(self, clients: Sequence[str]) -> Stages:
+        """Stages ``advertise``, ``share`` and ``store`` over ``clients``; once per run. A generator: it yields
+        ``(stage, {client: request})``, is sent ``{client: answer or None}`` back, and returns the
+        :class:`SetupReport` (the caller drives it, so the protocol never calls back into the caller).
 
         A client that does not answer, answers malformed data, presents a key another client presents, or
         whose share reached fewer than ``t`` holders is excluded (with the reason in :attr:`excluded`).
@@ -747,7 +773,7 @@ class SecAggServer:
             raise RuntimeError("SecAggServer.setup runs once per run; start a new run (new run id) to set up again")
         ids = _ids(list(clients))
         tally = [0, 0]
-        answers = self._call(send, "advertise", {c: {"run_id": self.run_id} for c in ids}, tally)
+        answers = yield from self._ask("advertise", {c: {"run_id": self.run_id} for c in ids}, tally)
         keys: Dict[str, Tuple[bytes, bytes]] = {}
         for c in ids:
             a = answers[c]
@@ -782,7 +808,7 @@ class SecAggServer:
             "degree": degree,
             "threshold": t,
         }
-        answers = self._call(send, "share", {c: request for c in roster}, tally)
+        answers = yield from self._ask("share", {c: request for c in roster}, tally)
         ciphertexts: Dict[str, Mapping[str, bytes]] = {}
         for c in roster:
             a = answers[c]
@@ -799,7 +825,7 @@ class SecAggServer:
             h: {"run_id": self.run_id, "ciphertexts": {i: ciphertexts[i][h] for i in holders[h] if i in ciphertexts}}
             for h in roster
         }
-        answers = self._call(send, "store", requests, tally)
+        answers = yield from self._ask("store", requests, tally)
         stored: Dict[str, set] = {i: set() for i in ciphertexts}
         for h in roster:
             a = answers[h]
@@ -821,7 +847,7 @@ class SecAggServer:
             bytes_from_clients=tally[1],
         )
 
-    def secure_sum(self, send: Send, exchange: Exchange, size: int, *, degree: Optional[int] = None) -> SecureSum:
+    def secure_sum_stages(self, exchange: Exchange, size: int, *, degree: Optional[int] = None) -> Stages:
         """``Σ_{i∈S} codes_i mod 2^64`` over the survivors ``S`` of ``exchange.cohort`` (stages ``masked_input``,
         ``unmask``, and ``unmask`` again for the ``b`` shares of survivors that did not answer it).
 
@@ -865,7 +891,7 @@ class SecAggServer:
         requests = {
             c: {**base, "size": size, "s_pk": {p: self.roster[p][0] for p in graph[c]}} for c in exchange.cohort
         }
-        answers = self._call(send, "masked_input", requests, tally)
+        answers = yield from self._ask("masked_input", requests, tally)
         masked: Dict[str, np.ndarray] = {}
         dropped: Dict[str, str] = {}
         for c in exchange.cohort:
@@ -902,7 +928,7 @@ class SecAggServer:
             peers = [p for p in graph[j] if p in masked]
             if peers:
                 requests[j] = {**unmask, "seed": False, "pads": peers}
-        answers = self._call(send, "unmask", requests, tally)
+        answers = yield from self._ask("unmask", requests, tally)
         seeds: Dict[str, bytes] = {}
         pads: Dict[Tuple[str, str], bytes] = {}  # (survivor, dropped) -> pad seed
         for c, request in requests.items():
@@ -937,7 +963,7 @@ class SecAggServer:
                     requests.setdefault(h, {**unmask, "seed": False, "pads": [], "b_shares": []})["b_shares"].append(i)
             for i in late:
                 self.excluded[i] = f"its self-mask seed b was rebuilt in {exchange.purpose!r} round {exchange.round}"
-            answers = self._call(send, "unmask", requests, tally)
+            answers = yield from self._ask("unmask", requests, tally)
             shares: Dict[str, List[Tuple[int, bytes]]] = {i: [] for i in late}
             for h, request in requests.items():
                 a = answers[h]
