@@ -217,32 +217,10 @@ def _ensemble_build(s: Mapping[str, Any], constants: Mapping[str, np.ndarray]) -
     )  # fmt: skip
 
 
-def _standardized_structure(model: Any) -> Dict[str, Any]:
-    return {"model": _structure(model.model), "input_dim": model.input_dim, "output_dim": model.output_dim}
-
-
-def _standardized_constants(model: Any) -> Dict[str, np.ndarray]:
-    return _constants(model.model)
-
-
-def _standardized_build(s: Mapping[str, Any], constants: Mapping[str, np.ndarray]) -> Any:
-    from ..data.standardize import Standardizer
-    from .standardized import StandardizedModel
-
-    inner = _build(s["model"], constants)
-    D, P = _integer(s["input_dim"], "input_dim", 1), _integer(s["output_dim"], "output_dim", 1)
-    if isinstance(s["model"], Mapping) and (s["model"].get("input_dim"), s["model"].get("output_dim")) != (D, P):
-        raise ValueError("saved model: the standardiser's dimensions differ from its model's")
-    return StandardizedModel(inner, Standardizer(np.zeros(D), np.ones(D), np.zeros(P), np.ones(P)))
-
-
 Structure = Callable[[Any], Dict[str, Any]]
 Builder = Callable[[Mapping[str, Any], Mapping[str, np.ndarray]], Any]
 #: class name -> (structure, constants, builder, required structure fields)
 _MODELS: Dict[str, Tuple[Structure, Callable[[Any], Dict[str, np.ndarray]], Builder, Tuple[str, ...]]] = {
-    "StandardizedModel": (
-        _standardized_structure, _standardized_constants, _standardized_build, ("model", "input_dim", "output_dim")
-    ),
     "AggregatedSGPR": (
         _aggregated_structure, lambda m: {}, _aggregated_build,
         ("kernel", "num_inducing", "input_dim", "output_dim", "whitened", "bound_statistics", "variance_lower_bound"),
@@ -260,6 +238,18 @@ _MODELS: Dict[str, Tuple[Structure, Callable[[Any], Dict[str, np.ndarray]], Buil
         ("kernel", "likelihood", "num_inducing", "input_dim", "local_models", "whiten", "kl", "jitter"),
     ),
 }  # fmt: skip
+
+
+def register_model(
+    name: str,
+    structure: Structure,
+    constants: Callable[[Any], Dict[str, np.ndarray]],
+    build: Builder,
+    required: Tuple[str, ...],
+) -> None:
+    """Let :func:`save_model`/:func:`load_model` handle the package's model class ``name`` (a model defined above this
+    module registers itself, e.g. :class:`~gpflow_fed.models.StandardizedModel`)."""
+    _MODELS[name] = (structure, constants, build, required)
 
 
 def _class_name(model: Any) -> str:

@@ -17,7 +17,7 @@ The moments are non-trainable ``tf.Variable`` s of the model, so ``tf.train.Chec
 from __future__ import annotations
 
 import os
-from typing import Any, Tuple, Union
+from typing import Any, Dict, Mapping, Tuple, Union
 
 import gpflow
 import numpy as np
@@ -25,6 +25,9 @@ import tensorflow as tf
 from check_shapes import check_shapes, inherit_check_shapes
 from gpflow.base import MeanAndVariance
 from gpflow.models.model import GPModel
+
+from ..data.standardize import Standardizer
+from .saving import _build, _constants, _integer, _structure, load_model, register_model, save_model
 
 __all__ = ["StandardizedModel"]
 
@@ -78,8 +81,6 @@ class StandardizedModel(GPModel):
     @property
     def standardizer(self) -> Any:
         """The moments as a :class:`~gpflow_fed.data.Standardizer` (copies)."""
-        from ..data.standardize import Standardizer
-
         return Standardizer(*(v.numpy().copy() for v in (self.X_mean, self.X_std, self.Y_mean, self.Y_std)))
 
     @check_shapes("X: [N, D]", "return: [N, D]")
@@ -139,8 +140,6 @@ class StandardizedModel(GPModel):
     def save(self, path: Union[str, "os.PathLike[str]"]) -> str:
         """Write this model (inner model and moments) to one ``.npz`` file; see
         :func:`gpflow_fed.models.save_model`. Returns the path written."""
-        from .saving import save_model
-
         return str(save_model(self, path))
 
     @staticmethod
@@ -149,9 +148,32 @@ class StandardizedModel(GPModel):
 
         :raises ValueError: the file is not a StandardizedModel file, or is corrupt.
         """
-        from .saving import load_model
-
         model = load_model(path)
         if not isinstance(model, StandardizedModel):
             raise ValueError(f"{path}: holds a {type(model).__name__}, not a StandardizedModel; use load_model")
         return model
+
+
+def _standardized_structure(model: Any) -> Dict[str, Any]:
+    return {"model": _structure(model.model), "input_dim": model.input_dim, "output_dim": model.output_dim}
+
+
+def _standardized_constants(model: Any) -> Dict[str, np.ndarray]:
+    return _constants(model.model)
+
+
+def _standardized_build(s: Mapping[str, Any], constants: Mapping[str, np.ndarray]) -> Any:
+    inner = _build(s["model"], constants)
+    D, P = _integer(s["input_dim"], "input_dim", 1), _integer(s["output_dim"], "output_dim", 1)
+    if isinstance(s["model"], Mapping) and (s["model"].get("input_dim"), s["model"].get("output_dim")) != (D, P):
+        raise ValueError("saved model: the standardiser's dimensions differ from its model's")
+    return StandardizedModel(inner, Standardizer(np.zeros(D), np.ones(D), np.zeros(P), np.ones(P)))
+
+
+register_model(
+    "StandardizedModel",
+    _standardized_structure,
+    _standardized_constants,
+    _standardized_build,
+    ("model", "input_dim", "output_dim"),
+)
