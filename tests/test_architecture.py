@@ -1,4 +1,4 @@
-"""The library's shape (docs/guides/architecture.md): imports run downward, and one phase owner drives every exchange."""
+"""The library's shape (docs/guides/architecture.md): imports run downward; one phase owner drives every exchange."""
 
 import importlib.util
 from pathlib import Path
