@@ -53,10 +53,12 @@ test-core-install:
 	grep -q 'pip install "gpflow-fed\[data\]"' $(CORE_VENV)/work/no-data.txt
 	test "$$(wc -l < $(CORE_VENV)/work/no-data.txt)" -eq 1
 
-## Formatting and lint (ruff, configured in pyproject.toml); CI runs it before the tests. `make format` fixes.
+## Formatting and lint (ruff), then type checking of the package (mypy), both configured in pyproject.toml; CI
+## runs it before the tests. `make format` fixes what ruff can.
 lint: $(STAMP)
 	$(VENV)/bin/ruff format --check
 	$(VENV)/bin/ruff check
+	$(VENV)/bin/mypy
 
 format: $(STAMP)
 	$(VENV)/bin/ruff format

@@ -110,7 +110,7 @@ class HistoryToTensorBoard(ToTensorBoard):
         super().__init__(str(log_dir))
         self.include = None if include is None else frozenset(include)
 
-    def run(self, *, history: Sequence[Mapping[str, Any]], **unused_kwargs: Any) -> None:
+    def run(self, *, history: Sequence[Mapping[str, Any]], **unused_kwargs: Any) -> None:  # type: ignore[override]  # MonitorTaskGroup passes history= by keyword
         for tag, value in round_scalars(history).items():
             if self.include is None or tag in self.include:
                 tf.summary.scalar(tag, value, step=self.current_step)

@@ -43,8 +43,8 @@ def plot_predictions(
     """
     if not models:
         raise ValueError("plot_predictions needs at least one model")
-    X = np.asarray(X_test, dtype=gpflow.default_float())
-    Y = np.asarray(Y_test, dtype=gpflow.default_float())
+    X: np.ndarray = np.asarray(X_test, dtype=gpflow.default_float())
+    Y: np.ndarray = np.asarray(Y_test, dtype=gpflow.default_float())
     if X.shape[1] == 1:
         order = np.argsort(X[:, 0])
         ax.plot(X[order, 0], Y[order, 0], ".", color="0.6", markersize=3, label="test data")

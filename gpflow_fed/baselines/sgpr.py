@@ -73,7 +73,8 @@ def train_adam(
     if stopping is None:
         trainer.fit(int(steps), trainer.initial_state())
         return int(steps)
-    state, losses = trainer.initial_state(), []
+    losses: List[float] = []
+    state = trainer.initial_state()
     while len(losses) < steps:
         chunk, state = trainer.fit(min(stopping.window, int(steps) - len(losses)), state)
         losses.extend(np.asarray(chunk).tolist())

@@ -73,7 +73,7 @@ def _run(args: argparse.Namespace) -> int:
         )
     environment = {**OFFLINE_ENV, TRUSTED_MODULES_ENV: module}
     data_dir = os.path.abspath(args.data_dir)
-    commands = {
+    commands: Dict[str, Any] = {
         "superlink": shlex.join(superlink_command(int(port), host="0.0.0.0")),
         "supernodes": [
             shlex.join(supernode_command(args.superlink, 9110 + k, os.path.join(data_dir, f"client_{k}.npz"), k))

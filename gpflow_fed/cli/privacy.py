@@ -26,7 +26,7 @@ import math
 import sys
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Tuple
 
 if TYPE_CHECKING:
     import numpy as np
@@ -198,7 +198,7 @@ def _missing(args: argparse.Namespace) -> List[str]:
 
 
 def _check_numbers(args: argparse.Namespace) -> None:
-    checks = [
+    checks: List[Tuple[str, Any, Callable[[float], bool], str]] = [
         ("--lengthscale", args.lengthscale, lambda v: v > 0, "> 0"),
         ("--variance", args.variance, lambda v: v > 0, "> 0"),
         ("--noise-variance", args.noise_variance, lambda v: v >= 0, "≥ 0"),
@@ -499,7 +499,7 @@ def _plot(X: "np.ndarray", Y: "np.ndarray | None", result: Any, path: Path, name
     grid = np.linspace(X.min(), X.max(), 400)[:, None]
     fig = figure(figsize=(7, 3.8))
     ax = fig.subplots()
-    curves = [("released", result.model, "k", "C1")]
+    curves: List[Tuple[str, Any, str, Optional[str]]] = [("released", result.model, "k", "C1")]
     if Y is not None:
         ax.plot(X[:, 0], Y[:, 0], ".", color="0.5", ms=4, label="raw data (owner only)")
         # the raw data under the released hyperparameters (Σ = 0; a 1e-10 relative jitter when σ² = 0)

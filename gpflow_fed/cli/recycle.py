@@ -74,7 +74,7 @@ def _inducing_inputs(X: Any, M: int, seed: int) -> Any:
     return X[np.sort(rows)]
 
 
-def _plot(path: Path, models: Dict[str, Any], X: Any, Y: Any, title: str) -> str:
+def _plot(path: Path, models: Dict[str, Any], X: Any, Y: Any, *, title: str) -> str:
     from ..plotting import figure, plot_predictions
 
     fig = figure(figsize=(7, 4))
@@ -175,7 +175,7 @@ def _one_step(args: argparse.Namespace) -> int:
     write_scalars(str(logdir / "ensemble"), {"elbo": bound, **{k: rows[0][k] for k in ("test_rmse", "test_nlpd")}}, 0)
     outputs["plot"] = _plot(
         logdir / "recycle-ensemble.png", {"ensemble": model}, *raw.test,
-        f"Recyclable-GP ensemble of {len(models)} local models on {raw.name} (test set)",
+        title=f"Recyclable-GP ensemble of {len(models)} local models on {raw.name} (test set)",
     )  # fmt: skip
     outputs["model"] = str(save(model, args.save or logdir / "model.npz"))
     settings = {
@@ -216,7 +216,7 @@ def _locals(args: argparse.Namespace) -> int:
     shown = dict(list(fitted.items())[:5])
     outputs["plot"] = _plot(
         logdir / "recycle-locals.png", shown, X_all, Y_all,
-        f"local SVGPs on {raw.name} ({len(shown)} of {len(fitted)} shown"
+        title=f"local SVGPs on {raw.name} ({len(shown)} of {len(fitted)} shown"
         + (", standardised units)" if scaler is not None else ")"),
     )  # fmt: skip
     rows = [{"method": name, "elbo_per_point": bounds[f"{name}/elbo_per_point"]} for name in names]
@@ -273,7 +273,7 @@ def _ensemble(args: argparse.Namespace) -> int:
         rows[0]["elbo"] = bound
         outputs["plot"] = _plot(
             logdir / "recycle-ensemble.png", {"ensemble": model}, *raw.test,
-            f"Recyclable-GP ensemble of {len(models)} models on {raw.name} (test set)",
+            title=f"Recyclable-GP ensemble of {len(models)} models on {raw.name} (test set)",
         )  # fmt: skip
     outputs["model"] = str(save(model, args.save or logdir / "model.npz"))
     write_scalars(str(logdir / "ensemble"), {k: v for k, v in rows[0].items() if isinstance(v, float)}, step=0)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 __all__ = ["SCHEMA_VERSION", "dataset_info", "emit", "format_table", "method_row", "payload", "score_rows"]
 
@@ -53,14 +53,16 @@ def method_row(method: str, scores: Dict[str, float], **extra: Any) -> Dict[str,
     return {"method": method, **{k: float(v) for k, v in scores.items()}, **extra}
 
 
-def score_rows(model: Any, label: str, raw_test: Any, standardizer: Any, num_test: int, **extra: Any) -> List:
+def score_rows(
+    model: Any, label: str, raw_test: Any, standardizer: Any, num_test: int, **extra: Any
+) -> Tuple[List[Dict[str, Any]], Optional[str]]:
     """``[the model's row, the predict-the-mean row]`` and its over-confidence warning (or ``None``)."""
     from ..evaluation import calibration_message, held_out_metrics, mean_baseline
 
     scores = held_out_metrics(model, raw_test, standardizer)
     warning = calibration_message(scores, num_test, label)
     rows = [method_row(label, scores, **extra), method_row(BASELINE, mean_baseline(raw_test, standardizer))]
-    return [rows, warning]
+    return rows, warning
 
 
 def payload(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import csv
 import os
 from pathlib import Path
-from typing import Dict, Union
+from typing import Dict, List, Union
 
 import numpy as np
 
@@ -27,7 +27,7 @@ HOSPITALS = {"north": (70, 20, 55), "south": (60, 35, 70), "east": (50, 50, 85),
 def example_table(seed: int = 0) -> Dict[str, np.ndarray]:
     """The columns ``hospital``, ``age`` (years), ``dose`` (mg/kg, 0–1) and ``los`` (days) of the module docstring."""
     rng = np.random.default_rng(seed)
-    parts = {"hospital": [], "age": [], "dose": []}
+    parts: Dict[str, List[np.ndarray]] = {"hospital": [], "age": [], "dose": []}
     for name, (rows, low, high) in HOSPITALS.items():
         parts["hospital"].append(np.full(rows, name))
         parts["age"].append(rng.uniform(low, high, rows))

@@ -17,7 +17,7 @@ Every partitioner returns a list of K integer index arrays that together cover `
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 from check_shapes import check_shapes
@@ -55,7 +55,7 @@ def _check_clients(num_clients: object, num_data: object) -> Tuple[int, int]:
     return num_clients, num_data
 
 
-def _cut(order: np.ndarray, sizes: Sequence[int]) -> Partition:
+def _cut(order: np.ndarray, sizes: Union[Sequence[int], np.ndarray]) -> Partition:
     bounds = np.cumsum([0, *sizes])
     return [np.sort(order[bounds[k] : bounds[k + 1]]) for k in range(len(sizes))]
 

@@ -13,7 +13,7 @@ numerically stabler than ``Σ a² / N − m²``. A column with ``s = 0`` is left
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence, Tuple
+from typing import Sequence, Tuple, overload
 
 import gpflow
 import numpy as np
@@ -27,7 +27,7 @@ Moments = Tuple[int, np.ndarray, np.ndarray]
 @check_shapes("A: [N, L]")
 def client_moments(A: np.ndarray) -> Moments:
     """One client's summary ``(N_k, m_k: [L], S_k: [L])`` of its columns (see the module docstring)."""
-    A_arr = np.asarray(A, dtype=gpflow.default_float())
+    A_arr: np.ndarray = np.asarray(A, dtype=gpflow.default_float())
     mean = A_arr.mean(axis=0)
     return int(A_arr.shape[0]), mean, ((A_arr - mean) ** 2).sum(axis=0)
 
@@ -36,7 +36,7 @@ def combine_moments(moments: Sequence[Moments]) -> Tuple[np.ndarray, np.ndarray]
     """Global ``(mean: [L], std: [L])`` from the clients' ``(N_k, m_k, S_k)``; a zero std becomes 1."""
     if len(moments) == 0:
         raise ValueError("combine_moments needs the summaries of at least one client")
-    sizes = np.array([n for n, _, _ in moments], dtype=gpflow.default_float())
+    sizes: np.ndarray = np.array([n for n, _, _ in moments], dtype=gpflow.default_float())
     means = np.stack([m for _, m, _ in moments])
     total = sizes.sum()
     mean = (sizes[:, None] * means).sum(axis=0) / total
@@ -68,18 +68,34 @@ class Standardizer:
         <gpflow_fed.data.FederatedDataset.standardized>`, which never pools the clients' rows)."""
 
         def moments(A: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-            array = np.asarray(A, dtype=gpflow.default_float())
+            array: np.ndarray = np.asarray(A, dtype=gpflow.default_float())
             std = array.std(0)
             return array.mean(0), np.where(std > 0, std, 1.0)
 
         (X_mean, X_std), (Y_mean, Y_std) = moments(X), moments(Y)
         return cls(X_mean=X_mean, X_std=X_std, Y_mean=Y_mean, Y_std=Y_std)
 
+    @overload
+    def transform(self, X: np.ndarray) -> np.ndarray: ...
+    @overload
+    def transform(self, X: np.ndarray, Y: np.ndarray) -> Tuple[np.ndarray, np.ndarray]: ...
+    @overload
+    def transform(self, X: np.ndarray, Y: "np.ndarray | None") -> "np.ndarray | Tuple[np.ndarray, np.ndarray]": ...
+
     def transform(self, X: np.ndarray, Y: "np.ndarray | None" = None) -> "np.ndarray | Tuple[np.ndarray, np.ndarray]":
         """Standardise inputs ``X: [N, D]`` to ``(X − μ_X)/σ_X``, and outputs ``Y: [N, P]`` to ``(Y − μ_Y)/σ_Y``
         when given: returns ``X'`` or ``(X', Y')``."""
         X_out = self._scale(X, self.X_mean, self.X_std, "X")
         return X_out if Y is None else (X_out, self._scale(Y, self.Y_mean, self.Y_std, "Y"))
+
+    @overload
+    def inverse_transform(self, mean: np.ndarray) -> np.ndarray: ...
+    @overload
+    def inverse_transform(self, mean: np.ndarray, var: np.ndarray) -> Tuple[np.ndarray, np.ndarray]: ...
+    @overload
+    def inverse_transform(
+        self, mean: np.ndarray, var: "np.ndarray | None"
+    ) -> "np.ndarray | Tuple[np.ndarray, np.ndarray]": ...
 
     def inverse_transform(
         self, mean: np.ndarray, var: "np.ndarray | None" = None
@@ -91,7 +107,7 @@ class Standardizer:
 
     @staticmethod
     def _checked(A: np.ndarray, reference: np.ndarray, name: str) -> np.ndarray:
-        array = np.asarray(A, dtype=gpflow.default_float())
+        array: np.ndarray = np.asarray(A, dtype=gpflow.default_float())
         width = int(np.size(reference))
         if array.ndim != 2 or array.shape[1] != width:
             raise ValueError(f"Standardizer: {name} must have shape [N, {width}], got {array.shape}")

@@ -121,8 +121,8 @@ def fsgp_synthetic_1(seed: int = 0, num_train: int = 500, num_test: int = 300) -
     num_test = integer(num_test, "num_test", minimum=2)
     dtype = gpflow.default_float()
     rng = np.random.default_rng(seed)
-    X_train = np.linspace(-10.0, 10.0, num_train, dtype=dtype)[:, None]
-    X_test = np.linspace(-10.0, 10.0, num_test, dtype=dtype)[:, None]
+    X_train: np.ndarray = np.linspace(-10.0, 10.0, num_train, dtype=dtype)[:, None]
+    X_test: np.ndarray = np.linspace(-10.0, 10.0, num_test, dtype=dtype)[:, None]
     F_train, F_test = fsgp_latent_1(X_train), fsgp_latent_1(X_test)
     noise_std = 0.5
     Y_train = F_train + noise_std * rng.standard_normal(F_train.shape)
@@ -148,8 +148,8 @@ def fsgp_synthetic_2(seed: int = 0, grid_train: int = 70, grid_test: int = 30) -
     grid_test = integer(grid_test, "grid_test", minimum=2)
     dtype = gpflow.default_float()
     rng = np.random.default_rng(seed)
-    X_train = _grid(-25.0, 25.0, grid_train).astype(dtype)
-    X_test = _grid(-25.0, 25.0, grid_test).astype(dtype)
+    X_train: np.ndarray = _grid(-25.0, 25.0, grid_train).astype(dtype)
+    X_test: np.ndarray = _grid(-25.0, 25.0, grid_test).astype(dtype)
     F_train, F_test = fsgp_latent_2(X_train), fsgp_latent_2(X_test)
     noise_std = 0.4
     Y_train = F_train + noise_std * rng.standard_normal(F_train.shape)
@@ -233,11 +233,11 @@ def recyclable_segments(
     for _ in range(replicas):
         for t in range(num_segments):
             start = interval[0] + t * width
-            X = np.sort(rng.uniform(start, start + width, size=(points_per_task, 1)), axis=0).astype(dtype)
+            X: np.ndarray = np.sort(rng.uniform(start, start + width, size=(points_per_task, 1)), axis=0).astype(dtype)
             F = recyclable_latent(X, bias)
             tasks.append((X, F + noise_std * rng.standard_normal(F.shape)))
             latents.append(F)
-    X_test = np.linspace(test_interval[0], test_interval[1], num_test, dtype=dtype)[:, None]
+    X_test: np.ndarray = np.linspace(test_interval[0], test_interval[1], num_test, dtype=dtype)[:, None]
     F_test = recyclable_latent(X_test, bias)
     Y_test = F_test + noise_std * rng.standard_normal(F_test.shape)
     return SegmentedRegression(tuple(tasks), tuple(latents), X_test, Y_test, F_test, float(noise_std))

@@ -111,7 +111,7 @@ class PhaseOwner:
                     "sent impossible values, which secure aggregation does not let the server attribute"
                 )
         else:
-            aggregate = self.reducer.reduce([responses[cid].message for cid in good], context)  # type: ignore[misc]
+            aggregate = self.reducer.reduce([responses[cid].message for cid in good], context)  # type: ignore[misc]  # screened: a message
         return algorithm.server_update(state, aggregate), aggregate, excluded
 
     def _broadcast(self, state: Any, round: int, phase: str) -> Mapping[str, np.ndarray]:
@@ -133,8 +133,9 @@ class PhaseOwner:
         expected = {}
         for cid in cohort:
             weight = self.algorithm.expected_weight(phase, self.info.client_sizes[cid])
+            # noised with readable weights: central DP (distributed DP needs secure aggregation, weights unread)
             if weight is not None and aggregation == "mean" and protection.noised(phase, aggregation):
-                weight = min(weight, protection.dp.weight_bound)  # type: ignore[union-attr]
+                weight = min(weight, protection.dp.weight_bound)  # type: ignore[union-attr]  # central DP (see above)
             expected[cid] = weight
         return expected
 

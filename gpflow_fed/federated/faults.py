@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -67,7 +67,7 @@ class FaultPolicy:
 OVERFLOW_BOUND = 1e150
 
 
-def reply_fault(reply: object, client_id: str, broadcast: Message) -> Optional[str]:
+def reply_fault(reply: object, client_id: str, broadcast: Union[Message, _Down]) -> Optional[str]:
     """Why a single reply is unusable (wrong type, sender, round or phase; non-finite values, or values beyond
     :data:`OVERFLOW_BOUND`), or None. The reason never carries a value of the reply."""
     if not isinstance(reply, Message):
@@ -228,9 +228,9 @@ def screen(
     if verify is not None:
         for message in readable:
             if message.sender not in excluded and isinstance(message, Message):
-                reason = verify(message.sender, message)
-                if reason is not None:
-                    excluded[message.sender] = reason
+                verdict = verify(message.sender, message)
+                if verdict is not None:
+                    excluded[message.sender] = verdict
     if excluded and faults.on_error == "raise":
         cid = next(c for c in cohort if c in excluded)
         cause = errors.get(cid) or ValueError(excluded[cid])

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Iterator, List, Optional, Tuple
+from typing import Any, Iterable, Iterator, List, Optional, Tuple
 
 from .messages import SERVER, Message
 
@@ -109,12 +109,12 @@ class CommunicationLedger:
             and (purpose is None or e.purpose == purpose)
         ]
 
-    def total_bytes(self, **filters: object) -> int:
+    def total_bytes(self, **filters: Any) -> int:
         """Total bytes of the entries matching ``filters`` (same keywords as :meth:`select`)."""
         if set(filters) <= {"direction"} and filters.get("direction") in (None, "up", "down"):
             direction = filters.get("direction")
-            return sum(self._bytes.values()) if direction is None else self._bytes[direction]  # type: ignore[index]
-        return sum(e.nbytes for e in self.select(**filters))  # type: ignore[arg-type]
+            return sum(self._bytes.values()) if direction is None else self._bytes[direction]
+        return sum(e.nbytes for e in self.select(**filters))
 
 
 class Channel:

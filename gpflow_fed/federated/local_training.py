@@ -110,7 +110,7 @@ class CompiledAdam:
         self.optimizer.build(self.variables)
         self.slots: List[tf.Variable] = list(self.optimizer.variables)  # the step count, then (m, v) per variable
         self.compile = bool(compile)
-        self._compiled: Optional[Callable[..., Any]] = None
+        self._compiled: Optional[Any] = None  # a tf.function
 
     def initial_state(self) -> AdamState:
         """A fresh Adam state: step count 0 and zero moments."""

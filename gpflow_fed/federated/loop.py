@@ -245,7 +245,7 @@ def _rounds(
             "meta": meta,
             "final": final,
         }
-        save_checkpoint(directory, round, run_record, algorithm, clients, _ready(endpoints, ids))  # type: ignore[arg-type]
+        save_checkpoint(directory, round, run_record, algorithm, clients, _ready(endpoints, ids))  # type: ignore[arg-type]  # called only with a directory
 
     rounds = range(first_round, algorithm.rounds)
     last = algorithm.rounds  # the round number of the final messages: fewer if ``Algorithm.stop_early`` ends training

@@ -24,7 +24,7 @@ def _as_float_array(value: object, name: str, ndims: Tuple[int, ...]) -> np.ndar
     if isinstance(value, (tf.Variable, tf.Tensor)):
         value = value.numpy()
     try:
-        array = np.asarray(value, dtype=gpflow.default_float())
+        array: np.ndarray = np.asarray(value, dtype=gpflow.default_float())
     except (TypeError, ValueError) as exc:
         raise TypeError(f"{name} must be a numeric array ({exc})") from exc
     if array.ndim not in ndims:

@@ -20,7 +20,7 @@ with ``L Lᵀ = Kuu``, ``AAᵀ = L⁻¹ (Kuf Kfu) L⁻ᵀ / σ²``, ``B = I + AA
 
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Any, Optional, Tuple, Union
 
 import gpflow
 import numpy as np
@@ -35,7 +35,7 @@ __all__ = ["AggregatedSGPR", "collapsed_sgpr_bound"]
 
 
 def _as_float_tensor(value: Any, name: str, ndim: int) -> tf.Tensor:
-    array = np.asarray(value, dtype=gpflow.default_float())
+    array: np.ndarray = np.asarray(value, dtype=gpflow.default_float())
     if array.ndim != ndim:
         raise ValueError(f"AggregatedSGPR: {name} must have rank {ndim}, got shape {array.shape}")
     if not np.all(np.isfinite(array)):
@@ -142,9 +142,9 @@ class AggregatedSGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
         kuf_kfu: Any,
         kuf_y: Any,
         *,
-        num_data: Optional[float] = None,
-        y_squared_sum: Optional[float] = None,
-        trace_kff: Optional[float] = None,
+        num_data: Optional[Union[float, np.ndarray]] = None,
+        y_squared_sum: Optional[Union[float, np.ndarray]] = None,
+        trace_kff: Optional[Union[float, np.ndarray]] = None,
         whitened: bool = False,
         freeze_statistics_parameters: bool = True,
     ) -> None:
@@ -257,5 +257,5 @@ class AggregatedSGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
         )
 
     @inherit_check_shapes
-    def maximum_log_likelihood_objective(self) -> tf.Tensor:  # type: ignore[override]
+    def maximum_log_likelihood_objective(self) -> tf.Tensor:
         return self.elbo()

@@ -16,7 +16,7 @@ therefore the exact GPR with kernel ``λ²·φ(x)ᵀφ(x')`` at O(N L²) cost.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple, cast
 
 import gpflow
 import numpy as np
@@ -136,7 +136,8 @@ class BayesianLinearRegression(gpflow.models.GPModel, InternalDataTrainingLossMi
             num_outputs = int(Y.shape[1])
             self._statistics = None
         else:
-            stats = self._check_statistics(statistics, kernel.num_features)
+            # exactly one of data and statistics is given (checked above)
+            stats = self._check_statistics(cast(Mapping[str, Any], statistics), kernel.num_features)
             num_outputs = int(stats["phi_t_y"].shape[1])
             # non-trainable variables: a tf.train.Checkpoint or save_model of the model holds the sums
             self._statistics = {n: tf.Variable(v, trainable=False, name=n) for n, v in stats.items()}
@@ -184,7 +185,7 @@ class BayesianLinearRegression(gpflow.models.GPModel, InternalDataTrainingLossMi
         """The current sufficient statistics (recomputed from the data, or the stored sums)."""
         if self._statistics is not None:
             return {n: tf.convert_to_tensor(v) for n, v in self._statistics.items()}
-        X, Y = self.data
+        X, Y = cast(Tuple[tf.Tensor, tf.Tensor], self.data)  # no stored sums: built from data
         return blr_statistics(self.kernel.features(X), Y)
 
     def posterior_weights(self) -> Tuple[tf.Tensor, tf.Tensor]:

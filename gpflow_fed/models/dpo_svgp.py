@@ -21,7 +21,7 @@ assembled from the clients' factors). Prediction goes through :meth:`BaseDPOSVGP
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Optional, Sequence, Tuple, Union, cast
 
 import gpflow
 import numpy as np
@@ -185,7 +185,8 @@ class BaseDPOSVGP(GPModel):
 
     @property
     def input_dim(self) -> int:
-        Z = self.q_Z.Z_mean if self.q_Z is not None else self.pseudo.Z
+        # without q(Z) the u-factor holds Z
+        Z = self.q_Z.Z_mean if self.q_Z is not None else cast(gpflow.Parameter, self.pseudo.Z)
         return int(Z.shape[1])
 
     def _check_dims(self, X: np.ndarray) -> None:
@@ -316,12 +317,12 @@ class DPOSVGP(BaseDPOSVGP, InternalDataTrainingLossMixin):
         pseudo: UFactor,
         q_Z: Optional[GaussianInducingPoints] = None,
         q_beta: Optional[LogNormalHyperparameters] = None,
-        **kwargs: object,
+        **kwargs: Any,
     ) -> None:
         X, Y = validate_regression_data(data[0], data[1], "DPOSVGP data")
         if Y.shape[1] != 1:
             raise ValueError(f"DPOSVGP is single-output: Y must be [N, 1], got {Y.shape}")
-        super().__init__(kernel, likelihood, pseudo, q_Z, q_beta, **kwargs)  # type: ignore[arg-type]
+        super().__init__(kernel, likelihood, pseudo, q_Z, q_beta, **kwargs)
         self._check_dims(X)
         self.data = (tf.constant(X), tf.constant(Y))
         self._elbo_calls = tf.Variable(0, dtype=tf.int64, trainable=False)

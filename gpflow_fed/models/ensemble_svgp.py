@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import functools
 import warnings
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union, cast
 
 import gpflow
 import numpy as np
@@ -41,6 +41,7 @@ from gpflow.models.model import GPModel, MeanAndVariance
 from gpflow.models.training_mixins import InternalDataTrainingLossMixin
 from gpflow.utilities import assert_params_false, set_trainable, triangular
 from gpflow.utilities.ops import square_distance
+from numpy.typing import DTypeLike
 from scipy.linalg import solve_triangular
 
 from ..validation import integer
@@ -156,7 +157,7 @@ class EnsembleSVGP(GPModel, InternalDataTrainingLossMixin):
         if kl not in ("forward", "reverse"):
             raise ValueError(f"kl must be 'forward' (paper) or 'reverse' (authors' code), got {kl!r}")
         if not isinstance(inducing_variable, gpflow.inducing_variables.InducingPoints):
-            Z = np.asarray(inducing_variable, dtype=dtype)
+            Z: np.ndarray = np.asarray(inducing_variable, dtype=dtype)
             if Z.ndim != 2 or Z.shape[0] == 0 or not np.all(np.isfinite(Z)):
                 raise ValueError(f"inducing_variable must be a finite [M, D] array, got shape {Z.shape}")
             inducing_variable = gpflow.inducing_variables.InducingPoints(Z)
@@ -198,9 +199,10 @@ class EnsembleSVGP(GPModel, InternalDataTrainingLossMixin):
     def _common_likelihood(self) -> gpflow.likelihoods.Likelihood:
         specs = [m.likelihood for m in self.local_models]
         if specs and all(s is not None and s["class"] == "Gaussian" for s in specs):
-            return gpflow.likelihoods.Gaussian(variance=float(np.mean([s["variance"] for s in specs])))
+            variances = [cast(Mapping[str, Any], s)["variance"] for s in specs]  # none is None (checked)
+            return gpflow.likelihoods.Gaussian(variance=float(np.mean(variances)))
         if specs[0] is not None and all(s == specs[0] for s in specs):
-            return likelihood_from_spec(specs[0])
+            return cast(gpflow.likelihoods.Likelihood, likelihood_from_spec(specs[0]))  # a spec gives one
         raise ValueError(
             "local models have different or unknown likelihoods; pass likelihood= explicitly "
             "(e.g. gpflow_fed.likelihoods.HeterogeneousLikelihood or the likelihood of the output to predict)"
@@ -208,7 +210,8 @@ class EnsembleSVGP(GPModel, InternalDataTrainingLossMixin):
 
     @staticmethod
     def _check_data(data: Any, D: int, likelihood: Any) -> Tuple[tf.Tensor, tf.Tensor]:
-        X, Y = (np.asarray(a, dtype=gpflow.default_float()) for a in data)
+        dtype: DTypeLike = gpflow.default_float()
+        X, Y = (np.asarray(a, dtype=dtype) for a in data)
         if X.ndim != 2 or X.shape[1] != D or Y.ndim != 2 or Y.shape[0] != X.shape[0] or X.shape[0] == 0:
             raise ValueError(f"data must be (X [N, {D}], Y [N, P]) with N > 0, got {X.shape} and {Y.shape}")
         if not (np.all(np.isfinite(X)) and np.all(np.isfinite(Y))):
@@ -354,7 +357,7 @@ class EnsembleSVGP(GPModel, InternalDataTrainingLossMixin):
             bound += tf.reduce_sum(self.likelihood.variational_expectations(X, f_mean, f_var, Y))
         return bound
 
-    def maximum_log_likelihood_objective(self) -> tf.Tensor:  # type: ignore[override]
+    def maximum_log_likelihood_objective(self) -> tf.Tensor:
         return self.elbo()
 
     @check_shapes("return: []")

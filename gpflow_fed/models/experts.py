@@ -200,6 +200,6 @@ class ExpertCommittee(gpflow.models.GPModel, InternalDataTrainingLossMixin):
         return combine_experts(means, variances, self.rule, prior)
 
     @inherit_check_shapes
-    def maximum_log_likelihood_objective(self) -> tf.Tensor:  # type: ignore[override]
+    def maximum_log_likelihood_objective(self) -> tf.Tensor:
         """``Σ_e`` of the experts' own objectives (the factorised likelihood ``Π_k p(y_k)`` for GPR experts)."""
         return tf.add_n([expert.maximum_log_likelihood_objective() for expert in self.experts])

@@ -28,8 +28,8 @@ class MeanPredictor(gpflow.models.GPModel):
     """
 
     def __init__(self, mean: Any, variance: Any) -> None:
-        mean_arr = np.atleast_1d(np.asarray(mean, dtype=gpflow.default_float()))
-        var_arr = np.atleast_1d(np.asarray(variance, dtype=gpflow.default_float()))
+        mean_arr: np.ndarray = np.atleast_1d(np.asarray(mean, dtype=gpflow.default_float()))
+        var_arr: np.ndarray = np.atleast_1d(np.asarray(variance, dtype=gpflow.default_float()))
         if mean_arr.ndim != 1 or mean_arr.shape != var_arr.shape:
             raise ValueError(
                 f"MeanPredictor: mean and variance must be [P] alike, got {mean_arr.shape}, {var_arr.shape}"

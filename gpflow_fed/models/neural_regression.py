@@ -54,7 +54,10 @@ class NeuralRegression(gpflow.models.GPModel, InternalDataTrainingLossMixin):
         if not (np.isfinite(noise_variance) and noise_variance > 0):
             raise ValueError(f"noise_variance must be positive, got {noise_variance!r}")
         super().__init__(
-            None, gpflow.likelihoods.Gaussian(noise_variance), NetworkMean(network), num_latent_gps=num_outputs
+            None,  # type: ignore[arg-type]  # no kernel (a network mean): GPModel stores None as given
+            gpflow.likelihoods.Gaussian(noise_variance),
+            NetworkMean(network),
+            num_latent_gps=num_outputs,
         )
         self.data = None if data is None else gpflow.models.util.data_input_to_tensor(data)
         if self.data is not None:

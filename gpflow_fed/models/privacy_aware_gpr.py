@@ -20,7 +20,7 @@ import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterator, Optional, Union
+from typing import Any, Dict, Iterator, Optional, Union, cast
 
 import gpflow
 import numpy as np
@@ -29,6 +29,7 @@ from check_shapes import check_shapes, inherit_check_shapes
 from check_shapes.exceptions import CheckShapesError
 from gpflow.models.training_mixins import InternalDataTrainingLossMixin
 from gpflow.utilities import assert_params_false
+from numpy.typing import ArrayLike
 
 from ..release._linalg import as_inputs
 from ..release.lowrank import LowRankCovariance
@@ -82,8 +83,8 @@ class PrivacyAwareGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
         mean_function: Optional[gpflow.mean_functions.MeanFunction] = None,
         noise_variance: float = 0.0,
     ) -> None:
-        X = np.asarray(data[0], dtype=gpflow.default_float())
-        W = np.asarray(data[1], dtype=gpflow.default_float())
+        X: np.ndarray = np.asarray(data[0], dtype=gpflow.default_float())
+        W: np.ndarray = np.asarray(data[1], dtype=gpflow.default_float())
         if not (np.all(np.isfinite(X)) and np.all(np.isfinite(W))):
             raise ValueError("PrivacyAwareGPR: X and W must be finite")
         if not (np.isfinite(noise_variance) and noise_variance >= 0):
@@ -292,7 +293,7 @@ def _check_tolerance_shape(tolerance: Tolerance, gamma: int) -> None:
     """Checks that do not depend on the hyperparameters, run before any fitting (sign, shape, finiteness)."""
     if isinstance(tolerance, gpflow.kernels.Kernel):
         return
-    array = np.asarray(tolerance, dtype=gpflow.default_float())
+    array: np.ndarray = np.asarray(tolerance, dtype=gpflow.default_float())
     if not np.all(np.isfinite(array)):
         raise ValueError("tolerance contains NaN or inf values")
     if np.any((np.diag(array) if array.ndim == 2 else array) < 0):
@@ -350,9 +351,9 @@ def _singular(what: str) -> Iterator[None]:
 
 def _outputs(Y: object, rows: int, what: str) -> np.ndarray:
     """``Y`` as a finite real ``[rows, 1]`` array (an ``[N]`` vector becomes a column)."""
-    if np.iscomplexobj(Y):
+    if np.iscomplexobj(cast(ArrayLike, Y)):  # any object: numpy reads its dtype or converts it
         raise TypeError(f"{what} is complex; pass real outputs (casting would drop the imaginary part)")
-    array = np.asarray(Y, dtype=gpflow.default_float())
+    array: np.ndarray = np.asarray(Y, dtype=gpflow.default_float())
     if array.ndim == 1:
         array = array[:, None]
     if array.shape != (rows, 1) or not np.all(np.isfinite(array)):
@@ -575,14 +576,15 @@ def release(
         _, noise_variance = fit_hyperparameters(
             _public_fit_data(public_data, X, Y), kernel, noise_variance=noise_variance, maxiter=maxiter
         )
-    sigma2 = float(noise_variance)
+    # given or fitted (checked above); a region has a kernel tolerance (check_region) and a density
+    sigma2 = float(cast(float, noise_variance))
     if region is not None:
         Sigma = region_noise_covariance(
             kernel,
             X,
             region,
-            tolerance,
-            density=float(density),
+            cast(gpflow.kernels.Kernel, tolerance),
+            density=float(cast(float, density)),
             noise_variance=sigma2,
             low_rank=bool(low_rank),
             method=method,

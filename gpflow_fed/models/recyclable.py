@@ -23,6 +23,7 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Union
 import gpflow
 import numpy as np
 from check_shapes import check_shapes
+from numpy.typing import DTypeLike
 
 from .recyclable_training import train_local_svgp
 from .serialization import (  # the kernel and likelihood specs live there; importable from here as before
@@ -75,7 +76,7 @@ class RecyclableModel:
     name: str = ""
 
     def __post_init__(self) -> None:
-        dtype = gpflow.default_float()
+        dtype: DTypeLike = gpflow.default_float()
         q_mu, q_sqrt, Z = (np.array(a, dtype=dtype) for a in (self.q_mu, self.q_sqrt, self.Z))
         if Z.ndim != 2 or Z.shape[0] == 0:
             raise ValueError(f"recyclable model {self.name!r}: Z must be [M, D] with M > 0, got shape {Z.shape}")

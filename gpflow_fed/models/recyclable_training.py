@@ -53,6 +53,7 @@ import gpflow
 import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes
+from numpy.typing import DTypeLike
 
 from ..validation import integer, non_negative_float
 
@@ -158,7 +159,7 @@ class LocalSVGPTrainer:
         :returns: a new ``gpflow.models.SVGP`` (``num_data = N_k``) holding the fitted ``(q_k, Z_k, θ_k)``.
         :raises ValueError: for no data or non-finite inputs.
         """
-        dtype = gpflow.default_float()
+        dtype: DTypeLike = gpflow.default_float()
         X, Y, Z = (np.asarray(a, dtype=dtype) for a in (X, Y, Z))
         if X.shape[0] == 0:
             raise ValueError("train_local_svgp: no data (N_k = 0)")

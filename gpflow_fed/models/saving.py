@@ -27,7 +27,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any, Callable, Dict, Mapping, Tuple, Union
+from typing import Any, Callable, Dict, Mapping, Tuple, Union, cast
 
 import gpflow
 import numpy as np
@@ -80,7 +80,9 @@ def _aggregated_build(s: Mapping[str, Any], constants: Mapping[str, np.ndarray])
 
     M = _integer(s["num_inducing"], "num_inducing", 1)
     D, P = _integer(s["input_dim"], "input_dim", 1), _integer(s["output_dim"], "output_dim", 1)
-    scalars = {k: 0.0 for k in ("num_data", "y_squared_sum", "trace_kff")} if s["bound_statistics"] else {}
+    scalars: Dict[str, Any] = (
+        {k: 0.0 for k in ("num_data", "y_squared_sum", "trace_kff")} if s["bound_statistics"] else {}
+    )
     model = AggregatedSGPR(
         build_kernel(s["kernel"]), np.zeros((M, D)), 1.0, np.zeros((M, M)), np.zeros((M, P)),
         whitened=bool(s["whitened"]), **scalars,
@@ -353,7 +355,8 @@ def save_model(model: Any, path: PathLike) -> Path:
     rebuilt = _from_arrays(arrays, "save_model")  # a file that cannot be read back is never written
     for p, (v, param) in named_variables(rebuilt).items():
         original = variables[p][1]
-        if original is not None and not np.array_equal(param.numpy(), original.numpy()):
+        # the rebuilt model has the same structure: a Parameter where the original has one
+        if original is not None and not np.array_equal(cast(gpflow.Parameter, param).numpy(), original.numpy()):
             raise TypeError(f"cannot save {p}: its parameter uses a transform the file format does not record")
     out = _npz(path)
     out.parent.mkdir(parents=True, exist_ok=True)

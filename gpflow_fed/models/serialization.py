@@ -17,7 +17,7 @@ objects only from a closed list of classes, checking every value it is given:
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union, cast
 
 import gpflow
 import numpy as np
@@ -106,7 +106,7 @@ def kernel_from_spec(spec: Mapping[str, Any]) -> gpflow.kernels.Kernel:
         raise ValueError(f"invalid kernel spec {spec!r}: needs class, variance and lengthscales") from exc
     if name not in KERNELS:
         raise ValueError(f"unknown kernel class {name!r} in saved model; supported: {', '.join(KERNELS)}")
-    ell = np.asarray(lengthscales, dtype=gpflow.default_float())
+    ell: np.ndarray = np.asarray(lengthscales, dtype=gpflow.default_float())
     if ell.ndim != 1 or ell.size == 0 or variance <= 0 or np.any(ell <= 0) or not np.all(np.isfinite(ell)):
         raise ValueError(f"invalid kernel hyperparameters in saved model: variance={variance}, lengthscales={ell}")
     return getattr(gpflow.kernels, name)(variance=variance, lengthscales=ell if ell.size > 1 else float(ell[0]))
@@ -127,7 +127,8 @@ def likelihood_spec(likelihood: Optional[gpflow.likelihoods.Likelihood]) -> Opti
     if likelihood is None:
         return None
     if isinstance(likelihood, gpflow.likelihoods.Gaussian):
-        return {"class": "Gaussian", "variance": float(likelihood.variance.numpy())}
+        # a Gaussian built with variance_function has no variance Parameter: not supported (AttributeError as before)
+        return {"class": "Gaussian", "variance": float(cast(gpflow.Parameter, likelihood.variance).numpy())}
     if isinstance(likelihood, (gpflow.likelihoods.Bernoulli, gpflow.likelihoods.Poisson)):
         return {"class": type(likelihood).__name__, "invlink": _link_name(likelihood.invlink)}
     raise TypeError(f"cannot export likelihood {type(likelihood).__name__}: supported are Gaussian, Bernoulli, Poisson")

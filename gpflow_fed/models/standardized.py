@@ -33,7 +33,7 @@ __all__ = ["StandardizedModel"]
 
 
 def _moment(value: Any, name: str, width: int, positive: bool) -> tf.Variable:
-    array = np.asarray(value, dtype=gpflow.default_float()).reshape(-1)
+    array: np.ndarray = np.asarray(value, dtype=gpflow.default_float()).reshape(-1)
     if array.shape != (width,):
         raise ValueError(f"StandardizedModel: {name} must have {width} entries, got shape {np.shape(value)}")
     if not np.all(np.isfinite(array)) or (positive and np.any(array <= 0)):

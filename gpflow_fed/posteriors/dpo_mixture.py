@@ -11,7 +11,7 @@ from the current parameters: ``NOCACHE`` (what the models' ``predict_f`` uses) r
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence, Tuple, Union
+from typing import Callable, Optional, Sequence, Tuple, Union, cast
 
 import gpflow
 import tensorflow as tf
@@ -50,7 +50,8 @@ def sampled_kernel(
     kernel: gpflow.kernels.Kernel, q_beta: Optional[LogNormalHyperparameters], betas: Optional[tf.Tensor]
 ) -> Callable:
     """The kernel of each sample: ``kernel`` itself (fixed β) or q(β)'s SE-ARD at ``betas``."""
-    return kernel if betas is None else q_beta.kernel(betas)
+    # betas are sampled only from a q(β)
+    return kernel if betas is None else cast(LogNormalHyperparameters, q_beta).kernel(betas)
 
 
 @check_shapes(

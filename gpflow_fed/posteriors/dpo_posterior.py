@@ -11,7 +11,7 @@ DPO-parameterised ELBO (its own ``q_mu``/``q_sqrt`` are then unused: q(u) is fix
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Sequence, Tuple, Union
+from typing import Callable, Optional, Sequence, Tuple, Union, cast
 
 import gpflow
 import tensorflow as tf
@@ -60,7 +60,8 @@ def factor_posterior(
     kernel: Callable, Z: tf.Tensor, L: tf.Tensor, factors: Union[UFactor, Sequence[UFactor]]
 ) -> Tuple[tf.Tensor, tf.Tensor]:
     """``(μ_w, L_B)`` of the whitened q(w) from the prior and ``factors`` at ``Z`` with ``L = chol K_ZZ``."""
-    factors = [factors] if not isinstance(factors, (list, tuple)) else factors
+    # a list or tuple is the Sequence case, anything else one factor
+    factors = [cast(UFactor, factors)] if not isinstance(factors, (list, tuple)) else factors
     terms = [f.whitened_terms(kernel, Z, L) for f in factors]
     return assemble_whitened(terms, tf.shape(Z)[-2], Z.dtype)
 

@@ -61,8 +61,8 @@ class LogNormalHyperparameters(gpflow.Module):
 
     def __init__(self, mean: object, var: object, input_dim: int, *, name: Optional[str] = None) -> None:
         super().__init__(name=name)
-        mean_arr = np.asarray(mean, dtype=gpflow.default_float()).reshape(-1)
-        var_arr = np.broadcast_to(np.asarray(var, dtype=gpflow.default_float()), mean_arr.shape).copy()
+        mean_arr: np.ndarray = np.asarray(mean, dtype=gpflow.default_float()).reshape(-1)
+        var_arr: np.ndarray = np.broadcast_to(np.asarray(var, dtype=gpflow.default_float()), mean_arr.shape).copy()
         D = int(input_dim)
         if mean_arr.shape[0] not in (D + 1, D + 2):
             raise ValueError(

@@ -46,7 +46,7 @@ def kernel_matrix(kernel: gpflow.kernels.Kernel, A: np.ndarray, B: Optional[np.n
     """
     dtype = gpflow.default_float()
     if B is not None:
-        out = np.empty((A.shape[0], B.shape[0]), dtype=dtype)
+        out: np.ndarray = np.empty((A.shape[0], B.shape[0]), dtype=dtype)
         for start in range(0, A.shape[0], KERNEL_BLOCK_ROWS):
             stop = min(start + KERNEL_BLOCK_ROWS, A.shape[0])
             out[start:stop] = kernel.K(A[start:stop], B).numpy()
@@ -73,7 +73,7 @@ def noise_vector(noise_variance: ArrayLike, num_data: int) -> np.ndarray:
 
     :raises ValueError: wrong length, negative or non-finite entries.
     """
-    v = np.asarray(noise_variance, dtype=gpflow.default_float())
+    v: np.ndarray = np.asarray(noise_variance, dtype=gpflow.default_float())
     if v.ndim == 0:
         v = np.full(num_data, float(v))
     v = v.reshape(-1)
@@ -106,7 +106,7 @@ def psd_check(A: np.ndarray, what: str, fix: str, *, strict: bool, rtol: float =
     if not np.allclose(A, A.T, rtol=1e-10, atol=1e-12 * max(1.0, float(np.max(np.abs(A))))):
         raise ValueError(f"{what} is not symmetric; {fix}")
     lam = np.linalg.eigvalsh(0.5 * (A + A.T))
-    scale = max(float(np.max(np.abs(lam))), np.finfo(float).tiny)
+    scale = max(float(np.max(np.abs(lam))), float(np.finfo(float).tiny))
     threshold = rtol * scale
     if (strict and lam[0] <= threshold) or (not strict and lam[0] < -threshold):
         kind = "positive definite" if strict else "positive semi-definite"

@@ -53,8 +53,8 @@ class LowRankCovariance:
     """
 
     def __init__(self, eigenvalues: np.ndarray, eigenvectors: np.ndarray) -> None:
-        lam = np.asarray(eigenvalues, dtype=gpflow.default_float()).reshape(-1)
-        vecs = np.asarray(eigenvectors, dtype=gpflow.default_float())
+        lam: np.ndarray = np.asarray(eigenvalues, dtype=gpflow.default_float()).reshape(-1)
+        vecs: np.ndarray = np.asarray(eigenvectors, dtype=gpflow.default_float())
         if vecs.ndim != 2 or vecs.shape[1] != lam.shape[0]:
             raise ValueError(f"eigenvectors of shape {vecs.shape} do not match {lam.shape[0]} eigenvalues")
         if np.any(lam < 0):
@@ -134,7 +134,7 @@ def min_eigenvalue_lower_bound(KXX: np.ndarray, v: np.ndarray) -> float:
         rows[start : start + 1024] = np.sum(np.abs(KXX[start : start + 1024]), axis=1)
     off = rows - np.abs(diag)
     gershgorin = float(np.min(diag + v - off))
-    rounding = N * np.finfo(KXX.dtype).eps * float(np.max(np.abs(diag)))
+    rounding = N * float(np.finfo(KXX.dtype).eps) * float(np.max(np.abs(diag)))
     return max(float(np.min(v)) - rounding, gershgorin)
 
 

@@ -197,7 +197,7 @@ def synthetic_noise_covariance(
 def _eigenpairs(Sigma: object) -> "tuple[np.ndarray, np.ndarray]":
     if isinstance(Sigma, LowRankCovariance):
         return Sigma.eigenvalues, Sigma.eigenvectors
-    dense = np.asarray(Sigma, dtype=gpflow.default_float())
+    dense: np.ndarray = np.asarray(Sigma, dtype=gpflow.default_float())
     if dense.ndim != 2 or dense.shape[0] != dense.shape[1]:
         raise ValueError(f"Sigma must be a square [N, N] matrix, got shape {dense.shape}")
     if not np.all(np.isfinite(dense)):
@@ -224,7 +224,7 @@ def obfuscate(Y: np.ndarray, Sigma: Covariance, *, insecure_noise_seed: Optional
     """
     if np.iscomplexobj(Y):
         raise TypeError("Y is complex; pass real outputs (casting would drop the imaginary part)")
-    Ya = np.asarray(Y, dtype=gpflow.default_float())
+    Ya: np.ndarray = np.asarray(Y, dtype=gpflow.default_float())
     if Ya.ndim not in (1, 2) or not np.all(np.isfinite(Ya)):
         raise ValueError(f"Y must be a finite [N] or [N, P] array, got shape {Ya.shape}")
     lam, O = _eigenpairs(Sigma)

@@ -31,7 +31,7 @@ from __future__ import annotations
 import abc
 import math
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Union
+from typing import List, Optional, Sequence, Union, cast
 
 import gpflow
 import numpy as np
@@ -63,8 +63,8 @@ class Box(Region):
     """
 
     def __init__(self, lower: Sequence[float], upper: Sequence[float]) -> None:
-        lo = np.atleast_1d(np.asarray(lower, dtype=gpflow.default_float()))
-        hi = np.atleast_1d(np.asarray(upper, dtype=gpflow.default_float()))
+        lo: np.ndarray = np.atleast_1d(np.asarray(lower, dtype=gpflow.default_float()))
+        hi: np.ndarray = np.atleast_1d(np.asarray(upper, dtype=gpflow.default_float()))
         if lo.ndim != 1 or lo.shape != hi.shape:
             raise ValueError(f"Box bounds must be two vectors of one length, got {lo.shape} and {hi.shape}")
         if not (np.all(np.isfinite(lo)) and np.all(np.isfinite(hi))):
@@ -212,7 +212,8 @@ def _prepare(kernel: gpflow.kernels.Kernel, X: object, region: Region, tolerance
     check_region(region, Xa, tolerance)
     if not isinstance(tolerance, ProportionalKernel):
         coarse = region.discretise(max(1.0, density / 8.0))
-        check_tolerance_kernel(kernel, tolerance, coarse[: min(coarse.shape[0], 400)])
+        # check_region refused any tolerance but a kernel
+        check_tolerance_kernel(kernel, cast(gpflow.kernels.Kernel, tolerance), coarse[: min(coarse.shape[0], 400)])
     return Xa
 
 
@@ -314,7 +315,7 @@ def refine_region(
         densities.append(d)
         sizes.append(int(region.discretise(d).shape[0]))
         traces.append(trace)
-        if level > 0 and abs(traces[-1] - traces[-2]) <= rtol * max(abs(traces[-1]), np.finfo(float).tiny):
+        if level > 0 and abs(traces[-1] - traces[-2]) <= rtol * max(abs(traces[-1]), float(np.finfo(float).tiny)):
             converged = True
             break
     assert Sigma is not None

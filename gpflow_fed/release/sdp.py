@@ -12,7 +12,7 @@ optimum by at most ``2Nδ``; :class:`SDPInfo` reports the achieved numbers. SCS 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, cast
 
 import cvxpy as cp
 import gpflow
@@ -68,7 +68,7 @@ def solve_privacy_sdp(
     Cs, Bs = C / scale, KXS / np.sqrt(scale)
     if diagonal:
         s = cp.Variable(N, nonneg=True)
-        Sigma_var = cp.diag(s)
+        Sigma_var: cp.Expression = cp.diag(s)
     else:
         Sigma_var = cp.Variable((N, N), PSD=True)
     constraints = []
@@ -94,7 +94,8 @@ def solve_privacy_sdp(
             f"the privacy SDP is {problem.status} ({solver}); check that every tolerance is below the "
             "prior variance, or use method='strong'"
         )
-    value = np.diag(s.value) if diagonal else np.asarray(Sigma_var.value)
+    # s.value is set by the successful solve above
+    value = np.diag(cast(np.ndarray, s.value)) if diagonal else np.asarray(Sigma_var.value)
     value = 0.5 * (value + value.T)
     if not diagonal:
         lam, vecs = np.linalg.eigh(value)
@@ -118,7 +119,7 @@ def solve_privacy_sdp(
         float(np.linalg.eigvalsh(value + Cs - (Bs[:, i : i + 1] @ Bs[:, i : i + 1].T) / margin[i])[0])
         for i in range(KXS.shape[1])
     )
-    Sigma = (value * scale).astype(gpflow.default_float())
+    Sigma: np.ndarray = (value * scale).astype(gpflow.default_float())
     info = SDPInfo(
         solver=solver,
         status=str(problem.status),

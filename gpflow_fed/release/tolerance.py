@@ -184,7 +184,7 @@ def resolve_tolerance(kernel: gpflow.kernels.Kernel, S: np.ndarray, tolerance: T
     else:
         if isinstance(tolerance, (str, bytes)) or tolerance is None:
             raise TypeError(f"tolerance must be a number, vector, matrix or gpflow Kernel, got {tolerance!r}")
-        array = np.asarray(tolerance, dtype=gpflow.default_float())
+        array: np.ndarray = np.asarray(tolerance, dtype=gpflow.default_float())
         if not np.all(np.isfinite(array)):
             raise ValueError("tolerance contains NaN or inf values")
         if array.ndim == 0:

@@ -53,9 +53,9 @@ from __future__ import annotations
 
 import time
 import warnings
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, cast
 
 import cvxpy as cp
 import gpflow
@@ -280,7 +280,7 @@ def _rank_one_lower_bound(U: np.ndarray, Ginv: np.ndarray, T: np.ndarray, H: np.
     return float(np.sum(lam * (uh**2 / m - np.einsum("ki,kl,li->i", U, T, U))))
 
 
-def _one_blas_thread():
+def _one_blas_thread() -> AbstractContextManager[object]:
     """Limit BLAS to one thread where threadpoolctl is installed (else no-op).
 
     The barrier's Newton systems are small (k(k+1)/2 ≲ 3,240 unknowns) and factored ~60 times; on a shared
@@ -347,7 +347,7 @@ def _lifted_lower_bound(Y: np.ndarray, nu: np.ndarray, T: np.ndarray, QtB: np.nd
 def _schur_inverse(L: np.ndarray, Q: np.ndarray) -> np.ndarray:
     """``G⁻¹`` with ``G = QᵀC⁻¹Q`` from the Cholesky factor L of C (via a QR of ``L⁻¹Q``)."""
     W = solve_triangular(L, Q, lower=True, check_finite=False)
-    R = np.linalg.qr(W, mode="r")
+    R = cast(np.ndarray, np.linalg.qr(W, mode="r"))  # numpy's stubs type every mode as QRResult; "r" gives R
     Rinv = solve_triangular(R, np.eye(R.shape[0]), lower=False, check_finite=False)
     Ginv = Rinv @ Rinv.T
     return 0.5 * (Ginv + Ginv.T)
@@ -380,8 +380,8 @@ def solve_weak_krylov(
     start = time.perf_counter()
     dtype = gpflow.default_float()
     C = np.asarray(C, dtype=dtype)
-    B = np.asarray(KXS, dtype=dtype)
-    m = np.asarray(margin, dtype=dtype).reshape(-1)
+    B: np.ndarray = np.asarray(KXS, dtype=dtype)
+    m: np.ndarray = np.asarray(margin, dtype=dtype).reshape(-1)
     N, gamma = B.shape
     if not (np.all(np.isfinite(C)) and np.all(np.isfinite(B)) and np.all(np.isfinite(m))):
         raise ValueError("C, KXS and margin must be finite")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Optional, Sequence, Tuple
+from typing import Optional, Sequence, Tuple, cast
 
 import gpflow
 import tensorflow as tf
@@ -38,7 +38,7 @@ def distillation_loss(
     ``data=(X_kd, y_kd)`` evaluates the same loss on data passed as arguments instead of ``model.data`` (for a
     compiled server step that does not capture the data).
     """
-    X_kd, Y_kd = model.data if data is None else data
+    X_kd, Y_kd = cast(Tuple[tf.Tensor, tf.Tensor], model.data) if data is None else data  # a BLR built on data
     Phi = model.kernel.features(X_kd)
     s = blr_statistics(Phi, Y_kd)
     lml = blr_log_marginal_likelihood(

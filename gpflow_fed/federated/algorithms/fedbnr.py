@@ -26,7 +26,7 @@ sizes L×L, L×P, P and 1 — none depends on N_c, and no row of Φ_c, X_c or y_
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Dict, Final, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Final, Mapping, Optional, Tuple, cast
 
 import gpflow
 import numpy as np
@@ -267,7 +267,7 @@ class FedBNR(Algorithm):
         return _Worker(model, CompiledAdam(model.trainable_variables, loss, self.learning_rate, compile=self.compile))
 
     def _distillation_worker(self) -> _Worker:
-        model = self._model(self.distillation_data)  # type: ignore[arg-type]
+        model = self._model(self.distillation_data)  # type: ignore[arg-type]  # given for aggregation="kd"
         loss = lambda X, Y, target: distillation_loss(model, target, self.alpha, data=(X, Y))  # noqa: E731
         return _Worker(model, CompiledAdam(model.trainable_variables, loss, self.learning_rate, compile=self.compile))
 
@@ -297,7 +297,7 @@ class FedBNR(Algorithm):
     # --- the round -----------------------------------------------------------------------------------
     def broadcast(self, state: FedBNRState, round: int, phase: str) -> Mapping[str, np.ndarray]:
         if phase == WEIGHTS_PHASE:
-            return {"a_inverse": state.a_inverse}  # type: ignore[dict-item]
+            return {"a_inverse": state.a_inverse}  # type: ignore[dict-item]  # set in the two-step scatter phase
         return dict(state.values)
 
     def client_update(self, client: Client, broadcast: Message) -> Message:
@@ -349,7 +349,7 @@ class FedBNR(Algorithm):
             # Φᵀy = σ² A w̄ (eq. 3.6), so the model below is the same BLR as with the one-step protocol.
             model = self._server_model(state.values, None)
             noise = float(model.likelihood.variance.numpy())
-            A = np.linalg.inv(state.a_inverse)
+            A = np.linalg.inv(cast(np.ndarray, state.a_inverse))  # set in the two-step scatter phase
             stats = dict(state.statistics or {})
             stats["phi_t_y"] = noise * A @ np.asarray(aggregate["w_mean"])
             return replace(state, statistics=stats)
@@ -363,7 +363,7 @@ class FedBNR(Algorithm):
         mean = {
             k: sum(w * np.asarray(m[k]) for w, m in zip(weights, messages)) / weights.sum() for k in messages[0].arrays
         }
-        X_kd, Y_kd = (tf.constant(a) for a in self.distillation_data)  # type: ignore[union-attr]
+        X_kd, Y_kd = (tf.constant(a) for a in self.distillation_data)  # type: ignore[union-attr]  # given for "kd"
         with self._worker.use() as worker:
             if worker.gram is None:
                 worker.gram = (
@@ -376,7 +376,7 @@ class FedBNR(Algorithm):
         target = tf.add_n(grams) / float(len(grams))
         kd = self._kd.get()
         self.shared.assign(kd.model, mean)
-        _, new_adam = kd.trainer.fit(self.kd_steps, kd_adam, X_kd, Y_kd, target)  # type: ignore[arg-type]
+        _, new_adam = kd.trainer.fit(self.kd_steps, kd_adam, X_kd, Y_kd, target)  # type: ignore[arg-type]  # "kd" state has one
         return self.shared.read(kd.model), new_adam
 
     def _server_model(

@@ -60,7 +60,7 @@ def inducing_from_public(X_public: np.ndarray, num_inducing: int, seed: int = 0)
     from scipy.cluster.vq import kmeans2
 
     M = integer(num_inducing, "inducing_from_public: num_inducing", minimum=1)
-    X = np.asarray(X_public, dtype=gpflow.default_float())
+    X: np.ndarray = np.asarray(X_public, dtype=gpflow.default_float())
     if not np.all(np.isfinite(X)):
         raise ValueError("inducing_from_public: X_public contains NaN or inf values")
     distinct = np.unique(X, axis=0).shape[0]

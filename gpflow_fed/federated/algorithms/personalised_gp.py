@@ -70,7 +70,7 @@ class PersonalisedGP(Algorithm):
         super().__init__(rounds, client_fraction)
         if not isinstance(kernel, gpflow.kernels.Kernel):
             raise TypeError(f"kernel must be a gpflow kernel, got {type(kernel).__name__}")
-        Z = np.asarray(inducing_points, dtype=gpflow.default_float())
+        Z: np.ndarray = np.asarray(inducing_points, dtype=gpflow.default_float())
         if Z.ndim != 2 or Z.shape[0] == 0:
             raise ValueError(f"inducing_points must be [M, D] with M ≥ 1, got shape {Z.shape}")
         positive_float(noise_variance, "noise_variance")

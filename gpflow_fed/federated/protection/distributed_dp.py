@@ -92,7 +92,7 @@ import math
 import os
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence, Tuple
 
 import numpy as np
 from scipy.optimize import minimize_scalar
@@ -156,7 +156,7 @@ class NoiseSource:
     def __repr__(self) -> str:
         return f"NoiseSource({'os.urandom' if self.secure else 'INSECURE test seed'})"
 
-    def __reduce__(self) -> None:  # type: ignore[override]
+    def __reduce__(self) -> NoReturn:
         raise TypeError("NoiseSource holds unused random words, which must not be copied out; make a new one")
 
     def __copy__(self) -> "NoiseSource":
@@ -501,7 +501,7 @@ class DistributedDP:
         clip_norm: float,
         honest_clients: int,
         tolerance: float = 1e-3,
-        **options: object,
+        **options: Any,
     ) -> "DistributedDP":
         """The mechanism with the smallest noise multiplier z whose releases spend at most ``epsilon`` at ``delta``.
 
@@ -522,7 +522,7 @@ class DistributedDP:
             raise ValueError("DistributedDP.for_target: the releases are empty; give (num_sums, dimension) pairs")
 
         def spent(z: float) -> float:
-            ddp = cls(z, clip_norm, honest_clients, delta, **options)  # type: ignore[arg-type]
+            ddp = cls(z, clip_norm, honest_clients, delta, **options)
             return zcdp_epsilon(sum(P * release_rho(ddp, d) for P, d in plan), delta)
 
         low, high = 1e-3, 1e4
@@ -532,11 +532,11 @@ class DistributedDP:
                 f"{spent(high):.3g}); allow a larger ε or fewer releases"
             )
         if spent(low) <= epsilon:
-            return cls(low, clip_norm, honest_clients, delta, **options)  # type: ignore[arg-type]
+            return cls(low, clip_norm, honest_clients, delta, **options)
         while high / low > 1 + tolerance:
             mid = math.sqrt(low * high)
             low, high = (low, mid) if spent(mid) <= epsilon else (mid, high)
-        return cls(high, clip_norm, honest_clients, delta, **options)  # type: ignore[arg-type]
+        return cls(high, clip_norm, honest_clients, delta, **options)
 
 
 # --- accounting ---------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import dp_accounting
 import numpy as np
@@ -114,7 +114,7 @@ class DifferentialPrivacy:
         sums_per_round: int = 1,
         final_sums: int = 0,
         tolerance: float = 1e-3,
-        **options: object,
+        **options: Any,
     ) -> "DifferentialPrivacy":
         """The mechanism with the smallest noise multiplier z whose run spends at most ``epsilon`` at ``delta``.
 
@@ -146,7 +146,7 @@ class DifferentialPrivacy:
             raise ValueError(f"for_target: epsilon must be positive and finite, got {epsilon!r}")
 
         def spent(z: float) -> float:
-            accountant = PrivacyAccountant(cls(z, clip_norm, delta, **options))  # type: ignore[arg-type]
+            accountant = PrivacyAccountant(cls(z, clip_norm, delta, **options))
             accountant.restore(releases)
             return accountant.epsilon()
 
@@ -165,12 +165,12 @@ class DifferentialPrivacy:
         while spent(low) <= epsilon:
             high = low
             if high <= smallest:
-                return cls(smallest, clip_norm, delta, **options)  # type: ignore[arg-type]
+                return cls(smallest, clip_norm, delta, **options)
             low = max(low / 2.0, smallest)
         while high / low > 1 + tolerance:
             mid = math.sqrt(low * high)
             low, high = (low, mid) if spent(mid) <= epsilon else (mid, high)
-        return cls(high, clip_norm, delta, **options)  # type: ignore[arg-type]
+        return cls(high, clip_norm, delta, **options)
 
     def applies(self, phase: str) -> bool:
         """Whether ``phase``'s sums are clipped and noised."""
@@ -253,7 +253,7 @@ class PrivacyAccountant:
 
     def restore(self, releases: Sequence[Sequence[int]]) -> None:
         """Replace the recorded releases (used when resuming from a checkpoint)."""
-        self._releases = [tuple(int(v) for v in r) for r in releases]  # type: ignore[misc]
+        self._releases = [tuple(int(v) for v in r) for r in releases]  # type: ignore[misc]  # (K, m, P) triples: unpacked below
         self._accountant = self._new_accountant()
         for (K, m, P), count in Counter(self._releases).items():
             self._accountant.compose(self.release_event(K, m, P), count)

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import io
 import json
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple, cast
 
 import numpy as np
 
 from ..messages import Message
 from .distributed_dp import DistributedDP, NoiseSource
-from .dp import clip_payload
+from .dp import DifferentialPrivacy, clip_payload
 from .policy import ClientPolicy
 from .request import Protection
 from .secagg import SecAggClient
@@ -100,7 +100,7 @@ class ClientEncoder:
         if dp is not None and request.noised(message.phase, aggregation):
             arrays, _ = clip_payload(arrays, dp.clip_norm)
             if aggregation == "mean":
-                weight = min(weight, dp.weight_bound)
+                weight = min(weight, cast(DifferentialPrivacy, dp).weight_bound)  # distributed DP returned above
             metrics = {}
         if request.secure is None:
             return Message(message.sender, message.round, message.phase, arrays, weight=weight)
@@ -148,12 +148,12 @@ class ClientEncoder:
         if self._secagg is None:
             raise EncoderRefusal(f"secure aggregation: {self.client_id!r} has no setup for this run")
         codes = None
-        key = None
+        key: Optional[Tuple[Any, Any, Any]] = None  # the request's values: wrong types find nothing
         if stage in ("masked_input", "unmask"):
             self._check_groups(request)
         if stage == "masked_input":
             key = (request.get("purpose"), request.get("round"), request.get("phase"))
-            kept = self._prepared.get(key)  # type: ignore[arg-type]
+            kept = self._prepared.get(key)
             if kept is None:
                 raise EncoderRefusal(
                     f"secure aggregation: {self.client_id!r} prepared no payload for round {key[1]}, phase {key[2]!r}"
@@ -162,13 +162,13 @@ class ClientEncoder:
             codes = np.concatenate([prepared.arrays[n].ravel() for n in sorted(prepared.arrays)]).astype(np.uint64)
         answer = self._secagg.respond(stage, request, codes)
         if key is not None:
-            del self._prepared[key]  # type: ignore[arg-type]
+            del self._prepared[key]
         return answer
 
     def _check_groups(self, request: Mapping[str, Any]) -> None:
         """The small-cohort rule: every group whose sum the server would learn holds enough data."""
-        key = (request.get("purpose"), request.get("round"), request.get("phase"))
-        needed = self._min_data.get(key)  # type: ignore[arg-type]
+        key: Tuple[Any, Any, Any] = (request.get("purpose"), request.get("round"), request.get("phase"))
+        needed = self._min_data.get(key)
         if needed is None or self._secagg is None:
             return
         for group in self._secagg.survivor_groups(request):

@@ -53,7 +53,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Dict, FrozenSet, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, FrozenSet, List, Mapping, NoReturn, Optional, Sequence, Tuple
 
 import numpy as np
 from cryptography.hazmat.primitives import hashes
@@ -453,7 +453,7 @@ class MaskingKeys:
     def __repr__(self) -> str:
         return f"MaskingKeys(public={self._public.hex()[:16]}…)"
 
-    def __reduce__(self) -> None:  # type: ignore[override]
+    def __reduce__(self) -> NoReturn:
         raise TypeError("MaskingKeys holds a private key, which the library never serialises; make new keys instead")
 
     def __copy__(self) -> "MaskingKeys":

@@ -29,7 +29,7 @@ def project_to_psd(matrix: Any) -> np.ndarray:
     :return: ``[M, M]`` symmetric PSD array of ``gpflow.default_float()``.
     :raises ValueError: a non-square or non-finite matrix.
     """
-    A = np.asarray(matrix, dtype=gpflow.default_float())
+    A: np.ndarray = np.asarray(matrix, dtype=gpflow.default_float())
     if A.ndim != 2 or A.shape[0] != A.shape[1]:
         raise ValueError(f"project_to_psd: expected a square [M, M] matrix, got shape {A.shape}")
     if not np.all(np.isfinite(A)):

@@ -94,7 +94,7 @@ import json
 import secrets
 from dataclasses import dataclass
 from collections.abc import Mapping
-from typing import Any, Callable, Dict, FrozenSet, Generator, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Generator, Iterable, List, NoReturn, Optional, Sequence, Tuple, cast
 
 import numpy as np
 from cryptography.hazmat.primitives import hashes
@@ -367,12 +367,12 @@ class SecAggClient:
         self._holders: Mapping[str, Tuple[str, ...]] = {}
         self._order = tuple(sorted(self._roster))
         if self._roster:
-            self._holders = _holders(self._run_id, tuple(self._roster), self._degree)  # type: ignore[arg-type]
+            self._holders = _holders(self._run_id, tuple(self._roster), self._degree)  # type: ignore[arg-type]  # a roster comes with its run id
 
     def __repr__(self) -> str:
         return f"SecAggClient({self.client_id!r}, min_cohort={self.min_cohort}, set_up={bool(self._roster)})"
 
-    def __reduce__(self) -> None:  # type: ignore[override]
+    def __reduce__(self) -> NoReturn:
         raise TypeError("SecAggClient holds secrets: keep it with to_state() in the client's memory, never pickle it")
 
     @property
@@ -414,7 +414,7 @@ class SecAggClient:
             cohort = _members_of(self._order, request.get("cohort"))
             exchange = _exchange_of(
                 self._run_id, request.get("purpose"), request.get("round"), request.get("phase"), cohort
-            )  # type: ignore[arg-type]
+            )
             degree = int(self._get(request, "degree", _is_int, "an int"))
             graph = _graph(exchange, degree)
         except (TypeError, ValueError) as error:
@@ -494,7 +494,14 @@ class SecAggClient:
                 continue
             try:
                 share = decrypt_share(
-                    self._c_sk, self._roster[sender][1], self._run_id, sender, self.client_id, _SHARED, ciphertext
+                    # a roster comes with its run id (checked above)
+                    self._c_sk,
+                    self._roster[sender][1],
+                    cast(bytes, self._run_id),
+                    sender,
+                    self.client_id,
+                    _SHARED,
+                    ciphertext,
                 )
             except ShareDecryptionError:
                 continue
@@ -612,7 +619,7 @@ class SecAggClient:
     def respond(self, stage: str, request: Mapping[str, Any], codes: Optional[np.ndarray] = None) -> Dict[str, Any]:
         """The answer to ``request`` at ``stage`` (one of :data:`STAGES`); ``codes`` only for ``masked_input``."""
         if stage == "masked_input":
-            return self.masked_input(request, codes)  # type: ignore[arg-type]
+            return self.masked_input(request, codes)  # type: ignore[arg-type]  # the encoder passes codes here
         handler = {"advertise": self.advertise, "share": self.share, "store": self.store, "unmask": self.unmask}
         if stage not in handler:
             raise self._refuse(f"unknown stage {stage!r}; expected one of {STAGES}")
@@ -888,7 +895,7 @@ class SecAggServer:
             "cohort": members_bitmap(self._order, exchange.cohort),
             "degree": d,
         }
-        requests = {
+        requests: Dict[str, Dict[str, Any]] = {
             c: {**base, "size": size, "s_pk": {p: self.roster[p][0] for p in graph[c]}} for c in exchange.cohort
         }
         answers = yield from self._ask("masked_input", requests, tally)

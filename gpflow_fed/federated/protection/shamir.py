@@ -83,8 +83,9 @@ def split_secret(secret: bytes, threshold: int, count: int) -> List[Share]:
         raise ValueError(f"split_secret: count must be an int ≥ 1, got {count!r}")
     if not _is_int(threshold) or not 1 <= threshold <= count:
         raise ValueError(f"split_secret: threshold must be an int in [1, count = {count}], got {threshold!r}")
-    low = Shamir.split(int(threshold), int(count), secret[:_HALF])
-    high = Shamir.split(int(threshold), int(count), secret[_HALF:])
+    # ssss=False is pycryptodome's default, spelled out because its stubs omit the default
+    low = Shamir.split(int(threshold), int(count), secret[:_HALF], ssss=False)
+    high = Shamir.split(int(threshold), int(count), secret[_HALF:], ssss=False)
     return [(k, a + b) for (k, a), (_, b) in zip(low, high)]
 
 
@@ -123,8 +124,9 @@ def combine_shares(shares: Sequence[Share], threshold: int) -> bytes:
 
 
 def _combine(shares: Sequence[Share]) -> bytes:
-    low = Shamir.combine([(k, v[:_HALF]) for k, v in shares])
-    high = Shamir.combine([(k, v[_HALF:]) for k, v in shares])
+    # ssss=False is pycryptodome's default, spelled out because its stubs omit the default
+    low = Shamir.combine([(k, v[:_HALF]) for k, v in shares], ssss=False)
+    high = Shamir.combine([(k, v[_HALF:]) for k, v in shares], ssss=False)
     return low + high
 
 

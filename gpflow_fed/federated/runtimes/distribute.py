@@ -121,7 +121,7 @@ def worker_folder(strategy: tf.distribute.Strategy, directory: str) -> str:
     spec = resolver.cluster_spec().as_dict() if resolver is not None else {}
     if sum(len(tasks) for tasks in spec.values()) <= 1:
         return directory
-    return os.path.join(directory, f"worker-{int(resolver.task_id)}")
+    return os.path.join(directory, f"worker-{int(resolver.task_id)}")  # type: ignore[union-attr]  # tasks imply a resolver
 
 
 class DistributeRuntime(InProcessRuntime):
@@ -261,7 +261,7 @@ class DistributeRuntime(InProcessRuntime):
         for cid, response in local.items():
             if sizes[cid]:
                 message = response.message
-                words = np.concatenate([_to_words(message.arrays[n]) for n in message.arrays])  # type: ignore[union-attr]
+                words = np.concatenate([_to_words(message.arrays[n]) for n in message.arrays])  # type: ignore[union-attr]  # sized: a message
                 partial[self._replica_of[cid]][offsets[cid] : offsets[cid] + words.size] = words
         total = self._all_reduce(partial, total_size) if total_size else np.zeros(0, WIRE_DTYPE)
         gathered: Dict[str, Response] = {}

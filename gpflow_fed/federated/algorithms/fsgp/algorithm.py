@@ -6,7 +6,7 @@ Paper: ``fsgp-federated-sparse-gp.txt`` (Guo et al.), Algorithm 1 and eqs. 9, 14
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Dict, Final, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Final, List, Mapping, Optional, Sequence, Tuple, cast
 
 import gpflow
 import numpy as np
@@ -333,7 +333,7 @@ class FSGP(Algorithm):
         if not isinstance(self.kernel, gpflow.kernels.Stationary) or self._shared is None:
             return None
         self._shared.assign(self._server_model, state.params)
-        return float(self._server_model.kernel.variance.numpy())  # type: ignore[union-attr]
+        return float(self._server_model.kernel.variance.numpy())  # type: ignore[union-attr]  # bound with _shared
 
     def check_reply(self, state: FSGPState, phase: str, message: Message, num_data: int) -> Optional[str]:
         """Statistics consistent with N_k points (:func:`~.checks.statistics_fault`: count, PSD, trace and entry
@@ -418,9 +418,12 @@ class FSGP(Algorithm):
     def initial_state(self, info: FederationInfo) -> FSGPState:
         if self._worker is None:
             raise ValueError("FSGP.initial_state needs the run's bound algorithm (FSGP.bind(info); use run())")
-        server_adam = self._server_adam.initial_state() if self.mode == "exact" else None
+        # bind() set the shared state, and the server's Adam in "exact" mode
+        server_adam = cast(ServerAdam, self._server_adam).initial_state() if self.mode == "exact" else None
         return FSGPState(
-            params=self._shared.read(self._server_model), output_dim=int(info.output_dim), server_adam=server_adam
+            params=cast(SharedState, self._shared).read(self._server_model),
+            output_dim=int(info.output_dim),
+            server_adam=server_adam,
         )
 
     def setup_client(self, client: Client, info: FederationInfo) -> None:

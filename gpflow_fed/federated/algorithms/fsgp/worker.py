@@ -115,7 +115,7 @@ class SGPRClientWorker:
         data = [tf.TensorSpec([None, D], dtype), tf.TensorSpec([None, self.output_dim], dtype)]
         values = tf.TensorSpec([sum(self._value_sizes)], dtype)
         adam = [tf.TensorSpec([], tf.int64), tf.TensorSpec([self._moment_size], dtype)]
-        M = int(inducing_variable.num_inducing)
+        M = int(inducing_variable.num_inducing)  # type: ignore[arg-type]  # None only for an unknown Z shape
         adjoints = {
             "kuf_kfu": tf.TensorSpec([M, M], dtype),
             "kuf_y": tf.TensorSpec([M, self.output_dim], dtype),

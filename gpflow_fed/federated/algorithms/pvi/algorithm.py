@@ -32,7 +32,7 @@ from __future__ import annotations
 import copy
 import warnings
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, cast
 
 import gpflow
 import numpy as np
@@ -89,7 +89,7 @@ def _inducing_init(inducing_variable: Any) -> tuple:
         return inducing_variable.Z_mean.numpy(), inducing_variable.Z_var.numpy()
     if isinstance(inducing_variable, gpflow.inducing_variables.InducingPoints):
         return inducing_variable.Z.numpy(), None
-    Z = np.asarray(inducing_variable, dtype=gpflow.default_float())
+    Z: np.ndarray = np.asarray(inducing_variable, dtype=gpflow.default_float())
     if Z.ndim != 2 or not np.all(np.isfinite(Z)):
         raise ValueError("inducing_variable must be a finite [M, D] array, InducingPoints or GaussianInducingPoints")
     return Z, None
@@ -316,7 +316,8 @@ class PVI(Algorithm):
                 [state.sets[c]["m"].shape[0] if c in included else 0 for c in ids], dtype=np.int64
             )
         else:
-            arrays.update(eta=state.eta, Lam=pack_lower(state.Lam))
+            # a "cpo" state holds eta and Lam
+            arrays.update(eta=cast(np.ndarray, state.eta), Lam=pack_lower(cast(np.ndarray, state.Lam)))
         return arrays
 
     def server_update(self, state: PVIState, aggregate: Aggregate) -> PVIState:
@@ -344,8 +345,8 @@ class PVI(Algorithm):
             if self.parameterisation == "dpo":
                 new.sets[msg.sender] = {k: np.array(msg[k]) for k in ("V", "m", "s")}
             else:
-                new.eta = new.eta + self.rho_step * msg["d_eta"]
-                new.Lam = new.Lam + self.rho_step * unpack_lower(msg["d_Lam"], M)
+                new.eta = cast(np.ndarray, new.eta) + self.rho_step * msg["d_eta"]  # a "cpo" state holds eta, Lam
+                new.Lam = cast(np.ndarray, new.Lam) + self.rho_step * unpack_lower(msg["d_Lam"], M)
             if self.learn_inducing == "fedavg":
                 new.Z = new.Z + state.client_sizes[msg.sender] / num_data * (msg["Z"] - state.Z)
             new.versions[state.client_ids.index(msg.sender)] += 1

@@ -15,7 +15,7 @@ N_k and the cavity size do not retrace); a client's data, cavity and factor are 
 from __future__ import annotations
 
 from collections import deque
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, cast
 
 import gpflow
 import numpy as np
@@ -48,7 +48,7 @@ def initial_log_beta(
     ls = np.broadcast_to(np.asarray(kernel.lengthscales.numpy(), float), (int(input_dim),))
     values = list(ls) + [float(kernel.variance.numpy())]
     if isinstance(likelihood, gpflow.likelihoods.Gaussian):
-        values.append(float(likelihood.variance.numpy()))
+        values.append(float(cast(gpflow.Parameter, likelihood.variance).numpy()))  # no variance_function
     return np.log(np.asarray(values))
 
 
@@ -116,7 +116,7 @@ class LocalProblem:
         self.mode, self.param, self.alpha, self.S = mode, param, float(alpha), int(num_samples)
         D, H = int(input_dim), num_hyperparameters(input_dim, likelihood, learn_hyperparameters)
         self.num_hyper = H
-        z = lambda *shape: tf.Variable(tf.zeros(shape, dtype), shape=shape, trainable=False)  # noqa: E731
+        z: Callable[..., tf.Variable] = lambda *shape: tf.Variable(tf.zeros(shape, dtype), shape=shape, trainable=False)  # noqa: E731
 
         def dynamic(*shape: int) -> tf.Variable:  # leading dimension may change between loads
             return tf.Variable(tf.zeros((0, *shape), dtype), shape=tf.TensorShape([None, *shape]), trainable=False)
@@ -126,10 +126,10 @@ class LocalProblem:
         self.cavZ_nu, self.cavZ_lam = z(M, D), z(M, D)
         self.q_beta = LogNormalHyperparameters(np.zeros(H), 1.0, D) if H else None
         self.cavR_nu, self.cavR_lam = z(max(H, 1)), z(max(H, 1))
-        self.own: object
+        self.own: Any  # PseudoObservations (param "dpo") or CPOFactor ("cpo")
         if param == "dpo":
             self.own = PseudoObservations(np.zeros((num_pseudo, D)), np.zeros(num_pseudo), np.ones(num_pseudo))
-            self.cav: object = PseudoObservations(np.zeros((1, D)), np.zeros(1), np.ones(1), dynamic=True)
+            self.cav: Any = PseudoObservations(np.zeros((1, D)), np.zeros(1), np.ones(1), dynamic=True)
             self.factor_vars = {
                 "V": self.own.V.unconstrained_variable,
                 "m": self.own.m.unconstrained_variable,
@@ -187,15 +187,18 @@ class LocalProblem:
         else:
             self.cav.eta.assign(sets["eta"]), self.cav.Lam.assign(sets["Lam"])
 
-    def set_q(self, Z: Optional[Tuple[np.ndarray, np.ndarray]], rho: Optional[Tuple[np.ndarray, np.ndarray]]) -> None:
+    def set_q(
+        self, Z: Optional[Tuple[np.ndarray, Optional[np.ndarray]]], rho: Optional[Tuple[np.ndarray, np.ndarray]]
+    ) -> None:
         """Start values ``(mean, var)`` of q(Z) (or a point Z with var None) and of q(log β)."""
         if Z is not None:
             self.q_Z.Z_mean.assign(Z[0])
             if Z[1] is not None:
                 self.q_Z.Z_var.unconstrained_variable.assign(np.log(Z[1]))
         if rho is not None:
-            self.q_beta.mean.assign(rho[0])
-            self.q_beta.var.unconstrained_variable.assign(np.log(rho[1]))
+            q_beta = cast(LogNormalHyperparameters, self.q_beta)  # given a start only when β is learnt
+            q_beta.mean.assign(rho[0])
+            q_beta.var.unconstrained_variable.assign(np.log(rho[1]))
 
     # --- the objective --------------------------------------------------------------------------------
     def free_energy(self, point_Z: bool) -> tf.Tensor:
@@ -209,19 +212,21 @@ class LocalProblem:
         eps_R = tf.random.stateless_normal([self.S, max(H, 1)], seed=seed + 1, dtype=dtype)
         X, Y = tf.convert_to_tensor(self.X), tf.convert_to_tensor(self.Y)
         total = tf.constant(0.0, dtype)
+        q_beta = cast(LogNormalHyperparameters, self.q_beta)  # read only when H > 0, when q(log β) exists
+        kern: Callable[..., tf.Tensor]  # the kernel, or q(log β)'s sampled kernel
         for s in range(self.S):
             Z = tf.convert_to_tensor(self.q_Z.Z_mean) if point_Z else self.q_Z.sample_from_noise(eps_Z[s][None])[0]
             kern, noise = self.kernel, None
             if H:
-                beta = self.q_beta.sample_from_noise(eps_R[s, :H])
-                kern, noise = self.q_beta.kernel(beta), self.q_beta.noise(beta)
+                beta = q_beta.sample_from_noise(eps_R[s, :H])
+                kern, noise = q_beta.kernel(beta), q_beta.noise(beta)
             ell, kl_u = dpo_free_energy_terms(
                 kern, self.likelihood, noise, X, Y, Z, [self.own], [self.cav], self.jitter
             )
             total += ell - kl_u
         bound = total / self.S
         if H:
-            bound -= self.q_beta.kl_divergence(self.cavR_nu / self.cavR_lam, 1.0 / self.cavR_lam)
+            bound -= q_beta.kl_divergence(self.cavR_nu / self.cavR_lam, 1.0 / self.cavR_lam)
         if not point_Z:
             bound -= self.alpha * self.q_Z.kl_divergence(self.cavZ_nu / self.cavZ_lam, 1.0 / self.cavZ_lam)
         return bound

@@ -3,6 +3,8 @@ the same initial q(log β) and inducing inputs: what ``gpflow-fed pvi`` and ``gp
 
 from __future__ import annotations
 
+from typing import Any
+
 import gpflow
 import numpy as np
 
@@ -22,7 +24,7 @@ dimensions never leaves (docs guide "PVI", "The initial noise variance matters")
 
 
 def make_pvi(
-    method: str, input_dim: int, rounds: int, M: int, seed: int, init_noise: float = INIT_NOISE, **options: object
+    method: str, input_dim: int, rounds: int, M: int, seed: int, init_noise: float = INIT_NOISE, **options: Any
 ) -> PVI:
     """The sequential :class:`PVI` of one of :data:`METHODS`, with ``M`` inducing inputs drawn from N(0, I)
     (seed ``seed``) and q(log β) starting at lengthscales 1, σ_f² = 1 and σ_n² = ``init_noise``.
@@ -39,4 +41,4 @@ def make_pvi(
     lik = gpflow.likelihoods.Gaussian(float(init_noise))
     param = {"cpo": "cpo", "fixed": "cpo"}.get(method, "dpo")
     learn = {"fixed": "fixed", "fixed_dpo": "fixed", "fedavg": "fedavg"}.get(method, "distribution")
-    return PVI(kernel, Z0, lik, param, "sequential", rounds, learn_inducing=learn, **options)  # type: ignore[arg-type]
+    return PVI(kernel, Z0, lik, param, "sequential", rounds, learn_inducing=learn, **options)

@@ -32,7 +32,7 @@ import json
 import os
 import tempfile
 import types
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -215,11 +215,11 @@ def _endpoint(request: Request, info: FederationInfo, context: Context) -> Tuple
         raise ValueError(f"this party is {client_id!r}, which the server's federation {info.client_ids} lacks")
     client = Client(client_id, (X, Y), client_seed(info.seed, index, info.num_clients))
     algorithm = build_algorithm(str(context.run_config["algorithm"]), context.run_config).bind(info)
-    state = context.state.config_records.get(ENCODER_STATE)
+    state: Optional[Mapping[str, Any]] = context.state.config_records.get(ENCODER_STATE)  # converted below
     if state is None:
         encoder = ClientEncoder(client_id, _policy(context))
     else:
-        encoder = ClientEncoder.from_state(client_id, _policy(context), bytes(state["state"]))  # type: ignore[arg-type]
+        encoder = ClientEncoder.from_state(client_id, _policy(context), bytes(state["state"]))
     endpoint = ClientEndpoint(algorithm, client, info, encoder)
     directory = _state_dir(context, client_id)
     if _restore_client_after_setup(directory, endpoint):

@@ -76,19 +76,19 @@ def recorddict_to_message(content: RecordDict) -> Tuple[Message, str]:
     missing = [key for key in (ARRAYS, META) if key not in content]
     if missing:
         raise ValueError(f"not a gpflow_fed message: the Flower content lacks the record(s) {missing}")
-    meta = content.config_records[META]
+    meta: Mapping[str, Any] = content.config_records[META]  # from the wire: each field converted below
     fields = [k for k in ("sender", "round", "phase", "weight", "purpose") if k not in meta]
     if fields:
         raise ValueError(f"not a gpflow_fed message: its 'meta' record lacks {fields}")
     arrays = {name: array.numpy() for name, array in content.array_records[ARRAYS].items()}
-    metrics = dict(content.metric_records[METRICS]) if METRICS in content else {}
+    metrics: Dict[str, Any] = dict(content.metric_records[METRICS]) if METRICS in content else {}
     message = Message(
         sender=str(meta["sender"]),
-        round=int(meta["round"]),  # type: ignore[arg-type]
+        round=int(meta["round"]),
         phase=str(meta["phase"]),
         arrays=arrays,
-        weight=float(meta["weight"]),  # type: ignore[arg-type]
-        metrics=metrics,  # type: ignore[arg-type]
+        weight=float(meta["weight"]),
+        metrics=metrics,
     )
     return message, str(meta["purpose"])
 
@@ -141,7 +141,7 @@ def recorddict_to_response(content: RecordDict) -> Response:
     """
     if RESPONSE not in content.config_records:
         raise ValueError("not a gpflow_fed response: the Flower content lacks the 'response' record")
-    record = content.config_records[RESPONSE]
+    record: Mapping[str, Any] = content.config_records[RESPONSE]  # from the wire: converted below
     message = recorddict_to_message(content)[0] if ARRAYS in content else None
     layout = None
     if "layout" in record:
@@ -152,7 +152,7 @@ def recorddict_to_response(content: RecordDict) -> Response:
             raise ValueError("a gpflow_fed response's layout must map names to lists of non-negative ints")
         layout = {str(name): tuple(shape) for name, shape in raw.items()}
     fault = str(record["fault"]) if "fault" in record else None
-    seconds = float(record["seconds"]) if "seconds" in record else None  # type: ignore[arg-type]
+    seconds = float(record["seconds"]) if "seconds" in record else None
     config = json.loads(str(record["config"])) if "config" in record else {}
     if not isinstance(config, dict):
         raise ValueError("a gpflow_fed response's config must be a JSON object")
@@ -172,16 +172,16 @@ def info_to_config(info: FederationInfo) -> ConfigRecord:
     )
 
 
-def config_to_info(config: ConfigRecord) -> FederationInfo:
-    """The inverse of :func:`info_to_config`."""
-    ids = tuple(str(c) for c in config["client_ids"])  # type: ignore[union-attr]
-    sizes = [int(n) for n in config["client_sizes"]]  # type: ignore[union-attr]
+def config_to_info(config: Mapping[str, Any]) -> FederationInfo:
+    """The inverse of :func:`info_to_config` (a ``ConfigRecord`` from the wire; each field converted)."""
+    ids = tuple(str(c) for c in config["client_ids"])
+    sizes = [int(n) for n in config["client_sizes"]]
     return FederationInfo(
         client_ids=ids,
         client_sizes=dict(zip(ids, sizes)),
-        input_dim=int(config["input_dim"]),  # type: ignore[arg-type]
-        output_dim=int(config["output_dim"]),  # type: ignore[arg-type]
-        seed=int(config["seed"]),  # type: ignore[arg-type]
+        input_dim=int(config["input_dim"]),
+        output_dim=int(config["output_dim"]),
+        seed=int(config["seed"]),
     )
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import tempfile
 import uuid
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Mapping, Optional
 
 import numpy as np
 
@@ -38,7 +38,7 @@ __all__ = ["FlowerRuntime", "LoopbackGrid"]
 
 
 @register_algorithm_factory
-def algorithm_factory(run_config: Dict[str, Any]) -> Algorithm:
+def algorithm_factory(run_config: Mapping[str, Any]) -> Algorithm:
     """The factory :class:`FlowerRuntime` names in its run config: the run's algorithm, as every party would build
     it from the same code and settings (each party binds its own copy, ``Algorithm.bind``)."""
     return _ALGORITHMS[str(run_config["gpflow-fed-run"])]

@@ -135,12 +135,12 @@ class FlowerServer:
                 raise ValueError(
                     f"SuperNode {reply.metadata.src_node_id} could not describe itself: {reply.error.reason}"
                 )
-            cfg = reply.content.config_records[DESCRIBE]
+            cfg: Mapping[str, Any] = reply.content.config_records[DESCRIBE]  # from the wire: converted below
             described[int(reply.metadata.src_node_id)] = (
                 int(cfg["client-index"]),
                 int(cfg["num-data"]),
                 int(cfg["input-dim"]),
-                int(cfg["output-dim"]),  # type: ignore[arg-type]
+                int(cfg["output-dim"]),
             )
         silent = sorted(set(nodes) - set(described))
         if silent:

@@ -77,9 +77,10 @@ class LoopbackGrid(Grid):
             ttl=TTL,
             message_type=message_type,
         )
+        # Flower's typed overloads omit metadata=, which its own make_message passes (flwr.app.message.message)
         if isinstance(content, Error):
-            return FlowerMessage(error=content, metadata=metadata)
-        return FlowerMessage(content=content, metadata=metadata)
+            return FlowerMessage(error=content, metadata=metadata)  # type: ignore[call-overload]  # metadata=
+        return FlowerMessage(content=content, metadata=metadata)  # type: ignore[call-overload]  # metadata=
 
     def create_message(
         self, content: RecordDict, message_type: str, dst_node_id: int, group_id: str, ttl: Optional[float] = None

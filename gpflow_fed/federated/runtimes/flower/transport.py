@@ -51,10 +51,11 @@ class GridTransport(Transport):
         self.stages += 1
         client_of = {n: c for c, n in self.node_of.items()}
         received: Dict[str, FlowerMessage] = {}
-        for reply in self.grid.send_and_receive(outgoing, timeout=self.timeout):
-            cid = client_of.get(int(reply.metadata.src_node_id))
-            if cid in requests and cid not in received:  # a reply from a node not asked, or a second one: ignored
-                received[cid] = reply
+        for incoming in self.grid.send_and_receive(outgoing, timeout=self.timeout):
+            sender = client_of.get(int(incoming.metadata.src_node_id))
+            # a reply from a node not asked, or a second one: ignored
+            if sender is not None and sender in requests and sender not in received:
+                received[sender] = incoming
         responses: Dict[str, Response] = {}
         for cid in requests:
             reply = received.get(cid)
