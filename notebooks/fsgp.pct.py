@@ -196,9 +196,15 @@ print("any x of client 0 in its messages:", bool(np.isin(X0.ravel(), sent_values
 print("any y of client 0 in its messages:", bool(np.isin(Y0.ravel(), sent_values).any()))
 
 # %% [markdown]
-# That a sum is not a row does not make it private: with at most M points, FSGP's statistics give the points back
-# (the inputs are those whose kernel features lie in the range of `Σ C Cᵀ`), which is why a client's policy refuses
-# to send them, plain or masked, for so small a group; see the threat model.
+# That no row appears does not make a message private. Statistics of at most M points give the points back (the
+# inputs are those whose kernel features lie in the range of `C Cᵀ`, and y follows from `C y`; see the threat
+# model), and the random sizes here include such small clients. In process, each client's policy follows the run's
+# request (`ClientPolicy.matching`), so with the explicit opt-out nothing stopped them from sending their
+# statistics in plain. Under secure aggregation (the default), and by default in a deployment, a client's policy
+# refuses to send statistics of N_k ≤ M points in plain, and masks only with a cohort holding more than M points.
+
+# %%
+print("clients with N_k ≤ M:", [f"client_{k} (N_k = {n})" for k, n in enumerate(dataset.client_sizes) if n <= M])
 
 # %% [markdown]
 # ## Imbalance and the per-round record
