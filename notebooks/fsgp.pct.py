@@ -24,6 +24,9 @@
 #   the exact SGPR predictive distribution, in `gpflow_fed.models.AggregatedSGPR`, a GPflow model holding
 #   no data.
 #
+# Every run masks these sums and averages by secure aggregation unless told otherwise (`Protection()`, the
+# default): the server learns the cohort's total, never one client's message.
+#
 # This tutorial builds a `FederatedDataset`, runs FSGP in the paper's `fedavg` mode and in the `exact`
 # mode (one Adam step per round on the global bound, assembled from client sums), compares both with
 # centralized SGPR, looks at the ledger of what left each client, and writes TensorBoard events.
@@ -41,8 +44,8 @@ from gpflow.keras import tf_keras
 import gpflow_fed
 from gpflow_fed.data.partition import make_federated
 from gpflow_fed.data.synthetic import fsgp_synthetic_1
-from gpflow_fed.federated import LocalRuntime, run
-from gpflow_fed.federated.algorithms import FSGP, initial_inducing_inputs
+from gpflow_fed.federated import Protection, RunOptions, run
+from gpflow_fed.federated.algorithms import FSGP, inducing_grid
 from gpflow_fed.monitor import federated_monitor
 
 SMALL = os.environ.get("GPFLOW_FED_SMALL") == "1"
@@ -68,13 +71,16 @@ print(dataset)
 # %% [markdown]
 # ## FSGP, the paper's FedAvg
 #
-# Every model starts from the same values, as in the paper: θ = ones, σ² = 0.1 and Z a random subset of the
-# training inputs (`initial_inducing_inputs`; in a real federation Z would come from one volunteering client
-# or from public knowledge of the input domain). The monitor writes every round's scalars to TensorBoard.
+# Every model starts from the same values: θ = ones and σ² = 0.1 as in the paper, and Z an even grid over the
+# public input domain [−10, 10] (`inducing_grid`). The paper draws Z from the training inputs, but Z is broadcast
+# to every client, so that would send some clients' rows to everyone; the grid needs no client data. The
+# monitor writes every round's scalars to TensorBoard.
+#
+# The run keeps every message in its ledger (`RunOptions(keep_payloads=True)`) so that we can look at them below.
 
 # %%
-X_pooled, Y_pooled = dataset.pooled()  # only to initialise Z as the paper does, and for the oracle below
-Z0 = initial_inducing_inputs(X_pooled, M, seed=SEED)
+X_pooled, Y_pooled = dataset.pooled()  # only for the centralized oracle below
+Z0 = inducing_grid([(-10.0, 10.0)], M)
 kernel = gpflow.kernels.SquaredExponential(lengthscales=np.ones(1))
 
 fedavg = FSGP(kernel, Z0, 0.1, rounds=ROUNDS, local_steps=LOCAL_STEPS, learning_rate=LEARNING_RATE, mode="fedavg")
@@ -82,7 +88,7 @@ logdir = "runs/notebook-fsgp"
 result = run(
     fedavg,
     dataset,
-    runtime=LocalRuntime(keep_payloads=True),
+    options=RunOptions(keep_payloads=True),
     monitor=federated_monitor(f"{logdir}/fedavg"),
     seed=SEED,
 )
@@ -102,11 +108,22 @@ print(type(result.model).__name__, result.metrics)
 # afterwards roughly squares the condition number of `Kuu`, and with an ill-conditioned `Kuu` and a small σ²
 # (Mauna Loa CO₂ with a periodic kernel) the unwhitened sums lose enough digits for the exact-mode Adam steps
 # to drift away from pooled SGPR. The FedAvg run's final `"predict"` phase sends the unwhitened sums.
+#
+# The comparison with pooled SGPR is to round-off, so this run opts out of secure aggregation explicitly
+# (`Protection(secure_aggregation=False)`): masked sums equal the plain ones only up to the fixed-point resolution
+# (2⁻³² per client and entry), and Adam would carry that difference through its steps.
 
 # %%
 steps = ROUNDS * LOCAL_STEPS
 exact = FSGP(kernel, Z0, 0.1, rounds=steps, local_steps=1, learning_rate=LEARNING_RATE, mode="exact")
-exact_result = run(exact, dataset, monitor=federated_monitor(f"{logdir}/exact"), seed=SEED)
+exact_result = run(
+    exact,
+    dataset,
+    options=RunOptions(keep_payloads=True),
+    protection=Protection(secure_aggregation=False),
+    monitor=federated_monitor(f"{logdir}/exact"),
+    seed=SEED,
+)
 
 sgpr = gpflow.models.SGPR((X_pooled, Y_pooled), gpflow.utilities.deepcopy(kernel), Z0.copy(), noise_variance=0.1)
 optimizer = tf_keras.optimizers.Adam(learning_rate=LEARNING_RATE)
@@ -148,28 +165,46 @@ ax.set_ylabel("y");
 # ## What left each client
 #
 # The ledger records every message: round, phase, purpose (`train` for the rounds, `final` for the
-# statistics that build the predictive model), array names, shapes and bytes. No size depends on `N_k`.
+# statistics that build the predictive model), array names, shapes and bytes. Under secure aggregation a client's
+# plain reply never leaves it: the FedAvg run's ledger holds the protocol's stages instead, `<phase>/secagg/...`
+# — once per run the public keys (`advertise`) and encrypted Shamir shares of each client's self-mask seed
+# (`share`, `store`), then for every exchange the masked input (`uint64` codes) and the seeds that remove the
+# masks (`unmask`). No size depends on `N_k`.
 
 # %%
 ledger = result.ledger
-for entry in ledger.select(sender="client_0")[:2] + ledger.select(sender="client_0", purpose="final"):
-    print(entry.round, entry.phase, entry.purpose, dict(zip(entry.names, entry.shapes)), entry.nbytes, "bytes")
+for entry in ledger.select(sender="client_0", round=0) + ledger.select(sender="client_0", purpose="final"):
+    print(entry.round, f"{entry.phase:28s}", entry.purpose, dict(zip(entry.names, entry.dtypes)), entry.nbytes, "bytes")
 
 print("\nbytes sent per client (up), train + final:")
 for k, (X_k, _) in enumerate(dataset.clients):
     sent = ledger.total_bytes(sender=f"client_{k}")
     print(f"  client_{k}: N_k = {X_k.shape[0]:3d}, sent {sent:,} bytes")
-print("server broadcasts (down):", f"{ledger.total_bytes(direction='down'):,}", "bytes")
+print("server (down):", f"{ledger.total_bytes(direction='down'):,}", "bytes")
 
 # %% [markdown]
-# With `keep_payloads=True` the payloads themselves are kept, so we can check that no row of a client's
-# data appears in anything it sent:
+# The exact run opted out of masking, so its ledger holds each client's own statistics and gradients in plain
+# (whitened `L⁻¹ C_k C_kᵀ L⁻ᵀ`, `L⁻¹ C_k y_k`, ...). They are still of fixed size, and no row of a client's data
+# appears in anything it sent:
 
 # %%
+plain = exact_result.ledger
+print(sorted({(e.phase, e.names) for e in plain.select(sender="client_0")}))
 X0, Y0 = dataset.clients[0]
-sent_values = np.concatenate([np.ravel(a) for m in ledger.messages if m.sender == "client_0" for a in m.arrays.values()])
+sent_values = np.concatenate([np.ravel(a) for m in plain.messages if m.sender == "client_0" for a in m.arrays.values()])
 print("any x of client 0 in its messages:", bool(np.isin(X0.ravel(), sent_values).any()))
 print("any y of client 0 in its messages:", bool(np.isin(Y0.ravel(), sent_values).any()))
+
+# %% [markdown]
+# That no row appears does not make a message private. Statistics of at most M points give the points back (the
+# inputs are those whose kernel features lie in the range of `C Cᵀ`, and y follows from `C y`; see the threat
+# model), and the random sizes here include such small clients. In process, each client's policy follows the run's
+# request (`ClientPolicy.matching`), so with the explicit opt-out nothing stopped them from sending their
+# statistics in plain. Under secure aggregation (the default), and by default in a deployment, a client's policy
+# refuses to send statistics of N_k ≤ M points in plain, and masks only with a cohort holding more than M points.
+
+# %%
+print("clients with N_k ≤ M:", [f"client_{k} (N_k = {n})" for k, n in enumerate(dataset.client_sizes) if n <= M])
 
 # %% [markdown]
 # ## Imbalance and the per-round record
@@ -203,14 +238,16 @@ for tag in events.Tags()["tensors"]:
 
 # %% [markdown]
 # ## Key numbers
-# What this notebook shows, checked (the tests run it with `GPFLOW_FED_SMALL=1`): exact federated SGPR equals
-# centralized SGPR trained with the same optimiser to round-off; FSGP's test RMSE is within 2 % of it; every
-# client sends the same number of bytes whatever its N_k; no x or y of client 0 appears in its messages.
+# What this notebook shows, checked (the tests run it with `GPFLOW_FED_SMALL=1`): exact federated SGPR (plain
+# sums) equals centralized SGPR trained with the same optimiser to round-off; FSGP's test RMSE (secure
+# aggregation) is within 2 % of it; every client sends the same number of bytes whatever its N_k, in both runs; no
+# x or y of client 0 appears in its plain messages.
 
 # %%
 rmse = {name: gpflow_fed.metrics.rmse(Y_test, model.predict_y(X_test)[0].numpy()) for name, model in rows.items()}
 assert np.max(np.abs(mean_exact - mean_sgpr)) < 1e-8 and np.max(np.abs(var_exact - var_sgpr)) < 1e-8
 assert rmse["FSGP (fedavg)"] <= 1.02 * rmse["centralized SGPR"], rmse
 assert len({ledger.total_bytes(sender=f"client_{k}") for k in range(K)}) == 1
+assert len({plain.total_bytes(sender=f"client_{k}") for k in range(K)}) == 1
 assert not np.isin(X0.ravel(), sent_values).any() and not np.isin(Y0.ravel(), sent_values).any()
 print("key numbers hold:", {name: round(value, 4) for name, value in rmse.items()})

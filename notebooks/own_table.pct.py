@@ -44,8 +44,9 @@ frame.groupby("hospital").agg(rows=("los", "size"), youngest=("age", "min"), old
 #
 # `gpflow_fed.fit` makes one client per value of the party column, holds out 20 % of each party's rows as the
 # shared test set, standardises every column with means and variances the parties agree on from their own
-# summaries (no rows pooled), and runs FSGP with the package's defaults (`gpflow_fed.fitting.DEFAULTS`, chosen by
-# `benchmarks/fit_defaults.py`). The inducing inputs Z need no client rows: an even grid (Halton points for
+# sums (`gpflow_fed.federated.standardize`: a recorded exchange, no rows pooled), and runs FSGP with the package's
+# defaults (`gpflow_fed.fitting.DEFAULTS`, chosen by `benchmarks/fit_defaults.py`). Every sum and average the
+# parties send is masked by secure aggregation, the default of every run: the server learns only totals. The inducing inputs Z need no client rows: an even grid (Halton points for
 # D > 1) over the standardised box [−2, 2]^D.
 
 # %%
@@ -92,8 +93,11 @@ fig.tight_layout()
 # %% [markdown]
 # ## What each hospital sent
 #
-# Nothing but `Message`s, recorded in the run's ledger: per round the shared parameters (θ, σ², Z) after its
-# local steps, and once the summed statistics that let the server predict. None of their sizes depends on the
+# Nothing but `Message`s, recorded in the run's ledger: first its sums for the agreed moments (`moments`), then
+# per round the shared parameters (θ, σ², Z) after its local steps (`train`), and once the statistics that let
+# the server predict (`predict`). Under secure aggregation each of these leaves the hospital masked, so the
+# ledger's phases are the protocol's stages, `<phase>/secagg/...`: public keys and encrypted key shares once per
+# run, then each exchange's masked input and the seeds that remove the masks. None of their sizes depends on the
 # number of rows a hospital holds.
 
 # %%

@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from gpflow_fed.data import FederatedDataset, pvi_five_partition_toy
-from gpflow_fed.federated import LocalRuntime, run
+from gpflow_fed.federated import RunOptions, run
 from gpflow_fed.federated.algorithms import PVI
 
 small = os.environ.get("GPFLOW_FED_SMALL") == "1"
@@ -33,8 +33,8 @@ X, Y = data.pooled()
 # Hyperparameters are fixed at the generating values (as in the paper's §6.1). FedAvg-Z first fits the factor
 # at the current Z, then takes J joint steps on (factor, Z); the server averages Z weighted by N_k/N.
 #
-# Evaluating on the pooled training set after every communication (the runtime's `eval_every=1`, with the
-# training data passed as the evaluation set) gives the training curves of the paper's Fig. 2. The runtime's
+# Evaluating on the pooled training set after every communication (`RunOptions(eval_every=1)`, with the
+# training data passed as the evaluation set) gives the training curves of the paper's Fig. 2. The run's
 # `test_nlpd` scores the Gaussian moment-matched to the predictive mixture over (Z, β), so the curves are a
 # slight under-estimate of the mixture's log-likelihood printed in the titles of the next figure.
 #
@@ -65,9 +65,9 @@ def make(method, rounds, J=steps):
 
 train_eval = FederatedDataset(data.clients, test=(X, Y), name="train-eval")
 R = comms[-1]
-curves = {PVI_LABEL: run(make(PVI_LABEL, R), train_eval, runtime=LocalRuntime(eval_every=1))}
+curves = {PVI_LABEL: run(make(PVI_LABEL, R), train_eval, options=RunOptions(eval_every=1))}
 for J in J_values:
-    curves[f"FedAvg-Z, J = {J}"] = run(make("FedAvg-Z", R, J), train_eval, runtime=LocalRuntime(eval_every=1))
+    curves[f"FedAvg-Z, J = {J}"] = run(make("FedAvg-Z", R, J), train_eval, options=RunOptions(eval_every=1))
 fig, ax = plt.subplots(figsize=(6, 4))
 for label, res in curves.items():
     ll = [-h["test_nlpd"] for h in res.history if "test_nlpd" in h]
