@@ -99,3 +99,23 @@ def probability(value: Any, name: str, *, include_one: bool = True) -> float:
     if not (0.0 < v < 1.0 or (include_one and v == 1.0)):
         raise ValueError(f"{name} must lie in {interval}, got {value!r}")
     return v
+
+
+#: how close (relative to a column's spread, at least 1) a public input may come to a released one
+PUBLIC_INPUT_RTOL = 1e-6
+
+
+def public_inputs_on_released(X_public: np.ndarray, X: np.ndarray, rtol: float = PUBLIC_INPUT_RTOL) -> int:
+    """How many rows of ``X_public`` [M, D] sit on a row of ``X`` [N, D] (every column within ``rtol`` times
+    ``max(1, the column's spread over both)``).
+
+    A privacy-aware release fits its hyperparameters on public data; public data *at a released input* carries the
+    output there (exactly, rounded or re-measured), and the fitted hyperparameters then give it back from the release.
+    """
+    Xp, Xr = np.asarray(X_public, np.float64), np.asarray(X, np.float64)
+    both = np.concatenate([Xp, Xr], axis=0)
+    scale = np.maximum(1.0, np.ptp(both, axis=0)) * float(rtol)
+    from scipy.spatial import cKDTree
+
+    distance, _ = cKDTree(Xr / scale).query(Xp / scale, k=1, p=np.inf)
+    return int(np.sum(distance <= 1.0))

@@ -113,14 +113,15 @@ print(f"uniform solution: tr = {np.trace(uniform_privacy_covariance(k, X, 0.5)):
 
 # %%
 data = satellite_data("r")
-later = satellite_trajectory(data.X[:, 0] + 3.0)[:, :1]  # public: orbits 4–6, not part of the release
+X_later = data.X[1:] + 3.0  # public: orbits 4–6 at their own times (t = 3 is the released orbit's last sample)
+later = satellite_trajectory(X_later[:, 0])[:, :1]
 fig, axes = plt.subplots(1, 2, figsize=(12, 3.6))
 tt = np.linspace(0, 3, 301)[:, None]
 for ax, alpha in zip(axes, [0.1, 0.5]):
     kern = gpflow.kernels.SquaredExponential(lengthscales=0.05)  # exp(−200 t²)
     gpflow.set_trainable(kern.lengthscales, False)
     out = release((data.X, data.Y), data.sensitive, ProportionalKernel(kern, alpha), kernel=kern,
-                  noise_variance=0.0, public_data=(data.X, later))  # the noise is OS-random: no seed governs it
+                  noise_variance=0.0, public_data=(X_later, later))  # OS-random noise: no seed governs it
     mean, var = out.model.predict_f(tt)
     m, sd = mean.numpy()[:, 0], np.sqrt(np.maximum(var.numpy()[:, 0], 0))
     ax.plot(data.X[:, 0], data.Y[:, 0], "k-", lw=1, label="true r")

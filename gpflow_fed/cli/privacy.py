@@ -215,7 +215,8 @@ def _check_numbers(args: argparse.Namespace) -> None:
 
 def check(args: argparse.Namespace) -> None:
     """Validate the options and read the CSV(s), before TensorFlow is imported; one ``ValueError`` per problem."""
-    import numpy as np
+
+    from ..validation import public_inputs_on_released
 
     _legacy_forms(args)
     missing = _missing(args)
@@ -238,11 +239,12 @@ def check(args: argparse.Namespace) -> None:
     args.table = _read_csv(args.csv, args.features, args.target)
     if args.public_csv is not None:
         args.public_table = _read_csv(args.public_csv, args.table[2][:-1], args.table[2][-1])
-        released = {tuple(row) for row in np.concatenate(args.table[:2], axis=1).tolist()}
-        if any(tuple(row) in released for row in np.concatenate(args.public_table[:2], axis=1).tolist()):
+        on_released = public_inputs_on_released(args.public_table[0], args.table[0])
+        if on_released:
             raise ValueError(
-                f"--public-csv {args.public_csv} repeats rows of --csv: hyperparameters fitted on the released "
-                "outputs let anyone holding the release recover them; use public data or rows that are not released"
+                f"--public-csv {args.public_csv} has {on_released} input(s) on inputs of --csv: their outputs carry "
+                "the released outputs, and hyperparameters fitted on them let anyone holding the release recover "
+                "them; use public data at other inputs"
             )
     if args.table[0].shape[1] != 1:
         raise ValueError(f"the CLI handles 1-D inputs (got {args.table[0].shape[1]} features); use the Python API")

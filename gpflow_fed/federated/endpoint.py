@@ -19,7 +19,7 @@ from .algorithm import Algorithm, FederationInfo
 from .client import Client
 from .faults import reply_fault, weight_fault
 from .messages import Message
-from .protection.encoder import ClientEncoder
+from .protection.encoder import ClientEncoder, broadcast_digest
 from .protection.request import Protection
 from .protection.wire import pack, unpack
 from .transport import PROTOCOL_STAGES, UPDATE, Request, Response
@@ -84,8 +84,38 @@ class ClientEndpoint:
             "cohorts)"
         )
 
+    def _schedule_refusal(self, request: Request) -> str:
+        """Why the request is not one of the client's own algorithm's exchanges, or ``""``.
+
+        The client reads a phase's aggregation from its own algorithm (a server that relabels a sum as
+        ``"collect"`` would get the payload in plain), and answers only its algorithm's phases: ``phases(round)`` for
+        ``0 ≤ round < rounds`` in training, ``final_phases()`` for ``0 ≤ round ≤ rounds`` in a final or evaluation
+        exchange.
+        """
+        algorithm, down = self.algorithm, request.message
+        own = algorithm.aggregation(down.phase)
+        if request.config.get("aggregation") != own:
+            return (
+                f"phase {down.phase!r}: the server asked for aggregation {request.config.get('aggregation')!r}, but "
+                f"this client's algorithm aggregates it as {own!r}; refused (nothing of the payload was sent)"
+            )
+        if request.purpose == "train":
+            scheduled = 0 <= down.round < algorithm.rounds and down.phase in algorithm.phases(down.round)
+        else:
+            scheduled = request.purpose in ("final", "evaluate") and 0 <= down.round <= algorithm.rounds
+            scheduled = scheduled and down.phase in algorithm.final_phases()
+        if not scheduled:
+            return (
+                f"phase {down.phase!r} of round {down.round} ({request.purpose!r}) is not an exchange of this client's "
+                f"algorithm ({algorithm.rounds} rounds); refused"
+            )
+        return ""
+
     def _update(self, request: Request) -> Response:
         algorithm, down, config = self.algorithm, request.message, request.config
+        refusal = self._schedule_refusal(request)
+        if refusal:
+            return Response(fault=refusal, error=PermissionError(refusal))
         self.setup()
         started = time.perf_counter()
         reply = algorithm.client_update(self.client, down)
@@ -93,7 +123,7 @@ class ClientEndpoint:
         first = down.phase not in self._timed
         self._timed.add(down.phase)
         seconds: Optional[float] = None if first else elapsed
-        aggregation = str(config["aggregation"])
+        aggregation = algorithm.aggregation(down.phase)
         request_protection = Protection.from_config(config.get("protection", {}))
         refusal = self.encoder.policy.refusal(request_protection, down.phase, aggregation)
         if refusal:  # the client's own policy: nothing of its payload is sent
@@ -114,7 +144,13 @@ class ClientEndpoint:
         min_data = algorithm.min_cohort_data(down.phase)
         try:
             prepared = self.encoder.prepare(
-                reply, request_protection, aggregation, int(config["cohort_size"]), request.purpose, min_data
+                reply,
+                request_protection,
+                aggregation,
+                int(config["cohort_size"]),
+                request.purpose,
+                min_data,
+                broadcast=broadcast_digest(down),
             )
         except ValueError as exc:  # a value its encoding cannot carry
             return Response(fault=str(exc), error=exc, seconds=seconds)

@@ -248,12 +248,14 @@ def _rounds(
         save_checkpoint(directory, round, run_record, algorithm, clients, _ready(endpoints, ids))  # type: ignore[arg-type]  # called only with a directory
 
     rounds = range(first_round, algorithm.rounds)
+    evaluated: Optional[Tuple[int, Any]] = None  # the last evaluation: (its round, the state after its final phases)
     last = algorithm.rounds  # the round number of the final messages: fewer if ``Algorithm.stop_early`` ends training
     for r in tqdm(rounds, desc=algorithm.name, disable=not options.progress, leave=False):
         state, entry, sample_size = train_round(owner, state, r, ids, sampling_rng)
         record_releases(accountant, reducer, algorithm, algorithm.phases(r), len(ids), sample_size)
         if test is not None and options.eval_every and (r + 1) % options.eval_every == 0:
-            entry.update(evaluate_model(algorithm.result(finalize(algorithm.copy_state(state), r, "evaluate")), test))
+            evaluated = (r, finalize(algorithm.copy_state(state), r, "evaluate"))
+            entry.update(evaluate_model(algorithm.result(evaluated[1]), test))
         if accountant is not None:
             entry["epsilon"] = accountant.epsilon()
         history.append(entry)
@@ -265,7 +267,13 @@ def _rounds(
             last = r + 1
             break
 
-    if final is None:
+    if final is None and evaluated is not None and evaluated[0] == last - 1:
+        # nothing was trained since the last evaluation ran the final phases: they are not asked again (a client
+        # masks one answer per broadcast, and the release is the same)
+        state = evaluated[1]
+        if directory is not None:
+            save(max(last - 1, 0), state, final=True)
+    elif final is None:
         state = finalize(state, last, "final")
         if directory is not None:  # a resumed run restores this release instead of drawing a new one
             save(max(last - 1, 0), state, final=True)

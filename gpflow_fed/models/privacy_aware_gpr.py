@@ -36,6 +36,7 @@ from ..release.lowrank import LowRankCovariance
 from ..release.obfuscation import Covariance, _check_method, _inputs, obfuscate, synthetic_noise_covariance
 from ..release.regions import Region, check_region, region_noise_covariance
 from ..release.tolerance import Tolerance, resolve_tolerance
+from ..validation import public_inputs_on_released
 from ._npz import read_npz
 from .recyclable import kernel_from_spec, kernel_spec
 
@@ -364,18 +365,20 @@ def _outputs(Y: object, rows: int, what: str) -> np.ndarray:
 def _public_fit_data(
     public_data: "tuple[np.ndarray, np.ndarray]", X: np.ndarray, Y: np.ndarray
 ) -> "tuple[np.ndarray, np.ndarray]":
-    """``public_data`` checked: real, finite, X's columns, at least 2 rows, and no row of the released data."""
+    """``public_data`` checked: real, finite, X's columns, at least 2 rows, and no input on a released input
+    (:func:`~gpflow_fed.validation.public_inputs_on_released`)."""
     if not isinstance(public_data, (tuple, list)) or len(public_data) != 2:
         raise TypeError("public_data must be a pair (X_public [M, D], Y_public [M, 1]) of public or disjoint data")
     Xp = as_inputs(public_data[0], "public_data X")
     if Xp.shape[1] != X.shape[1] or Xp.shape[0] < 2:
         raise ValueError(f"public_data X must have X's {X.shape[1]} columns and at least 2 rows, got shape {Xp.shape}")
     Yp = _outputs(public_data[1], Xp.shape[0], "public_data Y")
-    private_rows = {tuple(row) for row in np.concatenate([X, Y], axis=1).tolist()}
-    if any(tuple(row) in private_rows for row in np.concatenate([Xp, Yp], axis=1).tolist()):
+    on_released = public_inputs_on_released(Xp, X)
+    if on_released:
         raise ValueError(
-            "public_data repeats rows of the data being released: hyperparameters fitted on the raw outputs let "
-            "anyone holding the release recover them; fit on public data or on rows that are not released"
+            f"public_data has {on_released} input(s) on inputs of the data being released: their outputs carry the "
+            "released outputs, and hyperparameters fitted on them let anyone holding the release recover them; fit "
+            "on public data at other inputs"
         )
     return Xp, Yp
 

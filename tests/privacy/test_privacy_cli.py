@@ -193,7 +193,7 @@ def test_public_csv_designs_sigma_and_refuses_the_released_rows(tmp_path, capsys
     assert main([*argv, "--public-csv", str(public), "--json", "--out", str(tmp_path / "a")]) == 0
     assert '"min_sensitive_variance"' in capsys.readouterr().out
     assert main([*argv, "--public-csv", str(path), "--out", str(tmp_path / "b")]) == 2
-    assert "repeats rows of --csv" in _one_error_line(capsys)
+    assert "input(s) on inputs of --csv" in _one_error_line(capsys)
     assert main([*argv, "--public-csv", str(public), "--lengthscale", "0.2", "--out", str(tmp_path / "c")]) == 2
     assert "--public-csv fits the kernel; drop --lengthscale/--variance" in _one_error_line(capsys)
 

@@ -164,34 +164,62 @@ class LyingFSGP(FSGP):
         if self.lie == "num_data":
             arrays["num_data"] = np.array(1e6)
         elif self.lie == "y_squared_sum":
-            arrays["y_squared_sum"] = np.array(-5.0)
+            arrays["y_squared_sum"] = np.array(-1e3)  # below minus the others' sum: impossible for the cohort too
         elif self.lie == "negative_definite":
             arrays["kuf_kfu"] = -arrays["kuf_kfu"] - np.eye(len(arrays["kuf_kfu"]))
         elif self.lie == "trace":
-            arrays["trace_kff"] = np.array(-1.0)
+            arrays["trace_kff"] = np.array(-1e3)
+        elif self.lie == "whitened_gram":  # consistent-looking, but no whitened column is longer than k(x, x)
+            arrays["kuf_kfu"] = 1e6 * np.eye(len(arrays["kuf_kfu"]))
+            arrays["kuf_y"] = np.zeros_like(arrays["kuf_y"])
         return Message(reply.sender, reply.round, reply.phase, arrays, weight=reply.weight)
 
 
-@pytest.mark.parametrize("lie", ["num_data", "y_squared_sum", "negative_definite", "trace"])
+@pytest.mark.parametrize("lie", ["num_data", "y_squared_sum", "negative_definite", "trace", "whitened_gram"])
 def test_impossible_statistics_are_excluded_in_plain_and_refused_masked(lie):
     dataset = _dataset()
     Z = np.linspace(-2, 2, 5)[:, None]
+    whiten = lie == "whitened_gram"
 
     def algorithm():
-        a = LyingFSGP(gpflow.kernels.SquaredExponential(), Z, rounds=1, local_steps=1)
+        a = LyingFSGP(gpflow.kernels.SquaredExponential(), Z, rounds=0, whiten=whiten)  # the final statistics only
         a.lie = lie
         return a
 
     options = RunOptions(faults=FaultPolicy(on_error="exclude"))
     plain = run(algorithm(), dataset, options=options, protection=PLAIN)
     honest = run(
-        FSGP(gpflow.kernels.SquaredExponential(), Z, rounds=1, local_steps=1),
+        FSGP(gpflow.kernels.SquaredExponential(), Z, rounds=0, whiten=whiten),
         FederatedDataset([c for k, c in enumerate(dataset.clients) if k != 1], test=dataset.test),
         protection=PLAIN,
     )
     np.testing.assert_allclose(plain.model.predict_f(dataset.test[0])[0], honest.model.predict_f(dataset.test[0])[0])
     with pytest.raises(RoundFailedError, match="masked sum fails the server's check"):
         run(algorithm(), dataset, options=options)
+
+
+class ShiftingFSGP(FSGP):
+    """client_1 shifts its FedAvg update by +50 (within the fixed-point range, beyond any Adam step)."""
+
+    def client_update(self, client, broadcast):
+        reply = super().client_update(client, broadcast)
+        if client.id != "client_1" or broadcast.phase != "train":
+            return reply
+        arrays = {k: np.asarray(v, float) + 50.0 for k, v in reply.arrays.items()}
+        return Message(reply.sender, reply.round, reply.phase, arrays, weight=reply.weight, metrics=reply.metrics)
+
+
+def test_a_poisoned_fedavg_update_is_excluded_in_plain_and_fails_the_masked_mean():
+    """A weighted mean of updates within the Adam box lies within it: the masked mean is checked like one update."""
+    dataset = _dataset()
+    Z = np.linspace(-2, 2, 5)[:, None]
+    options = RunOptions(faults=FaultPolicy(on_error="exclude"))
+    plain = run(
+        ShiftingFSGP(gpflow.kernels.SquaredExponential(), Z, rounds=2), dataset, options=options, protection=PLAIN
+    )
+    assert all("client_1" in entry["excluded"] for entry in plain.history)
+    with pytest.raises(RoundFailedError, match="masked sum fails the server's check"):
+        run(ShiftingFSGP(gpflow.kernels.SquaredExponential(), Z, rounds=2), dataset, options=options)
 
 
 class OverflowingFSGP(FSGP):

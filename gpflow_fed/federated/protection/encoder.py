@@ -12,12 +12,20 @@ Every runtime hands a protected stage to the party's :class:`ClientEncoder` (thr
    itself (it is in it, it has at least the client's own minimum, the exchange is the one it prepared, it has not
    answered this exchange before), then what the unmasking of that exchange needs.
 
+A client masks answers to **one broadcast over one cohort**: whatever round or purpose the server names, a broadcast
+(its phase and content, :func:`broadcast_digest`) it has answered before is answered again only for the same cohort,
+unmasked with the same drop-outs, and never under distributed DP. So a server cannot sum one answer over two cohorts
+(or two sets of survivors) and difference them, nor average fresh distributed-DP noise away by asking again. Its
+answers to one phase and purpose come in increasing rounds (one ``"final"`` answer per phase), so the number of releases
+it makes is bounded by its algorithm's schedule.
+
 What leaves the client is what :meth:`ClientEncoder.prepare` (layout or clipped message) and :meth:`respond`
 return; nothing else.
 """
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 from typing import Any, Dict, Mapping, Optional, Tuple, cast
@@ -31,12 +39,23 @@ from .policy import ClientPolicy
 from .request import Protection
 from .secagg import SecAggClient
 
-__all__ = ["ClientEncoder", "EncoderRefusal", "METRIC_PREFIX", "WEIGHT_KEY"]
+__all__ = ["ClientEncoder", "EncoderRefusal", "METRIC_PREFIX", "WEIGHT_KEY", "broadcast_digest"]
 
 #: the encoded entry that carries the client's weight in a masked sum
 WEIGHT_KEY = "secagg/weight"
 #: the prefix of the encoded entries that carry the client's weighted metrics in a masked sum
 METRIC_PREFIX = "secagg/metric/"
+
+
+def broadcast_digest(message: Message) -> bytes:
+    """SHA-256 of a broadcast's phase and content (names, dtypes, shapes, bytes), without its round or sender: what
+    a client answers once under masking (module docstring)."""
+    digest = hashlib.sha256(b"gpflow-fed/broadcast\0" + message.phase.encode("utf-8") + b"\0")
+    for name in sorted(message.arrays):
+        value = np.ascontiguousarray(message.arrays[name])
+        digest.update(f"{name}\0{value.dtype.str}\0{value.shape}\0".encode("utf-8"))
+        digest.update(value.tobytes())
+    return digest.digest()
 
 
 class EncoderRefusal(ValueError):
@@ -58,7 +77,13 @@ class ClientEncoder:
         self.policy = policy
         self._run_id: Optional[bytes] = None
         self._secagg: Optional[SecAggClient] = None
-        self._prepared: Dict[Tuple[str, int, str], Tuple[Message, Protection]] = {}
+        self._prepared: Dict[Tuple[str, int, str], Tuple[Message, Protection, bytes]] = {}
+        #: per broadcast (:func:`broadcast_digest`) this client has sent a masked input for: the cohort's bitmap and
+        #: the drop-outs' bitmap of its unmasking (b"" before it); per exchange, its broadcast; per (purpose, phase),
+        #: the last round answered
+        self._answered: Dict[bytes, Tuple[bytes, bytes]] = {}
+        self._broadcasts: Dict[Tuple[str, int, str], bytes] = {}
+        self._last_round: Dict[Tuple[str, str], int] = {}
         self._noise = NoiseSource()  # distributed DP's shares: the OS's randomness
         self.sizes = dict(sizes or {})
         #: per exchange (purpose, round, phase), the least total data a summed group must hold (small-cohort rule)
@@ -73,6 +98,7 @@ class ClientEncoder:
         cohort_size: int,
         purpose: str,
         min_data: Optional[int] = None,
+        broadcast: bytes = b"",
     ) -> Message:
         """The client's protected answer to an update: clipped and weighted (DP), fixed point (secure aggregation).
 
@@ -82,6 +108,7 @@ class ClientEncoder:
 
         :param min_data: the least total data a summed group must hold for the payload not to determine its rows
             (``Algorithm.min_cohort_data``); checked on the cohort and on every group unmasking reveals.
+        :param broadcast: the :func:`broadcast_digest` of the request this answers (one masked answer each).
         :raises EncoderRefusal: the request is below the client's policy.
         :raises ValueError: a payload outside the fixed-point range (see ``SecureAggregation``).
         """
@@ -93,7 +120,8 @@ class ClientEncoder:
         arrays = {k: np.asarray(v, dtype=np.float64) for k, v in message.arrays.items()}
         distributed = request.distributed
         if distributed is not None and request.noised(message.phase, aggregation):
-            return self._keep(self._distributed_codes(message, arrays, distributed, cohort_size), request, purpose)
+            codes = self._distributed_codes(message, arrays, distributed, cohort_size)
+            return self._keep(codes, request, purpose, broadcast)
         weight = message.weight
         metrics = dict(message.metrics)
         dp = request.dp
@@ -109,11 +137,31 @@ class ClientEncoder:
         arrays[WEIGHT_KEY] = np.array([weight])
         arrays.update({METRIC_PREFIX + k: np.array([weight * v]) for k, v in metrics.items()})
         encoded = {k: request.secure.encode(k, v, cohort_size) for k, v in arrays.items()}
-        return self._keep(Message(message.sender, message.round, message.phase, encoded, weight=0.0), request, purpose)
+        prepared = Message(message.sender, message.round, message.phase, encoded, weight=0.0)
+        return self._keep(prepared, request, purpose, broadcast)
 
-    def _keep(self, prepared: Message, request: Protection, purpose: str) -> Message:
-        self._prepared = {(purpose, prepared.round, prepared.phase): (prepared, request)}  # one exchange at a time
+    def _keep(self, prepared: Message, request: Protection, purpose: str, broadcast: bytes) -> Message:
+        key = (purpose, prepared.round, prepared.phase)
+        self._prepared = {key: (prepared, request, broadcast)}  # one exchange at a time
         return prepared
+
+    def _check_once(self, key: Tuple[str, int, str], broadcast: bytes, cohort: Any, distributed: bool) -> None:
+        """One cohort per broadcast, no repeat under distributed DP, increasing rounds per (purpose, phase) (module
+        docstring)."""
+        purpose, round, phase = key
+        before = self._answered.get(broadcast)
+        if before is not None and (distributed or before[0] != cohort):
+            raise EncoderRefusal(
+                f"secure aggregation: {self.client_id!r} has masked an answer to this broadcast of phase {phase!r} "
+                + ("already (distributed DP: one release per broadcast)" if distributed else "for another cohort")
+                + "; refused"
+            )
+        last = self._last_round.get((purpose, phase))
+        if last is not None and (purpose == "final" or round <= last):
+            raise EncoderRefusal(
+                f"secure aggregation: {self.client_id!r} answered {purpose!r} phase {phase!r} at round {last}; "
+                f"round {round} does not follow it; refused"
+            )
 
     def _distributed_codes(
         self, message: Message, arrays: Dict[str, np.ndarray], dp: DistributedDP, cohort_size: int
@@ -151,6 +199,8 @@ class ClientEncoder:
         key: Optional[Tuple[Any, Any, Any]] = None  # the request's values: wrong types find nothing
         if stage in ("masked_input", "unmask"):
             self._check_groups(request)
+        if stage == "unmask":
+            self._check_dropouts(request)
         if stage == "masked_input":
             key = (request.get("purpose"), request.get("round"), request.get("phase"))
             kept = self._prepared.get(key)
@@ -159,11 +209,33 @@ class ClientEncoder:
                     f"secure aggregation: {self.client_id!r} prepared no payload for round {key[1]}, phase {key[2]!r}"
                 )
             prepared = kept[0]
+            distributed = kept[1].distributed is not None
+            self._check_once((str(key[0]), int(key[1]), str(key[2])), kept[2], request.get("cohort"), distributed)
             codes = np.concatenate([prepared.arrays[n].ravel() for n in sorted(prepared.arrays)]).astype(np.uint64)
         answer = self._secagg.respond(stage, request, codes)
         if key is not None:
-            del self._prepared[key]
+            broadcast = self._prepared.pop(key)[2]
+            self._answered.setdefault(broadcast, (cast(bytes, request.get("cohort")), b""))
+            self._broadcasts = {(str(key[0]), int(key[1]), str(key[2])): broadcast}  # one exchange at a time
+            self._last_round[(str(key[0]), str(key[2]))] = int(key[1])
         return answer
+
+    def _check_dropouts(self, request: Mapping[str, Any]) -> None:
+        """A broadcast answered again is unmasked with the drop-outs of its first unmasking (module docstring)."""
+        key: Tuple[Any, Any, Any] = (request.get("purpose"), request.get("round"), request.get("phase"))
+        broadcast = self._broadcasts.get(key)  # the request's values: wrong types find nothing
+        if broadcast is None:
+            return
+        cohort, dropped = self._answered[broadcast]
+        shown = request.get("dropped")
+        if not isinstance(shown, bytes):
+            raise EncoderRefusal("secure aggregation: an unmask request without its drop-outs")
+        if dropped and shown != dropped:
+            raise EncoderRefusal(
+                f"secure aggregation: {self.client_id!r} refuses: this broadcast was unmasked before with other "
+                "drop-outs"
+            )
+        self._answered[broadcast] = (cohort, shown)
 
     def _check_groups(self, request: Mapping[str, Any]) -> None:
         """The small-cohort rule: every group whose sum the server would learn holds enough data."""
@@ -189,6 +261,9 @@ class ClientEncoder:
             "secagg": [] if self._secagg is None else sorted(self._secagg.to_state()),
             "sizes": self.sizes,
             "min_data": [[k[0], int(k[1]), k[2], v] for k, v in self._min_data.items()],
+            "answered": [[d.hex(), c.hex(), x.hex()] for d, (c, x) in self._answered.items()],
+            "broadcasts": [[k[0], int(k[1]), k[2], d.hex()] for k, d in self._broadcasts.items()],
+            "last_round": [[p, f, int(r)] for (p, f), r in self._last_round.items()],
             "prepared": [
                 {
                     "purpose": key[0],
@@ -196,13 +271,14 @@ class ClientEncoder:
                     "phase": key[2],
                     "names": sorted(message.arrays),
                     "request": request.to_config(),
+                    "broadcast": broadcast.hex(),
                 }
-                for key, (message, request) in self._prepared.items()
+                for key, (message, request, broadcast) in self._prepared.items()
             ],
         }
         arrays = {
             f"p{i}/{name}": np.asarray(message.arrays[name])
-            for i, (message, _) in enumerate(self._prepared.values())
+            for i, (message, _, _) in enumerate(self._prepared.values())
             for name in sorted(message.arrays)
         }
         if self._secagg is not None:
@@ -224,6 +300,13 @@ class ClientEncoder:
                 raise ValueError(f"the saved encoder state belongs to {header.get('client_id')!r}, not {client_id!r}")
             encoder = cls(client_id, policy, {str(k): int(v) for k, v in header.get("sizes", {}).items()})
             encoder._min_data = {(str(p), int(r), str(f)): int(v) for p, r, f, v in header.get("min_data", [])}
+            encoder._answered = {
+                bytes.fromhex(d): (bytes.fromhex(c), bytes.fromhex(x)) for d, c, x in header.get("answered", [])
+            }
+            encoder._broadcasts = {
+                (str(p), int(r), str(f)): bytes.fromhex(d) for p, r, f, d in header.get("broadcasts", [])
+            }
+            encoder._last_round = {(str(p), str(f)): int(r) for p, f, r in header.get("last_round", [])}
             if header["run_id"] is not None:
                 encoder._run_id = bytes.fromhex(header["run_id"])
             if header["secagg"]:
@@ -232,5 +315,6 @@ class ClientEncoder:
                 arrays = {name: npz[f"p{i}/{name}"] for name in kept["names"]}
                 message = Message(client_id, int(kept["round"]), str(kept["phase"]), arrays, weight=0.0)
                 key = (str(kept["purpose"]), int(kept["round"]), str(kept["phase"]))
-                encoder._prepared[key] = (message, Protection.from_config(kept["request"]))
+                broadcast = bytes.fromhex(str(kept.get("broadcast", "")))
+                encoder._prepared[key] = (message, Protection.from_config(kept["request"]), broadcast)
         return encoder

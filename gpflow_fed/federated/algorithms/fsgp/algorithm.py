@@ -347,11 +347,19 @@ class FSGP(Algorithm):
         return None
 
     def check_sum(self, state: FSGPState, aggregate: Aggregate) -> Optional[str]:
-        """The same statistics checks on a masked sum, against the senders' registered sizes (fixed-point round-off
-        allowed: the cohort size times 1e-6)."""
-        if aggregate.phase not in (STATISTICS_PHASE, PREDICT_PHASE) or self._sizes is None:
+        """The same checks on a masked sum (fixed-point round-off allowed: the cohort size times 1e-6): statistics
+        against the senders' registered sizes; a FedAvg mean within ``local_steps`` Adam steps of the broadcast (a
+        weighted mean of points inside that box lies inside it), with the senders' registered sizes as its total
+        weight."""
+        if self._sizes is None:
             return None
         expected = sum(self._sizes[c] for c in aggregate.senders)
+        if aggregate.phase == TRAIN_PHASE:
+            if abs(float(aggregate.total_weight) - expected) > 1e-6 * len(aggregate.senders) + 1e-9 * expected:
+                return f"its total weight is not the senders' registered {expected} points"
+            return displacement_fault(aggregate.arrays, state.params, self.learning_rate, self.local_steps)
+        if aggregate.phase not in (STATISTICS_PHASE, PREDICT_PHASE):
+            return None
         return statistics_fault(
             aggregate.arrays,
             expected,

@@ -7,7 +7,9 @@ A client's statistics (FSGP eq. 12) are ``C Cᵀ`` ``[M, M]``, ``C y`` ``[M, P]`
 * ``[[C Cᵀ, C y], [yᵀ Cᵀ, yᵀ y]] ⪰ 0`` — it is ``[C; yᵀ] [C; yᵀ]ᵀ`` — so ``C Cᵀ ⪰ 0`` and, for the summed outputs,
   ``Σ_p c_pᵀ (C Cᵀ)⁺ c_p ≤ ‖y‖²`` (the Schur complement); ``‖y‖² ≥ 0``;
 * ``0 ≤ tr K_ff ≤ N_k max_x k(x, x)``, for a stationary kernel ``N_k σ_f²``;
-* ``|(C Cᵀ)_ij| ≤ N_k σ_f⁴`` (unwhitened, stationary kernel: ``|k(z, x)| ≤ σ_f²``).
+* ``|(C Cᵀ)_ij| ≤ N_k σ_f⁴`` (unwhitened, stationary kernel: ``|k(z, x)| ≤ σ_f²``);
+* whitened, ``tr(A Aᵀ) ≤ tr K_ff`` with ``A = L⁻¹ C``: each column's ``‖L⁻¹ k(Z, x)‖² = k(Z, x)ᵀ K_uu⁻¹ k(Z, x)`` is
+  the Nyström approximation of ``k(x, x)``, never above it (so also ``≤ N_k σ_f²``).
 
 A FedAvg update is ``local_steps`` Adam steps from the broadcast. Adam moves a coordinate by at most
 ``lr · √(1−β₂ᵗ)/(1−β₁ᵗ) · |m̂/√v̂|`` a step, and ``|m_t|/√v_t ≤ (1−β₁)/√(1−β₂) · (1 − β₁²/β₂)^{-1/2}``
@@ -70,6 +72,8 @@ def statistics_fault(
     if kernel_variance is not None and not whitened:
         if float(np.max(np.abs(K))) > float(num_data) * kernel_variance**2 * (1 + RELATIVE_TOLERANCE) + tol:
             return "an entry of its C Cᵀ exceeds N_k σ_f⁴"
+    if whitened and float(np.trace(K)) > trace * (1 + RELATIVE_TOLERANCE) + tol:
+        return "its whitened C Cᵀ has a trace above its trace of K_ff"
     symmetric = 0.5 * (K + K.T)
     if float(np.max(np.abs(K - K.T))) > tol:
         return "its C Cᵀ is not symmetric"

@@ -1,0 +1,136 @@
+"""A deviating server against honest clients (a deployment's default ``ClientPolicy``), driven stage by stage.
+
+Each attack comes from a fresh-context review of the federated core (see docs/guides/threat-model.md):
+
+* a server that relabels a summed phase as ``"collect"`` to get the payload in plain;
+* a server that asks an exchange outside the client's own algorithm's schedule;
+* a server that asks one broadcast again under another round label and a larger cohort, to difference two sums;
+* a server that asks one broadcast again under distributed DP, to average its fresh noise away;
+* a server that unmasks a repeated broadcast with other drop-outs.
+"""
+
+from typing import Dict, Sequence
+
+import gpflow
+import numpy as np
+import pytest
+
+from gpflow_fed.federated import Client, ClientPolicy, DistributedDP, Message, Protection, run
+from gpflow_fed.federated.algorithm import FederationInfo
+from gpflow_fed.federated.algorithms import FSGP
+from gpflow_fed.federated.endpoint import ClientEndpoint
+from gpflow_fed.federated.messages import SERVER
+from gpflow_fed.federated.protection.encoder import ClientEncoder
+from gpflow_fed.federated.protection.masking import Exchange
+from gpflow_fed.federated.protection.secagg import SecAggAborted, SecAggServer, drive
+from gpflow_fed.federated.protection.wire import pack, unpack
+from gpflow_fed.federated.transport import UPDATE, Request
+from gpflow_fed.randomness import new_run_id
+
+from gpflow_fed.data import FederatedDataset
+from tests.federated.helpers import FederatedMean
+
+M = 4
+
+
+class Server:
+    """Honest parties (each its own bound FSGP copy and encoder) and a hand-driven server."""
+
+    def __init__(self, sizes: Sequence[int], policy: ClientPolicy = ClientPolicy()) -> None:
+        rng = np.random.default_rng(0)
+        clients = [
+            Client(f"c{k}", (rng.uniform(-2, 2, (n, 1)), rng.normal(size=(n, 1))), k) for k, n in enumerate(sizes)
+        ]
+        self.info = FederationInfo(tuple(c.id for c in clients), {c.id: c.num_data for c in clients}, 1, 1, 0)
+        algorithm = FSGP(
+            gpflow.kernels.SquaredExponential(), np.linspace(-2, 2, M)[:, None], 0.1, rounds=3, mode="exact"
+        )
+        self.algorithm = algorithm.bind(self.info)
+        self.state = self.algorithm.initial_state(self.info)
+        self.endpoints = {
+            c.id: ClientEndpoint(algorithm.bind(self.info), c, self.info, ClientEncoder(c.id, policy)) for c in clients
+        }
+        self.run_id = new_run_id()
+        self.secagg = SecAggServer(self.run_id, min_survivors=2)
+        drive(self.secagg.setup_stages(sorted(self.endpoints)), self._send(0, "statistics", "train"))
+
+    def _send(self, round: int, phase: str, purpose: str):
+        def send(stage: str, requests: Dict[str, dict]) -> Dict[str, object]:
+            answers = {}
+            for cid, body in requests.items():
+                structure, arrays = pack(body)
+                down = Message(SERVER, round, f"{phase}/secagg/{stage}", arrays, weight=0.0)
+                response = self.endpoints[cid].handle(Request(stage, down, purpose, {"protocol": structure}))
+                answers[cid] = None if response.fault else unpack(response.config["protocol"], response.message.arrays)
+            return answers
+
+        return send
+
+    def update(self, cohort, round, phase="statistics", purpose="train", aggregation="sum", protection=None):
+        down = Message(SERVER, round, phase, self.algorithm.broadcast(self.state, round, phase), weight=0.0)
+        config = {"aggregation": aggregation, "cohort_size": len(cohort)}
+        config["protection"] = (protection or Protection()).to_config()
+        return {c: self.endpoints[c].handle(Request(UPDATE, down, purpose, config)) for c in cohort}
+
+    def masked_sum(self, cohort, round, phase="statistics", purpose="train", protection=None):
+        responses = self.update(cohort, round, phase, purpose, protection=protection)
+        faults = {c: r.fault for c, r in responses.items() if r.fault}
+        assert not faults, faults
+        size = sum(int(np.prod(s, dtype=int)) for s in next(iter(responses.values())).layout.values())
+        exchange = Exchange(self.run_id, purpose, round, phase, tuple(sorted(cohort)))
+        return drive(self.secagg.secure_sum_stages(exchange, size), self._send(round, phase, purpose))
+
+
+def test_a_summed_phase_relabelled_collect_is_refused():
+    server = Server((20, 20, 20))
+    for aggregation in ("collect", "mean"):
+        responses = server.update(["c0", "c1", "c2"], 0, aggregation=aggregation, protection=Protection())
+        assert all(r.message is None and r.layout is None for r in responses.values())
+        assert all("aggregates it as 'sum'" in r.fault for r in responses.values())
+
+
+@pytest.mark.parametrize(
+    "round, phase, purpose",
+    [(3, "statistics", "train"), (-1, "statistics", "train"), (0, "predict", "train"), (4, "predict", "final")],
+)
+def test_an_exchange_outside_the_clients_own_schedule_is_refused(round, phase, purpose):
+    server = Server((20, 20))
+    responses = server.update(["c0", "c1"], round, phase=phase, purpose=purpose)
+    assert all("not an exchange of this client's algorithm" in r.fault for r in responses.values())
+
+
+def test_one_broadcast_is_not_masked_for_a_second_cohort_under_another_round_label():
+    """{c0, c1} at round 0, then the same broadcast as round 1 over {c0, c1, c2}: c2's statistics would be the
+    difference. c0 and c1 refuse their masked inputs, so the second sum is never unmasked."""
+    server = Server((20, 20, 20))
+    server.masked_sum(["c0", "c1"], 0)
+    with pytest.raises(SecAggAborted):
+        server.masked_sum(["c0", "c1", "c2"], 1)
+
+
+def test_one_broadcast_over_the_same_cohort_is_answered_again():
+    """An algorithm whose broadcast repeats (FederatedMean's state is a fixed point after round 1) still runs under
+    the secure default: the same broadcast over the same cohort reveals nothing new."""
+    dataset = FederatedDataset([(np.zeros((3, 1)), np.full((3, 1), float(k))) for k in range(3)])
+    result = run(FederatedMean(4), dataset, seed=0)
+    assert result.state["mean"] == pytest.approx(1.0, abs=1e-8)
+
+
+def test_distributed_dp_releases_once_per_broadcast():
+    """The same broadcast asked again under distributed DP (same cohort): refused, so the server cannot average the
+    clients' fresh noise away."""
+    server = Server((20, 20, 20))
+    protection = Protection(differential_privacy=DistributedDP(noise_multiplier=1.0, clip_norm=10.0, honest_clients=2))
+    server.masked_sum(["c0", "c1", "c2"], 0, protection=protection)
+    with pytest.raises(SecAggAborted):
+        server.masked_sum(["c0", "c1", "c2"], 1, protection=protection)
+
+
+def test_a_final_phase_is_answered_once_and_rounds_increase():
+    server = Server((20, 20, 20))
+    server.masked_sum(["c0", "c1", "c2"], 1)
+    with pytest.raises(SecAggAborted):
+        server.masked_sum(["c0", "c1", "c2"], 0)  # an earlier round of the same phase and purpose
+    server.masked_sum(["c0", "c1", "c2"], 3, phase="predict", purpose="final")
+    with pytest.raises(SecAggAborted):
+        server.masked_sum(["c0", "c1", "c2"], 3, phase="predict", purpose="final")
