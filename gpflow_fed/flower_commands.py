@@ -72,7 +72,12 @@ def _toml(value: Setting) -> str:
     if isinstance(value, (int, float)):
         return repr(value)
     if isinstance(value, str):
-        return json.dumps(value)  # a TOML basic string
+        # Flower reads a quoted value up to the next quote of the same kind, with no escapes
+        if '"' not in value and "\\" not in value and "\n" not in value:
+            return json.dumps(value)  # a TOML basic string with nothing to escape
+        if "'" not in value and "\n" not in value:
+            return f"'{value}'"  # a TOML literal string
+        raise ValueError(f"a node config value cannot hold both ' and \" (or a line break): {value!r}; rename it")
     raise TypeError(f"node config values must be str, int, float or bool, got {type(value).__name__}")
 
 

@@ -90,6 +90,13 @@ def _check_party(args: argparse.Namespace) -> None:
         args.table = read_party_table(args.csv, target=args.target, features=args.features)
     except ValueError as exc:
         problems.append(f"--csv {args.csv}: {exc}")
+    else:  # the names travel in the node config: comma-separated, quoted
+        names = [*args.table.features, args.table.target]
+        odd = [n for n in names if "," in n or "\n" in n or ("'" in n and '"' in n)]
+        if odd:
+            problems.append(
+                f"column names {odd} cannot go in a Flower node config (a comma, a line break, or both quotes)"
+            )
     if problems:
         raise ValueError("; ".join(problems))
 
@@ -97,8 +104,6 @@ def _check_party(args: argparse.Namespace) -> None:
 def party_command(args: argparse.Namespace) -> Tuple[List[str], str]:
     """The ``flower-supernode`` command of a checked ``flower party`` (its table in ``args.table``) and the file it
     wrote the party's rows to, privately, under ``--state-dir``."""
-    import json
-
     from ..flower_commands import default_state_root, executable, supernode_command, write_party_data
 
     table = args.table
@@ -108,7 +113,7 @@ def party_command(args: argparse.Namespace) -> Tuple[List[str], str]:
         "secure-aggregation": not args.no_secure_aggregation,
         "min-cohort": args.min_cohort,
         "protect-small-cohorts": True,
-        "features": json.dumps(list(table.features)),
+        "features": ",".join(table.features),
         "target": table.target,
     }
     command = supernode_command(args.superlink, args.port, data, args.client_index, root, policy)
