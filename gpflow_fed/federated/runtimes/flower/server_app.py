@@ -131,6 +131,8 @@ class FlowerServer:
         self.transport: Optional[GridTransport] = None
         #: the last run's Flower messages and stages, per exchange kind: ``describe``, and each job's
         self.exchanges: Dict[str, Dict[str, int]] = {}
+        #: the last run's transport of each job (``"moments"``, ``"train"``): its stages' groups
+        self.transports: Dict[str, GridTransport] = {}
         #: the parties' column names, when their node configs give them: ``(features, target)``
         self.columns: Optional[Tuple[str, str]] = None
 
@@ -277,6 +279,7 @@ class FlowerServer:
             )
         finally:
             self.exchanges[job] = {"messages": transport.messages_sent, "stages": transport.stages}
+            self.transports[job] = transport
 
     def _reporting(self, monitor: Optional[Callable[..., Any]]) -> Callable[..., Any]:
         """``monitor`` after a progress line for the round: its number, clients and seconds."""

@@ -9,7 +9,7 @@ the moments exchange or the training, with the moments the parties standardise t
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 from flwr.app import Message as FlowerMessage
 from flwr.app import MessageType
@@ -53,9 +53,12 @@ class GridTransport(Transport):
         #: Flower messages sent and stages run, for the loopback benchmark's "exchanges per round"
         self.messages_sent = 0
         self.stages = 0
+        #: each stage's group name ``purpose/round/phase/stage``, in order (one Flower exchange each)
+        self.groups: List[str] = []
 
     def send(self, requests: Mapping[str, Request]) -> Dict[str, Response]:
         outgoing = []
+        group = ""
         for cid, request in requests.items():
             group = f"{request.purpose}/{request.message.round}/{request.message.phase}/{request.stage}"
             content = request_to_recorddict(request, self.info)
@@ -63,6 +66,7 @@ class GridTransport(Transport):
             outgoing.append(self.grid.create_message(content, MessageType.TRAIN, self.node_of[cid], group))
         self.messages_sent += len(outgoing)
         self.stages += 1
+        self.groups.append(group)
         client_of = {n: c for c, n in self.node_of.items()}
         received: Dict[str, FlowerMessage] = {}
         for incoming in self.grid.send_and_receive(outgoing, timeout=self.timeout):
