@@ -23,7 +23,7 @@ from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 
-__all__ = ["DEFAULTS", "METHODS", "algorithm", "fit"]
+__all__ = ["DEFAULTS", "METHODS", "algorithm", "fit", "in_user_units"]
 
 METHODS = ("fsgp", "pvi", "fedbnr")
 
@@ -122,9 +122,7 @@ def fit(
     :warns OverconfidenceWarning: the held-out 90 % interval covers fewer than 70 % of the test points.
     """
     from .data import FederatedDataset, federated_from_table
-    from .evaluation import OverconfidenceWarning, calibration_message, held_out_metrics, mean_baseline
-    from .federated import CommunicationLedger, run, standardize
-    from .models import StandardizedModel
+    from .federated import run, standardize
 
     if method not in METHODS:
         raise ValueError(f"fit: method must be one of {METHODS}, got {method!r}")
@@ -141,18 +139,40 @@ def fit(
     dataset, scaler, moments = standardize(raw, runtime=runtime, protection=protection, seed=seed)
     model_algorithm = algorithm(method, dataset.input_dim, seed, kernel, **settings)
     result = run(model_algorithm, dataset, runtime=runtime, protection=protection, monitor=monitor, seed=seed)
+    return in_user_units(result, moments, scaler, raw.test, f"fit(method={method!r})", stacklevel=3)
+
+
+def in_user_units(
+    result: Any, moments: Any, scaler: Any, test: Any = None, what: str = "the model", stacklevel: int = 2
+) -> Any:
+    """A run on standardised data as :func:`fit` returns it: ``result.model`` a
+    :class:`~gpflow_fed.models.StandardizedModel` (raw inputs in, the target's units out), ``result.standardizer``
+    the agreed moments, ``result.ledger`` the moments exchange's messages then the training's, and with a raw
+    ``test`` set ``result.metrics`` in the target's units beside predicting the mean.
+
+    :param result: the training run's :class:`~gpflow_fed.federated.FederatedResult` (changed in place).
+    :param moments: the moments run's result (:func:`~gpflow_fed.federated.standardize`).
+    :param scaler: the :class:`~gpflow_fed.data.Standardizer` it agreed.
+    :param test: the held-out ``(X, Y)`` in raw units, or None.
+    :param what: how the over-confidence warning names the model.
+    :warns OverconfidenceWarning: the held-out 90 % interval covers fewer than 70 % of the test points.
+    """
+    from .evaluation import OverconfidenceWarning, calibration_message, held_out_metrics, mean_baseline
+    from .federated import CommunicationLedger
+    from .models import StandardizedModel
+
     ledger = CommunicationLedger()  # every byte that left a client: the moments exchange, then the training
     ledger.extend(moments.ledger.entries)
     ledger.extend(result.ledger.entries)
     result.ledger = ledger
     result.model = StandardizedModel(result.model, scaler)
     result.standardizer = scaler
-    if raw.test is not None:
-        metrics = held_out_metrics(result.model, raw.test, scaler)
-        baseline = mean_baseline(raw.test, scaler)
+    if test is not None:
+        metrics = held_out_metrics(result.model, test, scaler)
+        baseline = mean_baseline(test, scaler)
         metrics.update(baseline_rmse=baseline["test_rmse"], baseline_nlpd=baseline["test_nlpd"])
         result.metrics = metrics
-        message = calibration_message(metrics, int(raw.test[0].shape[0]), f"fit(method={method!r})")
+        message = calibration_message(metrics, int(test[0].shape[0]), what)
         if message is not None:
-            warnings.warn(message, OverconfidenceWarning, stacklevel=2)
+            warnings.warn(message, OverconfidenceWarning, stacklevel=stacklevel)
     return result

@@ -21,14 +21,15 @@
 #
 # 1. runs FSGP with `FlowerRuntime`, where every client is a Flower node in this process and every message
 #    goes through Flower's protobuf encoding, and checks that it equals `LocalRuntime` with the same seed;
-# 2. writes the Flower app folder and prints the commands that start a SuperLink and one SuperNode per
-#    party for a real deployment (see the guide "Flower: the same algorithm across machines").
+# 2. shows what secure aggregation (on by default, the package's own masking with drop-out recovery, every stage a
+#    Flower message) sent, against a run without it;
+# 3. prints the commands of a real deployment: one `gpflow-fed flower party` per party on its own CSV and one
+#    `gpflow-fed flower server` (see the guide "Flower: the same algorithm across machines").
 #
 # With `GPFLOW_FED_SMALL=1` (used by the test suite and the docs build) it runs with small settings.
 
 # %%
 import os
-import shlex
 import tempfile
 
 import gpflow
@@ -37,9 +38,9 @@ import numpy as np
 
 from gpflow_fed.data.partition import make_federated
 from gpflow_fed.data.synthetic import fsgp_synthetic_1
-from gpflow_fed.federated import FlowerRuntime, LocalRuntime, run
+from gpflow_fed.federated import FlowerRuntime, LocalRuntime, Protection, run
 from gpflow_fed.federated.algorithms import FSGP, initial_inducing_inputs
-from gpflow_fed.federated.runtimes.flower_deploy import superlink_command, supernode_command, write_app
+from gpflow_fed.federated.runtimes.flower.deploy import write_app
 
 SMALL = os.environ.get("GPFLOW_FED_SMALL") == "1"
 ROUNDS, LOCAL_STEPS, M, K, SEED = (3, 3, 8, 3, 0) if SMALL else (30, 3, 15, 5, 0)
@@ -73,7 +74,15 @@ mean_l, var_l = (t.numpy() for t in local.model.predict_f(Xs))
 mean_f, var_f = (t.numpy() for t in flower.model.predict_f(Xs))
 print("max |mean difference|:", np.abs(mean_f - mean_l).max(), " max |var difference|:", np.abs(var_f - var_l).max())
 print("test metrics (Flower):", {k: round(v, 4) for k, v in flower.metrics.items()})
-print("messages:", len(flower.ledger), "bytes:", flower.ledger.total_bytes(), "(LocalRuntime:", local.ledger.total_bytes(), ")")
+print(
+    "messages:",
+    len(flower.ledger),
+    "bytes:",
+    flower.ledger.total_bytes(),
+    "(LocalRuntime:",
+    local.ledger.total_bytes(),
+    ")",
+)
 assert np.allclose(mean_f, mean_l, rtol=1e-10, atol=1e-12) and np.allclose(var_f, var_l, rtol=1e-10, atol=1e-12)
 
 # %%
@@ -86,37 +95,38 @@ ax.legend()
 fig.savefig(os.path.join(tempfile.gettempdir(), "flower_fsgp.png"), dpi=100)
 
 # %% [markdown]
-# ## Secure aggregation through Flower's SecAgg+
-# With `secure_aggregation=True`, every summed phase goes through Flower's SecAgg+ protocol: the server
-# sees masked vectors only, and a client that drops out mid-protocol is unmasked from its neighbours'
-# shares. gpflow-fed sends each 64-bit fixed-point code as limbs SecAgg+ sums exactly, so the model is
-# bit-for-bit the one `LocalRuntime`'s pairwise masking gives. What left the clients is in the ledger.
+# ## Secure aggregation over the Grid
+# Both runs above used secure aggregation, the default: every summed phase is masked by the clients (pairwise masks
+# over a sparse graph and a self-mask, with drop-out recovery from Shamir shares), and each protocol stage is one
+# more Flower message, recorded in the ledger under `"<phase>/secagg/<stage>"`. Without it the server reads each
+# client's reply; the model differs only by the fixed-point rounding of the masked sums (2^-32).
 
 # %%
-import logging
-
-logging.getLogger("flwr").setLevel(logging.WARNING)  # SecAgg+ logs every stage at INFO
-masked_local = run(make_fsgp(), dataset, runtime=LocalRuntime(secure_aggregation=True), seed=SEED)
-secagg = run(make_fsgp(), dataset, runtime=FlowerRuntime(secure_aggregation=True), seed=SEED)
-mean_s = secagg.model.predict_f(Xs)[0].numpy()
-print("max |SecAgg+ − pairwise masking|:", np.abs(mean_s - masked_local.model.predict_f(Xs)[0].numpy()).max())
-print("max |SecAgg+ − unmasked|:", np.abs(mean_s - mean_l).max(), "(the fixed point rounds sums to 2^-32; training carries it on)")
-up = {}
-for entry in secagg.ledger.select(direction="up"):
+plain = run(make_fsgp(), dataset, runtime=FlowerRuntime(), protection=Protection(secure_aggregation=False), seed=SEED)
+print("max |masked − plain| predictive mean:", np.abs(mean_f - plain.model.predict_f(Xs)[0].numpy()).max())
+up: dict = {}
+for entry in flower.ledger.select(direction="up"):
     up[entry.phase] = up.get(entry.phase, 0) + entry.nbytes
-print("bytes the clients sent, by phase and SecAgg+ stage:", up)
+print("bytes the clients sent, by phase and protocol stage:", up)
+print("bytes without secure aggregation:", plain.ledger.total_bytes(direction="up"))
 
 # %% [markdown]
-# ## A real deployment
-# Each party installs `gpflow-fed[flower]`, writes its `client_k.npz` (arrays `X`, `Y`) and starts a
-# SuperNode; the server starts a SuperLink; `flwr run` submits the app. The algorithm is built on every
-# party by a factory named in the run config and *registered* by that party (`register_algorithm_factory`, see the guide), called with the run config.
+# ## A real deployment: one command per party, on its own table
+# Each party installs `gpflow-fed[flower]` and runs one command on its own CSV; it keeps its rows and its own
+# protection policy (secure aggregation required, `--min-cohort`) in its SuperNode's node config. The server runs one
+# command: it agrees the columns' means and scales with the parties in a protected moments phase, trains, and saves
+# a model that predicts in the target's units (`gpflow_fed.models.StandardizedModel.load`).
+
+# %%
+print("gpflow-fed flower server --clients 4 --save model.npz --host 0.0.0.0")
+for k, name in enumerate(["north", "south", "east", "west"]):
+    print(f"gpflow-fed flower party --csv {name}.csv --target los --client-index {k} --superlink SERVER:9100")
+
+# %% [markdown]
+# Any registered algorithm runs the same way from an app folder (`gpflow-fed flower app` writes it and prints the
+# commands); the run config names a factory each party registered itself (`register_algorithm_factory`).
 
 # %%
 app = write_app(os.path.join(tempfile.mkdtemp(), "app"), "mypkg.jobs:fsgp", {"num-clients": K, "seed": SEED})
 with open(os.path.join(app, "pyproject.toml")) as f:
     print(f.read())
-print(shlex.join(superlink_command(9100, host="0.0.0.0")))
-for k in range(K):
-    print(shlex.join(supernode_command("SERVER:9100", 9110, f"/data/client_{k}.npz", k)))
-print(f"flwr run {app} <connection>")

@@ -79,7 +79,7 @@ CASES = [
     (["fsgp", "--rounds", "0"], ["argument --rounds: must be a positive integer, got 0"]),
     (["recycle", "ensemble", "{missing_npz}"], ["No such file", "missing.npz"]),
     (
-        ["flower", "app", "--algorithm", "pkg.mod:fn", "--clients", "0", "--superlink", "nohost"],
+        ["flower", "app", "app_dir", "--algorithm", "pkg.mod:fn", "--clients", "0", "--superlink", "nohost"],
         ["--clients must be at least 1, got 0", "--superlink must be HOST:PORT"],
     ),
     (["datasets", "--write-example", "{csv}"], ["File exists"]),

@@ -6,7 +6,9 @@ coordinates, licence, the commands that accept it; a dataset whose package is mi
 generated sets. ``gpflow-fed datasets NAME --partition P --clients K`` loads one and prints its client sizes and
 their max − min (the imbalance the FSGP paper reports); ``--plot FILE`` draws the split.
 ``gpflow-fed datasets --write-example hospitals.csv`` writes a generated table (4 hospitals, columns hospital,
-age, dose, los; nothing real) for ``gpflow-fed fsgp --csv hospitals.csv --party-column hospital --target los``.
+age, dose, los; nothing real) for ``gpflow-fed fsgp --csv hospitals.csv --party-column hospital --target los``;
+``--write-party-examples hospitals`` writes the same hospitals as one table each (``hospitals/north.csv`` …: age,
+dose, los), for one ``gpflow-fed flower party`` per table.
 ``--json`` prints the commands' common JSON layout.
 
 This module also holds what every command checks about ``--dataset`` before TensorFlow is imported
@@ -114,10 +116,15 @@ def _summary(name: str) -> Dict[str, Any]:
 
 
 def _check(args: argparse.Namespace) -> None:
-    args.tensorflow = args.write_example is None  # writing the example table needs numpy only
-    if args.write_example is not None:
-        if args.name is not None or args.plot is not None:
-            raise ValueError("--write-example writes a table; give it alone (no dataset NAME, no --plot)")
+    writes = [
+        o
+        for o, v in (("--write-example", args.write_example), ("--write-party-examples", args.write_party_examples))
+        if v
+    ]
+    args.tensorflow = not writes  # writing the example tables needs numpy only
+    if writes:
+        if args.name is not None or args.plot is not None or len(writes) > 1:
+            raise ValueError(f"{' and '.join(writes)} write(s) tables; give one alone (no dataset NAME, no --plot)")
         return
     if args.name is None and args.plot is not None:
         raise ValueError("--plot draws one dataset's split: name the dataset (gpflow-fed datasets NAME --plot FILE)")
@@ -140,9 +147,25 @@ def _write_example(args: argparse.Namespace) -> int:
     return 0
 
 
+def _write_party_examples(args: argparse.Namespace) -> int:
+    from ..data.example import HOSPITALS, write_party_examples
+
+    paths = write_party_examples(args.write_party_examples)
+    report = payload(
+        "datasets", {"name": "hospitals", "parties": list(HOSPITALS), "target": "los", "features": ["age", "dose"]},
+        {"write_party_examples": str(args.write_party_examples)}, [], outputs={"csv": [str(p) for p in paths]},
+    )  # fmt: skip
+    sizes = ", ".join(f"{p} ({HOSPITALS[p.stem][0]} rows)" for p in paths)
+    hint = "try one Flower party per table: gpflow-fed flower party --csv FILE --target los (docs/guides/flower.md)"
+    emit(args.json, report, f"wrote one generated table per hospital (nothing real): {sizes}", hint)
+    return 0
+
+
 def _run(args: argparse.Namespace) -> int:
     if args.write_example is not None:
         return _write_example(args)
+    if args.write_party_examples is not None:
+        return _write_party_examples(args)
     from ..data import available_datasets, make_federated
 
     settings = {"name": args.name, "partition": args.partition, "clients": args.clients, "seed": args.seed}
@@ -233,5 +256,11 @@ def register(subparsers: Any) -> None:
         default=None,
         metavar="FILE",
         help="write a generated CSV (4 hospitals: hospital, age, dose, los) to try --csv on; never overwrites",
+    )
+    parser.add_argument(
+        "--write-party-examples",
+        default=None,
+        metavar="FOLDER",
+        help="write the same hospitals as one CSV each (FOLDER/north.csv …: age, dose, los), one per Flower party",
     )
     parser.set_defaults(func=_run, check=_check)

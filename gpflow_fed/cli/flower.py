@@ -1,16 +1,28 @@
-"""``gpflow-fed flower``: write a Flower app folder for an algorithm factory and print the commands that run it.
+"""``gpflow-fed flower``: train across machines with Flower, each party on its own CSV.
 
-``gpflow-fed flower APP_DIR --algorithm mypkg.jobs:fsgp --clients 2 [--superlink HOST:PORT]
-[--data-dir DIR] [--set key=value ...]`` checks that ``mypkg.jobs`` imports and that ``fsgp`` is a registered
-algorithm factory (``@register_algorithm_factory``), writes ``APP_DIR/pyproject.toml`` (depends on
-``gpflow-fed[flower]``; gpflow-fed's ServerApp and ClientApp; the run config) and ``APP_DIR/flwr_home/config.toml``
-(the SuperLink connection), and prints, one per line, the environment to export on every machine (including
-``GPFLOW_FED_ALGORITHM_MODULES``, so each party loads the factory's registration), the ``flower-superlink``
-command, one ``flower-supernode`` command per party (party k reads ``DIR/client_k.npz``) and the ``flwr run``
-command (``--json``: the same under ``outputs`` of the commands' common JSON layout). The training itself runs
-under ``flwr run``, in the ServerApp, so this command has no progress bar, TensorBoard or plot of its own. See the
-Flower guide
-(docs/guides/flower.md).
+``gpflow-fed flower party --csv FILE --target COL [--features COL ...] --client-index K --superlink HOST:PORT``
+    one party: checks its table (before TensorFlow), keeps its rows privately for its SuperNode (a 0600 file in a
+    0700 folder) and becomes that ``flower-supernode``, with its own protection policy in its node config (secure
+    aggregation required unless ``--no-secure-aggregation``; ``--min-cohort``). Its rows never leave it: it answers
+    the server's requests (the column moments, then the training) with sums that are masked under secure
+    aggregation. Stop it with Ctrl-C (or ``kill``) once the server has saved the model.
+
+``gpflow-fed flower server --clients K --save FILE [--method fsgp] [--rounds R ...] [--port 9100]``
+    the server: starts ``flower-superlink`` and submits the table run with ``flwr run`` (its app folder, written
+    under ``--workdir``, runs :func:`gpflow_fed.fit`'s method): it waits for the K parties, agrees the columns'
+    means and scales with them (a protected moments exchange), trains on the standardised rows each party makes
+    itself, logs a line per round, saves the model (a ``StandardizedModel``: raw inputs in, the target's units
+    out) and stops the SuperLink.
+
+``gpflow-fed flower app APP_DIR --algorithm mypkg.jobs:fsgp --clients 2 [--superlink HOST:PORT] [--data-dir DIR]
+[--set key=value ...]``
+    any registered algorithm factory: checks that ``mypkg.jobs`` imports and registers the factory, writes
+    ``APP_DIR/pyproject.toml`` (every run-config key with its default, so ``flwr run --run-config`` may set any)
+    and ``APP_DIR/flwr_home/config.toml``, and prints the commands: the environment, ``flower-superlink``, one
+    ``flower-supernode`` per party (party k reads ``DIR/client_k.npz``: arrays ``X``, ``Y``) and ``flwr run``
+    (``--json``: the same under ``outputs``).
+
+The Flower guide (docs/guides/flower.md) has the commands for N parties on one machine and across machines.
 """
 
 from __future__ import annotations
@@ -18,7 +30,20 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
-from typing import Any, Dict, List
+import sys
+from typing import Any, Dict, List, Tuple
+
+from .options import non_negative_int, positive_float, positive_int
+
+#: the SuperLink connection's name in the written ``flwr_home/config.toml``.
+CONNECTION = "gpflow-fed"
+#: the method settings ``flower server`` takes, as ``{option dest: fit's setting}``
+METHOD_OPTIONS = {
+    "rounds": "rounds",
+    "local_steps": "local_steps",
+    "learning_rate": "learning_rate",
+    "inducing": "num_inducing",
+}
 
 
 def _value(text: str) -> Any:
@@ -40,14 +65,160 @@ def _settings(pairs: List[str]) -> Dict[str, Any]:
     return out
 
 
-def _check(args: argparse.Namespace) -> None:
+def _address_problem(address: str, option: str) -> List[str]:
+    from ..flower_commands import parse_address
+
+    try:
+        parse_address(address, option)
+    except ValueError as exc:
+        return [str(exc)]
+    return []
+
+
+# --- party ----------------------------------------------------------------------------------------------------
+def _check_party(args: argparse.Namespace) -> None:
+    """The options and the party's table, before TensorFlow (the party command never imports it)."""
+    from ..data.tabular import read_party_table
+
+    args.tensorflow = False
+    problems = _address_problem(args.superlink, "--superlink")
+    if not 0 < args.port < 65536:
+        problems.append(f"--port must be in 1-65535, got {args.port}")
+    if args.min_cohort < 2:
+        problems.append(f"--min-cohort must be at least 2, got {args.min_cohort}")
+    try:
+        args.table = read_party_table(args.csv, target=args.target, features=args.features)
+    except ValueError as exc:
+        problems.append(f"--csv {args.csv}: {exc}")
+    else:  # the names travel in the node config: comma-separated, quoted
+        names = [*args.table.features, args.table.target]
+        odd = [n for n in names if "," in n or "\n" in n or ("'" in n and '"' in n)]
+        if odd:
+            problems.append(
+                f"column names {odd} cannot go in a Flower node config (a comma, a line break, or both quotes)"
+            )
+    if problems:
+        raise ValueError("; ".join(problems))
+
+
+def party_command(args: argparse.Namespace) -> Tuple[List[str], str]:
+    """The ``flower-supernode`` command of a checked ``flower party`` (its table in ``args.table``) and the file it
+    wrote the party's rows to, privately, under ``--state-dir``."""
+    from ..flower_commands import default_state_root, executable, supernode_command, write_party_data
+
+    table = args.table
+    root = os.path.abspath(args.state_dir) if args.state_dir else default_state_root()
+    data = write_party_data(root, args.client_index, table.X, table.Y)
+    policy = {
+        "secure-aggregation": not args.no_secure_aggregation,
+        "min-cohort": args.min_cohort,
+        "protect-small-cohorts": True,
+        "features": ",".join(table.features),
+        "target": table.target,
+    }
+    command = supernode_command(args.superlink, args.port, data, args.client_index, root, policy)
+    return [executable("flower-supernode"), *command[1:]], data
+
+
+def _party(args: argparse.Namespace) -> int:
+    from ..flower_commands import OFFLINE_ENV
+
+    command, data = party_command(args)
+    table = args.table
+    env = {**os.environ, **OFFLINE_ENV}
+    env["PATH"] = os.path.dirname(command[0]) + os.pathsep + env.get("PATH", "")  # flower-superexec beside it
+    print(
+        f"party {args.client_index}: {table.X.shape[0]} rows of {args.csv} ({', '.join(table.features)} -> "
+        f"{table.target}) kept privately in {data}; its SuperNode serves {args.superlink} until stopped",
+        flush=True,
+    )
+    sys.stderr.flush()
+    os.execve(command[0], command, env)
+    return 0  # pragma: no cover - execve does not return
+
+
+# --- server ---------------------------------------------------------------------------------------------------
+def _check_server(args: argparse.Namespace) -> None:
+    """The options, before TensorFlow: every problem at once."""
+    from ..fitting import DEFAULTS
+
+    problems = []
+    if not 0 < args.port < 65536:
+        problems.append(f"--port must be in 1-65535, got {args.port}")
+    if args.min_cohort < 2:
+        problems.append(f"--min-cohort must be at least 2, got {args.min_cohort}")
+    save = os.path.abspath(args.save)
+    if os.path.isdir(save):
+        problems.append(f"--save {args.save} is a folder; name the model's file (e.g. model.npz)")
+    ignored = [
+        f"--{dest.replace('_', '-')}"
+        for dest, name in METHOD_OPTIONS.items()
+        if getattr(args, dest) is not None and name not in DEFAULTS[args.method]
+    ]
+    if ignored:
+        problems.append(f"{', '.join(ignored)} do(es) not apply to --method {args.method}; drop it")
+    if problems:
+        raise ValueError("; ".join(problems))
+
+
+def server_config(args: argparse.Namespace) -> Dict[str, Any]:
+    """The run config ``flower server`` submits: the table run of ``--method`` with every setting of the method
+    (its defaults unless given, so that ``flwr run --run-config`` may change any), the parties, the protection
+    request and where the model goes."""
+    from ..federated import Protection
+    from ..fitting import DEFAULTS
+
+    given = {name: getattr(args, dest) for dest, name in METHOD_OPTIONS.items() if getattr(args, dest) is not None}
+    settings = {**DEFAULTS[args.method], **given}
+    protection = Protection() if not args.no_secure_aggregation else Protection(secure_aggregation=False)
+    config: Dict[str, Any] = {
+        "method": args.method,
+        **{name.replace("_", "-"): value for name, value in settings.items()},
+        "seed": args.seed,
+        "num-clients": args.clients,
+        "wait": float(args.wait),
+        "timeout": float(args.timeout or 0.0),
+        "standardize": True,
+        "save": os.path.abspath(args.save),
+        **protection.to_config(),
+    }
+    if protection.secure is not None:
+        config["min-cohort"] = args.min_cohort
+    return config
+
+
+def _server(args: argparse.Namespace) -> int:
+    from ..federated.runtimes.flower.deploy import SuperLinkServer
+    from ..federated.runtimes.flower.methods import FIT_FACTORY
+
+    config = server_config(args)
+    workdir = os.path.abspath(args.workdir)
+    print(
+        f"SuperLink on {args.host}:{args.port}; waiting up to {args.wait:g} s for {args.clients} parties "
+        f"(gpflow-fed flower party --csv FILE --target COL --client-index K --superlink HOST:{args.port}); "
+        f"logs in {workdir}",
+        flush=True,
+    )
+    with SuperLinkServer(workdir, host=args.host, port=args.port) as server:
+        out = server.run(FIT_FACTORY, config, timeout=None, stream=True)
+    record = out["record"]
+    rounds = len(record["history"])
+    print(
+        f"trained {args.method} in {rounds} rounds ({record['seconds']:.1f} s); the model (raw inputs in, the "
+        f"target's units out) is saved in {config['save']}: gpflow_fed.models.StandardizedModel.load"
+        f"({config['save']!r})",
+        flush=True,
+    )
+    return 0
+
+
+# --- app ------------------------------------------------------------------------------------------------------
+def _check_app(args: argparse.Namespace) -> None:
     """The options, before TensorFlow: every problem of --clients, --superlink and --set."""
     problems = []
     if args.clients < 1:
         problems.append(f"--clients must be at least 1, got {args.clients}")
-    _host, sep, port = args.superlink.rpartition(":")
-    if not sep or not _host or not port.isdigit():
-        problems.append(f"--superlink must be HOST:PORT, got {args.superlink!r}")
+    problems += _address_problem(args.superlink, "--superlink")
     try:
         _settings(args.set or [])
     except ValueError as exc:
@@ -56,7 +227,7 @@ def _check(args: argparse.Namespace) -> None:
         raise ValueError("; ".join(problems))
 
 
-def _run(args: argparse.Namespace) -> int:
+def _app(args: argparse.Namespace) -> int:
     from ..federated.factories import TRUSTED_MODULES_ENV
     from ..federated.runtimes.flower.deploy import OFFLINE_ENV, superlink_command, supernode_command, write_app
 
@@ -93,10 +264,6 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-#: the SuperLink connection's name in the written ``flwr_home/config.toml``.
-CONNECTION = "gpflow-fed"
-
-
 def _check_factory(spec: str) -> str:
     """Import the factory's module (the app writer's own code) and check the factory is registered; returns
     the module name. Flower run configs may name registered factories only (see
@@ -128,20 +295,78 @@ def _check_factory(spec: str) -> str:
     return module
 
 
+def _protection_arguments(parser: argparse.ArgumentParser, who: str) -> None:
+    parser.add_argument(
+        "--no-secure-aggregation",
+        action="store_true",
+        help=f"{who} sums in plain (default: secure aggregation; every party must allow it)",
+    )
+    parser.add_argument(
+        "--min-cohort", type=int, default=2, help="the fewest parties whose sum is revealed, under secure aggregation"
+    )
+
+
 def register(subparsers: Any) -> None:
+    from ..fitting import DEFAULTS, METHODS
+
     parser = subparsers.add_parser(
         "flower",
-        help="write a Flower app for an algorithm and print the commands to run it",
+        help="train across machines with Flower: each party on its own CSV, or any algorithm as a Flower app",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("app_dir", help="folder for the app's pyproject.toml")
-    parser.add_argument("--algorithm", required=True, help="algorithm factory 'package.module:function(run_config)'")
-    parser.add_argument("--clients", type=int, required=True, help="number of parties K")
-    parser.add_argument("--superlink", default="127.0.0.1:9100", help="the SuperLink's HOST:PORT")
-    parser.add_argument("--data-dir", default=".", help="where party k's client_k.npz is (X, Y)")
-    parser.add_argument("--set", action="append", metavar="KEY=VALUE", help="a run-config default (repeatable)")
-    parser.add_argument(
+    sub = parser.add_subparsers(dest="flower_command", metavar="ROLE", required=True)
+
+    party = sub.add_parser("party", help="one party: its own CSV, served by its SuperNode")
+    party.add_argument("--csv", required=True, metavar="FILE", help="this party's table (a header row; its rows only)")
+    party.add_argument("--target", required=True, metavar="COL", help="the output column")
+    party.add_argument(
+        "--features", nargs="+", default=None, metavar="COL", help="input columns (default: every other column)"
+    )
+    party.add_argument(
+        "--client-index", type=non_negative_int, required=True, help="this party's index k in 0 … K-1 (each once)"
+    )
+    party.add_argument("--superlink", required=True, metavar="HOST:PORT", help="the server's SuperLink")
+    party.add_argument("--port", type=int, default=9110, help="this SuperNode's local Runtime API port (one per party)")
+    party.add_argument(
+        "--state-dir",
+        default=None,
+        metavar="DIR",
+        help="private folder for this party's rows and state (default ~/.cache/gpflow_fed/flower)",
+    )
+    _protection_arguments(party, "allow the server to ask for this party's")
+    party.set_defaults(func=_party, check=_check_party)
+
+    server = sub.add_parser("server", help="the server: SuperLink, the table run, the saved model")
+    server.add_argument("--clients", type=positive_int, required=True, help="K, the number of parties")
+    server.add_argument("--save", required=True, metavar="FILE", help="the trained model's .npz (StandardizedModel)")
+    server.add_argument("--method", choices=METHODS, default="fsgp", help="fit's method")
+    d = DEFAULTS["fsgp"]
+    server.add_argument(
+        "--rounds", type=positive_int, default=None, help=f"R (default: the method's; fsgp {d['rounds']})"
+    )
+    server.add_argument("--local-steps", type=positive_int, default=None, help="local steps per round (fsgp, fedbnr)")
+    server.add_argument("--learning-rate", type=positive_float, default=None, help="Adam λ (fsgp, fedbnr)")
+    server.add_argument("--inducing", "-M", type=positive_int, default=None, help="M (fsgp, pvi)")
+    server.add_argument("--seed", type=non_negative_int, default=0, help="seed of the run (public)")
+    server.add_argument("--port", type=int, default=9100, help="the SuperLink's port")
+    server.add_argument("--host", default="127.0.0.1", help="the SuperLink's address (0.0.0.0: every interface)")
+    server.add_argument("--wait", type=positive_float, default=600.0, help="seconds to wait for the parties")
+    server.add_argument("--timeout", type=positive_float, default=None, help="seconds per exchange (default: none)")
+    server.add_argument(
+        "--workdir", default="gpflow-fed-server", metavar="DIR", help="the app, Flower's home and the logs"
+    )
+    _protection_arguments(server, "ask for the parties'")
+    server.set_defaults(func=_server, check=_check_server)
+
+    app = sub.add_parser("app", help="write a Flower app for a registered algorithm factory and print the commands")
+    app.add_argument("app_dir", help="folder for the app's pyproject.toml")
+    app.add_argument("--algorithm", required=True, help="algorithm factory 'package.module:function(run_config)'")
+    app.add_argument("--clients", type=int, required=True, help="number of parties K")
+    app.add_argument("--superlink", default="127.0.0.1:9100", help="the SuperLink's HOST:PORT")
+    app.add_argument("--data-dir", default=".", help="where party k's client_k.npz is (X, Y)")
+    app.add_argument("--set", action="append", metavar="KEY=VALUE", help="a run-config default (repeatable)")
+    app.add_argument(
         "--json", action="store_true", help="print the app folder, the environment and the commands as JSON"
     )
-    parser.set_defaults(func=_run, check=_check)
+    app.set_defaults(func=_app, check=_check_app)

@@ -18,7 +18,7 @@ from typing import Dict, List, Union
 
 import numpy as np
 
-__all__ = ["HOSPITALS", "example_table", "write_example_csv"]
+__all__ = ["HOSPITALS", "example_table", "write_example_csv", "write_party_examples"]
 
 #: hospital -> (rows, youngest, oldest patient)
 HOSPITALS = {"north": (70, 20, 55), "south": (60, 35, 70), "east": (50, 50, 85), "west": (40, 25, 90)}
@@ -48,9 +48,33 @@ def write_example_csv(path: Union[str, "os.PathLike[str]"], seed: int = 0) -> Pa
         raise FileExistsError(17, "File exists; choose another name or remove it", str(out))
     out.parent.mkdir(parents=True, exist_ok=True)
     table = example_table(seed)
-    with open(out, "w", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(["hospital", "age", "dose", "los"])
-        for row in zip(table["hospital"], table["age"], table["dose"], table["los"]):
-            writer.writerow([row[0], f"{row[1]:.1f}", f"{row[2]:.3f}", f"{row[3]:.2f}"])
+    _write(out, table, ["hospital", "age", "dose", "los"], np.ones(table["los"].size, bool))
     return out
+
+
+def write_party_examples(folder: Union[str, "os.PathLike[str]"], seed: int = 0) -> List[Path]:
+    """Write each hospital's own rows of :func:`example_table` as ``<folder>/<hospital>.csv`` (columns ``age``,
+    ``dose``, ``los``: no party column, as a party holds only its own table); returns the paths in
+    :data:`HOSPITALS` order. For trying one command per party (``gpflow-fed flower party``).
+
+    :raises FileExistsError: one of the files exists (nothing is written then).
+    """
+    out = Path(folder)
+    paths = [out / f"{name}.csv" for name in HOSPITALS]
+    for path in paths:
+        if path.exists():
+            raise FileExistsError(17, "File exists; choose another folder or remove it", str(path))
+    out.mkdir(parents=True, exist_ok=True)
+    table = example_table(seed)
+    for name, path in zip(HOSPITALS, paths):
+        _write(path, table, ["age", "dose", "los"], table["hospital"] == name)
+    return paths
+
+
+def _write(path: Path, table: Dict[str, np.ndarray], columns: List[str], rows: np.ndarray) -> None:
+    formats = {"hospital": "{}", "age": "{:.1f}", "dose": "{:.3f}", "los": "{:.2f}"}
+    with open(path, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(columns)
+        for i in np.flatnonzero(rows):
+            writer.writerow([formats[c].format(table[c][i]) for c in columns])

@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-__all__ = ["TableSplit", "federated_from_table", "read_table", "split_table"]
+__all__ = ["PartyTable", "TableSplit", "federated_from_table", "read_party_table", "read_table", "split_table"]
 
 Table = Union[str, "os.PathLike[str]", Any]
 Arrays = Tuple[np.ndarray, np.ndarray]
@@ -166,6 +166,46 @@ def split_table(
     test = (X[held_out], Y[held_out]) if held_out.size else None
     label = name or (Path(source).stem if isinstance(source, (str, os.PathLike)) else "table")
     return TableSplit(tuple(clients), test, tuple(names), tuple(inputs), target, label)
+
+
+@dataclass(frozen=True)
+class PartyTable:
+    """One party's own table, checked, as numpy arrays (no TensorFlow): what a Flower party trains on.
+
+    :param X: ``[N, D]`` inputs; :param Y: ``[N, 1]`` the target.
+    :param features: the input column names, in the order of ``X``'s columns; :param target: the output column.
+    """
+
+    X: np.ndarray
+    Y: np.ndarray
+    features: Tuple[str, ...]
+    target: str
+
+
+def read_party_table(source: Table, *, target: str, features: Optional[Sequence[str]] = None) -> PartyTable:
+    """One party's table (a CSV path or a DataFrame) with no party column: every row is this party's.
+
+    :param target: the output column.
+    :param features: the input columns (default: every column but ``target``, in the table's order).
+    :raises ValueError: as :func:`split_table`: a column that does not exist (naming those that do), a repeated
+        column, a non-numeric or missing value, or fewer than 2 rows.
+    """
+    columns = read_table(source)
+    available = ", ".join(columns)
+    missing = [c for c in [target, *(features or [])] if c not in columns]
+    if missing:
+        raise ValueError(f"{', '.join(map(repr, missing))} not among the table's columns (columns: {available})")
+    inputs: List[str] = list(features) if features else [c for c in columns if c != target]
+    if not inputs:
+        raise ValueError(f"no feature columns besides the target {target!r} (columns: {available})")
+    if target in inputs:
+        raise ValueError("--features must not include the target")
+    if len(set(inputs)) != len(inputs):
+        raise ValueError(f"--features names a column twice: {inputs}")
+    X = np.stack([_numeric(c, columns[c]) for c in inputs], axis=1)
+    if X.shape[0] < 2:
+        raise ValueError(f"the table has {X.shape[0]} data row; a party needs at least 2")
+    return PartyTable(X, _numeric(target, columns[target])[:, None], tuple(inputs), target)
 
 
 def federated_from_table(

@@ -18,8 +18,13 @@ from gpflow_fed.federated import register_algorithm_factory  # noqa: E402
 from gpflow_fed.federated.factories import TRUSTED_MODULES_ENV, registered_factories  # noqa: E402
 from gpflow_fed.federated.runtimes.flower.client_app import describe_reply, load_client_data  # noqa: E402
 from gpflow_fed.federated.runtimes.flower.deploy import LoopbackFederation, supernode_command, write_app  # noqa: E402
-from gpflow_fed.federated.runtimes.flower.runtime import FlowerRuntime, _over_the_wire  # noqa: E402
-from gpflow_fed.federated.runtimes.flower.server_app import FederationShape, FlowerServer  # noqa: E402
+from gpflow_fed.federated.runtimes.flower.runtime import FlowerRuntime  # noqa: E402
+from gpflow_fed.federated.runtimes.flower.testing import over_the_wire as _over_the_wire  # noqa: E402
+from gpflow_fed.federated.runtimes.flower.server_app import (  # noqa: E402
+    FederationShape,
+    FlowerServer,
+    run_config_defaults,
+)
 
 from tests.federated.helpers import FACTORY, flower_dataset as dataset, fsgp  # noqa: E402
 from tests.federated.runtimes.flower_helpers import loopback as _loopback, task_identity  # noqa: E402,F401
@@ -160,7 +165,8 @@ def test_write_app_and_supernode_command(tmp_path):
         "serverapp": "gpflow_fed.federated.runtimes.flower.server_app:app",
         "clientapp": "gpflow_fed.federated.runtimes.flower.client_app:app",
     }
-    assert spec["tool"]["flwr"]["app"]["config"] == {"algorithm": FACTORY, "seed": 3, "rounds": 2, "output": "/tmp/out"}
+    given = {"algorithm": FACTORY, "seed": 3, "rounds": 2, "output": "/tmp/out"}
+    assert spec["tool"]["flwr"]["app"]["config"] == {**run_config_defaults(), **given}
     command = supernode_command("127.0.0.1:9092", 9110, "/data/a b.npz", 1)
     assert command[-1] == 'data="/data/a b.npz" client-index=1'
 
@@ -194,15 +200,16 @@ def test_in_process_client_error_is_reported_with_the_client():
 
 
 def _failing(algorithm, client_id, round):
-    """``algorithm`` whose ``client_update`` raises for ``client_id`` in ``round`` (every party's copy too)."""
-    original = type(algorithm).client_update
+    """``algorithm`` whose ``client_update`` raises for ``client_id`` in ``round`` (every party's bound copy too: the
+    class changes, so ``Algorithm.bind``'s copies keep it)."""
 
-    def client_update(self, client, broadcast):
-        if client.id == client_id and broadcast.round == round:
-            raise FloatingPointError("diverged")
-        return original(self, client, broadcast)
+    class Failing(type(algorithm)):
+        def client_update(self, client, broadcast):
+            if client.id == client_id and broadcast.round == round:
+                raise FloatingPointError("diverged")
+            return super().client_update(client, broadcast)
 
-    algorithm.client_update = client_update.__get__(algorithm)
+    algorithm.__class__ = Failing
     return algorithm
 
 

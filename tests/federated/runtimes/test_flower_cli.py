@@ -9,6 +9,7 @@ import pytest
 pytest.importorskip("flwr")
 
 from gpflow_fed.cli import main  # noqa: E402
+from gpflow_fed.federated.runtimes.flower.server_app import run_config_defaults  # noqa: E402
 
 
 @pytest.fixture(name="factory_module")
@@ -31,6 +32,7 @@ def test_flower_writes_the_app_and_prints_the_commands(tmp_path, capsys, factory
     status = main(
         [
             "flower",
+            "app",
             str(app),
             "--algorithm",
             "h20pkg.jobs:fsgp",
@@ -52,7 +54,8 @@ def test_flower_writes_the_app_and_prints_the_commands(tmp_path, capsys, factory
     with open(app / "pyproject.toml", "rb") as f:
         project = tomllib.load(f)
     config = project["tool"]["flwr"]["app"]["config"]
-    assert config == {"algorithm": "h20pkg.jobs:fsgp", "num-clients": 2, "seed": 3, "rounds": 2, "name": "co2"}
+    given = {"algorithm": "h20pkg.jobs:fsgp", "num-clients": 2, "seed": 3, "rounds": 2, "name": "co2"}
+    assert config == {**run_config_defaults(), **given}  # every key the ServerApp reads: --run-config may set any
     assert project["project"]["dependencies"] == ["gpflow-fed[flower]"]
     with open(app / "flwr_home" / "config.toml", "rb") as f:
         connection = tomllib.load(f)["superlink"]
@@ -71,6 +74,7 @@ def test_flower_writes_the_app_and_prints_the_commands(tmp_path, capsys, factory
         main(
             [
                 "flower",
+                "app",
                 str(tmp_path / "app2"),
                 "--algorithm",
                 "h20pkg.jobs:fsgp",
@@ -100,7 +104,7 @@ def test_flower_checks_the_factory_before_writing(tmp_path, capsys, factory_modu
         ("h20pkg.jobs:missing", "no function"),
         ("h20pkg.jobs:plain", "not a registered algorithm factory: decorate plain"),
     ):
-        assert main(["flower", str(tmp_path / "app"), "--algorithm", spec, "--clients", "2"]) == 2
+        assert main(["flower", "app", str(tmp_path / "app"), "--algorithm", spec, "--clients", "2"]) == 2
         assert problem in capsys.readouterr().err
     assert not (tmp_path / "app").exists()
 
@@ -115,5 +119,5 @@ def test_flower_checks_the_factory_before_writing(tmp_path, capsys, factory_modu
     ],
 )
 def test_flower_bad_arguments_are_named(tmp_path, capsys, argv, problem):
-    assert main(["flower", str(tmp_path / "app"), *argv]) == 2
+    assert main(["flower", "app", str(tmp_path / "app"), *argv]) == 2
     assert problem in capsys.readouterr().err

@@ -8,8 +8,16 @@ protection policy:
   :func:`~gpflow_fed.federated.runtimes.make_clients` gives it, so runs match ``LocalRuntime``;
 * ``state-dir`` (optional): where the client keeps its model state between messages (default: a folder under the
   system's temporary directory, per run and node);
-* ``secure-aggregation`` (default true) and ``min-cohort`` (default 2): the party's
-  :class:`~gpflow_fed.federated.protection.policy.ClientPolicy`. No run config and no message can lower it.
+* ``secure-aggregation`` (default true), ``min-cohort`` (default 2) and ``protect-small-cohorts`` (default true):
+  the party's :class:`~gpflow_fed.federated.protection.policy.ClientPolicy`. No run config and no message can lower
+  it;
+* ``features`` and ``target`` (optional): the party's column names (comma-separated features), which ``describe``
+  reports so that the server can check that every party has the same columns in the same order.
+
+A table run (``gpflow-fed flower party``) holds two jobs: its requests name them (:func:`.records.recorddict_to_job`).
+For the ``"moments"`` job the party answers :class:`~gpflow_fed.federated.algorithms.Moments` on its rows as they
+are; for the ``"train"`` job it standardises its own rows with the moments the request carries, before anything
+else sees them. Each job has its own client and state folder.
 
 The run config's ``algorithm`` names the algorithm factory ``"package.module:function"`` (see
 :func:`~gpflow_fed.federated.runtimes.flower.records.load_factory`); every party calls it with the run config and
@@ -49,16 +57,15 @@ from ...endpoint import ClientEndpoint
 from ...fingerprint import is_trackable
 from ...protection.encoder import ClientEncoder
 from ...protection.policy import ClientPolicy
-from ...transport import Request
 from ..base import client_seed
-from .records import build_algorithm, recorddict_to_request, response_to_recorddict
+from .records import TRAIN_JOB, job_algorithm, recorddict_to_job, recorddict_to_request, response_to_recorddict
 
 __all__ = ["DESCRIBE", "describe_reply", "load_client_data", "make_client_app", "app"]
 
 DESCRIBE = "describe"
 
-#: parties already built in this process, by (run id, node id): in-process runs skip the disk round trip
-_LIVE: Dict[Tuple[int, int], ClientEndpoint] = {}
+#: parties already built in this process, by (run id, node id, job): in-process runs skip the disk round trip
+_LIVE: Dict[Tuple[int, int, str], ClientEndpoint] = {}
 #: where a party keeps its encoder (its keys, what it prepared and answered) between messages: ``Context.state``
 ENCODER_STATE = "gpflow-fed.encoder"
 
@@ -90,24 +97,24 @@ def load_client_data(context: Context) -> Tuple[int, np.ndarray, np.ndarray]:
 
 
 def describe_reply(context: Context) -> RecordDict:
-    """The party's public description: ``client-index``, ``num-data`` N_k, ``input-dim`` D, ``output-dim`` P."""
+    """The party's public description: ``client-index``, ``num-data`` N_k, ``input-dim`` D, ``output-dim`` P and,
+    when its node config names them, its ``features`` and ``target`` column names (no data)."""
     index, X, Y = load_client_data(context)
-    return RecordDict(
-        {
-            DESCRIBE: ConfigRecord(
-                {
-                    "client-index": index,
-                    "num-data": int(X.shape[0]),
-                    "input-dim": int(X.shape[1]),
-                    "output-dim": int(Y.shape[1]),
-                }
-            )
-        }
-    )
+    described: Dict[str, Any] = {
+        "client-index": index,
+        "num-data": int(X.shape[0]),
+        "input-dim": int(X.shape[1]),
+        "output-dim": int(Y.shape[1]),
+    }
+    for key in ("features", "target"):
+        if key in context.node_config:
+            described[key] = str(context.node_config[key])
+    return RecordDict({DESCRIBE: ConfigRecord(described)})
 
 
-def _state_dir(context: Context, client_id: str) -> str:
-    """This party's private state folder ``<root>/run-<run id>/node-<node id>-<client id>``.
+def _state_dir(context: Context, client_id: str, job: str = TRAIN_JOB) -> str:
+    """This party's private state folder ``<root>/run-<run id>/node-<node id>-<client id>`` (with ``-<job>`` added
+    for a job other than ``"train"``).
 
     ``<root>`` is the node config's ``state-dir`` or, by default, ``$XDG_CACHE_HOME/gpflow_fed/flower``
     (``~/.cache/gpflow_fed/flower``): per user, never a shared temporary folder. Each level is created 0700 when
@@ -117,17 +124,18 @@ def _state_dir(context: Context, client_id: str) -> str:
     """
     from ....private_files import make_private_folder
 
+    from ....flower_commands import default_state_root
+
     configured = context.node_config.get("state-dir")
     if configured:
         root = make_private_folder(str(configured), "node config state-dir")
     else:
-        cache = os.environ.get("XDG_CACHE_HOME", "")
-        cache = cache if os.path.isabs(cache) else os.path.join(os.path.expanduser("~"), ".cache")
-        root = make_private_folder(os.path.join(cache, "gpflow_fed", "flower"), "the Flower state folder", tighten=True)
+        root = make_private_folder(default_state_root(), "the Flower state folder", tighten=True)
     run_dir = make_private_folder(
         os.path.join(root, f"run-{int(context.run_id)}"), "the run's state folder", tighten=True
     )
-    node = os.path.join(run_dir, f"node-{int(context.node_id)}-{client_id}")
+    suffix = "" if job == TRAIN_JOB else f"-{job}"
+    node = os.path.join(run_dir, f"node-{int(context.node_id)}-{client_id}{suffix}")
     return make_private_folder(node, "the client's state folder", tighten=True)
 
 
@@ -203,25 +211,30 @@ def _policy(context: Context) -> ClientPolicy:
     return ClientPolicy.from_node_config(context.node_config)
 
 
-def _endpoint(request: Request, info: FederationInfo, context: Context) -> Tuple[ClientEndpoint, Optional[str]]:
-    """This party's endpoint, found alive or rebuilt: its algorithm bound to ``info``, its client restored from its
-    ``state-dir``, its encoder restored from ``Context.state`` (keys live only there, never on disk)."""
-    key = (int(context.run_id), int(context.node_id))
+def _endpoint(
+    info: FederationInfo, context: Context, job: str = TRAIN_JOB, standardizer: Optional[Any] = None
+) -> Tuple[ClientEndpoint, Optional[str]]:
+    """This party's endpoint for ``job``, found alive or rebuilt: its algorithm bound to ``info``, its rows
+    standardised with ``standardizer`` (the agreed moments) when given, its client restored from its ``state-dir``,
+    its encoder restored from ``Context.state`` (keys live only there, never on disk)."""
+    key = (int(context.run_id), int(context.node_id), job)
     if key in _LIVE:
         return _LIVE[key], None
     index, X, Y = load_client_data(context)
+    if standardizer is not None:  # the party's own rows, with the moments every party agreed
+        X, Y = standardizer.transform(X, Y)
     client_id = f"client_{index}"
     if client_id not in info.client_ids:
         raise ValueError(f"this party is {client_id!r}, which the server's federation {info.client_ids} lacks")
     client = Client(client_id, (X, Y), client_seed(info.seed, index, info.num_clients))
-    algorithm = build_algorithm(str(context.run_config["algorithm"]), context.run_config).bind(info)
+    algorithm = job_algorithm(job, context.run_config).bind(info)
     state: Optional[Mapping[str, Any]] = context.state.config_records.get(ENCODER_STATE)  # converted below
     if state is None:
         encoder = ClientEncoder(client_id, _policy(context))
     else:
         encoder = ClientEncoder.from_state(client_id, _policy(context), bytes(state["state"]))
     endpoint = ClientEndpoint(algorithm, client, info, encoder)
-    directory = _state_dir(context, client_id)
+    directory = _state_dir(context, client_id, job)
     if _restore_client_after_setup(directory, endpoint):
         endpoint.setup()
     return endpoint, directory
@@ -251,10 +264,11 @@ def make_client_app(*, keep_alive: bool = False) -> ClientApp:
     @client_app.train()
     def train(msg: FlowerMessage, context: Context) -> FlowerMessage:
         request, info = recorddict_to_request(msg.content)
-        endpoint, directory = _endpoint(request, info, context)
+        job, standardizer = recorddict_to_job(msg.content, info)
+        endpoint, directory = _endpoint(info, context, job, standardizer)
         response = endpoint.handle(request)
         if keep_alive:
-            _LIVE[(int(context.run_id), int(context.node_id))] = endpoint
+            _LIVE[(int(context.run_id), int(context.node_id), job)] = endpoint
         else:
             if directory is not None and endpoint.ready:
                 _save_client(directory, endpoint.client)

@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,9 +23,12 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from ....data.dataset import FederatedDataset
+from ....flower_commands import OFFLINE_ENV, free_port, superlink_command, supernode_command
+from .server_app import run_config_defaults
 
 __all__ = [
     "LoopbackFederation",
+    "SuperLinkServer",
     "OFFLINE_ENV",
     "free_port",
     "read_result",
@@ -38,9 +40,6 @@ __all__ = [
 
 SERVER_APP = "gpflow_fed.federated.runtimes.flower.server_app:app"
 CLIENT_APP = "gpflow_fed.federated.runtimes.flower.client_app:app"
-
-#: environment that keeps Flower offline: no update check, no telemetry
-OFFLINE_ENV = {"FLWR_DISABLE_UPDATE_CHECK": "1", "FLWR_TELEMETRY_ENABLED": "0"}
 
 
 def _toml_value(value: Any) -> str:
@@ -56,11 +55,13 @@ def _toml_value(value: Any) -> str:
 def write_app(directory: str, algorithm: str, config: Optional[Mapping[str, Any]] = None) -> str:
     """Write the Flower app folder (``pyproject.toml``) whose components are gpflow-fed's Server/ClientApp.
 
+    The app's ``[tool.flwr.app.config]`` holds every key the ServerApp reads, with its default
+    (:func:`~gpflow_fed.federated.runtimes.flower.server_app.run_config_defaults`), then ``config``: Flower's
+    ``flwr run --run-config "k=v ..."`` may override only keys the app has, so each of them can be set there.
+
     :param algorithm: the algorithm factory ``"package.module:function"`` every party imports and calls
         with the run config (see :func:`~gpflow_fed.federated.runtimes.flower.records.load_factory`).
-    :param config: further run-config defaults (``seed``, ``num-clients``, ``output``, ``test-data``,
-        ``timeout``, ``on-error``, ``min-clients``, and the factory's own keys); ``flwr run --run-config``
-        overrides them.
+    :param config: the factory's own keys (e.g. ``rounds``) and run-config values other than the defaults.
     :return: ``directory``.
     :raises ValueError: a malformed factory spec.
     :raises TypeError: a config value that is not str/int/float/bool.
@@ -68,7 +69,7 @@ def write_app(directory: str, algorithm: str, config: Optional[Mapping[str, Any]
     if not isinstance(algorithm, str) or algorithm.count(":") != 1:
         raise ValueError(f"algorithm must be a factory 'package.module:function', got {algorithm!r}")
     os.makedirs(directory, exist_ok=True)
-    settings = {"algorithm": algorithm, **dict(config or {})}
+    settings = {"algorithm": algorithm, **run_config_defaults(), **dict(config or {})}
     lines = [
         "[build-system]",
         'requires = ["hatchling"]',
@@ -114,45 +115,6 @@ def write_client_data(directory: str, dataset: FederatedDataset) -> Tuple[List[s
     return paths, test
 
 
-def superlink_command(port: int, host: str = "127.0.0.1") -> List[str]:
-    """``flower-superlink`` serving the Fleet, Control and Runtime APIs on ``host:port`` (plain HTTP)."""
-    return [
-        "flower-superlink",
-        "--insecure",
-        "--host",
-        host,
-        "--port",
-        str(port),
-        "--disable-runtime-dependency-installation",
-    ]
-
-
-def supernode_command(
-    superlink: str, port: int, data: str, client_index: int, state_dir: Optional[str] = None
-) -> List[str]:
-    """``flower-supernode`` for party ``client_index`` with its data file, its Runtime API on ``port``."""
-    node_config = f"data={json.dumps(data)} client-index={int(client_index)}"
-    if state_dir is not None:
-        node_config += f" state-dir={json.dumps(state_dir)}"
-    return [
-        "flower-supernode",
-        "--insecure",
-        "--superlink",
-        superlink,
-        "--port",
-        str(port),
-        "--node-config",
-        node_config,
-    ]
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def read_result(directory: str) -> Dict[str, Any]:
     """What :func:`~gpflow_fed.federated.runtimes.flower.server_app.save_result` wrote: ``record`` (history,
     metrics, ledger), ``parameters`` and, if present, ``predictions`` (dicts of arrays).
@@ -170,31 +132,39 @@ def read_result(directory: str) -> Dict[str, Any]:
     return out
 
 
-class LoopbackFederation:
-    """A SuperLink and one SuperNode per client on 127.0.0.1, as subprocesses of this process.
+class SuperLinkServer:
+    """The server's side of a deployment: ``flower-superlink`` as a subprocess of this process, and the gpflow-fed
+    apps submitted to it with ``flwr run``.
 
-    Use as a context manager; :meth:`run` submits the app with ``flwr run`` and waits for the result file
-    (``flwr run`` can exit 0 even when the run failed, so the result, not the exit code, is checked).
+    Use as a context manager; :meth:`run` writes the app, submits it and waits for the result file (``flwr run``
+    can exit 0 even when the run failed, so the result, not the exit code, is checked). On leaving, every process
+    it started is stopped.
 
-    :param workdir: a folder for data, the app, FLWR_HOME, client state and logs.
-    :param dataset: the federation's data (client k becomes the SuperNode with ``client-index=k``).
+    :param workdir: a folder for the app, FLWR_HOME, the output and the logs.
+    :param host: the address the SuperLink listens on (``0.0.0.0``: every interface, for parties on other machines).
+    :param port: its port (default: a free one).
     :param bin_dir: where the ``flower-*``/``flwr`` executables are (default: next to ``sys.executable``).
     :param env: extra environment variables for every process, e.g. ``PYTHONPATH`` so that the ServerApp
         and ClientApps can import the algorithm factory's module.
     """
 
+    #: the name of the SuperLink connection in the written ``flwr_home/config.toml``
+    CONNECTION = "loopback"
+
     def __init__(
         self,
         workdir: str,
-        dataset: FederatedDataset,
+        *,
+        host: str = "127.0.0.1",
+        port: Optional[int] = None,
         bin_dir: Optional[str] = None,
         env: Optional[Mapping[str, str]] = None,
     ) -> None:
         self.workdir = os.path.abspath(workdir)
-        self.dataset = dataset
+        self.host = host
+        self.port = int(port) if port else 0
         self.bin_dir = bin_dir or os.path.dirname(sys.executable)
         self.processes: List[subprocess.Popen] = []
-        self.port = 0
         self.env = {
             **os.environ,
             **OFFLINE_ENV,
@@ -202,6 +172,11 @@ class LoopbackFederation:
             "PATH": self.bin_dir + os.pathsep + os.environ.get("PATH", ""),
             **dict(env or {}),
         }
+
+    @property
+    def address(self) -> str:
+        """Where this machine reaches the SuperLink: ``127.0.0.1:<port>``."""
+        return f"127.0.0.1:{self.port}"
 
     def _start(self, command: Sequence[str], log: str) -> None:
         with open(os.path.join(self.workdir, log), "w") as out:
@@ -211,61 +186,73 @@ class LoopbackFederation:
                 )
             )
 
-    def __enter__(self) -> "LoopbackFederation":
+    def __enter__(self) -> "SuperLinkServer":
         os.makedirs(os.path.join(self.workdir, "flwr_home"), exist_ok=True)
-        self.data, self.test = write_client_data(os.path.join(self.workdir, "data"), self.dataset)
-        self.port = free_port()
-        address = f"127.0.0.1:{self.port}"
+        self.port = self.port or free_port()
         with open(os.path.join(self.workdir, "flwr_home", "config.toml"), "w") as f:
             f.write(
-                f'[superlink]\ndefault = "loopback"\n\n[superlink.loopback]\naddress = "{address}"\ninsecure = true\n'
+                f'[superlink]\ndefault = "{self.CONNECTION}"\n\n[superlink.{self.CONNECTION}]\n'
+                f'address = "{self.address}"\ninsecure = true\n'
             )
-        self._start(superlink_command(self.port), "superlink.log")
-        self._wait_healthy(60.0)
-        for k, path in enumerate(self.data):
-            state = os.path.join(self.workdir, "state")
-            self._start(supernode_command(address, free_port(), path, k, state), f"supernode_{k}.log")
+        try:
+            self._start(superlink_command(self.port, self.host), "superlink.log")
+            self._wait_healthy(60.0)
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def _wait_healthy(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
+            if self.processes[0].poll() is not None:
+                break
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2):
+                with urllib.request.urlopen(f"http://{self.address}/health", timeout=2):
                     return
             except OSError:
                 time.sleep(0.3)
-        raise RuntimeError(f"the SuperLink did not become healthy in {seconds:g} s; see {self.workdir}/superlink.log")
+        raise RuntimeError(
+            f"the SuperLink did not start on port {self.port} within {seconds:g} s (is the port taken?); see "
+            f"{self.workdir}/superlink.log"
+        )
 
-    def run(self, algorithm: str, config: Optional[Mapping[str, Any]] = None, timeout: float = 300.0) -> Dict[str, Any]:
+    def run(
+        self,
+        algorithm: str,
+        config: Optional[Mapping[str, Any]] = None,
+        timeout: Optional[float] = 300.0,
+        stream: bool = False,
+    ) -> Dict[str, Any]:
         """Run ``algorithm`` (a factory spec) with ``config`` and return :func:`read_result`'s dict.
 
+        :param timeout: seconds to wait for the result (None: as long as the SuperLink runs).
+        :param stream: show the run's log (``flwr run --stream``: the ServerApp's progress) on this process's
+            output instead of writing it to ``flwr_run.log``.
         :raises RuntimeError: the ServerApp failed (its error is quoted), or no result within ``timeout``
-            seconds (the logs are named in the message).
+            seconds or before the SuperLink stopped (the logs are named in the message).
         """
         output = os.path.join(self.workdir, "output")
         shutil.rmtree(output, ignore_errors=True)
-        settings = {"num-clients": len(self.data), "output": output, **dict(config or {})}
-        if self.test is not None:
-            settings.setdefault("test-data", self.test)
-        app = write_app(os.path.join(self.workdir, "app"), algorithm, settings)
+        app = write_app(os.path.join(self.workdir, "app"), algorithm, {"output": output, **dict(config or {})})
+        command = [os.path.join(self.bin_dir, "flwr"), "run", app, self.CONNECTION] + (["--stream"] if stream else [])
         with open(os.path.join(self.workdir, "flwr_run.log"), "w") as out:
             subprocess.run(
-                [os.path.join(self.bin_dir, "flwr"), "run", app, "loopback"],
+                command,
                 env=self.env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
+                stdout=None if stream else out,
+                stderr=None if stream else subprocess.STDOUT,
                 timeout=timeout,
                 check=False,
             )
-        deadline = time.monotonic() + timeout
+        deadline = None if timeout is None else time.monotonic() + timeout
         while not os.path.exists(os.path.join(output, "result.json")):
             if os.path.exists(os.path.join(output, "error.json")):
                 with open(os.path.join(output, "error.json")) as f:
                     error = json.load(f)
                 raise RuntimeError(f"the ServerApp failed: {error['type']}: {error['message']}")
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"no result from the ServerApp after {timeout:g} s; see the logs in {self.workdir}")
+            if deadline is not None and time.monotonic() > deadline or self.processes[0].poll() is not None:
+                raise RuntimeError(f"no result from the ServerApp; see the logs in {self.workdir}")
             time.sleep(0.5)
         return read_result(output)
 
@@ -280,3 +267,48 @@ class LoopbackFederation:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
         self.processes = []
+
+
+class LoopbackFederation(SuperLinkServer):
+    """A SuperLink and one SuperNode per client on 127.0.0.1, as subprocesses of this process.
+
+    Use as a context manager; :meth:`run` submits the app with ``flwr run`` and waits for the result file.
+
+    :param workdir: a folder for data, the app, FLWR_HOME, client state and logs.
+    :param dataset: the federation's data (client k becomes the SuperNode with ``client-index=k``).
+    :param bin_dir: where the ``flower-*``/``flwr`` executables are (default: next to ``sys.executable``).
+    :param env: extra environment variables for every process (see :class:`SuperLinkServer`).
+    """
+
+    def __init__(
+        self,
+        workdir: str,
+        dataset: FederatedDataset,
+        bin_dir: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+    ) -> None:
+        super().__init__(workdir, bin_dir=bin_dir, env=env)
+        self.dataset = dataset
+
+    def __enter__(self) -> "LoopbackFederation":
+        os.makedirs(self.workdir, exist_ok=True)
+        self.data, self.test = write_client_data(os.path.join(self.workdir, "data"), self.dataset)
+        super().__enter__()
+        try:
+            for k, path in enumerate(self.data):
+                state = os.path.join(self.workdir, "state")
+                self._start(supernode_command(self.address, free_port(), path, k, state), f"supernode_{k}.log")
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def run(  # type: ignore[override]
+        self, algorithm: str, config: Optional[Mapping[str, Any]] = None, timeout: float = 300.0
+    ) -> Dict[str, Any]:
+        """Run ``algorithm`` (a factory spec) with ``config`` on every client and return :func:`read_result`'s dict
+        (``num-clients`` and, with a test set, ``test-data`` filled in)."""
+        settings = {"num-clients": len(self.data), **dict(config or {})}
+        if self.test is not None:
+            settings.setdefault("test-data", self.test)
+        return super().run(algorithm, settings, timeout)

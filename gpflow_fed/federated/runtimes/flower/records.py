@@ -12,27 +12,38 @@ A stage's :class:`~gpflow_fed.federated.transport.Request` adds ``"request"`` (t
 every party binds its algorithm to what the server used; a :class:`~gpflow_fed.federated.transport.Response` adds
 ``"response"`` (fault, timing, a protected reply's layout). The conversion is lossless:
 ``recorddict_to_message(message_to_recorddict(m)) == m`` array for array.
+
+One Flower run may hold several runs of the shared loop, one after the other (a table run: the moments exchange,
+then the training on standardised data). Every request then adds ``"job"`` (:func:`job_to_config`): which of them it
+belongs to, and, for the training, the column means and scales the moments exchange agreed, with which the party
+standardises its own rows.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, Mapping, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
+from ....data.standardize import Standardizer
 from ...algorithm import Algorithm, FederationInfo
 from ...factories import load_factory
 from ...messages import Message
 from ...transport import Request, Response
+from . import methods  # noqa: F401  (registers the built-in factory "gpflow-fed:fit" in every party)
 
 __all__ = [
     "PURPOSES",
     "config_to_info",
+    "JOBS",
     "info_to_config",
+    "job_algorithm",
+    "job_to_config",
     "load_factory",
     "message_to_recorddict",
+    "recorddict_to_job",
     "recorddict_to_message",
     "recorddict_to_request",
     "recorddict_to_response",
@@ -43,6 +54,12 @@ __all__ = [
 PURPOSES = ("train", "final", "evaluate")
 ARRAYS, META, METRICS, INFO = "arrays", "meta", "metrics", "info"
 REQUEST, RESPONSE = "request", "response"
+JOB = "job"
+#: the runs one Flower run may hold: the moments exchange (:class:`~gpflow_fed.federated.algorithms.Moments`) and
+#: the run's algorithm (a request without a ``"job"`` record is ``"train"`` on the party's data as given)
+MOMENTS_JOB, TRAIN_JOB = "moments", "train"
+JOBS = (MOMENTS_JOB, TRAIN_JOB)
+_MOMENTS = ("X_mean", "X_std", "Y_mean", "Y_std")
 
 
 def message_to_recorddict(message: Message, purpose: str = "train") -> RecordDict:
@@ -159,6 +176,49 @@ def recorddict_to_response(content: RecordDict) -> Response:
     return Response(message, fault, None if fault is None else RuntimeError(fault), seconds, layout, config)
 
 
+def job_to_config(name: str, standardizer: Optional[Standardizer] = None) -> ConfigRecord:
+    """The ``"job"`` record: the job's name and, for training on standardised data, the agreed moments
+    (``X_mean``, ``X_std`` ``[D]``, ``Y_mean``, ``Y_std`` ``[P]`` as lists of floats: exact in Flower's encoding).
+
+    :raises ValueError: an unknown job.
+    """
+    if name not in JOBS:
+        raise ValueError(f"job must be one of {JOBS}, got {name!r}")
+    record: Dict[str, Any] = {"name": name}
+    if standardizer is not None:
+        record.update({k: [float(v) for v in np.ravel(getattr(standardizer, k))] for k in _MOMENTS})
+    return ConfigRecord(record)
+
+
+def recorddict_to_job(content: RecordDict, info: FederationInfo) -> Tuple[str, Optional[Standardizer]]:
+    """The job a request belongs to and the moments its party standardises with (None: its data as given).
+
+    The moments come from the server: the party checks them before use (widths D and P of the federation, finite
+    values, positive scales).
+
+    :raises ValueError: an unknown job, or moments of the wrong width, not finite, or with a scale that is not
+        positive.
+    """
+    if JOB not in content.config_records:
+        return TRAIN_JOB, None
+    record = content.config_records[JOB]
+    name = str(record.get("name", ""))
+    if name not in JOBS:
+        raise ValueError(f"a gpflow_fed request names the job {name!r}; expected one of {JOBS}")
+    if not any(k in record for k in _MOMENTS):
+        return name, None
+    widths = {"X_mean": info.input_dim, "X_std": info.input_dim, "Y_mean": info.output_dim, "Y_std": info.output_dim}
+    moments = {}
+    for key, width in widths.items():
+        value = np.asarray(record.get(key, []), dtype=np.float64)
+        if value.shape != (width,) or not np.all(np.isfinite(value)):
+            raise ValueError(f"the agreed moments' {key} must be {width} finite numbers, got {value.tolist()}")
+        if key.endswith("_std") and not np.all(value > 0):
+            raise ValueError(f"the agreed moments' {key} must be positive, got {value.tolist()}")
+        moments[key] = value
+    return name, Standardizer(**moments)
+
+
 def info_to_config(info: FederationInfo) -> ConfigRecord:
     """The federation's description as a ``ConfigRecord`` (no data: ids, sizes N_k, D, P and the seed)."""
     return ConfigRecord(
@@ -183,6 +243,16 @@ def config_to_info(config: Mapping[str, Any]) -> FederationInfo:
         output_dim=int(config["output_dim"]),
         seed=int(config["seed"]),
     )
+
+
+def job_algorithm(job: str, run_config: Mapping[str, Any]) -> Algorithm:
+    """The algorithm of ``job``: :class:`~gpflow_fed.federated.algorithms.Moments` for ``"moments"``, else the run
+    config's registered ``algorithm`` (:func:`build_algorithm`)."""
+    if job == MOMENTS_JOB:
+        from ...algorithms.moments import Moments
+
+        return Moments()
+    return build_algorithm(str(run_config["algorithm"]), run_config)
 
 
 def build_algorithm(spec: str, run_config: Mapping[str, Any]) -> Algorithm:

@@ -8,8 +8,18 @@ First it asks every SuperNode to ``describe`` itself (client index k, N_k, D, P:
 :class:`~gpflow_fed.federated.endpoint.ClientEndpoint`.
 
 The run config carries the server's options and its protection *request*
-(:meth:`~gpflow_fed.federated.Protection.to_config`); each party's own policy comes from its node config, and a
-request below it is refused by the party itself.
+(:meth:`~gpflow_fed.federated.Protection.to_config`; secure aggregation unless it says otherwise); each party's own
+policy comes from its node config, and a request below it is refused by the party itself.
+
+**A table run** (``standardize=true``, what ``gpflow-fed flower server`` submits) runs two jobs over the same grid:
+first :class:`~gpflow_fed.federated.algorithms.Moments` — the parties' column counts, sums and sums of squares,
+summed under the run's protection — then the algorithm, each party standardising its own rows with the agreed
+moments, which every request of the second job carries (:func:`.records.job_to_config`). No row leaves a party;
+the returned model is a :class:`~gpflow_fed.models.StandardizedModel` (raw inputs in, the target's units out).
+
+The ServerApp reports its progress in its log (Flower's logger, which ``flwr run --stream`` and the SuperLink's
+output show): the parties it found, the agreed moments' exchange, one line per round (its number, clients, seconds)
+and where it saved the model.
 """
 
 from __future__ import annotations
@@ -18,11 +28,13 @@ import json
 import os
 import time
 from dataclasses import asdict, dataclass
+from logging import INFO
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import gpflow
 import numpy as np
 from flwr.app import Context, MessageType, RecordDict
+from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
 from ....validation import integer
@@ -34,10 +46,18 @@ from ...protection.request import Protection
 from ...result import FederatedResult
 from ..base import sampling_rng
 from .client_app import DESCRIBE
-from .records import build_algorithm
+from .records import MOMENTS_JOB, TRAIN_JOB, build_algorithm
 from .transport import GridTransport
 
-__all__ = ["FederationShape", "FlowerServer", "app", "options_from_config", "save_error", "save_result"]
+__all__ = [
+    "FederationShape",
+    "FlowerServer",
+    "app",
+    "options_from_config",
+    "run_config_defaults",
+    "save_error",
+    "save_result",
+]
 
 
 @dataclass(frozen=True)
@@ -69,6 +89,7 @@ class FlowerServer:
     :param timeout: seconds to wait for the replies of one stage (None: no limit).
     :param num_clients: wait until this many SuperNodes are connected (None: use those connected now).
     :param wait: seconds to wait for them.
+    :param report: called with one line of progress at a time (the parties found, the moments, each round).
     :raises ValueError: bad ``seed``, ``timeout``, ``num_clients`` or ``wait``.
     :raises TypeError: an algorithm, options or protection of the wrong type.
     """
@@ -83,6 +104,7 @@ class FlowerServer:
         timeout: Optional[float] = None,
         num_clients: Optional[int] = None,
         wait: float = 120.0,
+        report: Optional[Callable[[str], None]] = None,
     ) -> None:
         if not isinstance(algorithm, Algorithm):
             raise TypeError(f"algorithm must be a gpflow_fed Algorithm, got {type(algorithm).__name__}")
@@ -104,8 +126,15 @@ class FlowerServer:
         self.timeout = timeout
         self.num_clients = num_clients
         self.wait = float(wait)
+        self.report = report or (lambda text: None)
         #: the transport of the last run (its message counts)
         self.transport: Optional[GridTransport] = None
+        #: the last run's Flower messages and stages, per exchange kind: ``describe``, and each job's
+        self.exchanges: Dict[str, Dict[str, int]] = {}
+        #: the last run's transport of each job (``"moments"``, ``"train"``): its stages' groups
+        self.transports: Dict[str, GridTransport] = {}
+        #: the parties' column names, when their node configs give them: ``(features, target)``
+        self.columns: Optional[Tuple[str, str]] = None
 
     # --- the federation ------------------------------------------------------------------------------
     def _nodes(self, grid: Grid) -> List[int]:
@@ -129,7 +158,9 @@ class FlowerServer:
         nodes = self._nodes(grid)
         messages = [grid.create_message(RecordDict({}), MessageType.QUERY, n, DESCRIBE) for n in nodes]
         replies = list(grid.send_and_receive(messages, timeout=self.timeout))
+        self.exchanges = {"describe": {"messages": len(messages), "stages": 1}}
         described: Dict[int, Tuple[int, int, int, int]] = {}
+        columns: Dict[int, Tuple[str, str]] = {}
         for reply in replies:
             if reply.has_error():
                 raise ValueError(
@@ -142,6 +173,8 @@ class FlowerServer:
                 int(cfg["input-dim"]),
                 int(cfg["output-dim"]),
             )
+            if "features" in cfg or "target" in cfg:
+                columns[int(reply.metadata.src_node_id)] = (str(cfg.get("features", "")), str(cfg.get("target", "")))
         silent = sorted(set(nodes) - set(described))
         if silent:
             raise ValueError(f"SuperNode(s) {silent} did not answer 'describe' within {self.timeout} s")
@@ -156,6 +189,16 @@ class FlowerServer:
             raise ValueError(f"the parties' data disagree on (D, P): {sorted(dims)}")
         ((input_dim, output_dim),) = dims
         order = sorted(described, key=lambda n: described[n][0])
+        self.columns = None
+        if columns:
+            named = {described[n][0]: columns.get(n, ("?", "?")) for n in order}
+            if len(set(named.values())) != 1:
+                listed = "; ".join(f"client_{k}: {f} -> {t}" for k, (f, t) in sorted(named.items()))
+                raise ValueError(
+                    f"the parties' columns differ ({listed}); give every party the same --features, in the same "
+                    "order, and the same --target"
+                )
+            self.columns = next(iter(named.values()))
         ids = tuple(f"client_{described[n][0]}" for n in order)
         info = FederationInfo(
             client_ids=ids,
@@ -173,20 +216,81 @@ class FlowerServer:
         *,
         test: Optional[Tuple[np.ndarray, np.ndarray]] = None,
         monitor: Optional[Callable[..., Any]] = None,
+        standardize: bool = False,
     ) -> FederatedResult:
         """Discover the parties, run every round and the final phases; the result as ``LocalRuntime``'s.
 
-        :param test: a held-out ``(X, Y)`` the server may hold, for ``result.metrics``.
+        :param test: a held-out ``(X, Y)`` the server may hold, for ``result.metrics`` (in the parties' units).
         :param monitor: called as ``monitor(r, history=..., state=..., algorithm=...)`` after each round.
+        :param standardize: a table run (module docstring): the moments exchange first, then the algorithm on the
+            parties' standardised rows; the result is :func:`gpflow_fed.fit`'s (its model in the target's units, its
+            ledger the moments' messages then the training's), and equals ``fit`` on the same parties and seed.
         """
         start = time.perf_counter()
         info, node_of = self.discover(grid)
-        shape = FederationShape(tuple(info.client_sizes[c] for c in info.client_ids), info.input_dim, info.output_dim)
-        setup = set_up_run(self.algorithm, info, replace_test(shape, test), self.options, self.protection)
-        transport = self.transport = GridTransport(grid, node_of, info, self.timeout)
-        return run_rounds(
-            setup, transport, seeded_sampling=sampling_rng(self.seed), test=test, monitor=monitor, start=start
+        columns = "" if self.columns is None else f"; features {self.columns[0]} -> target {self.columns[1]}"
+        self.report(
+            f"{info.num_clients} parties, {info.num_data} rows: "
+            + ", ".join(f"{c} ({info.client_sizes[c]})" for c in info.client_ids)
+            + columns
         )
+        shape = FederationShape(tuple(info.client_sizes[c] for c in info.client_ids), info.input_dim, info.output_dim)
+        monitor = self._reporting(monitor)
+        if not standardize:
+            return self._job(grid, node_of, info, shape, self.algorithm, test, monitor, start)
+        from ....fitting import in_user_units
+        from ...algorithms.moments import Moments
+
+        began = time.perf_counter()
+        moments_options = RunOptions(faults=self.options.faults, keep_payloads=self.options.keep_payloads)
+        moments = self._job(grid, node_of, info, shape, Moments(), None, None, began, MOMENTS_JOB, moments_options)
+        assert isinstance(moments.algorithm, Moments)  # the job's bound algorithm
+        scaler = moments.algorithm.standardizer(moments.state)
+        self.report(
+            f"moments agreed ({'secure aggregation' if self.protection.secure else 'plain sums'}, "
+            f"{time.perf_counter() - began:.1f} s); the parties standardise their own rows with them"
+        )
+        scaled = None if test is None else scaler.transform(*test)
+        result = self._job(grid, node_of, info, shape, self.algorithm, scaled, monitor, start, TRAIN_JOB, None, scaler)
+        return in_user_units(result, moments, scaler, test, "the Flower run")
+
+    def _job(
+        self,
+        grid: Grid,
+        node_of: Mapping[str, int],
+        info: FederationInfo,
+        shape: "FederationShape",
+        algorithm: Algorithm,
+        test: Optional[Tuple[np.ndarray, np.ndarray]],
+        monitor: Optional[Callable[..., Any]],
+        start: float,
+        job: str = TRAIN_JOB,
+        options: Optional[RunOptions] = None,
+        standardizer: Optional[Any] = None,
+    ) -> FederatedResult:
+        """One run of the shared loop over the grid: ``algorithm``'s set-up and rounds as ``job``."""
+        setup = set_up_run(algorithm, info, replace_test(shape, test), options or self.options, self.protection)
+        transport = self.transport = GridTransport(
+            grid, node_of, info, self.timeout, job=job, standardizer=standardizer
+        )
+        try:
+            return run_rounds(
+                setup, transport, seeded_sampling=sampling_rng(self.seed), test=test, monitor=monitor, start=start
+            )
+        finally:
+            self.exchanges[job] = {"messages": transport.messages_sent, "stages": transport.stages}
+            self.transports[job] = transport
+
+    def _reporting(self, monitor: Optional[Callable[..., Any]]) -> Callable[..., Any]:
+        """``monitor`` after a progress line for the round: its number, clients and seconds."""
+
+        def reporting(r: int, *, history: List[Dict[str, Any]], algorithm: Algorithm, **kwargs: Any) -> None:
+            entry = history[-1]
+            self.report(f"round {r + 1}/{algorithm.rounds}: {entry['clients']} clients, {entry['seconds']:.1f} s")
+            if monitor is not None:
+                monitor(r, history=history, algorithm=algorithm, **kwargs)
+
+        return reporting
 
 
 def replace_test(shape: FederationShape, test: Optional[Tuple[np.ndarray, np.ndarray]]) -> FederationShape:
@@ -208,12 +312,18 @@ def options_from_config(config: Mapping[str, Any]) -> RunOptions:
     )
 
 
-def save_result(result: FederatedResult, directory: str, predict_at: Optional[np.ndarray] = None) -> None:
+def save_result(
+    result: FederatedResult,
+    directory: str,
+    predict_at: Optional[np.ndarray] = None,
+    exchanges: Optional[Mapping[str, Mapping[str, int]]] = None,
+) -> None:
     """Write a Flower run's result where the caller can read it (the ServerApp runs in its own process).
 
     Files: ``parameters.npz`` (``gpflow.utilities.read_values`` of the model), ``predictions.npz``
     (``mean``, ``var`` of ``predict_f`` at ``predict_at``, if given) and ``result.json`` (history, metrics,
-    ledger entries, seconds), the last written last, so its presence means the run finished.
+    ledger entries, seconds, and ``exchanges``: the Flower messages and stages of each exchange kind, from
+    :attr:`FlowerServer.exchanges`), the last written last, so its presence means the run finished.
     """
     os.makedirs(directory, exist_ok=True)
     values = {k: np.asarray(v) for k, v in gpflow.utilities.read_values(result.model).items()}
@@ -226,6 +336,7 @@ def save_result(result: FederatedResult, directory: str, predict_at: Optional[np
         "metrics": dict(result.metrics),
         "ledger": [asdict(e) for e in result.ledger.entries],
         "seconds": result.seconds,
+        "exchanges": {k: dict(v) for k, v in (exchanges or {}).items()},
     }
     tmp = os.path.join(directory, "result.json.tmp")
     with open(tmp, "w") as f:
@@ -240,60 +351,95 @@ def save_error(error: BaseException, directory: str) -> None:
         json.dump({"type": type(error).__name__, "message": str(error)}, f)
 
 
-def _run_config_number(config: Mapping[str, Any], key: str, default: Any) -> Any:
-    value = config.get(key, default)
-    return None if value == "" else value
+def run_config_defaults() -> Dict[str, Any]:
+    """Every run-config key :func:`make_server_app`'s ServerApp reads besides ``algorithm``, with the value that
+    means its default. :func:`~.deploy.write_app` writes them all into an app, so that ``flwr run --run-config
+    "k=v ..."`` may set any of them (Flower refuses to override a key the app lacks). The protection request is
+    the default :class:`~gpflow_fed.federated.Protection` (secure aggregation)."""
+    return {
+        "seed": 0,
+        "num-clients": 0,  # 0: the SuperNodes connected when the run starts
+        "wait": 120.0,  # seconds to wait for num-clients SuperNodes
+        "timeout": 0.0,  # seconds per stage; 0: no limit
+        "standardize": False,
+        "output": "",
+        "save": "",
+        "test-data": "",
+        "on-error": "raise",
+        "min-clients": 1,
+        "eval-every": 0,
+        "checkpoint-dir": "",
+        "checkpoint-every": 1,
+        "resume": False,
+        "keep-payloads": False,
+        **Protection().to_config(),
+    }
+
+
+def _positive_or_none(config: Mapping[str, Any], key: str) -> Optional[float]:
+    value = config.get(key, "")
+    return None if value in ("", 0, 0.0) else float(value)
 
 
 def make_server_app() -> ServerApp:
     """A ServerApp configured entirely by the run config (``flwr run … --run-config``):
 
     * ``algorithm`` (required): a registered algorithm factory (:mod:`gpflow_fed.federated.factories`),
-      called with the run config;
-    * ``seed`` (default 0); ``num-clients``: wait for this many SuperNodes (default: those connected);
-    * ``timeout``: seconds per stage (default: none);
-    * ``output``: folder for :func:`save_result`; ``test-data``: an ``.npz`` with ``X``, ``Y`` the server
-      holds, for test metrics and ``predictions.npz``;
+      called with the run config; ``"gpflow-fed:fit"`` builds :func:`gpflow_fed.fit`'s ``method``
+      (:mod:`.methods`);
+    * ``seed`` (default 0); ``num-clients``: wait up to ``wait`` seconds (default 120) for this many SuperNodes
+      (default or 0: those connected); ``timeout``: seconds per stage (default or 0: none);
+    * ``standardize`` (default false): a table run (module docstring);
+    * ``output``: folder for :func:`save_result`; ``save``: a ``.npz`` for the model (``save_model``, e.g.
+      ``StandardizedModel.save``); ``test-data``: an ``.npz`` with ``X``, ``Y`` the server holds, for test metrics
+      and ``predictions.npz``;
     * the options (:func:`options_from_config`: ``min-clients``, ``on-error``, ``eval-every``, ``checkpoint-dir``,
       ``checkpoint-every``, ``resume``, ``keep-payloads``);
     * the protection request (:meth:`Protection.from_config <gpflow_fed.federated.Protection.from_config>`:
-      ``secure-aggregation``, ``fractional-bits``, ``min-cohort``, ``dp-*``, ``robust-*``). It is only a request:
-      each party's own policy (its node config) decides what it accepts.
+      ``secure-aggregation`` — true unless given —, ``fractional-bits``, ``min-cohort``, ``dp-*``, ``robust-*``). It
+      is only a request: each party's own policy (its node config) decides what it accepts.
+
+    :func:`run_config_defaults` lists the keys with their defaults.
     """
     server_app = ServerApp()
 
     @server_app.main()
     def main(grid: Grid, context: Context) -> None:
         config = context.run_config
-        if "algorithm" not in config:
-            raise ValueError("run config lacks 'algorithm': pass --run-config \"algorithm='package.module:factory'\"")
+        output = str(config.get("output", "") or "")
         try:
+            if "algorithm" not in config:
+                raise ValueError(
+                    "run config lacks 'algorithm': pass --run-config \"algorithm='package.module:factory'\""
+                )
             algorithm = build_algorithm(str(config["algorithm"]), config)
-        except Exception as exc:
-            if config.get("output"):
-                save_error(exc, str(config["output"]))
-            raise
-        timeout = _run_config_number(config, "timeout", None)
-        server = FlowerServer(
-            algorithm,
-            seed=int(config.get("seed", 0)),
-            options=options_from_config(config),
-            protection=Protection.from_config(config),
-            timeout=None if timeout is None else float(timeout),
-            num_clients=int(config["num-clients"]) if "num-clients" in config else None,
-        )
-        test = None
-        if config.get("test-data"):
-            with np.load(str(config["test-data"])) as npz:
-                test = (npz["X"].astype(gpflow.default_float()), npz["Y"].astype(gpflow.default_float()))
-        try:
-            result = server.run(grid, test=test)
+            num_clients = int(config.get("num-clients", 0) or 0)
+            server = FlowerServer(
+                algorithm,
+                seed=int(config.get("seed", 0)),
+                options=options_from_config(config),
+                protection=Protection.from_config({"secure-aggregation": True, **config}),
+                timeout=_positive_or_none(config, "timeout"),
+                num_clients=num_clients or None,
+                wait=float(config.get("wait", 120.0)),
+                report=lambda text: log(INFO, "[gpflow-fed] %s", text),
+            )
+            test = None
+            if config.get("test-data"):
+                with np.load(str(config["test-data"])) as npz:
+                    test = (npz["X"].astype(gpflow.default_float()), npz["Y"].astype(gpflow.default_float()))
+            result = server.run(grid, test=test, standardize=bool(config.get("standardize", False)))
+            if config.get("save"):
+                from ....models.saving import save_model
+
+                path = save_model(result.model, str(config["save"]))
+                log(INFO, "[gpflow-fed] model saved to %s (%s)", path, type(result.model).__name__)
         except Exception as exc:  # the ServerApp's own process: leave the reason where the caller looks
-            if config.get("output"):
-                save_error(exc, str(config["output"]))
+            if output:
+                save_error(exc, output)
             raise
-        if config.get("output"):
-            save_result(result, str(config["output"]), None if test is None else test[0])
+        if output:
+            save_result(result, output, None if test is None else test[0], server.exchanges)
 
     return server_app
 
