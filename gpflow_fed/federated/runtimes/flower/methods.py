@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Mapping, NoReturn
 
-from ....fitting import DEFAULTS, METHODS, algorithm
+from ...methods import DEFAULTS, METHODS, algorithm
 from ...algorithm import Algorithm, FederationInfo
 from ...factories import register_algorithm_factory
 

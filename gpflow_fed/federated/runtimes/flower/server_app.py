@@ -238,7 +238,7 @@ class FlowerServer:
         monitor = self._reporting(monitor)
         if not standardize:
             return self._job(grid, node_of, info, shape, self.algorithm, test, monitor, start)
-        from ....fitting import in_user_units
+        from ...methods import in_user_units
         from ...algorithms.moments import Moments
 
         began = time.perf_counter()
