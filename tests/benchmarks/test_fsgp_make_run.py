@@ -11,7 +11,9 @@ def test_quick_run_saves_every_method_and_the_paired_gaps(load_benchmark, tmp_pa
     assert record["command"].startswith("python benchmarks/fsgp_make_run.py --quick")
     rmse = {r["method"]: r["rmse"] for r in record["runs"]}
     assert set(rmse) == {"fsgp", "fsgp_exact", "sgpr", "sgpr_local", "fgp"}
-    assert abs(rmse["fsgp_exact"] - rmse["sgpr"]) < 1e-6  # exact federated SGPR is centralized SGPR (same steps)
+    # exact federated SGPR is centralized SGPR (same steps), up to the default secure aggregation's fixed-point sums
+    # (2⁻³² per client and entry) carried through the rounds' gradient steps
+    assert abs(rmse["fsgp_exact"] - rmse["sgpr"]) < 1e-4
     gaps = {r["method"]: r for r in record["summary"] if "_minus_" in r["method"]}
     assert set(gaps) == {"fsgp_minus_fgp", "sgpr_minus_fgp", "fsgp_minus_sgpr"}
     assert abs(gaps["fsgp_minus_fgp"]["rmse_mean"] - (rmse["fsgp"] - rmse["fgp"])) < 1e-12

@@ -47,6 +47,11 @@ WEIGHT_KEY = "secagg/weight"
 METRIC_PREFIX = "secagg/metric/"
 
 
+def _digest(value: Any) -> bytes:
+    """SHA-256 of a request's bitmap (b"" for a value that is not bytes: the protocol refuses it)."""
+    return hashlib.sha256(value).digest() if isinstance(value, bytes) else b""
+
+
 def broadcast_digest(message: Message) -> bytes:
     """SHA-256 of a broadcast's phase and content (names, dtypes, shapes, bytes), without its round or sender: what
     a client answers once under masking (module docstring)."""
@@ -78,9 +83,9 @@ class ClientEncoder:
         self._run_id: Optional[bytes] = None
         self._secagg: Optional[SecAggClient] = None
         self._prepared: Dict[Tuple[str, int, str], Tuple[Message, Protection, bytes]] = {}
-        #: per broadcast (:func:`broadcast_digest`) this client has sent a masked input for: the cohort's bitmap and
-        #: the drop-outs' bitmap of its unmasking (b"" before it); per exchange, its broadcast; per (purpose, phase),
-        #: the last round answered
+        #: per broadcast (:func:`broadcast_digest`) this client has sent a masked input for: SHA-256 digests of the
+        #: cohort's bitmap and of the drop-outs' bitmap of its unmasking (b"" before it), 96 bytes per answer however
+        #: large K; per exchange, its broadcast; per (purpose, phase), the last round answered
         self._answered: Dict[bytes, Tuple[bytes, bytes]] = {}
         self._broadcasts: Dict[Tuple[str, int, str], bytes] = {}
         self._last_round: Dict[Tuple[str, str], int] = {}
@@ -210,12 +215,13 @@ class ClientEncoder:
                 )
             prepared = kept[0]
             distributed = kept[1].distributed is not None
-            self._check_once((str(key[0]), int(key[1]), str(key[2])), kept[2], request.get("cohort"), distributed)
+            cohort = _digest(request.get("cohort"))
+            self._check_once((str(key[0]), int(key[1]), str(key[2])), kept[2], cohort, distributed)
             codes = np.concatenate([prepared.arrays[n].ravel() for n in sorted(prepared.arrays)]).astype(np.uint64)
         answer = self._secagg.respond(stage, request, codes)
         if key is not None:
             broadcast = self._prepared.pop(key)[2]
-            self._answered.setdefault(broadcast, (cast(bytes, request.get("cohort")), b""))
+            self._answered.setdefault(broadcast, (_digest(request.get("cohort")), b""))
             self._broadcasts = {(str(key[0]), int(key[1]), str(key[2])): broadcast}  # one exchange at a time
             self._last_round[(str(key[0]), str(key[2]))] = int(key[1])
         return answer
@@ -227,9 +233,9 @@ class ClientEncoder:
         if broadcast is None:
             return
         cohort, dropped = self._answered[broadcast]
-        shown = request.get("dropped")
-        if not isinstance(shown, bytes):
+        if not isinstance(request.get("dropped"), bytes):
             raise EncoderRefusal("secure aggregation: an unmask request without its drop-outs")
+        shown = _digest(request.get("dropped"))
         if dropped and shown != dropped:
             raise EncoderRefusal(
                 f"secure aggregation: {self.client_id!r} refuses: this broadcast was unmasked before with other "
