@@ -156,7 +156,7 @@ def trace() -> Dict[str, object]:
     import numpy as np
 
     from gpflow_fed.data import FederatedDataset
-    from gpflow_fed.federated import LocalRuntime, run
+    from gpflow_fed.federated import Protection, run
     from gpflow_fed.federated.algorithms import FSGP
 
     rng = np.random.default_rng(0)
@@ -167,8 +167,8 @@ def trace() -> Dict[str, object]:
     def make() -> FSGP:
         return FSGP(gpflow.kernels.SquaredExponential(), Z, rounds=1, local_steps=1)
 
-    runtime = LocalRuntime()  # the default protection: secure aggregation
-    run(make(), dataset, runtime=runtime)  # warm up: tracing and imports happen outside the trace
+    protection = Protection(secure_aggregation=True)  # the default, stated
+    run(make(), dataset, protection=protection)  # warm up: tracing and imports happen outside the trace
     transitions: Dict[Tuple[str, str], int] = defaultdict(int)
     owner = "gpflow_fed.federated.exchange"
     per_stage: Dict[str, Dict[str, int]] = defaultdict(lambda: defaultdict(int))
@@ -194,7 +194,7 @@ def trace() -> Dict[str, object]:
 
     sys.setprofile(profile)
     try:
-        run(make(), dataset, runtime=runtime)
+        run(make(), dataset, protection=protection)
     finally:
         sys.setprofile(None)
     return {

@@ -231,6 +231,8 @@ PROFILES: Dict[str, Dict[str, Invocations]] = {
             ],
         ],
     },  # fmt: skip
+    "architecture": {"quick": [["cycles"]], "full": [["lines"], ["cycles"], ["trace"]]},  # engineering.md's shape
+    "flower_exchanges": {"quick": [["--rounds", "1"]], "full": [[]]},
     "robust": {
         "quick": [["--seeds", "0"]],
         "full": [["--seeds", "0", "1", "2", "--out", "benchmarks/results/robust.json"]],

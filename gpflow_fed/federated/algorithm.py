@@ -220,6 +220,14 @@ class Algorithm(abc.ABC):
         """A deep copy of the state (used to evaluate mid-training without disturbing it)."""
         return gpflow.utilities.deepcopy(state)
 
+    def checkpoint_objects(self) -> Dict[str, Any]:
+        """``{attribute: object}``: the TensorFlow objects of this (bound) algorithm a run checkpoint saves and a
+        resume restores. Default: every attribute ``tf.train.Checkpoint`` can save; an algorithm leaves out what it
+        recomputes each round (and must keep each object's attribute name, which the checkpoint's paths carry)."""
+        from .fingerprint import is_trackable
+
+        return {attr: value for attr, value in sorted(vars(self).items()) if is_trackable(value)}
+
     # --- helper for subclasses -----------------------------------------------------------------------
     @staticmethod
     def reply(

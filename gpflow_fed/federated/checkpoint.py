@@ -229,10 +229,7 @@ def _object_name(*parts: str) -> str:
 
 def tracked_objects(algorithm: Any, clients: Mapping[str, Any], ready: List[str]) -> Dict[str, Any]:
     """The TensorFlow objects of a run: the algorithm's attributes and each set-up client's own."""
-    objects: Dict[str, Any] = {}
-    for attr, value in sorted(vars(algorithm).items()):
-        if is_trackable(value):
-            objects[_object_name("algorithm", attr)] = value
+    objects = {_object_name("algorithm", attr): value for attr, value in algorithm.checkpoint_objects().items()}
     for cid in ready:
         client = clients[cid]
         for attr in ("model", "optimizer"):

@@ -123,9 +123,14 @@ def describe_settings(algorithm: Any) -> Dict[str, str]:
 
 
 def settings_differences(saved: Mapping[str, str], current: Mapping[str, str]) -> List[Tuple[str, str, str]]:
-    """``[(setting, saved description, current description)]`` for every setting that differs (or is absent)."""
+    """``[(setting, saved description, current description)]`` for every setting that differs (or is absent).
+
+    Private attributes (``_name``) are left out on both sides: they are the algorithm's implementation and the
+    per-run state its ``bind`` sets (None on the configuration object), which a new release may add or rename
+    without changing what the user configured.
+    """
     saved = {k: _current_names(v) for k, v in saved.items()}
-    keys = sorted(set(saved) | set(current))
+    keys = sorted(k for k in set(saved) | set(current) if not k.startswith("_"))
     return [(k, saved.get(k, "(absent)"), current.get(k, "(absent)")) for k in keys if saved.get(k) != current.get(k)]
 
 

@@ -1,25 +1,14 @@
 """``benchmarks/dp_distributed_utility.py`` runs end to end on tiny settings and saves what it prints."""
 
-import importlib.util
 import json
-import os
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-
-def _load(name):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "benchmarks", f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_distributed_vs_central_utility_benchmark(tmp_path, capsys):
+def test_distributed_vs_central_utility_benchmark(load_benchmark, tmp_path, capsys):
     out = tmp_path / "ddp.json"
     argv = ["--clients", "6", "--dimensions", "20", "--honest", "1", "0.5", "--releases", "2", "--trials", "2"]
-    assert _load("dp_distributed_utility").main(argv + ["--out", str(out)]) == 0
+    assert load_benchmark("dp_distributed_utility").main(argv + ["--out", str(out)]) == 0
     table = capsys.readouterr().out
     assert "| 6 | 20 | 2 | central (PLD) |" in table and "| 6 | 20 | 2 | distributed, t = 3 |" in table
     saved = json.loads(out.read_text())

@@ -1,20 +1,10 @@
-"""``benchmarks/secure_recovery.py`` runs on a tiny cohort, checks its sums and writes the JSON it promises.
+"""``benchmarks/secure_recovery.py`` runs on a tiny cohort, checks its sums and writes the JSON it promises."""
 
-(It belongs with the other benchmark tests in ``tests/benchmarks/``; it sits here while that folder is not ours.)"""
-
-import importlib.util
 import json
-import os
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def test_secure_recovery_benchmark_rows_and_json(tmp_path, capsys):
-    spec = importlib.util.spec_from_file_location(
-        "secure_recovery", os.path.join(ROOT, "benchmarks", "secure_recovery.py")
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+def test_secure_recovery_benchmark_rows_and_json(load_benchmark, tmp_path, capsys):
+    module = load_benchmark("secure_recovery")
     out = tmp_path / "secure_recovery.json"
     module.main(["--clients", "20", "--codes", "8", "--repeats", "1", "--json", str(out)])
     assert "secagg 10% + late" in capsys.readouterr().out

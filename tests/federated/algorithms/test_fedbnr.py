@@ -10,11 +10,14 @@ import tensorflow as tf
 from gpflow.keras import tf_keras
 
 from gpflow_fed.data import FederatedDataset
-from gpflow_fed.federated import LocalRuntime, run
+from gpflow_fed.federated import LocalRuntime, Protection, run
 from gpflow_fed.federated.algorithms import FedBNR
 from gpflow_fed.federated.algorithms.distillation import distillation_loss, mean_client_gram
 from gpflow_fed.kernels import URK
 from gpflow_fed.models import BayesianLinearRegression
+
+#: the plain, readable messages these tests check (the secure default masks them)
+PLAIN = Protection(secure_aggregation=False)
 
 RNG = np.random.default_rng(3)
 X = RNG.uniform(-5, 5, size=(90, 1))
@@ -45,7 +48,8 @@ def test_ledger_sizes_are_L_by_L_and_L_independent_of_client_sizes() -> None:
     L = 2 * 12
     shapes = []
     for sizes in [(10, 10, 70), (30, 30, 30)]:
-        result = run(FedBNR(URK(1, num_samples=12, seed=0), rounds=1, local_steps=1, compile=False), _dataset(sizes))
+        algorithm = FedBNR(URK(1, num_samples=12, seed=0), rounds=1, local_steps=1, compile=False)
+        result = run(algorithm, _dataset(sizes), protection=PLAIN)
         up = result.ledger.select(direction="up", phase="scatter")
         assert len(up) == 3
         for entry in up:
@@ -59,7 +63,7 @@ def test_ledger_sizes_are_L_by_L_and_L_independent_of_client_sizes() -> None:
 
 
 def test_two_step_ledger() -> None:
-    result = run(FedBNR(URK(1, num_samples=8), rounds=0, protocol="two_step"), _dataset())
+    result = run(FedBNR(URK(1, num_samples=8), rounds=0, protocol="two_step"), _dataset(), protection=PLAIN)
     up = result.ledger.select(direction="up", phase="weights")
     assert [dict(zip(e.names, e.shapes)) for e in up] == [{"w_mean": (16, 1)}] * 3
     down = result.ledger.select(direction="down", phase="weights")
@@ -70,7 +74,8 @@ def test_single_client_fedavg_equals_centralized_adam() -> None:
     """With one client, R rounds of S local steps are R·S Adam steps on −log p(y)/N (the client keeps its optimizer)."""
     kernel = URK(1, num_samples=10, seed=1)
     data = (X[:30], Y[:30])
-    result = run(FedBNR(kernel, 0.5, 1.0, rounds=3, local_steps=4, learning_rate=0.05), FederatedDataset([data]))
+    algorithm = FedBNR(kernel, 0.5, 1.0, rounds=3, local_steps=4, learning_rate=0.05)
+    result = run(algorithm, FederatedDataset([data]), protection=PLAIN)  # one party: nothing to mask with
     central = BayesianLinearRegression(data, gpflow.utilities.deepcopy(kernel), 0.5, 1.0)
     optimizer = tf_keras.optimizers.Adam(learning_rate=0.05)
     for _ in range(12):
@@ -89,7 +94,7 @@ def test_single_client_fedavg_equals_centralized_adam() -> None:
 def test_fedavg_is_the_size_weighted_mean_of_client_values() -> None:
     kernel = URK(1, num_samples=10, seed=1)
     algo = FedBNR(kernel, rounds=1, local_steps=2, learning_rate=0.05, compile=False)
-    result = run(algo, _dataset(), runtime=LocalRuntime(keep_payloads=True))
+    result = run(algo, _dataset(), runtime=LocalRuntime(keep_payloads=True), protection=PLAIN)
     ups = [m for m in result.ledger.messages if m.phase == "kernel" and m.sender != "server"]
     key = "likelihood.variance"
     expected = sum(m.weight * m[key] for m in ups) / sum(m.weight for m in ups)

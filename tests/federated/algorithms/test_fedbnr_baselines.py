@@ -8,9 +8,12 @@ import pytest
 from gpflow.keras import tf_keras
 
 from gpflow_fed.data import FederatedDataset
-from gpflow_fed.federated import run
+from gpflow_fed.federated import Protection, run
 from gpflow_fed.federated.algorithms import FedAvgNN, NeuralRegression, PersonalisedGP
 from gpflow_fed.kernels import DeepKernel
+
+#: the plain, readable messages these tests check (the secure default masks them)
+PLAIN = Protection(secure_aggregation=False)
 
 RNG = np.random.default_rng(5)
 X = RNG.uniform(-3, 3, size=(60, 1))
@@ -30,7 +33,8 @@ def _network() -> tf_keras.Model:
 
 
 def test_fedavg_nn_one_client_equals_centralized_adam_and_noise_is_training_mse() -> None:
-    result = run(FedAvgNN(_network, rounds=2, local_steps=5, learning_rate=0.02), FederatedDataset([CLIENTS[0]]))
+    algorithm = FedAvgNN(_network, rounds=2, local_steps=5, learning_rate=0.02)
+    result = run(algorithm, FederatedDataset([CLIENTS[0]]), protection=PLAIN)  # one party: nothing to mask with
     central = NeuralRegression(CLIENTS[0], _network())
     optimizer = tf_keras.optimizers.Adam(learning_rate=0.02)
     for _ in range(10):

@@ -17,6 +17,9 @@ from gpflow_fed.federated.checkpoint import latest_checkpoint
 
 from tests.federated.helpers import Stop, stop_after
 
+#: the plain, readable messages these tests check (the secure default masks them)
+PLAIN = Protection(secure_aggregation=False)
+
 PARAMS = ("kernel.lengthscales", "kernel.variance", "likelihood.variance")  # wire keys: attribute paths
 
 
@@ -79,7 +82,9 @@ def test_one_round_is_fedavg_of_exact_gp_likelihoods_and_predicts_by_rbcm():
 def test_ledger_holds_only_hyperparameters_of_sizes_independent_of_n():
     small, large = _dataset((9, 14), D=2, seed=0), _dataset((40, 73), D=2, seed=1)
     runs = [
-        run(FGP(_kernel(2), 0.1, rounds=2, local_steps=2), d, runtime=LocalRuntime(keep_payloads=True))
+        run(
+            FGP(_kernel(2), 0.1, rounds=2, local_steps=2), d, runtime=LocalRuntime(keep_payloads=True), protection=PLAIN
+        )
         for d in (small, large)
     ]
     layouts = [
@@ -161,11 +166,18 @@ def test_resume_equals_uninterrupted_run(tmp_path):
     """Sampling (ρ = 0.5) and each client's own Adam moments survive the checkpoint."""
     dataset = _dataset((10, 12, 14, 16))
     make = lambda: FGP(_kernel(), 0.1, rounds=4, local_steps=2, client_fraction=0.5)  # noqa: E731
-    full = run(make(), dataset, seed=5)
+    full = run(make(), dataset, seed=5, protection=PLAIN)  # a resumed secure run redoes its key set-up
     with pytest.raises(Stop):
-        run(make(), dataset, runtime=LocalRuntime(checkpoint_dir=tmp_path), monitor=stop_after(1), seed=5)
+        run(
+            make(),
+            dataset,
+            runtime=LocalRuntime(checkpoint_dir=tmp_path),
+            monitor=stop_after(1),
+            seed=5,
+            protection=PLAIN,
+        )
     assert latest_checkpoint(str(tmp_path)).endswith("round-1")
-    resumed = run(make(), dataset, runtime=LocalRuntime(checkpoint_dir=tmp_path, resume=True), seed=5)
+    resumed = run(make(), dataset, runtime=LocalRuntime(checkpoint_dir=tmp_path, resume=True), seed=5, protection=PLAIN)
     for path in PARAMS:
         np.testing.assert_array_equal(resumed.state.params[path], full.state.params[path])
     assert [h["clients"] for h in resumed.history] == [h["clients"] for h in full.history]

@@ -11,6 +11,9 @@ from gpflow_fed.federated.algorithms import FSGP
 from gpflow_fed.federated.algorithms.fsgp.worker import SGPRClientWorker
 from gpflow_fed.federated.local_training import AdamState
 
+#: the plain, readable messages these tests check (the secure default masks them)
+PLAIN = Protection(secure_aggregation=False)
+
 
 def _dataset(sizes=(7, 13, 20), seed=0):
     rng = np.random.default_rng(seed)
@@ -81,7 +84,7 @@ def test_each_client_keeps_its_own_adam_state_and_a_failed_update_leaves_it_alon
         learning_rate=0.1,
         client_fraction=0.34,
     )
-    result = run(algorithm, dataset, seed=1)
+    result = run(algorithm, dataset, seed=1, protection=PLAIN)  # the up-messages counted per client
     algorithm = result.algorithm  # the run's own bound copy (Algorithm.bind) holds its clients
     asked = {cid: len(result.ledger.select(direction="up", phase="train", sender=cid)) for cid in algorithm.clients}
     assert sum(asked.values()) == 2 * 4 and len(set(asked.values())) > 1  # ⌈3 · 0.34⌉ = 2 a round, unequally
@@ -145,6 +148,7 @@ def test_whitened_prediction_statistics_match_and_have_a_public_bound():
             FSGP(kernel, Z, 0.1, rounds=1, local_steps=2, learning_rate=0.05, whiten=whiten),
             dataset,
             runtime=LocalRuntime(keep_payloads=True),
+            protection=PLAIN,
         )
         for whiten in (False, True)
     }

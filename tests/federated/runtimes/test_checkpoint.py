@@ -7,15 +7,20 @@ import numpy as np
 import pytest
 
 from gpflow_fed.data import FederatedDataset
-from gpflow_fed.federated import LocalRuntime, run
+from gpflow_fed.federated import LocalRuntime, Protection, run
 from gpflow_fed.federated.algorithms import FSGP
 from gpflow_fed.federated.checkpoint import decode_tree, encode_tree, latest_checkpoint
 from gpflow_fed.federated.protection.dp import DifferentialPrivacy
 
 from tests.federated.helpers import FederatedMean, Stop, stop_after
 
+#: the plain, readable messages these tests check (the secure default masks them)
+PLAIN = Protection(secure_aggregation=False)
 
-def interrupted_then_resumed(algorithm_factory, data, tmp_path, stop, **runtime_kwargs):
+
+def interrupted_then_resumed(algorithm_factory, data, tmp_path, stop, protection=None, **runtime_kwargs):
+    """The run stopped after round ``stop`` and resumed from its checkpoint. (Exact equality of a resumed run's
+    history and ledger is stated in plain: a resumed secure run makes its keys again, in its first round.)"""
     directory = tmp_path / "ckpt"
     with pytest.raises(Stop):
         run(
@@ -24,10 +29,11 @@ def interrupted_then_resumed(algorithm_factory, data, tmp_path, stop, **runtime_
             runtime=LocalRuntime(checkpoint_dir=directory, **runtime_kwargs),
             monitor=stop_after(stop),
             seed=5,
+            protection=protection,
         )
     assert latest_checkpoint(str(directory)).endswith(f"round-{stop}")
     resumed = LocalRuntime(checkpoint_dir=directory, resume=True, **runtime_kwargs)
-    return run(algorithm_factory(), data, runtime=resumed, seed=5)
+    return run(algorithm_factory(), data, runtime=resumed, seed=5, protection=protection)
 
 
 def without_timing(history):
@@ -55,8 +61,8 @@ def test_state_tree_round_trips():
 
 def test_toy_resume_equals_uninterrupted_run(dataset, tmp_path):  # noqa: F811
     factory = lambda: FederatedMean(5, client_fraction=0.5)  # noqa: E731  (sampling RNG state matters)
-    full = run(factory(), dataset, seed=5)
-    resumed = interrupted_then_resumed(factory, dataset, tmp_path, stop=2)
+    full = run(factory(), dataset, seed=5, protection=PLAIN)
+    resumed = interrupted_then_resumed(factory, dataset, tmp_path, stop=2, protection=PLAIN)
     assert resumed.state == full.state
     assert without_timing(resumed.history) == without_timing(full.history)
     assert resumed.ledger.entries == full.ledger.entries
@@ -116,8 +122,8 @@ def test_fsgp_resume_is_identical(fsgp_data, tmp_path, mode, fraction):
             mode=mode,
         )
 
-    full = run(factory(), fsgp_data, seed=5)
-    resumed = interrupted_then_resumed(factory, fsgp_data, tmp_path, stop=0)
+    full = run(factory(), fsgp_data, seed=5, protection=PLAIN)
+    resumed = interrupted_then_resumed(factory, fsgp_data, tmp_path, stop=0, protection=PLAIN)
     for key, value in full.state.params.items():
         np.testing.assert_array_equal(resumed.state.params[key], value)
     Xt = fsgp_data.test[0]
@@ -137,10 +143,12 @@ def test_every_algorithm_resumes_to_the_uninterrupted_run(tmp_path, job, stop):
 
     factory, data, _ = build_jobs()[job]
     directory = tmp_path / "ckpt"
-    full = summarize(run(factory(), data, seed=3))
+    full = summarize(run(factory(), data, seed=3, protection=PLAIN))
     with pytest.raises(Stop):
-        run(factory(), data, runtime=LocalRuntime(checkpoint_dir=directory), monitor=stop_after(stop), seed=3)
-    resumed = summarize(run(factory(), data, runtime=LocalRuntime(checkpoint_dir=directory, resume=True), seed=3))
+        runtime = LocalRuntime(checkpoint_dir=directory)
+        run(factory(), data, runtime=runtime, monitor=stop_after(stop), seed=3, protection=PLAIN)
+    runtime = LocalRuntime(checkpoint_dir=directory, resume=True)
+    resumed = summarize(run(factory(), data, runtime=runtime, seed=3, protection=PLAIN))
     assert without_timing(resumed["history"]) == without_timing(full["history"])
     assert resumed["ledger"] == full["ledger"]
     np.testing.assert_array_equal(resumed["predict_f"], full["predict_f"])

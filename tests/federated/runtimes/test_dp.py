@@ -7,13 +7,16 @@ import pytest
 from scipy.optimize import brentq
 from scipy.stats import norm
 
-from gpflow_fed.federated import LocalRuntime, Message, run
+from gpflow_fed.federated import LocalRuntime, Message, Protection, run
 from gpflow_fed.federated import ClientPolicy, Protection
 from gpflow_fed.federated.protection.encoder import ClientEncoder
 from gpflow_fed.federated.protection.reduction import ExchangeContext, Reducer
 from gpflow_fed.federated.protection.dp import DifferentialPrivacy, PrivacyAccountant, clip_payload
 
 from tests.federated.helpers import FederatedMean, WeightedMean
+
+#: the plain, readable messages these tests check (the secure default masks them)
+PLAIN = Protection(secure_aggregation=False)
 
 
 def analytic_gaussian_epsilon(ratio: float, delta: float) -> float:
@@ -38,7 +41,7 @@ def test_clipping_bounds_the_global_norm():
 @pytest.mark.parametrize("aggregation, weight_bound", [("sum", 1.0), ("mean", 3.0)])
 def test_noise_std_matches_and_aggregate_is_clipped_sum_plus_noise(aggregation, weight_bound):
     dp = DifferentialPrivacy(noise_multiplier=1.5, clip_norm=0.5, weight_bound=weight_bound, insecure_noise_seed=11)
-    protection = Protection(differential_privacy=dp)
+    protection = Protection(secure_aggregation=False, differential_privacy=dp)  # central DP: the server reads
     aggregator = Reducer(protection)
     cohort = ("client_0", "client_1")
     context = ExchangeContext(

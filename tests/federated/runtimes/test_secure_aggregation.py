@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from gpflow_fed.federated import ClientUpdateError, FaultPolicy, LocalRuntime, Message, Protection, run
+from gpflow_fed.federated import ClientUpdateError, FaultPolicy, LocalRuntime, Message, Protection, RunOptions, run
 from gpflow_fed.federated.protection.masking import SecureAggregation, sum_masked
 from gpflow_fed.federated.protection.reduction import Reducer
 
@@ -19,6 +19,10 @@ class Collecting(FederatedMean):
     def client_update(self, client, broadcast):
         Collecting.calls += 1
         return super().client_update(client, broadcast)
+
+    def server_update(self, state, aggregate):
+        total = sum(float(m["sum_y"][0]) for m in aggregate.messages)
+        return {"mean": total / sum(float(m["n"][0]) for m in aggregate.messages), "seen": state["seen"]}
 
 
 def _codes(protection, values, cohort):
@@ -112,11 +116,15 @@ def test_fixed_point_overflow_is_a_client_fault(dataset):  # noqa: F811
         run(FederatedMean(1), dataset, runtime=LocalRuntime(secure_aggregation=SecureAggregation(fractional_bits=59)))
 
 
-def test_collect_phase_with_protection_fails_before_training(dataset):  # noqa: F811
+def test_a_collect_phase_is_sent_in_plain_under_secure_aggregation(dataset):  # noqa: F811
+    """Secure aggregation covers "sum"/"mean" phases; a "collect" phase (the server reads each message, by the
+    algorithm's design) is sent as it is, and the client's policy lets it through (the threat model says so)."""
     Collecting.calls = 0
-    with pytest.raises(ValueError, match="collect"):
-        run(Collecting(2), dataset, runtime=LocalRuntime(secure_aggregation=True))
-    assert Collecting.calls == 0
+    result = run(Collecting(2), dataset, options=RunOptions(keep_payloads=True))
+    assert Collecting.calls == 2 * dataset.num_clients
+    assert result.state["mean"] == pytest.approx(float(dataset.pooled()[1].mean()), rel=1e-12)
+    up = [m for m in result.ledger.messages if m.sender != "server"]
+    assert {m.phase for m in up} == {"train"} and all("sum_y" in m.arrays for m in up)
 
 
 def test_fsgp_with_secure_aggregation_matches_plain_fsgp():

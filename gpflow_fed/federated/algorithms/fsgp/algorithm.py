@@ -368,6 +368,19 @@ class FSGP(Algorithm):
             absolute_tolerance=1e-6 * len(aggregate.senders),
         )
 
+    def checkpoint_objects(self) -> Dict[str, Any]:
+        """The server model's parameters (and, in exact mode, the server Adam), not its summed statistics: the
+        clients recompute those every round. (A ``tf.Module`` under the same name keeps the checkpoint's paths, so
+        checkpoints written before the model held its statistics still resume.)"""
+        objects = super().checkpoint_objects()
+        model = objects.get("_server_model")
+        if model is not None:
+            parameters = tf.Module()
+            parameters.kernel, parameters.likelihood = model.kernel, model.likelihood
+            parameters.inducing_variable = model.inducing_variable
+            objects["_server_model"] = parameters
+        return objects
+
     def min_cohort_data(self, phase: str) -> Optional[int]:
         """``M + 1``: the statistics of Σ N_k ≤ M points determine those points exactly (every column of
         ``C = k(Z, X)`` is a kernel feature vector of its input), so a client's policy refuses smaller groups."""
