@@ -51,8 +51,9 @@ class FlowerRuntime(Runtime):
     """Runs an :class:`~gpflow_fed.federated.Algorithm` through Flower's message API in this process.
 
     Every client of the dataset becomes a party with its own node config — its data, its index, and its policy
-    (``secure-aggregation``, ``min-cohort``, ``protect-small-cohorts``: by default matching the run's protection, since every party is in this
-    process) — and the real ClientApp handlers; the server is a :class:`FlowerServer`. Options and protection as
+    (``secure-aggregation``, ``min-cohort``, ``protect-small-cohorts``: by default matching the run's protection,
+    since every party is in this process) — and the real ClientApp handlers; the server is a
+    :class:`FlowerServer`. Options and protection as
     for :class:`~gpflow_fed.federated.LocalRuntime` (``run(..., options=..., protection=...)``).
 
     :param client_policy: every party's policy (default: matching the run's protection).
