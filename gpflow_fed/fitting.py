@@ -21,9 +21,19 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 
-from .federated.methods import DEFAULTS, METHODS, algorithm, in_user_units
+from .fit_defaults import DEFAULTS, METHODS
 
-__all__ = ["DEFAULTS", "METHODS", "algorithm", "fit", "in_user_units"]
+__all__ = ["DEFAULTS", "METHODS", "fit"]  # and, imported when first used, algorithm and in_user_units
+
+
+def __getattr__(name: str) -> Any:
+    """``algorithm`` and ``in_user_units`` (:mod:`gpflow_fed.federated.methods`), imported when first used: this
+    module imports no TensorFlow until then."""
+    if name in ("algorithm", "in_user_units"):
+        from .federated import methods
+
+        return getattr(methods, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def fit(
@@ -69,6 +79,7 @@ def fit(
     """
     from .data import FederatedDataset, federated_from_table
     from .federated import run, standardize
+    from .federated.methods import algorithm, in_user_units
 
     if method not in METHODS:
         raise ValueError(f"fit: method must be one of {METHODS}, got {method!r}")

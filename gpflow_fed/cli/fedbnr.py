@@ -135,11 +135,12 @@ def _run(args: argparse.Namespace) -> int:
     ece, mce = metrics.calibration_errors(Y_test, mean, var)
     bytes_up: Dict[str, int] = {}
     shapes: Dict[str, Any] = {}
-    for phase in ("kernel", "scatter", "weights"):
-        up = result.ledger.select(direction="up", phase=phase)
+    for phase in ("kernel", "scatter", "weights"):  # with its secure-aggregation stages ("scatter/secagg/…")
+        up = [e for e in result.ledger.select(direction="up") if e.phase.split("/")[0] == phase]
+        masked = [e for e in up if e.phase.endswith("/secagg/masked_input")]
         if up:
             bytes_up[phase] = int(sum(e.nbytes for e in up))
-            shapes[phase] = [list(s) for s in sorted({tuple(s for s in e.shapes) for e in up})[0]]
+            shapes[phase] = [list(s) for s in sorted({tuple(s for s in e.shapes) for e in masked or up})[0]]
     label = f"FedBNR ({args.aggregation})"
     rows, warning = score_rows(
         model, label, raw.test, scaler, int(X_test.shape[0]), test_ece=ece, test_mce=mce,

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, Mapping, NoReturn
 
-from ...methods import DEFAULTS, METHODS, algorithm
+from ....fit_defaults import DEFAULTS, METHODS
+from ...methods import algorithm
 from ...algorithm import Algorithm, FederationInfo
 from ...factories import register_algorithm_factory
 
