@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from gpflow_fed.data import FederatedDataset
-from gpflow_fed.federated import Algorithm, LocalRuntime, run
+from gpflow_fed.federated import Algorithm, LocalRuntime, Protection, run
 from gpflow_fed.monitor import (
     HistoryToTensorBoard,
     ScalarsToTensorBoard,
@@ -17,6 +17,8 @@ from gpflow_fed.monitor import (
     round_scalars,
     write_scalars,
 )
+
+PLAIN = Protection(secure_aggregation=False)  # the tests count plain bytes
 
 
 def read_events(log_dir: Path) -> Dict[str, List[Tuple[int, float]]]:
@@ -118,7 +120,8 @@ def test_round_scalars_tags_and_cumulative_bytes() -> None:
 def test_federated_monitor_writes_every_round(tmp_path: Path, dataset: FederatedDataset) -> None:
     rounds = 3
     monitor = federated_monitor(str(tmp_path), callbacks={"server/mean": lambda state, **_: state["mean"]})
-    result = run(MeanBySums(rounds), dataset, runtime=LocalRuntime(eval_every=1), monitor=monitor, seed=0)
+    runtime = LocalRuntime(eval_every=1)
+    result = run(MeanBySums(rounds), dataset, runtime=runtime, monitor=monitor, seed=0, protection=PLAIN)  # plain bytes
     events = read_events(tmp_path)
 
     steps = list(range(rounds))

@@ -221,8 +221,11 @@ class PhaseOwner:
         size = int(sum(int(np.prod(layout[n], dtype=np.int64)) for n in names))
         try:
             result = self._drive(server.secure_sum_stages(context.exchange, size, degree=secure.degree), where)
-        except SecAggAborted as exc:
-            raise RoundFailedError(f"round {round}, phase {phase!r}: {exc}") from None
+        except SecAggAborted as exc:  # with the reasons of (at most three of) the clients that did not answer
+            reasons = "; ".join(f"{cid}: {why}" for cid, why in sorted(self._protocol_faults.items())[:3])
+            raise RoundFailedError(
+                f"round {round}, phase {phase!r}: {exc}" + (f" (clients: {reasons})" if reasons else "")
+            ) from None
         lost = {cid: self._protocol_faults.get(cid, reason) for cid, reason in result.dropped.items()}
         self._raise_first(context, lost)
         dropped.update(lost)

@@ -254,7 +254,10 @@ def _rounds(
         state, entry, sample_size = train_round(owner, state, r, ids, sampling_rng)
         record_releases(accountant, reducer, algorithm, algorithm.phases(r), len(ids), sample_size)
         if test is not None and options.eval_every and (r + 1) % options.eval_every == 0:
-            evaluated = (r, finalize(algorithm.copy_state(state), r, "evaluate"))
+            if r + 1 == algorithm.rounds:  # the last round: its evaluation is the final exchange, asked once
+                evaluated = (r, finalize(algorithm.copy_state(state), algorithm.rounds, "final"))
+            else:
+                evaluated = (r, finalize(algorithm.copy_state(state), r, "evaluate"))
             entry.update(evaluate_model(algorithm.result(evaluated[1]), test))
         if accountant is not None:
             entry["epsilon"] = accountant.epsilon()
@@ -269,7 +272,7 @@ def _rounds(
 
     if final is None and evaluated is not None and evaluated[0] == last - 1:
         # nothing was trained since the last evaluation ran the final phases: they are not asked again (a client
-        # masks one answer per broadcast, and the release is the same)
+        # masks one broadcast over one cohort, and the release would be the same)
         state = evaluated[1]
         if directory is not None:
             save(max(last - 1, 0), state, final=True)

@@ -9,6 +9,7 @@ from gpflow_fed.federated import (
     CommunicationLedger,
     LocalRuntime,
     Message,
+    Protection,
     SharedState,
     num_sampled_clients,
     reduce_messages,
@@ -17,6 +18,10 @@ from gpflow_fed.federated import (
 )
 
 from tests.federated.helpers import FederatedMean
+
+#: plain sums: these tests check exact values and plain messages (the secure default's fixed point differs by 2⁻³²
+#: per client and entry, and a sampled FederatedMean repeats its broadcast, which a masking client answers once)
+PLAIN = Protection(secure_aggregation=False)
 
 
 def test_message_is_frozen_and_copies_arrays():
@@ -180,7 +185,7 @@ def test_shared_state_keras_layer_weights_under_one_key():
 
 
 def test_run_sums_reach_the_exact_answer_and_ledger_counts(dataset):
-    result = run(FederatedMean(rounds=2), dataset, runtime=LocalRuntime(keep_payloads=True), seed=0)
+    result = run(FederatedMean(rounds=2), dataset, runtime=LocalRuntime(keep_payloads=True), seed=0, protection=PLAIN)
     pooled = dataset.pooled()[1].mean()
     assert result.state["mean"] == pytest.approx(pooled, rel=1e-12)
     assert [h["round"] for h in result.history] == [0, 1] and all(h["clients"] == 4 for h in result.history)
@@ -194,9 +199,9 @@ def test_run_sums_reach_the_exact_answer_and_ledger_counts(dataset):
 
 
 def test_client_sampling_is_deterministic_per_seed(dataset):
-    a = run(FederatedMean(rounds=5, client_fraction=0.5), dataset, seed=7)
-    b = run(FederatedMean(rounds=5, client_fraction=0.5), dataset, seed=7)
-    c = run(FederatedMean(rounds=5, client_fraction=0.5), dataset, seed=8)
+    a = run(FederatedMean(rounds=5, client_fraction=0.5), dataset, seed=7, protection=PLAIN)
+    b = run(FederatedMean(rounds=5, client_fraction=0.5), dataset, seed=7, protection=PLAIN)
+    c = run(FederatedMean(rounds=5, client_fraction=0.5), dataset, seed=8, protection=PLAIN)
     assert a.state["seen"] == b.state["seen"]
     assert all(len(s) == 2 for s in a.state["seen"])
     assert a.state["seen"] != c.state["seen"]
@@ -223,7 +228,7 @@ def test_failing_client_is_named_and_state_is_unchanged(dataset):
 
     algorithm = FailsInRoundOne(rounds=3)
     with pytest.raises(ClientUpdateError, match="client_2.*round 1.*disk on fire") as info:
-        run(algorithm, dataset, monitor=monitor)
+        run(algorithm, dataset, monitor=monitor, protection=PLAIN)
     assert info.value.client_id == "client_2" and isinstance(info.value.cause, RuntimeError)
     # round 0 completed; round 1 reached no server update and left round 0's state as it was
     assert bound[0].server_updates == 1 and len(snapshots) == 1
@@ -237,8 +242,10 @@ def test_evaluation_traffic_is_tagged(dataset):
         def final_phases(self):
             return ("stats",)
 
-    result = run(WithFinal(rounds=3), dataset, runtime=LocalRuntime(eval_every=1))
+    result = run(WithFinal(rounds=3), dataset, runtime=LocalRuntime(eval_every=1), protection=PLAIN)
     assert {e.purpose for e in result.ledger} == {"train", "evaluate", "final"}
+    # rounds 0 and 1 are evaluated; round 2's evaluation is the final exchange, asked once
+    assert len(result.ledger.select(purpose="evaluate", direction="up")) == 2 * 4
     assert len(result.ledger.select(purpose="final", direction="up")) == 4
     assert all("test_rmse" in h for h in result.history)
 

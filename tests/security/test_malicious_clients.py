@@ -11,10 +11,14 @@ from gpflow_fed.federated import (
     FaultPolicy,
     FederationInfo,
     LocalRuntime,
+    Protection,
     RobustAggregation,
     run,
 )
 from gpflow_fed.federated.algorithms import FSGP
+
+#: the server reads each reply: these attacks are on the plain path (masked replies are checked as sums)
+PLAIN = Protection(secure_aggregation=False)
 
 
 def _dataset(num_clients=4, seed=0):
@@ -75,7 +79,9 @@ def test_malformed_reply_cannot_outvote_an_honest_client():
     """K = 2: with a majority vote the tie went to the first sender and the honest client was excluded."""
     dataset = _dataset(num_clients=2)
     runtime = LocalRuntime(faults=FaultPolicy(on_error="exclude"))
-    result = run(_fsgp(PoisonedFSGP, rounds=2, shift=0.0, malformed=True), dataset, runtime=runtime, seed=0)
+    result = run(
+        _fsgp(PoisonedFSGP, rounds=2, shift=0.0, malformed=True), dataset, runtime=runtime, seed=0, protection=PLAIN
+    )
     for entry in result.history:
         assert list(entry["excluded"]) == ["client_0"]
         assert "server's expectation" in entry["excluded"]["client_0"]
@@ -108,9 +114,10 @@ def test_exact_mode_under_dp_projects_the_noised_statistics_or_fails_naming_dp()
 
 
 class ShiftedFSGP(FSGP):
-    """FSGP whose first ``num_bad`` clients add ``shift`` to every parameter, with their honest weight."""
+    """FSGP whose first ``num_bad`` clients add ``shift`` to every parameter, with their honest weight: 5, inside
+    the box the server checks each update against (8 · lr · local_steps = 8), so only robust aggregation stops it."""
 
-    def __init__(self, *args, num_bad=1, shift=30.0, **kwargs):
+    def __init__(self, *args, num_bad=1, shift=5.0, **kwargs):
         super().__init__(*args, **kwargs)
         self.num_bad, self.shift = num_bad, shift
 
@@ -124,13 +131,16 @@ class ShiftedFSGP(FSGP):
 @pytest.mark.parametrize("robust", [RobustAggregation("median"), RobustAggregation("trimmed_mean", trim=0.3)])
 def test_robust_aggregation_survives_poisoned_updates_that_break_the_mean(robust):
     dataset = _dataset(num_clients=10)
-    clean = run(_fsgp(), dataset, seed=0).metrics["test_rmse"]
+    robust_plain = Protection(secure_aggregation=False, robust=robust)  # robust aggregation reads each update
+    clean = run(_fsgp(), dataset, seed=0, protection=PLAIN).metrics["test_rmse"]
     for num_bad in (1, 3):
         poisoned = _fsgp(ShiftedFSGP, num_bad=num_bad)
-        broken = run(poisoned, dataset, seed=0).metrics["test_rmse"]
-        defended = run(_fsgp(ShiftedFSGP, num_bad=num_bad), dataset, runtime=LocalRuntime(robust=robust), seed=0)
-        assert broken > 3 * clean  # the plain weighted mean is dragged away
-        assert defended.metrics["test_rmse"] < 1.5 * clean
+        broken = run(poisoned, dataset, seed=0, protection=PLAIN).metrics["test_rmse"]
+        defended = run(_fsgp(ShiftedFSGP, num_bad=num_bad), dataset, seed=0, protection=robust_plain)
+        # inside the server's box one poisoned client in ten still moves the plain mean (×1.3 here, ×6 with three);
+        # the robust mean stays at the clean model
+        assert broken > 1.25 * clean
+        assert defended.metrics["test_rmse"] < 1.1 * clean
 
 
 def test_robust_aggregation_refuses_to_combine_with_hiding_protections():
@@ -150,9 +160,11 @@ def test_robust_aggregation_is_the_same_on_every_runtime():
     dataset = _dataset(num_clients=5)
     robust = RobustAggregation("trimmed_mean", trim=0.2, clip_norm=5.0)
     runtimes = {
-        "local": LocalRuntime(robust=robust),
-        "distribute": DistributeRuntime(tf.distribute.OneDeviceStrategy("/cpu:0"), robust=robust),
-        "flower": FlowerRuntime(robust=robust),
+        "local": LocalRuntime(robust=robust, secure_aggregation=False),
+        "distribute": DistributeRuntime(
+            tf.distribute.OneDeviceStrategy("/cpu:0"), robust=robust, secure_aggregation=False
+        ),
+        "flower": FlowerRuntime(robust=robust, secure_aggregation=False),
     }
     results = {k: run(_fsgp(ShiftedFSGP, num_bad=1, rounds=2), dataset, runtime=r, seed=0) for k, r in runtimes.items()}
     for name in ("distribute", "flower"):
@@ -169,5 +181,6 @@ def test_a_reply_of_strings_where_numbers_are_expected_is_refused():
             arrays = {k: np.full(np.shape(v), "x") for k, v in reply.arrays.items()}
             return self.reply(client, broadcast, arrays, reply.weight)
 
-    result = run(_fsgp(StringFSGP, rounds=1), _dataset(3), runtime=LocalRuntime(faults=FaultPolicy(on_error="exclude")))
+    runtime = LocalRuntime(faults=FaultPolicy(on_error="exclude"))
+    result = run(_fsgp(StringFSGP, rounds=1), _dataset(3), runtime=runtime, protection=PLAIN)  # the server reads it
     assert "not real numbers" in result.history[0]["excluded"]["client_0"]
