@@ -26,7 +26,7 @@ import numpy as np
 from check_shapes import check_shapes
 from scipy.linalg import cholesky, solve_triangular
 
-from ..randomness import protective_rng
+from .. import randomness
 from ._linalg import as_inputs, kernel_diag, kernel_matrix, noise_vector, psd_check, psd_factor
 from .lowrank import CERTIFY_TOL, LowRankCovariance, krylov_positive_part
 from .sdp import solve_privacy_sdp
@@ -230,7 +230,7 @@ def obfuscate(Y: np.ndarray, Sigma: Covariance, *, insecure_noise_seed: Optional
     lam, O = _eigenpairs(Sigma)
     if O.shape[0] != Ya.shape[0]:
         raise ValueError(f"Sigma is {O.shape[0]}×{O.shape[0]} but Y has {Ya.shape[0]} rows")
-    rng = protective_rng(insecure_noise_seed)
+    rng = randomness.protective_rng(insecure_noise_seed)  # looked up at call time (tests substitute it)
     columns = 1 if Ya.ndim == 1 else Ya.shape[1]
     omega = rng.standard_normal((lam.shape[0], columns))
     Z = O @ (np.sqrt(lam)[:, None] * omega)
