@@ -228,8 +228,10 @@ def _object_name(*parts: str) -> str:
 
 
 def tracked_objects(algorithm: Any, clients: Mapping[str, Any], ready: List[str]) -> Dict[str, Any]:
-    """The TensorFlow objects of a run: the algorithm's attributes and each set-up client's own."""
-    objects = {_object_name("algorithm", attr): value for attr, value in algorithm.checkpoint_objects().items()}
+    """The TensorFlow objects of a run: the algorithm's (``Algorithm.checkpoint_objects``; None on a client, which
+    saves its own only) and each set-up client's own."""
+    own = {} if algorithm is None else algorithm.checkpoint_objects()
+    objects = {_object_name("algorithm", attr): value for attr, value in own.items()}
     for cid in ready:
         client = clients[cid]
         for attr in ("model", "optimizer"):

@@ -236,6 +236,14 @@ PROTECTIONS = {
 }
 
 
+class RoundMean(FederatedMean):
+    """FederatedMean whose broadcast carries its round, as a real algorithm's moves every round (a sampled
+    FederatedMean repeats its broadcast, which a masking client answers for one cohort only)."""
+
+    def broadcast(self, state, round, phase):
+        return {**super().broadcast(state, round, phase), "round": np.array(float(round))}
+
+
 @pytest.mark.parametrize("protection", list(PROTECTIONS))
 def test_one_device_strategy_protects_sums_as_local_runtime(dataset, protection, tmp_path):  # noqa: F811
     """Secure aggregation and DP give LocalRuntime's result exactly (same fixed point, same noise), with the
@@ -244,20 +252,20 @@ def test_one_device_strategy_protects_sums_as_local_runtime(dataset, protection,
 
     options = PROTECTIONS[protection]
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
-    ref = run(FederatedMean(4, client_fraction=0.5), dataset, runtime=LocalRuntime(**options), seed=2)
-    ours = run(FederatedMean(4, client_fraction=0.5), dataset, runtime=DistributeRuntime(strategy, **options), seed=2)
+    ref = run(RoundMean(4, client_fraction=0.5), dataset, runtime=LocalRuntime(**options), seed=2)
+    ours = run(RoundMean(4, client_fraction=0.5), dataset, runtime=DistributeRuntime(strategy, **options), seed=2)
     assert ours.state == ref.state and ours.privacy == ref.privacy
     assert ours.ledger.entries == ref.ledger.entries
     with pytest.raises(Stop):
         run(
-            FederatedMean(4, client_fraction=0.5),
+            RoundMean(4, client_fraction=0.5),
             dataset,
             monitor=stop_after(1),
             seed=2,
             runtime=DistributeRuntime(strategy, checkpoint_dir=tmp_path, **options),
         )
     resumed = run(
-        FederatedMean(4, client_fraction=0.5),
+        RoundMean(4, client_fraction=0.5),
         dataset,
         seed=2,
         runtime=DistributeRuntime(strategy, checkpoint_dir=tmp_path, resume=True, **options),

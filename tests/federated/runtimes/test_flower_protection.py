@@ -144,13 +144,7 @@ def test_secure_phase_needs_two_clients(dataset):  # noqa: F811
     one = type(dataset)(clients=dataset.clients[:1], test=dataset.test)
     with pytest.raises(RoundFailedError, match="min_cohort=2.*to train on one party's data alone"):
         run(FederatedMean(1), one, runtime=FlowerRuntime(), protection=SECURE, seed=0)
-
-    class Collecting(FederatedMean):
-        def aggregation(self, phase):
-            return "collect"
-
-    with pytest.raises(ValueError, match="collect each client's message"):
-        run(Collecting(1), dataset, runtime=FlowerRuntime(), protection=SECURE, seed=0)
+    # (a "collect" phase is sent as it is under secure aggregation: test_secure_aggregation.py)
 
 
 def test_a_party_whose_policy_requires_masking_refuses_a_plain_request(dataset):  # noqa: F811
@@ -193,6 +187,7 @@ def test_server_app_runs_secure_aggregation_from_the_run_config(tmp_path, task_i
             assert b"private" not in state_dir.read_bytes()
 
 
+@pytest.mark.slow  # real SuperLink and SuperNode processes (≈ 4.5 min); the loopback tests above run the same apps
 def test_secure_aggregation_on_a_superlink_and_two_supernodes(tmp_path):
     """Secure aggregation between real processes: the SuperNodes keep their keys and kept encodings in their Context
     between messages, and the result equals LocalRuntime's.

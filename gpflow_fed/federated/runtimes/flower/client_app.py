@@ -39,7 +39,6 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-import types
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 import numpy as np
@@ -152,7 +151,7 @@ def _save_client(directory: str, client: Client) -> None:
     arrays: Dict[str, np.ndarray] = {}
     plain = {k: v for k, v in client.state.items() if not is_trackable(v) and _encodable(v)}
     record = {"rng": client.rng.bit_generator.state, "state": encode_tree(plain, arrays)}
-    objects = tracked_objects(types.SimpleNamespace(), {client.id: client}, [client.id])
+    objects = tracked_objects(None, {client.id: client}, [client.id])
     with private_folder(directory, "the client's state folder", tighten=True) as folder:
         staging = tempfile.mkdtemp(prefix=".staging-", dir=folder)
         try:
@@ -201,7 +200,7 @@ def _restore_client(directory: str, client: Client) -> bool:
         arrays = {k: npz[k] for k in npz.files}
     client.rng.bit_generator.state = record["rng"]
     client.state.update(decode_tree(record["state"], arrays, allowed={}))
-    objects = tracked_objects(types.SimpleNamespace(), {client.id: client}, [client.id])
+    objects = tracked_objects(None, {client.id: client}, [client.id])
     tf.train.Checkpoint(**objects).read(os.path.join(directory, "tf", "objects")).assert_existing_objects_matched()
     return True
 
