@@ -41,7 +41,7 @@ class ClientEndpoint:
         self.client = client
         self.info = info
         self.encoder = encoder
-        encoder.sizes = {cid: int(n) for cid, n in info.client_sizes.items()}  # public: the small-cohort rule
+        encoder.sizes = info.client_sizes  # public, read only and shared (a copy per client would cost O(K²))
         self.ready = False
         self._timed: set = set()
 

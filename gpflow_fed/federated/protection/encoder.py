@@ -90,7 +90,7 @@ class ClientEncoder:
         self._broadcasts: Dict[Tuple[str, int, str], bytes] = {}
         self._last_round: Dict[Tuple[str, str], int] = {}
         self._noise = NoiseSource()  # distributed DP's shares: the OS's randomness
-        self.sizes = dict(sizes or {})
+        self.sizes: Mapping[str, int] = sizes if sizes is not None else {}  # read only
         #: per exchange (purpose, round, phase), the least total data a summed group must hold (small-cohort rule)
         self._min_data: Dict[Tuple[str, int, str], int] = {}
 
@@ -265,7 +265,7 @@ class ClientEncoder:
             "client_id": self.client_id,
             "run_id": None if self._run_id is None else self._run_id.hex(),
             "secagg": [] if self._secagg is None else sorted(self._secagg.to_state()),
-            "sizes": self.sizes,
+            "sizes": {cid: int(n) for cid, n in self.sizes.items()},
             "min_data": [[k[0], int(k[1]), k[2], v] for k, v in self._min_data.items()],
             "answered": [[d.hex(), c.hex(), x.hex()] for d, (c, x) in self._answered.items()],
             "broadcasts": [[k[0], int(k[1]), k[2], d.hex()] for k, d in self._broadcasts.items()],
