@@ -108,6 +108,15 @@ def test_one_broadcast_is_not_masked_for_a_second_cohort_under_another_round_lab
         server.masked_sum(["c0", "c1", "c2"], 1)
 
 
+def test_a_broadcast_with_an_array_the_algorithm_does_not_read_is_refused():
+    """An ignored extra array would make a "new" broadcast (another digest) with the same answer, for free."""
+    server = Server((20, 20, 20))
+    down = Message(SERVER, 0, "statistics", {**server.algorithm.broadcast(server.state, 0, "statistics"), "junk": 1.0})
+    config = {"aggregation": "sum", "cohort_size": 3, "protection": Protection().to_config()}
+    responses = [e.handle(Request(UPDATE, down, "train", config)) for e in server.endpoints.values()]
+    assert all(r.layout is None and "arrays other than the algorithm's" in r.fault for r in responses)
+
+
 def test_one_broadcast_over_the_same_cohort_is_answered_again():
     """An algorithm whose broadcast repeats (FederatedMean's state is a fixed point after round 1) still runs under
     the secure default: the same broadcast over the same cohort reveals nothing new."""

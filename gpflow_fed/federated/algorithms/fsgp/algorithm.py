@@ -491,6 +491,11 @@ class FSGP(Algorithm):
     def client_update(self, client: Client, broadcast: Any) -> Any:
         assert self._shared is not None and self._worker is not None
         data: _ClientData = client.state["fsgp"]
+        expected = set(self._shared.keys)
+        if broadcast.phase == GRADIENT_PHASE:
+            expected |= {f"adjoint/{k}" for k in ADJOINT_NAMES}
+        if set(broadcast.arrays) != expected:  # an array it would ignore would make a "new" broadcast for free
+            raise ValueError(f"FSGP: the {broadcast.phase!r} broadcast carries arrays other than the algorithm's")
         values = [broadcast[k] for k in self._shared.keys]
         weight = float(client.num_data)
         if broadcast.phase == TRAIN_PHASE:
