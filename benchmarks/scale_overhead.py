@@ -7,14 +7,15 @@ FSGP synthetic 1) with ``R`` rounds. Reported:
 * ``setup_s``: from calling ``run`` to the start of round 0 (clients, fingerprints, binding, validation);
 * ``first_round_s``: round 0 (each client's set-up and the one-off tracing, and under secure aggregation the
   protocol's keys and shares, made once per run);
-* ``steady_round_s``: the mean of rounds 1 … R−1; ``fixed_s = setup_s + first_round_s − steady_round_s``: what a
-  run costs beyond its rounds;
+* ``steady_round_s``: the median of rounds 1 … R−1 (a median, as this shared machine's load comes and goes);
+  ``fixed_s = setup_s + first_round_s − steady_round_s``: what a
+  run costs beyond its rounds (``round_s``: every round);
 * ``rss_mb_per_client``: the growth of the process's peak resident memory over the run, per client.
 
 The same script runs at an older commit (it needs only ``run``, ``LocalRuntime`` and ``client_seed``), so a "before"
 and an "after" can be measured on one machine: ``python benchmarks/scale_overhead.py --clients 1000 --json OUT``.
 
-Usage: ``python benchmarks/scale_overhead.py [--clients 1000 10000] [--rounds 3] [--secure] [--json PATH]``.
+Usage: ``python benchmarks/scale_overhead.py [--clients 1000 10000] [--rounds 4] [--secure] [--json PATH]``.
 """
 
 from __future__ import annotations
@@ -75,7 +76,7 @@ def measure(K: int, args: argparse.Namespace) -> Dict[str, Any]:
     result = run(algorithm, dataset, runtime=LocalRuntime(secure_aggregation=args.secure), seed=args.seed)
     rounds = [h["seconds"] for h in result.history]
     setup = StampedFSGP.started[0] - t0
-    steady = float(np.mean(rounds[1:]))
+    steady = float(np.median(rounds[1:]))
     return {
         "K": K,
         "secure": bool(args.secure),
@@ -83,6 +84,7 @@ def measure(K: int, args: argparse.Namespace) -> Dict[str, Any]:
         "setup_s": setup,
         "first_round_s": rounds[0],
         "steady_round_s": steady,
+        "round_s": rounds,
         "fixed_s": setup + rounds[0] - steady,
         "whole_run_s": result.seconds,
         "rss_mb_per_client": (peak_rss_mb() - rss0) / K,
@@ -94,7 +96,7 @@ def measure(K: int, args: argparse.Namespace) -> Dict[str, Any]:
 def main(argv: Any = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, nargs="+", default=[1000, 10000])
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--points", type=int, default=10)
     parser.add_argument("--inducing", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)

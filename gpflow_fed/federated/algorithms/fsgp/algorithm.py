@@ -273,12 +273,14 @@ class FSGP(Algorithm):
         self._worker: Optional[SGPRClientWorker] = None
         self._clients: List[str] = []
         self._sizes: Optional[Dict[str, int]] = None
+        self._variance_at: Optional[Tuple[bytes, float]] = None  # (the parameters' bytes, σ_f² at them)
 
     # --- configuration -------------------------------------------------------------------------------
     @property
     def num_inducing(self) -> int:
-        """M."""
-        return int(self.inducing_variable.num_inducing)
+        """M, from Z's static shape (read for every reply: GPflow's ``num_inducing`` runs a TensorFlow op, ≈ 2 ms)."""
+        rows = self.inducing_variable.Z.shape[0]
+        return int(rows) if rows is not None else int(self.inducing_variable.num_inducing)
 
     def validate(self, dataset: Any) -> None:
         """M ≤ N, Z's input dimension (and ARD lengthscales') equal to the data's D, and N_k ≥ 2 for every client.
@@ -329,11 +331,19 @@ class FSGP(Algorithm):
         return float(num_data)
 
     def _kernel_variance(self, state: FSGPState) -> Optional[float]:
-        """max_x k(x, x) at the state's hyperparameters: σ_f² of a stationary kernel (else None: no bound)."""
+        """max_x k(x, x) at the state's hyperparameters: σ_f² of a stationary kernel (else None: no bound).
+
+        Every reply of a phase is checked against the same state, so the last answer is kept under the exact bytes
+        of the parameters it was computed from (a new value of any parameter computes it again).
+        """
         if not isinstance(self.kernel, gpflow.kernels.Stationary) or self._shared is None:
             return None
-        self._shared.assign(self._server_model, state.params)
-        return float(self._server_model.kernel.variance.numpy())  # type: ignore[union-attr]  # bound with _shared
+        key = b"".join(np.ascontiguousarray(state.params[k]).tobytes() for k in self._shared.keys)
+        if self._variance_at is None or self._variance_at[0] != key:
+            self._shared.assign(self._server_model, state.params)
+            variance = float(self._server_model.kernel.variance.numpy())  # type: ignore[union-attr]  # bound with _shared
+            self._variance_at = (key, variance)
+        return self._variance_at[1]
 
     def check_reply(self, state: FSGPState, phase: str, message: Message, num_data: int) -> Optional[str]:
         """Statistics consistent with N_k points (:func:`~.checks.statistics_fault`: count, PSD, trace and entry
@@ -432,6 +442,7 @@ class FSGP(Algorithm):
         )
         bound._clients = []
         bound._sizes = dict(info.client_sizes)
+        bound._variance_at = None
         if bound.mode == "exact":
             bound._server_adam = ServerAdam(bound._unconstrained(bound._server_model), bound.learning_rate)
         return bound
