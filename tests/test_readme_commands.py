@@ -72,6 +72,9 @@ def test_command_runs_as_written(words, folder, monkeypatch, capsys):
         argv[-1] = "second.csv"
     if argv[0] != "datasets" and not (folder / "hospitals.csv").exists():  # pytest-xdist ran the first line elsewhere
         write_example_csv(folder / "hospitals.csv")
+    if argv[:2] == ["recycle", "ensemble"] and not (folder / argv[2]).exists():  # and the `recycle locals` line
+        (locals_line,) = [w for w in COMMANDS if w[1:3] == ["recycle", "locals"] and argv[2] in w]
+        assert main(locals_line[1:] + ["--no-progress"]) == 0
     if argv[0] != "datasets":
         argv.append("--no-progress")
     assert main(argv) == 0

@@ -158,10 +158,13 @@ def test_the_guides_table_commands_run_as_written(tmp_path, monkeypatch, capsys)
     los = table[:, 2]
     assert mean.shape == (1, 1) and los.min() - 5 < float(mean[0, 0]) < los.max() + 5
 
-    # the moments exchange is recorded, protected: the ledger holds its secagg stages before the training's
+    # the moments exchanges (the columns' scales, then the scaled sums) are recorded, protected: the ledger holds
+    # their secagg stages before the training's
     record = deploy.read_result(str(tmp_path / "gpflow-fed-server" / "output"))["record"]
     phases = [e["phase"] for e in record["ledger"]]
-    assert phases[0].startswith("moments") and any(p.startswith("moments/secagg/") for p in phases)
+    assert phases[0].startswith("magnitudes") and any(p.startswith("magnitudes/secagg/masked_input") for p in phases)
+    assert any(p.startswith("moments/secagg/masked_input") for p in phases)
+    assert max(i for i, p in enumerate(phases) if p.startswith("moments")) < phases.index("train")
     assert any(p.startswith("train/secagg/masked_input") for p in phases)
 
 
