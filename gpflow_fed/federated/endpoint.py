@@ -19,7 +19,7 @@ from .algorithm import Algorithm, FederationInfo
 from .client import Client
 from .faults import reply_fault, weight_fault
 from .messages import Message
-from .protection.encoder import ClientEncoder, broadcast_digest
+from .protection.encoder import ClientEncoder, broadcast_digest, request_view
 from .protection.request import Protection
 from .protection.wire import pack, unpack
 from .transport import PROTOCOL_STAGES, UPDATE, Request, Response
@@ -151,6 +151,9 @@ class ClientEndpoint:
                 request.purpose,
                 min_data,
                 broadcast=broadcast_digest(down),
+                view=request_view(
+                    broadcast_digest(down), request_protection.to_config(), int(config["cohort_size"]), aggregation
+                ),
             )
         except ValueError as exc:  # a value its encoding cannot carry
             return Response(fault=str(exc), error=exc, seconds=seconds)

@@ -29,7 +29,9 @@ from .algorithm import Aggregate, Algorithm, FederationInfo
 from .faults import ClientUpdateError, FaultPolicy, RoundFailedError, screen
 from .ledger import Channel, CommunicationLedger
 from .messages import SERVER, Message
+from .protection.encoder import broadcast_digest, request_view
 from .protection.reduction import ExchangeContext, Reducer
+from .protection.request import Protection
 from .protection.secagg import SecAggAborted, SecAggServer
 from .protection.wire import pack, unpack
 from .transport import UPDATE, Request, Transport
@@ -101,7 +103,10 @@ class PhaseOwner:
         )
         context = self.reducer.context(purpose, round, phase, aggregation, good)
         if protected and protection.secure is not None:
-            aggregate, dropped = self._masked_sum(context, responses[good[0]].layout or {})
+            # the request as the server sent it, bound into the masking as each client binds its own view
+            sent = Protection.from_config(config["protection"]).to_config()
+            view = request_view(broadcast_digest(down), sent, len(cohort), aggregation)
+            aggregate, dropped = self._masked_sum(context, responses[good[0]].layout or {}, view)
             excluded.update(dropped)
             reason = None if aggregate.noised else algorithm.check_sum(state, aggregate)
             if reason is not None:
@@ -197,7 +202,7 @@ class PhaseOwner:
         return self._secagg
 
     def _masked_sum(
-        self, context: ExchangeContext, layout: Mapping[str, Tuple[int, ...]]
+        self, context: ExchangeContext, layout: Mapping[str, Tuple[int, ...]], view: bytes = b""
     ) -> Tuple[Aggregate, Dict[str, str]]:
         """The protected sum of the cohort's kept encodings: the protocol of :mod:`~.protection.secagg` (drop-out
         recovery included) over the cohort the server fixed, decoded and noised by the reducer."""
@@ -220,7 +225,8 @@ class PhaseOwner:
         names = sorted(layout)
         size = int(sum(int(np.prod(layout[n], dtype=np.int64)) for n in names))
         try:
-            result = self._drive(server.secure_sum_stages(context.exchange, size, degree=secure.degree), where)
+            exchange = replace(context.exchange, view=view)
+            result = self._drive(server.secure_sum_stages(exchange, size, degree=secure.degree), where)
         except SecAggAborted as exc:  # with the reasons of (at most three of) the clients that did not answer
             reasons = "; ".join(f"{cid}: {why}" for cid, why in sorted(self._protocol_faults.items())[:3])
             raise RoundFailedError(

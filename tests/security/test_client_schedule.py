@@ -20,7 +20,7 @@ from gpflow_fed.federated.algorithm import FederationInfo
 from gpflow_fed.federated.algorithms import FSGP
 from gpflow_fed.federated.endpoint import ClientEndpoint
 from gpflow_fed.federated.messages import SERVER
-from gpflow_fed.federated.protection.encoder import ClientEncoder
+from gpflow_fed.federated.protection.encoder import ClientEncoder, broadcast_digest, request_view
 from gpflow_fed.federated.protection.masking import Exchange
 from gpflow_fed.federated.protection.secagg import SecAggAborted, SecAggServer, drive
 from gpflow_fed.federated.protection.wire import pack, unpack
@@ -70,6 +70,9 @@ class Server:
         down = Message(SERVER, round, phase, self.algorithm.broadcast(self.state, round, phase), weight=0.0)
         config = {"aggregation": aggregation, "cohort_size": len(cohort)}
         config["protection"] = (protection or Protection()).to_config()
+        # what an honest server binds into the masking (PhaseOwner): the request as it sent it
+        sent = Protection.from_config(config["protection"]).to_config()
+        self.view = request_view(broadcast_digest(down), sent, len(cohort), aggregation)
         return {c: self.endpoints[c].handle(Request(UPDATE, down, purpose, config)) for c in cohort}
 
     def masked_sum(self, cohort, round, phase="statistics", purpose="train", protection=None):
@@ -77,7 +80,7 @@ class Server:
         faults = {c: r.fault for c, r in responses.items() if r.fault}
         assert not faults, faults
         size = sum(int(np.prod(s, dtype=int)) for s in next(iter(responses.values())).layout.values())
-        exchange = Exchange(self.run_id, purpose, round, phase, tuple(sorted(cohort)))
+        exchange = Exchange(self.run_id, purpose, round, phase, tuple(sorted(cohort)), self.view)
         return drive(self.secagg.secure_sum_stages(exchange, size), self._send(round, phase, purpose))
 
 

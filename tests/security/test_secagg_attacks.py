@@ -6,6 +6,8 @@ one rewrites requests. Each attack asserts that it fails, with a control that th
 where the protection is absent. The limits the module docstring states are shown as such (``test_limit_*``).
 """
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
@@ -388,3 +390,43 @@ def test_limit_sybils_leave_the_sum_of_the_honest_clients():
     for s in sybils:
         rest = rest - net.codes[s]  # the server knows its sybils' codes
     np.testing.assert_array_equal(rest, net.plain(honest))
+
+
+class ViewNet(Net):
+    """Clients that bind their own view of the request (``views[client]``) into their pads, and a deviating server
+    that accepts whatever tag comes back (it skips its own tag check)."""
+
+    def __init__(self, K: int) -> None:
+        super().__init__(K)
+        self.views: dict = {}
+        self.expected = b""
+
+    def send(self, stage, requests):
+        answers = {}
+        for c, request in requests.items():
+            answer = self.clients[c].respond(stage, request, self.codes.get(c), self.views.get(c, b""))
+            answers[c] = {**answer, "tag": self.expected} if "tag" in answer else answer
+        return answers
+
+
+@pytest.mark.parametrize("shown", ["the same request", "another request to one client"])
+def test_a_server_that_shows_cohort_members_different_requests_unmasks_noise(shown):
+    """The third fresh-context attack: a server sent one client a broadcast that zeroed its answer (the moments
+    exchange's scale 2^−64) and read its neighbours' sums alone. Each client binds its own view of the request
+    (``request_view``) into its pads, so differing views leave the pads uncancelled: no subset's sum comes out."""
+    from itertools import combinations
+
+    net = ViewNet(4)
+    net.setup()
+    net.views = {c: b"view of the broadcast" for c in net.ids}
+    if shown != "the same request":
+        net.views[net.ids[0]] = b"a broadcast that zeroes client_00's answer"
+    exchange = replace(net.exchange(0), view=b"view of the broadcast")
+    net.expected = exchange.digest
+    total = net.secure_sum(exchange).total
+    if shown == "the same request":  # control: the honest protocol sums exactly
+        np.testing.assert_array_equal(total, net.plain(net.ids))
+        return
+    for size in range(1, len(net.ids) + 1):
+        for members in combinations(net.ids, size):
+            assert not np.array_equal(total, net.plain(members)), members

@@ -50,13 +50,13 @@ class DifferencingOwner(PhaseOwner):
 
     second = None
 
-    def _masked_sum(self, context, layout):
-        first = super()._masked_sum(context, layout)
+    def _masked_sum(self, context, layout, view=b""):
+        first = super()._masked_sum(context, layout, view)
         smaller = self.reducer.context(
             context.purpose, context.round, context.phase, context.aggregation, context.cohort[:-1]
         )
         try:
-            DifferencingOwner.second = super()._masked_sum(smaller, layout)
+            DifferencingOwner.second = super()._masked_sum(smaller, layout, view)
         except (RoundFailedError, Exception) as exc:  # noqa: BLE001 - the clients refuse: the attack fails
             DifferencingOwner.second = exc
         return first

@@ -39,7 +39,7 @@ from .policy import ClientPolicy
 from .request import Protection
 from .secagg import SecAggClient
 
-__all__ = ["ClientEncoder", "EncoderRefusal", "METRIC_PREFIX", "WEIGHT_KEY", "broadcast_digest"]
+__all__ = ["ClientEncoder", "EncoderRefusal", "METRIC_PREFIX", "WEIGHT_KEY", "broadcast_digest", "request_view"]
 
 #: the encoded entry that carries the client's weight in a masked sum
 WEIGHT_KEY = "secagg/weight"
@@ -61,6 +61,22 @@ def broadcast_digest(message: Message) -> bytes:
         digest.update(f"{name}\0{value.dtype.str}\0{value.shape}\0".encode("utf-8"))
         digest.update(value.tobytes())
     return digest.digest()
+
+
+def request_view(broadcast: bytes, protection: Mapping[str, Any], cohort_size: int, aggregation: str) -> bytes:
+    """SHA-256 of one protected request as a party saw it: the broadcast's :func:`broadcast_digest`, the protection
+    request (``Protection.to_config()``), the cohort size its encoding's range is for, and the aggregation.
+
+    Each client binds its own view into its pads (:class:`~.masking.Exchange`'s ``view``), and the server binds the
+    view of what it sent: if a server shows members of one cohort different requests (a broadcast that zeroes one
+    client's answer, another ``fractional_bits``), their pads do not cancel and the sum it unmasks is noise.
+    """
+    canonical = json.dumps(
+        {"protection": dict(protection), "cohort_size": int(cohort_size), "aggregation": str(aggregation)},
+        sort_keys=True,
+        default=str,
+    )
+    return hashlib.sha256(b"gpflow-fed/request\0" + broadcast + b"\0" + canonical.encode("utf-8")).digest()
 
 
 class EncoderRefusal(ValueError):
@@ -88,6 +104,8 @@ class ClientEncoder:
         #: large K; per exchange, its broadcast; per (purpose, phase), the last round answered
         self._answered: Dict[bytes, Tuple[bytes, bytes]] = {}
         self._broadcasts: Dict[Tuple[str, int, str], bytes] = {}
+        #: per exchange prepared or last masked, the client's :func:`request_view` (bound into its pads)
+        self._request_views: Dict[Tuple[str, int, str], bytes] = {}
         self._last_round: Dict[Tuple[str, str], int] = {}
         self._noise = NoiseSource()  # distributed DP's shares: the OS's randomness
         self.sizes: Mapping[str, int] = sizes if sizes is not None else {}  # read only
@@ -104,6 +122,7 @@ class ClientEncoder:
         purpose: str,
         min_data: Optional[int] = None,
         broadcast: bytes = b"",
+        view: bytes = b"",
     ) -> Message:
         """The client's protected answer to an update: clipped and weighted (DP), fixed point (secure aggregation).
 
@@ -114,6 +133,7 @@ class ClientEncoder:
         :param min_data: the least total data a summed group must hold for the payload not to determine its rows
             (``Algorithm.min_cohort_data``); checked on the cohort and on every group unmasking reveals.
         :param broadcast: the :func:`broadcast_digest` of the request this answers (one masked answer each).
+        :param view: the :func:`request_view` of the request this answers, bound into the pads of its masking.
         :raises EncoderRefusal: the request is below the client's policy.
         :raises ValueError: a payload outside the fixed-point range (see ``SecureAggregation``).
         """
@@ -126,7 +146,7 @@ class ClientEncoder:
         distributed = request.distributed
         if distributed is not None and request.noised(message.phase, aggregation):
             codes = self._distributed_codes(message, arrays, distributed, cohort_size)
-            return self._keep(codes, request, purpose, broadcast)
+            return self._keep(codes, request, purpose, broadcast, view)
         weight = message.weight
         metrics = dict(message.metrics)
         dp = request.dp
@@ -143,11 +163,13 @@ class ClientEncoder:
         arrays.update({METRIC_PREFIX + k: np.array([weight * v]) for k, v in metrics.items()})
         encoded = {k: request.secure.encode(k, v, cohort_size) for k, v in arrays.items()}
         prepared = Message(message.sender, message.round, message.phase, encoded, weight=0.0)
-        return self._keep(prepared, request, purpose, broadcast)
+        return self._keep(prepared, request, purpose, broadcast, view)
 
-    def _keep(self, prepared: Message, request: Protection, purpose: str, broadcast: bytes) -> Message:
+    def _keep(self, prepared: Message, request: Protection, purpose: str, broadcast: bytes, view: bytes) -> Message:
         key = (purpose, prepared.round, prepared.phase)
         self._prepared = {key: (prepared, request, broadcast)}  # one exchange at a time
+        self._request_views = {k: v for k, v in self._request_views.items() if k in self._broadcasts}
+        self._request_views[key] = view
         return prepared
 
     def _check_once(self, key: Tuple[str, int, str], broadcast: bytes, cohort: Any, distributed: bool) -> None:
@@ -218,11 +240,14 @@ class ClientEncoder:
             cohort = _digest(request.get("cohort"))
             self._check_once((str(key[0]), int(key[1]), str(key[2])), kept[2], cohort, distributed)
             codes = np.concatenate([prepared.arrays[n].ravel() for n in sorted(prepared.arrays)]).astype(np.uint64)
-        answer = self._secagg.respond(stage, request, codes)
+        asked: Any = (request.get("purpose"), request.get("round"), request.get("phase"))  # wrong types find nothing
+        view = self._request_views.get(asked, b"") if stage in ("masked_input", "unmask") else b""
+        answer = self._secagg.respond(stage, request, codes, view)
         if key is not None:
             broadcast = self._prepared.pop(key)[2]
             self._answered.setdefault(broadcast, (_digest(request.get("cohort")), b""))
             self._broadcasts = {(str(key[0]), int(key[1]), str(key[2])): broadcast}  # one exchange at a time
+            self._request_views = {(str(key[0]), int(key[1]), str(key[2])): view}
             self._last_round[(str(key[0]), str(key[2]))] = int(key[1])
         return answer
 
@@ -269,6 +294,7 @@ class ClientEncoder:
             "min_data": [[k[0], int(k[1]), k[2], v] for k, v in self._min_data.items()],
             "answered": [[d.hex(), c.hex(), x.hex()] for d, (c, x) in self._answered.items()],
             "broadcasts": [[k[0], int(k[1]), k[2], d.hex()] for k, d in self._broadcasts.items()],
+            "request_views": [[k[0], int(k[1]), k[2], v.hex()] for k, v in self._request_views.items()],
             "last_round": [[p, f, int(r)] for (p, f), r in self._last_round.items()],
             "prepared": [
                 {
@@ -311,6 +337,9 @@ class ClientEncoder:
             }
             encoder._broadcasts = {
                 (str(p), int(r), str(f)): bytes.fromhex(d) for p, r, f, d in header.get("broadcasts", [])
+            }
+            encoder._request_views = {
+                (str(p), int(r), str(f)): bytes.fromhex(v) for p, r, f, v in header.get("request_views", [])
             }
             encoder._last_round = {(str(p), str(f)): int(r) for p, f, r in header.get("last_round", [])}
             if header["run_id"] is not None:

@@ -253,6 +253,9 @@ class Exchange:
     :param phase: the phase name.
     :param cohort: the distinct client ids whose messages are summed (fixed before masking; its order does
         not matter).
+    :param view: what the client was asked, as it saw it (:func:`~.encoder.request_view`: the broadcast, the
+        protection request, the cohort size); part of the tag, so the pads of two clients shown different requests
+        do not cancel and their sum is noise (empty: not bound).
     :raises TypeError: a field of the wrong type.
     :raises ValueError: a short ``run_id``, an empty name, an empty cohort or a repeated member.
     """
@@ -262,6 +265,7 @@ class Exchange:
     round: int
     phase: str
     cohort: Tuple[str, ...]
+    view: bytes = b""
 
     def __post_init__(self) -> None:
         if not isinstance(self.run_id, bytes):
@@ -272,6 +276,8 @@ class Exchange:
             value = getattr(self, name)
             if not isinstance(value, str) or not value:
                 raise TypeError(f"Exchange: {name} must be a non-empty str, got {value!r}")
+        if not isinstance(self.view, bytes):
+            raise TypeError(f"Exchange: view must be bytes, got {type(self.view).__name__}")
         if not _is_int(self.round):
             raise TypeError(f"Exchange: round must be an int, got {type(self.round).__name__}")
         if isinstance(self.cohort, (str, bytes)):
@@ -305,6 +311,8 @@ class Exchange:
             _field(len(members).to_bytes(8, "big")),
             *(_field(m.encode("utf-8")) for m in members),
         ]
+        if self.view:  # an exchange bound to the request each client saw (a separate label: no empty-view clash)
+            parts += [_field(b"view"), _field(self.view)]
         return _field(_TAG_DOMAIN) + b"".join(parts)
 
     @cached_property

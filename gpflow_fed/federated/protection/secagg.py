@@ -20,10 +20,12 @@ ciphertexts and each holder keeps the shares it could authenticate. :class:`Setu
 
 **Masked input, per exchange** (stage ``masked_input``). The server names the exchange ``e`` (run id, purpose,
 round, phase), its cohort ``U`` (eligible clients fixed after fault screening) and each client's neighbours'
-``s_pk``. Client ``i`` answers only if its own policy holds: one answer per (run, purpose, round, phase) —
-whatever the cohort, so a server cannot difference two cohorts' sums of one broadcast —, a cohort of at least its
-own ``min_cohort`` that contains it and no client it knows was excluded, and neighbour keys equal to the roster
-it saw at setup. It sends, for its ``uint64`` codes ``q_i`` (given by the caller), ids compared as strings,
+``s_pk``; the caller adds its own view of the request it answers (``view``, never the server's word), so the pads of
+clients shown different requests do not cancel. Client ``i`` answers only if its own policy holds: one answer per
+(run, purpose, round, phase) — whatever the cohort, so a server cannot difference two cohorts' sums of one broadcast
+—, a cohort of at least its own ``min_cohort`` that contains it and no client it knows was excluded, and neighbour
+keys equal to the roster it saw at setup. It sends, for its ``uint64`` codes ``q_i`` (given by the caller), ids
+compared as strings,
 
     y_i = q_i + PRG(HKDF(b_i, tag(e) ‖ i)) + Σ_{j ∈ N_e(i), j > i} PRG(s_ij(e)) − Σ_{j ∈ N_e(i), j < i} PRG(s_ij(e))
 
@@ -196,8 +198,10 @@ def holder_graph(run_id: bytes, roster: Sequence[str], degree: int) -> Dict[str,
 # Public, deterministic functions of public data, cached: clients in one process share them, and a client
 # reuses the graph of its masked input at the unmask. O(K) each, which a client pays once per exchange.
 @functools.lru_cache(maxsize=32, typed=True)
-def _exchange_of(run_id: bytes, purpose: str, round: int, phase: str, cohort: Tuple[str, ...]) -> Exchange:
-    return Exchange(run_id, purpose, round, phase, cohort)
+def _exchange_of(
+    run_id: bytes, purpose: str, round: int, phase: str, cohort: Tuple[str, ...], view: bytes = b""
+) -> Exchange:
+    return Exchange(run_id, purpose, round, phase, cohort, view)
 
 
 @functools.lru_cache(maxsize=32)
@@ -404,8 +408,11 @@ class SecAggClient:
             return [frozenset(exchange.members)]
         return components(graph, exchange.members - dropped)
 
-    def _exchange(self, request: Mapping[str, Any]) -> Tuple[Exchange, int, Mapping[str, Tuple[str, ...]]]:
-        """The exchange a request names, checked against the run and roster, with its degree and graph."""
+    def _exchange(
+        self, request: Mapping[str, Any], view: bytes = b""
+    ) -> Tuple[Exchange, int, Mapping[str, Tuple[str, ...]]]:
+        """The exchange a request names, bound to the client's own ``view`` of what it was asked (never the
+        server's word), checked against the run and roster, with its degree and graph."""
         if not self._roster:
             raise self._refuse("setup is not complete (no roster)")
         if self._get(request, "run_id", lambda v: isinstance(v, bytes), "bytes") != self._run_id:
@@ -413,7 +420,7 @@ class SecAggClient:
         try:
             cohort = _members_of(self._order, request.get("cohort"))
             exchange = _exchange_of(
-                self._run_id, request.get("purpose"), request.get("round"), request.get("phase"), cohort
+                self._run_id, request.get("purpose"), request.get("round"), request.get("phase"), cohort, view
             )
             degree = int(self._get(request, "degree", _is_int, "an int"))
             graph = _graph(exchange, degree)
@@ -511,13 +518,15 @@ class SecAggClient:
         return {"stored": sorted(stored)}
 
     # -- per exchange --
-    def masked_input(self, request: Mapping[str, Any], codes: np.ndarray) -> Dict[str, Any]:
+    def masked_input(self, request: Mapping[str, Any], codes: np.ndarray, view: bytes = b"") -> Dict[str, Any]:
         """Stage ``masked_input``: ``{"run_id", "purpose", "round", "phase", "cohort", "degree", "size",
         "s_pk": {neighbour: key}}`` and this client's ``uint64`` codes → ``{"tag": exchange digest, "masked"}``.
         The cohort is a :func:`members_bitmap` over the roster.
 
         :param codes: ``uint64`` array ``[size]``, the fixed-point codes to sum (e.g. from
             :meth:`~.masking.SecureAggregation.encode`), given by the caller, never by the server.
+        :param view: the caller's digest of the request it answers (:func:`~.encoder.request_view`), bound into
+            the exchange's tag; the same at the exchange's unmask.
         :raises SecAggRefused: a second answer for the run, purpose, round and phase; a cohort below
             ``min_cohort``, without this client, with a stranger or an excluded client; a neighbour key that
             is missing or differs from the roster; a size that is not the codes'.
@@ -525,7 +534,7 @@ class SecAggClient:
         """
         if not isinstance(codes, np.ndarray) or codes.dtype != np.uint64 or codes.ndim != 1:
             raise TypeError("SecAggClient.masked_input: codes must be a 1-D uint64 array (fixed-point codes)")
-        exchange, degree, graph = self._exchange(request)
+        exchange, degree, graph = self._exchange(request, view)
         slot = _slot(exchange)
         if slot in self._answered:
             raise self._refuse(
@@ -553,7 +562,7 @@ class SecAggClient:
             masked += keystream(self_mask_seed(self._b, exchange, self.client_id), codes.size)
         return {"tag": exchange.digest, "masked": masked}
 
-    def unmask(self, request: Mapping[str, Any]) -> Dict[str, Any]:
+    def unmask(self, request: Mapping[str, Any], view: bytes = b"") -> Dict[str, Any]:
         """Stage ``unmask``: the exchange's fields and ``"dropped"`` (``D``, a :func:`members_bitmap`; survivors
         ``S = U \\ D``), with what is asked: ``"seed"`` (bool, this client's self-mask seed), ``"pads"``
         (neighbours whose pad seed with this client is asked), ``"b_shares"`` (clients whose ``b`` share is
@@ -565,7 +574,7 @@ class SecAggClient:
             ``b`` share of a dropped client, of itself or one not held; a survivor group smaller than
             ``min_cohort``; a cohort with a client excluded before.
         """
-        exchange, degree, graph = self._exchange(request)
+        exchange, degree, graph = self._exchange(request, view)
         try:
             dropped = set(_members_of(self._order, request.get("dropped")))
             pads, b_shares = _ids(request.get("pads", [])), _ids(request.get("b_shares", []))
@@ -616,10 +625,15 @@ class SecAggClient:
             answer["seed"] = self_mask_seed(self._b, exchange, me)
         return answer
 
-    def respond(self, stage: str, request: Mapping[str, Any], codes: Optional[np.ndarray] = None) -> Dict[str, Any]:
-        """The answer to ``request`` at ``stage`` (one of :data:`STAGES`); ``codes`` only for ``masked_input``."""
+    def respond(
+        self, stage: str, request: Mapping[str, Any], codes: Optional[np.ndarray] = None, view: bytes = b""
+    ) -> Dict[str, Any]:
+        """The answer to ``request`` at ``stage`` (one of :data:`STAGES`); ``codes`` only for ``masked_input``,
+        ``view`` (the caller's digest of the request answered) for ``masked_input`` and ``unmask``."""
         if stage == "masked_input":
-            return self.masked_input(request, codes)  # type: ignore[arg-type]  # the encoder passes codes here
+            return self.masked_input(request, codes, view)  # type: ignore[arg-type]  # the encoder passes codes
+        if stage == "unmask":
+            return self.unmask(request, view)
         handler = {"advertise": self.advertise, "share": self.share, "store": self.store, "unmask": self.unmask}
         if stage not in handler:
             raise self._refuse(f"unknown stage {stage!r}; expected one of {STAGES}")
