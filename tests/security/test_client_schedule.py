@@ -146,3 +146,27 @@ def test_a_final_phase_is_answered_once_and_rounds_increase():
     server.masked_sum(["c0", "c1", "c2"], 3, phase="predict", purpose="final")
     with pytest.raises(SecAggAborted):
         server.masked_sum(["c0", "c1", "c2"], 3, phase="predict", purpose="final")
+
+
+@pytest.mark.parametrize("name", ["fedbnr", "fgp"])
+def test_a_protected_phase_refuses_a_broadcast_with_an_array_it_does_not_read(name):
+    """The fourth attack's route: an array the client ignores makes a "new" broadcast (another digest and request
+    view) with the same answer. FedBNR's summed ``weights`` phase and FGP's ``train`` phase read exactly theirs."""
+    from gpflow_fed.federated.algorithms import FGP, FedBNR
+    from gpflow_fed.kernels import URK
+
+    rng = np.random.default_rng(0)
+    client = Client("c0", (rng.normal(size=(8, 2)), rng.normal(size=(8, 1))), 0)
+    info = FederationInfo(("c0",), {"c0": 8}, 2, 1, 0)
+    if name == "fedbnr":
+        algorithm, phase = FedBNR(URK(2, num_samples=8), rounds=0, protocol="two_step").bind(info), "weights"
+        honest = {"a_inverse": np.eye(16)}  # L = 2 × 8 random features
+    else:
+        algorithm, phase = FGP(gpflow.kernels.SquaredExponential()).bind(info), "train"
+    state = algorithm.initial_state(info)
+    algorithm.setup_client(client, info)
+    if name == "fgp":
+        honest = dict(algorithm.broadcast(state, 0, phase))
+    assert algorithm.client_update(client, Message(SERVER, 0, phase, honest, weight=0.0)).arrays  # control
+    with pytest.raises(ValueError, match="arrays other than"):
+        algorithm.client_update(client, Message(SERVER, 0, phase, {**honest, "junk": np.zeros(3)}, weight=0.0))

@@ -430,3 +430,22 @@ def test_a_server_that_shows_cohort_members_different_requests_unmasks_noise(sho
     for size in range(1, len(net.ids) + 1):
         for members in combinations(net.ids, size):
             assert not np.array_equal(total, net.plain(members)), members
+
+
+def test_two_broadcasts_never_share_a_digest_through_a_name_holding_a_nul():
+    """The fourth attack: without length prefixes, a name holding ``\\0`` shifted the boundary between arrays, so a
+    broadcast that zeroed the others' answers had the victim's digest (and request view, and pads that cancel)."""
+    from gpflow_fed.federated.messages import SERVER, Message
+    from gpflow_fed.federated.protection.encoder import broadcast_digest
+
+    def header(name, value):
+        return f"{name}\0{value.dtype.str}\0{value.shape}\0".encode()
+
+    honest, zeroed, filler = np.array([1.0, 2.0, 3.0]), np.zeros(3), np.zeros(4, np.uint8)
+    honest_entry = header("x", honest) + honest.tobytes()
+    tail = b"z\0|u1\0" + f"({len(honest_entry)},)".encode() + b"\0"
+    blob = f"|u1\0({filler.size},)\0".encode() + filler.tobytes() + header("x", zeroed) + zeroed.tobytes() + tail
+    victim = {"a": np.frombuffer(blob, np.uint8), "x": honest}
+    others = {f"a\0|u1\0({len(blob)},)": filler, "x": zeroed, "z": np.frombuffer(honest_entry, np.uint8)}
+    digests = {broadcast_digest(Message(SERVER, 0, "p", arrays, weight=0.0)) for arrays in (victim, others)}
+    assert len(digests) == 2

@@ -321,6 +321,8 @@ class FedBNR(Algorithm):
                     del stats["phi_t_y"]
                 return self.reply(client, broadcast, stats)
             if broadcast.phase == WEIGHTS_PHASE:
+                if set(broadcast.arrays) != {"a_inverse"}:  # an ignored array would make a "new" broadcast for free
+                    raise ValueError("FedBNR: the 'weights' broadcast carries arrays other than 'a_inverse'")
                 phi_t_y = tf.linalg.matmul(model.kernel.features(X), Y, transpose_a=True)
                 w_c = tf.linalg.matmul(tf.constant(broadcast["a_inverse"]), phi_t_y) / model.likelihood.variance
                 return self.reply(client, broadcast, {"w_mean": w_c.numpy()})

@@ -207,6 +207,8 @@ class FGP(Algorithm):
             dtype = gpflow.default_float()
             X, Y = (tf.constant(a, dtype) for a in client.data)
             with self._worker.use() as worker:  # one scratch model for every client: updates run one at a time
+                if set(broadcast.arrays) != set(worker.keys):  # an ignored array would make a "new" broadcast
+                    raise ValueError("FGP: the 'train' broadcast carries arrays other than the shared parameters'")
                 for variable, key in zip(worker.trainer.variables, worker.keys):
                     variable.assign(broadcast[key])
                 losses, adam = worker.trainer.fit(self.local_steps, client.state["adam"], X, Y)

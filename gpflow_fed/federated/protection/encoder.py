@@ -54,12 +54,20 @@ def _digest(value: Any) -> bytes:
 
 def broadcast_digest(message: Message) -> bytes:
     """SHA-256 of a broadcast's phase and content (names, dtypes, shapes, bytes), without its round or sender: what
-    a client answers once under masking (module docstring)."""
-    digest = hashlib.sha256(b"gpflow-fed/broadcast\0" + message.phase.encode("utf-8") + b"\0")
+    a client answers once under masking (module docstring). Every field is length-prefixed and the arrays are
+    counted, so two different broadcasts never share the encoding (a name holding ``\\0`` cannot shift the
+    boundary between one array and the next)."""
+
+    def field(data: bytes) -> bytes:
+        return len(data).to_bytes(8, "big") + data
+
+    digest = hashlib.sha256(field(b"gpflow-fed/broadcast") + field(message.phase.encode("utf-8")))
+    digest.update(len(message.arrays).to_bytes(8, "big"))
     for name in sorted(message.arrays):
         value = np.ascontiguousarray(message.arrays[name])
-        digest.update(f"{name}\0{value.dtype.str}\0{value.shape}\0".encode("utf-8"))
-        digest.update(value.tobytes())
+        for part in (name.encode("utf-8"), value.dtype.str.encode("ascii"), repr(value.shape).encode("ascii")):
+            digest.update(field(part))
+        digest.update(field(value.tobytes()))
     return digest.digest()
 
 
