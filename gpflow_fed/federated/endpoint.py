@@ -143,17 +143,16 @@ class ClientEndpoint:
             return Response(fault=fault, error=ValueError(fault), seconds=seconds)
         min_data = algorithm.min_cohort_data(down.phase)
         try:
+            digest, cohort_size = broadcast_digest(down), int(config["cohort_size"])
             prepared = self.encoder.prepare(
                 reply,
                 request_protection,
                 aggregation,
-                int(config["cohort_size"]),
+                cohort_size,
                 request.purpose,
                 min_data,
-                broadcast=broadcast_digest(down),
-                view=request_view(
-                    broadcast_digest(down), request_protection.to_config(), int(config["cohort_size"]), aggregation
-                ),
+                broadcast=digest,
+                view=request_view(digest, request_protection.to_config(), cohort_size, aggregation),
             )
         except ValueError as exc:  # a value its encoding cannot carry
             return Response(fault=str(exc), error=exc, seconds=seconds)
