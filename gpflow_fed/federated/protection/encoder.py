@@ -35,6 +35,7 @@ import numpy as np
 from ..messages import Message
 from .distributed_dp import DistributedDP, NoiseSource
 from .dp import DifferentialPrivacy, clip_payload
+from .masking import _field
 from .policy import ClientPolicy
 from .request import Protection
 from .secagg import SecAggClient
@@ -57,17 +58,13 @@ def broadcast_digest(message: Message) -> bytes:
     a client answers once under masking (module docstring). Every field is length-prefixed and the arrays are
     counted, so two different broadcasts never share the encoding (a name holding ``\\0`` cannot shift the
     boundary between one array and the next)."""
-
-    def field(data: bytes) -> bytes:
-        return len(data).to_bytes(8, "big") + data
-
-    digest = hashlib.sha256(field(b"gpflow-fed/broadcast") + field(message.phase.encode("utf-8")))
+    digest = hashlib.sha256(_field(b"gpflow-fed/broadcast") + _field(message.phase.encode("utf-8")))
     digest.update(len(message.arrays).to_bytes(8, "big"))
     for name in sorted(message.arrays):
         value = np.ascontiguousarray(message.arrays[name])
         for part in (name.encode("utf-8"), value.dtype.str.encode("ascii"), repr(value.shape).encode("ascii")):
-            digest.update(field(part))
-        digest.update(field(value.tobytes()))
+            digest.update(_field(part))
+        digest.update(_field(value.tobytes()))
     return digest.digest()
 
 
