@@ -6,7 +6,8 @@ Each attack comes from a fresh-context review of the federated core (see docs/gu
 * a server that asks an exchange outside the client's own algorithm's schedule;
 * a server that asks one broadcast again under another round label and a larger cohort, to difference two sums;
 * a server that asks one broadcast again under distributed DP, to average its fresh noise away;
-* a server that unmasks a repeated broadcast with other drop-outs.
+* a server that unmasks a repeated broadcast with other drop-outs;
+* a server that re-asks one broadcast with other fixed-point ranges, to bisect a value through the refusals.
 """
 
 from typing import Dict, Sequence
@@ -15,7 +16,7 @@ import gpflow
 import numpy as np
 import pytest
 
-from gpflow_fed.federated import Client, ClientPolicy, DistributedDP, Message, Protection, run
+from gpflow_fed.federated import Client, ClientPolicy, DistributedDP, Message, Protection, SecureAggregation, run
 from gpflow_fed.federated.algorithm import FederationInfo
 from gpflow_fed.federated.algorithms import FSGP
 from gpflow_fed.federated.endpoint import ClientEndpoint
@@ -104,11 +105,14 @@ def test_an_exchange_outside_the_clients_own_schedule_is_refused(round, phase, p
 
 def test_one_broadcast_is_not_masked_for_a_second_cohort_under_another_round_label():
     """{c0, c1} at round 0, then the same broadcast as round 1 over {c0, c1, c2}: c2's statistics would be the
-    difference. c0 and c1 refuse their masked inputs, so the second sum is never unmasked."""
-    server = Server((20, 20, 20))
+    difference. c0 and c1 refuse to encode it for a cohort of 3 (another request view), and, shown the same cohort
+    size, refuse their masked inputs for another cohort, so the second sum is never unmasked."""
+    server = Server((20, 20, 20, 20))
     server.masked_sum(["c0", "c1"], 0)
+    responses = server.update(["c0", "c1", "c2"], 1)
+    assert all("under another request" in responses[c].fault for c in ("c0", "c1"))
     with pytest.raises(SecAggAborted):
-        server.masked_sum(["c0", "c1", "c2"], 1)
+        server.masked_sum(["c0", "c3"], 1)
 
 
 def test_a_broadcast_with_an_array_the_algorithm_does_not_read_is_refused():
@@ -146,6 +150,35 @@ def test_a_final_phase_is_answered_once_and_rounds_increase():
     server.masked_sum(["c0", "c1", "c2"], 3, phase="predict", purpose="final")
     with pytest.raises(SecAggAborted):
         server.masked_sum(["c0", "c1", "c2"], 3, phase="predict", purpose="final")
+
+
+def _range(fractional_bits: int) -> Protection:
+    return Protection(secure_aggregation=SecureAggregation(fractional_bits=fractional_bits))
+
+
+@pytest.mark.parametrize("round", [0, 1])
+def test_a_range_refusal_is_the_answer_to_its_broadcast(round):
+    """The third attacker's oracle: a payload beyond the range refuses, so asking one broadcast again with other
+    ``fractional_bits`` (or cohort sizes) would bisect a client's largest value. The re-ask, at the same round or
+    relabelled as the next, is refused whatever its range, before anything is encoded."""
+    server = Server((20, 20, 20))
+    cohort = ["c0", "c1", "c2"]
+    first = server.update(cohort, 0, protection=_range(62))  # |x| < 2 / 3: FSGP's statistics do not fit
+    assert all("beyond the fixed-point range" in r.fault for r in first.values())
+    again = server.update(cohort, round, protection=_range(32))  # where they fit
+    assert all(r.layout is None and "under another request" in r.fault for r in again.values())
+
+
+def test_a_fit_is_the_answer_too_so_a_descending_search_stops_at_once():
+    """From the other side: a request that fits returns a layout and says "below this range"; narrowing it (a
+    larger ``fractional_bits`` or cohort size) over the same broadcast is refused, fitting or not."""
+    server = Server((20, 20, 20))
+    cohort = ["c0", "c1", "c2"]
+    assert all(r.layout is not None for r in server.update(cohort, 0).values())
+    for protection in (_range(33), _range(62)):
+        refused = server.update(cohort, 0, protection=protection)
+        assert all("under another request" in r.fault for r in refused.values())
+    assert server.masked_sum(cohort, 0) is not None  # the first request, asked again the same way, still runs
 
 
 @pytest.mark.parametrize("name", ["fedbnr", "fgp"])

@@ -17,7 +17,10 @@ A client masks answers to **one broadcast over one cohort**: whatever round or p
 unmasked with the same drop-outs, and never under distributed DP. So a server cannot sum one answer over two cohorts
 (or two sets of survivors) and difference them, nor average fresh distributed-DP noise away by asking again. Its
 answers to one phase and purpose come in increasing rounds (one ``"final"`` answer per phase), so the number of releases
-it makes is bounded by its algorithm's schedule.
+it makes is bounded by its algorithm's schedule. It encodes a broadcast under **one request** (protection, cohort size,
+aggregation: :func:`request_view`), recorded before encoding: whether a payload fits the fixed-point range a request
+names (or is refused, "beyond the fixed-point range") is itself an answer, so a server cannot bisect a value by
+re-asking one broadcast with other ``fractional_bits`` or cohort sizes.
 
 What leaves the client is what :meth:`ClientEncoder.prepare` (layout or clipped message) and :meth:`respond`
 return; nothing else.
@@ -112,6 +115,8 @@ class ClientEncoder:
         #: per exchange prepared or last masked, the client's :func:`request_view` (bound into its pads)
         self._request_views: Dict[Tuple[str, int, str], bytes] = {}
         self._last_round: Dict[Tuple[str, str], int] = {}
+        #: per broadcast this client has encoded (or refused for its range), the request view it did so under
+        self._encoded_views: Dict[bytes, bytes] = {}
         self._noise = NoiseSource()  # distributed DP's shares: the OS's randomness
         self.sizes: Mapping[str, int] = sizes if sizes is not None else {}  # read only
         #: per exchange (purpose, round, phase), the least total data a summed group must hold (small-cohort rule)
@@ -145,6 +150,8 @@ class ClientEncoder:
         refusal = self.policy.refusal(request, message.phase, aggregation)
         if refusal:
             raise EncoderRefusal(refusal)
+        if request.secure is not None:
+            self._check_one_view(broadcast, view, message.phase)
         if min_data is not None and self.policy.protect_small_cohorts:
             self._min_data[(purpose, message.round, message.phase)] = int(min_data)
         arrays = {k: np.asarray(v, dtype=np.float64) for k, v in message.arrays.items()}
@@ -176,6 +183,16 @@ class ClientEncoder:
         self._request_views = {k: v for k, v in self._request_views.items() if k in self._broadcasts}
         self._request_views[key] = view
         return prepared
+
+    def _check_one_view(self, broadcast: bytes, view: bytes, phase: str) -> None:
+        """One request view per broadcast, recorded *before* encoding (module docstring): whether a payload fits
+        the fixed-point range a request names is itself an answer, so a server cannot re-ask with other ranges."""
+        before = self._encoded_views.setdefault(broadcast, view)
+        if before != view:
+            raise EncoderRefusal(
+                f"secure aggregation: {self.client_id!r} has encoded this broadcast of phase {phase!r} under another "
+                "request (protection, cohort size or aggregation); refused"
+            )
 
     def _check_once(self, key: Tuple[str, int, str], broadcast: bytes, cohort: Any, distributed: bool) -> None:
         """One cohort per broadcast, no repeat under distributed DP, increasing rounds per (purpose, phase) (module
@@ -301,6 +318,7 @@ class ClientEncoder:
             "broadcasts": [[k[0], int(k[1]), k[2], d.hex()] for k, d in self._broadcasts.items()],
             "request_views": [[k[0], int(k[1]), k[2], v.hex()] for k, v in self._request_views.items()],
             "last_round": [[p, f, int(r)] for (p, f), r in self._last_round.items()],
+            "encoded_views": [[d.hex(), v.hex()] for d, v in self._encoded_views.items()],
             "prepared": [
                 {
                     "purpose": key[0],
@@ -347,6 +365,7 @@ class ClientEncoder:
                 (str(p), int(r), str(f)): bytes.fromhex(v) for p, r, f, v in header.get("request_views", [])
             }
             encoder._last_round = {(str(p), str(f)): int(r) for p, f, r in header.get("last_round", [])}
+            encoder._encoded_views = {bytes.fromhex(d): bytes.fromhex(v) for d, v in header.get("encoded_views", [])}
             if header["run_id"] is not None:
                 encoder._run_id = bytes.fromhex(header["run_id"])
             if header["secagg"]:
