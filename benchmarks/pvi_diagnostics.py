@@ -16,6 +16,8 @@ training inputs (first two coordinates, i.e. latitude/longitude for ozone), the 
     python benchmarks/pvi_diagnostics.py trace --dataset boston --method global --rounds 20   # concrete, diabetes
     python benchmarks/pvi_diagnostics.py trace --dataset boston --method cpo
 
+``--out FILE`` also saves a trace (its arguments and every line) as JSON through ``benchmarks/provenance.py``.
+
 ``first-client``: the first client's update alone (cavity = prior), then its local free energy (400 Monte-Carlo
 samples) at the q(Z) it found and after re-fitting everything else with q(Z)'s variance held at 0.01::
 
@@ -39,6 +41,8 @@ from typing import Any
 import numpy as np
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from provenance import save  # noqa: E402
 
 
 def load_split(a: argparse.Namespace) -> Any:
@@ -87,8 +91,13 @@ def trace(a: argparse.Namespace) -> None:
         if (r + 1) % every == 0:
             entry["test_ll"] = float(np.mean(algorithm.result(state).predict_log_density((Xt, Yt)).numpy()))
         print(json.dumps(entry), flush=True)
+        entries.append(entry)
 
+    entries: list = []
     run(algorithm, fed, runtime=LocalRuntime(secure_aggregation=False), monitor=monitor, seed=a.split)
+    if a.out:
+        arguments = {k: v for k, v in vars(a).items() if k not in ("what", "out", "argv")}
+        save(a.out, {"arguments": arguments, "trace": entries}, __file__, a.argv)
 
 
 def first_client(a: argparse.Namespace) -> None:
@@ -213,7 +222,9 @@ def main(argv: Any = None) -> int:
         default="prior",
         help="trace: PVI's initial Z/β factors (split: the paper's q⁰ = prior·Π t_k⁰, Alg. 2 line 2)",
     )
+    p.add_argument("--out", help="trace: also save the trace as JSON here")
     a = p.parse_args(argv)
+    a.argv = argv
     {"trace": trace, "first-client": first_client, "cpo-factors": cpo_factors}[a.what](a)
     return 0
 

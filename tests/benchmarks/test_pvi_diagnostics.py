@@ -36,9 +36,13 @@ def _lines(capsys):
 
 
 @pytest.mark.parametrize("method, every", [("dpo", 3), ("global", 1)])
-def test_trace_prints_one_line_per_communication(diagnostics, capsys, method, every):
-    assert diagnostics.main(["trace", "--method", method, *TINY]) == 0
+def test_trace_prints_one_line_per_communication(diagnostics, capsys, tmp_path, method, every):
+    out = tmp_path / "trace.json"
+    assert diagnostics.main(["trace", "--method", method, *TINY, "--out", str(out)]) == 0
     lines = _lines(capsys)
+    saved = json.loads(out.read_text())
+    assert saved["trace"] == lines and saved["arguments"]["method"] == method
+    assert saved["command"].startswith("python benchmarks/pvi_diagnostics.py trace") and "git_commit" in saved
     assert [entry["round"] for entry in lines] == [0, 1, 2]
     for entry in lines:
         assert sum(entry["inducing_per_client"]) == 4 and len(entry["inducing_per_client"]) == 3
