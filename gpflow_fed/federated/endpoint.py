@@ -41,6 +41,9 @@ class ClientEndpoint:
         self.client = client
         self.info = info
         self.encoder = encoder
+        #: what the runtime's requests carry beside the update that this party's answer depends on (its
+        #: ``Transport.context``, e.g. a Flower table run's agreed moments), bound into each protected request's view
+        self.context = b""
         encoder.sizes = info.client_sizes  # public, read only and shared (a copy per client would cost O(K²))
         self.ready = False
         self._timed: set = set()
@@ -116,6 +119,14 @@ class ClientEndpoint:
         refusal = self._schedule_refusal(request)
         if refusal:
             return Response(fault=refusal, error=PermissionError(refusal))
+        aggregation = algorithm.aggregation(down.phase)
+        request_protection = Protection.from_config(config.get("protection", {}))
+        refusal = self.encoder.policy.refusal(request_protection, down.phase, aggregation)
+        if refusal:  # the client's own policy: nothing of its payload is sent
+            return Response(fault=refusal, error=PermissionError(refusal))
+        protected = request_protection.protects(down.phase, aggregation)
+        if protected and request_protection.secure is not None:  # once, before anything depends on the data
+            self.encoder.claim(request.purpose, down.round, down.phase)
         self.setup()
         started = time.perf_counter()
         reply = algorithm.client_update(self.client, down)
@@ -123,13 +134,8 @@ class ClientEndpoint:
         first = down.phase not in self._timed
         self._timed.add(down.phase)
         seconds: Optional[float] = None if first else elapsed
-        aggregation = algorithm.aggregation(down.phase)
-        request_protection = Protection.from_config(config.get("protection", {}))
-        refusal = self.encoder.policy.refusal(request_protection, down.phase, aggregation)
-        if refusal:  # the client's own policy: nothing of its payload is sent
-            return Response(fault=refusal, error=PermissionError(refusal), seconds=seconds)
         fault = reply_fault(reply, self.client.id, down) if not isinstance(reply, Message) else None
-        if fault is None and not request_protection.protects(down.phase, aggregation):
+        if fault is None and not protected:
             small = self._small_alone(down.phase)
             if small:
                 return Response(fault=small, error=PermissionError(small), seconds=seconds)
@@ -152,7 +158,7 @@ class ClientEndpoint:
                 request.purpose,
                 min_data,
                 broadcast=digest,
-                view=request_view(digest, request_protection.to_config(), cohort_size, aggregation),
+                view=request_view(digest, request_protection.to_config(), cohort_size, aggregation, self.context),
             )
         except ValueError as exc:  # a value its encoding cannot carry
             return Response(fault=str(exc), error=exc, seconds=seconds)

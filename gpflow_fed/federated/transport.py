@@ -74,6 +74,11 @@ class Response:
 class Transport(abc.ABC):
     """How one stage's requests reach the clients and their responses come back (module docstring)."""
 
+    #: what every request through this transport carries beside its :class:`Request` that a party's answer depends
+    #: on (a Flower table run's job and agreed moments), as bytes: the server binds it into each protected request's
+    #: view (:func:`~gpflow_fed.federated.protection.encoder.request_view`), as each party binds what it received
+    context: bytes = b""
+
     @abc.abstractmethod
     def send(self, requests: Mapping[str, Request]) -> Dict[str, Response]:
         """Deliver ``requests[client]`` to each client and return ``{client: Response}`` for every one of them

@@ -17,10 +17,13 @@ A client masks answers to **one broadcast over one cohort**: whatever round or p
 unmasked with the same drop-outs, and never under distributed DP. So a server cannot sum one answer over two cohorts
 (or two sets of survivors) and difference them, nor average fresh distributed-DP noise away by asking again. Its
 answers to one phase and purpose come in increasing rounds (one ``"final"`` answer per phase), so the number of releases
-it makes is bounded by its algorithm's schedule. It encodes a broadcast under **one request** (protection, cohort size,
-aggregation: :func:`request_view`), recorded before encoding: whether a payload fits the fixed-point range a request
-names (or is refused, "beyond the fixed-point range") is itself an answer, so a server cannot bisect a value by
-re-asking one broadcast with other ``fractional_bits`` or cohort sizes.
+it makes is bounded by its algorithm's schedule. A refusal that depends on the client's data (a reply beyond the
+fixed-point range a request names, or one its own fault checks stop) is an answer too, so both rules are also kept
+*before* the update is checked or encoded: each protected exchange is claimed (:meth:`~ClientEncoder.claim`:
+increasing rounds per phase and purpose, whatever the broadcast), and a broadcast is encoded under **one request**
+(protection, cohort size, aggregation and the runtime's context: :func:`request_view`). A server learns at most one
+such bit per exchange of the client's schedule, and cannot bisect a value by re-asking with other ``fractional_bits``
+or cohort sizes.
 
 What leaves the client is what :meth:`ClientEncoder.prepare` (layout or clipped message) and :meth:`respond`
 return; nothing else.
@@ -71,9 +74,13 @@ def broadcast_digest(message: Message) -> bytes:
     return digest.digest()
 
 
-def request_view(broadcast: bytes, protection: Mapping[str, Any], cohort_size: int, aggregation: str) -> bytes:
+def request_view(
+    broadcast: bytes, protection: Mapping[str, Any], cohort_size: int, aggregation: str, context: bytes = b""
+) -> bytes:
     """SHA-256 of one protected request as a party saw it: the broadcast's :func:`broadcast_digest`, the protection
-    request (``Protection.to_config()``), the cohort size its encoding's range is for, and the aggregation.
+    request (``Protection.to_config()``), the cohort size its encoding's range is for, the aggregation, and the
+    runtime's ``context``: whatever else the request carries that the party's answer depends on (a Flower table run's
+    job and agreed moments, :attr:`~gpflow_fed.federated.transport.Transport.context`).
 
     Each client binds its own view into its pads (:class:`~.masking.Exchange`'s ``view``), and the server binds the
     view of what it sent: if a server shows members of one cohort different requests (a broadcast that zeroes one
@@ -84,7 +91,8 @@ def request_view(broadcast: bytes, protection: Mapping[str, Any], cohort_size: i
         sort_keys=True,
         default=str,
     )
-    return hashlib.sha256(b"gpflow-fed/request\0" + broadcast + b"\0" + canonical.encode("utf-8")).digest()
+    fields = (b"gpflow-fed/request", broadcast, canonical.encode("utf-8"), bytes(context))
+    return hashlib.sha256(b"".join(_field(f) for f in fields)).digest()
 
 
 class EncoderRefusal(ValueError):
@@ -117,12 +125,30 @@ class ClientEncoder:
         self._last_round: Dict[Tuple[str, str], int] = {}
         #: per broadcast this client has encoded (or refused for its range), the request view it did so under
         self._encoded_views: Dict[bytes, bytes] = {}
+        #: per (purpose, phase), the last round of a protected update this client computed (:meth:`claim`)
+        self._claimed: Dict[Tuple[str, str], int] = {}
         self._noise = NoiseSource()  # distributed DP's shares: the OS's randomness
         self.sizes: Mapping[str, int] = sizes if sizes is not None else {}  # read only
         #: per exchange (purpose, round, phase), the least total data a summed group must hold (small-cohort rule)
         self._min_data: Dict[Tuple[str, int, str], int] = {}
 
     # --- the update ----------------------------------------------------------------------------------
+    def claim(self, purpose: str, round: int, phase: str) -> None:
+        """Record a protected update's exchange *before* anything that depends on the client's data is checked
+        (its reply's faults, its encoding's range): a refusal is an answer too, so a server gets one per exchange of
+        the client's schedule, in increasing rounds per (purpose, phase) and one ``"final"`` update per phase,
+        whatever broadcast it sends (module docstring).
+
+        :raises EncoderRefusal: an exchange that does not follow the last one claimed.
+        """
+        last = self._claimed.get((purpose, phase))
+        if last is not None and (purpose == "final" or round <= last):
+            raise EncoderRefusal(
+                f"secure aggregation: {self.client_id!r} computed a protected {purpose!r} update of phase {phase!r} "
+                f"at round {last}; round {round} does not follow it; refused"
+            )
+        self._claimed[(purpose, phase)] = int(round)
+
     def prepare(
         self,
         message: Message,
@@ -319,6 +345,7 @@ class ClientEncoder:
             "request_views": [[k[0], int(k[1]), k[2], v.hex()] for k, v in self._request_views.items()],
             "last_round": [[p, f, int(r)] for (p, f), r in self._last_round.items()],
             "encoded_views": [[d.hex(), v.hex()] for d, v in self._encoded_views.items()],
+            "claimed": [[p, f, int(r)] for (p, f), r in self._claimed.items()],
             "prepared": [
                 {
                     "purpose": key[0],
@@ -366,6 +393,7 @@ class ClientEncoder:
             }
             encoder._last_round = {(str(p), str(f)): int(r) for p, f, r in header.get("last_round", [])}
             encoder._encoded_views = {bytes.fromhex(d): bytes.fromhex(v) for d, v in header.get("encoded_views", [])}
+            encoder._claimed = {(str(p), str(f)): int(r) for p, f, r in header.get("claimed", [])}
             if header["run_id"] is not None:
                 encoder._run_id = bytes.fromhex(header["run_id"])
             if header["secagg"]:

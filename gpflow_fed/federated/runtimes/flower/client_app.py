@@ -57,7 +57,14 @@ from ...fingerprint import is_trackable
 from ...protection.encoder import ClientEncoder
 from ...protection.policy import ClientPolicy
 from ..base import client_seed
-from .records import TRAIN_JOB, job_algorithm, recorddict_to_job, recorddict_to_request, response_to_recorddict
+from .records import (
+    TRAIN_JOB,
+    job_algorithm,
+    recorddict_to_job,
+    recorddict_to_request,
+    request_context,
+    response_to_recorddict,
+)
 
 __all__ = ["DESCRIBE", "describe_reply", "load_client_data", "make_client_app", "app"]
 
@@ -265,6 +272,7 @@ def make_client_app(*, keep_alive: bool = False) -> ClientApp:
         request, info = recorddict_to_request(msg.content)
         job, standardizer = recorddict_to_job(msg.content, info)
         endpoint, directory = _endpoint(info, context, job, standardizer)
+        endpoint.context = request_context(info, job, standardizer)  # bound into its protected answers' views
         response = endpoint.handle(request)
         if keep_alive:
             _LIVE[(int(context.run_id), int(context.node_id), job)] = endpoint

@@ -21,6 +21,7 @@ standardises its own rows.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any, Dict, Mapping, Optional, Tuple
 
@@ -47,6 +48,7 @@ __all__ = [
     "recorddict_to_message",
     "recorddict_to_request",
     "recorddict_to_response",
+    "request_context",
     "request_to_recorddict",
     "response_to_recorddict",
 ]
@@ -190,14 +192,25 @@ def job_to_config(name: str, standardizer: Optional[Standardizer] = None) -> Con
     return ConfigRecord(record)
 
 
+def request_context(info: FederationInfo, job: str, standardizer: Optional[Standardizer] = None) -> bytes:
+    """SHA-256 of what every request of a run carries beside its update that a party's answer depends on: the
+    federation (:func:`info_to_config`) and the job record (:func:`job_to_config`: the agreed moments). Server
+    (:attr:`GridTransport.context <gpflow_fed.federated.runtimes.flower.transport.GridTransport>`) and party
+    (``ClientEndpoint.context``) bind it into each protected request's view, so a server that shows parties
+    different moments (zeroing all answers but one) unmasks noise, and one broadcast is not re-asked under other
+    moments."""
+    record = {"info": dict(info_to_config(info)), "job": dict(job_to_config(job, standardizer))}
+    return hashlib.sha256(json.dumps(record, sort_keys=True).encode("utf-8")).digest()
+
+
 def recorddict_to_job(content: RecordDict, info: FederationInfo) -> Tuple[str, Optional[Standardizer]]:
     """The job a request belongs to and the moments its party standardises with (None: its data as given).
 
     The moments come from the server: the party checks them before use (widths D and P of the federation, finite
     values, positive scales).
 
-    :raises ValueError: an unknown job, or moments of the wrong width, not finite, or with a scale that is not
-        positive.
+    :raises ValueError: an unknown job, moments for the ``"moments"`` job (which answers on the party's rows as
+        they are), or moments of the wrong width, not finite, or with a scale that is not positive.
     """
     if JOB not in content.config_records:
         return TRAIN_JOB, None
@@ -207,6 +220,8 @@ def recorddict_to_job(content: RecordDict, info: FederationInfo) -> Tuple[str, O
         raise ValueError(f"a gpflow_fed request names the job {name!r}; expected one of {JOBS}")
     if not any(k in record for k in _MOMENTS):
         return name, None
+    if name == MOMENTS_JOB:
+        raise ValueError("the 'moments' job answers on the party's rows as they are; it carries no moments")
     widths = {"X_mean": info.input_dim, "X_std": info.input_dim, "Y_mean": info.output_dim, "Y_std": info.output_dim}
     moments = {}
     for key, width in widths.items():

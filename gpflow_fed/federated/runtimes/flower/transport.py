@@ -17,7 +17,7 @@ from flwr.serverapp import Grid
 
 from ...algorithm import FederationInfo
 from ...transport import Request, Response, Transport
-from .records import JOB, TRAIN_JOB, job_to_config, recorddict_to_response, request_to_recorddict
+from .records import JOB, TRAIN_JOB, job_to_config, recorddict_to_response, request_context, request_to_recorddict
 
 __all__ = ["GridTransport"]
 
@@ -50,6 +50,7 @@ class GridTransport(Transport):
         self.timeout = timeout
         job_to_config(job, standardizer)  # an unknown job is refused here, before any message
         self.job, self.standardizer = job, standardizer
+        self.context = request_context(info, job, standardizer)
         #: Flower messages sent and stages run, for the loopback benchmark's "exchanges per round"
         self.messages_sent = 0
         self.stages = 0

@@ -1,0 +1,103 @@
+"""A deviating Flower server against parties' deployment ClientApps: what a request carries beside its update.
+
+A fifth fresh-context attack sent one broadcast under one protection request to every party, but other "agreed
+moments" in the job record: identity to the victim, a scale of 1e300 to everyone else, whose standardised rows then
+encode to zero, so the unmasked total was the victim's own sums. Each party now binds the request's context (the
+federation and the job record, ``records.request_context``) into its request view, as the server binds what it sent.
+"""
+
+import numpy as np
+import pytest
+
+pytest.importorskip("flwr")
+
+from gpflow_fed.data import FederatedDataset  # noqa: E402
+from gpflow_fed.data.standardize import Standardizer  # noqa: E402
+from gpflow_fed.federated import Protection  # noqa: E402
+from gpflow_fed.federated.algorithms import Moments  # noqa: E402
+from gpflow_fed.federated.algorithms.moments import MOMENTS_PHASE  # noqa: E402
+from gpflow_fed.federated.runtimes.flower import runtime as flower_runtime  # noqa: E402
+from gpflow_fed.federated.runtimes.flower import server_app  # noqa: E402
+from gpflow_fed.federated.runtimes.flower.records import JOB, job_to_config, request_context  # noqa: E402
+
+VICTIM = (np.array([[1971.25], [1999.5]]), np.array([[12.5], [88.0]]))
+
+
+def _scaled(scale: float) -> Standardizer:
+    return Standardizer(X_mean=np.zeros(1), X_std=np.array([scale]), Y_mean=np.zeros(1), Y_std=np.array([scale]))
+
+
+def _run_with_moments_per_party(monkeypatch, moments_of, server_moments):
+    """Moments over the victim and two parties, each party shown ``moments_of(client id)`` in its job record; the
+    server's transport binds ``server_moments``. Returns the masked sums of the moments phase, or None when the
+    run stopped before them."""
+
+    class Deviating(server_app.GridTransport):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.context = request_context(self.info, self.job, server_moments)
+
+        def send(self, requests):
+            create = self.grid.create_message
+            client_of = {node: cid for cid, node in self.node_of.items()}
+
+            def per_party(content, message_type, node, group, *rest):
+                content[JOB] = job_to_config("train", moments_of(client_of[node]))
+                return create(content, message_type, node, group, *rest)
+
+            self.grid.create_message = per_party
+            try:
+                return super().send(requests)
+            finally:
+                self.grid.create_message = create
+
+    sums = {}
+
+    def capture(self, state, aggregate):
+        sums.setdefault(aggregate.phase, (dict(aggregate.arrays), np.asarray(state.scale)))
+        return None
+
+    monkeypatch.setattr(server_app, "GridTransport", Deviating)
+    monkeypatch.setattr(Moments, "check_sum", capture)
+    rng = np.random.default_rng(5)
+    parties = [VICTIM] + [(rng.uniform(1900, 2020, (3, 1)), rng.normal(50, 10, (3, 1))) for _ in range(2)]
+    runtime = flower_runtime.FlowerRuntime(protection=Protection())
+    try:
+        runtime.execute(Moments(), FederatedDataset(parties), protection=Protection())
+    except Exception:  # noqa: BLE001 - the attack may end the run; what matters is what the server unmasked
+        pass
+    return sums.get(MOMENTS_PHASE)
+
+
+def _victims_rows(sums):
+    arrays, scale = sums
+    total = np.asarray(arrays["sum"]) / scale
+    squares = np.asarray(arrays["sum_squares"]) / scale**2
+    spread = np.sqrt(np.maximum(squares / 2 - (total / 2) ** 2, 0.0))
+    return np.stack([total / 2 - spread, total / 2 + spread])
+
+
+def test_parties_shown_other_moments_than_the_others_unmask_noise(monkeypatch):
+    identity, huge = _scaled(1.0), _scaled(1e300)
+    sums = _run_with_moments_per_party(monkeypatch, lambda cid: identity if cid == "client_0" else huge, identity)
+    if sums is not None:
+        assert not np.allclose(_victims_rows(sums), np.concatenate(VICTIM, 1), rtol=1e-3)
+
+
+def test_control_the_same_moments_for_every_party_sum_exactly(monkeypatch):
+    identity = _scaled(1.0)
+    sums = _run_with_moments_per_party(monkeypatch, lambda cid: identity, identity)
+    arrays, scale = sums
+    assert float(np.asarray(arrays["count"])[0]) == 8.0  # every party's rows, as registered
+
+
+def test_the_moments_job_refuses_moments():
+    from flwr.app import RecordDict
+
+    from gpflow_fed.federated.algorithm import FederationInfo
+    from gpflow_fed.federated.runtimes.flower.records import MOMENTS_JOB, recorddict_to_job
+
+    info = FederationInfo(("client_0", "client_1"), {"client_0": 2, "client_1": 3}, 1, 1, 0)
+    content = RecordDict({JOB: job_to_config(MOMENTS_JOB, _scaled(1.0))})
+    with pytest.raises(ValueError, match="carries no moments"):
+        recorddict_to_job(content, info)
