@@ -1,11 +1,16 @@
-"""Suite-wide settings: shape checks on everywhere, float64, fail on AutoGraph conversion warnings, and no silent
-skips under ``make test`` (``GPFLOW_FED_NO_SKIPS=1``) or in CI (``CI=true``)."""
+"""Suite-wide settings: shape checks on everywhere, float64, fail on AutoGraph conversion warnings, no silent
+skips under ``make test`` (``GPFLOW_FED_NO_SKIPS=1``) or in CI (``CI=true``), and one TensorFlow/OpenMP thread per
+test process (the suite runs one pytest-xdist worker per core; the workers' own thread pools only contend: measured
+10–13 % faster on this 2-core machine, tests/federated/algorithms and tests/conformance + recyclable training, side
+by side). Subprocesses (notebook kernels, fresh interpreters) inherit the setting."""
 
 import logging
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+for _threads in ("TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS", "OMP_NUM_THREADS"):
+    os.environ.setdefault(_threads, "1")
 
 import gpflow  # noqa: E402
 import numpy as np  # noqa: E402
