@@ -103,10 +103,10 @@ def _pvi_runs(pattern: str, exclude: Iterable[str] = ()) -> Dict[tuple, dict]:
 
 def pvi() -> Figures:
     """Test log-likelihood per point over splits, and paired differences, of the main table and the 32-region
-    runs."""
+    runs; q(Z)'s spread and the regions its means lie nearest to at the end of the 10-region traces."""
     out: Figures = {}
     groups = (
-        ("", _pvi_runs("pvi_*.json", exclude=("ozone32", "split_factors", "regional"))),
+        ("", _pvi_runs("pvi_*.json", exclude=("ozone32", "split_factors", "regional", "trace"))),
         ("32", _pvi_runs("pvi_ozone32_s*.json")),
     )
     for suffix, runs in groups:
@@ -121,6 +121,11 @@ def pvi() -> Figures:
                 out |= _paired(f"pvi.{name}.{method}_minus_dpo", values, ll[(name, "dpo")], False)
             if method == "fixed" and (name, "cpo") in ll:
                 out |= _paired(f"pvi.{name}.fixed_minus_cpo", values, ll[(name, "cpo")], False)
+    for method in ("dpo", "global"):  # q(Z) at the end of the 10-region traces (ozone split 0)
+        trace = _load(f"pvi_ozone_trace_{method}.json")["trace"]
+        out[f"pvi.ozone.trace.{method}.qZ_std"] = trace[-1]["qZ_std"]
+        out[f"pvi.ozone.trace.{method}.regions"] = float(sum(n > 0 for n in trace[-1]["inducing_per_client"]))
+        out[f"pvi.ozone.trace.{method}.communications"] = float(len(trace))
     return out
 
 
