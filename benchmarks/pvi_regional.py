@@ -188,7 +188,7 @@ def saved_reference(clients: int) -> Dict[Tuple[str, int], float]:
     pattern = "pvi_ozone32_s*.json" if clients == 32 else "pvi_ozone*.json"
     out: Dict[Tuple[str, int], float] = {}
     for path in sorted(glob.glob(os.path.join(RESULTS, pattern))):
-        if "split_factors" in path or (clients != 32 and "ozone32" in path):
+        if "split_factors" in path or "trace" in path or (clients != 32 and "ozone32" in path):
             continue
         with open(path) as fh:
             saved = json.load(fh)
@@ -225,7 +225,7 @@ def saved_default_curves(clients: int) -> Dict[int, List[float]]:
     pattern = "pvi_ozone32_s*.json" if clients == 32 else "pvi_ozone*.json"
     out: Dict[int, List[float]] = {}
     for path in sorted(glob.glob(os.path.join(RESULTS, pattern))):
-        if "split_factors" in path or (clients != 32 and "ozone32" in path):
+        if "split_factors" in path or "trace" in path or (clients != 32 and "ozone32" in path):
             continue
         with open(path) as fh:
             saved = json.load(fh)
