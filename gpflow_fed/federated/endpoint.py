@@ -10,6 +10,7 @@ happens on the client (its algorithm raises, its own policy refuses), the server
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Optional
 
@@ -19,12 +20,14 @@ from .algorithm import Algorithm, FederationInfo
 from .client import Client
 from .faults import reply_fault, weight_fault
 from .messages import Message
-from .protection.encoder import ClientEncoder, broadcast_digest, request_view
+from .protection.encoder import DATA_FAULT, ClientEncoder, EncoderRefusal, broadcast_digest, request_view
 from .protection.request import Protection
 from .protection.wire import pack, unpack
 from .transport import PROTOCOL_STAGES, UPDATE, Request, Response
 
 __all__ = ["ClientEndpoint"]
+
+LOG = logging.getLogger(__name__)
 
 
 class ClientEndpoint:
@@ -114,6 +117,13 @@ class ClientEndpoint:
             )
         return ""
 
+    def _data_fault(self, detail: str, seconds: Optional[float]) -> Response:
+        """A protected reply that failed the client's own checks: the details go to this party's log only, the server
+        gets :data:`~.protection.encoder.DATA_FAULT`, and the encoder refuses the run's later protected exchanges."""
+        LOG.warning("client %s: %s", self.client.id, detail)
+        self.encoder.stop()
+        return Response(fault=DATA_FAULT, error=ValueError(DATA_FAULT), seconds=seconds)
+
     def _update(self, request: Request) -> Response:
         algorithm, down, config = self.algorithm, request.message, request.config
         refusal = self._schedule_refusal(request)
@@ -140,11 +150,14 @@ class ClientEndpoint:
             if small:
                 return Response(fault=small, error=PermissionError(small), seconds=seconds)
             return Response(message=reply, seconds=seconds)  # the server screens what it can read
+        if fault is not None and not protected:
+            return Response(fault=fault, error=ValueError(fault), seconds=seconds)
         if fault is None:  # a protected phase: the client checks its own reply; once encoded, the server cannot
             fault = reply_fault(reply, self.client.id, down)
-        if fault is None:
-            size = self.client.num_data
-            fault = weight_fault(reply, algorithm.expected_weight(down.phase, size), size)
+        if fault is not None:
+            return self._data_fault(fault, seconds)
+        size = self.client.num_data
+        fault = weight_fault(reply, algorithm.expected_weight(down.phase, size), size)  # public sizes only
         if fault is not None:
             return Response(fault=fault, error=ValueError(fault), seconds=seconds)
         min_data = algorithm.min_cohort_data(down.phase)
@@ -160,8 +173,10 @@ class ClientEndpoint:
                 broadcast=digest,
                 view=request_view(digest, request_protection.to_config(), cohort_size, aggregation, self.context),
             )
-        except ValueError as exc:  # a value its encoding cannot carry
+        except EncoderRefusal as exc:  # a request the client refuses (not its data)
             return Response(fault=str(exc), error=exc, seconds=seconds)
+        except ValueError as exc:  # a value its encoding cannot carry
+            return self._data_fault(str(exc), seconds)
         if request_protection.secure is None:
             return Response(message=prepared, seconds=seconds)
         layout = {name: tuple(np.shape(value)) for name, value in prepared.arrays.items()}

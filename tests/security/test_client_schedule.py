@@ -21,7 +21,7 @@ from gpflow_fed.federated.algorithm import FederationInfo
 from gpflow_fed.federated.algorithms import FSGP
 from gpflow_fed.federated.endpoint import ClientEndpoint
 from gpflow_fed.federated.messages import SERVER
-from gpflow_fed.federated.protection.encoder import ClientEncoder, broadcast_digest, request_view
+from gpflow_fed.federated.protection.encoder import DATA_FAULT, ClientEncoder, broadcast_digest, request_view
 from gpflow_fed.federated.protection.masking import Exchange
 from gpflow_fed.federated.protection.secagg import SecAggAborted, SecAggServer, drive
 from gpflow_fed.federated.protection.wire import pack, unpack
@@ -156,34 +156,22 @@ def _range(fractional_bits: int) -> Protection:
     return Protection(secure_aggregation=SecureAggregation(fractional_bits=fractional_bits))
 
 
-@pytest.mark.parametrize("round", [0, 1])
-def test_a_range_refusal_is_the_answer_to_its_broadcast(round):
-    """The third attacker's oracle: a payload beyond the range refuses, so asking one broadcast again with other
-    ``fractional_bits`` (or cohort sizes) would bisect a client's largest value. The re-ask, at the same round or
-    relabelled as the next, is refused whatever its range, before anything is encoded."""
+@pytest.mark.parametrize("round, new_broadcast", [(0, False), (1, False), (1, True)])
+def test_a_refusal_for_its_data_ends_the_clients_protected_answers(round, new_broadcast):
+    """The third and fifth attackers' oracle: a payload beyond the range is refused, so asking again with other
+    ``fractional_bits`` or cohort sizes (over the same broadcast, or one made new by an entry the answer hardly
+    depends on, compensated in the range) bisects a client's largest value. The refusal names neither the payload nor
+    the check, and the client answers no protected exchange of the run after it: one bit per client and run."""
     server = Server((20, 20, 20))
     cohort = ["c0", "c1", "c2"]
     first = server.update(cohort, 0, protection=_range(62))  # |x| < 2 / 3: FSGP's statistics do not fit
-    assert all("beyond the fixed-point range" in r.fault for r in first.values())
+    assert all(r.fault == DATA_FAULT for r in first.values())
+    if new_broadcast:
+        down = server.algorithm.broadcast(server.state, 0, "statistics")
+        name = next(iter(down))
+        server.algorithm.broadcast = lambda state, round, phase: {**down, name: np.asarray(down[name]) * (1 + 1e-12)}
     again = server.update(cohort, round, protection=_range(32))  # where they fit
-    reason = "does not follow it" if round == 0 else "under another request"
-    assert all(r.layout is None and reason in r.fault for r in again.values())
-
-
-def test_a_refusal_counts_even_for_a_new_broadcast():
-    """The fifth attacker's route around one view per broadcast: a broadcast made new by an entry the answer hardly
-    depends on (compensated exactly in the range), re-asked at the same round. The exchange was claimed before the
-    client checked anything, so the re-ask is refused whatever its broadcast and range."""
-    server = Server((20, 20, 20))
-    cohort = ["c0", "c1", "c2"]
-    assert all(
-        "beyond the fixed-point range" in r.fault for r in server.update(cohort, 0, protection=_range(62)).values()
-    )
-    down = server.algorithm.broadcast(server.state, 0, "statistics")
-    first = next(iter(down))
-    server.algorithm.broadcast = lambda state, round, phase: {**down, first: np.asarray(down[first]) * (1 + 1e-12)}
-    again = server.update(cohort, 0, protection=_range(33))
-    assert all("does not follow it" in r.fault for r in again.values())
+    assert all(r.layout is None and "answers no protected exchange again" in r.fault for r in again.values())
 
 
 def test_a_fit_is_the_answer_too_so_a_descending_search_stops_at_once():
@@ -220,3 +208,22 @@ def test_a_protected_phase_refuses_a_broadcast_with_an_array_it_does_not_read(na
     assert algorithm.client_update(client, Message(SERVER, 0, phase, honest, weight=0.0)).arrays  # control
     with pytest.raises(ValueError, match="arrays other than"):
         algorithm.client_update(client, Message(SERVER, 0, phase, {**honest, "junk": np.zeros(3)}, weight=0.0))
+
+
+def test_a_faulty_protected_reply_is_one_generic_refusal_then_none():
+    """A reply its own checks stop (here NaN; a server can steer a value past ±1e150 by scaling what it sends) is
+    refused in words that name neither the payload nor the check, and the client answers no later protected exchange
+    of the run; the others' mean is still exact."""
+    from gpflow_fed.federated import FaultPolicy, LocalRuntime
+
+    from tests.federated.helpers import Faulty
+
+    rng = np.random.default_rng(0)
+    dataset = FederatedDataset(
+        [(rng.normal(size=(n, 2)), rng.normal(loc=k, size=(n, 1))) for k, n in enumerate([5, 7, 9])]
+    )
+    result = run(Faulty(3, "nan"), dataset, runtime=LocalRuntime(faults=FaultPolicy(on_error="exclude")))
+    honest = np.concatenate([dataset.clients[0][1], dataset.clients[2][1]])
+    assert result.state["mean"] == pytest.approx(float(honest.mean()), abs=1e-8)
+    first, *later = [entry["excluded"]["client_1"] for entry in result.history]
+    assert first == DATA_FAULT and later and all("answers no protected exchange again" in r for r in later)

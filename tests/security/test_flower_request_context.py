@@ -16,9 +16,17 @@ from gpflow_fed.data.standardize import Standardizer  # noqa: E402
 from gpflow_fed.federated import Protection  # noqa: E402
 from gpflow_fed.federated.algorithms import Moments  # noqa: E402
 from gpflow_fed.federated.algorithms.moments import MOMENTS_PHASE  # noqa: E402
+from flwr.app import MessageType  # noqa: E402
 from gpflow_fed.federated.runtimes.flower import runtime as flower_runtime  # noqa: E402
 from gpflow_fed.federated.runtimes.flower import server_app  # noqa: E402
-from gpflow_fed.federated.runtimes.flower.records import JOB, job_to_config, request_context  # noqa: E402
+from gpflow_fed.federated.messages import SERVER, Message  # noqa: E402
+from gpflow_fed.federated.runtimes.flower.records import (  # noqa: E402
+    JOB,
+    job_to_config,
+    request_context,
+    request_to_recorddict,
+)
+from gpflow_fed.federated.transport import Request  # noqa: E402
 
 VICTIM = (np.array([[1971.25], [1999.5]]), np.array([[12.5], [88.0]]))
 
@@ -27,17 +35,30 @@ def _scaled(scale: float) -> Standardizer:
     return Standardizer(X_mean=np.zeros(1), X_std=np.array([scale]), Y_mean=np.zeros(1), Y_std=np.array([scale]))
 
 
-def _run_with_moments_per_party(monkeypatch, moments_of, server_moments):
-    """Moments over the victim and two parties, each party shown ``moments_of(client id)`` in its job record; the
-    server's transport binds ``server_moments``. Returns the masked sums of the moments phase, or None when the
-    run stopped before them."""
+def _run_with_moments_per_party(monkeypatch, moments_of, server_moments, prime_of=None):
+    """Moments over the victim and two parties (in-process Flower: each party's endpoint lives between messages),
+    each party shown ``moments_of(client id)`` in its job record; the server's transport binds ``server_moments``.
+    ``prime_of``: first send each party one message of an unknown stage with ``prime_of(client id)`` as its moments.
+    Returns the masked sums of the moments phase, or None when the run stopped before them."""
 
     class Deviating(server_app.GridTransport):
+        primed = prime_of is None
+
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
             self.context = request_context(self.info, self.job, server_moments)
 
         def send(self, requests):
+            if not Deviating.primed:
+                Deviating.primed = True
+                primes = []
+                for cid, node in self.node_of.items():
+                    content = request_to_recorddict(
+                        Request("prime", Message(SERVER, 0, "none", {}), "train", {}), self.info
+                    )
+                    content[JOB] = job_to_config("train", prime_of(cid))
+                    primes.append(self.grid.create_message(content, MessageType.TRAIN, node, "prime"))
+                self.grid.send_and_receive(primes)
             create = self.grid.create_message
             client_of = {node: cid for cid, node in self.node_of.items()}
 
@@ -84,6 +105,18 @@ def test_parties_shown_other_moments_than_the_others_unmask_noise(monkeypatch):
         assert not np.allclose(_victims_rows(sums), np.concatenate(VICTIM, 1), rtol=1e-3)
 
 
+def test_a_first_message_with_other_moments_does_not_standardise_later_answers(monkeypatch):
+    """The sixth attack: a priming message (an unknown stage) built each party's live endpoint on per-party moments,
+    then the run carried one honest job record, so every view matched while the others' rows encoded to zero. Each
+    party answers a job under the context it was first shown; the honest run that follows is refused."""
+    identity, huge = _scaled(1.0), _scaled(1e300)
+    sums = _run_with_moments_per_party(
+        monkeypatch, lambda cid: None, None, prime_of=lambda cid: identity if cid == "client_0" else huge
+    )
+    if sums is not None:
+        assert not np.allclose(_victims_rows(sums), np.concatenate(VICTIM, 1), rtol=1e-3)
+
+
 def test_control_the_same_moments_for_every_party_sum_exactly(monkeypatch):
     identity = _scaled(1.0)
     sums = _run_with_moments_per_party(monkeypatch, lambda cid: identity, identity)
@@ -101,3 +134,33 @@ def test_the_moments_job_refuses_moments():
     content = RecordDict({JOB: job_to_config(MOMENTS_JOB, _scaled(1.0))})
     with pytest.raises(ValueError, match="carries no moments"):
         recorddict_to_job(content, info)
+
+
+def test_a_deployed_party_answers_a_job_under_the_moments_it_was_first_shown(tmp_path):
+    """A deployment's ClientApp (rebuilt for every message) keeps the first context per job in ``Context.state``: a
+    request of the same job under other moments is refused before anything is computed; the same one is not."""
+    from gpflow_fed.federated.runtimes.flower.client_app import make_client_app
+    from gpflow_fed.federated.runtimes.flower.records import MOMENTS_JOB, TRAIN_JOB
+    from gpflow_fed.federated.runtimes.flower.testing import LoopbackGrid
+    from gpflow_fed.federated.algorithm import FederationInfo
+
+    np.savez(tmp_path / "c0.npz", X=VICTIM[0], Y=VICTIM[1])
+    node = {"data": str(tmp_path / "c0.npz"), "client-index": 0, "state-dir": str(tmp_path / "state")}
+    flower_runtime._ALGORITHMS["context-pin"] = Moments()
+    run_config = {"algorithm": f"{flower_runtime.__name__}:algorithm_factory", "gpflow-fed-run": "context-pin"}
+    grid = LoopbackGrid(make_client_app(), [node], run_config, run_id=5)
+    info = FederationInfo(("client_0", "client_1"), {"client_0": 2, "client_1": 3}, 1, 1, 0)
+
+    def fault(job, moments):
+        content = request_to_recorddict(Request("unknown", Message(SERVER, 0, "none", {}), "train", {}), info)
+        content[JOB] = job_to_config(job, moments)
+        (reply,) = grid.send_and_receive([grid.create_message(content, MessageType.TRAIN, 1001, "g")])
+        return str(reply.content["response"]["fault"])
+
+    try:
+        assert "unknown stage" in fault(TRAIN_JOB, _scaled(1.0))
+        assert "first shown" in fault(TRAIN_JOB, _scaled(2.0))
+        assert "unknown stage" in fault(TRAIN_JOB, _scaled(1.0))
+        assert "unknown stage" in fault(MOMENTS_JOB, None)  # another job has its own context
+    finally:
+        flower_runtime._ALGORITHMS.pop("context-pin", None)

@@ -23,7 +23,9 @@ fixed-point range a request names, or one its own fault checks stop) is an answe
 increasing rounds per phase and purpose, whatever the broadcast), and a broadcast is encoded under **one request**
 (protection, cohort size, aggregation and the runtime's context: :func:`request_view`). A server learns at most one
 such bit per exchange of the client's schedule, and cannot bisect a value by re-asking with other ``fractional_bits``
-or cohort sizes.
+or cohort sizes. A reply that fails the client's own checks is refused in the same words whichever check
+(:data:`DATA_FAULT`), and the client then refuses every later protected exchange of the run
+(:meth:`ClientEncoder.stop`): one such bit per client and run.
 
 What leaves the client is what :meth:`ClientEncoder.prepare` (layout or clipped message) and :meth:`respond`
 return; nothing else.
@@ -46,12 +48,26 @@ from .policy import ClientPolicy
 from .request import Protection
 from .secagg import SecAggClient
 
-__all__ = ["ClientEncoder", "EncoderRefusal", "METRIC_PREFIX", "WEIGHT_KEY", "broadcast_digest", "request_view"]
+__all__ = [
+    "ClientEncoder",
+    "DATA_FAULT",
+    "EncoderRefusal",
+    "METRIC_PREFIX",
+    "WEIGHT_KEY",
+    "broadcast_digest",
+    "request_view",
+]
 
 #: the encoded entry that carries the client's weight in a masked sum
 WEIGHT_KEY = "secagg/weight"
 #: the prefix of the encoded entries that carry the client's weighted metrics in a masked sum
 METRIC_PREFIX = "secagg/metric/"
+#: what a client says when its reply to a protected phase fails its own checks: the same words whichever check, so
+#: that a refusal is one bit (the details stay in the client's log)
+DATA_FAULT = (
+    "its reply to a protected phase failed the client's own checks (a value NaN or inf, beyond ±1e150, or beyond the "
+    "fixed-point range the request names: which is not said); it answers no protected exchange again in this run"
+)
 
 
 def _digest(value: Any) -> bytes:
@@ -127,6 +143,8 @@ class ClientEncoder:
         self._encoded_views: Dict[bytes, bytes] = {}
         #: per (purpose, phase), the last round of a protected update this client computed (:meth:`claim`)
         self._claimed: Dict[Tuple[str, str], int] = {}
+        #: True once a protected reply failed the client's own checks (:meth:`stop`)
+        self.stopped = False
         self._noise = NoiseSource()  # distributed DP's shares: the OS's randomness
         self.sizes: Mapping[str, int] = sizes if sizes is not None else {}  # read only
         #: per exchange (purpose, round, phase), the least total data a summed group must hold (small-cohort rule)
@@ -139,8 +157,11 @@ class ClientEncoder:
         the client's schedule, in increasing rounds per (purpose, phase) and one ``"final"`` update per phase,
         whatever broadcast it sends (module docstring).
 
-        :raises EncoderRefusal: an exchange that does not follow the last one claimed.
+        :raises EncoderRefusal: an exchange that does not follow the last one claimed, or any exchange after
+            :meth:`stop`.
         """
+        if self.stopped:
+            raise EncoderRefusal(f"secure aggregation: {self.client_id!r} refuses: {DATA_FAULT}")
         last = self._claimed.get((purpose, phase))
         if last is not None and (purpose == "final" or round <= last):
             raise EncoderRefusal(
@@ -148,6 +169,12 @@ class ClientEncoder:
                 f"at round {last}; round {round} does not follow it; refused"
             )
         self._claimed[(purpose, phase)] = int(round)
+
+    def stop(self) -> None:
+        """After a protected reply failed the client's own checks (a data-dependent refusal), refuse every later
+        protected exchange of the run: a server that steers a value over a check (scaling FSGP's adjoints, shrinking
+        the fixed-point range) learns one bit per client and run, not one per exchange (module docstring)."""
+        self.stopped = True
 
     def prepare(
         self,
@@ -346,6 +373,7 @@ class ClientEncoder:
             "last_round": [[p, f, int(r)] for (p, f), r in self._last_round.items()],
             "encoded_views": [[d.hex(), v.hex()] for d, v in self._encoded_views.items()],
             "claimed": [[p, f, int(r)] for (p, f), r in self._claimed.items()],
+            "stopped": self.stopped,
             "prepared": [
                 {
                     "purpose": key[0],
@@ -394,6 +422,7 @@ class ClientEncoder:
             encoder._last_round = {(str(p), str(f)): int(r) for p, f, r in header.get("last_round", [])}
             encoder._encoded_views = {bytes.fromhex(d): bytes.fromhex(v) for d, v in header.get("encoded_views", [])}
             encoder._claimed = {(str(p), str(f)): int(r) for p, f, r in header.get("claimed", [])}
+            encoder.stopped = bool(header.get("stopped", False))
             if header["run_id"] is not None:
                 encoder._run_id = bytes.fromhex(header["run_id"])
             if header["secagg"]:

@@ -56,6 +56,7 @@ from ...endpoint import ClientEndpoint
 from ...fingerprint import is_trackable
 from ...protection.encoder import ClientEncoder
 from ...protection.policy import ClientPolicy
+from ...transport import Response
 from ..base import client_seed
 from .records import (
     TRAIN_JOB,
@@ -74,6 +75,8 @@ DESCRIBE = "describe"
 _LIVE: Dict[Tuple[int, int, str], ClientEndpoint] = {}
 #: where a party keeps its encoder (its keys, what it prepared and answered) between messages: ``Context.state``
 ENCODER_STATE = "gpflow-fed.encoder"
+#: ``Context.state`` record: per job, the request context (:func:`.records.request_context`) the party answers it with
+CONTEXTS = "gpflow-fed.contexts"
 
 
 def _node_setting(context: Context, key: str) -> Any:
@@ -240,10 +243,29 @@ def _endpoint(
     else:
         encoder = ClientEncoder.from_state(client_id, _policy(context), bytes(state["state"]))
     endpoint = ClientEndpoint(algorithm, client, info, encoder)
+    endpoint.context = request_context(info, job, standardizer)  # what its rows and binding came from
     directory = _state_dir(context, client_id, job)
     if _restore_client_after_setup(directory, endpoint):
         endpoint.setup()
     return endpoint, directory
+
+
+def _context_refusal(context: Context, job: str, current: bytes) -> str:
+    """The party answers each job of a run under one request context (federation and agreed moments): the first it
+    is shown, kept in ``Context.state`` (and, for a live endpoint, the one its rows were standardised with). Another
+    would let a server compute one party's answers from inputs the others' pads do not bind (a live endpoint built
+    by a first message with other moments) or re-ask under other moments; refused ("" when it matches)."""
+    record = context.state.config_records.get(CONTEXTS)
+    pinned = dict(record) if record is not None else {}
+    live = _LIVE.get((int(context.run_id), int(context.node_id), job))
+    first = pinned.setdefault(job, current.hex())
+    context.state.config_records[CONTEXTS] = ConfigRecord(pinned)
+    if first != current.hex() or (live is not None and live.context != current):
+        return (
+            f"this party answers job {job!r} of this run with the federation and agreed moments it was first shown; "
+            "this request carries others; refused"
+        )
+    return ""
 
 
 def _restore_client_after_setup(directory: str, endpoint: ClientEndpoint) -> bool:
@@ -271,8 +293,11 @@ def make_client_app(*, keep_alive: bool = False) -> ClientApp:
     def train(msg: FlowerMessage, context: Context) -> FlowerMessage:
         request, info = recorddict_to_request(msg.content)
         job, standardizer = recorddict_to_job(msg.content, info)
+        refusal = _context_refusal(context, job, request_context(info, job, standardizer))
+        if refusal:
+            response = Response(fault=refusal, error=PermissionError(refusal))
+            return FlowerMessage(response_to_recorddict(response, request.purpose), reply_to=msg)
         endpoint, directory = _endpoint(info, context, job, standardizer)
-        endpoint.context = request_context(info, job, standardizer)  # bound into its protected answers' views
         response = endpoint.handle(request)
         if keep_alive:
             _LIVE[(int(context.run_id), int(context.node_id), job)] = endpoint
