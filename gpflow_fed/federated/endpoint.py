@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Optional
+from typing import Optional, cast
 
 import numpy as np
 
 from .algorithm import Algorithm, FederationInfo
 from .client import Client
-from .faults import reply_fault, weight_fault
+from .faults import envelope_fault, value_fault, weight_fault
 from .messages import Message
 from .protection.encoder import DATA_FAULT, ClientEncoder, EncoderRefusal, broadcast_digest, request_view
 from .protection.request import Protection
@@ -144,16 +144,17 @@ class ClientEndpoint:
         first = down.phase not in self._timed
         self._timed.add(down.phase)
         seconds: Optional[float] = None if first else elapsed
-        fault = reply_fault(reply, self.client.id, down) if not isinstance(reply, Message) else None
-        if fault is None and not protected:
+        fault = envelope_fault(reply, self.client.id, down)  # what its algorithm returned, not its data
+        if fault is not None:
+            return Response(fault=fault, error=ValueError(fault), seconds=seconds)
+        if not protected:
             small = self._small_alone(down.phase)
             if small:
                 return Response(fault=small, error=PermissionError(small), seconds=seconds)
             return Response(message=reply, seconds=seconds)  # the server screens what it can read
-        if fault is not None and not protected:
-            return Response(fault=fault, error=ValueError(fault), seconds=seconds)
-        if fault is None:  # a protected phase: the client checks its own reply; once encoded, the server cannot
-            fault = reply_fault(reply, self.client.id, down)
+        fault = value_fault(
+            cast(Message, reply)
+        )  # protected: the client checks its own reply (once encoded, no one can)
         if fault is not None:
             return self._data_fault(fault, seconds)
         size = self.client.num_data

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union, cast
 
 import numpy as np
 
@@ -68,14 +68,28 @@ OVERFLOW_BOUND = 1e150
 
 
 def reply_fault(reply: object, client_id: str, broadcast: Union[Message, _Down]) -> Optional[str]:
-    """Why a single reply is unusable (wrong type, sender, round or phase; non-finite values, or values beyond
-    :data:`OVERFLOW_BOUND`), or None. The reason never carries a value of the reply."""
+    """Why a single reply is unusable (:func:`envelope_fault`, then :func:`value_fault`), or None. The reason never
+    carries a value of the reply."""
+    envelope = envelope_fault(reply, client_id, broadcast)
+    return envelope if envelope is not None else value_fault(cast(Message, reply))
+
+
+def envelope_fault(reply: object, client_id: str, broadcast: Union[Message, _Down]) -> Optional[str]:
+    """Why a reply is not an answer to ``broadcast`` from ``client_id`` (wrong type, sender, round or phase), or
+    None: what the algorithm returned, not what the data hold."""
     if not isinstance(reply, Message):
         return f"returned {type(reply).__name__}, not a Message"
     if reply.sender != client_id:
         return f"reply claims sender {reply.sender!r}"
     if (reply.round, reply.phase) != (broadcast.round, broadcast.phase):
         return f"reply is for round {reply.round}, phase {reply.phase!r}"
+    return None
+
+
+def value_fault(reply: Message) -> Optional[str]:
+    """Why a reply's values are unusable (non-finite, or beyond :data:`OVERFLOW_BOUND`), or None: on a protected
+    phase this depends on the client's data, so the client sends only that its checks failed
+    (:data:`~.protection.encoder.DATA_FAULT`)."""
     for name, array in reply.arrays.items():
         if np.issubdtype(array.dtype, np.number) and not np.all(np.isfinite(array)):
             return f"payload {name!r} has NaN or inf values"

@@ -21,10 +21,9 @@ it makes is bounded by its algorithm's schedule. A refusal that depends on the c
 fixed-point range a request names, or one its own fault checks stop) is an answer too, so both rules are also kept
 *before* the update is checked or encoded: each protected exchange is claimed (:meth:`~ClientEncoder.claim`:
 increasing rounds per phase and purpose, whatever the broadcast), and a broadcast is encoded under **one request**
-(protection, cohort size, aggregation and the runtime's context: :func:`request_view`). A server learns at most one
-such bit per exchange of the client's schedule, and cannot bisect a value by re-asking with other ``fractional_bits``
-or cohort sizes. A reply that fails the client's own checks is refused in the same words whichever check
-(:data:`DATA_FAULT`), and the client then refuses every later protected exchange of the run
+(protection, cohort size, aggregation and the runtime's context: :func:`request_view`), so a server cannot re-ask
+with other ``fractional_bits`` or cohort sizes. A reply that fails the client's own checks is refused in the same
+words whichever check (:data:`DATA_FAULT`), and the client then refuses every later protected exchange of the run
 (:meth:`ClientEncoder.stop`): one such bit per client and run.
 
 What leaves the client is what :meth:`ClientEncoder.prepare` (layout or clipped message) and :meth:`respond`
@@ -66,7 +65,8 @@ METRIC_PREFIX = "secagg/metric/"
 #: that a refusal is one bit (the details stay in the client's log)
 DATA_FAULT = (
     "its reply to a protected phase failed the client's own checks (a value NaN or inf, beyond ±1e150, or beyond the "
-    "fixed-point range the request names: which is not said); it answers no protected exchange again in this run"
+    "fixed-point range the request names: which is not said; for large data, lower SecureAggregation("
+    "fractional_bits=...)); it answers no protected exchange again in this run"
 )
 
 
@@ -244,7 +244,7 @@ class ClientEncoder:
         if before != view:
             raise EncoderRefusal(
                 f"secure aggregation: {self.client_id!r} has encoded this broadcast of phase {phase!r} under another "
-                "request (protection, cohort size or aggregation); refused"
+                "request (protection, cohort size, aggregation or context); refused"
             )
 
     def _check_once(self, key: Tuple[str, int, str], broadcast: bytes, cohort: Any, distributed: bool) -> None:
