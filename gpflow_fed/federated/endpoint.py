@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Optional, cast
+from typing import Optional
 
 import numpy as np
 
@@ -152,9 +152,7 @@ class ClientEndpoint:
             if small:
                 return Response(fault=small, error=PermissionError(small), seconds=seconds)
             return Response(message=reply, seconds=seconds)  # the server screens what it can read
-        fault = value_fault(
-            cast(Message, reply)
-        )  # protected: the client checks its own reply (once encoded, no one can)
+        fault = value_fault(reply)  # protected: the client checks its own reply; once encoded, no one can
         if fault is not None:
             return self._data_fault(fault, seconds)
         size = self.client.num_data
