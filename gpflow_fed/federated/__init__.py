@@ -1,7 +1,7 @@
 """The federated core: messages, the ledger, clients, the Algorithm protocol, runtimes and ``run``."""
 
 from . import algorithms
-from .algorithm import Aggregate, Algorithm, FederationInfo
+from .algorithm import Aggregate, Algorithm, BroadcastRefused, FederationInfo
 from .api import run, standardize
 from .client import Client
 from .factories import register_algorithm_factory
@@ -21,6 +21,7 @@ from .stopping import Plateau
 __all__ = [
     "Aggregate",
     "Algorithm",
+    "BroadcastRefused",
     "Channel",
     "Client",
     "ClientPolicy",

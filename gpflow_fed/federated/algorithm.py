@@ -85,6 +85,13 @@ class Aggregate:
         return self.arrays[name]
 
 
+class BroadcastRefused(ValueError):
+    """Raised by ``Algorithm.client_update`` for a broadcast whose *form* it refuses (names or shapes it does not read),
+    before it reads the client's data: the client sends this reason as it is. Any other exception an update raises on a
+    protected phase may depend on the data, so the client sends only that it failed, and stops answering protected
+    exchanges for the run (:class:`~gpflow_fed.federated.endpoint.ClientEndpoint`)."""
+
+
 class Algorithm(abc.ABC):
     """A federated algorithm as a strategy: the runtime owns the loop, the algorithm owns the maths.
 

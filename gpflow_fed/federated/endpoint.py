@@ -16,11 +16,18 @@ from typing import Optional
 
 import numpy as np
 
-from .algorithm import Algorithm, FederationInfo
+from .algorithm import Algorithm, BroadcastRefused, FederationInfo
 from .client import Client
 from .faults import envelope_fault, value_fault, weight_fault
 from .messages import Message
-from .protection.encoder import DATA_FAULT, ClientEncoder, EncoderRefusal, broadcast_digest, request_view
+from .protection.encoder import (
+    DATA_FAULT,
+    UPDATE_FAULT,
+    ClientEncoder,
+    EncoderRefusal,
+    broadcast_digest,
+    request_view,
+)
 from .protection.request import Protection
 from .protection.wire import pack, unpack
 from .transport import PROTOCOL_STAGES, UPDATE, Request, Response
@@ -117,12 +124,13 @@ class ClientEndpoint:
             )
         return ""
 
-    def _data_fault(self, detail: str, seconds: Optional[float]) -> Response:
-        """A protected reply that failed the client's own checks: the details go to this party's log only, the server
-        gets :data:`~.protection.encoder.DATA_FAULT`, and the encoder refuses the run's later protected exchanges."""
+    def _data_fault(self, detail: str, seconds: Optional[float], fault: str = DATA_FAULT) -> Response:
+        """A protected update that raised, or a reply that failed the client's own checks: the details go to this
+        party's log only, the server gets ``fault`` (:data:`~.protection.encoder.DATA_FAULT` or ``UPDATE_FAULT``,
+        the same words whatever happened), and the encoder refuses the run's later protected exchanges."""
         LOG.warning("client %s: %s", self.client.id, detail)
         self.encoder.stop()
-        return Response(fault=DATA_FAULT, error=ValueError(DATA_FAULT), seconds=seconds)
+        return Response(fault=fault, error=ValueError(fault), seconds=seconds)
 
     def _update(self, request: Request) -> Response:
         algorithm, down, config = self.algorithm, request.message, request.config
@@ -135,11 +143,19 @@ class ClientEndpoint:
         if refusal:  # the client's own policy: nothing of its payload is sent
             return Response(fault=refusal, error=PermissionError(refusal))
         protected = request_protection.protects(down.phase, aggregation)
-        if protected and request_protection.secure is not None:  # once, before anything depends on the data
+        claimed = protected and request_protection.secure is not None
+        if claimed:  # once, before anything depends on the data
             self.encoder.claim(request.purpose, down.round, down.phase)
         self.setup()
         started = time.perf_counter()
-        reply = algorithm.client_update(self.client, down)
+        try:
+            reply = algorithm.client_update(self.client, down)
+        except BroadcastRefused:
+            raise  # the broadcast's form, not the data: its reason is sent
+        except Exception as exc:  # noqa: BLE001 - on a protected phase an error may depend on the data
+            if not claimed:
+                raise
+            return self._data_fault(f"raised {type(exc).__name__}: {exc}", None, UPDATE_FAULT)
         elapsed = time.perf_counter() - started
         first = down.phase not in self._timed
         self._timed.add(down.phase)

@@ -227,3 +227,20 @@ def test_a_faulty_protected_reply_is_one_generic_refusal_then_none():
     assert result.state["mean"] == pytest.approx(float(honest.mean()), abs=1e-8)
     first, *later = [entry["excluded"]["client_1"] for entry in result.history]
     assert first == DATA_FAULT and later and all("answers no protected exchange again" in r for r in later)
+
+
+def test_an_error_in_a_protected_update_is_one_generic_refusal_then_none():
+    """The seventh attack: a server-chosen broadcast that makes the client's own computation fail only for some data
+    (FGP's Cholesky under a tiny lengthscale) gave a bit per round through the error's presence and its text. On a
+    protected phase the client sends one generic refusal and stops; a refusal of the broadcast's form keeps its text."""
+    from gpflow_fed.federated import FaultPolicy, LocalRuntime
+    from gpflow_fed.federated.protection.encoder import UPDATE_FAULT
+
+    from tests.federated.helpers import Faulty
+
+    rng = np.random.default_rng(0)
+    dataset = FederatedDataset([(rng.normal(size=(n, 2)), rng.normal(size=(n, 1))) for n in (5, 7, 9)])
+    result = run(Faulty(3, "raise"), dataset, runtime=LocalRuntime(faults=FaultPolicy(on_error="exclude")))
+    first, *later = [entry["excluded"]["client_1"] for entry in result.history]
+    assert first == UPDATE_FAULT and "out of memory" not in first
+    assert later and all("answers no protected exchange again" in r for r in later)

@@ -43,7 +43,7 @@ from ...models.bayesian_linear_regression import (
     blr_statistics,
 )
 from ...validation import integer, non_negative_float, positive_float
-from ..algorithm import Aggregate, Algorithm, FederationInfo
+from ..algorithm import Aggregate, Algorithm, BroadcastRefused, FederationInfo
 from ..client import Client
 from ..local_training import AdamState, CompiledAdam, SharedWorker
 from ..messages import Message
@@ -322,7 +322,7 @@ class FedBNR(Algorithm):
                 return self.reply(client, broadcast, stats)
             if broadcast.phase == WEIGHTS_PHASE:
                 if set(broadcast.arrays) != {"a_inverse"}:  # an ignored array would make a "new" broadcast for free
-                    raise ValueError("FedBNR: the 'weights' broadcast carries arrays other than 'a_inverse'")
+                    raise BroadcastRefused("FedBNR: the 'weights' broadcast carries arrays other than 'a_inverse'")
                 phi_t_y = tf.linalg.matmul(model.kernel.features(X), Y, transpose_a=True)
                 w_c = tf.linalg.matmul(tf.constant(broadcast["a_inverse"]), phi_t_y) / model.likelihood.variance
                 return self.reply(client, broadcast, {"w_mean": w_c.numpy()})

@@ -13,7 +13,7 @@ import numpy as np
 import tensorflow as tf
 
 from ...models.experts import COMBINATION_RULES, ExpertCommittee
-from ..algorithm import TRAIN_PHASE, Aggregate, Algorithm, FederationInfo, ReplySpec
+from ..algorithm import TRAIN_PHASE, Aggregate, Algorithm, BroadcastRefused, FederationInfo, ReplySpec
 from ..client import Client
 from ..messages import Message
 from ..local_training import CompiledAdam, SharedWorker, per_point_loss
@@ -208,7 +208,7 @@ class FGP(Algorithm):
             X, Y = (tf.constant(a, dtype) for a in client.data)
             with self._worker.use() as worker:  # one scratch model for every client: updates run one at a time
                 if set(broadcast.arrays) != set(worker.keys):  # an ignored array would make a "new" broadcast
-                    raise ValueError("FGP: the 'train' broadcast carries arrays other than the shared parameters'")
+                    raise BroadcastRefused("FGP: the 'train' broadcast carries arrays other than the shared ones")
                 for variable, key in zip(worker.trainer.variables, worker.keys):
                     variable.assign(broadcast[key])
                 losses, adam = worker.trainer.fit(self.local_steps, client.state["adam"], X, Y)

@@ -50,6 +50,7 @@ from .secagg import SecAggClient
 __all__ = [
     "ClientEncoder",
     "DATA_FAULT",
+    "UPDATE_FAULT",
     "EncoderRefusal",
     "METRIC_PREFIX",
     "WEIGHT_KEY",
@@ -61,8 +62,12 @@ __all__ = [
 WEIGHT_KEY = "secagg/weight"
 #: the prefix of the encoded entries that carry the client's weighted metrics in a masked sum
 METRIC_PREFIX = "secagg/metric/"
-#: what a client says when its reply to a protected phase fails its own checks: the same words whichever check, so
-#: that a refusal is one bit (the details stay in the client's log)
+#: what a client says when its update for a protected phase raises (UPDATE_FAULT), or its reply fails its own checks
+#: (DATA_FAULT): the same words whichever error or check, so that the refusal is one bit (details stay in its log)
+UPDATE_FAULT = (
+    "its update for a protected phase raised an error (its message stays in the client's log); it answers no "
+    "protected exchange again in this run"
+)
 DATA_FAULT = (
     "its reply to a protected phase failed the client's own checks (a value NaN or inf, beyond ±1e150, or beyond the "
     "fixed-point range the request names: which is not said; for large data, lower SecureAggregation("
@@ -161,7 +166,10 @@ class ClientEncoder:
             :meth:`stop`.
         """
         if self.stopped:
-            raise EncoderRefusal(f"secure aggregation: {self.client_id!r} refuses: {DATA_FAULT}")
+            raise EncoderRefusal(
+                f"secure aggregation: {self.client_id!r} refuses: an earlier protected update or reply of this run "
+                "failed, and it answers no protected exchange again in this run"
+            )
         last = self._claimed.get((purpose, phase))
         if last is not None and (purpose == "final" or round <= last):
             raise EncoderRefusal(

@@ -18,8 +18,10 @@ def _expected_mean(ds, bad):
 @pytest.mark.parametrize(
     "kind, reason",
     [
-        ("raise", "raised RuntimeError: out of memory"),
-        ("nan", "NaN or inf"),
+        # on a protected phase (the default) an error or a bad value may depend on the data: one generic refusal,
+        # then none (tests/security/test_client_schedule.py)
+        ("raise", "answers no protected exchange again in this run"),
+        ("nan", "answers no protected exchange again in this run"),
         ("shape", "payload shapes differ"),
         ("not-a-message", "not a Message"),
     ],

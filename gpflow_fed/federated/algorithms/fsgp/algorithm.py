@@ -17,7 +17,7 @@ from gpflow.models.util import inducingpoint_wrapper
 from ....models.aggregated_sgpr import AggregatedSGPR, collapsed_sgpr_bound
 from ...protection.postprocess import project_to_psd
 from ....validation import integer, positive_float
-from ...algorithm import TRAIN_PHASE, Aggregate, Algorithm, FederationInfo, ReplySpec
+from ...algorithm import TRAIN_PHASE, Aggregate, Algorithm, BroadcastRefused, FederationInfo, ReplySpec
 from ...client import Client
 from ...messages import Message
 from ...state import SharedState, resolve_path
@@ -506,7 +506,7 @@ class FSGP(Algorithm):
         if broadcast.phase == GRADIENT_PHASE:
             expected |= {f"adjoint/{k}" for k in ADJOINT_NAMES}
         if set(broadcast.arrays) != expected:  # an array it would ignore would make a "new" broadcast for free
-            raise ValueError(f"FSGP: the {broadcast.phase!r} broadcast carries arrays other than the algorithm's")
+            raise BroadcastRefused(f"FSGP: the {broadcast.phase!r} broadcast carries arrays other than the algorithm's")
         values = [broadcast[k] for k in self._shared.keys]
         weight = float(client.num_data)
         if broadcast.phase == TRAIN_PHASE:
