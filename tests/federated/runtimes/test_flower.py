@@ -10,7 +10,7 @@ pytest.importorskip("flwr")
 
 from flwr.app import Context, RecordDict  # noqa: E402
 
-from gpflow_fed.federated import FederationInfo, LocalRuntime, Message, run  # noqa: E402
+from gpflow_fed.federated import FederationInfo, LocalRuntime, Message, Protection, run  # noqa: E402
 from gpflow_fed.federated.runtimes.flower import records  # noqa: E402
 from gpflow_fed.federated.runtimes import make_clients  # noqa: E402
 from gpflow_fed.federated.runtimes.base import client_seed, sampling_rng  # noqa: E402
@@ -195,8 +195,11 @@ def test_in_process_flower_matches_local_runtime(fraction):
 def test_in_process_client_error_is_reported_with_the_client():
     from gpflow_fed.federated import ClientUpdateError
 
-    with pytest.raises(ClientUpdateError, match="client_1.*diverged"):
+    with pytest.raises(ClientUpdateError, match="client_1.*raised an error"):  # on a protected phase: no message
         run(_failing(fsgp({"rounds": 1}), "client_1", 0), dataset(), runtime=FlowerRuntime(), seed=0)
+    plain = Protection(secure_aggregation=False)
+    with pytest.raises(ClientUpdateError, match="client_1.*diverged"):
+        run(_failing(fsgp({"rounds": 1}), "client_1", 0), dataset(), runtime=FlowerRuntime(), protection=plain, seed=0)
 
 
 def _failing(algorithm, client_id, round):
@@ -220,8 +223,14 @@ def test_excluded_faulty_client_matches_local_runtime():
     assert Exported is FlowerRuntime
     ds = dataset(sizes=(20, 25, 30))
     policy = FaultPolicy(on_error="exclude", min_clients=2)
-    local = run(_failing(fsgp({"rounds": 3}), "client_1", 1), ds, runtime=LocalRuntime(faults=policy), seed=2)
-    flower = run(_failing(fsgp({"rounds": 3}), "client_1", 1), ds, runtime=FlowerRuntime(faults=policy), seed=2)
+    # in the clear, a client that failed once answers again (on a protected phase it would stop for the run)
+    plain = Protection(secure_aggregation=False)
+    local = run(
+        _failing(fsgp({"rounds": 3}), "client_1", 1), ds, runtime=LocalRuntime(faults=policy, protection=plain), seed=2
+    )
+    flower = run(
+        _failing(fsgp({"rounds": 3}), "client_1", 1), ds, runtime=FlowerRuntime(faults=policy, protection=plain), seed=2
+    )
     assert (
         set(flower.history[1]["excluded"]) == {"client_1"} and "diverged" in flower.history[1]["excluded"]["client_1"]
     )

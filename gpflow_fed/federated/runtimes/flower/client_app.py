@@ -238,7 +238,12 @@ def _endpoint(
     client = Client(client_id, (X, Y), client_seed(info.seed, index, info.num_clients))
     algorithm = job_algorithm(job, context.run_config).bind(info)
     state: Optional[Mapping[str, Any]] = context.state.config_records.get(ENCODER_STATE)  # converted below
-    if state is None:
+    # one encoder per party and run, whatever the job (its schedule, its stop): a live party's other job shares it,
+    # as a restarted party's jobs share Context.state
+    live = next((e.encoder for k, e in _LIVE.items() if k[:2] == key[:2]), None)
+    if live is not None:
+        encoder = live
+    elif state is None:
         encoder = ClientEncoder(client_id, _policy(context))
     else:
         encoder = ClientEncoder.from_state(client_id, _policy(context), bytes(state["state"]))
