@@ -148,7 +148,7 @@ class ClientEncoder:
         self._encoded_views: Dict[bytes, bytes] = {}
         #: per (purpose, phase), the last round of a protected update this client computed (:meth:`claim`)
         self._claimed: Dict[Tuple[str, str], int] = {}
-        #: True once a protected reply failed the client's own checks (:meth:`stop`)
+        #: True once a protected update raised or its reply failed the client's own checks (:meth:`stop`)
         self.stopped = False
         self._noise = NoiseSource()  # distributed DP's shares: the OS's randomness
         self.sizes: Mapping[str, int] = sizes if sizes is not None else {}  # read only
@@ -179,9 +179,10 @@ class ClientEncoder:
         self._claimed[(purpose, phase)] = int(round)
 
     def stop(self) -> None:
-        """After a protected reply failed the client's own checks (a data-dependent refusal), refuse every later
-        protected exchange of the run: a server that steers a value over a check (scaling FSGP's adjoints, shrinking
-        the fixed-point range) learns one bit per client and run, not one per exchange (module docstring)."""
+        """After a protected update raised or its reply failed the client's own checks (a refusal that may depend on
+        the data), refuse every later protected exchange of the run: a server that steers a value over a check
+        (scaling FSGP's adjoints, shrinking the fixed-point range) learns one bit per client and run, not one per
+        exchange (module docstring)."""
         self.stopped = True
 
     def prepare(

@@ -221,11 +221,16 @@ def _policy(context: Context) -> ClientPolicy:
 
 
 def _endpoint(
-    info: FederationInfo, context: Context, job: str = TRAIN_JOB, standardizer: Optional[Any] = None
+    info: FederationInfo,
+    context: Context,
+    job: str = TRAIN_JOB,
+    standardizer: Optional[Any] = None,
+    request_ctx: bytes = b"",
 ) -> Tuple[ClientEndpoint, Optional[str]]:
     """This party's endpoint for ``job``, found alive or rebuilt: its algorithm bound to ``info``, its rows
     standardised with ``standardizer`` (the agreed moments) when given, its client restored from its ``state-dir``,
-    its encoder restored from ``Context.state`` (keys live only there, never on disk)."""
+    its encoder restored from ``Context.state`` (keys live only there, never on disk) or shared with its live other
+    job, and ``request_ctx`` (:func:`.records.request_context` of ``info``, ``job``, ``standardizer``) as context."""
     key = (int(context.run_id), int(context.node_id), job)
     if key in _LIVE:
         return _LIVE[key], None
@@ -248,7 +253,7 @@ def _endpoint(
     else:
         encoder = ClientEncoder.from_state(client_id, _policy(context), bytes(state["state"]))
     endpoint = ClientEndpoint(algorithm, client, info, encoder)
-    endpoint.context = request_context(info, job, standardizer)  # what its rows and binding came from
+    endpoint.context = request_ctx  # the request context its rows were standardised under (bound into its views)
     directory = _state_dir(context, client_id, job)
     if _restore_client_after_setup(directory, endpoint):
         endpoint.setup()
@@ -298,11 +303,12 @@ def make_client_app(*, keep_alive: bool = False) -> ClientApp:
     def train(msg: FlowerMessage, context: Context) -> FlowerMessage:
         request, info = recorddict_to_request(msg.content)
         job, standardizer = recorddict_to_job(msg.content, info)
-        refusal = _context_refusal(context, job, request_context(info, job, standardizer))
+        current = request_context(info, job, standardizer)
+        refusal = _context_refusal(context, job, current)
         if refusal:
             response = Response(fault=refusal, error=PermissionError(refusal))
             return FlowerMessage(response_to_recorddict(response, request.purpose), reply_to=msg)
-        endpoint, directory = _endpoint(info, context, job, standardizer)
+        endpoint, directory = _endpoint(info, context, job, standardizer, current)
         response = endpoint.handle(request)
         if keep_alive:
             _LIVE[(int(context.run_id), int(context.node_id), job)] = endpoint
