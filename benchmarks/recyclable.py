@@ -92,11 +92,14 @@ def _local_models(
     noise: float,
     maxiter: int,
     refit_degenerate: bool = True,
+    checks: Dict[str, float] | None = None,
 ) -> Tuple[list, float, int]:
     """All local models with one :class:`LocalSVGPTrainer` (one compiled L-BFGS loop for every task); also returns
-    the fit time and how many degenerate fits were refitted (``refit_degenerate=False``: the trainer's checks off)."""
+    the fit time and how many degenerate fits were refitted (``refit_degenerate=False``: the trainer's checks off;
+    ``checks``: the trainer's ``collapse_snr`` and ``max_lengthscale_ratio`` given explicitly)."""
     t0 = time.perf_counter()
-    checks = {} if refit_degenerate else {"collapse_snr": 0.0, "max_lengthscale_ratio": 0.0}
+    if checks is None:
+        checks = {} if refit_degenerate else {"collapse_snr": 0.0, "max_lengthscale_ratio": 0.0}
     trainer = LocalSVGPTrainer(_se(*kernel), gpflow.likelihoods.Gaussian(noise), maxiter=maxiter, **checks)
     recs = []
     for k, (X, Y) in enumerate(clients):

@@ -154,6 +154,7 @@ PROFILES: Dict[str, Dict[str, Invocations]] = {
             ["--trials", "10", "--maxiter", "3000", "--out", "benchmarks/results/recyclable_banana_maxiter3000.json"],
         ],
     },
+    "recyclable_refit_tuning": {"quick": [["--quick"]], "full": [[]]},
     "recyclable_standins": {"quick": [["--quick"]], "full": [["--trials", "10", "--maxiter", "1000"]]},
     "privacy_paper": {"quick": [["--json", ""]], "full": [[]]},
     "figures": {"quick": [["--out", "runs/bench/figures.json"]], "full": [[]]},  # the front page's numbers
