@@ -16,7 +16,9 @@ takes the s-th zero and the s-th one in scikit-learn's order and holds out 16 of
 * **single SVGP:** ``train_local_svgp`` on the 48 training pixels with the ensemble's 5×5 grid (the paper's
   baseline in its other classification experiment, banana).
 
-Scores on the 16 held-out pixels: NLPD = mean −log p(y* | x*) and the error rate of the 0.5 threshold.
+Scores on the 16 held-out pixels: NLPD = mean −log p(y* | x*) and the error rate of the 0.5 threshold. If an
+ensemble's fit raises (``K_**⁻¹ + B`` not positive definite: a Bernoulli local model wider than its own prior), the
+row records the error in ``failed`` and NaN scores; means and pairs are over the trials with scores.
 
 **ames** — heterogeneous tasks (paper §4.3 (viii): London house sales 2017, log price and leasehold/freehold by
 latitude-longitude; Q1, the upper-right quadrant, learnt by regression on the price, Q2–Q4 by classification of the
@@ -102,13 +104,26 @@ def _scores(model: gpflow.models.GPModel, X: np.ndarray, Y: np.ndarray) -> Dict[
     return {"nlpd": nlpd, "error": float(np.mean((p > 0.5) != (Y > 0.5)))}
 
 
-def _ensemble(local: list, kernel: Tuple[float, float], Z: np.ndarray, maxiter: int) -> Tuple[EnsembleSVGP, Row]:
-    """The recycled Bernoulli ensemble of ``local``, fitted on the collapsed bound; with its bound and width check."""
+def _ensemble(
+    local: list, kernel: Tuple[float, float], Z: np.ndarray, maxiter: int
+) -> Tuple[Optional[EnsembleSVGP], Row]:
+    """The recycled Bernoulli ensemble of ``local``, fitted on the collapsed bound; with its bound and width check.
+
+    If the fit raises (``K_**⁻¹ + B`` not positive definite: local models wider than their own prior, ``S_k ⋠ K_k``,
+    which nothing guarantees for a Bernoulli local fit), there is no model: ``None``, and the error in ``failed``."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RecyclableWarning)  # reported as max_prior_width_ratio instead
         ensemble = EnsembleSVGP(local, _kernel(kernel), Z, _bernoulli())
-        bound = ensemble.fit(maxiter=maxiter, method="collapsed")
-    return ensemble, {"bound": bound, "max_prior_width_ratio": float(ensemble.prior_width_ratios.max())}
+        fit: Row = {"max_prior_width_ratio": float(ensemble.prior_width_ratios.max()), "failed": None}
+        try:
+            fit["bound"] = ensemble.fit(maxiter=maxiter, method="collapsed")
+        except ValueError as error:  # the bound is unbounded in q: no model
+            return None, {**fit, "bound": float("nan"), "failed": str(error)}
+    return ensemble, fit
+
+
+def _scores_or_nan(model: Optional[gpflow.models.GPModel], X: np.ndarray, Y: np.ndarray) -> Dict[str, float]:
+    return _scores(model, X, Y) if model is not None else {"nlpd": float("nan"), "error": float("nan")}
 
 
 def digit_tasks(digit: int, X: np.ndarray, Y: np.ndarray) -> List[Tuple[np.ndarray, np.ndarray]]:
@@ -144,7 +159,12 @@ def digit_trial(digit: int, seed: int, maxiter: int) -> List[Row]:
     Z = _grid(5, -np.ones(2), np.ones(2))
     ensemble, fit = _ensemble(local, DIGIT_KERNEL, Z, maxiter)
     rows: List[Row] = [
-        {"method": ENSEMBLE, **_scores(ensemble, X_te, Y_te), "fit_s": time.perf_counter() - t0, "local_s": local_s}
+        {
+            "method": ENSEMBLE,
+            **_scores_or_nan(ensemble, X_te, Y_te),
+            "fit_s": time.perf_counter() - t0,
+            "local_s": local_s,
+        }
     ]
     rows[0].update(fit, tasks=[len(Y_k) for _, Y_k in tasks])
     t0 = time.perf_counter()
@@ -196,7 +216,9 @@ def ames_trial(data: Tuple[np.ndarray, np.ndarray, np.ndarray], seed: int, maxit
     for method, models in ((HETEROGENEOUS, local), (CLASSIFIERS, local[1:])):
         t0 = time.perf_counter()
         ensemble, fit = _ensemble(models, AMES_KERNEL, Z, maxiter)
-        rows.append({"method": method, **_scores(ensemble, X_te, Y_te), "fit_s": time.perf_counter() - t0, **fit})
+        rows.append(
+            {"method": method, **_scores_or_nan(ensemble, X_te, Y_te), "fit_s": time.perf_counter() - t0, **fit}
+        )
     rows[0]["local_s"] = local_s
     X_1, Y_1 = quadrants[0]
     t0 = time.perf_counter()
@@ -229,16 +251,17 @@ def _mean_sd(values: Sequence[float]) -> Dict[str, float]:
 
 
 def _paired(rows: List[Row], a: str, b: str) -> Dict[str, object]:
-    """NLPD of ``a`` − ``b`` per seed, with mean ± sd and the number of seeds where ``a`` is lower."""
+    """NLPD of ``a`` − ``b`` per seed where both have scores, with mean ± sd and the number where ``a`` is lower."""
     nlpd = {(r["seed"], r["method"]): float(r["nlpd"]) for r in rows}  # type: ignore[arg-type]
     seeds = sorted({r["seed"] for r in rows if (r["seed"], a) in nlpd and (r["seed"], b) in nlpd})  # type: ignore
-    diff = [nlpd[(s, a)] - nlpd[(s, b)] for s in seeds]
+    diff = [d for d in (nlpd[(s, a)] - nlpd[(s, b)] for s in seeds) if np.isfinite(d)]  # a failed fit has no pair
     return {**_mean_sd(diff), "per_trial": diff, "a_better": int(sum(d < 0 for d in diff)), "trials": len(diff)}
 
 
 def summarise(rows: List[Row]) -> Dict[str, object]:
-    """Per experiment (and digit) and method: mean ± sd of NLPD and error rate; the paired NLPD differences
-    ensemble − single SVGP (per digit) and heterogeneous − classifiers only (ames)."""
+    """Per experiment (and digit) and method: mean ± sd of NLPD and error rate over the trials with scores, and how
+    many fits failed; the paired NLPD differences ensemble − single SVGP (per digit) and heterogeneous − classifiers
+    only (ames), over the trials where both have scores."""
     out: Dict[str, object] = {}
     groups = [
         (f"digit {d}", [r for r in rows if r.get("digit") == d], DIGIT_METHODS, (ENSEMBLE, SINGLE)) for d in (0, 1)
@@ -249,7 +272,10 @@ def summarise(rows: List[Row]) -> Dict[str, object]:
             continue
         out[name] = {
             "methods": {
-                m: {k: _mean_sd([r[k] for r in mine if r["method"] == m]) for k in ("nlpd", "error")}  # type: ignore
+                m: {
+                    **{k: _mean_sd([r[k] for r in mine if r["method"] == m]) for k in ("nlpd", "error")},  # type: ignore
+                    "failed": sum(bool(r.get("failed")) for r in mine if r["method"] == m),
+                }
                 for m in methods
             },
             "paired_nlpd": {"a": a, "b": b, **_paired(mine, a, b)},

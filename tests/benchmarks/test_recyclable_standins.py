@@ -38,6 +38,10 @@ def test_summary_pairs_the_trials_per_experiment(rs):
         for s, values in enumerate(((0.5, 0.6), (0.4, 0.3)))
         for m, v in zip(rs.DIGIT_METHODS, values)
     ]
+    rows += [  # a third trial whose ensemble failed: left out of the means and the pairs, counted as failed
+        {"experiment": "digits", "digit": 0, "seed": 2, "method": m, "nlpd": v, "error": v, "failed": f}
+        for m, v, f in zip(rs.DIGIT_METHODS, (float("nan"), 0.9), ("raised", None))
+    ]
     rows += [
         {"experiment": "ames", "seed": 0, "method": m, "nlpd": v, "error": 0.0}
         for m, v in zip(rs.AMES_METHODS, (0.2, 0.1, 0.05, 0.3))
@@ -47,7 +51,9 @@ def test_summary_pairs_the_trials_per_experiment(rs):
     zero = summary["digit 0"]["paired_nlpd"]
     np.testing.assert_allclose(zero["per_trial"], [-0.1, 0.1])
     assert zero["a_better"] == 1 and zero["trials"] == 2 and zero["a"] == rs.ENSEMBLE
-    assert summary["digit 0"]["methods"][rs.SINGLE]["nlpd"]["mean"] == pytest.approx(0.45)
+    zero_methods = summary["digit 0"]["methods"]
+    assert zero_methods[rs.ENSEMBLE]["failed"] == 1 and zero_methods[rs.ENSEMBLE]["nlpd"]["n"] == 2
+    assert zero_methods[rs.SINGLE]["nlpd"]["mean"] == pytest.approx(0.6) and zero_methods[rs.SINGLE]["failed"] == 0
     ames = summary["ames"]["paired_nlpd"]
     assert ames["per_trial"] == [pytest.approx(0.1)] and ames["a_better"] == 0 and ames["b"] == rs.CLASSIFIERS
     assert summary["ames"]["methods"][rs.BASE_RATE]["nlpd"] == {"mean": 0.3, "sd": 0.0, "n": 1}
