@@ -268,8 +268,10 @@ def _context_refusal(context: Context, job: str, current: bytes) -> str:
     record = context.state.config_records.get(CONTEXTS)
     pinned = dict(record) if record is not None else {}
     live = _LIVE.get((int(context.run_id), int(context.node_id), job))
-    first = pinned.setdefault(job, current.hex())
-    context.state.config_records[CONTEXTS] = ConfigRecord(pinned)
+    if job not in pinned:  # the first context this job is shown: pinned for the run
+        pinned[job] = current.hex()
+        context.state.config_records[CONTEXTS] = ConfigRecord(pinned)
+    first = pinned[job]
     if first != current.hex() or (live is not None and live.context != current):
         return (
             f"this party answers job {job!r} of this run with the federation and agreed moments it was first shown; "
