@@ -121,11 +121,19 @@ def pvi() -> Figures:
                 out |= _paired(f"pvi.{name}.{method}_minus_dpo", values, ll[(name, "dpo")], False)
             if method == "fixed" and (name, "cpo") in ll:
                 out |= _paired(f"pvi.{name}.fixed_minus_cpo", values, ll[(name, "cpo")], False)
-    for method in ("dpo", "global"):  # q(Z) at the end of the 10-region traces (ozone split 0)
-        trace = _load(f"pvi_ozone_trace_{method}.json")["trace"]
-        out[f"pvi.ozone.trace.{method}.qZ_std"] = trace[-1]["qZ_std"]
-        out[f"pvi.ozone.trace.{method}.regions"] = float(sum(n > 0 for n in trace[-1]["inducing_per_client"]))
-        out[f"pvi.ozone.trace.{method}.communications"] = float(len(trace))
+    # the 10-region traces (ozone split 0) and their controls (iid clients; α = 0.01 for both methods): q(Z) and the
+    # test log-likelihood after the first and the last evaluation
+    for run in ("dpo", "global", "dpo_iid", "dpo_alpha001", "global_alpha001"):
+        trace = _load(f"pvi_ozone_trace_{run}.json")["trace"]
+        out[f"pvi.ozone.trace.{run}.qZ_std"] = trace[-1]["qZ_std"]
+        out[f"pvi.ozone.trace.{run}.regions"] = float(sum(n > 0 for n in trace[-1]["inducing_per_client"]))
+        out[f"pvi.ozone.trace.{run}.communications"] = float(len(trace))
+        evaluated = [line for line in trace if "test_ll" in line]
+        out[f"pvi.ozone.trace.{run}.ll_first"] = evaluated[0]["test_ll"]
+        out[f"pvi.ozone.trace.{run}.ll_last"] = evaluated[-1]["test_ll"]
+    for a, b in (("dpo", "global"), ("dpo_alpha001", "global_alpha001")):
+        last = out[f"pvi.ozone.trace.{a}.ll_last"] - out[f"pvi.ozone.trace.{b}.ll_last"]
+        out[f"pvi.ozone.trace.{a}_minus_{b}.ll_last"] = last
     return out
 
 
@@ -151,7 +159,8 @@ def fedbnr() -> Figures:
 
 def recyclable() -> Figures:
     """The 10k and 100k distributed settings (NLPD, the paper's RMSE over the whole test range, RMSE within the
-    data), the speed ratios against the authors' code, and banana."""
+    data), the speed ratios against the authors' code, banana, the digits and Ames stand-ins, and the refit rule's
+    tuning on seeds outside the evaluation trials."""
     out: Figures = {}
     labels = {
         "Recyclable ensemble (ours), default local fits (degenerate ones refitted)": "ours",
@@ -196,6 +205,25 @@ def recyclable() -> Figures:
     out["recyclable.banana.ensemble_minus_single.mean"] = banana["mean"]
     out["recyclable.banana.ensemble_minus_single.sd"] = banana["sd"]
     out["recyclable.banana.ensemble_minus_single.ahead"] = float(banana["ensemble_better"])
+    standins = _load("recyclable_standins.json")["summary"]  # the digits (per digit) and Ames stand-ins
+    for group, summary in standins.items():
+        prefix = f"recyclable.standins.{group.replace(' ', '')}"
+        for method, scores in summary["methods"].items():
+            for metric in ("nlpd", "error"):
+                out[f"{prefix}.{method}.{metric}.mean"] = scores[metric]["mean"]
+                out[f"{prefix}.{method}.{metric}.sd"] = scores[metric]["sd"]
+            out[f"{prefix}.{method}.failed"] = float(scores["failed"])
+        paired = summary["paired_nlpd"]
+        out[f"{prefix}.paired_nlpd.mean"], out[f"{prefix}.paired_nlpd.sd"] = paired["mean"], paired["sd"]
+        out[f"{prefix}.paired_nlpd.lower_on"] = float(paired["a_better"])
+        out[f"{prefix}.paired_nlpd.trials"] = float(paired["trials"])
+    tuning = _load("recyclable_refit_tuning.json")["summary"]  # the refit rule on seeds 10–19
+    for candidate, mean in tuning["mean_nlpd"].items():
+        out[f"recyclable.refit_tuning.{candidate}.nlpd.mean"] = mean
+    for candidate, paired in tuning["paired_nlpd_minus_default"].items():
+        out[f"recyclable.refit_tuning.{candidate}_minus_default.nlpd.mean"] = paired["mean"]
+        out[f"recyclable.refit_tuning.{candidate}_minus_default.nlpd.sd"] = paired["sd"]
+        out[f"recyclable.refit_tuning.{candidate}_minus_default.lower_on"] = float(paired["lower_on"])
     return out
 
 
