@@ -207,20 +207,28 @@ def summarise(rows: List[Row]) -> Dict[str, object]:
     }
 
 
-def main(argv: Optional[List[str]] = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_trial_arguments(
+    parser: argparse.ArgumentParser, argv: Optional[List[str]], default_out: str, quick_out: str
+) -> Tuple[argparse.Namespace, str]:
+    """``--trials`` (seeds 0..N−1), ``--maxiter``, ``--quick`` (2 trials, 30 iterations) and ``--out``, parsed and
+    checked (also for ``recyclable_standins.py``); returns the arguments and the JSON path."""
     parser.add_argument("--trials", type=int, default=10, help="trials with seeds 0..N-1")
     parser.add_argument(
         "--maxiter", type=int, default=1000, help="L-BFGS iterations of every fit (0: all at their start)"
     )
-    parser.add_argument("--quick", action="store_true", help=f"2 trials, 30 iterations, saved to {QUICK_OUT}")
-    parser.add_argument("--out", default=None, help=f"JSON path (default {DEFAULT_OUT}; with --quick {QUICK_OUT})")
+    parser.add_argument("--quick", action="store_true", help=f"2 trials, 30 iterations, saved to {quick_out}")
+    parser.add_argument("--out", default=None, help=f"JSON path (default {default_out}; with --quick {quick_out})")
     args = parser.parse_args(argv)
     if args.quick:
         args.trials, args.maxiter = 2, 30
     if args.trials < 1 or args.maxiter < 0:
         parser.error("--trials must be ≥ 1 and --maxiter ≥ 0")
-    out = args.out or (QUICK_OUT if args.quick else DEFAULT_OUT)
+    return args, args.out or (quick_out if args.quick else default_out)
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    args, out = parse_trial_arguments(parser, argv, DEFAULT_OUT, QUICK_OUT)
     X, Y = load_banana()
     config = {"trials": args.trials, "maxiter": args.maxiter, "kernel_start": KERNEL, "test_fraction": TEST_FRACTION}
     rows: List[Row] = []

@@ -60,7 +60,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import gpflow  # noqa: E402
 import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
 
 from gpflow_fed.data import digit_pixels, quadrant_tasks  # noqa: E402
 from gpflow_fed.models import EnsembleSVGP, LocalSVGPTrainer, RecyclableWarning, export_svgp  # noqa: E402
@@ -68,6 +67,8 @@ from gpflow_fed.models import train_local_svgp  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from provenance import save  # noqa: E402
+from recyclable_banana import _grid, _scores, parse_trial_arguments  # noqa: E402  (the banana benchmark's)
+from recyclable_banana import _likelihood as _bernoulli  # noqa: E402  (Bernoulli with the paper's logit link)
 
 DEFAULT_OUT = "benchmarks/results/recyclable_standins.json"
 QUICK_OUT = "runs/bench/recyclable_standins_quick.json"
@@ -84,24 +85,8 @@ DIGIT_METHODS, AMES_METHODS = (ENSEMBLE, SINGLE), (HETEROGENEOUS, CLASSIFIERS, Q
 Row = Dict[str, object]
 
 
-def _grid(side: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """``side × side`` points on the box ``[lo, hi]`` (one pair of bounds per input dimension)."""
-    a, b = (np.linspace(lo[d], hi[d], side) for d in range(2))
-    return np.stack(np.meshgrid(a, b), axis=-1).reshape(-1, 2)
-
-
 def _kernel(start: Tuple[float, float]) -> gpflow.kernels.Kernel:
     return gpflow.kernels.SquaredExponential(variance=start[0], lengthscales=start[1])
-
-
-def _bernoulli() -> gpflow.likelihoods.Likelihood:
-    return gpflow.likelihoods.Bernoulli(invlink=tf.sigmoid)  # the paper's logit link (GPflow's default is probit)
-
-
-def _scores(model: gpflow.models.GPModel, X: np.ndarray, Y: np.ndarray) -> Dict[str, float]:
-    nlpd = -float(np.mean(model.predict_log_density((X, Y)).numpy()))
-    p = model.predict_y(X)[0].numpy()
-    return {"nlpd": nlpd, "error": float(np.mean((p > 0.5) != (Y > 0.5)))}
 
 
 def _ensemble(
@@ -285,17 +270,8 @@ def summarise(rows: List[Row]) -> Dict[str, object]:
 
 def main(argv: Optional[List[str]] = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=10, help="trials with seeds 0..N-1 (each: digits 0, 1 and ames)")
-    parser.add_argument("--maxiter", type=int, default=1000, help="L-BFGS iterations of every fit (0: at their start)")
     parser.add_argument("--experiments", nargs="+", choices=("digits", "ames"), default=["digits", "ames"])
-    parser.add_argument("--quick", action="store_true", help=f"2 trials, 30 iterations, saved to {QUICK_OUT}")
-    parser.add_argument("--out", default=None, help=f"JSON path (default {DEFAULT_OUT}; with --quick {QUICK_OUT})")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.trials, args.maxiter = 2, 30
-    if args.trials < 1 or args.maxiter < 0:
-        parser.error("--trials must be ≥ 1 and --maxiter ≥ 0")
-    out = args.out or (QUICK_OUT if args.quick else DEFAULT_OUT)
+    args, out = parse_trial_arguments(parser, argv, DEFAULT_OUT, QUICK_OUT)  # each trial: digits 0, 1 and ames
     ames = load_ames() if "ames" in args.experiments else None
     config = {
         "trials": args.trials,
