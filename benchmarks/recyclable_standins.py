@@ -28,8 +28,9 @@ latitude), the standardised log sale price, and "has central air" (``Central_Air
 Trial ``s`` holds out 20 % of the sales (``default_rng(s).permutation``); inputs and log price are standardised
 with the training rows' statistics; the training rows are split into quadrants around the origin.
 
-* **local models:** Q1: a Gaussian SVGP of the log price; Q2–Q4: Bernoulli (logit) SVGPs of central air; M_k = 3×3
-  on mean ± sd of the quadrant's inputs, SE kernel started at σ² = 1, ℓ = 1 (the notebook's), L-BFGS;
+* **local models:** Q1: a Gaussian SVGP of the log price (noise variance started at 0.5); Q2–Q4: Bernoulli (logit)
+  SVGPs of central air; M_k = 3×3 on mean ± sd of the quadrant's inputs, SE kernel started at σ² = 1, ℓ = 1 (the
+  notebook's), L-BFGS;
 * **heterogeneous ensemble:** ``EnsembleSVGP`` over all four, M_* = 5×5 on [−2, 2]², predicting with the Bernoulli
   likelihood;
 * **classifiers only:** the same over Q2–Q4 (the paper's comparison: no data of Q1);
