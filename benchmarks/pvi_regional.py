@@ -38,7 +38,7 @@ communications, M_k ≤ 100) on the saved 32-region splits 0, 1 and 4, judged by
 ``pvi_ozone32_s*.json``.
 
     python benchmarks/pvi_regional.py --variants precision100 --splits 0 1 2 --out FILE.json
-    python benchmarks/pvi_regional.py --summarize --out FILE.json   # progress and diagnostics, then the verdicts
+    python benchmarks/pvi_regional.py --summarize --out FILE.json [--also MORE.json ...]   # progress, verdicts
     python benchmarks/pvi_regional.py --quick --variants default,damped --splits 0 --out /tmp/pvi_regional.json
 """
 
@@ -311,6 +311,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="M = 20, 20 communications, 200 local steps, 20 samples")
     p.add_argument("--out", required=True, help="JSON file (runs already in it are kept; a finished run is skipped)")
     p.add_argument("--summarize", action="store_true", help="print the verdicts of the finished runs in --out")
+    p.add_argument(
+        "--also", nargs="+", default=[], help="--summarize: more saved files whose runs are judged with --out's"
+    )
     a = p.parse_args(argv)
     if a.quick:
         a.inducing, a.rounds, a.local_steps, a.predict_samples = 20, 20, 200, 20
@@ -319,6 +322,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         with open(a.out) as fh:
             saved = json.load(fh)
     if a.summarize:
+        for path in a.also:  # runs saved by separate processes (each file keeps its own provenance)
+            with open(path) as fh:
+                more = json.load(fh)["runs"]
+            if set(more) & set(saved["runs"]):
+                raise SystemExit(f"{path} repeats runs of {a.out}: {sorted(set(more) & set(saved['runs']))}")
+            saved["runs"].update(more)
         progress(saved, a.clients)
         print()
         summarize(saved, a.clients)

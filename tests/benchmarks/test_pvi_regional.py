@@ -79,3 +79,24 @@ def test_progress_digests_a_partial_run_against_the_saved_default(regional, caps
     assert (row["steps_median"], row["steps_max"], row["clipped_updates"]) == (600.0, 900.0, 1)
     assert row["max_jitter"] == 1e-4 and row["pulled_own_region"] == 1 and row["regions_end"] == 7
     assert "| ozone damped 0 | 12 | -0.900 (-0.501) |" in capsys.readouterr().out
+
+
+def test_summarize_joins_runs_saved_by_separate_processes(regional, tmp_path, capsys):
+    update = dict(client=0, steps=300.0, cavity_clipped=0.0, jitter=1e-6, qZ_std=0.1, beta=[1.0] * 5)
+    update |= dict(own_region_means_before=2, own_region_means_after=2)
+
+    def record(ll):
+        rounds = [{"qZ_std": 0.3, "regions": 7}] * 100
+        return {"finished": True, "ll": ll, "updates": [update], "rounds": rounds, "curve": [ll], "seconds": 1.0}
+
+    first, second = tmp_path / "s01.json", tmp_path / "s2.json"
+    first.write_text(json.dumps({"runs": {f"ozone|damped|{s}": record(-0.9) for s in (0, 1)}}))
+    second.write_text(json.dumps({"runs": {"ozone|damped|2": record(-0.9)}}))
+    assert regional.main(["--summarize", "--out", str(first)]) == 0
+    (row,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| damped |")]
+    assert "[0, 1]" in row and row.endswith("| not enough runs |")  # two splits alone
+    assert regional.main(["--summarize", "--out", str(first), "--also", str(second)]) == 0
+    (row,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| damped |")]
+    assert "[0, 1, 2]" in row and row.endswith("| widens the gap |")  # −0.9 against the default's ≈ −0.3
+    with pytest.raises(SystemExit, match="repeats runs"):
+        regional.main(["--summarize", "--out", str(first), "--also", str(first)])
