@@ -312,7 +312,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", required=True, help="JSON file (runs already in it are kept; a finished run is skipped)")
     p.add_argument("--summarize", action="store_true", help="print the verdicts of the finished runs in --out")
     p.add_argument(
-        "--also", nargs="+", default=[], help="--summarize: more saved files whose runs are judged with --out's"
+        "--also",
+        nargs="+",
+        default=[],
+        help="--summarize: more saved files whose runs are judged with --out's (a finished run replaces an unfinished "
+        "one; two finished copies are refused)",
     )
     a = p.parse_args(argv)
     if a.quick:
@@ -325,9 +329,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for path in a.also:  # runs saved by separate processes (each file keeps its own provenance)
             with open(path) as fh:
                 more = json.load(fh)["runs"]
-            if set(more) & set(saved["runs"]):
-                raise SystemExit(f"{path} repeats runs of {a.out}: {sorted(set(more) & set(saved['runs']))}")
-            saved["runs"].update(more)
+            both = sorted(k for k in set(more) & set(saved["runs"]) if more[k].get("finished"))
+            if any(saved["runs"][k].get("finished") for k in both):  # an unfinished copy gives way to a finished one
+                raise SystemExit(f"{path} repeats finished runs of {a.out}: {both}")
+            saved["runs"].update({k: r for k, r in more.items() if r.get("finished") or k not in saved["runs"]})
         progress(saved, a.clients)
         print()
         summarize(saved, a.clients)

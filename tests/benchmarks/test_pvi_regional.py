@@ -90,7 +90,9 @@ def test_summarize_joins_runs_saved_by_separate_processes(regional, tmp_path, ca
         return {"finished": True, "ll": ll, "updates": [update], "rounds": rounds, "curve": [ll], "seconds": 1.0}
 
     first, second = tmp_path / "s01.json", tmp_path / "s2.json"
-    first.write_text(json.dumps({"runs": {f"ozone|damped|{s}": record(-0.9) for s in (0, 1)}}))
+    unfinished = dict(record(-0.1), finished=False)  # split 2 started here too, and stopped: the other file's counts
+    runs = {f"ozone|damped|{s}": record(-0.9) for s in (0, 1)} | {"ozone|damped|2": unfinished}
+    first.write_text(json.dumps({"runs": runs}))
     second.write_text(json.dumps({"runs": {"ozone|damped|2": record(-0.9)}}))
     assert regional.main(["--summarize", "--out", str(first)]) == 0
     (row,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| damped |")]
@@ -98,5 +100,5 @@ def test_summarize_joins_runs_saved_by_separate_processes(regional, tmp_path, ca
     assert regional.main(["--summarize", "--out", str(first), "--also", str(second)]) == 0
     (row,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| damped |")]
     assert "[0, 1, 2]" in row and row.endswith("| widens the gap |")  # −0.9 against the default's ≈ −0.3
-    with pytest.raises(SystemExit, match="repeats runs"):
+    with pytest.raises(SystemExit, match="repeats finished runs"):
         regional.main(["--summarize", "--out", str(first), "--also", str(first)])
