@@ -103,7 +103,8 @@ def _pvi_runs(pattern: str, exclude: Iterable[str] = ()) -> Dict[tuple, dict]:
 
 def pvi() -> Figures:
     """Test log-likelihood per point over splits, and paired differences, of the main table and the 32-region
-    runs; q(Z)'s spread and the regions its means lie nearest to at the end of the 10-region traces."""
+    runs; q(Z)'s spread and the regions its means lie nearest to at the end of the 10-region traces; the
+    discriminating regional runs."""
     out: Figures = {}
     groups = (
         ("", _pvi_runs("pvi_*.json", exclude=("ozone32", "split_factors", "regional", "trace"))),
@@ -134,6 +135,31 @@ def pvi() -> Figures:
     for a, b in (("dpo", "global"), ("dpo_alpha001", "global_alpha001")):
         last = out[f"pvi.ozone.trace.{a}.ll_last"] - out[f"pvi.ozone.trace.{b}.ll_last"]
         out[f"pvi.ozone.trace.{a}_minus_{b}.ll_last"] = last
+    out |= _pvi_regional(groups[0][1])
+    return out
+
+
+def _pvi_regional(main: Mapping[tuple, dict]) -> Figures:
+    """The discriminating regional runs (``pvi_regional.py``, finished splits of every saved file of a variant):
+    variant − the main table's default DPO and global VI − variant per split (test log-likelihood per point), and
+    q(Z)'s spread and the regions with an inducing mean after the last communication."""
+    out: Figures = {}
+    default, global_vi = (
+        {s: r["ll"] for (n, m, s), r in main.items() if (n, m) == ("ozone", k)} for k in ("dpo", "global")
+    )
+    for variant in ("uniform_z", "short_month"):
+        ll: Dict[int, float] = {}
+        end: Dict[int, dict] = {}
+        for path in sorted(glob.glob(os.path.join(RESULTS, f"pvi_regional_{variant}*.json"))):
+            for key, run in _load(os.path.basename(path))["runs"].items():
+                if run.get("finished"):
+                    split = int(key.split("|")[2])
+                    ll[split], end[split] = run["ll"], run["rounds"][-1]
+        prefix = f"pvi.regional.{variant}"
+        out |= _paired(f"{prefix}.minus_default", ll, default, lower_is_better=False)
+        out |= _stats(f"{prefix}.gap_to_global", [global_vi[s] - ll[s] for s in sorted(ll)])
+        out |= _stats(f"{prefix}.qZ_std", [end[s]["qZ_std"] for s in sorted(end)])
+        out |= _stats(f"{prefix}.regions", [float(end[s]["regions"]) for s in sorted(end)])
     return out
 
 
