@@ -147,7 +147,7 @@ def _pvi_regional(main: Mapping[tuple, dict]) -> Figures:
     default, global_vi = (
         {s: r["ll"] for (n, m, s), r in main.items() if (n, m) == ("ozone", k)} for k in ("dpo", "global")
     )
-    for variant in ("uniform_z", "short_month"):
+    for variant in ("uniform_z", "short_month", "damped"):
         ll: Dict[int, float] = {}
         end: Dict[int, dict] = {}
         for path in sorted(glob.glob(os.path.join(RESULTS, f"pvi_regional_{variant}*.json"))):
@@ -155,6 +155,8 @@ def _pvi_regional(main: Mapping[tuple, dict]) -> Figures:
                 if run.get("finished"):
                     split = int(key.split("|")[2])
                     ll[split], end[split] = run["ll"], run["rounds"][-1]
+        if not ll:  # not run (yet)
+            continue
         prefix = f"pvi.regional.{variant}"
         out |= _paired(f"{prefix}.minus_default", ll, default, lower_is_better=False)
         out |= _stats(f"{prefix}.gap_to_global", [global_vi[s] - ll[s] for s in sorted(ll)])
