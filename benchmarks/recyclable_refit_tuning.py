@@ -41,7 +41,7 @@ DEFAULT_OUT = "benchmarks/results/recyclable_refit_tuning.json"
 QUICK_OUT = "runs/bench/recyclable_refit_tuning_quick.json"
 DEFAULT = "ratio 10 (default)"
 CANDIDATES: Dict[str, Dict[str, float]] = {
-    "plain": {"collapse_snr": 0.0, "max_lengthscale_ratio": 0.0},
+    "plain": recyclable.PLAIN_CHECKS,
     "collapse only": {"collapse_snr": 1e-3, "max_lengthscale_ratio": 0.0},
     "ratio 3": {"collapse_snr": 1e-3, "max_lengthscale_ratio": 3.0},
     DEFAULT: {"collapse_snr": 1e-3, "max_lengthscale_ratio": 10.0},

@@ -221,11 +221,7 @@ def _policy(context: Context) -> ClientPolicy:
 
 
 def _endpoint(
-    info: FederationInfo,
-    context: Context,
-    job: str = TRAIN_JOB,
-    standardizer: Optional[Any] = None,
-    request_ctx: bytes = b"",
+    info: FederationInfo, context: Context, job: str, standardizer: Optional[Any], request_ctx: bytes
 ) -> Tuple[ClientEndpoint, Optional[str]]:
     """This party's endpoint for ``job``, found alive or rebuilt: its algorithm bound to ``info``, its rows
     standardised with ``standardizer`` (the agreed moments) when given, its client restored from its ``state-dir``,
