@@ -135,14 +135,16 @@ def pvi() -> Figures:
     for a, b in (("dpo", "global"), ("dpo_alpha001", "global_alpha001")):
         last = out[f"pvi.ozone.trace.{a}.ll_last"] - out[f"pvi.ozone.trace.{b}.ll_last"]
         out[f"pvi.ozone.trace.{a}_minus_{b}.ll_last"] = last
-    out |= _pvi_regional(groups[0][1])
+    for suffix, runs in groups:
+        out |= _pvi_regional(suffix, runs)
     return out
 
 
-def _pvi_regional(main: Mapping[tuple, dict]) -> Figures:
-    """The discriminating regional runs (``pvi_regional.py``, finished splits of every saved file of a variant):
-    variant − the main table's default DPO and global VI − variant per split (test log-likelihood per point), and
-    q(Z)'s spread and the regions with an inducing mean after the last communication."""
+def _pvi_regional(suffix: str, main: Mapping[tuple, dict]) -> Figures:
+    """The discriminating regional runs (``pvi_regional.py``, finished splits of every saved file of a variant;
+    ``pvi_regional32_*`` at 32 regions): variant − the default DPO and global VI − variant per split (test
+    log-likelihood per point, against the main table's or the 32-region runs), and q(Z)'s spread and the regions
+    with an inducing mean after the last communication."""
     out: Figures = {}
     default, global_vi = (
         {s: r["ll"] for (n, m, s), r in main.items() if (n, m) == ("ozone", k)} for k in ("dpo", "global")
@@ -150,14 +152,14 @@ def _pvi_regional(main: Mapping[tuple, dict]) -> Figures:
     for variant in ("uniform_z", "short_month", "damped"):
         ll: Dict[int, float] = {}
         end: Dict[int, dict] = {}
-        for path in sorted(glob.glob(os.path.join(RESULTS, f"pvi_regional_{variant}*.json"))):
+        for path in sorted(glob.glob(os.path.join(RESULTS, f"pvi_regional{suffix}_{variant}*.json"))):
             for key, run in _load(os.path.basename(path))["runs"].items():
                 if run.get("finished"):
                     split = int(key.split("|")[2])
                     ll[split], end[split] = run["ll"], run["rounds"][-1]
         if not ll:  # not run (yet)
             continue
-        prefix = f"pvi.regional.{variant}"
+        prefix = f"pvi.regional{suffix}.{variant}"
         out |= _paired(f"{prefix}.minus_default", ll, default, lower_is_better=False)
         out |= _stats(f"{prefix}.gap_to_global", [global_vi[s] - ll[s] for s in sorted(ll)])
         out |= _stats(f"{prefix}.qZ_std", [end[s]["qZ_std"] for s in sorted(end)])
@@ -167,8 +169,8 @@ def _pvi_regional(main: Mapping[tuple, dict]) -> Figures:
 
 def fedbnr() -> Figures:
     """Calibration (ECE) of FedBNR, FedBNR-KD and the kernel-only distillation; the thesis schedule's minimum
-    and validation-selected test RMSE."""
-    out: Figures = {}
+    and validation-selected test RMSE; the methods tables (Tables 3.1–3.4)."""
+    out: Figures = _fedbnr_methods()
     records = _load("fedbnr_calibration.json")["records"]
     for name in ("diabetes", "concrete", "ames"):
         mine = [r["methods"] for r in records if r["dataset"] == name and r["K"] == 10]
@@ -182,6 +184,32 @@ def fedbnr() -> Figures:
         for key in ("min_test_rmse", "selected_test_rmse", "selected_ece"):
             for method in ("fedbnr", "fedbnr-kd"):
                 out |= _stats(f"fedbnr.{name}.schedule.{method}.{key}", [m[method][key] for m in mine])
+    return out
+
+
+def _fedbnr_methods() -> Figures:
+    """Per (dataset, K) of the saved methods runs (``fedbnr.py --out``, files ``fedbnr_methods_k*.json``), over the
+    seeds every method finished: each method's test RMSE, its paired difference to FedBNR's, and the one-sided
+    Wilcoxon signed-rank p-value of "larger than FedBNR's" (Table 3.1's test; ``fedbnr.wilcoxon_mark``)."""
+    from scipy import stats
+
+    by_setting: Dict[tuple, Dict[int, dict]] = {}
+    for path in sorted(glob.glob(os.path.join(RESULTS, "fedbnr_methods_k*.json"))):
+        for record in _load(os.path.basename(path))["records"]:
+            by_setting.setdefault((record["dataset"], record["K"]), {})[record["seed"]] = record["methods"]
+    out: Figures = {}
+    for (name, K), by_seed in by_setting.items():
+        methods = max((list(m) for m in by_seed.values()), key=len)
+        seeds = sorted(s for s, m in by_seed.items() if list(m) == methods)
+        rmse = {method: {s: by_seed[s][method]["rmse"] for s in seeds} for method in methods}
+        prefix = f"fedbnr.methods.{name}.K{K}"
+        out[f"{prefix}.seeds"] = float(len(seeds))
+        for method in methods:
+            out |= _stats(f"{prefix}.{method}.rmse", list(rmse[method].values()))
+            if method != "fedbnr" and len(seeds) > 1:
+                out |= _paired(f"{prefix}.{method}_minus_fedbnr.rmse", rmse[method], rmse["fedbnr"])
+                a, b = (np.array([rmse[m][s] for s in seeds]) for m in (method, "fedbnr"))
+                out[f"{prefix}.{method}.p_worse"] = float(stats.wilcoxon(a, b, alternative="greater").pvalue)
     return out
 
 

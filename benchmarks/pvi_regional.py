@@ -16,11 +16,12 @@ M = 100, 100 sequential communications, the same data, splits, seeds and evaluat
 ``damped``       the server applies half of every update (``damping=0.5``; the paper's PVI is undamped).
 
 Per client update it saves (``updates``): the Adam steps taken, the jitter the update ended with, the clipped
-cavity coordinates, the local free energy, the mean standard deviation of the updated q(Z), the q(β) means, and
-how many inducing means lie nearest (latitude/longitude) to the updating client's own region before and after its
-update (does a client pull inducing means toward its region?). Per communication (``rounds``): q(Z)'s spread
-and how many regions have an inducing mean nearest to them. Every K communications: the test log-likelihood per
-point (``curve``), as ``pvi.py``. The JSON is saved after every update, so a stopped run keeps what it did.
+cavity coordinates, the local free energy, the mean standard deviation of the updated q(Z), exp of q(log β)'s mean
+(``beta``; ``--summarize`` prints it after the first K updates and after the last), and how many inducing means lie
+nearest (latitude/longitude) to the updating client's own region before and after its update (does a client pull
+inducing means toward its region?). Per communication (``rounds``): q(Z)'s spread and how many regions have an
+inducing mean nearest to them. Every K communications: the test log-likelihood per point (``curve``), as
+``pvi.py``. The JSON is saved after every update, so a stopped run keeps what it did.
 
 **What counts as discriminating (written before any variant ran; the PVI page repeats it).** Per variant, on
 splits s = 0, 1, 2 (at least three, each to 100 communications): d_s = ll(variant, s) − ll(default DPO, s), the
@@ -65,6 +66,8 @@ VARIANTS = ("default", "precision100", "patience", "uniform_z", "short_month", "
 PUBLIC_BOX = ((-21.2, 36.2), (-113.8, -56.2), (1.0, 72.0))
 SHORT_MONTH = 0.1  # standardised units; the month index's sd is ≈ 21, so ≈ 2 months
 BAND = 0.05  # nats/point: the rule of the module docstring
+#: the entries of q(log β) (``local.initial_log_beta``'s order for ozone's three inputs and a Gaussian likelihood)
+BETA_NAMES = ("latitude lengthscale", "longitude lengthscale", "month lengthscale", "kernel variance", "noise variance")
 
 
 def split_with_scaler(split: int, clients: int, max_points: int) -> Tuple[Any, Any]:
@@ -279,6 +282,25 @@ def progress(saved: Dict[str, Any], clients: int) -> List[Dict[str, Any]]:
     return rows
 
 
+def hyperparameters(saved: Dict[str, Any], clients: int) -> List[Dict[str, Any]]:
+    """Per saved run with at least K updates: exp of q(log β)'s mean (the SE-ARD lengthscales of latitude,
+    longitude and month in standardised units, the kernel variance, the noise variance) after the first K
+    updates (every region once) and after the last update. Prints one Markdown row each."""
+    print("| run | after | " + " | ".join(BETA_NAMES) + " |")
+    print("|---|---" + "|---" * len(BETA_NAMES) + "|")
+    rows = []
+    for key, record in saved["runs"].items():
+        updates = record.get("updates", [])
+        if len(updates) < clients:
+            continue
+        for after, update in ((f"{clients} updates", updates[clients - 1]), (f"{len(updates)} updates", updates[-1])):
+            row = {"run": key, "after": after, **dict(zip(BETA_NAMES, update["beta"]))}
+            rows.append(row)
+            values = " | ".join(f"{row[name]:,.3g}" for name in BETA_NAMES)
+            print(f"| {key.replace('|', ' ')} | {after} | {values} |")
+    return rows
+
+
 def summarize(saved: Dict[str, Any], clients: int) -> Dict[str, Dict[str, Any]]:
     """Per variant: its finished runs judged by :func:`verdict`; prints one Markdown row each."""
     reference = saved_reference(clients)
@@ -334,6 +356,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise SystemExit(f"{path} repeats finished runs of {a.out}: {both}")
             saved["runs"].update({k: r for k, r in more.items() if r.get("finished") or k not in saved["runs"]})
         progress(saved, a.clients)
+        print()
+        hyperparameters(saved, a.clients)
         print()
         summarize(saved, a.clients)
         return 0

@@ -102,3 +102,12 @@ def test_summarize_joins_runs_saved_by_separate_processes(regional, tmp_path, ca
     assert "[0, 1, 2]" in row and row.endswith("| widens the gap |")  # −0.9 against the default's ≈ −0.3
     with pytest.raises(SystemExit, match="repeats finished runs"):
         regional.main(["--summarize", "--out", str(first), "--also", str(first)])
+
+
+def test_hyperparameters_reads_q_beta_after_the_first_pass_and_at_the_end(regional, capsys):
+    updates = [dict(client=k % 3, beta=[1.0 + k, 2.0, 0.5, 1.0, 0.1]) for k in range(7)]
+    saved = {"runs": {"ozone|damped|0": {"updates": updates}, "ozone|damped|1": {"updates": updates[:2]}}}
+    first, last = regional.hyperparameters(saved, 3)  # split 1 has not finished its first pass: no row
+    assert (first["after"], first["latitude lengthscale"]) == ("3 updates", 3.0)
+    assert (last["after"], last["latitude lengthscale"], last["noise variance"]) == ("7 updates", 7.0, 0.1)
+    assert "| ozone damped 0 | 7 updates | 7 | 2 | 0.5 | 1 | 0.1 |" in capsys.readouterr().out
