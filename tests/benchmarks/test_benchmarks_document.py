@@ -7,6 +7,7 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -166,3 +167,22 @@ def test_the_number_check_can_fail():
         ("−0.016", -0.016),
         ("0.017", 0.017),
     ]
+
+
+def test_the_fedbnr_methods_figures_give_the_tables_marks(figures, load_benchmark):
+    """``figures.py``'s p-values of the saved methods runs say what ``fedbnr.py``'s RMSE marks (⇑ at p < 0.01)
+    say, for every method of every saved (dataset, K)."""
+    fedbnr = load_benchmark("fedbnr")
+    values = figures.figures()
+    saved = json.loads((ROOT / "benchmarks" / "results" / "fedbnr_methods_k10.json").read_text())["records"]
+    checked = 0
+    for name in ("diabetes", "concrete", "ames"):
+        records = [r["methods"] for r in saved if r["dataset"] == name]
+        for method in records[0]:
+            if method == "fedbnr":
+                continue
+            a, b = (np.array([r[m]["rmse"] for r in records]) for m in (method, "fedbnr"))
+            p = values[f"fedbnr.methods.{name}.K10.{method}.p_worse"]
+            assert (fedbnr.wilcoxon_mark(a, b) == "⇑") == (p < 0.01), (name, method, p)
+            checked += 1
+    assert checked == 27
