@@ -57,6 +57,7 @@ from gpflow_fed.models import BayesianLinearRegression, blr_statistics  # noqa: 
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from fedbnr_ablations import last_layers, learn_kernels, plain_runtime  # noqa: E402
+from fedbnr_records import pool_method_records  # noqa: E402
 from provenance import save  # noqa: E402
 
 METHODS = (
@@ -376,13 +377,9 @@ def summarize_logs(paths: Sequence[str], methods: Sequence[str]) -> None:
 
 def summarize_records(paths: Sequence[str], methods: Sequence[str]) -> None:
     """Re-print the tables from the JSON files that ``--out`` wrote (one record per dataset, K and seed), pooling
-    their seeds as :func:`summarize_logs` does."""
-    runs: Dict[Tuple[str, int], Dict[int, Dict[str, Dict[str, float]]]] = {}
-    for path in paths:
-        with open(path) as f:
-            for record in json.load(f)["records"]:
-                runs.setdefault((record["dataset"], record["K"]), {})[record["seed"]] = record["methods"]
-    print_tables(runs, methods)
+    their seeds as :func:`summarize_logs` does; a file that reran some methods replaces their scores
+    (:func:`fedbnr_records.pool_method_records`)."""
+    print_tables(pool_method_records(paths), methods)
 
 
 def print_tables(runs: Dict[Tuple[str, int], Dict[int, Dict[str, Dict[str, float]]]], methods: Sequence[str]) -> None:

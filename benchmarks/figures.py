@@ -22,6 +22,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+from fedbnr_records import pool_method_records  # noqa: E402
 from provenance import save  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results")
@@ -193,10 +194,7 @@ def _fedbnr_methods() -> Figures:
     Wilcoxon signed-rank p-value of "larger than FedBNR's" (Table 3.1's test; ``fedbnr.wilcoxon_mark``)."""
     from scipy import stats
 
-    by_setting: Dict[tuple, Dict[int, dict]] = {}
-    for path in sorted(glob.glob(os.path.join(RESULTS, "fedbnr_methods_k*.json"))):
-        for record in _load(os.path.basename(path))["records"]:
-            by_setting.setdefault((record["dataset"], record["K"]), {})[record["seed"]] = record["methods"]
+    by_setting = pool_method_records(sorted(glob.glob(os.path.join(RESULTS, "fedbnr_methods_k*.json"))))
     out: Figures = {}
     for (name, K), by_seed in by_setting.items():
         methods = max((list(m) for m in by_seed.values()), key=len)

@@ -189,6 +189,11 @@ class SharedWorker(Generic[W]):
                 self._worker = self._build(*args)
             return self._worker
 
+    @property
+    def built(self) -> Optional[W]:
+        """The worker if it has been built, else ``None`` (builds nothing)."""
+        return self._worker
+
     @contextlib.contextmanager
     def use(self, *args: Any) -> Iterator[W]:
         """``with shared.use() as worker:`` the worker (see :meth:`get`), held under the lock, so updates of

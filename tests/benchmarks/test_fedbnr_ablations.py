@@ -41,3 +41,33 @@ def test_ablations(fedbnr_ablation) -> None:
         np.testing.assert_allclose(model.predict_f(X)[0].numpy(), oracle.predict_f(X)[0].numpy(), atol=1e-8)
     with pytest.raises(ValueError, match="unknown ablation"):
         fedbnr_ablation("global+global", dataset, **options)
+
+
+def test_repeated_runs_trace_once_and_equal_separate_runs(load_benchmark) -> None:
+    """The ablations' one-run-per-client loop shares one bound FedBNR: its compiled loop is traced once for every
+    run, and each run's model is the one a fresh FedBNR gives, to the last bit."""
+    ablations = load_benchmark("fedbnr_ablations")
+    dataset = FederatedDataset(CLIENTS)
+    options = dict(kernel=URK(1, num_samples=10, seed=0), rounds=2, local_steps=3, learning_rate=0.05)
+    local = ablations.learn_kernels("local", dataset, **options)
+    for model, client in zip(local, CLIENTS):
+        alone = run(FedBNR(**options), FederatedDataset([client]), runtime=ablations.plain_runtime()).model
+        np.testing.assert_array_equal(model.predict_f(X)[0].numpy(), alone.predict_f(X)[0].numpy())
+    repeated = ablations.RepeatedFedBNR(**options)
+    for client in CLIENTS:
+        run(repeated, FederatedDataset([client]), runtime=ablations.plain_runtime())
+    assert repeated._bound._worker.get().trainer.tracing_count() == 1
+    assert repeated._bound is repeated.bind(None)  # every run used the first run's bound copy
+
+
+def test_repeated_start_from_reaches_the_bound_copy(load_benchmark) -> None:
+    """``local+global`` restarts one repeated FedBNR from each client's kernel: each run must start from the
+    kernel given last, not from the first run's."""
+    ablations = load_benchmark("fedbnr_ablations")
+    dataset = FederatedDataset(CLIENTS)
+    options = dict(kernel=URK(1, num_samples=10, seed=0), rounds=1, local_steps=5, learning_rate=0.1)
+    kernels = ablations.learn_kernels("local", dataset, **options)
+    models = ablations.last_layers("global", kernels, dataset)
+    for model, trained in zip(models, kernels):
+        np.testing.assert_array_equal(model.kernel.features(X).numpy(), trained.kernel.features(X).numpy())
+    assert not np.array_equal(models[0].predict_f(X)[0].numpy(), models[1].predict_f(X)[0].numpy())

@@ -85,10 +85,12 @@ def fedbnr_shared_state(model: BayesianLinearRegression) -> SharedState:
     return SharedState({**params, **keras}, space="unconstrained")
 
 
-def _architecture(model: BayesianLinearRegression) -> Tuple[str, ...]:
-    """Every public parameter path of ``model`` and its kernel's networks, trainable or not."""
+def _every_parameter(model: BayesianLinearRegression) -> SharedState:
+    """Every public parameter of ``model`` and its kernel's networks, trainable or not (a result model's kernel
+    is frozen, so :func:`fedbnr_shared_state` of it, or of an algorithm built on it, leaves the kernel out)."""
     keras = _keras_paths(model.kernel)
-    return tuple(sorted(SharedState.from_module(model, trainable_only=False, exclude=tuple(keras)).keys + tuple(keras)))
+    params = SharedState.from_module(model, trainable_only=False, exclude=tuple(keras)).paths
+    return SharedState({**params, **keras}, space="unconstrained")
 
 
 @dataclass(frozen=True)
@@ -399,20 +401,28 @@ class FedBNR(Algorithm):
         this algorithm's kernel architecture). One algorithm, compiled once, can so serve several kernels, e.g.
         the exact global last layer of every client's kernel in the ablation ``local+global``.
 
+        Every parameter is copied, trainable or not: a result model's kernel is frozen (its statistics fix the
+        features), and phase 1 only shares trainable values, so a frozen kernel reaches the clients and the server
+        through this copy alone.
+
         :raises ValueError: ``model``'s shared parameters differ from this algorithm's (another architecture), a
             shape mismatch, or non-finite values.
         """
         if not isinstance(model, BayesianLinearRegression):
             raise TypeError(f"start_from needs a BayesianLinearRegression, got {type(model).__name__}")
-        # compare architectures by every parameter (a result model's kernel is frozen: its statistics fix the
-        # features), then read the values this algorithm shares
-        keys, mine = _architecture(model), _architecture(self._template)
-        if keys != mine:
+        # every parameter, trainable or not: a result model's kernel is frozen (its statistics fix the features),
+        # and so is an algorithm's built on it; copying only the shared (trainable) values would keep the old kernel
+        theirs, mine = _every_parameter(model), _every_parameter(self._template)
+        if sorted(theirs.keys) != sorted(mine.keys):
             raise ValueError(
-                f"start_from: the model has parameters {sorted(keys)}, this FedBNR {sorted(mine)}; "
+                f"start_from: the model has parameters {sorted(theirs.keys)}, this FedBNR {sorted(mine.keys)}; "
                 "give a model with this algorithm's kernel architecture"
             )
-        self.shared.assign(self._template, self.shared.read(model))
+        values = theirs.read(model)
+        workers = [shared.built for shared in (self._worker, self._kd)]  # built by an earlier run of this object
+        for target in (self._template, self._server, *(w.model for w in workers if w is not None)):
+            mine.assign(target, values)
+        self.kernel = gpflow.utilities.deepcopy(self._template.kernel)  # what workers built later copy
 
     def result(self, state: FedBNRState) -> BayesianLinearRegression:
         """The global BLR from the server state alone (the summed statistics and the global kernel)."""

@@ -237,6 +237,22 @@ def test_an_algorithm_can_run_again_and_start_from_a_model() -> None:
         zero.start_from(BayesianLinearRegression((X, Y), _deep_kernel()))
 
 
+def test_start_from_moves_a_frozen_kernel_too() -> None:
+    """An algorithm built on a result model's kernel (frozen, so phase 1 shares none of it) and restarted from
+    another result model, after a run built its workers, computes the pooled BLR with the *new* kernel."""
+    first = run(FedBNR(_deep_kernel(1), rounds=1, local_steps=3, learning_rate=0.05), _dataset()).model
+    second = run(FedBNR(_deep_kernel(1), rounds=3, local_steps=5, learning_rate=0.05), _dataset()).model
+    zero = FedBNR(gpflow.utilities.deepcopy(first.kernel), rounds=0)
+    run(zero, _dataset())  # the configuration's own kernel is frozen: its shared state is σ² and λ² only
+    zero.start_from(second)
+    pooled = BayesianLinearRegression(
+        _dataset().pooled(), second.kernel, second.likelihood.variance.numpy(), second.prior_variance.numpy()
+    )
+    restarted = run(zero, _dataset()).model
+    np.testing.assert_allclose(restarted.kernel.features(X).numpy(), second.kernel.features(X).numpy(), atol=1e-12)
+    np.testing.assert_allclose(restarted.predict_f(X)[0].numpy(), pooled.predict_f(X)[0].numpy(), atol=1e-8)
+
+
 @pytest.mark.parametrize("num_data", [5, 40])
 def test_local_objective_primal_and_dual_equal_gpr(num_data: int) -> None:
     """The clients' objective (dual for N_c < L = 20, primal otherwise) and its gradients equal GPR's evidence
