@@ -224,7 +224,13 @@ class FedBNR(Algorithm):
         self.distillation_data = distillation_data
         self.protocol = protocol
         self.compile = bool(compile)
-        self._template = self._model((np.zeros((1, kernel.input_dim)), np.zeros((1, 1))))
+        # the template holds the kernel runs start from (the constructor's, or start_from's): every model copies it
+        self._template = BayesianLinearRegression(
+            (np.zeros((1, kernel.input_dim)), np.zeros((1, 1))),
+            gpflow.utilities.deepcopy(kernel),
+            self.noise_variance,
+            self.prior_variance,
+        )
         self.shared = fedbnr_shared_state(self._template)
         self._server = gpflow.utilities.deepcopy(self._template)  # the server's scratch model (the template stays put)
         self._worker = SharedWorker(self._client_worker)
@@ -260,7 +266,7 @@ class FedBNR(Algorithm):
 
     def _model(self, data: Tuple[Any, Any]) -> BayesianLinearRegression:
         return BayesianLinearRegression(
-            data, gpflow.utilities.deepcopy(self.kernel), self.noise_variance, self.prior_variance
+            data, gpflow.utilities.deepcopy(self._template.kernel), self.noise_variance, self.prior_variance
         )
 
     def _client_worker(self) -> _Worker:
@@ -422,7 +428,6 @@ class FedBNR(Algorithm):
         workers = [shared.built for shared in (self._worker, self._kd)]  # built by an earlier run of this object
         for target in (self._template, self._server, *(w.model for w in workers if w is not None)):
             mine.assign(target, values)
-        self.kernel = gpflow.utilities.deepcopy(self._template.kernel)  # what workers built later copy
 
     def result(self, state: FedBNRState) -> BayesianLinearRegression:
         """The global BLR from the server state alone (the summed statistics and the global kernel)."""
