@@ -416,8 +416,6 @@ class FedBNR(Algorithm):
         """
         if not isinstance(model, BayesianLinearRegression):
             raise TypeError(f"start_from needs a BayesianLinearRegression, got {type(model).__name__}")
-        # every parameter, trainable or not: a result model's kernel is frozen (its statistics fix the features),
-        # and so is an algorithm's built on it; copying only the shared (trainable) values would keep the old kernel
         theirs, mine = _every_parameter(model), _every_parameter(self._template)
         if sorted(theirs.keys) != sorted(mine.keys):
             raise ValueError(
