@@ -13,14 +13,16 @@ and ⇓/↓ (better).
 Differences from the thesis: fixed rounds and steps (no validation early stopping, no grid search), the
 final model is scored (not the best round), and the datasets are those shipped by installed packages.
 
-Two studies write JSON to ``benchmarks/results/`` after every seed:
+Three studies write JSON to ``benchmarks/results/`` after every seed:
 
 * ``--study calibration``: FedBNR vs FedBNR-KD calibration (Table 3.2) with diagnostics — ECE over two level
   grids, signed coverage, the learnt σ², FedBNR-KD at α = 10 and a kernel-only distillation;
 * ``--study thesis-schedule``: the thesis' schedule for FedBNR and FedBNR-KD — up to 100 rounds × 50 full-batch
   local steps, the global model scored after every round, early stopping after 5 rounds without a better
   validation RMSE, FedBNR-KD's α chosen on validation from ``--alphas``; reports the thesis' "minimum test RMSE"
-  and the test RMSE of the validation-selected round.
+  and the test RMSE of the validation-selected round;
+* ``--study central-trace``: the methods table's centralized model, its training and test RMSE and σ² before
+  training and after every ``--local-steps`` Adam steps (why it scores no better than the mean on diabetes).
 
     python benchmarks/fedbnr.py --quick --datasets concrete --clients 10 --seeds 3
     python benchmarks/fedbnr.py --gemm-only
@@ -229,6 +231,47 @@ def calibration_study(task, cfg: argparse.Namespace, seed: int) -> Dict[str, Dic
     return out
 
 
+def central_trace(task, cfg: argparse.Namespace, seed: int) -> Dict[str, object]:
+    """The methods table's ``central`` model (the URK GP on the pooled training rows, ``cfg.rounds ·
+    cfg.local_steps`` Adam steps from the same start), scored on its training rows and on the test set before
+    training and after every ``cfg.local_steps`` steps: does the pooled deep kernel overfit?"""
+    ds = task.dataset
+    X, Y = ds.pooled()
+    X_test, Y_test = ds.test
+    model = BayesianLinearRegression(
+        (X, Y), deep_urk(ds.input_dim, hidden=(cfg.hidden,), num_samples=cfg.num_samples, seed=seed), 0.5, 1.0
+    )
+    loss = lambda X, Y: negative_log_marginal_likelihood_per_point(model, X, Y)  # noqa: E731
+    trainer = CompiledAdam(model.trainable_variables, loss, cfg.lr, compile=not cfg.eager)
+    state = trainer.initial_state()
+
+    def rmse(X: np.ndarray, Y: np.ndarray) -> float:
+        return float(np.sqrt(np.mean((model.predict_y(X)[0].numpy() - Y) ** 2)))
+
+    per_step = []
+    for r in range(cfg.rounds + 1):
+        if r:
+            _, state = trainer.fit(cfg.local_steps, state, X, Y)
+        per_step.append(
+            {
+                "step": r * cfg.local_steps,
+                "train_rmse": rmse(X, Y),
+                "test_rmse": rmse(X_test, Y_test),
+                "noise_variance": float(model.likelihood.variance.numpy()),
+            }
+        )
+    first, last = per_step[0], per_step[-1]
+    return {
+        "train_rmse_start": first["train_rmse"],
+        "train_rmse_end": last["train_rmse"],
+        "test_rmse_start": first["test_rmse"],
+        "test_rmse_end": last["test_rmse"],
+        "min_test_rmse": min(row["test_rmse"] for row in per_step),
+        "noise_variance_end": last["noise_variance"],
+        "per_step": per_step,
+    }
+
+
 class _EarlyStop(Exception):
     """Raised by the monitor of :func:`thesis_schedule` to end a run whose validation RMSE stopped improving."""
 
@@ -398,6 +441,14 @@ def summarize_study(study: str, records: List[Dict[str, object]]) -> None:
     """Print the Markdown table of a study's records: mean ± sd over seeds per (dataset, K, method)."""
     keys = {
         "calibration": ("rmse", "ece", "ece99", "signed", "gap95", "noise_variance"),
+        "central-trace": (
+            "train_rmse_start",
+            "train_rmse_end",
+            "test_rmse_start",
+            "test_rmse_end",
+            "min_test_rmse",
+            "noise_variance_end",
+        ),
         "thesis-schedule": (
             "min_test_rmse",
             "selected_test_rmse",
@@ -427,7 +478,8 @@ def summarize_study(study: str, records: List[Dict[str, object]]) -> None:
 
 
 def run_study(args: argparse.Namespace) -> int:
-    """``--study calibration`` or ``--study thesis-schedule`` over datasets × K × seeds; saves after every seed."""
+    """``--study calibration``, ``thesis-schedule`` or ``central-trace`` over datasets × K × seeds; saves after
+    every seed."""
     if args.study == "thesis-schedule":
         args.rounds, args.local_steps = (3, 5) if args.quick else (100, 50)
         args.kd_steps = 5 if args.quick else 50
@@ -453,6 +505,8 @@ def run_study(args: argparse.Namespace) -> int:
                 print(f"{name} K={K} seed={seed}", file=sys.stderr, flush=True)
                 if args.study == "calibration":
                     methods: Dict[str, object] = calibration_study(task, args, seed)
+                elif args.study == "central-trace":
+                    methods = {"central": central_trace(task, args, seed)}
                 else:
                     methods = {"fedbnr": thesis_schedule(task, "fedbnr", args, seed, args.alpha)}
                     grid = [thesis_schedule(task, "fedbnr-kd", args, seed, a) for a in alphas]
@@ -511,10 +565,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--study",
-        choices=("calibration", "thesis-schedule"),
+        choices=("calibration", "thesis-schedule", "central-trace"),
         help="calibration: FedBNR vs FedBNR-KD calibration diagnostics (Table 3.2); thesis-schedule: early-stopped "
         "runs of FedBNR and FedBNR-KD (α chosen on validation from --alphas), minimum and validation-selected test "
-        "RMSE. Both write a JSON file (--out) after every seed.",
+        "RMSE; central-trace: the pooled URK GP's training and test RMSE every --local-steps steps. Each writes a "
+        "JSON file (--out) after every seed.",
     )
     parser.add_argument("--patience", type=int, default=5, help="thesis-schedule: rounds without validation gain")
     parser.add_argument("--alphas", default="0.5,2,5,10", help="thesis-schedule: FedBNR-KD's α grid (Table A.1)")

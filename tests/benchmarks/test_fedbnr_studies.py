@@ -72,3 +72,20 @@ def test_methods_table_is_saved_every_seed_and_reprinted_from_json(fedbnr, tmp_p
     assert fedbnr.main(["--from-json", str(out), "--methods", "fedbnr,fedavg"]) == 0
     table = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| fed")]
     assert len(table) == 2 and all(line in printed for line in table)
+
+
+def test_central_trace_ends_at_the_methods_tables_central_model(fedbnr, tmp_path) -> None:
+    """``--study central-trace`` scores the methods table's ``central`` model along its training: its last test
+    RMSE is the table's, and its first is the untrained model's (a different number)."""
+    out = tmp_path / "central.json"
+    small = ["--datasets", "diabetes", "--clients", "2", "--seeds", "1", "--rounds", "2", "--local-steps", "3"]
+    small += ["--num-samples", "5", "--hidden", "4"]
+    assert fedbnr.main(["--study", "central-trace", *small, "--out", str(out)]) == 0
+    row = __import__("json").loads(out.read_text())["records"][0]["methods"]["central"]
+    assert [r["step"] for r in row["per_step"]] == [0, 3, 6]
+    table = tmp_path / "methods.json"
+    assert fedbnr.main(["--no-gemm", *small, "--methods", "central", "--out", str(table)]) == 0
+    central = __import__("json").loads(table.read_text())["records"][0]["methods"]["central"]
+    assert row["test_rmse_end"] == pytest.approx(central["rmse"], rel=1e-12)
+    assert row["test_rmse_start"] != pytest.approx(row["test_rmse_end"], rel=1e-6)
+    assert row["min_test_rmse"] == min(r["test_rmse"] for r in row["per_step"])
