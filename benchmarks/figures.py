@@ -170,7 +170,7 @@ def _pvi_regional(suffix: str, main: Mapping[tuple, dict]) -> Figures:
 
 def fedbnr() -> Figures:
     """Calibration (ECE) of FedBNR, FedBNR-KD and the kernel-only distillation; the thesis schedule's minimum
-    and validation-selected test RMSE; the methods tables (Tables 3.1–3.4)."""
+    and validation-selected test RMSE; the methods tables (Tables 3.1–3.4); the centralized model's trace."""
     out: Figures = _fedbnr_methods()
     records = _load("fedbnr_calibration.json")["records"]
     for name in ("diabetes", "concrete", "ames"):
@@ -185,6 +185,16 @@ def fedbnr() -> Figures:
         for key in ("min_test_rmse", "selected_test_rmse", "selected_ece"):
             for method in ("fedbnr", "fedbnr-kd"):
                 out |= _stats(f"fedbnr.{name}.schedule.{method}.{key}", [m[method][key] for m in mine])
+    central = _load("fedbnr_central_trace.json")["records"]
+    for name in ("diabetes", "concrete", "ames"):
+        mine = [r["methods"]["central"] for r in central if r["dataset"] == name]
+        keys = ("train_rmse_start", "train_rmse_end", "test_rmse_start", "test_rmse_end", "min_test_rmse")
+        for key in (*keys, "noise_variance_end"):
+            out |= _stats(f"fedbnr.{name}.central.{key}", [m[key] for m in mine])
+        rise = [m["test_rmse_end"] - m["test_rmse_start"] for m in mine]
+        out |= _stats(f"fedbnr.{name}.central.test_rmse_end_minus_start", rise, lower_is_better=False)
+        best = [min(m["per_step"], key=lambda row: row["test_rmse"])["step"] for m in mine]
+        out |= _stats(f"fedbnr.{name}.central.best_step", best)
     return out
 
 
