@@ -107,7 +107,14 @@ PROFILES: Dict[str, Dict[str, Invocations]] = {
     "fedbnr": {
         "quick": [["--quick", "--datasets", "diabetes,concrete", "--clients", "10", "--seeds", "2"]],
         "full": [
-            [],
+            (  # the methods tables (the saved ones ran as separate processes, per dataset and K; page)
+                "--no-gemm --rounds 10 --local-steps 20 --kd-steps 20 --datasets diabetes,concrete,ames "
+                "--clients 10,100 --seeds 10 --out runs/bench/fedbnr_methods.json"
+            ).split(),
+            (
+                "--study central-trace --rounds 10 --local-steps 20 --datasets diabetes,concrete,ames --clients 10 "
+                "--seeds 10 --out runs/bench/fedbnr_central_trace.json"
+            ).split(),
             [
                 "--study",
                 "calibration",
