@@ -120,15 +120,8 @@ def run_methods(task, methods: Sequence[str], cfg: argparse.Namespace, seed: int
     for method in methods:
         t0 = time.perf_counter()
         if method == "central":
-            X_pool, Y_pool = ds.pooled()
-            model = BayesianLinearRegression((X_pool, Y_pool), kernel(), 0.5, 1.0)
-            trainer = CompiledAdam(
-                model.trainable_variables,
-                lambda X, Y: negative_log_marginal_likelihood_per_point(model, X, Y),
-                cfg.lr,
-                compile=not cfg.eager,
-            )
-            trainer.fit(max(cfg.rounds * cfg.local_steps, 1), trainer.initial_state(), X_pool, Y_pool)
+            model, trainer = central_model(task, cfg, seed)
+            trainer.fit(max(cfg.rounds * cfg.local_steps, 1), trainer.initial_state(), *ds.pooled())
             models = [model]
         elif method in ("fedbnr", "fedbnr-kd", "local+local", "local+global", "avg+local", "kd+local"):
             name = {"fedbnr": "avg+global", "fedbnr-kd": "kd+global"}.get(method, method)
@@ -231,22 +224,27 @@ def calibration_study(task, cfg: argparse.Namespace, seed: int) -> Dict[str, Dic
     return out
 
 
-def central_trace(task, cfg: argparse.Namespace, seed: int) -> Dict[str, object]:
-    """The methods table's ``central`` model (the URK GP on the pooled training rows, ``cfg.rounds ·
-    cfg.local_steps`` Adam steps from the same start), scored on its training rows and on the test set before
-    training and after every ``cfg.local_steps`` steps: does the pooled deep kernel overfit?"""
+def central_model(task, cfg: argparse.Namespace, seed: int) -> Tuple[BayesianLinearRegression, CompiledAdam]:
+    """The methods table's centralized model, untrained (the URK GP on the pooled training rows, σ² = 0.5,
+    λ² = 1), and the Adam trainer of its per-point negative log marginal likelihood."""
     ds = task.dataset
-    X, Y = ds.pooled()
-    X_test, Y_test = ds.test
-    model = BayesianLinearRegression(
-        (X, Y), deep_urk(ds.input_dim, hidden=(cfg.hidden,), num_samples=cfg.num_samples, seed=seed), 0.5, 1.0
-    )
+    kernel = deep_urk(ds.input_dim, hidden=(cfg.hidden,), num_samples=cfg.num_samples, seed=seed)
+    model = BayesianLinearRegression(ds.pooled(), kernel, 0.5, 1.0)
     loss = lambda X, Y: negative_log_marginal_likelihood_per_point(model, X, Y)  # noqa: E731
-    trainer = CompiledAdam(model.trainable_variables, loss, cfg.lr, compile=not cfg.eager)
+    return model, CompiledAdam(model.trainable_variables, loss, cfg.lr, compile=not cfg.eager)
+
+
+def central_trace(task, cfg: argparse.Namespace, seed: int) -> Dict[str, object]:
+    """The methods table's ``central`` model (:func:`central_model`, ``cfg.rounds · cfg.local_steps`` Adam
+    steps), scored on its training rows and on the test set before training and after every ``cfg.local_steps``
+    steps: does the pooled deep kernel overfit?"""
+    X, Y = task.dataset.pooled()
+    X_test, Y_test = task.dataset.test
+    model, trainer = central_model(task, cfg, seed)
     state = trainer.initial_state()
 
     def rmse(X: np.ndarray, Y: np.ndarray) -> float:
-        return float(np.sqrt(np.mean((model.predict_y(X)[0].numpy() - Y) ** 2)))
+        return metrics.rmse(Y, model.predict_y(X)[0].numpy())
 
     per_step = []
     for r in range(cfg.rounds + 1):
