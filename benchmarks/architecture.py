@@ -13,7 +13,7 @@ left out of the module graph (a package importing its own sub-modules is not a c
 
 ``trace`` runs one FSGP round (FedAvg, 4 clients, secure aggregation on) under ``sys.setprofile`` and records each
 *transition*: a call from a function of one ``gpflow_fed`` module into a function of another. It prints, per stage of
-the phase owner (``gpflow_fed.federated.exchange``), the modules entered from it, and every module that is entered
+the phase owner (``gpflow_fed.federated.engine.exchange``), the modules entered from it, and every module that is entered
 from a module below the phase owner and then calls back up into it ("re-entered from below").
 """
 
@@ -170,7 +170,7 @@ def trace() -> Dict[str, object]:
     protection = Protection(secure_aggregation=True)  # the default, stated
     run(make(), dataset, protection=protection)  # warm up: tracing and imports happen outside the trace
     transitions: Dict[Tuple[str, str], int] = defaultdict(int)
-    owner = "gpflow_fed.federated.exchange"
+    owner = "gpflow_fed.federated.engine.exchange"
     per_stage: Dict[str, Dict[str, int]] = defaultdict(lambda: defaultdict(int))
     reentered: Dict[str, int] = defaultdict(int)
     stack: List[Tuple[str, str]] = []  # (module, the phase owner's stage at the time)

@@ -5,7 +5,7 @@ K clients of N_k points each (FSGP synthetic dataset 1, iid, scaled by public co
 hyperparameters, as in ``benchmarks/dp_utility.py --part fedbnr``). The noise is calibrated to the target ε by
 ``DifferentialPrivacy.for_target``; the clip norm C = N_k·b is a public bound that never clips (b from
 ``‖φ(x)‖² = σ_f² m/(m−1)``). FedBNR's server repairs the noised ``Σ ΦᵀΦ`` as ``PSD(·) + τ I``
-(:func:`gpflow_fed.federated.protection.postprocess.denoised_gram`). Reported per noise draw: ε spent, test RMSE and
+(:func:`gpflow_fed.federated.algorithms.postprocess.denoised_gram`). Reported per noise draw: ε spent, test RMSE and
 NLPD in data units; also the no-DP run and the RMSE of a constant prediction.
 
 Usage: ``python benchmarks/dp_example.py [--clients 1000] [--epsilon 10] [--draws 3] [--save FILE]``.

@@ -53,10 +53,10 @@ import numpy as np  # noqa: E402
 from gpflow_fed.data import FederatedDataset, fsgp_synthetic_1  # noqa: E402
 from gpflow_fed.data.partition import iid_partition  # noqa: E402
 from gpflow_fed.federated import LocalRuntime, run  # noqa: E402
-from gpflow_fed.federated.algorithm import Aggregate  # noqa: E402
+from gpflow_fed.federated.protocol.algorithm import Aggregate  # noqa: E402
 from gpflow_fed.federated.algorithms import FSGP, FedBNR, initial_inducing_inputs  # noqa: E402
 from gpflow_fed.kernels import URK  # noqa: E402
-from gpflow_fed.federated.protection.postprocess import project_to_psd  # noqa: E402
+from gpflow_fed.federated.algorithms.postprocess import project_to_psd  # noqa: E402
 from gpflow_fed.federated.protection.dp import DifferentialPrivacy, PrivacyAccountant  # noqa: E402
 
 NOISE_MULTIPLIERS = (0.25, 0.5, 1.0, 2.5, 5.0, 10.0)  # K and 10K at z and 10z: the noise/signal ratio is z/K
@@ -88,7 +88,7 @@ class RidgeFSGP(FSGP):
 class RepairedFedBNR(FedBNR):
     """FedBNR whose server replaces the released ``Σ Φ_kᵀΦ_k`` by ``PSD(Σ Φ_kᵀΦ_k) + ridge · I`` itself and hides
     the noise from FedBNR's own repair (which is ``PSD + τ I``,
-    :func:`~gpflow_fed.federated.protection.postprocess.denoised_gram`):
+    :func:`~gpflow_fed.federated.algorithms.postprocess.denoised_gram`):
     ``ridge = None`` keeps the noised sum as it is, ``0.0`` projects it only."""
 
     ridge: Any = 0.0

@@ -52,7 +52,7 @@ from gpflow_fed.federated.algorithms import FedAvgNN, FedBNR, PersonalisedGP  # 
 from gpflow_fed.federated.algorithms.distillation import distillation_loss  # noqa: E402
 from gpflow_fed.data import fedbnr_real_task, load_dataset  # noqa: E402
 from gpflow_fed.federated import run  # noqa: E402
-from gpflow_fed.federated.local_training import CompiledAdam  # noqa: E402
+from gpflow_fed.training.adam import CompiledAdam  # noqa: E402
 from gpflow_fed.federated.algorithms.fedbnr import negative_log_marginal_likelihood_per_point  # noqa: E402
 from gpflow_fed.kernels import DeepKernel, deep_urk, mlp  # noqa: E402
 from gpflow_fed.models import BayesianLinearRegression, blr_statistics  # noqa: E402

@@ -21,7 +21,7 @@ import gpflow
 from gpflow_fed.data import FederatedDataset
 from gpflow_fed.federated import LocalRuntime, run
 from gpflow_fed.federated.algorithms import FedBNR
-from gpflow_fed.federated.algorithm import FederationInfo
+from gpflow_fed.federated.protocol.algorithm import FederationInfo
 from gpflow_fed.models import BayesianLinearRegression
 
 __all__ = ["ABLATIONS", "RepeatedFedBNR", "fedbnr_ablation", "last_layers", "learn_kernels", "plain_runtime"]

@@ -35,7 +35,7 @@ sys.path.insert(0, ROOT)
 from gpflow_fed.data import FederatedDataset  # noqa: E402
 from gpflow_fed.federated import LocalRuntime, register_algorithm_factory, run  # noqa: E402
 from gpflow_fed.federated.algorithms import FSGP  # noqa: E402
-from gpflow_fed.federated.factories import TRUSTED_MODULES_ENV  # noqa: E402
+from gpflow_fed.federated.engine.factories import TRUSTED_MODULES_ENV  # noqa: E402
 
 #: the factory's registered name; every Flower party imports this module (PYTHONPATH = benchmarks/, and
 #: $GPFLOW_FED_ALGORITHM_MODULES names it), which registers it

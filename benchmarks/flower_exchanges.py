@@ -81,10 +81,10 @@ def loopback(folder: str, rounds: int, inducing: int) -> Dict[str, Any]:
     from gpflow_fed.data.tabular import read_party_table
     from gpflow_fed.federated import Protection
     from gpflow_fed.federated.runtimes.flower.client_app import make_client_app
-    from gpflow_fed.federated.runtimes.flower.methods import FIT_FACTORY, fit_method
+    from gpflow_fed.fitting.flower import FIT_FACTORY, fit_method
     from gpflow_fed.federated.runtimes.flower.server_app import FlowerServer, run_config_defaults
     from gpflow_fed.federated.runtimes.flower.testing import LoopbackGrid
-    from gpflow_fed.flower_commands import write_party_data
+    from gpflow_fed.federated.runtimes.flower.commands import write_party_data
 
     nodes = []
     for k, path in enumerate(write_party_examples(os.path.join(folder, "hospitals"))):

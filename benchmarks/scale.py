@@ -39,7 +39,7 @@ from gpflow_fed.data.partition import iid_partition  # noqa: E402
 from gpflow_fed.federated import LocalRuntime, run  # noqa: E402
 from gpflow_fed.federated.algorithms import FSGP, initial_inducing_inputs  # noqa: E402
 from gpflow_fed.federated.algorithms.fsgp.statistics import sgpr_statistics  # noqa: E402
-from gpflow_fed.federated.local_training import adam_steps  # noqa: E402
+from gpflow_fed.training.adam import adam_steps  # noqa: E402
 
 
 class TimedFSGP(FSGP):

@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from provenance import save  # noqa: E402
 from gpflow_fed.data.partition import iid_partition  # noqa: E402
 from gpflow_fed.federated import FaultPolicy, LocalRuntime, RunOptions, SecureAggregation, run  # noqa: E402
-from gpflow_fed.federated.transport import Response  # noqa: E402
+from gpflow_fed.federated.protocol.transport import Response  # noqa: E402
 
 #: the share of each secure exchange's cohort that drops out after answering its update (``dropouts``)
 DROPOUT = 0.1

@@ -118,7 +118,7 @@ print(weather)
 # ## Standardisation without pooling
 # `standardized()` uses only each client's size, column means and sums of squared deviations, yet equals the
 # pooled statistics; the scaler maps predictions back to data units. It combines those summaries in plain, outside
-# any ledger, which suits a simulation. Between real parties, `gpflow_fed.federated.standardize(dataset)` agrees
+# any ledger, which suits a simulation. Between real parties, `gpflow_fed.fitting.standardize(dataset)` agrees
 # the pooled moments in a recorded exchange of a run, masked by secure aggregation (the default) and DP-accounted
 # when the run asks for DP; `gpflow_fed.fit` and the command line standardise that way.
 

@@ -44,7 +44,7 @@ frame.groupby("hospital").agg(rows=("los", "size"), youngest=("age", "min"), old
 #
 # `gpflow_fed.fit` makes one client per value of the party column, holds out 20 % of each party's rows as the
 # shared test set, standardises every column with means and variances the parties agree on from their own
-# sums (`gpflow_fed.federated.standardize`: a recorded exchange, no rows pooled), and runs FSGP with the package's
+# sums (`gpflow_fed.fitting.standardize`: a recorded exchange, no rows pooled), and runs FSGP with the package's
 # defaults (`gpflow_fed.fitting.DEFAULTS`, chosen by `benchmarks/fit_defaults.py`). Every sum and average the
 # parties send is masked by secure aggregation, the default of every run: the server learns only totals. The inducing inputs Z need no client rows: an even grid (Halton points for
 # D > 1) over the standardised box [−2, 2]^D.

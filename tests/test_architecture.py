@@ -28,7 +28,7 @@ def test_no_module_calls_back_into_the_phase_owner_and_every_stage_goes_through_
     assert set(stages) == {"update", "advertise", "share", "store", "masked_input", "unmask"}
     for stage, modules in stages.items():
         assert "gpflow_fed.federated.runtimes.local" in modules, stage  # the transport carries every stage
-    assert modules_entered_once(stages["update"], ("gpflow_fed.federated.faults",))
+    assert modules_entered_once(stages["update"], ("gpflow_fed.federated.protocol.faults",))
 
 
 def modules_entered_once(modules, names):

@@ -15,9 +15,9 @@ import numpy as np
 import tensorflow as tf
 
 from ..data.dataset import FederatedDataset
-from ..federated.local_training import CompiledAdam, per_point_loss
+from ..training.adam import CompiledAdam, per_point_loss
 from ..metrics import evaluate_model
-from ..federated.stopping import Plateau
+from ..training.stopping import Plateau
 from ..validation import integer, positive_float
 
 __all__ = ["BaselineResult", "centralized_sgpr", "local_only_sgpr", "train_adam"]
@@ -55,7 +55,7 @@ def train_adam(
     stopping: Optional[Plateau] = None,
 ) -> int:
     """Up to ``steps`` tf_keras Adam steps on ``model.training_loss() / num_data`` in one compiled loop (the
-    :class:`~gpflow_fed.federated.local_training.CompiledAdam` FSGP clients run).
+    :class:`~gpflow_fed.training.adam.CompiledAdam` FSGP clients run).
 
     :param stopping: end early once the per-step losses reach this plateau; the loop then runs in chunks of
         ``stopping.window`` steps with one Adam state, so the steps taken are the same as without it up to the

@@ -66,7 +66,7 @@ def _settings(pairs: List[str]) -> Dict[str, Any]:
 
 
 def _address_problem(address: str, option: str) -> List[str]:
-    from ..flower_commands import parse_address
+    from ..federated.runtimes.flower.commands import parse_address
 
     try:
         parse_address(address, option)
@@ -104,7 +104,7 @@ def _check_party(args: argparse.Namespace) -> None:
 def party_command(args: argparse.Namespace) -> Tuple[List[str], str]:
     """The ``flower-supernode`` command of a checked ``flower party`` (its table in ``args.table``) and the file it
     wrote the party's rows to, privately, under ``--state-dir``."""
-    from ..flower_commands import default_state_root, executable, supernode_command, write_party_data
+    from ..federated.runtimes.flower.commands import default_state_root, executable, supernode_command, write_party_data
 
     table = args.table
     root = os.path.abspath(args.state_dir) if args.state_dir else default_state_root()
@@ -121,7 +121,7 @@ def party_command(args: argparse.Namespace) -> Tuple[List[str], str]:
 
 
 def _party(args: argparse.Namespace) -> int:
-    from ..flower_commands import OFFLINE_ENV
+    from ..federated.runtimes.flower.commands import OFFLINE_ENV
 
     command, data = party_command(args)
     table = args.table
@@ -189,7 +189,7 @@ def server_config(args: argparse.Namespace) -> Dict[str, Any]:
 
 def _server(args: argparse.Namespace) -> int:
     from ..federated.runtimes.flower.deploy import SuperLinkServer
-    from ..federated.runtimes.flower.methods import FIT_FACTORY
+    from ..fitting.flower import FIT_FACTORY
 
     config = server_config(args)
     workdir = os.path.abspath(args.workdir)
@@ -228,7 +228,7 @@ def _check_app(args: argparse.Namespace) -> None:
 
 
 def _app(args: argparse.Namespace) -> int:
-    from ..federated.factories import TRUSTED_MODULES_ENV
+    from ..federated.engine.factories import TRUSTED_MODULES_ENV
     from ..federated.runtimes.flower.deploy import OFFLINE_ENV, superlink_command, supernode_command, write_app
 
     port = args.superlink.rpartition(":")[2]
@@ -267,10 +267,10 @@ def _app(args: argparse.Namespace) -> int:
 def _check_factory(spec: str) -> str:
     """Import the factory's module (the app writer's own code) and check the factory is registered; returns
     the module name. Flower run configs may name registered factories only (see
-    :mod:`gpflow_fed.federated.factories`)."""
+    :mod:`gpflow_fed.federated.engine.factories`)."""
     import importlib
 
-    from ..federated.factories import TRUSTED_MODULES_ENV, load_factory
+    from ..federated.engine.factories import TRUSTED_MODULES_ENV, load_factory
 
     if not isinstance(spec, str) or spec.count(":") != 1 or not all(spec.split(":")):
         raise ValueError(f"--algorithm must be a factory 'package.module:function', got {spec!r}")

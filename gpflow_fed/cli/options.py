@@ -96,8 +96,8 @@ def refuse_ignored(args: argparse.Namespace, ignored: Mapping[str, str]) -> None
 
 def standardized(raw: Any) -> Tuple[Any, Any]:
     """``raw`` standardised with moments agreed in the recorded, protected exchange every command uses
-    (:func:`gpflow_fed.federated.standardize`, secure aggregation on): ``(dataset, standardizer)``."""
-    from ..federated import standardize
+    (:func:`gpflow_fed.fitting.standardize`, secure aggregation on): ``(dataset, standardizer)``."""
+    from ..fitting import standardize
 
     dataset, scaler, _ = standardize(raw)
     return dataset, scaler

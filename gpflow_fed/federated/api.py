@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Any, Optional
 
 from ..data.dataset import FederatedDataset
-from ..data.standardize import Standardizer
-from .algorithm import Algorithm
-from .options import RunOptions
+from .protocol.algorithm import Algorithm
+from .engine.options import RunOptions
 from .protection.request import Protection
-from .result import FederatedResult
+from .engine.result import FederatedResult
 from .runtimes.base import Runtime
 from .runtimes.local import LocalRuntime
 
@@ -51,28 +50,3 @@ def run(
     return (runtime or LocalRuntime()).execute(
         algorithm, dataset, options=options, protection=protection, monitor=monitor, seed=seed
     )
-
-
-def standardize(
-    dataset: FederatedDataset,
-    *,
-    runtime: Optional[Runtime] = None,
-    options: Optional[RunOptions] = None,
-    protection: Optional[Protection] = None,
-    seed: int = 0,
-) -> Tuple[FederatedDataset, Standardizer, FederatedResult]:
-    """Standardise ``dataset`` with moments agreed in a recorded, protected exchange
-    (:class:`~gpflow_fed.federated.algorithms.Moments`): under secure aggregation (the default) the server learns
-    only the pooled sums; the exchange is in the returned result's ledger (and DP-accounted when ``protection`` asks
-    for DP).
-
-    :return: the standardised dataset (clients and test set), the :class:`~gpflow_fed.data.Standardizer`, and the
-        moments run's :class:`FederatedResult` (its ledger, privacy report, and ``model``: the predict-the-mean
-        baseline).
-    """
-    from .algorithms.moments import Moments
-    from .algorithms.moments import standardize as apply
-
-    result = run(Moments(), dataset, runtime=runtime, options=options, protection=protection, seed=seed)
-    standardized, scaler = apply(dataset, result)
-    return standardized, scaler, result

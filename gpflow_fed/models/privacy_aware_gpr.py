@@ -37,7 +37,7 @@ from ..release.obfuscation import Covariance, _check_method, _inputs, obfuscate,
 from ..release.regions import Region, check_region, region_noise_covariance
 from ..release.tolerance import Tolerance, resolve_tolerance
 from ..validation import public_inputs_on_released
-from ._npz import read_npz
+from .serialization import read_npz
 from .recyclable import kernel_from_spec, kernel_spec
 
 

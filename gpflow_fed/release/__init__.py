@@ -1,4 +1,4 @@
-"""Privacy-aware GP release by synthetic correlated noise (Tuo & Bhattacharya), formerly ``gpflow_fed.privacy``."""
+"""Privacy-aware GP release by synthetic correlated noise (Tuo & Bhattacharya), formerly ``gpflow_fed.release``."""
 
 from .lowrank import LowRankCovariance
 from .obfuscation import (

@@ -7,7 +7,7 @@ import numpy as np
 import tensorflow as tf
 from gpflow.keras import tf_keras
 
-from gpflow_fed.federated.fingerprint import data_digest, describe_settings, settings_differences
+from gpflow_fed.federated.protocol.fingerprint import data_digest, describe_settings, settings_differences
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,8 +15,8 @@ from gpflow.keras import tf_keras
 from gpflow_fed.data import FederatedDataset
 from gpflow_fed.federated import run
 from gpflow_fed.federated.algorithms import PersonalisedGP
-from gpflow_fed.federated.checkpoint import decode_tree, encode_tree
-from gpflow_fed.federated.local_training import AdamState, CompiledAdam, SharedWorker, adam_steps, per_point_loss
+from gpflow_fed.federated.engine.checkpoint import decode_tree, encode_tree
+from gpflow_fed.training.adam import AdamState, CompiledAdam, SharedWorker, adam_steps, per_point_loss
 
 RNG = np.random.default_rng(0)
 CLIENTS = [(X, np.sin(X) + 0.1 * RNG.normal(size=X.shape)) for X in (RNG.uniform(-3, 3, (n, 1)) for n in (6, 9, 13))]

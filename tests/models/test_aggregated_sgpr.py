@@ -112,7 +112,7 @@ def test_kernel_type_is_checked(problem):
 
 
 def test_project_to_psd_is_the_nearest_psd_matrix_and_leaves_psd_sums_alone():
-    from gpflow_fed.federated.protection.postprocess import project_to_psd
+    from gpflow_fed.federated.algorithms.postprocess import project_to_psd
 
     rng = np.random.default_rng(3)
     C = rng.normal(size=(6, 20))

@@ -1,4 +1,4 @@
-"""``gpflow_fed.privacy`` is a deprecated alias of ``gpflow_fed.release`` (renamed; kept for one release)."""
+"""``gpflow_fed.release`` is a deprecated alias of ``gpflow_fed.release`` (renamed; kept for one release)."""
 
 import json
 import os
@@ -21,21 +21,21 @@ def ours(caught):
 
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    import gpflow_fed.privacy as old
+    import gpflow_fed.release as old
     report["package"] = ours(caught)
     import gpflow_fed.release as new
     report["same_api"] = all(getattr(old, name) is getattr(new, name) for name in new.__all__)
     for name in %r:
         del caught[:]
-        module = importlib.import_module("gpflow_fed.privacy." + name)
+        module = importlib.import_module("gpflow_fed.release." + name)
         report[name] = {
             "warnings": ours(caught),
             "same": module is importlib.import_module("gpflow_fed.release." + name),
         }
-    from gpflow_fed.privacy.lowrank import _orthonormal_block  # private names resolve too
+    from gpflow_fed.release.lowrank import _orthonormal_block  # private names resolve too
     from gpflow_fed.release.lowrank import _orthonormal_block as same
     report["private"] = _orthonormal_block is same
-    from gpflow_fed.privacy import weak
+    from gpflow_fed.release import weak
     report["attribute"] = weak is importlib.import_module("gpflow_fed.release.weak")
 print(json.dumps(report))
 """
@@ -52,13 +52,13 @@ def test_the_old_package_and_each_old_submodule_warn_and_give_the_same_objects()
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout.strip().split("\n")[-1])
     assert report["package"] == [
-        "gpflow_fed.privacy is deprecated and will be removed in the next release; import gpflow_fed.release instead"
+        "gpflow_fed.release is deprecated and will be removed in the next release; import gpflow_fed.release instead"
     ]
     assert report["same_api"] and report["private"] and report["attribute"]
     for name in SUBMODULES:
         assert report[name]["same"], name
         assert report[name]["warnings"] == [
-            f"gpflow_fed.privacy.{name} is deprecated and will be removed in the next release; "
+            f"gpflow_fed.release.{name} is deprecated and will be removed in the next release; "
             f"import gpflow_fed.release.{name} instead"
         ], name
 

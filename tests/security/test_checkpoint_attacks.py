@@ -16,7 +16,7 @@ import pytest
 from gpflow_fed.data import FederatedDataset
 from gpflow_fed.federated import LocalRuntime, run
 from gpflow_fed.federated.algorithms import FSGP
-from gpflow_fed.federated.checkpoint import MANIFEST, POINTER, write_manifest, latest_checkpoint
+from gpflow_fed.federated.engine.checkpoint import MANIFEST, POINTER, write_manifest, latest_checkpoint
 
 from tests.federated.helpers import FederatedMean
 
@@ -132,7 +132,7 @@ def _rewrite_state(path, node):
         "builtins:eval",
         "os:system",
         "gpflow_fed.not_a_module:State",
-        "gpflow_fed.federated.checkpoint:json",
+        "gpflow_fed.federated.engine.checkpoint:json",
         "gpflow_fed:__class__",
         "a b:c",
     ],

@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from gpflow_fed.data import FederatedDataset
 from gpflow_fed.federated import Client, LocalRuntime, run
-from gpflow_fed.federated.checkpoint import POINTER, latest_checkpoint
+from gpflow_fed.federated.engine.checkpoint import POINTER, latest_checkpoint
 
 from tests.federated.helpers import FederatedMean
 from tests.federated.runtimes.flower_helpers import task_identity  # noqa: F401  (a fixture)

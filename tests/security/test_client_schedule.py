@@ -17,15 +17,15 @@ import numpy as np
 import pytest
 
 from gpflow_fed.federated import Client, ClientPolicy, DistributedDP, Message, Protection, SecureAggregation, run
-from gpflow_fed.federated.algorithm import FederationInfo
+from gpflow_fed.federated.protocol.algorithm import FederationInfo
 from gpflow_fed.federated.algorithms import FSGP
-from gpflow_fed.federated.endpoint import ClientEndpoint
-from gpflow_fed.federated.messages import SERVER
+from gpflow_fed.federated.engine.endpoint import ClientEndpoint
+from gpflow_fed.federated.protocol.messages import SERVER
 from gpflow_fed.federated.protection.encoder import DATA_FAULT, ClientEncoder, broadcast_digest, request_view
 from gpflow_fed.federated.protection.masking import Exchange
 from gpflow_fed.federated.protection.secagg import SecAggAborted, SecAggServer, drive
 from gpflow_fed.federated.protection.wire import pack, unpack
-from gpflow_fed.federated.transport import UPDATE, Request
+from gpflow_fed.federated.protocol.transport import UPDATE, Request
 from gpflow_fed.randomness import new_run_id
 
 from gpflow_fed.data import FederatedDataset

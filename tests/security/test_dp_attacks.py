@@ -10,7 +10,7 @@ from gpflow_fed.data import FederatedDataset
 from gpflow_fed.federated import Algorithm, DifferentialPrivacy, LocalRuntime, run
 from gpflow_fed.federated import Protection
 from gpflow_fed.federated.protection.reduction import ExchangeContext, Reducer
-from gpflow_fed.federated.messages import Message
+from gpflow_fed.federated.protocol.messages import Message
 
 
 class ReleaseSum(Algorithm):

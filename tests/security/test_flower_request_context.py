@@ -19,14 +19,14 @@ from gpflow_fed.federated.algorithms.moments import MOMENTS_PHASE  # noqa: E402
 from flwr.app import MessageType  # noqa: E402
 from gpflow_fed.federated.runtimes.flower import runtime as flower_runtime  # noqa: E402
 from gpflow_fed.federated.runtimes.flower import server_app  # noqa: E402
-from gpflow_fed.federated.messages import SERVER, Message  # noqa: E402
+from gpflow_fed.federated.protocol.messages import SERVER, Message  # noqa: E402
 from gpflow_fed.federated.runtimes.flower.records import (  # noqa: E402
     JOB,
     job_to_config,
     request_context,
     request_to_recorddict,
 )
-from gpflow_fed.federated.transport import Request  # noqa: E402
+from gpflow_fed.federated.protocol.transport import Request  # noqa: E402
 
 VICTIM = (np.array([[1971.25], [1999.5]]), np.array([[12.5], [88.0]]))
 
@@ -127,7 +127,7 @@ def test_control_the_same_moments_for_every_party_sum_exactly(monkeypatch):
 def test_the_moments_job_refuses_moments():
     from flwr.app import RecordDict
 
-    from gpflow_fed.federated.algorithm import FederationInfo
+    from gpflow_fed.federated.protocol.algorithm import FederationInfo
     from gpflow_fed.federated.runtimes.flower.records import MOMENTS_JOB, recorddict_to_job
 
     info = FederationInfo(("client_0", "client_1"), {"client_0": 2, "client_1": 3}, 1, 1, 0)
@@ -142,7 +142,7 @@ def test_a_deployed_party_answers_a_job_under_the_moments_it_was_first_shown(tmp
     from gpflow_fed.federated.runtimes.flower.client_app import make_client_app
     from gpflow_fed.federated.runtimes.flower.records import MOMENTS_JOB, TRAIN_JOB
     from gpflow_fed.federated.runtimes.flower.testing import LoopbackGrid
-    from gpflow_fed.federated.algorithm import FederationInfo
+    from gpflow_fed.federated.protocol.algorithm import FederationInfo
 
     np.savez(tmp_path / "c0.npz", X=VICTIM[0], Y=VICTIM[1])
     node = {"data": str(tmp_path / "c0.npz"), "client-index": 0, "state-dir": str(tmp_path / "state")}
@@ -169,7 +169,7 @@ def test_a_deployed_party_answers_a_job_under_the_moments_it_was_first_shown(tmp
 def test_a_live_partys_jobs_share_one_encoder(tmp_path):
     """In process (parties live between messages) the moments job and the training job of one party use one encoder,
     so one data-dependent refusal stops the party for the whole run, not per job (the seventh attack's note)."""
-    from gpflow_fed.federated.algorithm import FederationInfo
+    from gpflow_fed.federated.protocol.algorithm import FederationInfo
     from gpflow_fed.federated.runtimes.flower.client_app import _LIVE, make_client_app
     from gpflow_fed.federated.runtimes.flower.records import MOMENTS_JOB, TRAIN_JOB
     from gpflow_fed.federated.runtimes.flower.testing import LoopbackGrid

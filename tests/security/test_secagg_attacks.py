@@ -435,7 +435,7 @@ def test_a_server_that_shows_cohort_members_different_requests_unmasks_noise(sho
 def test_two_broadcasts_never_share_a_digest_through_a_name_holding_a_nul():
     """The fourth attack: without length prefixes, a name holding ``\\0`` shifted the boundary between arrays, so a
     broadcast that zeroed the others' answers had the victim's digest (and request view, and pads that cancel)."""
-    from gpflow_fed.federated.messages import SERVER, Message
+    from gpflow_fed.federated.protocol.messages import SERVER, Message
     from gpflow_fed.federated.protection.encoder import broadcast_digest
 
     def header(name, value):

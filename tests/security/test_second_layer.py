@@ -29,7 +29,7 @@ from gpflow_fed.federated import (
 )
 from gpflow_fed.federated.algorithms import FSGP
 from gpflow_fed.federated.algorithms.fsgp.statistics import sgpr_statistics
-from gpflow_fed.federated.exchange import PhaseOwner
+from gpflow_fed.federated.engine.exchange import PhaseOwner
 from gpflow_fed.federated.protection.encoder import ClientEncoder
 
 from tests.federated.helpers import FederatedMean
@@ -63,7 +63,7 @@ class DifferencingOwner(PhaseOwner):
 
 
 def test_a_server_cannot_sum_one_broadcast_over_two_cohorts(monkeypatch):
-    import gpflow_fed.federated.loop as loop
+    import gpflow_fed.federated.engine.loop as loop
 
     monkeypatch.setattr(loop, "PhaseOwner", DifferencingOwner)
     dataset = _dataset((5, 6, 7, 8))

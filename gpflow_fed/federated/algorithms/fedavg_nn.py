@@ -20,11 +20,11 @@ import numpy as np
 import tensorflow as tf
 from gpflow.keras import tf_keras
 
-from ..algorithm import TRAIN_PHASE, Aggregate, Algorithm, FederationInfo
-from ..client import Client
-from ..local_training import CompiledAdam, SharedWorker
-from ..messages import Message
-from ..state import SharedState
+from ..protocol.algorithm import TRAIN_PHASE, Aggregate, Algorithm, FederationInfo
+from ..protocol.client import Client
+from ...training.adam import CompiledAdam, SharedWorker
+from ..protocol.messages import Message
+from ...training.state import SharedState
 from ...validation import integer, non_negative_float, positive_float
 
 from ...models.neural_regression import NetworkMean, NeuralRegression
@@ -119,7 +119,7 @@ class FedAvgNN(Algorithm):
 
     def setup_client(self, client: Client, info: FederationInfo) -> None:
         """The client's own Adam state (its steps run on the shared compiled worker, see
-        :mod:`~gpflow_fed.federated.local_training`) and its data as tensors."""
+        :mod:`~gpflow_fed.training.adam`) and its data as tensors."""
         X, Y = client.data
         _, trainer = self._worker.get(X.shape[1], Y.shape[1])
         client.state["adam"] = trainer.initial_state()

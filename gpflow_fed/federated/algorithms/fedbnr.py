@@ -36,18 +36,18 @@ from gpflow.keras import tf_keras
 
 from ...data.dataset import FederatedDataset, validate_regression_data
 from ...kernels.urk import URK
-from ..protection.postprocess import denoised_gram
+from .postprocess import denoised_gram
 from ...models.bayesian_linear_regression import (
     BayesianLinearRegression,
     blr_log_marginal_likelihood,
     blr_statistics,
 )
 from ...validation import integer, non_negative_float, positive_float
-from ..algorithm import Aggregate, Algorithm, BroadcastRefused, FederationInfo
-from ..client import Client
-from ..local_training import AdamState, CompiledAdam, SharedWorker
-from ..messages import Message
-from ..state import SharedState
+from ..protocol.algorithm import Aggregate, Algorithm, BroadcastRefused, FederationInfo
+from ..protocol.client import Client
+from ...training.adam import AdamState, CompiledAdam, SharedWorker
+from ..protocol.messages import Message
+from ...training.state import SharedState
 from .distillation import distillation_loss
 
 __all__ = ["FedBNR", "FedBNRState", "fedbnr_shared_state", "negative_log_marginal_likelihood_per_point"]
@@ -173,7 +173,7 @@ class FedBNR(Algorithm):
 
     Simulation: the clients' steps run on one shared worker model whose compiled Adam loop takes the client's
     data as arguments (traced once, not per client or round); each client keeps its own Adam state in
-    ``client.state["adam"]`` (see :mod:`~gpflow_fed.federated.local_training`). Client updates therefore run one
+    ``client.state["adam"]`` (see :mod:`~gpflow_fed.training.adam`). Client updates therefore run one
     at a time, serialised by the worker's lock (threaded runtimes stay correct).
     """
 
@@ -298,7 +298,7 @@ class FedBNR(Algorithm):
 
     def setup_client(self, client: Client, info: FederationInfo) -> None:
         """The client's own Adam state (its steps run on the shared compiled worker, see
-        :mod:`~gpflow_fed.federated.local_training`) and its data as tensors."""
+        :mod:`~gpflow_fed.training.adam`) and its data as tensors."""
         client.state["adam"] = self._worker.get().trainer.initial_state()
         client.state["tensors"] = tuple(tf.constant(a, dtype=gpflow.default_float()) for a in client.data)
 

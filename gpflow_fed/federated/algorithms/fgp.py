@@ -13,12 +13,12 @@ import numpy as np
 import tensorflow as tf
 
 from ...models.experts import COMBINATION_RULES, ExpertCommittee
-from ..algorithm import TRAIN_PHASE, Aggregate, Algorithm, BroadcastRefused, FederationInfo, ReplySpec
-from ..client import Client
-from ..messages import Message
-from ..local_training import CompiledAdam, SharedWorker, per_point_loss
-from ..state import SharedState, resolve_path
-from ..stopping import Plateau
+from ..protocol.algorithm import TRAIN_PHASE, Aggregate, Algorithm, BroadcastRefused, FederationInfo, ReplySpec
+from ..protocol.client import Client
+from ..protocol.messages import Message
+from ...training.adam import CompiledAdam, SharedWorker, per_point_loss
+from ...training.state import SharedState, resolve_path
+from ...training.stopping import Plateau
 from ...validation import integer, positive_float
 
 __all__ = ["EXPERTS_PHASE", "FGP", "FGPState"]
@@ -60,8 +60,8 @@ class FGP(Algorithm):
     back ``w_k``; the server sets ``w ← Σ_k N_k w_k / Σ_k N_k`` in GPflow's unconstrained space, as
     :class:`~gpflow_fed.federated.algorithms.FSGP` does. Each client keeps its own Adam moments and step count
     between rounds (``client.state["adam"]``, checkpointed with the client); the steps run on one compiled
-    loop shared by all clients (:class:`~gpflow_fed.federated.local_training.CompiledAdam` on one
-    :class:`~gpflow_fed.federated.local_training.SharedWorker`).
+    loop shared by all clients (:class:`~gpflow_fed.training.adam.CompiledAdam` on one
+    :class:`~gpflow_fed.training.adam.SharedWorker`).
 
     Final phase ``"experts"``: the server sends the final ``w`` to every client, which sets its expert, an
     exact ``gpflow.models.GPR`` on its own data (``client.model``), to it and answers with an empty payload.
@@ -188,7 +188,7 @@ class FGP(Algorithm):
     def setup_client(self, client: Client, info: FederationInfo) -> None:
         """The client's expert (an exact GPR on its own data, ``client.model``) and a fresh Adam state.
 
-        The Adam state (an :class:`~gpflow_fed.federated.local_training.AdamState`) lives in
+        The Adam state (an :class:`~gpflow_fed.training.adam.AdamState`) lives in
         ``client.state["adam"]``, so it is saved with the client's checkpoint; the steps run on the shared worker.
         """
         assert self._worker is not None

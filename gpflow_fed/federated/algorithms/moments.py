@@ -34,9 +34,9 @@ import numpy as np
 from ...data.dataset import FederatedDataset
 from ...data.standardize import Standardizer
 from ...models.mean_predictor import MeanPredictor
-from ..algorithm import Aggregate, Algorithm, FederationInfo, ReplySpec
-from ..client import Client
-from ..messages import Message
+from ..protocol.algorithm import Aggregate, Algorithm, FederationInfo, ReplySpec
+from ..protocol.client import Client
+from ..protocol.messages import Message
 
 __all__ = ["MAGNITUDES_PHASE", "MOMENTS_PHASE", "Moments", "MomentsState"]
 

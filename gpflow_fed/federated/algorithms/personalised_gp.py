@@ -23,11 +23,11 @@ import numpy as np
 import tensorflow as tf
 from gpflow.keras import tf_keras
 
-from ..algorithm import TRAIN_PHASE, Aggregate, Algorithm, FederationInfo
-from ..client import Client
-from ..local_training import CompiledAdam, SharedWorker, per_point_loss
-from ..messages import Message
-from ..state import SharedState
+from ..protocol.algorithm import TRAIN_PHASE, Aggregate, Algorithm, FederationInfo
+from ..protocol.client import Client
+from ...training.adam import CompiledAdam, SharedWorker, per_point_loss
+from ..protocol.messages import Message
+from ...training.state import SharedState
 from ...validation import integer, positive_float
 
 from ...models.personalised_gp import PersonalisedGPs
@@ -119,7 +119,7 @@ class PersonalisedGP(Algorithm):
 
     def setup_client(self, client: Client, info: FederationInfo) -> None:
         """The client's own Adam state (its steps run on the shared compiled worker, see
-        :mod:`~gpflow_fed.federated.local_training`) and its data as tensors."""
+        :mod:`~gpflow_fed.training.adam`) and its data as tensors."""
         _, trainer = self._worker.get()
         client.state["adam"] = trainer.initial_state()
         client.state["tensors"] = tuple(tf.constant(a) for a in client.data)

@@ -18,9 +18,9 @@ from ...models.ensemble_svgp import EnsembleSVGP
 from ...models.recyclable import RecyclableModel, export_svgp
 from ...models.recyclable_training import LocalSVGPTrainer
 from ...validation import integer
-from ..algorithm import Aggregate, Algorithm, FederationInfo
-from ..client import Client
-from ..messages import Message
+from ..protocol.algorithm import Aggregate, Algorithm, FederationInfo
+from ..protocol.client import Client
+from ..protocol.messages import Message
 
 __all__ = ["Recycle"]
 

@@ -1,7 +1,7 @@
 """The client's side of every protection: one encoder per client, holding the client's policy and its keys.
 
 Every runtime hands a protected stage to the party's :class:`ClientEncoder` (through its
-:class:`~gpflow_fed.federated.endpoint.ClientEndpoint`), in process or inside a Flower ClientApp:
+:class:`~gpflow_fed.federated.engine.endpoint.ClientEndpoint`), in process or inside a Flower ClientApp:
 
 1. **prepare** (with the update): the client checks the server's request against its own
    :class:`~gpflow_fed.federated.protection.policy.ClientPolicy`, then clips (DP), caps and applies the weight
@@ -39,7 +39,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple, cast
 
 import numpy as np
 
-from ..messages import Message
+from ..protocol.messages import Message
 from .distributed_dp import DistributedDP, NoiseSource
 from .dp import DifferentialPrivacy, clip_payload
 from .masking import _field
@@ -101,7 +101,7 @@ def request_view(
     """SHA-256 of one protected request as a party saw it: the broadcast's :func:`broadcast_digest`, the protection
     request (``Protection.to_config()``), the cohort size its encoding's range is for, the aggregation, and the
     runtime's ``context``: whatever else the request carries that the party's answer depends on (a Flower table run's
-    job and agreed moments, :attr:`~gpflow_fed.federated.transport.Transport.context`).
+    job and agreed moments, :attr:`~gpflow_fed.federated.protocol.transport.Transport.context`).
 
     Each client binds its own view into its pads (:class:`~.masking.Exchange`'s ``view``), and the server binds the
     view of what it sent: if a server shows members of one cohort different requests (a broadcast that zeroes one

@@ -25,9 +25,9 @@ from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
 import gpflow
 import numpy as np
 
-from ..algorithm import AGGREGATIONS, Aggregate
-from ..faults import RoundFailedError
-from ..messages import Message
+from ..protocol.algorithm import AGGREGATIONS, Aggregate
+from ..protocol.faults import RoundFailedError
+from ..protocol.messages import Message
 from .distributed_dp import DistributedDP, DistributedPrivacyAccountant
 from .dp import DifferentialPrivacy, DPUtilityWarning, PrivacyAccountant, utility_warning
 from .encoder import METRIC_PREFIX, WEIGHT_KEY

@@ -1,8 +1,8 @@
 """What every runtime shares: the Runtime interface, the in-process parties, and client seeds.
 
 A runtime is where the parties run and how messages reach them (a
-:class:`~gpflow_fed.federated.transport.Transport`); the run itself — set-up, phases, protection, rounds — is
-:func:`~gpflow_fed.federated.loop.set_up_run` and :func:`~gpflow_fed.federated.loop.run_rounds`, the same for every
+:class:`~gpflow_fed.federated.protocol.transport.Transport`); the run itself — set-up, phases, protection, rounds — is
+:func:`~gpflow_fed.federated.engine.loop.set_up_run` and :func:`~gpflow_fed.federated.engine.loop.run_rounds`, the same for every
 runtime. A run's options and protection are values (:class:`~gpflow_fed.federated.RunOptions`,
 :class:`~gpflow_fed.federated.Protection`) given to :func:`~gpflow_fed.federated.run`; a runtime may hold defaults for
 them (its deprecated keyword arguments).
@@ -19,17 +19,17 @@ import numpy as np
 from ...data.dataset import FederatedDataset
 from ...metrics import evaluate_model  # noqa: F401  (re-exported: the runtimes' evaluation)
 from ...validation import integer
-from ..algorithm import Algorithm, FederationInfo
-from ..client import Client
-from ..endpoint import ClientEndpoint
-from ..loop import run_rounds, set_up_run
-from ..options import RunOptions
+from ..protocol.algorithm import Algorithm, FederationInfo
+from ..protocol.client import Client
+from ..engine.endpoint import ClientEndpoint
+from ..engine.loop import run_rounds, set_up_run
+from ..engine.options import RunOptions
 from ..protection.encoder import ClientEncoder
 from ..protection.policy import ClientPolicy
 from ..protection.reduction import Reducer
 from ..protection.request import Protection
-from ..result import FederatedResult
-from ..transport import Request, Response, Transport
+from ..engine.result import FederatedResult
+from ..protocol.transport import Request, Response, Transport
 
 __all__ = ["InProcessRuntime", "Runtime", "client_seed", "make_clients", "sampling_rng"]
 
@@ -132,7 +132,7 @@ class Runtime(abc.ABC):
 class InProcessRuntime(Runtime, Transport):
     """Base of the runtimes whose parties live in this process; each is its own run's transport.
 
-    It builds one :class:`~gpflow_fed.federated.endpoint.ClientEndpoint` per client of the dataset (its data, its
+    It builds one :class:`~gpflow_fed.federated.engine.endpoint.ClientEndpoint` per client of the dataset (its data, its
     seed, the run's bound algorithm, an encoder with ``client_policy`` — by default
     :meth:`ClientPolicy.matching` the run's protection: every party is in this process, so the policy is for parity
     with a deployment, not protection), and a subclass implements :meth:`send` over :attr:`endpoints`.

@@ -6,9 +6,9 @@ replica ``k mod R`` (``placement="round_robin"``) or ``⌊k R / K⌋`` (``placem
 and K clients. A process runs the clients of its own replicas, each under its replica's device
 (``tf.device``), so their models and optimizers live there.
 
-The runtime is only a transport (:class:`~gpflow_fed.federated.transport.Transport`): for every stage it delivers
+The runtime is only a transport (:class:`~gpflow_fed.federated.protocol.transport.Transport`): for every stage it delivers
 the responses of every client to every process, and each process's phase owner
-(:class:`~gpflow_fed.federated.exchange.PhaseOwner`) records, screens, protects and reduces them exactly as
+(:class:`~gpflow_fed.federated.engine.exchange.PhaseOwner`) records, screens, protects and reduces them exactly as
 :class:`~gpflow_fed.federated.LocalRuntime`'s does. In a single process (``MirroredStrategy``) every response is
 already at hand. Across processes (``MultiWorkerMirroredStrategy``) the responses are all-gathered with collective
 all-reduces (``strategy.reduce(SUM, ...)`` of per-replica values, each replica filling its own segment of a zero
@@ -35,11 +35,11 @@ import numpy as np
 import tensorflow as tf
 
 from ...data.dataset import FederatedDataset
-from ..algorithm import Algorithm
-from ..messages import Message
-from ..options import RunOptions
+from ..protocol.algorithm import Algorithm
+from ..protocol.messages import Message
+from ..engine.options import RunOptions
 from ..protection.reduction import Reducer
-from ..transport import Request, Response
+from ..protocol.transport import Request, Response
 from .base import InProcessRuntime
 
 __all__ = ["DistributeRuntime", "PLACEMENTS", "worker_folder"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Mapping
 
-from ..transport import Request, Response
+from ..protocol.transport import Request, Response
 from .base import InProcessRuntime
 
 __all__ = ["LocalRuntime"]

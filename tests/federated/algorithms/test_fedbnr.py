@@ -277,8 +277,8 @@ def test_concurrent_client_updates_equal_sequential_ones() -> None:
     """Clients share one worker model; its lock makes threaded runtimes give the sequential answers."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from gpflow_fed.federated.algorithm import FederationInfo
-    from gpflow_fed.federated.messages import SERVER, Message
+    from gpflow_fed.federated.protocol.algorithm import FederationInfo
+    from gpflow_fed.federated.protocol.messages import SERVER, Message
     from gpflow_fed.federated.runtimes.base import make_clients
 
     def answers(threaded: bool) -> list:
@@ -328,7 +328,7 @@ def test_noised_scatter_sums_are_repaired_with_a_noise_sized_ridge() -> None:
 
 
 def test_denoised_gram_checks_and_ridge() -> None:
-    from gpflow_fed.federated.protection.postprocess import denoised_gram, project_to_psd
+    from gpflow_fed.federated.algorithms.postprocess import denoised_gram, project_to_psd
 
     noisy = np.array([[1.0, 2.0], [2.0, -3.0]])
     np.testing.assert_allclose(denoised_gram(noisy, 0.0), project_to_psd(noisy))

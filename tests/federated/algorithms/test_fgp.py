@@ -13,7 +13,7 @@ from gpflow_fed.baselines import ExpertCommittee, combine_experts
 from gpflow_fed.data import FederatedDataset
 from gpflow_fed.federated import RunOptions, Protection, DifferentialPrivacy, DistributeRuntime, LocalRuntime, run
 from gpflow_fed.federated.algorithms import FGP, FGPState
-from gpflow_fed.federated.checkpoint import latest_checkpoint
+from gpflow_fed.federated.engine.checkpoint import latest_checkpoint
 
 from tests.federated.helpers import Stop, stop_after
 

@@ -9,7 +9,7 @@ from gpflow_fed.data import FederatedDataset
 from gpflow_fed.federated import Protection, LocalRuntime, Message, run
 from gpflow_fed.federated.algorithms import FSGP
 from gpflow_fed.federated.algorithms.fsgp.worker import SGPRClientWorker
-from gpflow_fed.federated.local_training import AdamState
+from gpflow_fed.training.adam import AdamState
 
 #: the plain, readable messages these tests check (the secure default masks them)
 PLAIN = Protection(secure_aggregation=False)

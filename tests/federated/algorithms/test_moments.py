@@ -5,10 +5,11 @@ import numpy as np
 import pytest
 
 from gpflow_fed.data import FederatedDataset
-from gpflow_fed.federated import Client, LocalRuntime, Message, standardize
-from gpflow_fed.federated.algorithm import Aggregate, FederationInfo
+from gpflow_fed.federated import Client, LocalRuntime, Message
+from gpflow_fed.fitting import standardize
+from gpflow_fed.federated.protocol.algorithm import Aggregate, FederationInfo
 from gpflow_fed.federated.algorithms.moments import EXPONENTS, MAGNITUDES_PHASE, MOMENTS_PHASE, Moments
-from gpflow_fed.federated.messages import SERVER
+from gpflow_fed.federated.protocol.messages import SERVER
 
 
 def years_table(seed: int = 0, clients: int = 5, rows: int = 120) -> FederatedDataset:

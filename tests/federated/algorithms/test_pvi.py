@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from gpflow_fed.data import FederatedDataset
 from gpflow_fed.federated import LocalRuntime, run
-from gpflow_fed.federated.algorithm import Aggregate
+from gpflow_fed.federated.protocol.algorithm import Aggregate
 from gpflow_fed.federated.algorithms import PVI
 from gpflow_fed.federated.algorithms.pvi.factors import NaturalGaussian
 
@@ -69,7 +69,7 @@ def test_sequential_global_q_equals_client_q(dataset):
     alg = PVI(kernel, Z, lik, rounds=2, local_steps=30, patience=5)
     from gpflow_fed.federated.runtimes.base import make_clients
     from gpflow_fed.federated import FederationInfo, reduce_messages
-    from gpflow_fed.federated.messages import Message
+    from gpflow_fed.federated.protocol.messages import Message
 
     clients, _ = make_clients(dataset, 0)
     info = FederationInfo(tuple(c.id for c in clients), {c.id: c.num_data for c in clients}, 1, 1, 0)
@@ -92,7 +92,7 @@ def test_split_initial_factors_keep_the_first_regional_update_from_inflating_q_z
     first client's cavity keeps (K − 1)/K of q⁰'s precision, so inducing inputs outside its region stay where q⁰
     put them (variance ≈ 0.01); with t_k⁰ ≡ 1 its cavity is the prior N(0, 1) and they relax towards it."""
     from gpflow_fed.federated import FederationInfo, reduce_messages
-    from gpflow_fed.federated.messages import Message
+    from gpflow_fed.federated.protocol.messages import Message
     from gpflow_fed.federated.runtimes.base import make_clients
 
     rng = np.random.default_rng(1)
@@ -121,8 +121,8 @@ def test_split_initial_factors_keep_the_first_regional_update_from_inflating_q_z
 def test_improper_synchronous_update_is_rejected(dataset):
     kernel, lik = gpflow.kernels.SquaredExponential(), gpflow.likelihoods.Gaussian(0.05)
     alg = PVI(kernel, Z, lik, schedule="synchronous", rounds=1, learn_hyperparameters=False)
-    from gpflow_fed.federated.algorithm import FederationInfo
-    from gpflow_fed.federated.messages import Message
+    from gpflow_fed.federated.protocol.algorithm import FederationInfo
+    from gpflow_fed.federated.protocol.messages import Message
 
     state = alg.initial_state(FederationInfo(("client_0",), {"client_0": 20}, 1, 1, 0))
     bad = Message(

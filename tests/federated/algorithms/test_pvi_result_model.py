@@ -283,7 +283,7 @@ def test_checkpoint_and_multiple_assign_round_trip(dataset, tmp_path):
 
 def test_result_before_any_reply_is_the_prior(dataset):
     """The server's initial state gives the prior (every t_k ≡ 1): zero mean, the kernel's variance."""
-    from gpflow_fed.federated.algorithm import FederationInfo
+    from gpflow_fed.federated.protocol.algorithm import FederationInfo
 
     kernel = gpflow.kernels.SquaredExponential(lengthscales=0.5, variance=1.7)
     alg = PVI(kernel, Z, gpflow.likelihoods.Gaussian(0.05), learn_inducing="fixed", learn_hyperparameters=False)

@@ -9,7 +9,7 @@ import pytest
 from gpflow_fed.data import FederatedDataset
 from gpflow_fed.federated import LocalRuntime, Protection, run
 from gpflow_fed.federated.algorithms import FSGP
-from gpflow_fed.federated.checkpoint import decode_tree, encode_tree, latest_checkpoint
+from gpflow_fed.federated.engine.checkpoint import decode_tree, encode_tree, latest_checkpoint
 from gpflow_fed.federated.protection.dp import DifferentialPrivacy
 
 from tests.federated.helpers import FederatedMean, Stop, stop_after

@@ -15,7 +15,7 @@ from gpflow_fed.federated.runtimes.flower import records  # noqa: E402
 from gpflow_fed.federated.runtimes import make_clients  # noqa: E402
 from gpflow_fed.federated.runtimes.base import client_seed, sampling_rng  # noqa: E402
 from gpflow_fed.federated import register_algorithm_factory  # noqa: E402
-from gpflow_fed.federated.factories import TRUSTED_MODULES_ENV, registered_factories  # noqa: E402
+from gpflow_fed.federated.engine.factories import TRUSTED_MODULES_ENV, registered_factories  # noqa: E402
 from gpflow_fed.federated.runtimes.flower.client_app import describe_reply, load_client_data  # noqa: E402
 from gpflow_fed.federated.runtimes.flower.deploy import LoopbackFederation, supernode_command, write_app  # noqa: E402
 from gpflow_fed.federated.runtimes.flower.runtime import FlowerRuntime  # noqa: E402

@@ -15,13 +15,13 @@ from gpflow.keras import tf_keras
 from gpflow.models.util import inducingpoint_wrapper
 
 from ....models.aggregated_sgpr import AggregatedSGPR, collapsed_sgpr_bound
-from ...protection.postprocess import project_to_psd
+from ..postprocess import project_to_psd
 from ....validation import integer, positive_float
-from ...algorithm import TRAIN_PHASE, Aggregate, Algorithm, BroadcastRefused, FederationInfo, ReplySpec
-from ...client import Client
-from ...messages import Message
-from ...state import SharedState, resolve_path
-from ...stopping import Plateau
+from ...protocol.algorithm import TRAIN_PHASE, Aggregate, Algorithm, BroadcastRefused, FederationInfo, ReplySpec
+from ...protocol.client import Client
+from ...protocol.messages import Message
+from ....training.state import SharedState, resolve_path
+from ....training.stopping import Plateau
 from .checks import displacement_fault, statistics_fault
 from .statistics import ADJOINT_NAMES, STATISTIC_NAMES
 from .worker import SGPRClientWorker, initial_inducing_inputs
@@ -151,7 +151,7 @@ class FSGP(Algorithm):
     Final phase ``"predict"`` (both modes, eqs. 14–15): every client sends its statistics at the final w;
     the sum builds :class:`gpflow_fed.models.AggregatedSGPR`, which predicts without data. The server first
     symmetrizes ``Σ C Cᵀ`` and projects it onto the PSD cone
-    (:func:`~gpflow_fed.federated.protection.postprocess.project_to_psd`): a no-op up to round-off for exact sums, and
+    (:func:`~gpflow_fed.federated.algorithms.postprocess.project_to_psd`): a no-op up to round-off for exact sums, and
     post-processing (no privacy cost) when the sums were released with differential-privacy noise.
 
     Messages (P outputs, ``|θ|`` kernel parameters, 8 bytes a number; none depends on ``N_k``):
@@ -462,7 +462,7 @@ class FSGP(Algorithm):
         """The client's data as tensors and, in FedAvg, its own fresh Adam state (step 0, zero moments).
 
         The client's Adam state lives in ``client.state["adam"]`` (an
-        :class:`~gpflow_fed.federated.local_training.AdamState` of numpy arrays), so it is saved with the client's
+        :class:`~gpflow_fed.training.adam.AdamState` of numpy arrays), so it is saved with the client's
         checkpoint; the update itself runs on the shared :class:`SGPRClientWorker` (traced once per run).
         """
         assert self._worker is not None

@@ -12,8 +12,8 @@ import tensorflow as tf
 from check_shapes import check_shapes
 
 from ....validation import integer
-from ...local_training import AdamState, CompiledAdam
-from ...state import resolve_path
+from ....training.adam import AdamState, CompiledAdam
+from ....training.state import resolve_path
 from .statistics import ADJOINT_NAMES, SGPRStatistics, sgpr_statistics, statistics_vjp
 
 __all__ = ["SGPRClientWorker", "initial_inducing_inputs"]
@@ -42,7 +42,7 @@ def initial_inducing_inputs(X: np.ndarray, num_inducing: int, seed: int = 0) -> 
 
 
 class SGPRClientWorker:
-    r"""One SGPR and one :class:`~gpflow_fed.federated.local_training.CompiledAdam` whose compiled functions serve
+    r"""One SGPR and one :class:`~gpflow_fed.training.adam.CompiledAdam` whose compiled functions serve
     every client of a federation.
 
     A client's work in FSGP (Guo et al., Algorithm 1, lines 5–9; eqs. 9, 14–15) depends on the client only
@@ -52,7 +52,7 @@ class SGPRClientWorker:
     turns ~K seconds of tracing into ~1 second. The worker's model and optimizer are scratch space: every
     call first loads the client's values into them and returns everything the client keeps.
 
-    * :meth:`train`: load w and the client's :class:`~gpflow_fed.federated.local_training.AdamState`, take P
+    * :meth:`train`: load w and the client's :class:`~gpflow_fed.training.adam.AdamState`, take P
       Adam steps on ``F_k(w) = ELBO_k(w) / N_k`` (eq. 9; the same ``tf_keras`` Adam update a per-client
       optimizer would take), return the new w, the new Adam state and ``F_k`` at the new w;
     * :meth:`statistics`: the client's statistics at w (eqs. 14–17; whitened if ``whiten``);

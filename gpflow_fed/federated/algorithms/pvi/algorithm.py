@@ -37,9 +37,9 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import gpflow
 import numpy as np
 
-from ...algorithm import Aggregate, Algorithm, FederationInfo
-from ...client import Client
-from ...messages import Message
+from ...protocol.algorithm import Aggregate, Algorithm, FederationInfo
+from ...protocol.client import Client
+from ...protocol.messages import Message
 from ....inducing_variables import S_FLOOR, GaussianInducingPoints, NaturalFactor, PseudoObservations
 from ....models.dpo_svgp import FederatedDPOSVGP
 from ....posteriors import LogNormalHyperparameters

@@ -26,7 +26,7 @@ from ....inducing_variables import S_FLOOR, GaussianInducingPoints, NaturalFacto
 from ....inducing_variables.natural_factor import natural_whitened_terms
 from ....models.dpo_svgp import dpo_free_energy_terms
 from ....posteriors import LogNormalHyperparameters
-from ...local_training import adam_steps
+from ....training.adam import adam_steps
 from .factors import NaturalGaussian
 
 MAX_JITTER = 1e-2

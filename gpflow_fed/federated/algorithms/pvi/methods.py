@@ -8,7 +8,7 @@ from typing import Any
 import gpflow
 import numpy as np
 
-from . import PVI
+from .algorithm import PVI
 
 __all__ = ["INIT_NOISE", "METHODS", "make_pvi"]
 

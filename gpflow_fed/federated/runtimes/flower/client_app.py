@@ -25,10 +25,10 @@ binds its own copy to the federation the server announces.
 
 Handlers: ``query`` answers the server's ``describe`` with ``(k, N_k, D, P)`` (what
 :class:`~gpflow_fed.federated.FederationInfo` holds); ``train`` answers one stage of an exchange with the party's
-:class:`~gpflow_fed.federated.endpoint.ClientEndpoint` — the same code that answers in every runtime. Flower starts a
+:class:`~gpflow_fed.federated.engine.endpoint.ClientEndpoint` — the same code that answers in every runtime. Flower starts a
 fresh ClientApp process for every message, so after each message the client writes its own state — RNG,
 ``client.state``, and through ``tf.train.Checkpoint`` its model, optimizer (Adam moments, step count) and
-TensorFlow objects, the same record as a checkpoint of :mod:`gpflow_fed.federated.checkpoint` — to its
+TensorFlow objects, the same record as a checkpoint of :mod:`gpflow_fed.federated.engine.checkpoint` — to its
 ``state-dir``, and its encoder (keys, what it prepared and answered) to Flower's ``Context.state`` only; the next
 message rebuilds the client with ``Algorithm.setup_client`` and restores both, so a Flower client evolves exactly
 like a ``LocalRuntime`` one.
@@ -49,14 +49,14 @@ from flwr.clientapp import ClientApp
 
 from ....data.dataset import validate_regression_data
 from ....validation import integer
-from ...algorithm import FederationInfo
-from ...checkpoint import decode_tree, encode_tree, tracked_objects, verify_manifest, write_manifest
-from ...client import Client
-from ...endpoint import ClientEndpoint
-from ...fingerprint import is_trackable
+from ...protocol.algorithm import FederationInfo
+from ...engine.checkpoint import decode_tree, encode_tree, tracked_objects, verify_manifest, write_manifest
+from ...protocol.client import Client
+from ...engine.endpoint import ClientEndpoint
+from ...protocol.fingerprint import is_trackable
 from ...protection.encoder import ClientEncoder
 from ...protection.policy import ClientPolicy
-from ...transport import Response
+from ...protocol.transport import Response
 from ..base import client_seed
 from .records import (
     TRAIN_JOB,
@@ -133,7 +133,7 @@ def _state_dir(context: Context, client_id: str, job: str = TRAIN_JOB) -> str:
     """
     from ....private_files import make_private_folder
 
-    from ....flower_commands import default_state_root
+    from .commands import default_state_root
 
     configured = context.node_config.get("state-dir")
     if configured:

@@ -23,7 +23,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from ....data.dataset import FederatedDataset
-from ....flower_commands import OFFLINE_ENV, free_port, superlink_command, supernode_command
+from .commands import OFFLINE_ENV, free_port, superlink_command, supernode_command
 from .server_app import run_config_defaults
 
 __all__ = [

@@ -7,9 +7,9 @@ A gpflow-fed message travels inside a Flower message's content as three records:
   (``"train"``, ``"final"``, ``"evaluate"``: the ledger's purposes);
 * ``"metrics"``: a ``MetricRecord`` with the scalar metrics.
 
-A stage's :class:`~gpflow_fed.federated.transport.Request` adds ``"request"`` (the stage and its config as JSON) and
+A stage's :class:`~gpflow_fed.federated.protocol.transport.Request` adds ``"request"`` (the stage and its config as JSON) and
 ``"info"``, the :class:`~gpflow_fed.federated.FederationInfo` (client ids, sizes, D, P and the run's seed), so that
-every party binds its algorithm to what the server used; a :class:`~gpflow_fed.federated.transport.Response` adds
+every party binds its algorithm to what the server used; a :class:`~gpflow_fed.federated.protocol.transport.Response` adds
 ``"response"`` (fault, timing, a protected reply's layout). The conversion is lossless:
 ``recorddict_to_message(message_to_recorddict(m)) == m`` array for array.
 
@@ -29,11 +29,10 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
 from ....data.standardize import Standardizer
-from ...algorithm import Algorithm, FederationInfo
-from ...factories import load_factory
-from ...messages import Message
-from ...transport import Request, Response
-from . import methods  # noqa: F401  (registers the built-in factory "gpflow-fed:fit" in every party)
+from ...protocol.algorithm import Algorithm, FederationInfo
+from ...engine.factories import load_factory
+from ...protocol.messages import Message
+from ...protocol.transport import Request, Response
 
 __all__ = [
     "PURPOSES",
@@ -113,7 +112,7 @@ def recorddict_to_message(content: RecordDict) -> Tuple[Message, str]:
 
 
 def request_to_recorddict(request: Request, info: FederationInfo) -> RecordDict:
-    """The Flower content of one stage's :class:`~gpflow_fed.federated.transport.Request`: its message, the
+    """The Flower content of one stage's :class:`~gpflow_fed.federated.protocol.transport.Request`: its message, the
     ``"request"`` record (``stage`` and the JSON of its ``config``) and the ``"info"`` record."""
     content = message_to_recorddict(request.message, request.purpose)
     content[REQUEST] = ConfigRecord({"stage": request.stage, "config": json.dumps(dict(request.config))})
@@ -137,7 +136,7 @@ def recorddict_to_request(content: RecordDict) -> Tuple[Request, FederationInfo]
 
 
 def response_to_recorddict(response: Response, purpose: str) -> RecordDict:
-    """The Flower content of a client's :class:`~gpflow_fed.federated.transport.Response`: its message (if any) and
+    """The Flower content of a client's :class:`~gpflow_fed.federated.protocol.transport.Response`: its message (if any) and
     the ``"response"`` record (``fault``, ``seconds``, ``layout`` as JSON)."""
     content = RecordDict() if response.message is None else message_to_recorddict(response.message, purpose)
     record: Dict[str, Any] = {}
@@ -274,7 +273,7 @@ def build_algorithm(spec: str, run_config: Mapping[str, Any]) -> Algorithm:
     """``load_factory(spec)(run_config)`` for a registered factory, checked to be an
     :class:`~gpflow_fed.federated.Algorithm`.
 
-    :raises ValueError: ``spec`` is not registered (see :mod:`gpflow_fed.federated.factories`).
+    :raises ValueError: ``spec`` is not registered (see :mod:`gpflow_fed.federated.engine.factories`).
 
     :raises TypeError: the factory returned something else.
     """

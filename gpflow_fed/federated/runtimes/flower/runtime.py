@@ -23,12 +23,12 @@ from typing import Any, Dict, Mapping, Optional
 import numpy as np
 
 from ....data.dataset import FederatedDataset
-from ...algorithm import Algorithm
-from ...factories import register_algorithm_factory
-from ...options import RunOptions
+from ...protocol.algorithm import Algorithm
+from ...engine.factories import register_algorithm_factory
+from ...engine.options import RunOptions
 from ...protection.policy import ClientPolicy
 from ...protection.request import Protection
-from ...result import FederatedResult
+from ...engine.result import FederatedResult
 from ..base import Runtime
 from .client_app import _LIVE, make_client_app
 from .testing import LoopbackGrid

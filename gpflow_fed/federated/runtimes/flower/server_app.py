@@ -1,11 +1,11 @@
 """The Flower ServerApp of gpflow-fed: any :class:`~gpflow_fed.federated.Algorithm` over a Flower Grid.
 
-The server runs the same set-up and round loop as every runtime (:func:`~gpflow_fed.federated.loop.set_up_run`,
-:func:`~gpflow_fed.federated.loop.run_rounds`); only its transport, :class:`~.transport.GridTransport`, is Flower's.
+The server runs the same set-up and round loop as every runtime (:func:`~gpflow_fed.federated.engine.loop.set_up_run`,
+:func:`~gpflow_fed.federated.engine.loop.run_rounds`); only its transport, :class:`~.transport.GridTransport`, is Flower's.
 First it asks every SuperNode to ``describe`` itself (client index k, N_k, D, P: what
 :class:`~gpflow_fed.federated.FederationInfo` holds; no data); then every stage of every exchange is a Flower
 ``train`` message to the stage's clients, which the ClientApp (:mod:`~.client_app`) answers with the party's
-:class:`~gpflow_fed.federated.endpoint.ClientEndpoint`.
+:class:`~gpflow_fed.federated.engine.endpoint.ClientEndpoint`.
 
 The run config carries the server's options and its protection *request*
 (:meth:`~gpflow_fed.federated.Protection.to_config`; secure aggregation unless it says otherwise); each party's own
@@ -38,12 +38,12 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
 from ....validation import integer
-from ...algorithm import Algorithm, FederationInfo
-from ...faults import FaultPolicy
-from ...loop import run_rounds, set_up_run
-from ...options import RunOptions
+from ...protocol.algorithm import Algorithm, FederationInfo
+from ...protocol.faults import FaultPolicy
+from ...engine.loop import run_rounds, set_up_run
+from ...engine.options import RunOptions
 from ...protection.request import Protection
-from ...result import FederatedResult
+from ...engine.result import FederatedResult
 from ..base import sampling_rng
 from .client_app import DESCRIBE
 from .records import MOMENTS_JOB, TRAIN_JOB, build_algorithm
@@ -238,7 +238,7 @@ class FlowerServer:
         monitor = self._reporting(monitor)
         if not standardize:
             return self._job(grid, node_of, info, shape, self.algorithm, test, monitor, start)
-        from ...methods import in_user_units
+        from ....fitting.methods import in_user_units
         from ...algorithms.moments import Moments
 
         began = time.perf_counter()
@@ -384,7 +384,7 @@ def _positive_or_none(config: Mapping[str, Any], key: str) -> Optional[float]:
 def make_server_app() -> ServerApp:
     """A ServerApp configured entirely by the run config (``flwr run … --run-config``):
 
-    * ``algorithm`` (required): a registered algorithm factory (:mod:`gpflow_fed.federated.factories`),
+    * ``algorithm`` (required): a registered algorithm factory (:mod:`gpflow_fed.federated.engine.factories`),
       called with the run config; ``"gpflow-fed:fit"`` builds :func:`gpflow_fed.fit`'s ``method``
       (:mod:`.methods`);
     * ``seed`` (default 0); ``num-clients``: wait up to ``wait`` seconds (default 120) for this many SuperNodes

@@ -1,7 +1,7 @@
 """The Flower ServerApp's transport: one stage's requests over a Flower ``Grid``, raw responses back.
 
 Each request becomes a Flower ``train`` message to the client's SuperNode (:mod:`.records` encodes it); a reply
-becomes a :class:`~gpflow_fed.federated.transport.Response`. A Flower error reply, no reply within ``timeout`` or a
+becomes a :class:`~gpflow_fed.federated.protocol.transport.Response`. A Flower error reply, no reply within ``timeout`` or a
 reply that is not a gpflow-fed response is a :class:`Response` with its fault. Nothing else happens here: the phase
 owner screens, protects, reduces and records. Every request also names its job (:func:`~.records.job_to_config`):
 the moments exchange or the training, with the moments the parties standardise their rows with.
@@ -15,8 +15,8 @@ from flwr.app import Message as FlowerMessage
 from flwr.app import MessageType
 from flwr.serverapp import Grid
 
-from ...algorithm import FederationInfo
-from ...transport import Request, Response, Transport
+from ...protocol.algorithm import FederationInfo
+from ...protocol.transport import Request, Response, Transport
 from .records import JOB, TRAIN_JOB, job_to_config, recorddict_to_response, request_context, request_to_recorddict
 
 __all__ = ["GridTransport"]

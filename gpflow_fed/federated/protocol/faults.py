@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..validation import integer
+from ...validation import integer
 from .messages import Message
 
 logger = logging.getLogger("gpflow_fed.federated")
@@ -198,7 +198,7 @@ def screen(
 ) -> Tuple[List[str], Dict[str, str]]:
     """The one place a phase's replies are judged and the fault policy applied.
 
-    Each client's :class:`~gpflow_fed.federated.transport.Response` is a fault if the transport or the client says so
+    Each client's :class:`~gpflow_fed.federated.protocol.transport.Response` is a fault if the transport or the client says so
     (it raised, refused, did not answer), if it came too late (``faults.timeout``, from the client's own timing), if
     its message is malformed (:func:`reply_fault`) or claims another weight than the server expects
     (:func:`weight_fault`, for replies the server can read), or if its array names or shapes (or, for a protected

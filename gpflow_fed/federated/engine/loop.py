@@ -4,7 +4,7 @@
 and does what every runtime needs the same way: it fingerprints the algorithm's settings (for checkpoints), binds
 a per-run instance (``Algorithm.bind``) and validates it, checks the protection request, starts the server's side of
 it (:class:`~gpflow_fed.federated.protection.reduction.Reducer`); :func:`run_rounds` builds the phase owner
-(:class:`~gpflow_fed.federated.exchange.PhaseOwner`); :func:`run_rounds` then runs the rounds over the runtime's
+(:class:`~gpflow_fed.federated.engine.exchange.PhaseOwner`); :func:`run_rounds` then runs the rounds over the runtime's
 transport: resume from a checkpoint if asked, each
 round's phases (:func:`train_round`), evaluation every ``eval_every`` rounds, DP releases, checkpoints, the monitor,
 an early stop, the final phases, and the :class:`~gpflow_fed.federated.FederatedResult`.
@@ -18,10 +18,10 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ..metrics import evaluate_model
-from ..progress import tqdm
-from .algorithm import Aggregate, Algorithm, FederationInfo
-from ..private_files import check_folder
+from ...metrics import evaluate_model
+from ...progress import tqdm
+from ..protocol.algorithm import Aggregate, Algorithm, FederationInfo
+from ...private_files import check_folder
 from .checkpoint import (
     latest_checkpoint,
     load_checkpoint,
@@ -32,14 +32,14 @@ from .checkpoint import (
 )
 from .endpoint import ClientEndpoint
 from .exchange import PhaseOwner
-from .fingerprint import describe_settings
-from .ledger import Channel, CommunicationLedger
+from ..protocol.fingerprint import describe_settings
+from ..protocol.ledger import Channel, CommunicationLedger
 from .options import RunOptions
-from .protection.distributed_dp import DistributedPrivacyAccountant
-from .protection.reduction import Reducer
-from .protection.request import Protection
+from ..protection.distributed_dp import DistributedPrivacyAccountant
+from ..protection.reduction import Reducer
+from ..protection.request import Protection
 from .result import FederatedResult
-from .transport import Transport
+from ..protocol.transport import Transport
 
 __all__ = ["RunSetup", "final_phases", "record_releases", "run_rounds", "set_up_run", "train_round"]
 

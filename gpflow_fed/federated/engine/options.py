@@ -6,8 +6,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
-from ..validation import integer
-from .faults import FaultPolicy
+from ...validation import integer
+from ..protocol.faults import FaultPolicy
 
 __all__ = ["RunOptions"]
 
@@ -23,7 +23,7 @@ class RunOptions:
     :param faults: how faulty clients are treated (:class:`~gpflow_fed.federated.FaultPolicy`); by default the
         first fault stops the run with an error naming the client.
     :param checkpoint_dir: write a checkpoint to this folder after every ``checkpoint_every`` rounds (and after the
-        last); see :mod:`gpflow_fed.federated.checkpoint`.
+        last); see :mod:`gpflow_fed.federated.engine.checkpoint`.
     :param checkpoint_every: rounds between checkpoints (≥ 1).
     :param resume: continue from the latest checkpoint in ``checkpoint_dir`` if there is one (else start afresh);
         the result is identical to an uninterrupted run with the same seed.

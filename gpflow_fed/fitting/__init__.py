@@ -21,18 +21,22 @@ from __future__ import annotations
 from typing import Any, Optional, Sequence
 
 
-from .fit_defaults import DEFAULTS, METHODS
+from .defaults import DEFAULTS, METHODS
 
-__all__ = ["DEFAULTS", "METHODS", "fit"]  # and, imported when first used, algorithm and in_user_units
+__all__ = ["DEFAULTS", "METHODS", "fit"]  # and, imported when first used, algorithm, in_user_units and standardize
 
 
 def __getattr__(name: str) -> Any:
-    """``algorithm`` and ``in_user_units`` (:mod:`gpflow_fed.federated.methods`), imported when first used: this
-    module imports no TensorFlow until then."""
+    """``algorithm`` and ``in_user_units`` (:mod:`.methods`) and ``standardize`` (:mod:`.job`), imported when first
+    used: this module imports no TensorFlow until then."""
     if name in ("algorithm", "in_user_units"):
-        from .federated import methods
+        from . import methods
 
         return getattr(methods, name)
+    if name == "standardize":
+        from .job import standardize
+
+        return standardize
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -64,7 +68,7 @@ def fit(
     :param kernel: see :func:`algorithm`.
     :param runtime: / :param protection: / :param monitor: / :param seed: passed to
         :func:`~gpflow_fed.federated.run` (``protection``: default secure aggregation). The standardisation's moments
-        are agreed first in a recorded, protected exchange (:func:`~gpflow_fed.federated.standardize`), and its
+        are agreed first in a recorded, protected exchange (:func:`~gpflow_fed.fitting.standardize`), and its
         messages lead ``result.ledger``.
     :param settings: override :data:`DEFAULTS` (``num_inducing``, ``rounds``, ``local_steps``,
         ``learning_rate``…) and pass the algorithm's own keywords (see :func:`algorithm`).
@@ -77,9 +81,10 @@ def fit(
     :raises ValueError: an unknown method, or table input without ``party_column`` and ``target``.
     :warns OverconfidenceWarning: the held-out 90 % interval covers fewer than 70 % of the test points.
     """
-    from .data import FederatedDataset, federated_from_table
-    from .federated import run, standardize
-    from .federated.methods import algorithm, in_user_units
+    from ..data import FederatedDataset, federated_from_table
+    from ..federated import run
+    from .job import standardize
+    from .methods import algorithm, in_user_units
 
     if method not in METHODS:
         raise ValueError(f"fit: method must be one of {METHODS}, got {method!r}")

@@ -2,7 +2,7 @@
 
 A round is one or more *phases* (exchanges). In each phase the server broadcasts named arrays to the
 round's clients, each client answers with a :class:`Message`, the aggregator
-(:mod:`gpflow_fed.federated.aggregator`) reduces the answers, and the server updates its state from the
+(:mod:`gpflow_fed.federated.protection.reduction`) reduces the answers, and the server updates its state from the
 reduction. Reductions are always weighted sums:
 
 * ``"sum"``: ``Σ_k a_k`` (sufficient statistics);
@@ -22,7 +22,7 @@ from typing import Any, Dict, Final, List, Mapping, Optional, Sequence, Tuple
 import gpflow
 import numpy as np
 
-from ..validation import integer
+from ...validation import integer
 from .client import Client
 from .messages import Message
 from .sampling import sample_clients, validate_client_fraction
@@ -89,7 +89,7 @@ class BroadcastRefused(ValueError):
     """Raised by ``Algorithm.client_update`` for a broadcast whose *form* it refuses (names or shapes it does not read),
     before it reads the client's data: the client sends this reason as it is. Any other exception an update raises on a
     protected phase may depend on the data, so the client sends only that it failed, and stops answering protected
-    exchanges for the run (:class:`~gpflow_fed.federated.endpoint.ClientEndpoint`)."""
+    exchanges for the run (:class:`~gpflow_fed.federated.engine.endpoint.ClientEndpoint`)."""
 
 
 class Algorithm(abc.ABC):

@@ -3,10 +3,10 @@
 :meth:`PhaseOwner.run` is the only code that drives an exchange. For phase ``p`` of round ``r`` it
 
 1. **broadcasts** ``Algorithm.broadcast(state, r, p)`` (refused if not finite) as an ``update`` request to the cohort;
-2. **asks** the runtime's :class:`~gpflow_fed.federated.transport.Transport` to deliver it and collects the raw
+2. **asks** the runtime's :class:`~gpflow_fed.federated.protocol.transport.Transport` to deliver it and collects the raw
    responses;
 3. **records** every message that crossed in the ledger (the broadcast to each client, then its reply);
-4. **screens** the responses and applies the fault policy, once (:func:`~gpflow_fed.federated.faults.screen`);
+4. **screens** the responses and applies the fault policy, once (:func:`~gpflow_fed.federated.protocol.faults.screen`);
 5. **protects**: in a phase the run's :class:`~gpflow_fed.federated.protection.request.Protection` covers, the
    clients prepared (clipped, encoded) their replies; under secure aggregation the owner fixes the cohort and runs
    the protocol of :mod:`~gpflow_fed.federated.protection.secagg` through the same transport (its setup once per
@@ -25,16 +25,16 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .algorithm import Aggregate, Algorithm, FederationInfo
-from .faults import ClientUpdateError, FaultPolicy, RoundFailedError, screen
-from .ledger import Channel, CommunicationLedger
-from .messages import SERVER, Message
-from .protection.encoder import broadcast_digest, request_view
-from .protection.reduction import ExchangeContext, Reducer
-from .protection.request import Protection
-from .protection.secagg import SecAggAborted, SecAggServer
-from .protection.wire import pack, unpack
-from .transport import UPDATE, Request, Transport
+from ..protocol.algorithm import Aggregate, Algorithm, FederationInfo
+from ..protocol.faults import ClientUpdateError, FaultPolicy, RoundFailedError, screen
+from ..protocol.ledger import Channel, CommunicationLedger
+from ..protocol.messages import SERVER, Message
+from ..protection.encoder import broadcast_digest, request_view
+from ..protection.reduction import ExchangeContext, Reducer
+from ..protection.request import Protection
+from ..protection.secagg import SecAggAborted, SecAggServer
+from ..protection.wire import pack, unpack
+from ..protocol.transport import UPDATE, Request, Transport
 
 __all__ = ["PhaseOwner"]
 

@@ -5,7 +5,7 @@ optimizer state), its copy of the run's algorithm, the :class:`~gpflow_fed.feder
 :class:`~gpflow_fed.federated.protection.encoder.ClientEncoder` (its own protection policy and keys). In-process
 runtimes call :meth:`ClientEndpoint.handle` directly; the Flower ClientApp calls it for each Flower message. Whatever
 happens on the client (its algorithm raises, its own policy refuses), the server gets a
-:class:`~gpflow_fed.federated.transport.Response` with the reason, never an exception.
+:class:`~gpflow_fed.federated.protocol.transport.Response` with the reason, never an exception.
 """
 
 from __future__ import annotations
@@ -16,11 +16,11 @@ from typing import Optional
 
 import numpy as np
 
-from .algorithm import Algorithm, BroadcastRefused, FederationInfo
-from .client import Client
-from .faults import envelope_fault, value_fault, weight_fault
-from .messages import Message
-from .protection.encoder import (
+from ..protocol.algorithm import Algorithm, BroadcastRefused, FederationInfo
+from ..protocol.client import Client
+from ..protocol.faults import envelope_fault, value_fault, weight_fault
+from ..protocol.messages import Message
+from ..protection.encoder import (
     DATA_FAULT,
     UPDATE_FAULT,
     ClientEncoder,
@@ -28,9 +28,9 @@ from .protection.encoder import (
     broadcast_digest,
     request_view,
 )
-from .protection.request import Protection
-from .protection.wire import pack, unpack
-from .transport import PROTOCOL_STAGES, UPDATE, Request, Response
+from ..protection.request import Protection
+from ..protection.wire import pack, unpack
+from ..protocol.transport import PROTOCOL_STAGES, UPDATE, Request, Response
 
 __all__ = ["ClientEndpoint"]
 

@@ -47,7 +47,7 @@ A checkpoint's files are not trusted on load (threat model: someone who can writ
 * a state class is instantiated only if it is allowed (:func:`decode_tree`): a dataclass defined in an
   already-imported ``gpflow_fed`` module, or a class of the algorithm's own initial state; no module is ever
   imported from a name in a file;
-* ``meta["settings"]`` (:func:`~gpflow_fed.federated.fingerprint.describe_settings`) must equal the running
+* ``meta["settings"]`` (:func:`~gpflow_fed.federated.protocol.fingerprint.describe_settings`) must equal the running
   algorithm's, and each client's part (``clients/<id>.json``: its size and a keyed digest of its data, with
   the key it drew from the OS) must match the client's current data; the ``ValueError`` names what differs.
 
@@ -72,9 +72,9 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 import numpy as np
 import tensorflow as tf
 
-from ..private_files import FOLDER_MODE, check_folder, new_file, private_folder, remove, replace_file, seal
-from .fingerprint import MOVED_MODULES, data_digest, is_trackable, settings_differences
-from .ledger import LedgerEntry
+from ...private_files import FOLDER_MODE, check_folder, new_file, private_folder, remove, replace_file, seal
+from ..protocol.fingerprint import MOVED_MODULES, data_digest, is_trackable, settings_differences
+from ..protocol.ledger import LedgerEntry
 
 __all__ = [
     "check_client_data",

@@ -7,7 +7,7 @@ from typing import List, Sequence
 
 import numpy as np
 
-from ..validation import probability
+from ...validation import probability
 
 
 def num_sampled_clients(num_clients: int, client_fraction: float) -> int:

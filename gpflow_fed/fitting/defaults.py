@@ -1,5 +1,5 @@
 """The methods of :func:`gpflow_fed.fit` and their default settings: plain data, no imports (the command line reads
-them for its ``--help`` without TensorFlow; :mod:`gpflow_fed.federated.methods` builds the algorithms)."""
+them for its ``--help`` without TensorFlow; :mod:`gpflow_fed.fitting.methods` builds the algorithms)."""
 
 from typing import Any, Dict
 

@@ -1,6 +1,6 @@
 """The built-in algorithm factory of a table run on Flower: :func:`gpflow_fed.fit`'s methods from the run config.
 
-A Flower run config names a registered factory (:mod:`gpflow_fed.federated.factories`); ``"gpflow-fed:fit"``
+A Flower run config names a registered factory (:mod:`gpflow_fed.federated.engine.factories`); ``"gpflow-fed:fit"``
 (:data:`FIT_FACTORY`, registered when this module is imported, as the ServerApp and ClientApp do) builds the
 algorithm :func:`gpflow_fed.fit` would: ``method`` (``fsgp``, ``pvi`` or ``fedbnr``) with
 :data:`gpflow_fed.fitting.DEFAULTS` updated by the run config's keys of that method (``rounds``, ``local-steps``,
@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Any, Dict, Mapping, NoReturn
 
-from ....fit_defaults import DEFAULTS, METHODS
-from ...methods import algorithm
-from ...algorithm import Algorithm, FederationInfo
-from ...factories import register_algorithm_factory
+from .defaults import DEFAULTS, METHODS
+from .methods import algorithm
+from ..federated.protocol.algorithm import Algorithm, FederationInfo
+from ..federated.engine.factories import register_algorithm_factory
 
 __all__ = ["FIT_FACTORY", "FitMethod", "fit_method", "method_settings"]
 

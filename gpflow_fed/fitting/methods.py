@@ -3,7 +3,7 @@ run on standardised data is returned in the user's units.
 
 They live in ``federated`` so that both :mod:`gpflow_fed.fitting` and the Flower runtime
 (:mod:`~gpflow_fed.federated.runtimes.flower`) use them without an import cycle between the packages; the methods'
-names and defaults are plain data in :mod:`gpflow_fed.fit_defaults`, which the command line reads without
+names and defaults are plain data in :mod:`gpflow_fed.fitting.defaults`, which the command line reads without
 TensorFlow.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..fit_defaults import DEFAULTS, METHODS
+from .defaults import DEFAULTS, METHODS
 
 __all__ = ["DEFAULTS", "METHODS", "algorithm", "in_user_units"]
 
@@ -39,18 +39,18 @@ def algorithm(method: str, input_dim: int, seed: int = 0, kernel: Any = None, **
     if method == "fsgp":
         import gpflow
 
-        from .algorithms import FSGP
+        from ..federated.algorithms import FSGP
 
         kernel = kernel or gpflow.kernels.SquaredExponential(lengthscales=np.ones(input_dim))
         return FSGP(kernel, options.pop("num_inducing"), **options)
     if method == "pvi":
         if kernel is not None:
             raise ValueError("fit(method='pvi') uses PVI's own prior over kernel hyperparameters; drop kernel=")
-        from .algorithms.pvi.methods import make_pvi
+        from ..federated.algorithms.pvi.methods import make_pvi
 
         variant, rounds, M = options.pop("variant", "dpo"), options.pop("rounds"), options.pop("num_inducing")
         return make_pvi(variant, input_dim, rounds, M, seed, **options)
-    from .algorithms import FedBNR
+    from ..federated.algorithms import FedBNR
     from ..kernels import deep_urk
 
     hidden, num_samples = options.pop("hidden"), options.pop("num_samples")
@@ -67,14 +67,14 @@ def in_user_units(
     ``test`` set ``result.metrics`` in the target's units beside predicting the mean.
 
     :param result: the training run's :class:`~gpflow_fed.federated.FederatedResult` (changed in place).
-    :param moments: the moments run's result (:func:`~gpflow_fed.federated.standardize`).
+    :param moments: the moments run's result (:func:`~gpflow_fed.fitting.standardize`).
     :param scaler: the :class:`~gpflow_fed.data.Standardizer` it agreed.
     :param test: the held-out ``(X, Y)`` in raw units, or None.
     :param what: how the over-confidence warning names the model.
     :warns OverconfidenceWarning: the held-out 90 % interval covers fewer than 70 % of the test points.
     """
     from ..evaluation import OverconfidenceWarning, calibration_message, held_out_metrics, mean_baseline
-    from .ledger import CommunicationLedger
+    from ..federated.protocol.ledger import CommunicationLedger
     from ..models import StandardizedModel
 
     ledger = CommunicationLedger()  # every byte that left a client: the moments exchange, then the training

@@ -7,7 +7,7 @@ from typing import Any, Dict, List, Optional
 
 import gpflow
 
-from .ledger import CommunicationLedger
+from ..protocol.ledger import CommunicationLedger
 
 
 @dataclass

@@ -151,7 +151,7 @@ def write_party_data(folder: str, client_index: int, X: np.ndarray, Y: np.ndarra
     """
     import io
 
-    from .private_files import make_private_folder, replace_file
+    from ....private_files import make_private_folder, replace_file
 
     folder = make_private_folder(os.path.abspath(folder), "the party's state folder")
     buffer = io.BytesIO()

@@ -1,5 +1,0 @@
-"""Deprecated alias of :mod:`gpflow_fed.federated.algorithms.pvi.methods`."""
-
-from gpflow_fed._aliases import alias_module
-
-alias_module(__name__, "gpflow_fed.federated.algorithms.pvi.methods")

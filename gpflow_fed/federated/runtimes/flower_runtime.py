@@ -1,8 +1,0 @@
-"""Deprecated alias of :mod:`gpflow_fed.federated.runtimes.flower.runtime`.
-
-Generated Flower apps of earlier versions name this module.
-"""
-
-from gpflow_fed._aliases import alias_module
-
-alias_module(__name__, "gpflow_fed.federated.runtimes.flower.runtime")

@@ -1,5 +1,0 @@
-"""Deprecated alias of :mod:`gpflow_fed.release.sdp` (see :mod:`gpflow_fed.privacy`)."""
-
-from . import alias_submodule
-
-alias_submodule(__name__)
