@@ -147,9 +147,14 @@ class FederatedDataset:
             ``inverse_transform`` to report predictions in data units).
         """
         scaler = agreed_standardizer(self.clients)
+        return self.transformed(scaler), scaler
+
+    def transformed(self, scaler: Standardizer) -> "FederatedDataset":
+        """Every client's rows and the test set transformed with ``scaler`` (e.g. moments the parties agreed), each
+        party's with its own rows only; names and the dataset's name kept."""
         clients = [scaler.transform(X, Y) for X, Y in self.clients]
         test = None if self.test is None else scaler.transform(*self.test)
-        return FederatedDataset(clients=clients, test=test, name=self.name, client_names=self.client_names), scaler
+        return FederatedDataset(clients=clients, test=test, name=self.name, client_names=self.client_names)
 
     def __repr__(self) -> str:
         test = "none" if self.test is None else str(self.test[0].shape[0])

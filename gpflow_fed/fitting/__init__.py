@@ -82,9 +82,8 @@ def fit(
     :warns OverconfidenceWarning: the held-out 90 % interval covers fewer than 70 % of the test points.
     """
     from ..data import FederatedDataset, federated_from_table
-    from ..federated import run
-    from .job import standardize
-    from .methods import algorithm, in_user_units
+    from .job import in_process, moments_then_train
+    from .methods import algorithm
 
     if method not in METHODS:
         raise ValueError(f"fit: method must be one of {METHODS}, got {method!r}")
@@ -98,7 +97,9 @@ def fit(
         raw = federated_from_table(
             data, party_column=party_column, target=target, features=features, test_fraction=test_fraction, seed=seed
         )
-    dataset, scaler, moments = standardize(raw, runtime=runtime, protection=protection, seed=seed)
-    model_algorithm = algorithm(method, dataset.input_dim, seed, kernel, **settings)
-    result = run(model_algorithm, dataset, runtime=runtime, protection=protection, monitor=monitor, seed=seed)
-    return in_user_units(result, moments, scaler, raw.test, f"fit(method={method!r})", stacklevel=3)
+    run_job = in_process(raw, runtime=runtime, protection=protection, monitor=monitor, seed=seed)
+
+    def training() -> Any:
+        return algorithm(method, raw.input_dim, seed, kernel, **settings)
+
+    return moments_then_train(run_job, training, raw.test, f"fit(method={method!r})", stacklevel=3)

@@ -1,4 +1,13 @@
-"""The built-in algorithm factory of a table run on Flower: :func:`gpflow_fed.fit`'s methods from the run config.
+"""A table run on Flower (``gpflow-fed flower server``): :func:`gpflow_fed.fit`'s job over a Flower grid.
+
+* :data:`server_app`: the ServerApp of a table run: the runtime's ServerApp
+  (:func:`~gpflow_fed.federated.runtimes.flower.server_app.make_server_app`) with :func:`table_job` (fit's job,
+  :func:`gpflow_fed.fitting.job.moments_then_train`, run over the grid) and model saving
+  (:func:`~gpflow_fed.models.save_model`);
+* the factories every party trusts (declared as entry points in ``setup.cfg``, group
+  ``gpflow_fed.algorithm_factories``): :data:`FIT_FACTORY` (fit's methods) and
+  :data:`~gpflow_fed.federated.runtimes.flower.records.MOMENTS_FACTORY` (the moments job).
+
 
 A Flower run config names a registered factory (:mod:`gpflow_fed.federated.engine.factories`); ``"gpflow-fed:fit"``
 (:data:`FIT_FACTORY`, registered when this module is imported, as the ServerApp and ClientApp do) builds the
@@ -10,14 +19,31 @@ inducing inputs and random features need no client data, so every party builds t
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, NoReturn
+from typing import Any, Callable, Dict, Mapping, NoReturn, Optional, Tuple
+
+import numpy as np
 
 from .defaults import DEFAULTS, METHODS
 from .methods import algorithm
 from ..federated.protocol.algorithm import Algorithm, FederationInfo
+from ..data.standardize import Standardizer
+from ..federated.algorithms.moments import Moments
 from ..federated.engine.factories import register_algorithm_factory
+from ..federated.engine.result import FederatedResult
+from ..federated.runtimes.flower.records import MOMENTS_FACTORY
+from ..federated.runtimes.flower.server_app import FlowerServer, make_server_app
+from ..models.saving import save_model
+from .job import moments_then_train
 
-__all__ = ["FIT_FACTORY", "FitMethod", "fit_method", "method_settings"]
+__all__ = [
+    "FIT_FACTORY",
+    "FitMethod",
+    "fit_method",
+    "method_settings",
+    "moments_algorithm",
+    "server_app",
+    "table_job",
+]
 
 #: the registered name of :func:`fit_method`
 FIT_FACTORY = "gpflow-fed:fit"
@@ -76,3 +102,34 @@ def fit_method(run_config: Mapping[str, Any]) -> FitMethod:
 
 
 register_algorithm_factory(fit_method, name=FIT_FACTORY)
+
+
+def moments_algorithm(run_config: Mapping[str, Any]) -> Moments:
+    """The moments job's algorithm (:data:`~gpflow_fed.federated.runtimes.flower.records.MOMENTS_FACTORY`)."""
+    return Moments()
+
+
+register_algorithm_factory(moments_algorithm, name=MOMENTS_FACTORY)
+
+
+def table_job(
+    run_job: Callable[[Any, Optional[Standardizer]], FederatedResult],
+    server: FlowerServer,
+    test: Optional[Tuple[np.ndarray, np.ndarray]],
+) -> FederatedResult:
+    """fit's job over the server's grid (:func:`~gpflow_fed.fitting.job.moments_then_train`): the moments, then the
+    server's algorithm on the rows each party standardises itself; the result is :func:`gpflow_fed.fit`'s (its model
+    in the target's units, its ledger the moments' messages then the training's) and equals ``fit`` on the same
+    parties and seed."""
+
+    def report(moments: FederatedResult, scaler: Standardizer) -> None:
+        how = "secure aggregation" if server.protection.secure else "plain sums"
+        server.report(
+            f"moments agreed ({how}, {moments.seconds:.1f} s); the parties standardise their own rows with them"
+        )
+
+    return moments_then_train(run_job, lambda: server.algorithm, test, "the Flower run", report)
+
+
+#: the ServerApp of a table run (``serverapp = "gpflow_fed.fitting.flower:server_app"``)
+server_app = make_server_app(job=table_job, save=save_model)

@@ -146,9 +146,8 @@ def test_a_deployed_party_answers_a_job_under_the_moments_it_was_first_shown(tmp
 
     np.savez(tmp_path / "c0.npz", X=VICTIM[0], Y=VICTIM[1])
     node = {"data": str(tmp_path / "c0.npz"), "client-index": 0, "state-dir": str(tmp_path / "state")}
-    flower_runtime._ALGORITHMS["context-pin"] = Moments()
-    run_config = {"algorithm": f"{flower_runtime.__name__}:algorithm_factory", "gpflow-fed-run": "context-pin"}
-    grid = LoopbackGrid(make_client_app(), [node], run_config, run_id=5)
+    run_config = {"algorithm": "context-pin"}
+    grid = LoopbackGrid(make_client_app(job_algorithm=lambda job, config: Moments()), [node], run_config, run_id=5)
     info = FederationInfo(("client_0", "client_1"), {"client_0": 2, "client_1": 3}, 1, 1, 0)
 
     def fault(job, moments):
@@ -157,37 +156,28 @@ def test_a_deployed_party_answers_a_job_under_the_moments_it_was_first_shown(tmp
         (reply,) = grid.send_and_receive([grid.create_message(content, MessageType.TRAIN, 1001, "g")])
         return str(reply.content["response"]["fault"])
 
-    try:
-        assert "unknown stage" in fault(TRAIN_JOB, _scaled(1.0))
-        assert "first shown" in fault(TRAIN_JOB, _scaled(2.0))
-        assert "unknown stage" in fault(TRAIN_JOB, _scaled(1.0))
-        assert "unknown stage" in fault(MOMENTS_JOB, None)  # another job has its own context
-    finally:
-        flower_runtime._ALGORITHMS.pop("context-pin", None)
+    assert "unknown stage" in fault(TRAIN_JOB, _scaled(1.0))
+    assert "first shown" in fault(TRAIN_JOB, _scaled(2.0))
+    assert "unknown stage" in fault(TRAIN_JOB, _scaled(1.0))
+    assert "unknown stage" in fault(MOMENTS_JOB, None)  # another job has its own context
 
 
 def test_a_live_partys_jobs_share_one_encoder(tmp_path):
     """In process (parties live between messages) the moments job and the training job of one party use one encoder,
     so one data-dependent refusal stops the party for the whole run, not per job (the seventh attack's note)."""
     from gpflow_fed.federated.protocol.algorithm import FederationInfo
-    from gpflow_fed.federated.runtimes.flower.client_app import _LIVE, make_client_app
+    from gpflow_fed.federated.runtimes.flower.client_app import ClientHost
     from gpflow_fed.federated.runtimes.flower.records import MOMENTS_JOB, TRAIN_JOB
     from gpflow_fed.federated.runtimes.flower.testing import LoopbackGrid
 
     np.savez(tmp_path / "c0.npz", X=VICTIM[0], Y=VICTIM[1])
     node = {"data": str(tmp_path / "c0.npz"), "client-index": 0, "state-dir": str(tmp_path / "state")}
-    flower_runtime._ALGORITHMS["shared-encoder"] = Moments()
-    run_config = {"algorithm": f"{flower_runtime.__name__}:algorithm_factory", "gpflow-fed-run": "shared-encoder"}
-    grid = LoopbackGrid(make_client_app(keep_alive=True), [node], run_config, run_id=6)
+    host = ClientHost(keep_alive=True, job_algorithm=lambda job, config: Moments())
+    grid = LoopbackGrid(host.app(), [node], {"algorithm": "shared-encoder"}, run_id=6)
     info = FederationInfo(("client_0", "client_1"), {"client_0": 2, "client_1": 3}, 1, 1, 0)
-    try:
-        for job in (MOMENTS_JOB, TRAIN_JOB):
-            content = request_to_recorddict(Request("unknown", Message(SERVER, 0, "none", {}), "train", {}), info)
-            content[JOB] = job_to_config(job, None)
-            grid.send_and_receive([grid.create_message(content, MessageType.TRAIN, 1001, "g")])
-        moments, train = _LIVE[(6, 1001, MOMENTS_JOB)], _LIVE[(6, 1001, TRAIN_JOB)]
-        assert moments is not train and moments.encoder is train.encoder
-    finally:
-        flower_runtime._ALGORITHMS.pop("shared-encoder", None)
-        for key in [k for k in _LIVE if k[0] == 6]:
-            del _LIVE[key]
+    for job in (MOMENTS_JOB, TRAIN_JOB):
+        content = request_to_recorddict(Request("unknown", Message(SERVER, 0, "none", {}), "train", {}), info)
+        content[JOB] = job_to_config(job, None)
+        grid.send_and_receive([grid.create_message(content, MessageType.TRAIN, 1001, "g")])
+    moments, train = host.live[(6, 1001, MOMENTS_JOB)], host.live[(6, 1001, TRAIN_JOB)]
+    assert moments is not train and moments.encoder is train.encoder

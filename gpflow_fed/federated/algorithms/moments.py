@@ -220,12 +220,3 @@ def _moments_fault(arrays: Mapping[str, np.ndarray], num_data: Optional[int], to
     if np.any(squares < -scale) or np.any(sums**2 > count * squares + scale):
         return "its sums of squares are inconsistent with its sums and count"
     return None
-
-
-def standardize(dataset: FederatedDataset, result: Any) -> Tuple[FederatedDataset, Standardizer]:
-    """``dataset`` standardised with the moments a :class:`Moments` run agreed (``result`` of that run)."""
-    scaler = result.algorithm.standardizer(result.state)
-    clients = [scaler.transform(X, Y) for X, Y in dataset.clients]
-    test = None if dataset.test is None else scaler.transform(*dataset.test)
-    names = getattr(dataset, "client_names", None)
-    return FederatedDataset(clients=clients, test=test, name=dataset.name, client_names=names), scaler

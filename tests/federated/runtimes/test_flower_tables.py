@@ -31,7 +31,7 @@ from flwr.common.config import parse_config_args  # noqa: E402
 from gpflow_fed.cli import main  # noqa: E402
 from gpflow_fed.federated.runtimes.flower import deploy  # noqa: E402
 from gpflow_fed.federated.runtimes.flower.client_app import make_client_app  # noqa: E402
-from gpflow_fed.federated.runtimes.flower.server_app import app as server_app  # noqa: E402
+from gpflow_fed.fitting.flower import server_app  # noqa: E402
 from gpflow_fed.federated.runtimes.flower.testing import LoopbackGrid  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -39,7 +39,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 import numpy as np
 import tensorflow as tf
@@ -49,7 +49,7 @@ from flwr.clientapp import ClientApp
 
 from ....data.dataset import validate_regression_data
 from ....validation import integer
-from ...protocol.algorithm import FederationInfo
+from ...protocol.algorithm import Algorithm, FederationInfo
 from ...engine.checkpoint import decode_tree, encode_tree, tracked_objects, verify_manifest, write_manifest
 from ...protocol.client import Client
 from ...engine.endpoint import ClientEndpoint
@@ -60,19 +60,21 @@ from ...protocol.transport import Response
 from ..base import client_seed
 from .records import (
     TRAIN_JOB,
-    job_algorithm,
+    job_algorithm as default_job_algorithm,
     recorddict_to_job,
     recorddict_to_request,
     request_context,
     response_to_recorddict,
 )
 
-__all__ = ["DESCRIBE", "describe_reply", "load_client_data", "make_client_app", "app"]
+__all__ = ["DESCRIBE", "ClientHost", "JobAlgorithm", "describe_reply", "load_client_data", "make_client_app", "app"]
 
 DESCRIBE = "describe"
 
-#: parties already built in this process, by (run id, node id, job): in-process runs skip the disk round trip
-_LIVE: Dict[Tuple[int, int, str], ClientEndpoint] = {}
+#: the algorithm a party runs for a job, from the job's name and the run config (default :func:`.records.job_algorithm`)
+JobAlgorithm = Callable[[str, Mapping[str, Any]], Algorithm]
+#: the endpoints a kept-alive ClientApp holds, by (run id, node id, job)
+Live = Dict[Tuple[int, int, str], ClientEndpoint]
 #: where a party keeps its encoder (its keys, what it prepared and answered) between messages: ``Context.state``
 ENCODER_STATE = "gpflow-fed.encoder"
 #: ``Context.state`` record: per job, the request context (:func:`.records.request_context`) the party answers it with
@@ -221,15 +223,22 @@ def _policy(context: Context) -> ClientPolicy:
 
 
 def _endpoint(
-    info: FederationInfo, context: Context, job: str, standardizer: Optional[Any], request_ctx: bytes
+    info: FederationInfo,
+    context: Context,
+    job: str,
+    standardizer: Optional[Any],
+    request_ctx: bytes,
+    live: Live,
+    job_algorithm: JobAlgorithm,
 ) -> Tuple[ClientEndpoint, Optional[str]]:
     """This party's endpoint for ``job``, found alive or rebuilt: its algorithm bound to ``info``, its rows
     standardised with ``standardizer`` (the agreed moments) when given, its client restored from its ``state-dir``,
     its encoder restored from ``Context.state`` (keys live only there, never on disk) or shared with its live other
-    job, and ``request_ctx`` (:func:`.records.request_context` of ``info``, ``job``, ``standardizer``) as context."""
+    job, and ``request_ctx`` (:func:`.records.request_context` of ``info``, ``job``, ``standardizer``) as context;
+    ``live`` holds the endpoints a kept-alive ClientApp keeps, ``job_algorithm`` builds the job's algorithm."""
     key = (int(context.run_id), int(context.node_id), job)
-    if key in _LIVE:
-        return _LIVE[key], None
+    if key in live:
+        return live[key], None
     index, X, Y = load_client_data(context)
     if standardizer is not None:  # the party's own rows, with the moments every party agreed
         X, Y = standardizer.transform(X, Y)
@@ -241,9 +250,9 @@ def _endpoint(
     state: Optional[Mapping[str, Any]] = context.state.config_records.get(ENCODER_STATE)  # converted below
     # one encoder per party and run, whatever the job (its schedule, its stop): a live party's other job shares it,
     # as a restarted party's jobs share Context.state
-    live = next((e.encoder for k, e in _LIVE.items() if k[:2] == key[:2]), None)
-    if live is not None:
-        encoder = live
+    shared = next((e.encoder for k, e in live.items() if k[:2] == key[:2]), None)
+    if shared is not None:
+        encoder = shared
     elif state is None:
         encoder = ClientEncoder(client_id, _policy(context))
     else:
@@ -256,19 +265,19 @@ def _endpoint(
     return endpoint, directory
 
 
-def _context_refusal(context: Context, job: str, current: bytes) -> str:
+def _context_refusal(context: Context, job: str, current: bytes, live: Live) -> str:
     """The party answers each job of a run under one request context (federation and agreed moments): the first it
     is shown, kept in ``Context.state`` (and, for a live endpoint, the one its rows were standardised with). Another
     would let a server compute one party's answers from inputs the others' pads do not bind (a live endpoint built
     by a first message with other moments) or re-ask under other moments; refused ("" when it matches)."""
     record = context.state.config_records.get(CONTEXTS)
     pinned = dict(record) if record is not None else {}
-    live = _LIVE.get((int(context.run_id), int(context.node_id), job))
+    endpoint = live.get((int(context.run_id), int(context.node_id), job))
     if job not in pinned:  # the first context this job is shown: pinned for the run
         pinned[job] = current.hex()
         context.state.config_records[CONTEXTS] = ConfigRecord(pinned)
     first = pinned[job]
-    if first != current.hex() or (live is not None and live.context != current):
+    if first != current.hex() or (endpoint is not None and endpoint.context != current):
         return (
             f"this party answers job {job!r} of this run with the federation and agreed moments it was first shown; "
             "this request carries others; refused"
@@ -284,39 +293,60 @@ def _restore_client_after_setup(directory: str, endpoint: ClientEndpoint) -> boo
     return _restore_client(directory, endpoint.client)
 
 
-def make_client_app(*, keep_alive: bool = False) -> ClientApp:
-    """A ClientApp running any gpflow-fed algorithm on the data named by the node config.
+class ClientHost:
+    """What one ClientApp holds for its parties: the job's algorithm and, kept alive, their endpoints.
 
-    :param keep_alive: keep each party's endpoint in this process between messages (for in-process transports,
-        where the ClientApp is not restarted); otherwise every update ends by writing the client's state to its
-        ``state-dir`` and its encoder's to ``Context.state``, and the next message restores them.
+    A deployed ClientApp process answers one message and exits, so it keeps nothing (``keep_alive=False``): every
+    update ends by writing the client's state to its ``state-dir`` and its encoder's to ``Context.state``, and the
+    next message restores them. An in-process transport (:class:`~.testing.LoopbackGrid`) keeps each party's
+    endpoint in :attr:`live` between messages instead. Nothing is held at module level: each host is one
+    federation's parties.
+
+    :param keep_alive: keep each party's endpoint in :attr:`live` between messages.
+    :param job_algorithm: the algorithm of a job (default :func:`.records.job_algorithm`: the run config's registered
+        factory, or the moments job's).
     """
-    client_app = ClientApp()
 
-    @client_app.query()
-    def describe(msg: FlowerMessage, context: Context) -> FlowerMessage:
-        return FlowerMessage(describe_reply(context), reply_to=msg)
+    def __init__(self, *, keep_alive: bool = False, job_algorithm: Optional[JobAlgorithm] = None) -> None:
+        self.keep_alive = bool(keep_alive)
+        self.job_algorithm: JobAlgorithm = job_algorithm or default_job_algorithm
+        #: the parties' endpoints by (run id, node id, job); empty unless ``keep_alive``
+        self.live: Live = {}
 
-    @client_app.train()
-    def train(msg: FlowerMessage, context: Context) -> FlowerMessage:
-        request, info = recorddict_to_request(msg.content)
-        job, standardizer = recorddict_to_job(msg.content, info)
-        current = request_context(info, job, standardizer)
-        refusal = _context_refusal(context, job, current)
-        if refusal:
-            response = Response(fault=refusal, error=PermissionError(refusal))
+    def app(self) -> ClientApp:
+        """The ClientApp: ``query`` answers ``describe``, ``train`` one stage of an exchange."""
+        client_app = ClientApp()
+
+        @client_app.query()
+        def describe(msg: FlowerMessage, context: Context) -> FlowerMessage:
+            return FlowerMessage(describe_reply(context), reply_to=msg)
+
+        @client_app.train()
+        def train(msg: FlowerMessage, context: Context) -> FlowerMessage:
+            request, info = recorddict_to_request(msg.content)
+            job, standardizer = recorddict_to_job(msg.content, info)
+            current = request_context(info, job, standardizer)
+            refusal = _context_refusal(context, job, current, self.live)
+            if refusal:
+                response = Response(fault=refusal, error=PermissionError(refusal))
+                return FlowerMessage(response_to_recorddict(response, request.purpose), reply_to=msg)
+            endpoint, directory = _endpoint(info, context, job, standardizer, current, self.live, self.job_algorithm)
+            response = endpoint.handle(request)
+            if self.keep_alive:
+                self.live[(int(context.run_id), int(context.node_id), job)] = endpoint
+            else:
+                if directory is not None and endpoint.ready:
+                    _save_client(directory, endpoint.client)
+                context.state.config_records[ENCODER_STATE] = ConfigRecord({"state": endpoint.encoder.to_state()})
             return FlowerMessage(response_to_recorddict(response, request.purpose), reply_to=msg)
-        endpoint, directory = _endpoint(info, context, job, standardizer, current)
-        response = endpoint.handle(request)
-        if keep_alive:
-            _LIVE[(int(context.run_id), int(context.node_id), job)] = endpoint
-        else:
-            if directory is not None and endpoint.ready:
-                _save_client(directory, endpoint.client)
-            context.state.config_records[ENCODER_STATE] = ConfigRecord({"state": endpoint.encoder.to_state()})
-        return FlowerMessage(response_to_recorddict(response, request.purpose), reply_to=msg)
 
-    return client_app
+        return client_app
+
+
+def make_client_app(*, keep_alive: bool = False, job_algorithm: Optional[JobAlgorithm] = None) -> ClientApp:
+    """A ClientApp running any gpflow-fed algorithm on the data named by the node config
+    (:class:`ClientHost`'s, with the same arguments)."""
+    return ClientHost(keep_alive=keep_alive, job_algorithm=job_algorithm).app()
 
 
 #: the ClientApp of a Flower deployment (``clientapp = "gpflow_fed.federated.runtimes.flower.client_app:app"``)

@@ -24,7 +24,7 @@ import numpy as np
 
 from ....data.dataset import FederatedDataset
 from .commands import OFFLINE_ENV, free_port, superlink_command, supernode_command
-from .server_app import run_config_defaults
+from .server_app import TABLE_APP, run_config_defaults
 
 __all__ = [
     "LoopbackFederation",
@@ -58,6 +58,8 @@ def write_app(directory: str, algorithm: str, config: Optional[Mapping[str, Any]
     The app's ``[tool.flwr.app.config]`` holds every key the ServerApp reads, with its default
     (:func:`~gpflow_fed.federated.runtimes.flower.server_app.run_config_defaults`), then ``config``: Flower's
     ``flwr run --run-config "k=v ..."`` may override only keys the app has, so each of them can be set there.
+    Its ServerApp is :data:`SERVER_APP`, or, for a table run (``standardize`` or ``save`` set),
+    :data:`~gpflow_fed.federated.runtimes.flower.server_app.TABLE_APP` (fit's job and model saving).
 
     :param algorithm: the algorithm factory ``"package.module:function"`` every party imports and calls
         with the run config (see :func:`~gpflow_fed.federated.runtimes.flower.records.load_factory`).
@@ -70,6 +72,7 @@ def write_app(directory: str, algorithm: str, config: Optional[Mapping[str, Any]
         raise ValueError(f"algorithm must be a factory 'package.module:function', got {algorithm!r}")
     os.makedirs(directory, exist_ok=True)
     settings = {"algorithm": algorithm, **run_config_defaults(), **dict(config or {})}
+    server_app = TABLE_APP if settings["standardize"] or settings["save"] else SERVER_APP
     lines = [
         "[build-system]",
         'requires = ["hatchling"]',
@@ -85,7 +88,7 @@ def write_app(directory: str, algorithm: str, config: Optional[Mapping[str, Any]
         'publisher = "gpflow-fed"',
         "",
         "[tool.flwr.app.components]",
-        f'serverapp = "{SERVER_APP}"',
+        f'serverapp = "{server_app}"',
         f'clientapp = "{CLIENT_APP}"',
         "",
         "[tool.flwr.app.config]",

@@ -38,6 +38,7 @@ __all__ = [
     "PURPOSES",
     "config_to_info",
     "JOBS",
+    "MOMENTS_FACTORY",
     "info_to_config",
     "job_algorithm",
     "job_to_config",
@@ -59,6 +60,8 @@ JOB = "job"
 #: the runs one Flower run may hold: the moments exchange (:class:`~gpflow_fed.federated.algorithms.Moments`) and
 #: the run's algorithm (a request without a ``"job"`` record is ``"train"`` on the party's data as given)
 MOMENTS_JOB, TRAIN_JOB = "moments", "train"
+#: the registered algorithm factory of the moments job (an entry point of :mod:`gpflow_fed.fitting.flower`)
+MOMENTS_FACTORY = "gpflow-fed:moments"
 JOBS = (MOMENTS_JOB, TRAIN_JOB)
 _MOMENTS = ("X_mean", "X_std", "Y_mean", "Y_std")
 
@@ -260,12 +263,11 @@ def config_to_info(config: Mapping[str, Any]) -> FederationInfo:
 
 
 def job_algorithm(job: str, run_config: Mapping[str, Any]) -> Algorithm:
-    """The algorithm of ``job``: :class:`~gpflow_fed.federated.algorithms.Moments` for ``"moments"``, else the run
-    config's registered ``algorithm`` (:func:`build_algorithm`)."""
+    """The algorithm of ``job`` (:func:`build_algorithm`): for ``"moments"`` the registered factory
+    :data:`MOMENTS_FACTORY` (:class:`~gpflow_fed.federated.algorithms.Moments`, declared by :mod:`gpflow_fed.fitting`
+    as an entry point), else the run config's registered ``algorithm``."""
     if job == MOMENTS_JOB:
-        from ...algorithms.moments import Moments
-
-        return Moments()
+        return build_algorithm(MOMENTS_FACTORY, run_config)
     return build_algorithm(str(run_config["algorithm"]), run_config)
 
 

@@ -18,33 +18,23 @@ from __future__ import annotations
 import os
 import tempfile
 import uuid
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Mapping, Optional
 
 import numpy as np
 
 from ....data.dataset import FederatedDataset
 from ...protocol.algorithm import Algorithm
-from ...engine.factories import register_algorithm_factory
 from ...engine.options import RunOptions
 from ...protection.policy import ClientPolicy
 from ...protection.request import Protection
 from ...engine.result import FederatedResult
 from ..base import Runtime
-from .client_app import _LIVE, make_client_app
+from .client_app import ClientHost
+from .records import TRAIN_JOB, job_algorithm
 from .testing import LoopbackGrid
 from .server_app import FlowerServer
 
 __all__ = ["FlowerRuntime", "LoopbackGrid"]
-
-
-@register_algorithm_factory
-def algorithm_factory(run_config: Mapping[str, Any]) -> Algorithm:
-    """The factory :class:`FlowerRuntime` names in its run config: the run's algorithm, as every party would build
-    it from the same code and settings (each party binds its own copy, ``Algorithm.bind``)."""
-    return _ALGORITHMS[str(run_config["gpflow-fed-run"])]
-
-
-_ALGORITHMS: Dict[str, Algorithm] = {}
 
 
 class FlowerRuntime(Runtime):
@@ -56,12 +46,19 @@ class FlowerRuntime(Runtime):
     :class:`FlowerServer`. Options and protection as
     for :class:`~gpflow_fed.federated.LocalRuntime` (``run(..., options=..., protection=...)``).
 
+    :param options: default :class:`~gpflow_fed.federated.RunOptions` of its runs.
+    :param protection: default :class:`~gpflow_fed.federated.Protection` request of its runs.
     :param client_policy: every party's policy (default: matching the run's protection).
-    :param kwargs: ``options``, ``protection`` and the deprecated keyword arguments, as for ``LocalRuntime``.
     """
 
-    def __init__(self, *, client_policy: Optional[ClientPolicy] = None, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(
+        self,
+        *,
+        options: Optional[RunOptions] = None,
+        protection: Optional[Protection] = None,
+        client_policy: Optional[ClientPolicy] = None,
+    ) -> None:
+        super().__init__(options=options, protection=protection)
         if client_policy is not None and not isinstance(client_policy, ClientPolicy):
             raise TypeError(f"client_policy must be a ClientPolicy, got {type(client_policy).__name__}")
         self.client_policy = client_policy
@@ -84,36 +81,34 @@ class FlowerRuntime(Runtime):
         protection = protection or self.protection
         policy = self.client_policy or ClientPolicy.matching(protection)
         server = FlowerServer(algorithm, seed=seed, options=options, protection=protection)
-        run_key = uuid.uuid4().hex
-        run_id = int(run_key[:12], 16)
-        _ALGORITHMS[run_key] = algorithm
-        try:
-            with tempfile.TemporaryDirectory(prefix="gpflow_fed_flower_") as tmp:
-                configs = []
-                for k, (X, Y) in enumerate(dataset.clients):
-                    path = os.path.join(tmp, f"client_{k}.npz")
-                    np.savez(path, X=X, Y=Y)
-                    configs.append(
-                        {
-                            "data": path,
-                            "client-index": k,
-                            "state-dir": os.path.join(tmp, "state"),
-                            "secure-aggregation": policy.secure_aggregation,
-                            "min-cohort": policy.min_cohort,
-                            "protect-small-cohorts": policy.protect_small_cohorts,
-                        }
-                    )
-                run_config = {
-                    "algorithm": f"{__name__}:algorithm_factory",
-                    "gpflow-fed-run": run_key,
-                    "seed": int(seed),
-                    **protection.to_config(),
-                }
-                grid = LoopbackGrid(make_client_app(keep_alive=True), configs, run_config, run_id)
-                result = server.run(grid, test=dataset.test, monitor=monitor)
-                self.transport = server.transport
-                return result
-        finally:
-            _ALGORITHMS.pop(run_key, None)
-            for key in [k for k in _LIVE if k[0] == run_id]:
-                del _LIVE[key]
+        run_id = int(uuid.uuid4().hex[:12], 16)
+
+        def parties_algorithm(job: str, run_config: Mapping[str, Any]) -> Algorithm:
+            """The run's algorithm for the training job, as every party would build it from the same code and
+            settings (each party binds its own copy, ``Algorithm.bind``); another job's as a deployment builds it."""
+            return algorithm if job == TRAIN_JOB else job_algorithm(job, run_config)
+
+        host = ClientHost(keep_alive=True, job_algorithm=parties_algorithm)
+        with tempfile.TemporaryDirectory(prefix="gpflow_fed_flower_") as tmp:
+            configs = []
+            for k, (X, Y) in enumerate(dataset.clients):
+                path = os.path.join(tmp, f"client_{k}.npz")
+                np.savez(path, X=X, Y=Y)
+                configs.append(
+                    {
+                        "data": path,
+                        "client-index": k,
+                        "state-dir": os.path.join(tmp, "state"),
+                        "secure-aggregation": policy.secure_aggregation,
+                        "min-cohort": policy.min_cohort,
+                        "protect-small-cohorts": policy.protect_small_cohorts,
+                    }
+                )
+            run_config = {
+                "seed": int(seed),
+                **protection.to_config(),
+            }
+            grid = LoopbackGrid(host.app(), configs, run_config, run_id)
+            result = server.run(grid, test=dataset.test, monitor=monitor)
+            self.transport = server.transport
+            return result

@@ -39,11 +39,11 @@ from flwr.serverapp import Grid, ServerApp
 
 from ....validation import integer
 from ...protocol.algorithm import Algorithm, FederationInfo
-from ...protocol.faults import FaultPolicy
 from ...engine.loop import run_rounds, set_up_run
 from ...engine.options import RunOptions
 from ...protection.request import Protection
 from ...engine.result import FederatedResult
+from ....data.standardize import Standardizer
 from ..base import sampling_rng
 from .client_app import DESCRIBE
 from .records import MOMENTS_JOB, TRAIN_JOB, build_algorithm
@@ -52,12 +52,21 @@ from .transport import GridTransport
 __all__ = [
     "FederationShape",
     "FlowerServer",
+    "TableJob",
     "app",
     "options_from_config",
     "run_config_defaults",
     "save_error",
     "save_result",
 ]
+
+
+#: a table run's job over the server's grid (:meth:`FlowerServer.run`): ``job(run_job, server, test)``
+TableJob = Callable[
+    [Callable[[Algorithm, Optional[Standardizer]], FederatedResult], "FlowerServer", Any], FederatedResult
+]
+#: saves a run's model: ``save(model, path)`` returns the path written
+SaveModel = Callable[[Any, str], str]
 
 
 @dataclass(frozen=True)
@@ -216,15 +225,16 @@ class FlowerServer:
         *,
         test: Optional[Tuple[np.ndarray, np.ndarray]] = None,
         monitor: Optional[Callable[..., Any]] = None,
-        standardize: bool = False,
+        job: Optional["TableJob"] = None,
     ) -> FederatedResult:
         """Discover the parties, run every round and the final phases; the result as ``LocalRuntime``'s.
 
         :param test: a held-out ``(X, Y)`` the server may hold, for ``result.metrics`` (in the parties' units).
         :param monitor: called as ``monitor(r, history=..., state=..., algorithm=...)`` after each round.
-        :param standardize: a table run (module docstring): the moments exchange first, then the algorithm on the
-            parties' standardised rows; the result is :func:`gpflow_fed.fit`'s (its model in the target's units, its
-            ledger the moments' messages then the training's), and equals ``fit`` on the same parties and seed.
+        :param job: a table run (module docstring), e.g. :func:`gpflow_fed.fitting.flower.table_job`: called as
+            ``job(run_job, server, test)`` with ``run_job(algorithm, standardizer)`` running one job over this grid
+            (``standardizer`` None: the moments job on the parties' rows as they are; else the training job, each
+            party standardising its own rows with it, and ``test`` standardised with it for the metrics).
         """
         start = time.perf_counter()
         info, node_of = self.discover(grid)
@@ -236,23 +246,20 @@ class FlowerServer:
         )
         shape = FederationShape(tuple(info.client_sizes[c] for c in info.client_ids), info.input_dim, info.output_dim)
         monitor = self._reporting(monitor)
-        if not standardize:
+        if job is None:
             return self._job(grid, node_of, info, shape, self.algorithm, test, monitor, start)
-        from ....fitting.methods import in_user_units
-        from ...algorithms.moments import Moments
 
-        began = time.perf_counter()
-        moments_options = RunOptions(faults=self.options.faults, keep_payloads=self.options.keep_payloads)
-        moments = self._job(grid, node_of, info, shape, Moments(), None, None, began, MOMENTS_JOB, moments_options)
-        assert isinstance(moments.algorithm, Moments)  # the job's bound algorithm
-        scaler = moments.algorithm.standardizer(moments.state)
-        self.report(
-            f"moments agreed ({'secure aggregation' if self.protection.secure else 'plain sums'}, "
-            f"{time.perf_counter() - began:.1f} s); the parties standardise their own rows with them"
-        )
-        scaled = None if test is None else scaler.transform(*test)
-        result = self._job(grid, node_of, info, shape, self.algorithm, scaled, monitor, start, TRAIN_JOB, None, scaler)
-        return in_user_units(result, moments, scaler, test, "the Flower run")
+        def run_job(algorithm: Algorithm, standardizer: Optional[Standardizer]) -> FederatedResult:
+            if standardizer is None:  # the moments job: the parties' rows as they are, no monitor, faults only
+                options = RunOptions(faults=self.options.faults, keep_payloads=self.options.keep_payloads)
+                began = time.perf_counter()
+                return self._job(grid, node_of, info, shape, algorithm, None, None, began, MOMENTS_JOB, options)
+            scaled = None if test is None else standardizer.transform(*test)
+            return self._job(
+                grid, node_of, info, shape, algorithm, scaled, monitor, start, TRAIN_JOB, None, standardizer
+            )
+
+        return job(run_job, self, test)
 
     def _job(
         self,
@@ -293,23 +300,23 @@ class FlowerServer:
         return reporting
 
 
+#: the ServerApp of a table run (``gpflow-fed flower server``): this app with fit's job and model saving
+TABLE_APP = "gpflow_fed.fitting.flower:server_app"
+
+
 def replace_test(shape: FederationShape, test: Optional[Tuple[np.ndarray, np.ndarray]]) -> FederationShape:
     return FederationShape(shape.client_sizes, shape.input_dim, shape.output_dim, test)
 
 
 def options_from_config(config: Mapping[str, Any]) -> RunOptions:
-    """The :class:`RunOptions` a run config describes: ``min-clients``, ``on-error``, ``eval-every``,
-    ``checkpoint-dir``, ``checkpoint-every``, ``resume``, ``keep-payloads`` (each optional)."""
-    return RunOptions(
-        keep_payloads=bool(config.get("keep-payloads", False)),
-        eval_every=int(config.get("eval-every", 0)),
-        faults=FaultPolicy(
-            on_error=str(config.get("on-error", "raise")), min_clients=int(config.get("min-clients", 1))
-        ),
-        checkpoint_dir=str(config["checkpoint-dir"]) if config.get("checkpoint-dir") else None,
-        checkpoint_every=int(config.get("checkpoint-every", 1)),
-        resume=bool(config.get("resume", False)),
-    )
+    """The :class:`RunOptions` a run config describes: :meth:`RunOptions.from_config
+    <gpflow_fed.federated.RunOptions.from_config>` (``min-clients``, ``on-error``, ``timeout``, ``eval-every``,
+    ``checkpoint-dir``, ``checkpoint-every``, ``resume``, ``keep-payloads``, ``progress``; each optional, parsed
+    strictly; the run config's other keys are the algorithm's, the protection's and the server's).
+
+    :raises ValueError: a value of the wrong kind or out of range, naming its key.
+    """
+    return RunOptions.from_config(config)
 
 
 def save_result(
@@ -360,18 +367,12 @@ def run_config_defaults() -> Dict[str, Any]:
         "seed": 0,
         "num-clients": 0,  # 0: the SuperNodes connected when the run starts
         "wait": 120.0,  # seconds to wait for num-clients SuperNodes
-        "timeout": 0.0,  # seconds per stage; 0: no limit
         "standardize": False,
         "output": "",
         "save": "",
         "test-data": "",
-        "on-error": "raise",
-        "min-clients": 1,
-        "eval-every": 0,
-        "checkpoint-dir": "",
-        "checkpoint-every": 1,
-        "resume": False,
-        "keep-payloads": False,
+        # the run options (timeout: seconds a party may take per request, 0: no limit; checkpoint-dir "": none)
+        **RunOptions().to_config(),
         **Protection().to_config(),
     }
 
@@ -381,7 +382,7 @@ def _positive_or_none(config: Mapping[str, Any], key: str) -> Optional[float]:
     return None if value in ("", 0, 0.0) else float(value)
 
 
-def make_server_app() -> ServerApp:
+def make_server_app(job: Optional[TableJob] = None, save: Optional[SaveModel] = None) -> ServerApp:
     """A ServerApp configured entirely by the run config (``flwr run … --run-config``):
 
     * ``algorithm`` (required): a registered algorithm factory (:mod:`gpflow_fed.federated.engine.factories`),
@@ -389,9 +390,10 @@ def make_server_app() -> ServerApp:
       (:mod:`.methods`);
     * ``seed`` (default 0); ``num-clients``: wait up to ``wait`` seconds (default 120) for this many SuperNodes
       (default or 0: those connected); ``timeout``: seconds per stage (default or 0: none);
-    * ``standardize`` (default false): a table run (module docstring);
-    * ``output``: folder for :func:`save_result`; ``save``: a ``.npz`` for the model (``save_model``, e.g.
-      ``StandardizedModel.save``); ``test-data``: an ``.npz`` with ``X``, ``Y`` the server holds, for test metrics
+    * ``standardize`` (default false): a table run (module docstring), run as ``job`` (an app without one refuses it;
+      :data:`gpflow_fed.fitting.flower.server_app` has :func:`gpflow_fed.fitting.flower.table_job`);
+    * ``output``: folder for :func:`save_result`; ``save``: a ``.npz`` for the model, written by ``save`` (an app
+      without one refuses it); ``test-data``: an ``.npz`` with ``X``, ``Y`` the server holds, for test metrics
       and ``predictions.npz``;
     * the options (:func:`options_from_config`: ``min-clients``, ``on-error``, ``eval-every``, ``checkpoint-dir``,
       ``checkpoint-every``, ``resume``, ``keep-payloads``);
@@ -412,6 +414,11 @@ def make_server_app() -> ServerApp:
                 raise ValueError(
                     "run config lacks 'algorithm': pass --run-config \"algorithm='package.module:factory'\""
                 )
+            table = bool(config.get("standardize", False))
+            if table and job is None:
+                raise ValueError(f"standardize=true is a table run; {TABLE_APP} runs it, this app does not")
+            if config.get("save") and save is None:
+                raise ValueError(f"save= needs an app that saves models ({TABLE_APP}); this one does not")
             algorithm = build_algorithm(str(config["algorithm"]), config)
             num_clients = int(config.get("num-clients", 0) or 0)
             server = FlowerServer(
@@ -428,11 +435,9 @@ def make_server_app() -> ServerApp:
             if config.get("test-data"):
                 with np.load(str(config["test-data"])) as npz:
                     test = (npz["X"].astype(gpflow.default_float()), npz["Y"].astype(gpflow.default_float()))
-            result = server.run(grid, test=test, standardize=bool(config.get("standardize", False)))
-            if config.get("save"):
-                from ....models.saving import save_model
-
-                path = save_model(result.model, str(config["save"]))
+            result = server.run(grid, test=test, job=job if table else None)
+            if config.get("save") and save is not None:
+                path = save(result.model, str(config["save"]))
                 log(INFO, "[gpflow-fed] model saved to %s (%s)", path, type(result.model).__name__)
         except Exception as exc:  # the ServerApp's own process: leave the reason where the caller looks
             if output:
@@ -444,5 +449,6 @@ def make_server_app() -> ServerApp:
     return server_app
 
 
-#: the ServerApp of a Flower deployment (``serverapp = "gpflow_fed.federated.runtimes.flower.server_app:app"``)
+#: the ServerApp of a Flower deployment of any registered algorithm
+#: (``serverapp = "gpflow_fed.federated.runtimes.flower.server_app:app"``); table runs use :data:`TABLE_APP`
 app = make_server_app()
