@@ -1,19 +1,42 @@
-"""Checks of scalar arguments: counts, positive numbers, fractions.
+"""Checks of scalar arguments: counts, positive numbers, fractions; and of option values read from a config.
 
 Every helper returns the value as a plain Python ``int`` or ``float`` (so settings stay JSON-able) and names
 the argument in its error. A bool is never accepted as a number (``True`` is not a count of 1 or a learning
 rate of 1.0). A value of the wrong kind raises :class:`ArgumentTypeError`, which is both a ``TypeError`` and a
 ``ValueError``; a number out of range raises ``ValueError``.
+
+**Config values** (a Flower run config, a TOML table, a command line's words) are parsed strictly by
+:func:`parse_boolean`, :func:`parse_integer` and :func:`parse_number`: a bool is a bool or the word ``"true"`` /
+``"false"`` and nothing else (not ``1``, ``"yes"``, ``"True"`` or ``""``: a misspelt flag must not quietly mean
+false). :func:`dataclass_to_config` and :func:`dataclass_from_config` write and read a frozen dataclass of options
+whose fields carry :func:`config_option` metadata (e.g. :class:`~gpflow_fed.federated.RunOptions`) as a flat dict of
+``-``-spelt keys with TOML values; :func:`config_fields` lists those keys, e.g. for a command line.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from numbers import Integral, Real
-from typing import Any, Optional
+from typing import Any, Dict, Mapping, Optional, Tuple, Type, TypeVar
 
 import numpy as np
 
-__all__ = ["ArgumentTypeError", "integer", "non_negative_float", "positive_float", "probability"]
+__all__ = [
+    "ArgumentTypeError",
+    "ConfigField",
+    "config_fields",
+    "config_key",
+    "config_option",
+    "dataclass_from_config",
+    "dataclass_to_config",
+    "integer",
+    "non_negative_float",
+    "parse_boolean",
+    "parse_integer",
+    "parse_number",
+    "positive_float",
+    "probability",
+]
 
 
 class ArgumentTypeError(TypeError, ValueError):
@@ -119,3 +142,207 @@ def public_inputs_on_released(X_public: np.ndarray, X: np.ndarray, rtol: float =
 
     distance, _ = cKDTree(Xr / scale).query(Xp / scale, k=1, p=np.inf)
     return int(np.sum(distance <= 1.0))
+
+
+# --- config values ---------------------------------------------------------------------------------------------
+def parse_boolean(value: Any, name: str) -> bool:
+    """``value`` as a ``bool``: a Python or numpy bool, or exactly the string ``"true"`` or ``"false"``.
+
+    :raises ArgumentTypeError: anything else (``0``, ``1``, ``"yes"``, ``"True"``, ``""``, None …), naming ``name``.
+    """
+    if _is_bool(value) and np.ndim(value) == 0:
+        return bool(value)
+    if isinstance(value, str) and value in ("true", "false"):
+        return value == "true"
+    raise ArgumentTypeError(f"{name} must be true or false, got {value!r} ({type(value).__name__})")
+
+
+def parse_integer(value: Any, name: str, minimum: Optional[int] = None) -> int:
+    """``value`` as an ``int``: an integer (not a bool, see :func:`integer`) or a string of one in base 10
+    (``"3"``), at least ``minimum`` if given.
+
+    :raises ArgumentTypeError: not an integer (``2.0``, ``"2.5"``, ``True`` …).
+    :raises ValueError: below ``minimum``.
+    """
+    if isinstance(value, str):
+        try:
+            value = int(value.strip(), 10)
+        except ValueError:
+            raise ArgumentTypeError(f"{name} must be {_count_phrase(minimum)}, got {value!r}") from None
+    return integer(value, name, minimum)
+
+
+def parse_number(value: Any, name: str) -> float:
+    """``value`` as a finite ``float``: a real number (not a bool) or a string of one (``"2.5"``, ``"3"``).
+
+    :raises ArgumentTypeError: not a number.
+    :raises ValueError: infinite or NaN.
+    """
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            raise ArgumentTypeError(f"{name} must be a number, got {value!r}") from None
+    v = _real(value, name)
+    if not np.isfinite(v):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return v
+
+
+#: the kinds of option a config holds, and how each is written (every value is a TOML str, int, float or bool):
+#: ``bool``; ``int``; ``choice`` (a str among ``choices``); ``seconds`` (None or a positive float, None written as
+#: ``0.0``); ``path`` (None or a str, None written as ``""``); ``nested`` (a dataclass of options, its keys inlined)
+CONFIG_KINDS = ("bool", "int", "choice", "seconds", "path", "nested")
+
+
+def config_option(kind: str, help: str, **extra: Any) -> Dict[str, Any]:
+    """The ``metadata=`` of a dataclass field that is a config option: its ``kind`` (:data:`CONFIG_KINDS`), a
+    one-line ``help`` (the command line's) and ``minimum`` (``int``), ``choices`` (``choice``) or ``type`` (the
+    dataclass of a ``nested`` field)."""
+    if kind not in CONFIG_KINDS:
+        raise ValueError(f"kind must be one of {CONFIG_KINDS}, got {kind!r}")
+    return {"config": {"kind": kind, "help": help, **extra}}
+
+
+def config_key(attribute: str) -> str:
+    """The config key of a field: its name with ``-`` for ``_`` (``min_clients`` → ``min-clients``)."""
+    return attribute.replace("_", "-")
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigField:
+    """One key of an options dataclass's config (:func:`config_fields`).
+
+    :param key: the config key (``min-clients``); the command line's option is ``--<key>``.
+    :param attribute: the field's name on its own dataclass (``min_clients``).
+    :param owner: that dataclass (e.g. ``FaultPolicy`` for a key of ``RunOptions``' ``faults``).
+    :param kind: one of :data:`CONFIG_KINDS` but ``nested``.
+    :param default: the field's default, as a Python value (None for "none").
+    """
+
+    key: str
+    attribute: str
+    owner: type
+    kind: str
+    default: Any
+    help: str
+    minimum: Optional[int] = None
+    choices: Optional[Tuple[str, ...]] = None
+
+
+def _spec(cls: type, field: "dataclasses.Field[Any]") -> Dict[str, Any]:
+    spec = field.metadata.get("config")
+    if spec is None:  # a new field must say how it is written, or every entry point would lose it
+        raise TypeError(f"{cls.__name__}.{field.name} has no config_option metadata")
+    return dict(spec)
+
+
+def config_fields(cls: type) -> Tuple[ConfigField, ...]:
+    """Every key of ``cls``'s config, in field order, a ``nested`` field's keys in its place.
+
+    :raises TypeError: a field without :func:`config_option` metadata.
+    """
+    out = []
+    defaults = cls()
+    for field in dataclasses.fields(cls):
+        spec = _spec(cls, field)
+        if spec["kind"] == "nested":
+            out.extend(config_fields(spec["type"]))
+            continue
+        choices = spec.get("choices")
+        out.append(
+            ConfigField(
+                key=config_key(field.name),
+                attribute=field.name,
+                owner=cls,
+                kind=spec["kind"],
+                default=getattr(defaults, field.name),
+                help=spec["help"],
+                minimum=spec.get("minimum"),
+                choices=None if choices is None else tuple(choices),
+            )
+        )
+    return tuple(out)
+
+
+def _write(value: Any, kind: str) -> Any:
+    if kind == "bool":
+        return bool(value)
+    if kind == "int":
+        return int(value)
+    if kind == "seconds":
+        return 0.0 if value is None else float(value)
+    if kind == "path":
+        return "" if value is None else str(value)
+    return str(value)  # choice
+
+
+def _read(value: Any, field: ConfigField) -> Any:
+    key = field.key
+    if field.kind == "bool":
+        return parse_boolean(value, key)
+    if field.kind == "int":
+        return parse_integer(value, key, field.minimum)
+    if field.kind == "seconds":
+        seconds = parse_number(value, key)
+        if seconds < 0:
+            raise ValueError(f"{key} must be positive seconds, or 0 for no limit, got {value!r}")
+        return None if seconds == 0 else seconds
+    if not isinstance(value, str):
+        raise ArgumentTypeError(f"{key} must be a string, got {value!r} ({type(value).__name__})")
+    if field.kind == "path":
+        return value or None
+    if field.choices is not None and value not in field.choices:  # choice
+        raise ValueError(f"{key} must be one of {', '.join(field.choices)}, got {value!r}")
+    return value
+
+
+def dataclass_to_config(options: Any) -> Dict[str, Any]:
+    """``options`` (a dataclass whose fields carry :func:`config_option` metadata) as a flat config: ``{key: value}``
+    for every field (a ``nested`` field's keys inlined), each value a TOML str, int, float or bool; None is written
+    as ``0.0`` (``seconds``) or ``""`` (``path``), neither of which is a valid value otherwise."""
+    out: Dict[str, Any] = {}
+    cls = type(options)
+    for field in dataclasses.fields(cls):
+        spec = _spec(cls, field)
+        value = getattr(options, field.name)
+        if spec["kind"] == "nested":
+            out.update(dataclass_to_config(value))
+        else:
+            out[config_key(field.name)] = _write(value, spec["kind"])
+    return out
+
+
+T = TypeVar("T")
+
+
+def dataclass_from_config(cls: Type[T], config: Mapping[str, Any]) -> T:
+    """The ``cls`` a config describes (:func:`dataclass_to_config`'s inverse): each key of :func:`config_fields`
+    that ``config`` has, parsed strictly (:func:`parse_boolean`, :func:`parse_integer`, :func:`parse_number`); a
+    missing key is the field's default, so ``dataclass_from_config(cls, {}) == cls()``.
+
+    Other keys are ignored: a config (a Flower run config) also holds the algorithm's and the protection's keys.
+    A key of ``cls`` spelt with ``_`` (``min_clients``) is refused, since it would otherwise be silently ignored.
+
+    :raises ValueError: a value of the wrong kind or out of range, naming its key (an :class:`ArgumentTypeError`
+        for the wrong kind), a ``_``-spelt key, or what ``cls`` itself refuses.
+    """
+    fields = config_fields(cls)
+    misspelt = sorted(f.attribute for f in fields if f.attribute != f.key and f.attribute in config)
+    if misspelt:
+        keys = ", ".join(f"{m!r} (write {config_key(m)!r})" for m in misspelt)
+        raise ValueError(f"config keys are spelt with '-', not '_': {keys}")
+    values: Dict[type, Dict[str, Any]] = {}
+    for field in fields:
+        if field.key in config:
+            values.setdefault(field.owner, {})[field.attribute] = _read(config[field.key], field)
+    return _build(cls, values)
+
+
+def _build(cls: Any, values: Mapping[type, Mapping[str, Any]]) -> Any:
+    kwargs = dict(values.get(cls, {}))
+    for field in dataclasses.fields(cls):
+        spec = _spec(cls, field)
+        if spec["kind"] == "nested":
+            kwargs[field.name] = _build(spec["type"], values)
+    return cls(**kwargs)

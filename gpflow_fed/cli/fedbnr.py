@@ -16,7 +16,7 @@ from typing import Any, Dict
 from ..fitting import DEFAULTS as FIT_DEFAULTS
 from .datasets import KNOWN, check_dataset
 from .options import add_run_arguments, non_negative_float, non_negative_int, positive_float, positive_int
-from .options import refuse_ignored, resolve
+from .options import add_run_option_arguments, refuse_ignored, resolve, run_options
 from .own_data import add_own_data_arguments, check_own_data_arguments, own_dataset
 from .options import standardized as _standardized
 
@@ -66,12 +66,14 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--protocol", choices=("statistics", "two_step"), default="statistics")
     add_run_arguments(p, "runs/fedbnr", "fedbnr.png")
+    add_run_option_arguments(p)
     add_own_data_arguments(p)
     p.set_defaults(func=_run, check=check)
 
 
 def check(args: argparse.Namespace) -> None:
     """Options, dataset and table, before TensorFlow."""
+    run_options(args)  # --resume without --checkpoint-dir
     check_own_data_arguments(
         args,
         {"dataset": "--csv replaces --dataset", "clients": "with --csv every party of --party-column is one client"},
@@ -96,7 +98,7 @@ def _run(args: argparse.Namespace) -> int:
 
     from .. import metrics
     from ..data import FederatedDataset, fedbnr_real_task
-    from ..federated import LocalRuntime, run
+    from ..federated import run
     from ..fitting import algorithm
     from ..models import StandardizedModel, save_model
     from ..monitor import federated_monitor, write_scalars
@@ -127,8 +129,8 @@ def _run(args: argparse.Namespace) -> int:
         aggregation=args.aggregation, distillation_data=distillation if args.aggregation == "kd" else None,
         alpha=1.0 if args.alpha is None else args.alpha, protocol=args.protocol,
     )  # fmt: skip
-    runtime = LocalRuntime(progress=not (args.json or args.no_progress))
-    result = run(fedbnr, dataset, runtime=runtime, monitor=federated_monitor(str(logdir / "fedbnr")), seed=args.seed)
+    options = run_options(args, progress=not (args.json or args.no_progress))
+    result = run(fedbnr, dataset, options=options, monitor=federated_monitor(str(logdir / "fedbnr")), seed=args.seed)
     model = StandardizedModel(result.model, scaler)
     X_test, Y_test = raw.test
     mean, var = (t.numpy() for t in model.predict_y(X_test))

@@ -33,7 +33,7 @@ import shlex
 import sys
 from typing import Any, Dict, List, Tuple
 
-from .options import non_negative_int, positive_float, positive_int
+from .options import add_run_option_arguments, non_negative_int, positive_float, positive_int, run_options
 
 #: the SuperLink connection's name in the written ``flwr_home/config.toml``.
 CONNECTION = "gpflow-fed"
@@ -157,6 +157,10 @@ def _check_server(args: argparse.Namespace) -> None:
     ]
     if ignored:
         problems.append(f"{', '.join(ignored)} do(es) not apply to --method {args.method}; drop it")
+    try:
+        run_options(args)
+    except ValueError as exc:
+        problems.append(str(exc))
     if problems:
         raise ValueError("; ".join(problems))
 
@@ -164,20 +168,24 @@ def _check_server(args: argparse.Namespace) -> None:
 def server_config(args: argparse.Namespace) -> Dict[str, Any]:
     """The run config ``flower server`` submits: the table run of ``--method`` with every setting of the method
     (its defaults unless given, so that ``flwr run --run-config`` may change any), the parties, the protection
-    request and where the model goes."""
+    request, the run options (:func:`.options.run_options`, as ``RunOptions.to_config`` writes them) and where the
+    model goes."""
     from ..federated import Protection
     from ..fitting import DEFAULTS
 
     given = {name: getattr(args, dest) for dest, name in METHOD_OPTIONS.items() if getattr(args, dest) is not None}
     settings = {**DEFAULTS[args.method], **given}
     protection = Protection() if not args.no_secure_aggregation else Protection(secure_aggregation=False)
+    options = run_options(args).to_config()
+    if options["checkpoint-dir"]:  # the ServerApp runs in its own process and folder
+        options["checkpoint-dir"] = os.path.abspath(options["checkpoint-dir"])
     config: Dict[str, Any] = {
         "method": args.method,
         **{name.replace("_", "-"): value for name, value in settings.items()},
         "seed": args.seed,
         "num-clients": args.clients,
         "wait": float(args.wait),
-        "timeout": float(args.timeout or 0.0),
+        **options,
         "standardize": True,
         "save": os.path.abspath(args.save),
         **protection.to_config(),
@@ -352,11 +360,11 @@ def register(subparsers: Any) -> None:
     server.add_argument("--port", type=int, default=9100, help="the SuperLink's port")
     server.add_argument("--host", default="127.0.0.1", help="the SuperLink's address (0.0.0.0: every interface)")
     server.add_argument("--wait", type=positive_float, default=600.0, help="seconds to wait for the parties")
-    server.add_argument("--timeout", type=positive_float, default=None, help="seconds per exchange (default: none)")
     server.add_argument(
         "--workdir", default="gpflow-fed-server", metavar="DIR", help="the app, Flower's home and the logs"
     )
     _protection_arguments(server, "ask for the parties'")
+    add_run_option_arguments(server, checkpoints=" (the server's part of the run; each party keeps its own)")
     server.set_defaults(func=_server, check=_check_server)
 
     app = sub.add_parser("app", help="write a Flower app for a registered algorithm factory and print the commands")

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 from ..fitting import DEFAULTS as FIT_DEFAULTS
 from .datasets import KNOWN, SYNTHETIC, check_dataset, load_arrays
 from .options import add_run_arguments, fraction, given, positive_float, positive_int, refuse_ignored, resolve
+from .options import add_run_option_arguments, for_run, run_options
 from .own_data import add_own_data_arguments, check_own_data_arguments
 from .options import standardized as _standardized
 
@@ -98,6 +99,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--inducing", "-M", type=positive_int, default=None, help=f"M (default {d['inducing']})")
     parser.add_argument("--mode", choices=MODES, default="fedavg", help="the headline FSGP mode (default fedavg)")
     add_run_arguments(parser, "runs/fsgp", "fsgp.png")
+    add_run_option_arguments(parser, checkpoints="; each federated run (fsgp-fedavg, fsgp-exact, fgp) in its subfolder")
     parser.description += (
         f"\n--quick: K={QUICK['clients']}, R={QUICK['rounds']}, P={QUICK['local_steps']}, M={QUICK['inducing']} "
         f"unless given; at most {QUICK_MAX_TRAIN} rows of a built-in dataset."
@@ -123,6 +125,7 @@ def check(args: argparse.Namespace) -> None:
             refuse_ignored(args, {"test_fraction": f"{name} comes with its own test grid"})
     if args.mode == "exact" and given(args, "client_fraction") and args.client_fraction != 1:
         raise ValueError("--mode exact sums statistics over every client each round; drop --client-fraction")
+    run_options(args)  # --resume without --checkpoint-dir, before TensorFlow
 
 
 @dataclass
@@ -244,11 +247,12 @@ def run_federated(
     mode: str,
     Z: np.ndarray,
     logdir: Path,
-    progress: bool,
+    options: Any,
 ) -> Any:
     """Train FSGP in ``mode`` on the LocalRuntime (built by :func:`gpflow_fed.fitting.algorithm`, as ``fit``
-    does), logging every round to ``logdir/fsgp-<mode>``."""
-    from ..federated import LocalRuntime, run
+    does) with ``options`` (:class:`~gpflow_fed.federated.RunOptions`), logging every round to
+    ``logdir/fsgp-<mode>``."""
+    from ..federated import run
     from ..fitting import algorithm as fit_algorithm
     from ..monitor import federated_monitor
 
@@ -260,7 +264,7 @@ def run_federated(
     )  # fmt: skip
     fsgp.name = f"fsgp-{mode}"  # labels this run's progress bar (the two modes run one after the other)
     monitor = federated_monitor(str(logdir / f"fsgp-{mode}"))
-    return run(fsgp, dataset, runtime=LocalRuntime(progress=progress), monitor=monitor, seed=settings["seed"])
+    return run(fsgp, dataset, options=options, monitor=monitor, seed=settings["seed"])
 
 
 def _row(label: str, models: List[Any], raw_test: Any, scaler: Any, seconds: float, sent: int) -> MethodResult:
@@ -275,22 +279,26 @@ def _row(label: str, models: List[Any], raw_test: Any, scaler: Any, seconds: flo
     return MethodResult(label, seconds=float(seconds), bytes_sent=int(sent), **mean)
 
 
-def compare(settings: Dict[str, Any], logdir: Path, progress: bool) -> Tuple[List[MethodResult], Dict[str, Any]]:
+def compare(
+    settings: Dict[str, Any], logdir: Path, progress: bool, options: Any = None
+) -> Tuple[List[MethodResult], Dict[str, Any]]:
     """Run FSGP (both modes) and the baselines on the same data and initial values; return the table rows
     (headline mode first) and what the plot and the report need (``extras["baseline"]``: predicting the mean).
 
     Every method gets T = rounds × local_steps gradient steps: FSGP-fedavg R rounds of P local steps,
     exact federated SGPR T rounds of one Adam step, centralized and local-only SGPR T Adam steps, FGP R
-    rounds of P local steps.
+    rounds of P local steps. The federated runs use ``options`` (:class:`~gpflow_fed.federated.RunOptions`, default
+    ``RunOptions(progress=progress)``), each with its checkpoints in its own subfolder (:func:`.options.for_run`).
     """
     from ..baselines import centralized_sgpr, local_only_sgpr
     from ..evaluation import mean_baseline
-    from ..federated import LocalRuntime, run
+    from ..federated import RunOptions, run
     from ..federated.algorithms import FGP
     from ..federated.algorithms.inducing_inputs import STANDARDISED_BOX, inducing_grid
     from ..models import StandardizedModel
     from ..progress import tqdm
 
+    options = RunOptions(progress=progress) if options is None else options
     raw, labels = raw_dataset(settings)
     if settings["inducing"] > raw.num_data:  # before anything runs or writes
         raise ValueError(
@@ -306,7 +314,7 @@ def compare(settings: Dict[str, Any], logdir: Path, progress: bool) -> Tuple[Lis
     exact_settings = dict(settings, rounds=steps)
     for mode in (settings["mode"], "exact" if settings["mode"] == "fedavg" else "fedavg"):
         mode_settings = settings if mode == "fedavg" else exact_settings
-        runs[mode] = run_federated(mode_settings, dataset, kernel, mode, Z, logdir, progress)
+        runs[mode] = run_federated(mode_settings, dataset, kernel, mode, Z, logdir, for_run(options, f"fsgp-{mode}"))
     rows = [
         _row(HEADLINE[mode], [r.model], raw.test, scaler, r.seconds, r.ledger.total_bytes()) for mode, r in runs.items()
     ]
@@ -317,7 +325,7 @@ def compare(settings: Dict[str, Any], logdir: Path, progress: bool) -> Tuple[Lis
         baselines[label] = train(dataset, kernel, Z, noise, steps, lr)
     fgp = FGP(kernel, noise, settings["rounds"], settings["local_steps"], lr, settings["client_fraction"])
     fgp.name = "FGP baseline"
-    fgp_result = run(fgp, dataset, runtime=LocalRuntime(progress=progress), seed=settings["seed"])
+    fgp_result = run(fgp, dataset, options=for_run(options, "fgp"), seed=settings["seed"])
     raw_bytes = int(sum(X.nbytes + Y.nbytes for X, Y in dataset.clients))
     central, local = baselines["centralized SGPR"], baselines["local-only SGPR"]
     rows.append(_row("centralized SGPR", [central.model], raw.test, scaler, central.seconds, raw_bytes))
@@ -366,7 +374,8 @@ def main(args: argparse.Namespace) -> int:
     from ..monitor import write_scalars
     from ..plotting import plot_run
 
-    rows, extras = compare(settings, logdir, progress=not (args.no_progress or args.json))
+    progress = not (args.no_progress or args.json)
+    rows, extras = compare(settings, logdir, progress, run_options(args, progress=progress))
     rows.append(extras["baseline"])
     comparison = {f"{r.method}/{k}": float(getattr(r, k)) for r in rows for k in ("test_rmse", "test_nlpd", "seconds")}
     comparison.update({f"{r.method}/bytes_sent": float(r.bytes_sent) for r in rows})

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import argparse
 import math
-from typing import Any, Callable, Dict, Mapping, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 __all__ = [
+    "RUN_OPTIONS_NOT_ON_THE_COMMAND_LINE",
     "add_run_arguments",
+    "add_run_option_arguments",
+    "for_run",
     "fraction",
     "given",
     "non_negative_float",
@@ -22,6 +25,7 @@ __all__ = [
     "positive_int",
     "refuse_ignored",
     "resolve",
+    "run_options",
 ]
 
 
@@ -68,6 +72,103 @@ def add_run_arguments(parser: argparse.ArgumentParser, logdir: str, plot: str) -
     parser.add_argument("--json", action="store_true", help="print the result as JSON (layout: docs 'Command output')")
     parser.add_argument("--quick", action="store_true", help="tiny settings for a smoke test (seconds)")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+
+
+#: the :class:`~gpflow_fed.federated.RunOptions` keys a command line does not take: ``progress`` is
+#: :func:`add_run_arguments`' ``--no-progress`` (a command shows its bars unless ``--no-progress`` or ``--json``),
+#: and nothing a command writes shows the payloads ``keep-payloads`` would keep
+RUN_OPTIONS_NOT_ON_THE_COMMAND_LINE = ("progress", "keep-payloads")
+
+
+def _option_type(field: Any) -> Callable[[str], Any]:
+    """An argparse ``type=`` that reads a word as a config would (:func:`gpflow_fed.validation.dataclass_from_config`:
+    the same checks, the error naming the option)."""
+    from ..validation import parse_integer, parse_number
+
+    def parse(text: str) -> Any:
+        try:
+            if field.kind == "int":
+                return parse_integer(text, f"--{field.key}", field.minimum)
+            seconds = parse_number(text, f"--{field.key}")
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        if not seconds > 0:
+            raise argparse.ArgumentTypeError(f"--{field.key} must be positive seconds, got {text}")
+        return seconds
+
+    parse.__name__ = field.kind
+    return parse
+
+
+def add_run_option_arguments(parser: argparse.ArgumentParser, *, checkpoints: str = "") -> None:
+    """One option per :class:`~gpflow_fed.federated.RunOptions` key (its fault policy's inlined), generated from
+    the dataclasses' fields, with their defaults and help: ``--eval-every``, ``--on-error``, ``--min-clients``,
+    ``--timeout``, ``--checkpoint-dir``, ``--checkpoint-every``, ``--resume`` (not
+    :data:`RUN_OPTIONS_NOT_ON_THE_COMMAND_LINE`). :func:`run_options` builds the ``RunOptions`` from them.
+
+    :param checkpoints: appended to ``--checkpoint-dir``'s help (e.g. where a command that runs several federated
+        runs puts each one's checkpoints).
+    """
+    from ..federated.engine.options import RunOptions
+    from ..validation import config_fields
+
+    group = parser.add_argument_group(
+        "run options", "how the federated run is run (RunOptions; the same keys in a Flower run config)"
+    )
+    for field in config_fields(RunOptions):
+        if field.key in RUN_OPTIONS_NOT_ON_THE_COMMAND_LINE:
+            continue
+        flag, text = f"--{field.key}", field.help
+        if field.kind == "bool":
+            if field.default:  # pragma: no cover - no such option yet
+                group.add_argument(f"--no-{field.key}", dest=field.key.replace("-", "_"), action="store_false")
+            else:
+                group.add_argument(flag, action="store_true", help=text)
+        elif field.kind == "choice":
+            group.add_argument(flag, choices=field.choices, default=field.default, help=text)
+        elif field.kind == "path":
+            text = f"{text}{checkpoints} (default: none)" if field.key == "checkpoint-dir" else text
+            group.add_argument(flag, default=field.default, metavar="DIR", help=text)
+        else:  # int, seconds
+            metavar = "N" if field.kind == "int" else "SECONDS"
+            group.add_argument(flag, type=_option_type(field), default=field.default, metavar=metavar, help=text)
+
+
+def run_options(args: argparse.Namespace, *, progress: bool = False, run: Optional[str] = None) -> Any:
+    """The :class:`~gpflow_fed.federated.RunOptions` of :func:`add_run_option_arguments`' parsed options (through
+    :meth:`RunOptions.from_config <gpflow_fed.federated.RunOptions.from_config>`, as a Flower run config is read).
+
+    :param progress: show the run's progress bar.
+    :param run: a command that runs several federated runs names each: its checkpoints go to
+        ``<--checkpoint-dir>/<run>``.
+    :raises ValueError: options that do not go together (``--resume`` without ``--checkpoint-dir``).
+    """
+    from ..federated.engine.options import RunOptions
+    from ..validation import config_fields
+
+    config: Dict[str, Any] = {"progress": bool(progress)}
+    for field in config_fields(RunOptions):
+        value = getattr(args, field.key.replace("-", "_"), None)
+        if field.key not in RUN_OPTIONS_NOT_ON_THE_COMMAND_LINE and value is not None:
+            config[field.key] = value
+    try:
+        options = RunOptions.from_config(config)
+    except ValueError as exc:
+        if getattr(args, "resume", False) and not getattr(args, "checkpoint_dir", None):
+            raise ValueError("--resume needs --checkpoint-dir, the folder the interrupted run wrote to") from None
+        raise ValueError(f"run options: {exc}") from exc
+    return options if run is None else for_run(options, run)
+
+
+def for_run(options: Any, run: str) -> Any:
+    """``options`` (a :class:`~gpflow_fed.federated.RunOptions`) for one of a command's several federated runs:
+    its checkpoints in ``<checkpoint_dir>/<run>`` (unchanged without a ``checkpoint_dir``)."""
+    import dataclasses
+    import os
+
+    if options.checkpoint_dir is None:
+        return options
+    return dataclasses.replace(options, checkpoint_dir=os.path.join(options.checkpoint_dir, run))
 
 
 def given(args: argparse.Namespace, name: str) -> bool:

@@ -11,6 +11,7 @@ from pathlib import Path
 from ..fitting import DEFAULTS as FIT_DEFAULTS
 from .datasets import KNOWN, check_dataset
 from .options import add_run_arguments, non_negative_int, positive_int, refuse_ignored, resolve
+from .options import add_run_option_arguments, run_options
 from .own_data import add_own_data_arguments, check_own_data_arguments, own_dataset
 from .options import standardized as _standardized
 
@@ -63,12 +64,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=f"optimizer steps per client update (default {d['local_steps']}; --quick {q['local_steps']})",
     )
     add_run_arguments(parser, "runs/pvi", "pvi.png")
+    add_run_option_arguments(parser)
     add_own_data_arguments(parser)
     parser.set_defaults(func=main, check=check)
 
 
 def check(args: argparse.Namespace) -> None:
     """Options, dataset and table, before TensorFlow."""
+    run_options(args)  # --resume without --checkpoint-dir
     check_own_data_arguments(
         args,
         {
@@ -94,7 +97,7 @@ def main(args: argparse.Namespace) -> int:
     logdir = Path(args.logdir)
     logdir.mkdir(parents=True, exist_ok=True)
     from ..data import FederatedDataset, pvi_five_partition_toy, real_split
-    from ..federated import LocalRuntime, run
+    from ..federated import run
     from ..fitting import algorithm
     from ..models import StandardizedModel, save_model
     from ..monitor import federated_monitor, write_scalars
@@ -116,9 +119,9 @@ def main(args: argparse.Namespace) -> int:
         "pvi", dataset.input_dim, args.seed, variant=args.method, rounds=settings["rounds"],
         num_inducing=settings["inducing"], local_steps=settings["local_steps"],
     )  # fmt: skip
-    runtime = LocalRuntime(progress=not (args.json or args.no_progress))
+    options = run_options(args, progress=not (args.json or args.no_progress))
     monitor = federated_monitor(str(logdir / f"pvi-{args.method}"))
-    result = run(pvi, dataset, runtime=runtime, monitor=monitor, seed=args.seed)
+    result = run(pvi, dataset, options=options, monitor=monitor, seed=args.seed)
     model = StandardizedModel(result.model, scaler)
     label = f"PVI ({args.method})"
     rows, warning = score_rows(

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union, cast
 
 import numpy as np
 
-from ...validation import integer
+from ...validation import config_option, dataclass_from_config, dataclass_to_config, integer
 from .messages import Message
 
 logger = logging.getLogger("gpflow_fed.federated")
@@ -47,12 +47,31 @@ class FaultPolicy:
     :param on_error: ``"raise"`` stops at the first fault; ``"exclude"`` drops the client from the round.
     :param min_clients: the fewest good answers a phase needs (else :class:`RoundFailedError`).
     :param timeout: seconds a client may take for one update; a later answer is discarded as a time-out
-        (an in-process client cannot be pre-empted, so its work is finished and then ignored).
+        (an in-process client cannot be pre-empted, so its work is finished and then ignored). A Flower server
+        also stops waiting for a stage's replies after it (the run config's ``timeout``).
+
+    As a config (:meth:`to_config`, :meth:`from_config`; the keys of a Flower run config and of the command line's
+    ``--on-error``, ``--min-clients``, ``--timeout``): ``on-error``, ``min-clients``, ``timeout`` (``0.0``: None).
     """
 
-    on_error: str = "raise"
-    min_clients: int = 1
-    timeout: Optional[float] = None
+    on_error: str = field(
+        default="raise",
+        metadata=config_option(
+            "choice",
+            "a faulty client: 'raise' stops the run naming it, 'exclude' leaves it out of the round",
+            choices=ON_ERROR,
+        ),
+    )
+    min_clients: int = field(
+        default=1,
+        metadata=config_option("int", "the fewest good answers a phase needs, else the round fails", minimum=1),
+    )
+    timeout: Optional[float] = field(
+        default=None,
+        metadata=config_option(
+            "seconds", "seconds a client may take to answer one request; a later answer is a fault (default: none)"
+        ),
+    )
 
     def __post_init__(self) -> None:
         if self.on_error not in ON_ERROR:
@@ -60,6 +79,20 @@ class FaultPolicy:
         integer(self.min_clients, "min_clients", minimum=1)
         if self.timeout is not None and not (self.timeout > 0):
             raise ValueError(f"timeout must be positive seconds or None, got {self.timeout!r}")
+
+    def to_config(self) -> Dict[str, Any]:
+        """``{"on-error": str, "min-clients": int, "timeout": float}``, None written as ``0.0``
+        (:func:`~gpflow_fed.validation.dataclass_to_config`)."""
+        return dataclass_to_config(self)
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> "FaultPolicy":
+        """The policy a config describes (:meth:`to_config`'s keys; a missing key is the default, other keys are
+        ignored; see :func:`~gpflow_fed.validation.dataclass_from_config`).
+
+        :raises ValueError: a value of the wrong kind or out of range, naming its key.
+        """
+        return dataclass_from_config(cls, config)
 
 
 #: the largest magnitude a payload value may have: the server sums replies and squares sums (Adam's second moment),
@@ -198,9 +231,9 @@ def screen(
 ) -> Tuple[List[str], Dict[str, str]]:
     """The one place a phase's replies are judged and the fault policy applied.
 
-    Each client's :class:`~gpflow_fed.federated.protocol.transport.Response` is a fault if the transport or the client says so
-    (it raised, refused, did not answer), if it came too late (``faults.timeout``, from the client's own timing), if
-    its message is malformed (:func:`reply_fault`) or claims another weight than the server expects
+    Each client's :class:`~gpflow_fed.federated.protocol.transport.Response` is a fault if the transport or the
+    client says so (it raised, refused, did not answer), if it came too late (``faults.timeout``, from the client's
+    own timing), if its message is malformed (:func:`reply_fault`) or claims another weight than the server expects
     (:func:`weight_fault`, for replies the server can read), or if its array names or shapes (or, for a protected
     reply, its layout) differ from ``spec`` (:func:`spec_faults`). Then ``on_error="raise"`` raises for the first
     faulty client in cohort order, and ``"exclude"`` logs every exclusion and checks ``min_clients``.
