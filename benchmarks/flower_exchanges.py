@@ -83,6 +83,7 @@ def loopback(folder: str, rounds: int, inducing: int) -> Dict[str, Any]:
     from gpflow_fed.federated.runtimes.flower.client_app import make_client_app
     from gpflow_fed.fitting.flower import FIT_FACTORY, fit_method
     from gpflow_fed.federated.runtimes.flower.server_app import FlowerServer, run_config_defaults
+    from gpflow_fed.fitting.flower import table_job
     from gpflow_fed.federated.runtimes.flower.testing import LoopbackGrid
     from gpflow_fed.federated.runtimes.flower.commands import write_party_data
 
@@ -102,7 +103,7 @@ def loopback(folder: str, rounds: int, inducing: int) -> Dict[str, Any]:
     grid = LoopbackGrid(make_client_app(), nodes, run_config, 11)
     server = FlowerServer(fit_method(run_config), seed=0, protection=Protection.from_config(run_config))
     start = time.perf_counter()
-    result = server.run(grid, standardize=True)
+    result = server.run(grid, job=table_job)
     seconds = time.perf_counter() - start
     row = _row(
         "loopback grid, ClientApps restarted per message",

@@ -31,7 +31,6 @@ from typing import Any, Mapping, Optional, Tuple, cast
 
 import numpy as np
 
-from ...data.dataset import FederatedDataset
 from ...data.standardize import Standardizer
 from ...models.mean_predictor import MeanPredictor
 from ..protocol.algorithm import Aggregate, Algorithm, FederationInfo, ReplySpec

@@ -1,6 +1,7 @@
 """The one seam between the phase owner and a runtime: requests go out, raw responses come back.
 
-A runtime is a :class:`Transport`. The phase owner (:mod:`gpflow_fed.federated.engine.exchange`) hands it one stage of an
+A runtime is a :class:`Transport`. The phase owner (:mod:`gpflow_fed.federated.engine.exchange`) hands it one stage of
+an
 exchange at a time — ``{client: Request}`` — and :meth:`Transport.send` returns each client's :class:`Response`, as
 it arrived. A transport only moves messages: it does not record, screen, protect or reduce anything (the phase owner
 does, once, for every runtime). Every stage has the same shape (request → response), so a multi-stage protected

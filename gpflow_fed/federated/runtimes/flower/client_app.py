@@ -25,7 +25,8 @@ binds its own copy to the federation the server announces.
 
 Handlers: ``query`` answers the server's ``describe`` with ``(k, N_k, D, P)`` (what
 :class:`~gpflow_fed.federated.FederationInfo` holds); ``train`` answers one stage of an exchange with the party's
-:class:`~gpflow_fed.federated.engine.endpoint.ClientEndpoint` — the same code that answers in every runtime. Flower starts a
+:class:`~gpflow_fed.federated.engine.endpoint.ClientEndpoint` — the same code that answers in every runtime. Flower
+starts a
 fresh ClientApp process for every message, so after each message the client writes its own state — RNG,
 ``client.state``, and through ``tf.train.Checkpoint`` its model, optimizer (Adam moments, step count) and
 TensorFlow objects, the same record as a checkpoint of :mod:`gpflow_fed.federated.engine.checkpoint` — to its

@@ -7,9 +7,11 @@ A gpflow-fed message travels inside a Flower message's content as three records:
   (``"train"``, ``"final"``, ``"evaluate"``: the ledger's purposes);
 * ``"metrics"``: a ``MetricRecord`` with the scalar metrics.
 
-A stage's :class:`~gpflow_fed.federated.protocol.transport.Request` adds ``"request"`` (the stage and its config as JSON) and
+A stage's :class:`~gpflow_fed.federated.protocol.transport.Request` adds ``"request"`` (the stage and its config as
+JSON) and
 ``"info"``, the :class:`~gpflow_fed.federated.FederationInfo` (client ids, sizes, D, P and the run's seed), so that
-every party binds its algorithm to what the server used; a :class:`~gpflow_fed.federated.protocol.transport.Response` adds
+every party binds its algorithm to what the server used; a :class:`~gpflow_fed.federated.protocol.transport.Response`
+adds
 ``"response"`` (fault, timing, a protected reply's layout). The conversion is lossless:
 ``recorddict_to_message(message_to_recorddict(m)) == m`` array for array.
 
@@ -139,7 +141,8 @@ def recorddict_to_request(content: RecordDict) -> Tuple[Request, FederationInfo]
 
 
 def response_to_recorddict(response: Response, purpose: str) -> RecordDict:
-    """The Flower content of a client's :class:`~gpflow_fed.federated.protocol.transport.Response`: its message (if any) and
+    """The Flower content of a client's :class:`~gpflow_fed.federated.protocol.transport.Response`: its message (if
+    any) and
     the ``"response"`` record (``fault``, ``seconds``, ``layout`` as JSON)."""
     content = RecordDict() if response.message is None else message_to_recorddict(response.message, purpose)
     record: Dict[str, Any] = {}

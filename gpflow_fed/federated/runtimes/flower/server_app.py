@@ -1,7 +1,8 @@
 """The Flower ServerApp of gpflow-fed: any :class:`~gpflow_fed.federated.Algorithm` over a Flower Grid.
 
 The server runs the same set-up and round loop as every runtime (:func:`~gpflow_fed.federated.engine.loop.set_up_run`,
-:func:`~gpflow_fed.federated.engine.loop.run_rounds`); only its transport, :class:`~.transport.GridTransport`, is Flower's.
+:func:`~gpflow_fed.federated.engine.loop.run_rounds`); only its transport, :class:`~.transport.GridTransport`, is
+Flower's.
 First it asks every SuperNode to ``describe`` itself (client index k, N_k, D, P: what
 :class:`~gpflow_fed.federated.FederationInfo` holds; no data); then every stage of every exchange is a Flower
 ``train`` message to the stage's clients, which the ClientApp (:mod:`~.client_app`) answers with the party's
@@ -387,16 +388,18 @@ def make_server_app(job: Optional[TableJob] = None, save: Optional[SaveModel] = 
 
     * ``algorithm`` (required): a registered algorithm factory (:mod:`gpflow_fed.federated.engine.factories`),
       called with the run config; ``"gpflow-fed:fit"`` builds :func:`gpflow_fed.fit`'s ``method``
-      (:mod:`.methods`);
+      (:mod:`gpflow_fed.fitting.flower`);
     * ``seed`` (default 0); ``num-clients``: wait up to ``wait`` seconds (default 120) for this many SuperNodes
-      (default or 0: those connected); ``timeout``: seconds per stage (default or 0: none);
+      (default or 0: those connected);
     * ``standardize`` (default false): a table run (module docstring), run as ``job`` (an app without one refuses it;
       :data:`gpflow_fed.fitting.flower.server_app` has :func:`gpflow_fed.fitting.flower.table_job`);
     * ``output``: folder for :func:`save_result`; ``save``: a ``.npz`` for the model, written by ``save`` (an app
       without one refuses it); ``test-data``: an ``.npz`` with ``X``, ``Y`` the server holds, for test metrics
       and ``predictions.npz``;
-    * the options (:func:`options_from_config`: ``min-clients``, ``on-error``, ``eval-every``, ``checkpoint-dir``,
-      ``checkpoint-every``, ``resume``, ``keep-payloads``);
+    * the run options (:func:`options_from_config`, :meth:`RunOptions.to_config
+      <gpflow_fed.federated.RunOptions.to_config>`: ``timeout`` — seconds a party may take per request, 0: no limit
+      —, ``min-clients``, ``on-error``, ``eval-every``, ``checkpoint-dir``, ``checkpoint-every``, ``resume``,
+      ``keep-payloads``, ``progress``);
     * the protection request (:meth:`Protection.from_config <gpflow_fed.federated.Protection.from_config>`:
       ``secure-aggregation`` — true unless given —, ``fractional-bits``, ``min-cohort``, ``dp-*``, ``robust-*``). It
       is only a request: each party's own policy (its node config) decides what it accepts.

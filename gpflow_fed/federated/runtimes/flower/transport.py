@@ -1,7 +1,8 @@
 """The Flower ServerApp's transport: one stage's requests over a Flower ``Grid``, raw responses back.
 
 Each request becomes a Flower ``train`` message to the client's SuperNode (:mod:`.records` encodes it); a reply
-becomes a :class:`~gpflow_fed.federated.protocol.transport.Response`. A Flower error reply, no reply within ``timeout`` or a
+becomes a :class:`~gpflow_fed.federated.protocol.transport.Response`. A Flower error reply, no reply within
+``timeout`` or a
 reply that is not a gpflow-fed response is a :class:`Response` with its fault. Nothing else happens here: the phase
 owner screens, protects, reduces and records. Every request also names its job (:func:`~.records.job_to_config`):
 the moments exchange or the training, with the moments the parties standardise their rows with.
