@@ -13,8 +13,10 @@ left out of the module graph (a package importing its own sub-modules is not a c
 
 ``trace`` runs one FSGP round (FedAvg, 4 clients, secure aggregation on) under ``sys.setprofile`` and records each
 *transition*: a call from a function of one ``gpflow_fed`` module into a function of another. It prints, per stage of
-the phase owner (``gpflow_fed.federated.engine.exchange``), the modules entered from it, and every module that is entered
-from a module below the phase owner and then calls back up into it ("re-entered from below").
+the phase owner (``gpflow_fed.federated.engine.exchange``), the modules entered from it, and every module that is
+entered from a module below the phase owner and then calls back up into it ("re-entered from below").
+
+The layers themselves (which module may import which) are checked by ``tests/test_architecture.py``.
 """
 
 from __future__ import annotations

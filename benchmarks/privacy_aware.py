@@ -23,7 +23,7 @@ import gpflow
 import numpy as np
 
 from gpflow_fed.release import LowRankCovariance, ProportionalKernel, synthetic_noise_covariance, verify_privacy
-from gpflow_fed.release._linalg import kernel_matrix
+from gpflow_fed.release.linalg import kernel_matrix
 from gpflow_fed.release.lowrank import krylov_positive_part
 from gpflow_fed.release.obfuscation import positive_part_of_difference, strong_factor
 from gpflow_fed.release.regions import pivoted_region_factor

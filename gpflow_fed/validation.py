@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 from numbers import Integral, Real
-from typing import Any, Dict, Mapping, Optional, Tuple, Type, TypeVar
+from typing import Any, Dict, List, Mapping, Optional, Tuple, Type, TypeVar
 
 import numpy as np
 
@@ -242,7 +242,7 @@ def config_fields(cls: type) -> Tuple[ConfigField, ...]:
 
     :raises TypeError: a field without :func:`config_option` metadata.
     """
-    out = []
+    out: List[ConfigField] = []
     defaults = cls()
     for field in dataclasses.fields(cls):
         spec = _spec(cls, field)

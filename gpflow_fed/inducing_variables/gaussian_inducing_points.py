@@ -11,7 +11,7 @@ import tensorflow_probability as tfp
 from check_shapes import Shape, check_shapes
 from gpflow.utilities import positive
 
-from .pseudo_observations import _as_float_array
+from .pseudo_observations import as_float_array
 
 
 class GaussianInducingPoints(gpflow.inducing_variables.InducingVariables):
@@ -29,8 +29,8 @@ class GaussianInducingPoints(gpflow.inducing_variables.InducingVariables):
 
     def __init__(self, Z_mean: object, Z_var: object = 0.01, *, name: Optional[str] = None):
         super().__init__(name=name)
-        mean = _as_float_array(Z_mean, "Z_mean", (2,))
-        var = np.broadcast_to(_as_float_array(Z_var, "Z_var", (0, 1, 2)), mean.shape).copy()
+        mean = as_float_array(Z_mean, "Z_mean", (2,))
+        var = np.broadcast_to(as_float_array(Z_var, "Z_var", (0, 1, 2)), mean.shape).copy()
         if mean.shape[0] < 1:
             raise ValueError("GaussianInducingPoints needs at least one inducing input (M ≥ 1)")
         if np.any(var <= 0):

@@ -15,7 +15,7 @@ import gpflow
 import tensorflow as tf
 from check_shapes import Shape, check_shapes
 
-from .pseudo_observations import _as_float_array
+from .pseudo_observations import as_float_array
 
 
 class NaturalFactor(gpflow.inducing_variables.InducingVariables):
@@ -29,8 +29,8 @@ class NaturalFactor(gpflow.inducing_variables.InducingVariables):
 
     def __init__(self, eta: object, Lam: object, Z: Optional[object] = None, *, name: Optional[str] = None):
         super().__init__(name=name)
-        eta_arr = _as_float_array(eta, "eta", (1, 2)).reshape(-1, 1)
-        Lam_arr = _as_float_array(Lam, "Lam", (2,))
+        eta_arr = as_float_array(eta, "eta", (1, 2)).reshape(-1, 1)
+        Lam_arr = as_float_array(Lam, "Lam", (2,))
         M = eta_arr.shape[0]
         if Lam_arr.shape != (M, M):
             raise ValueError(f"Lam must be [M, M] with M = {M} (the length of eta), got shape {Lam_arr.shape}")
@@ -40,7 +40,7 @@ class NaturalFactor(gpflow.inducing_variables.InducingVariables):
         self.Lam = gpflow.Parameter(Lam_arr, trainable=False, name="Lam")
         self.Z = None
         if Z is not None:
-            Z_arr = _as_float_array(Z, "Z", (2,))
+            Z_arr = as_float_array(Z, "Z", (2,))
             if Z_arr.shape[0] != M:
                 raise ValueError(f"Z has {Z_arr.shape[0]} rows but eta has M = {M}")
             self.Z = gpflow.Parameter(Z_arr, name="Z")

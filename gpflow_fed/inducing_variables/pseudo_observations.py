@@ -20,7 +20,7 @@ S_FLOOR = 1e-6
 """Lower bound on every pseudo-noise variance, so S stays positive definite: diagonal S is ``S_FLOOR + exp(raw)``."""
 
 
-def _as_float_array(value: object, name: str, ndims: Tuple[int, ...]) -> np.ndarray:
+def as_float_array(value: object, name: str, ndims: Tuple[int, ...]) -> np.ndarray:
     if isinstance(value, (tf.Variable, tf.Tensor)):
         value = value.numpy()
     try:
@@ -62,9 +62,9 @@ class PseudoObservations(gpflow.inducing_variables.InducingVariables):
         name: Optional[str] = None,
     ):
         super().__init__(name=name)
-        V_arr = _as_float_array(V, "V", (2,))
-        m_arr = _as_float_array(m, "m", (1, 2)).reshape(-1, 1)
-        S_arr = _as_float_array(S, "S", (1, 2))
+        V_arr = as_float_array(V, "V", (2,))
+        m_arr = as_float_array(m, "m", (1, 2)).reshape(-1, 1)
+        S_arr = as_float_array(S, "S", (1, 2))
         J, D = V_arr.shape
         if J < 1:
             raise ValueError("PseudoObservations needs at least one pseudo-point (M_k ≥ 1), got 0")
@@ -100,7 +100,7 @@ class PseudoObservations(gpflow.inducing_variables.InducingVariables):
         if Z is None:
             self.Z = None
         else:
-            Z_arr = _as_float_array(Z, "Z", (2,))
+            Z_arr = as_float_array(Z, "Z", (2,))
             if Z_arr.shape[1] != D:
                 raise ValueError(f"Z has {Z_arr.shape[1]} columns but V has D = {D}")
             if Z_arr.shape[0] < 1:

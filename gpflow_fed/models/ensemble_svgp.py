@@ -45,14 +45,8 @@ from numpy.typing import DTypeLike
 from scipy.linalg import solve_triangular
 
 from ..validation import integer
-from .recyclable import (
-    RecyclableModel,
-    export_svgp,
-    kernel_from_spec,
-    kernel_spec,
-    likelihood_from_spec,
-    likelihood_spec,
-)
+from .recyclable import RecyclableModel, export_svgp
+from .serialization import kernel_from_spec, kernel_spec, likelihood_from_spec, likelihood_spec
 
 __all__ = ["EnsembleSVGP", "RecyclableWarning", "as_recyclable"]
 

@@ -31,14 +31,14 @@ from gpflow.models.training_mixins import InternalDataTrainingLossMixin
 from gpflow.utilities import assert_params_false
 from numpy.typing import ArrayLike
 
-from ..release._linalg import as_inputs
+from ..release.linalg import as_inputs
 from ..release.lowrank import LowRankCovariance
-from ..release.obfuscation import Covariance, _check_method, _inputs, obfuscate, synthetic_noise_covariance
+from ..release.obfuscation import Covariance, check_method, obfuscate, release_inputs, synthetic_noise_covariance
 from ..release.regions import Region, check_region, region_noise_covariance
 from ..release.tolerance import Tolerance, resolve_tolerance
 from ..validation import public_inputs_on_released
 from .serialization import read_npz
-from .recyclable import kernel_from_spec, kernel_spec
+from .serialization import kernel_from_spec, kernel_spec
 
 
 def _fixed_gaussian(noise_variance: float) -> gpflow.likelihoods.Gaussian:
@@ -150,7 +150,7 @@ class PrivacyAwareGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
 
         The file holds X, W, Σ's factor, σ², every kernel and mean-function parameter value under its GPflow
         path (``.kernel.variance``, ...), and a JSON description of the kernel and mean function where
-        :func:`~gpflow_fed.models.recyclable.kernel_spec` can describe them (stationary kernels; ``Zero`` or
+        :func:`~gpflow_fed.models.serialization.kernel_spec` can describe them (stationary kernels; ``Zero`` or
         ``Constant`` means). Other kernels are saved by value only: pass a kernel of the same structure to
         :meth:`load`.
         """
@@ -546,7 +546,7 @@ def release(
             stacklevel=2,
         )
         noise_variance = 0.0 if noise_variance is None and public_data is None else noise_variance
-    _check_method(method)
+    check_method(method)
     region = sensitive if isinstance(sensitive, Region) else None
     if region is not None:
         if method == "diagonal":
@@ -560,7 +560,7 @@ def release(
         check_region(region, X, tolerance)
         S = region.discretise(density)
     else:
-        X, S = _inputs(data[0], sensitive)
+        X, S = release_inputs(data[0], sensitive)
     Y = _outputs(data[1], X.shape[0], "Y")
     if noise_variance is not None and not (np.isfinite(noise_variance) and noise_variance >= 0):
         raise ValueError(f"noise_variance must be None or a number ≥ 0, got {noise_variance}")

@@ -26,26 +26,12 @@ from check_shapes import check_shapes
 from numpy.typing import DTypeLike
 
 from .recyclable_training import train_local_svgp
-from .serialization import (  # the kernel and likelihood specs live there; importable from here as before
-    KERNELS,
-    LINKS,
-    kernel_from_spec,
-    kernel_spec,
-    likelihood_from_spec,
-    likelihood_spec,
-    read_npz,
-)
+from .serialization import kernel_from_spec, kernel_spec, likelihood_from_spec, likelihood_spec, read_npz
 
 __all__ = [
     "FORMAT",
-    "KERNELS",
-    "LINKS",
     "RecyclableModel",
     "export_svgp",
-    "kernel_from_spec",
-    "kernel_spec",
-    "likelihood_from_spec",
-    "likelihood_spec",
     "load_recyclable",
     "save_recyclable",
     "train_local_svgp",

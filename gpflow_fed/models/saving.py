@@ -34,8 +34,8 @@ import numpy as np
 import tensorflow as tf
 
 from .serialization import (
-    _fields,
-    _integer,
+    saved_fields,
+    saved_integer,
     build_kernel,
     build_likelihood,
     kernel_structure,
@@ -78,8 +78,8 @@ def _aggregated_structure(model: Any) -> Dict[str, Any]:
 def _aggregated_build(s: Mapping[str, Any], constants: Mapping[str, np.ndarray]) -> Any:
     from .aggregated_sgpr import AggregatedSGPR
 
-    M = _integer(s["num_inducing"], "num_inducing", 1)
-    D, P = _integer(s["input_dim"], "input_dim", 1), _integer(s["output_dim"], "output_dim", 1)
+    M = saved_integer(s["num_inducing"], "num_inducing", 1)
+    D, P = saved_integer(s["input_dim"], "input_dim", 1), saved_integer(s["output_dim"], "output_dim", 1)
     scalars: Dict[str, Any] = (
         {k: 0.0 for k in ("num_data", "y_squared_sum", "trace_kff")} if s["bound_statistics"] else {}
     )
@@ -126,11 +126,11 @@ def _dpo_build(s: Mapping[str, Any], constants: Mapping[str, np.ndarray]) -> Any
     from ..posteriors import LogNormalHyperparameters
     from .dpo_svgp import FederatedDPOSVGP
 
-    part = _fields(s["pseudo"], "pseudo-observations", ["class", "num_pseudo", "Z"])
-    J = _integer(part["num_pseudo"], "num_pseudo", 1)
-    Z = None if part["Z"] is None else np.zeros(tuple(_integer(n, "Z shape", 1) for n in part["Z"]))
+    part = saved_fields(s["pseudo"], "pseudo-observations", ["class", "num_pseudo", "Z"])
+    J = saved_integer(part["num_pseudo"], "num_pseudo", 1)
+    Z = None if part["Z"] is None else np.zeros(tuple(saved_integer(n, "Z shape", 1) for n in part["Z"]))
     if part["class"] == "PseudoObservations":
-        D = _integer(_fields(part, "pseudo-observations", ["input_dim"])["input_dim"], "input_dim", 1)
+        D = saved_integer(saved_fields(part, "pseudo-observations", ["input_dim"])["input_dim"], "input_dim", 1)
         S = np.eye(J) if part.get("full_S") else np.ones(J)
         pseudo: Any = PseudoObservations(np.zeros((J, D)), np.zeros(J), S, Z=Z)
     elif part["class"] == "NaturalFactor":
@@ -139,17 +139,17 @@ def _dpo_build(s: Mapping[str, Any], constants: Mapping[str, np.ndarray]) -> Any
         raise ValueError(f"saved model: unknown pseudo-observation class {part['class']!r}")
     q_Z = None
     if s["q_Z"] is not None:
-        M, D = (_integer(n, "q_Z shape", 1) for n in s["q_Z"])
+        M, D = (saved_integer(n, "q_Z shape", 1) for n in s["q_Z"])
         q_Z = GaussianInducingPoints(np.zeros((M, D)), 1.0)
     q_beta = None
     if s["q_beta"] is not None:
-        H, D = (_integer(n, "q_beta shape", 1) for n in s["q_beta"])
+        H, D = (saved_integer(n, "q_beta shape", 1) for n in s["q_beta"])
         q_beta = LogNormalHyperparameters(np.zeros(H), 1.0, D)
     return FederatedDPOSVGP(
         build_kernel(s["kernel"]), build_likelihood(s["likelihood"]), pseudo, q_Z, q_beta,
-        alpha=_float(s["alpha"], "alpha"), num_samples=_integer(s["num_samples"], "num_samples", 1),
-        num_predict_samples=_integer(s["num_predict_samples"], "num_predict_samples", 1),
-        seed=_integer(s["seed"], "seed"), jitter=_float(s["jitter"], "jitter"),
+        alpha=_float(s["alpha"], "alpha"), num_samples=saved_integer(s["num_samples"], "num_samples", 1),
+        num_predict_samples=saved_integer(s["num_predict_samples"], "num_predict_samples", 1),
+        seed=saved_integer(s["seed"], "seed"), jitter=_float(s["jitter"], "jitter"),
     )  # fmt: skip
 
 
@@ -172,7 +172,7 @@ def _blr_build(s: Mapping[str, Any], constants: Mapping[str, np.ndarray]) -> Any
     from .bayesian_linear_regression import BayesianLinearRegression
 
     kernel = build_kernel(s["kernel"])
-    L, P = _integer(s["num_features"], "num_features", 1), _integer(s["output_dim"], "output_dim", 1)
+    L, P = saved_integer(s["num_features"], "num_features", 1), saved_integer(s["output_dim"], "output_dim", 1)
     if getattr(kernel, "num_features", None) != L:
         raise ValueError(f"saved model: the kernel has {getattr(kernel, 'num_features', None)} features, not {L}")
     stats = {"phi_t_phi": np.eye(L), "phi_t_y": np.zeros((L, P)), "y_t_y": np.zeros(P), "num_data": 1.0}
@@ -207,9 +207,9 @@ def _ensemble_build(s: Mapping[str, Any], constants: Mapping[str, np.ndarray]) -
     from .ensemble_svgp import EnsembleSVGP
     from .recyclable import RecyclableModel
 
-    K = _integer(s["local_models"], "local_models", 1)
+    K = saved_integer(s["local_models"], "local_models", 1)
     locals_ = [RecyclableModel.from_arrays(constants, prefix=f"local/{i}/") for i in range(K)]
-    M, D = _integer(s["num_inducing"], "num_inducing", 1), _integer(s["input_dim"], "input_dim", 1)
+    M, D = saved_integer(s["num_inducing"], "num_inducing", 1), saved_integer(s["input_dim"], "input_dim", 1)
     kl = s["kl"] if s["kl"] in ("forward", "reverse") else None
     if kl is None:
         raise ValueError(f"saved model: unknown ensemble kl {s['kl']!r}")
@@ -264,21 +264,24 @@ def _class_name(model: Any) -> str:
     return name
 
 
-def _structure(model: Any) -> Dict[str, Any]:
+def model_structure(model: Any) -> Dict[str, Any]:
+    """The JSON description of a registered model (its class and structure), as a saved file's header holds it."""
     name = _class_name(model)
     return {"class": name, **_MODELS[name][0](model)}
 
 
-def _constants(model: Any) -> Dict[str, np.ndarray]:
+def model_constants(model: Any) -> Dict[str, np.ndarray]:
+    """The arrays a registered model is built from that are not variables (saved beside its variables)."""
     return _MODELS[_class_name(model)][1](model)
 
 
-def _build(structure: Any, constants: Mapping[str, np.ndarray]) -> Any:
-    name = _fields(structure, "model", ["class"])["class"]
+def build_model(structure: Any, constants: Mapping[str, np.ndarray]) -> Any:
+    """A new model of the described structure (:func:`model_structure`), its variables not yet restored."""
+    name = saved_fields(structure, "model", ["class"])["class"]
     if name not in _MODELS:
         raise ValueError(f"saved model: unknown model class {name!r}; this package reads {', '.join(_MODELS)}")
     _, _, build, required = _MODELS[name]
-    return build(_fields(structure, name, required), constants)
+    return build(saved_fields(structure, name, required), constants)
 
 
 # --- files -------------------------------------------------------------------------------------------------
@@ -319,14 +322,14 @@ def _from_arrays(arrays: Mapping[str, np.ndarray], where: str) -> Any:
         header = json.loads(str(arrays["structure"]))
     except (json.JSONDecodeError, TypeError) as exc:
         raise ValueError(f"{where}: unreadable structure ({exc})") from exc
-    header = _fields(header, "file", ["model", "trainable"])
+    header = saved_fields(header, "file", ["model", "trainable"])
     trainable = header["trainable"]
     if not isinstance(trainable, Mapping) or not all(isinstance(v, bool) for v in trainable.values()):
         raise ValueError(f"{where}: 'trainable' must map variable names to true/false")
     constants = {k[len("constants/") :]: v for k, v in arrays.items() if k.startswith("constants/")}
     values = {k[len("variables/") :]: v for k, v in arrays.items() if k.startswith("variables/")}
     try:
-        model = _build(header["model"], constants)
+        model = build_model(header["model"], constants)
     except (TypeError, KeyError, AttributeError, IndexError, tf.errors.InvalidArgumentError) as exc:
         raise ValueError(f"{where}: the model it describes cannot be built ({type(exc).__name__}: {exc})") from exc
     except ValueError as exc:
@@ -345,11 +348,11 @@ def save_model(model: Any, path: PathLike) -> Path:
     """
     variables = named_variables(model)
     arrays: Dict[str, np.ndarray] = {f"variables/{p}": v.numpy() for p, (v, _) in variables.items()}
-    arrays.update({f"constants/{k}": np.asarray(v) for k, v in _constants(model).items()})
+    arrays.update({f"constants/{k}": np.asarray(v) for k, v in model_constants(model).items()})
     trainable = {
         p: bool(v.trainable) for p, (v, param) in variables.items() if not p.split(".")[-1].startswith("weights[")
     }
-    header = {"model": _structure(model), "trainable": trainable}
+    header = {"model": model_structure(model), "trainable": trainable}
     arrays["structure"] = np.array(json.dumps(header))
     arrays["format"] = np.array(FORMAT)
     rebuilt = _from_arrays(arrays, "save_model")  # a file that cannot be read back is never written
@@ -375,7 +378,7 @@ def load_model(path: PathLike) -> Any:
 
 
 def _dims(model: Any) -> Tuple[int, int]:
-    structure = _structure(model)
+    structure = model_structure(model)
     return int(structure["input_dim"]), int(structure["output_dim"])
 
 

@@ -162,7 +162,8 @@ FEATURE_MAPS = ("FourierFeatureMap", "ExponentialFeatureMap", "PolynomialFeature
 ACTIVATIONS = ("linear", "relu", "tanh", "sigmoid", "softplus", "elu", "selu", "swish", "gelu")
 
 
-def _integer(value: Any, what: str, minimum: int = 0) -> int:
+def saved_integer(value: Any, what: str, minimum: int = 0) -> int:
+    """``value``, a saved file's integer ≥ ``minimum`` (not a bool); a ``ValueError`` naming ``what`` otherwise."""
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"saved model: {what} must be an integer ≥ {minimum}, got {value!r}")
     return value
@@ -177,10 +178,10 @@ def _choice(value: Any, choices: Sequence[str], what: str) -> str:
 def _shape(value: Any, what: str) -> Tuple[int, ...]:
     if not isinstance(value, list) or len(value) > 2:
         raise ValueError(f"saved model: {what} must be a shape (a list of at most 2 integers), got {value!r}")
-    return tuple(_integer(v, what, 1) for v in value)
+    return tuple(saved_integer(v, what, 1) for v in value)
 
 
-def _fields(structure: Any, what: str, names: Sequence[str]) -> Mapping[str, Any]:
+def saved_fields(structure: Any, what: str, names: Sequence[str]) -> Mapping[str, Any]:
     if not isinstance(structure, Mapping):
         raise ValueError(f"saved model: the {what} description must be a JSON object, got {type(structure).__name__}")
     missing = [n for n in names if n not in structure]
@@ -204,7 +205,7 @@ def _dims_from(structure: Mapping[str, Any]) -> Optional[List[int]]:
         return None
     if not isinstance(dims, list) or not dims:
         raise ValueError(f"saved model: active_dims must be a non-empty list of columns, got {dims!r}")
-    return [_integer(d, "an active dimension") for d in dims]
+    return [saved_integer(d, "an active dimension") for d in dims]
 
 
 def kernel_structure(kernel: gpflow.kernels.Kernel) -> Dict[str, Any]:
@@ -291,20 +292,20 @@ def build_kernel(structure: Any) -> gpflow.kernels.Kernel:
 
     :raises ValueError: an unknown class or a malformed field, naming it.
     """
-    name = _fields(structure, "kernel", ["class"])["class"]
+    name = saved_fields(structure, "kernel", ["class"])["class"]
     if name in STATIONARY:
-        shape = _shape(_fields(structure, name, ["lengthscales"])["lengthscales"], "lengthscales")
+        shape = _shape(saved_fields(structure, name, ["lengthscales"])["lengthscales"], "lengthscales")
         kernel = getattr(gpflow.kernels, name)(lengthscales=np.ones(shape), active_dims=_dims_from(structure))
         return kernel
     if name in SCALAR_KERNELS:
         return getattr(gpflow.kernels, name)(active_dims=_dims_from(structure))
     if name == "Periodic":
-        base = build_kernel(_fields(structure, name, ["base"])["base"])
+        base = build_kernel(saved_fields(structure, name, ["base"])["base"])
         if not isinstance(base, gpflow.kernels.IsotropicStationary):
             raise ValueError("saved model: a Periodic kernel needs a stationary base kernel")
         return gpflow.kernels.Periodic(base)
     if name in ("Sum", "Product"):
-        parts = _fields(structure, name, ["kernels"])["kernels"]
+        parts = saved_fields(structure, name, ["kernels"])["kernels"]
         if not isinstance(parts, list) or len(parts) < 2:
             raise ValueError(f"saved model: a {name} kernel needs a list of at least two kernels")
         return getattr(gpflow.kernels, name)([build_kernel(part) for part in parts])
@@ -317,13 +318,13 @@ def _build_urk(structure: Mapping[str, Any]) -> gpflow.kernels.Kernel:
     from ..kernels import URK, distribution_shifter
 
     fields = ["input_dim", "num_samples", "seed", "scaling", "feature_map", "feature_extractor", "distribution_shifter"]
-    s = _fields(structure, "URK", fields)
-    input_dim = _integer(s["input_dim"], "URK input_dim", 1)
-    fmap = _fields(s["feature_map"], "feature map", ["class"])
+    s = saved_fields(structure, "URK", fields)
+    input_dim = saved_integer(s["input_dim"], "URK input_dim", 1)
+    fmap = saved_fields(s["feature_map"], "feature map", ["class"])
     kind = _choice(fmap["class"], FEATURE_MAPS, "feature map")
     options: Dict[str, Any] = {}
     if kind == "FourierFeatureMap":
-        _fields(fmap, kind, ["lengthscales", "spectral", "nu"])
+        saved_fields(fmap, kind, ["lengthscales", "spectral", "nu"])
         nu = fmap["nu"]
         if not isinstance(nu, (int, float)) or not nu > 0:
             raise ValueError(f"saved model: Fourier feature map nu must be positive, got {nu!r}")
@@ -334,7 +335,7 @@ def _build_urk(structure: Mapping[str, Any]) -> gpflow.kernels.Kernel:
             nu=float(nu),
         )
     elif kind == "PolynomialFeatureMap":
-        options = dict(degree=_integer(_fields(fmap, kind, ["degree"])["degree"], "polynomial degree", 1))
+        options = dict(degree=saved_integer(saved_fields(fmap, kind, ["degree"])["degree"], "polynomial degree", 1))
     names = {
         "FourierFeatureMap": "fourier",
         "ExponentialFeatureMap": "exponential",
@@ -344,16 +345,18 @@ def _build_urk(structure: Mapping[str, Any]) -> gpflow.kernels.Kernel:
     feature_dim = input_dim if extractor is None else extractor.layers[-1].units
     shifter = None
     if s["distribution_shifter"] is not None:
-        hidden = _integer(_fields(s["distribution_shifter"], "shifter", ["hidden"])["hidden"], "shifter hidden")
+        hidden = saved_integer(
+            saved_fields(s["distribution_shifter"], "shifter", ["hidden"])["hidden"], "shifter hidden"
+        )
         q = feature_dim + 1 if kind == "PolynomialFeatureMap" else feature_dim
         shifter = distribution_shifter(q, hidden=hidden)
     return URK(
         input_dim,
-        num_samples=_integer(s["num_samples"], "URK num_samples", 2),
+        num_samples=saved_integer(s["num_samples"], "URK num_samples", 2),
         feature_map=names[kind],
         feature_extractor=extractor,
         distribution_shifter=shifter,
-        seed=_integer(s["seed"], "URK seed"),
+        seed=saved_integer(s["seed"], "URK seed"),
         scaling=_choice(s["scaling"], ("m-1", "m"), "URK scaling"),
         feature_map_options=options,
         active_dims=_dims_from(s),
@@ -366,10 +369,10 @@ def _build_dense_stack(layers: Any) -> Any:
     dtype = gpflow.default_float()
     built = []
     for layer in layers:
-        f = _fields(layer, "Dense layer", ["units", "activation", "use_bias"])
+        f = saved_fields(layer, "Dense layer", ["units", "activation", "use_bias"])
         built.append(
             tf_keras.layers.Dense(
-                _integer(f["units"], "Dense units", 1),
+                saved_integer(f["units"], "Dense units", 1),
                 activation=_choice(f["activation"], ACTIVATIONS, "activation"),
                 use_bias=bool(f["use_bias"]),
                 dtype=dtype,
@@ -395,14 +398,14 @@ def likelihood_structure(likelihood: gpflow.likelihoods.Likelihood) -> Dict[str,
 def build_likelihood(structure: Any) -> gpflow.likelihoods.Likelihood:
     """A likelihood with the given :func:`likelihood_structure` (values assigned by the caller)."""
     name = _choice(
-        _fields(structure, "likelihood", ["class"])["class"], ("Gaussian", "Bernoulli", "Poisson"), "likelihood"
+        saved_fields(structure, "likelihood", ["class"])["class"], ("Gaussian", "Bernoulli", "Poisson"), "likelihood"
     )
     if name == "Gaussian":
-        bound = _fields(structure, name, ["variance_lower_bound"])["variance_lower_bound"]
+        bound = saved_fields(structure, name, ["variance_lower_bound"])["variance_lower_bound"]
         if not isinstance(bound, (int, float)) or not 0 <= bound < 1:
             raise ValueError(f"saved model: Gaussian variance_lower_bound must be in [0, 1), got {bound!r}")
         return gpflow.likelihoods.Gaussian(variance=1.0, variance_lower_bound=float(bound))
-    link = _choice(_fields(structure, name, ["invlink"])["invlink"], tuple(LINKS), "likelihood link")
+    link = _choice(saved_fields(structure, name, ["invlink"])["invlink"], tuple(LINKS), "likelihood link")
     return getattr(gpflow.likelihoods, name)(invlink=LINKS[link])
 
 

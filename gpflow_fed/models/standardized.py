@@ -27,7 +27,8 @@ from gpflow.base import MeanAndVariance
 from gpflow.models.model import GPModel
 
 from ..data.standardize import Standardizer
-from .saving import _build, _constants, _integer, _structure, load_model, register_model, save_model
+from .saving import build_model, load_model, model_constants, model_structure, register_model, save_model
+from .serialization import saved_integer
 
 __all__ = ["StandardizedModel"]
 
@@ -155,16 +156,16 @@ class StandardizedModel(GPModel):
 
 
 def _standardized_structure(model: Any) -> Dict[str, Any]:
-    return {"model": _structure(model.model), "input_dim": model.input_dim, "output_dim": model.output_dim}
+    return {"model": model_structure(model.model), "input_dim": model.input_dim, "output_dim": model.output_dim}
 
 
 def _standardized_constants(model: Any) -> Dict[str, np.ndarray]:
-    return _constants(model.model)
+    return model_constants(model.model)
 
 
 def _standardized_build(s: Mapping[str, Any], constants: Mapping[str, np.ndarray]) -> Any:
-    inner = _build(s["model"], constants)
-    D, P = _integer(s["input_dim"], "input_dim", 1), _integer(s["output_dim"], "output_dim", 1)
+    inner = build_model(s["model"], constants)
+    D, P = saved_integer(s["input_dim"], "input_dim", 1), saved_integer(s["output_dim"], "output_dim", 1)
     if isinstance(s["model"], Mapping) and (s["model"].get("input_dim"), s["model"].get("output_dim")) != (D, P):
         raise ValueError("saved model: the standardiser's dimensions differ from its model's")
     return StandardizedModel(inner, Standardizer(np.zeros(D), np.ones(D), np.zeros(P), np.ones(P)))

@@ -138,7 +138,7 @@ def min_eigenvalue_lower_bound(KXX: np.ndarray, v: np.ndarray) -> float:
     return max(float(np.min(v)) - rounding, gershgorin)
 
 
-def _orthonormal_block(Z: np.ndarray, Q: Optional[np.ndarray], reference: float) -> np.ndarray:
+def orthonormal_block(Z: np.ndarray, Q: Optional[np.ndarray], reference: float) -> np.ndarray:
     """Orthonormalise the columns of Z against Q (twice, classical Gram–Schmidt) and among themselves.
 
     Directions with norm below ``BREAKDOWN_RTOL · reference`` after projection are dropped (an SVD of the
@@ -186,7 +186,7 @@ def krylov_positive_part(
     def apply_C(Z: np.ndarray) -> np.ndarray:
         return KXX @ Z + v[:, None] * Z
 
-    Q = _orthonormal_block(B, None, b_norm)
+    Q = orthonormal_block(B, None, b_norm)
     if Q.shape[1] == 0:  # B = 0: A = −C ⪯ 0, so Σ = 0 (and I − 0 ⪰ 0).
         empty = LowRankCovariance(np.zeros(0, dtype=dtype), np.zeros((N, 0), dtype=dtype))
         return empty, KrylovInfo(0, 0, 0.0, 1.0, True)
@@ -210,7 +210,7 @@ def krylov_positive_part(
             break
         # Next block: C times the newest block (the B part of A Q_j already lies in span Q).
         Z = CQ[:, -last_new:]
-        new = _orthonormal_block(Z, Q, float(np.linalg.norm(Z, 2)) or 1.0)[:, : max_basis - Q.shape[1]]
+        new = orthonormal_block(Z, Q, float(np.linalg.norm(Z, 2)) or 1.0)[:, : max_basis - Q.shape[1]]
         if new.shape[1] == 0:  # invariant subspace: the Ritz pairs are exact up to rounding
             break
         Q = np.concatenate([Q, new], axis=1)

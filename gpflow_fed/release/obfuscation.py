@@ -27,7 +27,7 @@ from check_shapes import check_shapes
 from scipy.linalg import cholesky, solve_triangular
 
 from .. import randomness
-from ._linalg import as_inputs, kernel_diag, kernel_matrix, noise_vector, psd_check, psd_factor
+from .linalg import as_inputs, kernel_diag, kernel_matrix, noise_vector, psd_check, psd_factor
 from .lowrank import CERTIFY_TOL, LowRankCovariance, krylov_positive_part
 from .sdp import solve_privacy_sdp
 from .weak import solve_weak_krylov
@@ -42,13 +42,15 @@ SOLVERS = ("krylov", "dense", "CLARABEL", "SCS")
 LOW_RANK_MIN_N = 200
 
 
-def _check_method(method: str) -> str:
+def check_method(method: str) -> str:
+    """``method`` if it is one of :data:`METHODS`; a ``ValueError`` otherwise."""
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}; use one of {', '.join(METHODS)}")
     return method
 
 
-def _inputs(X: object, sensitive: object) -> "tuple[np.ndarray, np.ndarray]":
+def release_inputs(X: object, sensitive: object) -> "tuple[np.ndarray, np.ndarray]":
+    """The inputs ``X`` and the sensitive inputs, as ``[N, D]`` and ``[γ, D]`` arrays of the same width."""
     Xa = as_inputs(X, "X")
     S = as_inputs(sensitive, "sensitive inputs")
     if S.shape[1] != Xa.shape[1]:
@@ -165,7 +167,7 @@ def synthetic_noise_covariance(
         (strong); dimension mismatch between X and S; unknown method or solver; infeasible or failed SDP; a
         weak solution that cannot be certified (the message names the gap and margin reached and the fix).
     """
-    _check_method(method)
+    check_method(method)
     if solver is not None and solver not in SOLVERS and str(solver).upper() not in SOLVERS:
         raise ValueError(f"unknown solver {solver!r}; use one of {', '.join(SOLVERS)}")
     if solver == "krylov" and method != "weak":
@@ -174,7 +176,7 @@ def synthetic_noise_covariance(
             "has a closed form, and a diagonal Σ is of full rank, so use solver='dense' (the default) for "
             "method='diagonal'"
         )
-    Xa, S = _inputs(X, sensitive)
+    Xa, S = release_inputs(X, sensitive)
     v = noise_vector(noise_variance, Xa.shape[0])
     resolved = resolve_tolerance(kernel, S, tolerance)
     KXX = kernel_matrix(kernel, Xa)
@@ -280,7 +282,7 @@ def verify_privacy(
     noise_variance: Union[float, np.ndarray] = 0.0,
 ) -> PrivacyCheck:
     """Evaluate the weak and strong privacy conditions for a given Σ (O(N³); for checks and reports)."""
-    Xa, S = _inputs(X, sensitive)
+    Xa, S = release_inputs(X, sensitive)
     resolved: ResolvedTolerance = resolve_tolerance(kernel, S, tolerance)
     cov = posterior_covariance(kernel, Xa, S, Sigma, noise_variance)
     variance = np.diag(cov).copy()

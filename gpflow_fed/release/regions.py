@@ -37,7 +37,7 @@ import gpflow
 import numpy as np
 from scipy.linalg import solve_triangular
 
-from ._linalg import as_inputs, kernel_matrix, noise_vector, psd_factor
+from .linalg import as_inputs, kernel_matrix, noise_vector, psd_factor
 from .lowrank import LowRankCovariance
 from .obfuscation import Covariance, positive_part_of_difference
 from .tolerance import ProportionalKernel, check_tolerance_kernel

@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 from check_shapes import check_shapes, inherit_check_shapes
 
-from ._linalg import as_inputs, kernel_diag, kernel_matrix, psd_check
+from .linalg import as_inputs, kernel_diag, kernel_matrix, psd_check
 
 Tolerance = Union[float, np.ndarray, gpflow.kernels.Kernel]
 

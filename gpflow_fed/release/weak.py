@@ -63,7 +63,7 @@ import numpy as np
 from check_shapes import check_shapes
 from scipy.linalg import cho_factor, cho_solve, cholesky, solve_triangular
 
-from .lowrank import LowRankCovariance, _orthonormal_block
+from .lowrank import LowRankCovariance, orthonormal_block
 
 #: Default certified relative optimality gap ``(tr Σ − lower bound) / tr Σ``.
 GAP_RTOL = 1e-6
@@ -419,7 +419,7 @@ def solve_weak_krylov(
         )
         return CertifiedCovariance(np.zeros(0, dtype=dtype), np.zeros((N, 0), dtype=dtype), zero)
 
-    Q = _orthonormal_block(Bs, None, float(np.linalg.norm(Bs, 2)))
+    Q = orthonormal_block(Bs, None, float(np.linalg.norm(Bs, 2)))
     CQ = Cs @ Q
     steps, last = 1, Q.shape[1]
     solving = False  # becomes True at the first small solve; from then on every step solves
@@ -440,7 +440,7 @@ def solve_weak_krylov(
             if gap <= gap_rtol or Q.shape[1] >= max_dim:
                 break
         Z = CQ[:, -last:]
-        new = _orthonormal_block(Z, Q, float(np.linalg.norm(Z, 2)) or 1.0)[:, : max_dim - Q.shape[1]]
+        new = orthonormal_block(Z, Q, float(np.linalg.norm(Z, 2)) or 1.0)[:, : max_dim - Q.shape[1]]
         if new.shape[1] == 0:  # invariant subspace: the reduced problem is the full one
             if solving:
                 break

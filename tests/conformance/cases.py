@@ -78,7 +78,7 @@ def _local_models():
     """Two local sparse GPs holding the exact posterior of their half of the data, q(u) = N(K(K + σ²I)⁻¹y,
     K − K(K + σ²I)⁻¹K) at Z_k ⊂ X_k with Z_k = X_k (no optimiser: the conformance checks need any fitted q)."""
     from gpflow_fed.models import RecyclableModel
-    from gpflow_fed.models.recyclable import kernel_spec
+    from gpflow_fed.models.serialization import kernel_spec
 
     kernel = gpflow.kernels.SquaredExponential(lengthscales=0.7)
     out = []

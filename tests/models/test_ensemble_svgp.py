@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from gpflow_fed.models import EnsembleSVGP, RecyclableModel, RecyclableWarning, export_svgp
-from gpflow_fed.models.recyclable import kernel_spec
+from gpflow_fed.models.serialization import kernel_spec
 
 
 def _rbf(variance, lengthscale):

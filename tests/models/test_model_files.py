@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from gpflow_fed.models import PrivacyAwareGPR, RecyclableModel, load_recyclable, save_recyclable
-from gpflow_fed.models.recyclable import kernel_spec
+from gpflow_fed.models.serialization import kernel_spec
 
 
 def _privacy_model(mean_function=None):

@@ -242,11 +242,3 @@ def test_composite_kernels_and_frozen_parameters_round_trip(tmp_path):
         assert [v.trainable for v, _ in named_variables(loaded).values()] == [
             v.trainable for v, _ in named_variables(model).values()
         ]
-
-
-def test_old_names_stay_importable():
-    from gpflow_fed.models import _npz, recyclable, serialization
-
-    assert recyclable.kernel_spec is serialization.kernel_spec
-    assert recyclable.likelihood_from_spec is serialization.likelihood_from_spec
-    assert _npz.read_npz is serialization.read_npz

@@ -162,10 +162,10 @@ def test_server_cannot_derive_pair_secrets_from_public_values():
         ]
         first, second = sorted((target, neighbour))
         info = (
-            masking._field(masking._PAD_DOMAIN)
-            + masking._field(e.digest)
-            + masking._field(first.encode())
-            + masking._field(second.encode())
+            masking.length_prefixed(masking._PAD_DOMAIN)
+            + masking.length_prefixed(e.digest)
+            + masking.length_prefixed(first.encode())
+            + masking.length_prefixed(second.encode())
         )
         true_seed = r.keys[target].pad_seed(target, neighbour, b, e)
         # control: with the real secret (which only the pair holds) this derivation is the pad seed

@@ -42,7 +42,7 @@ import numpy as np
 from ..protocol.messages import Message
 from .distributed_dp import DistributedDP, NoiseSource
 from .dp import DifferentialPrivacy, clip_payload
-from .masking import _field
+from .masking import length_prefixed
 from .policy import ClientPolicy
 from .request import Protection
 from .secagg import SecAggClient
@@ -85,13 +85,13 @@ def broadcast_digest(message: Message) -> bytes:
     a client answers once under masking (module docstring). Every field is length-prefixed and the arrays are
     counted, so two different broadcasts never share the encoding (a name holding ``\\0`` cannot shift the
     boundary between one array and the next)."""
-    digest = hashlib.sha256(_field(b"gpflow-fed/broadcast") + _field(message.phase.encode("utf-8")))
+    digest = hashlib.sha256(length_prefixed(b"gpflow-fed/broadcast") + length_prefixed(message.phase.encode("utf-8")))
     digest.update(len(message.arrays).to_bytes(8, "big"))
     for name in sorted(message.arrays):
         value = np.ascontiguousarray(message.arrays[name])
         for part in (name.encode("utf-8"), value.dtype.str.encode("ascii"), repr(value.shape).encode("ascii")):
-            digest.update(_field(part))
-        digest.update(_field(value.tobytes()))
+            digest.update(length_prefixed(part))
+        digest.update(length_prefixed(value.tobytes()))
     return digest.digest()
 
 
@@ -113,7 +113,7 @@ def request_view(
         default=str,
     )
     fields = (b"gpflow-fed/request", broadcast, canonical.encode("utf-8"), bytes(context))
-    return hashlib.sha256(b"".join(_field(f) for f in fields)).digest()
+    return hashlib.sha256(b"".join(length_prefixed(f) for f in fields)).digest()
 
 
 class EncoderRefusal(ValueError):

@@ -91,12 +91,13 @@ _PAD_DOMAIN = b"gpflow-fed/secure-aggregation/pad/v1"
 _KEY_DOMAIN = b"gpflow-fed/secure-aggregation/insecure-test-key/v1"
 
 
-def _field(data: bytes) -> bytes:
+def length_prefixed(data: bytes) -> bytes:
     """``len(data)`` as 8 big-endian bytes, then ``data``: concatenations of fields parse one way only."""
     return len(data).to_bytes(8, "big") + data
 
 
-def _is_int(value: object) -> bool:
+def is_int(value: object) -> bool:
+    """Whether ``value`` is a Python or numpy integer (not a bool)."""
     return isinstance(value, (int, np.integer)) and not isinstance(value, bool)
 
 
@@ -126,7 +127,7 @@ class SecureAggregation:
             value = getattr(self, name)
             if name == "degree" and value is None:
                 continue
-            if not _is_int(value):
+            if not is_int(value):
                 raise TypeError(f"SecureAggregation: {name} must be an int, got {type(value).__name__}")
             if value < low or (high is not None and value > high):
                 what = f"in [{low}, {high}]" if high is not None else f"≥ {low}"
@@ -139,7 +140,7 @@ class SecureAggregation:
 
     def bound(self, cohort_size: int) -> float:
         """The largest magnitude one of ``cohort_size`` clients may encode without overflowing the sum."""
-        if not _is_int(cohort_size) or cohort_size < 1:
+        if not is_int(cohort_size) or cohort_size < 1:
             raise ValueError(f"secure aggregation: cohort_size must be a positive int, got {cohort_size!r}")
         return float(2.0 ** (63 - self.fractional_bits)) / int(cohort_size)
 
@@ -193,7 +194,7 @@ class SecureAggregation:
     def masking_degree(self, cohort_size: int) -> int:
         """The degree asked of :func:`masking_graph` for a cohort of ``cohort_size``: ``degree``, or
         ``2 ⌈log₂ K⌉``, at most ``K − 1`` (all pairs)."""
-        if not _is_int(cohort_size) or cohort_size < 2:
+        if not is_int(cohort_size) or cohort_size < 2:
             raise ValueError(f"secure aggregation: a masking graph needs a cohort of ≥ 2, got {cohort_size!r}")
         wanted = self.degree if self.degree is not None else 2 * math.ceil(math.log2(cohort_size))
         return int(min(wanted, cohort_size - 1))
@@ -237,7 +238,7 @@ def from_limb_sums(limb_sums: np.ndarray, bits: int) -> np.ndarray:
 
 
 def _check_bits(bits: int) -> None:
-    if not _is_int(bits) or not 1 <= bits <= 63:
+    if not is_int(bits) or not 1 <= bits <= 63:
         raise ValueError(f"limb bits must be an int in [1, 63], got {bits!r}")
 
 
@@ -278,7 +279,7 @@ class Exchange:
                 raise TypeError(f"Exchange: {name} must be a non-empty str, got {value!r}")
         if not isinstance(self.view, bytes):
             raise TypeError(f"Exchange: view must be bytes, got {type(self.view).__name__}")
-        if not _is_int(self.round):
+        if not is_int(self.round):
             raise TypeError(f"Exchange: round must be an int, got {type(self.round).__name__}")
         if isinstance(self.cohort, (str, bytes)):
             raise TypeError("Exchange: cohort must be a sequence of client ids, not one string")
@@ -304,16 +305,16 @@ class Exchange:
         big-endian bytes, the cohort sorted), so two different exchanges never share a tag."""
         members = sorted(self.cohort)
         parts = [
-            _field(self.run_id),
-            _field(self.purpose.encode("utf-8")),
-            _field(self.round.to_bytes(8, "big", signed=True)),
-            _field(self.phase.encode("utf-8")),
-            _field(len(members).to_bytes(8, "big")),
-            *(_field(m.encode("utf-8")) for m in members),
+            length_prefixed(self.run_id),
+            length_prefixed(self.purpose.encode("utf-8")),
+            length_prefixed(self.round.to_bytes(8, "big", signed=True)),
+            length_prefixed(self.phase.encode("utf-8")),
+            length_prefixed(len(members).to_bytes(8, "big")),
+            *(length_prefixed(m.encode("utf-8")) for m in members),
         ]
         if self.view:  # an exchange bound to the request each client saw (a separate label: no empty-view clash)
-            parts += [_field(b"view"), _field(self.view)]
-        return _field(_TAG_DOMAIN) + b"".join(parts)
+            parts += [length_prefixed(b"view"), length_prefixed(self.view)]
+        return length_prefixed(_TAG_DOMAIN) + b"".join(parts)
 
     @cached_property
     def digest(self) -> bytes:
@@ -382,7 +383,7 @@ def masking_graph(exchange: Exchange, degree: int) -> Dict[str, Tuple[str, ...]]
         raise ValueError(
             f"masking_graph: a cohort of one ({members[0]!r}) cannot be masked; its message would be plain"
         )
-    if not _is_int(degree) or degree < min(2, K - 1):
+    if not is_int(degree) or degree < min(2, K - 1):
         raise ValueError(f"masking_graph: degree must be an int ≥ 2 (a connected graph), got {degree!r}")
     d = int(min(degree, K - 1))
     if d % 2 and K % 2:
@@ -390,7 +391,9 @@ def masking_graph(exchange: Exchange, degree: int) -> Dict[str, Tuple[str, ...]]
     if d == K - 1:
         return {m: tuple(o for o in members if o != m) for m in members}
     digest = hashlib.sha256(
-        _field(_GRAPH_DOMAIN) + _field(exchange.run_id) + b"".join(_field(m.encode("utf-8")) for m in members)
+        length_prefixed(_GRAPH_DOMAIN)
+        + length_prefixed(exchange.run_id)
+        + b"".join(length_prefixed(m.encode("utf-8")) for m in members)
     ).digest()
     order = [members[i] for i in np.random.Generator(np.random.PCG64(int.from_bytes(digest, "big"))).permutation(K)]
     offsets: List[int] = [j for h in range(1, d // 2 + 1) for j in (h, -h)] + ([K // 2] if d % 2 else [])
@@ -407,7 +410,7 @@ def keystream(seed: bytes, count: int) -> np.ndarray:
     """
     if not isinstance(seed, bytes) or len(seed) != PAD_SEED_BYTES:
         raise ValueError(f"keystream: seed must be {PAD_SEED_BYTES} bytes")
-    if not _is_int(count) or count < 0:
+    if not is_int(count) or count < 0:
         raise ValueError(f"keystream: count must be a non-negative int, got {count!r}")
     encryptor = Cipher(algorithms.AES(seed), modes.CTR(bytes(16))).encryptor()
     return np.frombuffer(encryptor.update(bytes(8 * int(count))), dtype="<u8").astype(np.uint64, copy=False)
@@ -433,7 +436,9 @@ class MaskingKeys:
         if seed is None:
             self._private = X25519PrivateKey.generate()
         else:
-            material = hashlib.sha256(_field(_KEY_DOMAIN) + _field(str(seed).encode("ascii"))).digest()
+            material = hashlib.sha256(
+                length_prefixed(_KEY_DOMAIN) + length_prefixed(str(seed).encode("ascii"))
+            ).digest()
             self._private = X25519PrivateKey.from_private_bytes(material)
         self._public = self._private.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
         self._shared: Dict[bytes, bytes] = {}
@@ -499,7 +504,9 @@ class MaskingKeys:
         if peer_public == self._public:
             raise ValueError(f"secure aggregation: {peer_id!r} presents {client_id!r}'s own public key")
         first, second = sorted((client_id, peer_id))
-        info = b"".join(_field(part) for part in (_PAD_DOMAIN, exchange.digest, first.encode(), second.encode()))
+        info = b"".join(
+            length_prefixed(part) for part in (_PAD_DOMAIN, exchange.digest, first.encode(), second.encode())
+        )
         return HKDF(algorithm=hashes.SHA256(), length=PAD_SEED_BYTES, salt=None, info=info).derive(
             self._agree(peer_public, peer_id)
         )

@@ -22,7 +22,6 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Dict, Mapping, Optional, Sequence, Tuple, Union
 
-import gpflow
 import numpy as np
 
 from ..protocol.algorithm import AGGREGATIONS, Aggregate
@@ -214,7 +213,7 @@ class Reducer:
         if protection.robust is not None and context.aggregation == "mean":
             plain = reduce_messages(messages, "sum")  # checks names and shapes; metrics
             arrays = protection.robust.reduce([m.arrays for m in messages], [m.weight for m in messages])
-            dtype = gpflow.default_float()
+            dtype = _default_float()
             return replace(plain, arrays={k: np.asarray(v, dtype=dtype) for k, v in arrays.items()})
         if not protection.protects(context.phase, context.aggregation):
             return reduce_messages(messages, context.aggregation)
@@ -283,7 +282,7 @@ class Reducer:
                 raise ValueError("a 'mean' aggregation needs a positive total weight")
             out = {k: v / total_weight for k, v in out.items()}
             std /= total_weight
-        dtype = gpflow.default_float()
+        dtype = _default_float()
         return Aggregate(
             round=context.round,
             phase=context.phase,
@@ -301,3 +300,10 @@ class Reducer:
         if isinstance(dp, DistributedDP):
             return DistributedPrivacyAccountant(dp)
         return PrivacyAccountant(dp) if dp is not None else None
+
+
+def _default_float() -> type:
+    """GPflow's float type, imported on use: protection imports no TensorFlow or GPflow at import time."""
+    import gpflow
+
+    return gpflow.default_float()

@@ -110,8 +110,8 @@ from .masking import (
     Exchange,
     MaskingKeys,
     SecureAggregation,
-    _field,
-    _is_int,
+    length_prefixed,
+    is_int,
     keystream,
     mask,
     masking_graph,
@@ -223,7 +223,7 @@ def _smallest_group(exchange: Exchange, degree: int, dropped: FrozenSet[str]) ->
 def self_mask_seed(b: bytes, exchange: Exchange, client_id: str) -> bytes:
     """``HKDF-SHA256(b, info = domain ‖ SHA-256(tag(e)) ‖ i)``: the only self-mask value a survivor reveals, so
     ``b`` and other exchanges' self-masks stay secret."""
-    info = _field(_SELF_MASK_DOMAIN) + _field(exchange.digest) + _field(client_id.encode())
+    info = length_prefixed(_SELF_MASK_DOMAIN) + length_prefixed(exchange.digest) + length_prefixed(client_id.encode())
     return HKDF(algorithm=hashes.SHA256(), length=PAD_SEED_BYTES, salt=None, info=info).derive(b)
 
 
@@ -307,13 +307,13 @@ def payload_bytes(message: Any) -> int:
 def _slot(exchange: Exchange) -> bytes:
     """What a client answers at most once: the run, purpose, round and phase, whatever the cohort."""
     parts = (_SLOT_DOMAIN, exchange.run_id, exchange.purpose.encode(), exchange.round.to_bytes(8, "big", signed=True))
-    return hashlib.sha256(b"".join(_field(p) for p in (*parts, exchange.phase.encode()))).digest()
+    return hashlib.sha256(b"".join(length_prefixed(p) for p in (*parts, exchange.phase.encode()))).digest()
 
 
 def _view(exchange: Exchange, degree: int, dropped: Iterable[str] = ()) -> bytes:
     """The digest of one exchange as a client was shown it: the tag, the graph's degree, the dropped set."""
     parts = [_VIEW_DOMAIN, exchange.digest, str(int(degree)).encode(), *(d.encode() for d in sorted(dropped))]
-    return hashlib.sha256(b"".join(_field(p) for p in parts)).digest()
+    return hashlib.sha256(b"".join(length_prefixed(p) for p in parts)).digest()
 
 
 def _public(private: bytes) -> bytes:
@@ -351,7 +351,7 @@ class SecAggClient:
     def __init__(self, client_id: str, *, min_cohort: int = 2) -> None:
         if not isinstance(client_id, str) or not client_id:
             raise TypeError(f"SecAggClient: client_id must be a non-empty str, got {client_id!r}")
-        if not _is_int(min_cohort) or min_cohort < 2:
+        if not is_int(min_cohort) or min_cohort < 2:
             raise ValueError(f"SecAggClient: min_cohort must be an int ≥ 2, got {min_cohort!r}")
         self.client_id, self.min_cohort = client_id, int(min_cohort)
         self._s_sk, self._c_sk, self._b = (secrets.token_bytes(32) for _ in range(3))
@@ -422,7 +422,7 @@ class SecAggClient:
             exchange = _exchange_of(
                 self._run_id, request.get("purpose"), request.get("round"), request.get("phase"), cohort, view
             )
-            degree = int(self._get(request, "degree", _is_int, "an int"))
+            degree = int(self._get(request, "degree", is_int, "an int"))
             graph = _graph(exchange, degree)
         except (TypeError, ValueError) as error:
             raise self._refuse(f"malformed exchange ({error})") from None
@@ -470,8 +470,8 @@ class SecAggClient:
             raise self._refuse(f"every roster key must be {PUBLIC_KEY_BYTES} raw bytes")
         if s_pk.get(self.client_id) != self._keys.public_bytes or c_pk.get(self.client_id) != self._c_pk:
             raise self._refuse("the roster does not carry this client's own public keys")
-        degree = self._get(request, "degree", _is_int, "an int")
-        threshold = self._get(request, "threshold", _is_int, "an int")
+        degree = self._get(request, "degree", is_int, "an int")
+        threshold = self._get(request, "threshold", is_int, "an int")
         try:
             holders = _holders(self._run_id, tuple(ids), degree)[self.client_id]
         except ValueError as error:
@@ -545,7 +545,7 @@ class SecAggClient:
         if len(exchange.cohort) < self.min_cohort:
             raise self._refuse(f"a cohort of {len(exchange.cohort)} is below its min_cohort = {self.min_cohort}")
         self._check_excluded(exchange, allow_here=False)
-        if self._get(request, "size", _is_int, "an int") != codes.size:
+        if self._get(request, "size", is_int, "an int") != codes.size:
             raise self._refuse(f"the server expects {request['size']} codes, the caller gave {codes.size}")
         offered = self._get(request, "s_pk", lambda v: isinstance(v, Mapping), "a mapping")
         neighbours = graph[self.client_id]
@@ -741,9 +741,9 @@ class SecAggServer:
         if not isinstance(run_id, bytes) or len(run_id) < 16:
             raise ValueError("SecAggServer: run_id must be ≥ 16 bytes from the OS (use new_run_id())")
         for name, value in (("degree", degree), ("threshold", threshold)):
-            if value is not None and (not _is_int(value) or value < 1):
+            if value is not None and (not is_int(value) or value < 1):
                 raise ValueError(f"SecAggServer: {name} must be None or an int ≥ 1, got {value!r}")
-        if not _is_int(min_survivors) or min_survivors < 2:
+        if not is_int(min_survivors) or min_survivors < 2:
             raise ValueError(f"SecAggServer: min_survivors must be an int ≥ 2, got {min_survivors!r}")
         self.run_id, self.min_survivors = run_id, int(min_survivors)
         self._degree, self._threshold = degree, threshold
@@ -896,7 +896,7 @@ class SecAggServer:
             raise ValueError(
                 f"secure_sum: a cohort of {len(exchange.cohort)} is below min_survivors = {self.min_survivors}"
             )
-        if not _is_int(size) or size < 1:
+        if not is_int(size) or size < 1:
             raise ValueError(f"secure_sum: size must be an int ≥ 1, got {size!r}")
         d = degree if degree is not None else default_degree(len(exchange.cohort))
         graph = _graph(exchange, d)

@@ -31,7 +31,7 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from .masking import _field, _is_int
+from .masking import length_prefixed, is_int
 
 __all__ = [
     "NONCE_BYTES",
@@ -79,9 +79,9 @@ def split_secret(secret: bytes, threshold: int, count: int) -> List[Share]:
     """
     if not isinstance(secret, bytes) or len(secret) != SECRET_BYTES:
         raise ValueError(f"split_secret: the secret must be {SECRET_BYTES} bytes")
-    if not _is_int(count) or count < 1:
+    if not is_int(count) or count < 1:
         raise ValueError(f"split_secret: count must be an int ≥ 1, got {count!r}")
-    if not _is_int(threshold) or not 1 <= threshold <= count:
+    if not is_int(threshold) or not 1 <= threshold <= count:
         raise ValueError(f"split_secret: threshold must be an int in [1, count = {count}], got {threshold!r}")
     # ssss=False is pycryptodome's default, spelled out because its stubs omit the default
     low = Shamir.split(int(threshold), int(count), secret[:_HALF], ssss=False)
@@ -101,11 +101,11 @@ def combine_shares(shares: Sequence[Share], threshold: int) -> bytes:
     :raises ShamirError: fewer than t distinct shares, a malformed share, one index with two different
         shares, or shares that do not lie on one polynomial.
     """
-    if not _is_int(threshold) or threshold < 1:
+    if not is_int(threshold) or threshold < 1:
         raise ShamirError(f"combine_shares: threshold must be an int ≥ 1, got {threshold!r}")
     distinct: dict = {}
     for share in shares:
-        if not (isinstance(share, tuple) and len(share) == 2 and _is_int(share[0]) and share[0] >= 1):
+        if not (isinstance(share, tuple) and len(share) == 2 and is_int(share[0]) and share[0] >= 1):
             raise ShamirError("combine_shares: a share must be a pair (index ≥ 1, 32 bytes)")
         index, value = int(share[0]), share[1]
         if not isinstance(value, bytes) or len(value) != SHARE_BYTES:
@@ -145,12 +145,14 @@ def _cipher(own_private: bytes, peer_public: bytes, run_id: bytes, sender: str, 
         )
     except ValueError as error:  # a low-order public key gives an all-zero secret, which cryptography refuses
         raise ShareDecryptionError(f"share encryption: invalid public key ({error})") from None
-    info = b"".join(_field(p) for p in (_KEY_DOMAIN, run_id, sender.encode(), recipient.encode()))
+    info = b"".join(length_prefixed(p) for p in (_KEY_DOMAIN, run_id, sender.encode(), recipient.encode()))
     return AESGCM(HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(secret))
 
 
 def _associated(run_id: bytes, sender: str, recipient: str, what: str) -> bytes:
-    return b"".join(_field(p) for p in (_AD_DOMAIN, run_id, sender.encode(), recipient.encode(), what.encode()))
+    return b"".join(
+        length_prefixed(p) for p in (_AD_DOMAIN, run_id, sender.encode(), recipient.encode(), what.encode())
+    )
 
 
 def encrypt_share(

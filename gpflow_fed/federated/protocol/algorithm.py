@@ -17,15 +17,17 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import Any, Dict, Final, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Final, List, Mapping, Optional, Sequence, Tuple
 
-import gpflow
 import numpy as np
 
 from ...validation import integer
 from .client import Client
 from .messages import Message
 from .sampling import sample_clients, validate_client_fraction
+
+if TYPE_CHECKING:  # the protocol imports no TensorFlow or GPflow at import time: an engine may run without them
+    import gpflow
 
 AGGREGATIONS = ("sum", "mean", "collect")
 
@@ -125,6 +127,7 @@ class Algorithm(abc.ABC):
 
         :param info: the federation the run is for.
         """
+        import gpflow
         import tensorflow as tf
 
         shared = {id(v): v for v in vars(self).values() if callable(v) and not isinstance(v, tf.Module)}
@@ -225,6 +228,8 @@ class Algorithm(abc.ABC):
 
     def copy_state(self, state: Any) -> Any:
         """A deep copy of the state (used to evaluate mid-training without disturbing it)."""
+        import gpflow
+
         return gpflow.utilities.deepcopy(state)
 
     def checkpoint_objects(self) -> Dict[str, Any]:

@@ -112,6 +112,7 @@ def sgpr_statistics(
     return statistics_from_cross_covariance(kuf, Y, kernel(X, full_cov=False))
 
 
+@check_shapes("X: [N, D]", "Y: [N, P]")
 def statistics_vjp(
     kernel: gpflow.kernels.Kernel,
     inducing_variable: gpflow.inducing_variables.InducingVariables,

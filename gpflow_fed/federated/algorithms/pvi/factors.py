@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Tuple
 
 import numpy as np
+from check_shapes import check_shapes
 
 MIN_PRECISION = 1e-6
 """Floor for a clipped cavity precision: division can leave a cavity with a non-positive precision."""
@@ -72,11 +73,13 @@ class NaturalGaussian:
         return NaturalGaussian(nu, lam), int(np.sum(bad))
 
 
+@check_shapes("matrix: [M, M]", "return: [L]")
 def pack_lower(matrix: np.ndarray) -> np.ndarray:
     """The lower triangle of a symmetric ``[M, M]`` matrix as ``M(M+1)/2`` numbers (row-major)."""
     return np.asarray(matrix)[np.tril_indices(matrix.shape[0])]
 
 
+@check_shapes("packed: [L]", "return: [M, M]")
 def unpack_lower(packed: np.ndarray, M: int) -> np.ndarray:
     """Inverse of :func:`pack_lower` (returns the symmetric matrix)."""
     out = np.zeros((M, M))

@@ -20,6 +20,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import gpflow
 import numpy as np
 import tensorflow as tf
+from check_shapes import check_shapes
 from gpflow.keras import tf_keras
 
 from ....inducing_variables import S_FLOOR, GaussianInducingPoints, NaturalFactor, PseudoObservations
@@ -41,6 +42,7 @@ def num_hyperparameters(input_dim: int, likelihood: gpflow.likelihoods.Likelihoo
     return (int(input_dim) + 1 + int(isinstance(likelihood, gpflow.likelihoods.Gaussian))) if learn else 0
 
 
+@check_shapes("return: [H]")
 def initial_log_beta(
     kernel: gpflow.kernels.Kernel, likelihood: gpflow.likelihoods.Likelihood, input_dim: int
 ) -> np.ndarray:

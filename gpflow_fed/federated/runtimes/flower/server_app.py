@@ -66,8 +66,8 @@ __all__ = [
 TableJob = Callable[
     [Callable[[Algorithm, Optional[Standardizer]], FederatedResult], "FlowerServer", Any], FederatedResult
 ]
-#: saves a run's model: ``save(model, path)`` returns the path written
-SaveModel = Callable[[Any, str], str]
+#: saves a run's model: ``save(model, path)`` returns the path written (a str or Path)
+SaveModel = Callable[[Any, str], Any]
 
 
 @dataclass(frozen=True)
