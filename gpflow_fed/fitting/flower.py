@@ -60,7 +60,7 @@ def method_settings(method: str, config: Mapping[str, Any]) -> Dict[str, Any]:
     return {name: config[name.replace("_", "-")] for name in DEFAULTS[method] if name.replace("_", "-") in config}
 
 
-class FitMethod(Algorithm):
+class FitMethod(Algorithm[Any]):
     """``fit``'s algorithm for ``method``, completed when a run binds it to a federation.
 
     A Flower server holds no data, so the input dimension D that the kernel and the inducing inputs need is known

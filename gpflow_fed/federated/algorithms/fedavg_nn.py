@@ -43,7 +43,7 @@ class FedAvgNNState:
     noise_variance: Optional[float] = None
 
 
-class FedAvgNN(Algorithm):
+class FedAvgNN(Algorithm[FedAvgNNState]):
     """FedAvg (``proximal_mu=0``) or FedProx (``proximal_mu > 0``) on a regression network trained by MSE.
 
     :param network_factory: builds a fresh ``tf_keras`` network ``[N, D] → [N, P]`` (one per party; the

@@ -152,7 +152,7 @@ class _Worker:
     gram: Optional[Callable[[tf.Tensor], tf.Tensor]] = None
 
 
-class FedBNR(Algorithm):
+class FedBNR(Algorithm[FedBNRState]):
     """Federated Bayesian Neural Regression: a global GP with a URK kernel, in two phases.
 
     :param kernel: the template :class:`~gpflow_fed.kernels.URK` (copied for the server and every client; its

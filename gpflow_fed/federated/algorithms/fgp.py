@@ -51,7 +51,7 @@ class FGPState:
     experts: Tuple[str, ...] = ()
 
 
-class FGP(Algorithm):
+class FGP(Algorithm[FGPState]):
     r"""Federated exact GP (FGP): FedAvg over the clients' exact-GP marginal likelihoods, committee prediction.
 
     Training (Guo et al. §4, after Yue & Kontar): each round ``max(⌈Kρ⌉, 1)`` sampled clients receive the

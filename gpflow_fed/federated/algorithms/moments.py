@@ -57,7 +57,7 @@ class MomentsState:
     std: Optional[np.ndarray] = None
 
 
-class Moments(Algorithm):
+class Moments(Algorithm[MomentsState]):
     """Pooled column means and standard deviations of ``[X, Y]`` from the clients' sums (module docstring)."""
 
     name = "moments"

@@ -46,7 +46,7 @@ class PersonalisedGPState:
     client_statistics: Optional[Tuple[Tuple[np.ndarray, np.ndarray], ...]] = None
 
 
-class PersonalisedGP(Algorithm):
+class PersonalisedGP(Algorithm[PersonalisedGPState]):
     """pFedGP-style personalised GPs: FedAvg of shared kernel hyperparameters, local GP posteriors.
 
     :param kernel: the shared kernel (e.g. a :class:`~gpflow_fed.kernels.DeepKernel`).

@@ -28,7 +28,7 @@ __all__ = ["Recycle"]
 FIT_PHASE: Final[str] = "fit"
 
 
-class Recycle(Algorithm):
+class Recycle(Algorithm[Dict[str, Any]]):
     """One round: clients train a local unwhitened SVGP (paper eq. 1) and send it; the server fits
     :class:`~gpflow_fed.models.EnsembleSVGP` over the collected models (eq. 6) and returns it.
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, Final, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Final, Generic, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
 import numpy as np
 
@@ -94,8 +94,15 @@ class BroadcastRefused(ValueError):
     exchanges for the run (:class:`~gpflow_fed.federated.engine.endpoint.ClientEndpoint`)."""
 
 
-class Algorithm(abc.ABC):
+#: the server state of an algorithm (e.g. :class:`~gpflow_fed.federated.algorithms.FSGPState`)
+StateT = TypeVar("StateT")
+
+
+class Algorithm(abc.ABC, Generic[StateT]):
     """A federated algorithm as a strategy: the runtime owns the loop, the algorithm owns the maths.
+
+    Generic in its server state ``StateT`` (``class FSGP(Algorithm[FSGPState])``): :meth:`initial_state` makes one,
+    :meth:`server_update` returns the next, and the methods that read the state take one.
 
     Subclasses implement :meth:`initial_state`, :meth:`broadcast`, :meth:`client_update`,
     :meth:`server_update` and :meth:`result`; they may override :meth:`phases`, :meth:`final_phases`,
@@ -117,7 +124,7 @@ class Algorithm(abc.ABC):
         self.client_fraction = float(client_fraction)
 
     # --- configuration -------------------------------------------------------------------------------
-    def bind(self, info: FederationInfo) -> "Algorithm":
+    def bind(self, info: FederationInfo) -> "Algorithm[StateT]":
         """The instance one run uses: a deep copy of this configuration (``gpflow.utilities.deepcopy``).
 
         The object a user builds is configuration only: the run validates, traces and trains its own copy, so the
@@ -163,7 +170,7 @@ class Algorithm(abc.ABC):
         :param info: the federation as the server announced it (no server state: a remote party has none).
         """
 
-    def reply_spec(self, state: Any, round: int, phase: str) -> Optional[ReplySpec]:
+    def reply_spec(self, state: StateT, round: int, phase: str) -> Optional[ReplySpec]:
         """The array names and shapes the server expects in every reply of ``phase`` (``None``: a free size).
 
         The runtime excludes a reply that differs, whatever the other clients sent: a malicious or broken
@@ -181,13 +188,13 @@ class Algorithm(abc.ABC):
         """
         return None
 
-    def check_reply(self, state: Any, phase: str, message: Message, num_data: int) -> Optional[str]:
+    def check_reply(self, state: StateT, phase: str, message: Message, num_data: int) -> Optional[str]:
         """Why the server refuses one client's readable reply of ``phase`` (impossible for any data of the client's
         registered ``num_data`` points), or None. The runtime excludes the client with this reason; it must name
         the check, never a value of the reply. Default: nothing beyond the generic checks."""
         return None
 
-    def check_sum(self, state: Any, aggregate: Aggregate) -> Optional[str]:
+    def check_sum(self, state: StateT, aggregate: Aggregate) -> Optional[str]:
         """Why the server refuses the (un-noised) sum of a masked ``"sum"`` phase, or None: the same checks as
         :meth:`check_reply` on the total, when the server cannot see each client's reply."""
         return None
@@ -199,11 +206,11 @@ class Algorithm(abc.ABC):
 
     # --- the round -----------------------------------------------------------------------------------
     @abc.abstractmethod
-    def initial_state(self, info: FederationInfo) -> Any:
+    def initial_state(self, info: FederationInfo) -> StateT:
         """The server's state before round 0."""
 
     @abc.abstractmethod
-    def broadcast(self, state: Any, round: int, phase: str) -> Mapping[str, np.ndarray]:
+    def broadcast(self, state: StateT, round: int, phase: str) -> Mapping[str, np.ndarray]:
         """The arrays the server sends to every client of this phase."""
 
     @abc.abstractmethod
@@ -211,14 +218,14 @@ class Algorithm(abc.ABC):
         """The client's work for one phase; returns the only thing that leaves the client."""
 
     @abc.abstractmethod
-    def server_update(self, state: Any, aggregate: Aggregate) -> Any:
+    def server_update(self, state: StateT, aggregate: Aggregate) -> StateT:
         """The server's new state from the reduced messages of one phase."""
 
     @abc.abstractmethod
-    def result(self, state: Any) -> gpflow.models.GPModel:
+    def result(self, state: StateT) -> gpflow.models.GPModel:
         """A GPflow model ready for ``predict_f`` / ``predict_y``, built from the server state alone."""
 
-    def round_metrics(self, state: Any, aggregates: Sequence[Aggregate]) -> Dict[str, float]:
+    def round_metrics(self, state: StateT, aggregates: Sequence[Aggregate]) -> Dict[str, float]:
         """Scalars to record for a round (default: the weight-averaged client metrics of each phase)."""
         out: Dict[str, float] = {}
         for agg in aggregates:
@@ -226,7 +233,7 @@ class Algorithm(abc.ABC):
                 out[k if len(aggregates) == 1 else f"{agg.phase}/{k}"] = v
         return out
 
-    def copy_state(self, state: Any) -> Any:
+    def copy_state(self, state: StateT) -> StateT:
         """A deep copy of the state (used to evaluate mid-training without disturbing it)."""
         import gpflow
 

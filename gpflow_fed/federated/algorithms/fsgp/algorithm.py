@@ -109,7 +109,7 @@ class _ClientData:
     Y: tf.Tensor
 
 
-class FSGP(Algorithm):
+class FSGP(Algorithm[FSGPState]):
     r"""Federated sparse GP regression (Guo et al., Algorithm 1) and exact federated SGPR.
 
     Model: Titsias' collapsed SGPR with a shared kernel ``c(·,·; θ)``, Gaussian noise σ² and inducing

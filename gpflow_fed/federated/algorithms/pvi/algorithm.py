@@ -95,7 +95,7 @@ def _inducing_init(inducing_variable: Any) -> tuple:
     return Z, None
 
 
-class PVI(Algorithm):
+class PVI(Algorithm[PVIState]):
     """Partitioned variational inference for a sparse GP with q(Z) and DPO (or CPO) u-factors.
 
     Each client update maximises the local free energy (paper eq. 7, with the Z-KL scaled by α as in §4.1) over
