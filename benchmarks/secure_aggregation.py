@@ -61,14 +61,8 @@ def main(argv: Any = None) -> Dict[str, Any]:
     if min(sizes) < 2 or args.inducing < 1 or args.repeats < 1:
         raise SystemExit("--clients must be ≥ 2, --inducing and --repeats ≥ 1")
 
-    from gpflow_fed.federated.protection import (
-        Exchange,
-        MaskingKeys,
-        SecureAggregation,
-        mask,
-        new_run_id,
-        sum_masked,
-    )
+    from gpflow_fed.federated.protection.masking import Exchange, MaskingKeys, SecureAggregation, mask, sum_masked
+    from gpflow_fed.randomness import new_run_id
 
     rng = np.random.default_rng(0)
     rows: List[Dict[str, Any]] = []

@@ -68,6 +68,16 @@ class Network:
         return answers
 
 
+def _drive(stages: Any, send: Any) -> Any:
+    """Run a secure-aggregation protocol generator with ``send`` answering each stage (as the phase owner does)."""
+    try:
+        stage, requests = next(stages)
+        while True:
+            stage, requests = stages.send(send(stage, requests))
+    except StopIteration as done:
+        return done.value
+
+
 def main(argv: Any = None) -> Dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", default="100,1000", help="comma-separated cohort sizes K")
@@ -102,7 +112,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
         net = Network({c: SecAggClient(c) for c in ids})
         server = SecAggServer(run_id)
         begin, cpu = time.perf_counter(), time.process_time()
-        report = server.setup(net.send, ids)
+        report = _drive(server.setup_stages(ids), net.send)
         setup_seconds, setup_cpu = time.perf_counter() - begin, time.process_time() - cpu
         rows.append(
             {
@@ -161,7 +171,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
                 late = set(rng.choice(others, max(1, int(late_fraction * len(others))), replace=False))
             net.offline = {"masked_input": set(lost), "unmask": late | (set() if late_fraction else set(lost))}
             net.client_seconds = 0.0
-            result = server.secure_sum(net.send, exchange, P)
+            result = _drive(server.secure_sum_stages(exchange, P), net.send)
             assert np.array_equal(result.total, plain(net.codes, result.survivors))
             return result, net.client_seconds
 

@@ -166,6 +166,8 @@ def secure_exchange(messages, protection, purpose="train", aggregation="sum"):
     from gpflow_fed.federated.protection.reduction import ExchangeContext
     from gpflow_fed.federated.protection.secagg import SecAggServer
 
+    from .protection.secagg_helpers import drive
+
     cohort = tuple(m.sender for m in messages)
     run_id = new_run_id()
     encoders = {c: ClientEncoder(c, ClientPolicy.matching(protection)) for c in cohort}
@@ -180,6 +182,6 @@ def secure_exchange(messages, protection, purpose="train", aggregation="sum"):
         return answers
 
     server = SecAggServer(run_id)
-    server.setup(send, cohort)
+    drive(server.setup_stages(cohort), send)
     context = ExchangeContext(run_id, purpose, messages[0].round, messages[0].phase, aggregation, cohort)
-    return masked, server.secure_sum(send, context.exchange, size), context
+    return masked, drive(server.secure_sum_stages(context.exchange, size), send), context

@@ -23,7 +23,8 @@ from gpflow_fed.federated.engine.endpoint import ClientEndpoint
 from gpflow_fed.federated.protocol.messages import SERVER
 from gpflow_fed.federated.protection.encoder import DATA_FAULT, ClientEncoder, broadcast_digest, request_view
 from gpflow_fed.federated.protection.masking import Exchange
-from gpflow_fed.federated.protection.secagg import SecAggAborted, SecAggServer, drive
+from gpflow_fed.federated.protection.secagg import SecAggAborted, SecAggServer
+from tests.federated.protection.secagg_helpers import drive
 from gpflow_fed.federated.protection.wire import pack, unpack
 from gpflow_fed.federated.protocol.transport import UPDATE, Request
 from gpflow_fed.randomness import new_run_id
@@ -214,7 +215,7 @@ def test_a_faulty_protected_reply_is_one_generic_refusal_then_none():
     """A reply its own checks stop (here NaN; a server can steer a value past ±1e150 by scaling what it sends) is
     refused in words that name neither the payload nor the check, and the client answers no later protected exchange
     of the run; the others' mean is still exact."""
-    from gpflow_fed.federated import FaultPolicy, LocalRuntime
+    from gpflow_fed.federated import FaultPolicy, LocalRuntime, RunOptions
 
     from tests.federated.helpers import Faulty
 
@@ -222,7 +223,9 @@ def test_a_faulty_protected_reply_is_one_generic_refusal_then_none():
     dataset = FederatedDataset(
         [(rng.normal(size=(n, 2)), rng.normal(loc=k, size=(n, 1))) for k, n in enumerate([5, 7, 9])]
     )
-    result = run(Faulty(3, "nan"), dataset, runtime=LocalRuntime(faults=FaultPolicy(on_error="exclude")))
+    result = run(
+        Faulty(3, "nan"), dataset, runtime=LocalRuntime(options=RunOptions(faults=FaultPolicy(on_error="exclude")))
+    )
     honest = np.concatenate([dataset.clients[0][1], dataset.clients[2][1]])
     assert result.state["mean"] == pytest.approx(float(honest.mean()), abs=1e-8)
     first, *later = [entry["excluded"]["client_1"] for entry in result.history]
@@ -233,14 +236,16 @@ def test_an_error_in_a_protected_update_is_one_generic_refusal_then_none():
     """The seventh attack: a server-chosen broadcast that makes the client's own computation fail only for some data
     (FGP's Cholesky under a tiny lengthscale) gave a bit per round through the error's presence and its text. On a
     protected phase the client sends one generic refusal and stops; a refusal of the broadcast's form keeps its text."""
-    from gpflow_fed.federated import FaultPolicy, LocalRuntime
+    from gpflow_fed.federated import FaultPolicy, LocalRuntime, RunOptions
     from gpflow_fed.federated.protection.encoder import UPDATE_FAULT
 
     from tests.federated.helpers import Faulty
 
     rng = np.random.default_rng(0)
     dataset = FederatedDataset([(rng.normal(size=(n, 2)), rng.normal(size=(n, 1))) for n in (5, 7, 9)])
-    result = run(Faulty(3, "raise"), dataset, runtime=LocalRuntime(faults=FaultPolicy(on_error="exclude")))
+    result = run(
+        Faulty(3, "raise"), dataset, runtime=LocalRuntime(options=RunOptions(faults=FaultPolicy(on_error="exclude")))
+    )
     first, *later = [entry["excluded"]["client_1"] for entry in result.history]
     assert first == UPDATE_FAULT and "out of memory" not in first
     assert later and all("answers no protected exchange again" in r for r in later)

@@ -22,7 +22,7 @@ from gpflow_fed.federated.protection.secagg import (
     self_mask_seed,
 )
 from gpflow_fed.federated.protection.shamir import ShareDecryptionError, combine_shares, decrypt_share
-from tests.federated.protection.secagg_helpers import Net
+from tests.federated.protection.secagg_helpers import Net, drive
 
 
 def graph_of(exchange):
@@ -171,7 +171,7 @@ def test_shares_are_neither_readable_nor_redirectable_by_the_server():
             }
         return net.send(stage, requests)
 
-    report = net.server.setup(send, net.ids)
+    report = drive(net.server.setup_stages(net.ids), send)
     assert not report.eligible and all("stored its shares" in why for why in report.excluded.values())
     # the server's own key pair cannot open a share, whichever sender key it pairs it with
     own = X25519PrivateKey.generate()
@@ -210,7 +210,7 @@ def test_a_replayed_masked_input_is_refused():
 
     second = net.exchange(1)
     net.draw(second)
-    result = net.server.secure_sum(send, second, net.size)
+    result = drive(net.server.secure_sum_stages(second, net.size), send)
     assert result.dropped == {victim: "masked input for another exchange (stale or replayed)"}
     np.testing.assert_array_equal(result.total, net.plain(result.survivors))
 
@@ -223,7 +223,7 @@ def test_one_answer_per_broadcast_whatever_the_cohort():
     net.secure_sum(everyone)
     fewer = net.exchange(0, cohort=net.ids[:-1])
     with pytest.raises(SecAggAborted, match="0 survivor"):
-        net.server.secure_sum(net.send, fewer, net.size)
+        drive(net.server.secure_sum_stages(fewer, net.size), net.send)
     assert all("answered" in net.refusals[c] for c in fewer.cohort)
     with pytest.raises(SecAggRefused, match="answered"):  # the same exchange again
         net.clients[net.ids[0]].masked_input(request(net, everyone, net.ids[0]), net.codes[net.ids[0]])

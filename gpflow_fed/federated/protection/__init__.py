@@ -1,50 +1,29 @@
 """Protections of the federated exchange, pure numpy and ``cryptography`` (no TensorFlow).
 
-* :mod:`.randomness`: randomness that protects, from the OS (never from the run's seed).
-* :mod:`.masking`: secure aggregation: fixed point, X25519 pair secrets, a sparse masking graph, pads.
+* :mod:`.request`: :class:`Protection`, the server's request; :mod:`.policy`: :class:`ClientPolicy`, a client's own;
+* :mod:`.encoder`: the client's side (refusals, clipping, fixed point, masking); :mod:`.reduction`: the server's;
+* :mod:`.masking`, :mod:`.secagg`, :mod:`.shamir`, :mod:`.wire`: secure aggregation (fixed point, X25519 pair
+  secrets, a sparse masking graph, pads, Shamir-shared self-masks and drop-out recovery);
+* :mod:`.dp`, :mod:`.distributed_dp`: central and distributed differential privacy and their accountants;
 * :mod:`.robust`: robust aggregation of "mean" phases (coordinate-wise weighted median, trimmed mean).
-* :mod:`.dp`: client-level differential privacy of the sums (clipping, Gaussian noise, the accountant).
+
+The values a user configures are re-exported here; the protocol's functions are in their modules.
 """
 
-from .distributed_dp import DistributedDP, DistributedPrivacyAccountant, NoiseSource
-from .dp import DifferentialPrivacy, PrivacyAccountant, clip_payload
-from .masking import (
-    Exchange,
-    MaskingKeys,
-    SecureAggregation,
-    check_exchange,
-    check_senders,
-    from_limb_sums,
-    keystream,
-    mask,
-    masking_graph,
-    sum_masked,
-    to_limbs,
-)
-from ...randomness import new_run_id, protective_rng, protective_seed_sequence
-from .robust import RobustAggregation, weighted_median
+from .distributed_dp import DistributedDP, DistributedPrivacyAccountant
+from .dp import DifferentialPrivacy, PrivacyAccountant
+from .masking import SecureAggregation
+from .policy import ClientPolicy
+from .request import Protection
+from .robust import RobustAggregation
 
 __all__ = [
+    "ClientPolicy",
     "DifferentialPrivacy",
     "DistributedDP",
     "DistributedPrivacyAccountant",
-    "NoiseSource",
     "PrivacyAccountant",
-    "clip_payload",
-    "Exchange",
-    "MaskingKeys",
+    "Protection",
     "RobustAggregation",
     "SecureAggregation",
-    "check_exchange",
-    "check_senders",
-    "from_limb_sums",
-    "keystream",
-    "mask",
-    "masking_graph",
-    "new_run_id",
-    "protective_rng",
-    "protective_seed_sequence",
-    "sum_masked",
-    "to_limbs",
-    "weighted_median",
 ]

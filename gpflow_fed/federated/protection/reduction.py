@@ -62,7 +62,7 @@ class ExchangeContext:
 
     @cached_property
     def exchange(self) -> Exchange:
-        """The masking :class:`~gpflow_fed.federated.protection.Exchange` of this context."""
+        """The masking :class:`~gpflow_fed.federated.protection.masking.Exchange` of this context."""
         return Exchange(self.run_id, self.purpose, self.round, self.phase, tuple(self.cohort))
 
 

@@ -134,13 +134,10 @@ __all__ = [
     "SecAggRefused",
     "SecAggServer",
     "SecureSum",
-    "Send",
     "SetupReport",
     "components",
     "default_degree",
-    "drive",
     "holder_graph",
-    "in_process_send",
     "members_bitmap",
     "members_of",
     "payload_bytes",
@@ -150,20 +147,8 @@ __all__ = [
 #: the stages, in the order a run uses them (the first three once per run)
 STAGES = ("advertise", "share", "store", "masked_input", "unmask")
 
-#: ``send(stage, {client_id: request}) -> {client_id: response or None}``, supplied by the runtime
-Send = Callable[[str, Dict[str, Dict[str, Any]]], Mapping[str, Optional[Mapping[str, Any]]]]
 #: a protocol run as a generator: yields ``(stage, {client_id: request})``, is sent the answers, returns its result
 Stages = Generator[Tuple[str, Dict[str, Dict[str, Any]]], Mapping[str, Any], Any]
-
-
-def drive(stages: Stages, send: Send) -> Any:
-    """Run ``stages`` with ``send`` answering each stage; the generator's return value."""
-    try:
-        stage, requests = next(stages)
-        while True:
-            stage, requests = stages.send(send(stage, requests))
-    except StopIteration as done:
-        return done.value
 
 
 _SETUP_PURPOSE, _SETUP_PHASE = "secure-aggregation-setup", "share-holders"
@@ -770,14 +755,6 @@ class SecAggServer:
         tally[1] += sum(payload_bytes(r) for r in picked.values())
         return picked
 
-    def setup(self, send: Send, clients: Sequence[str]) -> SetupReport:
-        """:meth:`setup_stages` driven by ``send`` (every stage's requests in, the answers out)."""
-        return drive(self.setup_stages(clients), send)
-
-    def secure_sum(self, send: Send, exchange: Exchange, size: int, *, degree: Optional[int] = None) -> SecureSum:
-        """:meth:`secure_sum_stages` driven by ``send``."""
-        return drive(self.secure_sum_stages(exchange, size, degree=degree), send)
-
     def setup_stages(self, clients: Sequence[str]) -> Stages:
         """Stages ``advertise``, ``share`` and ``store`` over ``clients``; once per run. A generator: it yields
         ``(stage, {client: request})``, is sent ``{client: answer or None}`` back, and returns the
@@ -875,7 +852,6 @@ class SecAggServer:
         Every response is validated; an invalid one counts as no answer. Dropped clients, and survivors whose
         ``b`` is rebuilt, are excluded for the rest of the run (:attr:`excluded`) as soon as they are named.
 
-        :param send: the runtime's transport (:data:`Send`).
         :param exchange: the exchange (this run's id; a cohort of eligible clients, fixed after fault screening).
         :param size: P, the number of ``uint64`` codes each client sums.
         :param degree: the masking graph's degree; ``None``: :func:`default_degree` of the cohort.
@@ -1019,20 +995,3 @@ class SecAggServer:
             bytes_to_clients=tally[0],
             bytes_from_clients=tally[1],
         )
-
-
-def in_process_send(clients: Mapping[str, SecAggClient], codes: Optional[Mapping[str, np.ndarray]] = None) -> Send:
-    """A :data:`Send` for clients in this process: each answers with :meth:`SecAggClient.respond` (``codes[c]``
-    for ``masked_input``); a refusal (:class:`SecAggRefused`) or an unknown client is no answer (``None``)."""
-
-    def send(stage: str, requests: Dict[str, Dict[str, Any]]) -> Dict[str, Optional[Dict[str, Any]]]:
-        out: Dict[str, Optional[Dict[str, Any]]] = {}
-        for c, request in requests.items():
-            try:
-                own = None if codes is None else codes.get(c)
-                out[c] = clients[c].respond(stage, request, own) if c in clients else None
-            except SecAggRefused:
-                out[c] = None
-        return out
-
-    return send

@@ -1,13 +1,24 @@
 """An in-process network for the secure-aggregation protocol: clients that go offline at chosen stages, restart
 between messages on request, and a record of everything the server receives (its view)."""
 
-from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
 from gpflow_fed.federated.protection.masking import Exchange
-from gpflow_fed.federated.protection.secagg import SecAggClient, SecAggRefused, SecAggServer, SecureSum
+from gpflow_fed.federated.protection.secagg import SecAggClient, SecAggRefused, SecAggServer, SecureSum, Stages
 from gpflow_fed.randomness import new_run_id
+
+
+def drive(stages: Stages, send: Callable[[str, Dict[str, Dict[str, Any]]], Mapping[str, Any]]) -> Any:
+    """Run a secure-aggregation protocol generator with ``send`` answering each stage (as the phase owner does
+    through its transport); the generator's return value."""
+    try:
+        stage, requests = next(stages)
+        while True:
+            stage, requests = stages.send(send(stage, requests))
+    except StopIteration as done:
+        return done.value
 
 
 def random_codes(rng: np.random.Generator, size: int) -> np.ndarray:
@@ -53,7 +64,7 @@ class Net:
         return answers
 
     def setup(self):
-        return self.server.setup(self.send, self.ids)
+        return drive(self.server.setup_stages(self.ids), self.send)
 
     def exchange(self, round: int = 0, cohort: Optional[Sequence[str]] = None, phase: str = "stats") -> Exchange:
         return Exchange(
@@ -71,7 +82,7 @@ class Net:
 
     def secure_sum(self, exchange: Exchange, **kwargs: Any) -> SecureSum:
         self.draw(exchange)
-        return self.server.secure_sum(self.send, exchange, self.size, **kwargs)
+        return drive(self.server.secure_sum_stages(exchange, self.size, **kwargs), self.send)
 
     def received(self, stage: str, exchange: Exchange) -> Dict[str, List[Dict[str, Any]]]:
         """What the server received at ``stage`` for ``exchange``: ``client -> [responses]``."""

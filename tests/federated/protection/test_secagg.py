@@ -14,13 +14,12 @@ from gpflow_fed.federated.protection.secagg import (
     components,
     default_degree,
     holder_graph,
-    in_process_send,
     members_bitmap,
     members_of,
     payload_bytes,
 )
 from gpflow_fed.federated.protection.shamir import ciphertext_bytes
-from tests.federated.protection.secagg_helpers import Net, random_codes
+from tests.federated.protection.secagg_helpers import Net, drive, random_codes
 
 
 def graph_of(net, exchange):
@@ -192,7 +191,7 @@ def test_duplicate_public_keys_are_excluded_at_setup():
             answers[net.ids[0]] = dict(answers[net.ids[1]])  # a client presenting another's keys
         return answers
 
-    report = net.server.setup(send, net.ids)
+    report = drive(net.server.setup_stages(net.ids), send)
     assert set(report.excluded) == {net.ids[0], net.ids[1]} and "used twice" in report.excluded[net.ids[0]]
 
 
@@ -210,7 +209,7 @@ def test_invalid_masked_inputs_count_as_drop_outs():
         return answers
 
     net.draw(exchange)
-    result = net.server.secure_sum(send, exchange, net.size)
+    result = drive(net.server.secure_sum_stages(exchange, net.size), send)
     assert set(result.dropped) == set(net.ids[:3])
     assert result.dropped[net.ids[0]] == f"masked input is not a uint64 array of {net.size} codes"
     np.testing.assert_array_equal(result.total, net.plain(result.survivors))
@@ -229,7 +228,7 @@ def test_malformed_unmask_answers_are_ignored():
         return answers
 
     net.draw(exchange)
-    result = net.server.secure_sum(send, exchange, net.size)
+    result = drive(net.server.secure_sum_stages(exchange, net.size), send)
     assert result.recovered == (bad,)  # its malformed seed was ignored, its b rebuilt instead
     np.testing.assert_array_equal(result.total, net.plain(net.ids))
 
@@ -298,7 +297,7 @@ def test_clients_and_server_validate_settings():
         net.secure_sum(net.exchange(0, cohort=net.ids))
     net.setup()
     with pytest.raises(ValueError, match="size"):
-        net.server.secure_sum(net.send, net.exchange(0), 0)
+        drive(net.server.secure_sum_stages(net.exchange(0), 0), net.send)
     client = net.clients[net.ids[0]]
     with pytest.raises(TypeError, match="uint64"):
         client.masked_input(_request(net, net.exchange(0), net.ids[0]), np.zeros(net.size))
@@ -312,14 +311,6 @@ def test_the_masking_key_is_rebuilt_from_its_bytes():
     assert keys.public_bytes == MaskingKeys.from_private_bytes(private).public_bytes
     with pytest.raises(ValueError, match="32 bytes"):
         MaskingKeys.from_private_bytes(b"short")
-
-
-def test_in_process_send_maps_refusals_to_no_answer():
-    clients = {c: SecAggClient(c) for c in ("a", "b")}
-    send = in_process_send(clients)
-    answers = send("share", {"a": {"run_id": bytes(16)}, "zz": {}})
-    assert answers == {"a": None, "zz": None}
-    assert set(send("advertise", {"a": {"run_id": bytes(16)}})["a"]) == {"s_pk", "c_pk"}
 
 
 def test_members_bitmap_round_trip_and_validation():
