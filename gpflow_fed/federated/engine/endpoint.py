@@ -138,7 +138,8 @@ class ClientEndpoint:
         if refusal:
             return Response(fault=refusal, error=PermissionError(refusal))
         aggregation = algorithm.aggregation(down.phase)
-        request_protection = Protection.from_config(config.get("protection", {}))
+        # a request without a protection entry asks for none (a "collect" phase); the client's policy decides
+        request_protection = Protection.from_config(config.get("protection", {"secure-aggregation": False}))
         refusal = self.encoder.policy.refusal(request_protection, down.phase, aggregation)
         if refusal:  # the client's own policy: nothing of its payload is sent
             return Response(fault=refusal, error=PermissionError(refusal))

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from ...validation import parse_boolean, parse_integer
 from .request import Protection
 
 __all__ = ["ClientPolicy"]
@@ -62,20 +63,19 @@ class ClientPolicy:
 
     @classmethod
     def from_node_config(cls, config: Mapping[str, Any]) -> "ClientPolicy":
-        """A Flower SuperNode's policy from its node config (``secure-aggregation``, ``min-cohort``); the defaults
-        when absent (secure aggregation required)."""
-        secure = config.get("secure-aggregation", True)
-        if isinstance(secure, str):
-            if secure.lower() not in ("true", "false"):
-                raise ValueError(f"node config secure-aggregation must be true or false, got {secure!r}")
-            secure = secure.lower() == "true"
-        small = config.get("protect-small-cohorts", True)
-        if isinstance(small, str):
-            small = small.lower() == "true"
+        """A Flower SuperNode's policy from its node config (``secure-aggregation``, ``min-cohort``,
+        ``protect-small-cohorts``); the defaults when absent (secure aggregation required, small cohorts protected).
+        Every value is parsed strictly (a bool or exactly ``"true"``/``"false"``; an integer or a string of one):
+        ``"yes"``, ``"1"``, ``"on"`` or ``"True "`` is an error naming the key, never a silent ``False``.
+
+        :raises ValueError, TypeError: a malformed value (naming the node-config key) or an invalid policy.
+        """
         return cls(
-            secure_aggregation=bool(secure),
-            min_cohort=int(config.get("min-cohort", 2)),
-            protect_small_cohorts=bool(small),
+            secure_aggregation=parse_boolean(config.get("secure-aggregation", True), "node config secure-aggregation"),
+            min_cohort=parse_integer(config.get("min-cohort", 2), "node config min-cohort"),
+            protect_small_cohorts=parse_boolean(
+                config.get("protect-small-cohorts", True), "node config protect-small-cohorts"
+            ),
         )
 
     def refusal(self, request: Protection, phase: str, aggregation: str) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
+from ...validation import parse_boolean, parse_integer, parse_number
 from .distributed_dp import DistributedDP
 from .dp import DifferentialPrivacy
 from .masking import SecureAggregation
@@ -143,7 +144,8 @@ class Protection:
         ``robust-method``, ``robust-trim``, ``robust-clip-norm``; with DP ``dp-noise-multiplier``, ``dp-clip-norm``,
         ``dp-delta``, ``dp-weight-bound``, ``dp-accountant`` and ``dp-phases`` (comma-separated, empty for every
         sum phase); with distributed DP ``ddp-noise-multiplier``, ``ddp-clip-norm``, ``ddp-honest-clients``,
-        ``ddp-delta``, ``ddp-granularity``, ``ddp-beta``.
+        ``ddp-delta``, ``ddp-granularity`` (0: the default step), ``ddp-beta``. ``from_config(to_config(p)) == p``
+        for every request ``p``.
         """
         config: Dict[str, Union[bool, int, float, str]] = {"secure-aggregation": self.secure is not None}
         if self.secure is not None:
@@ -162,7 +164,7 @@ class Protection:
                     "ddp-clip-norm": float(dp.clip_norm),
                     "ddp-honest-clients": int(dp.honest_clients),
                     "ddp-delta": float(dp.delta),
-                    "ddp-granularity": float(dp.step),
+                    "ddp-granularity": float(dp.granularity or 0.0),
                     "ddp-beta": float(dp.beta),
                 }
             )
@@ -181,43 +183,54 @@ class Protection:
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> "Protection":
-        """The request a config describes (none of the keys: no protection).
+        """The request a config describes. A missing key means its default, as for :class:`Protection` itself
+        (``from_config({}) == Protection()``: secure aggregation on), and every value is parsed strictly: a boolean
+        is a bool or exactly ``"true"``/``"false"``, a number a number or a string of one; anything else raises,
+        naming the key (never a silent default: ``"yes"`` or ``"1"`` is an error, not ``True`` or ``False``).
 
-        :raises ValueError, TypeError: invalid settings (from ``SecureAggregation``/``DifferentialPrivacy``).
+        :raises ValueError, TypeError: a malformed value, naming its key, or invalid settings (from
+            ``SecureAggregation``/``DifferentialPrivacy``/``DistributedDP``/``RobustAggregation``).
         """
+
+        def number(key: str, default: float) -> float:
+            return parse_number(config[key], key) if key in config else default
+
+        def count(key: str, default: int) -> int:
+            return parse_integer(config[key], key) if key in config else default
+
         secure = None
-        if config.get("secure-aggregation", False):
-            degree = int(config.get("masking-degree", 0))
+        if parse_boolean(config.get("secure-aggregation", True), "secure-aggregation"):
+            degree = count("masking-degree", 0)
             secure = SecureAggregation(
-                int(config.get("fractional-bits", SecureAggregation.fractional_bits)),
-                min_cohort=int(config.get("min-cohort", SecureAggregation.min_cohort)),
+                count("fractional-bits", SecureAggregation.fractional_bits),
+                min_cohort=count("min-cohort", SecureAggregation.min_cohort),
                 degree=degree or None,
             )
         robust = None
         if "robust-method" in config:
-            clip = config.get("robust-clip-norm")
             robust = RobustAggregation(
                 str(config["robust-method"]),
-                float(config.get("robust-trim", RobustAggregation.trim)),
-                None if clip is None else float(clip),
+                number("robust-trim", RobustAggregation.trim),
+                parse_number(config["robust-clip-norm"], "robust-clip-norm") if "robust-clip-norm" in config else None,
             )
         dp: Optional[Union[DifferentialPrivacy, DistributedDP]] = None
         if "ddp-noise-multiplier" in config:
+            granularity = number("ddp-granularity", 0.0)
             dp = DistributedDP(
-                noise_multiplier=float(config["ddp-noise-multiplier"]),
-                clip_norm=float(config["ddp-clip-norm"]),
-                honest_clients=int(config["ddp-honest-clients"]),
-                delta=float(config.get("ddp-delta", DistributedDP.delta)),
-                granularity=float(config["ddp-granularity"]) if "ddp-granularity" in config else None,
-                beta=float(config.get("ddp-beta", DistributedDP.beta)),
+                noise_multiplier=parse_number(config["ddp-noise-multiplier"], "ddp-noise-multiplier"),
+                clip_norm=parse_number(config.get("ddp-clip-norm"), "ddp-clip-norm"),
+                honest_clients=parse_integer(config.get("ddp-honest-clients"), "ddp-honest-clients"),
+                delta=number("ddp-delta", DistributedDP.delta),
+                granularity=granularity or None,
+                beta=number("ddp-beta", DistributedDP.beta),
             )
         elif "dp-noise-multiplier" in config or "dp-clip-norm" in config:
             phases = str(config.get("dp-phases", ""))
             dp = DifferentialPrivacy(
-                noise_multiplier=float(config["dp-noise-multiplier"]),
-                clip_norm=float(config["dp-clip-norm"]),
-                delta=float(config.get("dp-delta", DifferentialPrivacy.delta)),
-                weight_bound=float(config.get("dp-weight-bound", DifferentialPrivacy.weight_bound)),
+                noise_multiplier=parse_number(config.get("dp-noise-multiplier"), "dp-noise-multiplier"),
+                clip_norm=parse_number(config.get("dp-clip-norm"), "dp-clip-norm"),
+                delta=number("dp-delta", DifferentialPrivacy.delta),
+                weight_bound=number("dp-weight-bound", DifferentialPrivacy.weight_bound),
                 accountant=str(config.get("dp-accountant", DifferentialPrivacy.accountant)),
                 phases=tuple(p for p in phases.split(",") if p) or None,
             )

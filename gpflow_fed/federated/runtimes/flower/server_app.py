@@ -428,7 +428,7 @@ def make_server_app(job: Optional[TableJob] = None, save: Optional[SaveModel] = 
                 algorithm,
                 seed=int(config.get("seed", 0)),
                 options=options_from_config(config),
-                protection=Protection.from_config({"secure-aggregation": True, **config}),
+                protection=Protection.from_config(config),
                 timeout=_positive_or_none(config, "timeout"),
                 num_clients=num_clients or None,
                 wait=float(config.get("wait", 120.0)),
