@@ -10,13 +10,13 @@ TensorFlow.
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, Dict, Tuple
 
 import numpy as np
 
 from .defaults import DEFAULTS, METHODS
 
-__all__ = ["DEFAULTS", "METHODS", "algorithm", "in_user_units"]
+__all__ = ["DEFAULTS", "METHODS", "algorithm", "composed_privacy", "in_user_units"]
 
 
 def algorithm(method: str, input_dim: int, seed: int = 0, kernel: Any = None, **settings: Any) -> Any:
@@ -63,8 +63,9 @@ def in_user_units(
 ) -> Any:
     """A run on standardised data as :func:`fit` returns it: ``result.model`` a
     :class:`~gpflow_fed.models.StandardizedModel` (raw inputs in, the target's units out), ``result.standardizer``
-    the agreed moments, ``result.ledger`` the moments exchange's messages then the training's, and with a raw
-    ``test`` set ``result.metrics`` in the target's units beside predicting the mean.
+    the agreed moments, ``result.ledger`` the moments exchange's messages then the training's, ``result.privacy``
+    (with DP) every noised release of the data, the moments' and the training's, composed (:func:`composed_privacy`),
+    and with a raw ``test`` set ``result.metrics`` in the target's units beside predicting the mean.
 
     :param result: the training run's :class:`~gpflow_fed.federated.FederatedResult` (changed in place).
     :param moments: the moments run's result (:func:`~gpflow_fed.fitting.standardize`).
@@ -81,6 +82,8 @@ def in_user_units(
     ledger.extend(moments.ledger.entries)
     ledger.extend(result.ledger.entries)
     result.ledger = ledger
+    if result.accountant is not None or moments.accountant is not None:
+        result.privacy, result.accountant = composed_privacy(moments, result)
     result.model = StandardizedModel(result.model, scaler)
     result.standardizer = scaler
     if test is not None:
@@ -92,3 +95,26 @@ def in_user_units(
         if message is not None:
             warnings.warn(message, OverconfidenceWarning, stacklevel=stacklevel)
     return result
+
+
+def composed_privacy(moments: Any, result: Any) -> Tuple[Dict[str, Any], Any]:
+    """One accountant for one data set: the moments run's noised releases, then the training's, composed at the
+    run's DP settings (both runs share them), as ``result.privacy`` reports them: the accountant's (ε, δ) over every
+    release, the phases it covers named by run (``moments/<phase>``, then the training's) and those it does not.
+
+    :param moments: the moments run's :class:`~gpflow_fed.federated.FederatedResult`.
+    :param result: the training run's.
+    :return: the report and the composed accountant.
+    :raises ValueError: the runs used different DP settings.
+    """
+    from ..federated.engine.loop import with_coverage_warning
+
+    first, second = moments.accountant, result.accountant
+    if first is None or second is None:
+        raise ValueError("fit: the moments and the training ran under different protection (DP in one run only)")
+    accountant = second.after(first)
+    earlier, later = moments.privacy or {}, result.privacy or {}
+    report: Dict[str, Any] = dict(accountant.report())
+    for key in ("phases", "phases_not_covered"):
+        report[key] = [f"moments/{p}" for p in earlier.get(key, [])] + list(later.get(key, []))
+    return with_coverage_warning(report), accountant

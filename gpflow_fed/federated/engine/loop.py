@@ -41,7 +41,15 @@ from ..protection.request import Protection
 from .result import FederatedResult
 from ..protocol.transport import Transport
 
-__all__ = ["RunSetup", "final_phases", "record_releases", "run_rounds", "set_up_run", "train_round"]
+__all__ = [
+    "RunSetup",
+    "final_phases",
+    "record_releases",
+    "run_rounds",
+    "set_up_run",
+    "train_round",
+    "with_coverage_warning",
+]
 
 
 def train_round(
@@ -291,6 +299,7 @@ def _rounds(
         metrics=evaluate_model(model, test) if test is not None else {},
         seconds=time.perf_counter() - start,
         privacy=_privacy_report(accountant, reducer, algorithm),
+        accountant=accountant,
         algorithm=algorithm,
     )
 
@@ -308,6 +317,11 @@ def _privacy_report(accountant: Any, reducer: Reducer, algorithm: Algorithm) -> 
     report = dict(accountant.report())
     report["phases"] = covered
     report["phases_not_covered"] = [p for p in phases if p not in covered]
+    return with_coverage_warning(report)
+
+
+def with_coverage_warning(report: Dict[str, Any]) -> Dict[str, Any]:
+    """``report`` with a ``"warning"`` naming its ``phases_not_covered``, if any (a privacy report's caveat)."""
     if report["phases_not_covered"]:
         report["warning"] = (
             f"phases {report['phases_not_covered']} are released without DP noise: what the server (and the returned "

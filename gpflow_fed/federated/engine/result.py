@@ -24,6 +24,8 @@ class FederatedResult:
     :param privacy: with differential privacy, the spent ``epsilon`` at ``delta`` and the mechanism's
         settings (see :class:`gpflow_fed.federated.DifferentialPrivacy`); None otherwise.
     :param algorithm: the run's own bound copy of the algorithm (``Algorithm.bind``), with whatever it kept.
+    :param accountant: with differential privacy, the run's accountant (its releases compose with another run's on
+        the same data: :func:`gpflow_fed.fit` reports the moments' and the training's together); None otherwise.
     :param standardizer: set by :func:`gpflow_fed.fit`: the :class:`~gpflow_fed.data.Standardizer` between the
         data's units and the model's (None from ``run``).
     """
@@ -37,6 +39,7 @@ class FederatedResult:
     privacy: Optional[Dict[str, Any]] = None
     algorithm: Optional[Any] = None
     standardizer: Optional[Any] = None
+    accountant: Optional[Any] = field(default=None, repr=False)
 
     def __repr__(self) -> str:
         """One line: model, rounds, seconds, bytes, test metrics and privacy (the history is not printed)."""

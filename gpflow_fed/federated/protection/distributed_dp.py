@@ -643,6 +643,18 @@ class DistributedPrivacyAccountant:
             self._rho_cache[dimension] = release_rho(self.ddp, dimension)
         return self._rho_cache[dimension]
 
+    def after(self, earlier: "DistributedPrivacyAccountant") -> "DistributedPrivacyAccountant":
+        """A new accountant of ``earlier``'s releases and then this one's: two runs on the same data compose (e.g.
+        the moments and the training of :func:`gpflow_fed.fit`).
+
+        :raises ValueError: ``earlier`` used other distributed-DP settings.
+        """
+        if not isinstance(earlier, DistributedPrivacyAccountant) or earlier.ddp != self.ddp:
+            raise ValueError("only releases under the same DistributedDP settings compose in one accountant")
+        composed = DistributedPrivacyAccountant(self.ddp)
+        composed.restore([*earlier.releases, *self.releases])
+        return composed
+
     def rho(self) -> float:
         """ρ spent so far: the sum of (Z) over the recorded releases."""
         return float(sum(P * self._release_rho(d) for _, _, P, d in self._releases))

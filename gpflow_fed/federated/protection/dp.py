@@ -258,6 +258,18 @@ class PrivacyAccountant:
         for (K, m, P), count in Counter(self._releases).items():
             self._accountant.compose(self.release_event(K, m, P), count)
 
+    def after(self, earlier: "PrivacyAccountant") -> "PrivacyAccountant":
+        """A new accountant of ``earlier``'s releases and then this one's: two runs on the same data compose (e.g.
+        the moments and the training of :func:`gpflow_fed.fit`).
+
+        :raises ValueError: ``earlier`` used other DP settings (its releases would be composed at the wrong noise).
+        """
+        if not isinstance(earlier, PrivacyAccountant) or earlier.dp != self.dp:
+            raise ValueError("only releases under the same DifferentialPrivacy settings compose in one accountant")
+        composed = PrivacyAccountant(self.dp)
+        composed.restore([*earlier.releases, *self.releases])
+        return composed
+
     def release_event(self, num_clients: int, sample_size: int, num_sums: int) -> dp_accounting.DpEvent:
         """One round's releases as a ``dp_accounting`` event: P Gaussians(z/2) over a sample of m of K."""
         gaussian = dp_accounting.GaussianDpEvent(self.dp.noise_multiplier / 2.0)  # sensitivity 2C: replace one
