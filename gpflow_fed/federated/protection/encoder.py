@@ -302,7 +302,9 @@ class ClientEncoder:
         if stage == "advertise":
             run_id = request.get("run_id") if isinstance(request, Mapping) else None
             if self._secagg is None or run_id != self._run_id:
-                self._secagg = SecAggClient(self.client_id, min_cohort=self.policy.min_cohort)
+                self._secagg = SecAggClient(
+                    self.client_id, min_cohort=self.policy.min_cohort, min_degree=self.policy.masking_degree
+                )
                 self._run_id = run_id if isinstance(run_id, bytes) else None
         if self._secagg is None:
             raise EncoderRefusal(f"secure aggregation: {self.client_id!r} has no setup for this run")
@@ -436,6 +438,9 @@ class ClientEncoder:
                 encoder._run_id = bytes.fromhex(header["run_id"])
             if header["secagg"]:
                 encoder._secagg = SecAggClient.from_state({k: npz[f"s/{k}"].tobytes() for k in header["secagg"]})
+                # the policy is the party's own configuration, never the saved state's
+                encoder._secagg.min_cohort = policy.min_cohort
+                encoder._secagg.min_degree = policy.masking_degree
             for i, kept in enumerate(header["prepared"]):
                 arrays = {name: npz[f"p{i}/{name}"] for name in kept["names"]}
                 message = Message(client_id, int(kept["round"]), str(kept["phase"]), arrays, weight=0.0)

@@ -7,7 +7,9 @@ The party being protected enforces its own protection. A :class:`ClientPolicy` l
 * ``secure_aggregation=True``: the client never sends a ``"sum"``/``"mean"`` payload in plain — a request that asks
   for a plain answer is refused (the client answers with a fault, and nothing of its payload leaves it);
 * ``min_cohort``: the client masks only for a cohort it has been shown with at least this many members (whatever the
-  server's request says).
+  server's request says);
+* ``masking_degree``: the least degree of the masking and share-holder graphs it accepts (default: the protocol's own,
+  ``min(2⌈log₂ n⌉, n − 1)`` for a graph over n members); a request may ask for more, never for less.
 
 In an in-process runtime every party runs in one process, with every key; there the policy defaults to what the run
 asks (:meth:`ClientPolicy.matching`), for parity with a deployment, not for protection.
@@ -16,7 +18,7 @@ asks (:meth:`ClientPolicy.matching`), for parity with a deployment, not for prot
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 from ...validation import parse_boolean, parse_integer
 from .request import Protection
@@ -33,13 +35,16 @@ class ClientPolicy:
     :param protect_small_cohorts: refuse to send a payload whose sum over the cohort (or the client alone, in plain)
         would determine the cohort's rows, as the algorithm declares (``Algorithm.min_cohort_data``: FSGP's
         statistics of Σ N_k ≤ M points are invertible).
-    :raises ValueError: ``min_cohort`` below 2.
+    :param masking_degree: the least degree of a graph the client masks or shares over (≥ 2; None: the protocol's
+        default for the graph's size, :func:`~gpflow_fed.federated.protection.secagg.default_degree`).
+    :raises ValueError: ``min_cohort`` below 2, ``masking_degree`` below 2.
     :raises TypeError: settings of the wrong type.
     """
 
     secure_aggregation: bool = True
     min_cohort: int = 2
     protect_small_cohorts: bool = True
+    masking_degree: Optional[int] = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.protect_small_cohorts, bool):
@@ -50,6 +55,9 @@ class ClientPolicy:
             )
         if isinstance(self.min_cohort, bool) or not isinstance(self.min_cohort, int) or self.min_cohort < 2:
             raise ValueError(f"ClientPolicy: min_cohort must be an int ≥ 2, got {self.min_cohort!r}")
+        degree = self.masking_degree
+        if degree is not None and (isinstance(degree, bool) or not isinstance(degree, int) or degree < 2):
+            raise ValueError(f"ClientPolicy: masking_degree must be an int ≥ 2 or None, got {degree!r}")
 
     @classmethod
     def matching(cls, protection: Protection) -> "ClientPolicy":
@@ -59,12 +67,14 @@ class ClientPolicy:
             secure_aggregation=secure is not None,
             min_cohort=secure.min_cohort if secure is not None else 2,
             protect_small_cohorts=secure is not None,
+            masking_degree=secure.degree if secure is not None else None,
         )
 
     @classmethod
     def from_node_config(cls, config: Mapping[str, Any]) -> "ClientPolicy":
         """A Flower SuperNode's policy from its node config (``secure-aggregation``, ``min-cohort``,
-        ``protect-small-cohorts``); the defaults when absent (secure aggregation required, small cohorts protected).
+        ``protect-small-cohorts``, ``masking-degree``: 0 for the protocol's default); the defaults when absent (secure
+        aggregation required, small cohorts protected, the protocol's degree).
         Every value is parsed strictly (a bool or exactly ``"true"``/``"false"``; an integer or a string of one):
         ``"yes"``, ``"1"``, ``"on"`` or ``"True "`` is an error naming the key, never a silent ``False``.
 
@@ -76,6 +86,7 @@ class ClientPolicy:
             protect_small_cohorts=parse_boolean(
                 config.get("protect-small-cohorts", True), "node config protect-small-cohorts"
             ),
+            masking_degree=parse_integer(config.get("masking-degree", 0), "node config masking-degree") or None,
         )
 
     def refusal(self, request: Protection, phase: str, aggregation: str) -> str:

@@ -327,18 +327,25 @@ class SecAggClient:
     a runtime sends no answer (``None``) then.
 
     :param client_id: this client's id, as the server names it.
+    :param min_degree: the least degree of a graph this client masks or shares over (its policy's
+        ``masking_degree``); None: :func:`default_degree` of the graph's size, ``min(2⌈log₂ n⌉, n − 1)``. A request
+        may ask for more, never for less (a server that lowers the degree for a cohort it picked leaves a victim
+        with its colluders as its only neighbours).
     :param min_cohort: this client's own minimum (≥ 2): it masks only for a cohort of at least this many
         and unmasks only if every group of survivors whose sum the server would learn is this large. Set on
         the client (node config), never taken from the server.
     :raises TypeError, ValueError: a malformed id or ``min_cohort``.
     """
 
-    def __init__(self, client_id: str, *, min_cohort: int = 2) -> None:
+    def __init__(self, client_id: str, *, min_cohort: int = 2, min_degree: Optional[int] = None) -> None:
         if not isinstance(client_id, str) or not client_id:
             raise TypeError(f"SecAggClient: client_id must be a non-empty str, got {client_id!r}")
         if not is_int(min_cohort) or min_cohort < 2:
             raise ValueError(f"SecAggClient: min_cohort must be an int ≥ 2, got {min_cohort!r}")
+        if min_degree is not None and (not is_int(min_degree) or min_degree < 2):
+            raise ValueError(f"SecAggClient: min_degree must be an int ≥ 2 or None, got {min_degree!r}")
         self.client_id, self.min_cohort = client_id, int(min_cohort)
+        self.min_degree = None if min_degree is None else int(min_degree)
         self._s_sk, self._c_sk, self._b = (secrets.token_bytes(32) for _ in range(3))
         self._run_id: Optional[bytes] = None
         self._roster: Dict[str, Tuple[bytes, bytes]] = {}  # id -> (s_pk, c_pk), as seen at setup
@@ -413,6 +420,16 @@ class SecAggClient:
             raise self._refuse(f"malformed exchange ({error})") from None
         return exchange, int(degree), graph
 
+    def degree_floor(self, count: int) -> int:
+        """The least degree this client accepts for a graph over ``count`` members (at most ``count − 1``)."""
+        return default_degree(count) if self.min_degree is None else min(self.min_degree, count - 1)
+
+    def _check_degree(self, degree: int, count: int, what: str) -> None:
+        """Refuse a graph the request made sparser than this client's own floor (never the server's word)."""
+        floor = self.degree_floor(count)
+        if degree < floor:
+            raise self._refuse(f"the {what} of degree {degree} over {count} members is below its floor {floor}")
+
     def _check_excluded(self, exchange: Exchange, allow_here: bool) -> None:
         barred = sorted(
             c
@@ -461,6 +478,7 @@ class SecAggClient:
             holders = _holders(self._run_id, tuple(ids), degree)[self.client_id]
         except ValueError as error:
             raise self._refuse(f"bad holder graph ({error})") from None
+        self._check_degree(int(degree), len(ids), "share-holder graph")
         if not len(holders) < 2 * threshold <= 2 * len(holders):
             raise self._refuse(f"threshold {threshold} is not in (d/2, d] for {len(holders)} share holders")
         self._roster = {c: (s_pk[c], c_pk[c]) for c in ids}
@@ -520,6 +538,7 @@ class SecAggClient:
         if not isinstance(codes, np.ndarray) or codes.dtype != np.uint64 or codes.ndim != 1:
             raise TypeError("SecAggClient.masked_input: codes must be a 1-D uint64 array (fixed-point codes)")
         exchange, degree, graph = self._exchange(request, view)
+        self._check_degree(degree, len(exchange.cohort), "masking graph")
         slot = _slot(exchange)
         if slot in self._answered:
             raise self._refuse(
@@ -634,6 +653,7 @@ class SecAggClient:
         record = {
             "client_id": self.client_id,
             "min_cohort": self.min_cohort,
+            "min_degree": self.min_degree,
             "degree": self._degree,
             "threshold": self._threshold,
             "roster": {c: [s.hex(), e.hex()] for c, (s, e) in self._roster.items()},
@@ -659,7 +679,7 @@ class SecAggClient:
             if state["format"] != _STATE_FORMAT or not _is_key(state["secrets"], 96):
                 raise ValueError("format")
             record = json.loads(state["record"].decode())
-            client = cls(record["client_id"], min_cohort=record["min_cohort"])
+            client = cls(record["client_id"], min_cohort=record["min_cohort"], min_degree=record.get("min_degree"))
             secret = state["secrets"]
             client._s_sk, client._c_sk, client._b = secret[:32], secret[32:64], secret[64:]
             client._run_id = bytes(state["run_id"]) or None

@@ -101,6 +101,7 @@ class FlowerRuntime(Runtime):
                         "state-dir": os.path.join(tmp, "state"),
                         "secure-aggregation": policy.secure_aggregation,
                         "min-cohort": policy.min_cohort,
+                        "masking-degree": policy.masking_degree or 0,
                         "protect-small-cohorts": policy.protect_small_cohorts,
                     }
                 )
