@@ -51,7 +51,7 @@ def main(argv: Any = None) -> None:
     import numpy as np
 
     from gpflow_fed.data import FederatedDataset
-    from gpflow_fed.federated import DistributeRuntime, LocalRuntime, run
+    from gpflow_fed.federated import DistributeRuntime, LocalRuntime, Protection, run
     from gpflow_fed.federated.algorithms import FSGP
 
     rng = np.random.default_rng(args.seed)
@@ -64,25 +64,27 @@ def main(argv: Any = None) -> None:
     strategy = tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(args.devices)])
     one_device = tf.distribute.OneDeviceStrategy("/cpu:0")
     runtimes = {
-        "LocalRuntime": lambda: LocalRuntime(secure_aggregation=False),
-        "DistributeRuntime, OneDeviceStrategy (CPU:0)": lambda: DistributeRuntime(one_device, secure_aggregation=False),
+        "LocalRuntime": lambda: LocalRuntime(protection=Protection(secure_aggregation=False)),
+        "DistributeRuntime, OneDeviceStrategy (CPU:0)": lambda: DistributeRuntime(
+            one_device, protection=Protection(secure_aggregation=False)
+        ),
         f"DistributeRuntime, MirroredStrategy ({args.devices} CPUs)": lambda: DistributeRuntime(
-            strategy, secure_aggregation=False
+            strategy, protection=Protection(secure_aggregation=False)
         ),
         f"DistributeRuntime, MirroredStrategy ({args.devices} CPUs), threads": lambda: DistributeRuntime(
-            strategy, threads=True, secure_aggregation=False
+            strategy, threads=True, protection=Protection(secure_aggregation=False)
         ),
     }
     gpus = [f"/gpu:{i}" for i, _ in enumerate(tf.config.list_logical_devices("GPU"))]
     if gpus:
         on_gpu = tf.distribute.OneDeviceStrategy(gpus[0])
         runtimes["DistributeRuntime, OneDeviceStrategy (GPU:0)"] = lambda: DistributeRuntime(
-            on_gpu, secure_aggregation=False
+            on_gpu, protection=Protection(secure_aggregation=False)
         )
     if len(gpus) > 1:
         all_gpus = tf.distribute.MirroredStrategy(gpus)
         runtimes[f"DistributeRuntime, MirroredStrategy ({len(gpus)} GPUs)"] = lambda: DistributeRuntime(
-            all_gpus, secure_aggregation=False
+            all_gpus, protection=Protection(secure_aggregation=False)
         )
 
     def job() -> FSGP:

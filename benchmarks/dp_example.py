@@ -25,7 +25,7 @@ import numpy as np  # noqa: E402
 
 from dp_utility import point_bound, scaled_fsgp1  # noqa: E402
 from gpflow_fed.data import FederatedDataset  # noqa: E402
-from gpflow_fed.federated import LocalRuntime, run  # noqa: E402
+from gpflow_fed.federated import LocalRuntime, Protection, run  # noqa: E402
 from gpflow_fed.federated.algorithms import FedBNR  # noqa: E402
 from gpflow_fed.federated.protection.dp import DifferentialPrivacy  # noqa: E402
 from gpflow_fed.kernels import URK  # noqa: E402
@@ -67,13 +67,13 @@ def measure(
         accountant="pld",
         tolerance=tolerance,
     )
-    exact = run(fedbnr(seed), dataset, runtime=LocalRuntime(secure_aggregation=False), seed=seed)
+    exact = run(fedbnr(seed), dataset, runtime=LocalRuntime(protection=Protection(secure_aggregation=False)), seed=seed)
     rows = []
     for draw in range(draws):
         result = run(
             fedbnr(seed),
             dataset,
-            runtime=LocalRuntime(secure_aggregation=False, differential_privacy=dp),
+            runtime=LocalRuntime(protection=Protection(secure_aggregation=False, differential_privacy=dp)),
             seed=seed + draw,
         )
         rows.append(

@@ -52,7 +52,7 @@ import numpy as np  # noqa: E402
 
 from gpflow_fed.data import FederatedDataset, fsgp_synthetic_1  # noqa: E402
 from gpflow_fed.data.partition import iid_partition  # noqa: E402
-from gpflow_fed.federated import LocalRuntime, run  # noqa: E402
+from gpflow_fed.federated import LocalRuntime, Protection, RunOptions, run  # noqa: E402
 from gpflow_fed.federated.protocol.algorithm import Aggregate  # noqa: E402
 from gpflow_fed.federated.algorithms import FSGP, FedBNR, initial_inducing_inputs  # noqa: E402
 from gpflow_fed.kernels import URK  # noqa: E402
@@ -136,7 +136,10 @@ def noised_runs(
     for draw in range(draws):
         try:
             result = run(
-                factory(), dataset, runtime=LocalRuntime(secure_aggregation=False, differential_privacy=dp), seed=draw
+                factory(),
+                dataset,
+                runtime=LocalRuntime(protection=Protection(secure_aggregation=False, differential_privacy=dp)),
+                seed=draw,
             )
         except Exception:  # a noised sum that cannot be factorised is a result to report, not to hide
             failed += 1
@@ -177,7 +180,9 @@ def fsgp_part(args: argparse.Namespace) -> None:
         pilot = run(
             FSGP(gpflow.kernels.SquaredExponential(), Z, 0.1, rounds=args.rounds, local_steps=3, learning_rate=0.1),
             dataset,
-            runtime=LocalRuntime(secure_aggregation=False, keep_payloads=True),
+            runtime=LocalRuntime(
+                options=RunOptions(keep_payloads=True), protection=Protection(secure_aggregation=False)
+            ),
             seed=args.seed,
         )
         trained = pilot.model
@@ -200,7 +205,14 @@ def fsgp_part(args: argparse.Namespace) -> None:
         # whitened: tr(A Aᵀ) ≤ N_k σ_f², ‖A y‖ ≤ N_k σ_f y_max, ‖y‖² ≤ N_k y_max², tr K_ff = N_k σ_f², N_k
         clip_white = max(dataset.client_sizes) * math.sqrt(2 * variance**2 + variance * y_max**2 + y_max**4 + 1.0)
         checks = [
-            run(factory(w), dataset, runtime=LocalRuntime(secure_aggregation=False, keep_payloads=True), seed=args.seed)
+            run(
+                factory(w),
+                dataset,
+                runtime=LocalRuntime(
+                    options=RunOptions(keep_payloads=True), protection=Protection(secure_aggregation=False)
+                ),
+                seed=args.seed,
+            )
             for w in (False, True)
         ]
         for check in checks:
@@ -281,7 +293,12 @@ def fedbnr_part(args: argparse.Namespace) -> None:
             return cls(kernel, noise_variance=noise_variance, prior_variance=1.0, rounds=0, protocol="statistics")
 
         exact = run(
-            factory(), dataset, runtime=LocalRuntime(secure_aggregation=False, keep_payloads=True), seed=args.seed
+            factory(),
+            dataset,
+            runtime=LocalRuntime(
+                options=RunOptions(keep_payloads=True), protection=Protection(secure_aggregation=False)
+            ),
+            seed=args.seed,
         )
         norms = payload_norms(exact.ledger, "scatter")
         assert max(norms) <= clip, "the public bound must not clip"

@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional
 import gpflow
 
 from gpflow_fed.data import FederatedDataset
-from gpflow_fed.federated import LocalRuntime, run
+from gpflow_fed.federated import LocalRuntime, Protection, run
 from gpflow_fed.federated.algorithms import FedBNR
 from gpflow_fed.federated.protocol.algorithm import FederationInfo
 from gpflow_fed.models import BayesianLinearRegression
@@ -32,7 +32,7 @@ ABLATIONS = ("local+local", "local+global", "avg+local", "kd+local", "avg+global
 def plain_runtime() -> LocalRuntime:
     """The runtime of a paper reproduction: ``LocalRuntime`` with secure aggregation off, whatever the library's
     default (the thesis aggregates in the clear; masking would change the sums by its fixed-point rounding)."""
-    return LocalRuntime(secure_aggregation=False)
+    return LocalRuntime(protection=Protection(secure_aggregation=False))
 
 
 class RepeatedFedBNR(FedBNR):

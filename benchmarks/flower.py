@@ -33,7 +33,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
 from gpflow_fed.data import FederatedDataset  # noqa: E402
-from gpflow_fed.federated import LocalRuntime, register_algorithm_factory, run  # noqa: E402
+from gpflow_fed.federated import LocalRuntime, Protection, register_algorithm_factory, run  # noqa: E402
 from gpflow_fed.federated.algorithms import FSGP  # noqa: E402
 from gpflow_fed.federated.engine.factories import TRUSTED_MODULES_ENV  # noqa: E402
 
@@ -100,13 +100,17 @@ def main() -> int:
     seed = 0
     Xs = ds.test[0]
     local, t_local = _timed(
-        lambda: run(fsgp_job(config), ds, runtime=LocalRuntime(secure_aggregation=False), seed=seed)
+        lambda: run(
+            fsgp_job(config), ds, runtime=LocalRuntime(protection=Protection(secure_aggregation=False)), seed=seed
+        )
     )
     reference = local.model.predict_f(Xs)[0].numpy()
     rows: List[tuple] = [("LocalRuntime", t_local, 0.0)]
 
     flower, t_flower = _timed(
-        lambda: run(fsgp_job(config), ds, runtime=FlowerRuntime(secure_aggregation=False), seed=seed)
+        lambda: run(
+            fsgp_job(config), ds, runtime=FlowerRuntime(protection=Protection(secure_aggregation=False)), seed=seed
+        )
     )
     rows.append(
         (
@@ -166,13 +170,13 @@ def secure_costs(clients: int, rounds: int) -> int:
     config: Dict[str, Any] = {"rounds": rounds}
     Xs = ds.test[0]
     runs = [
-        ("LocalRuntime", lambda: LocalRuntime(secure_aggregation=False)),
-        ("LocalRuntime, pairwise masking", lambda: LocalRuntime(secure_aggregation=True)),
-        ("FlowerRuntime", lambda: FlowerRuntime(secure_aggregation=False)),
-        ("FlowerRuntime, SecAgg+", lambda: FlowerRuntime(secure_aggregation=True)),
+        ("LocalRuntime", lambda: LocalRuntime(protection=Protection(secure_aggregation=False))),
+        ("LocalRuntime, pairwise masking", lambda: LocalRuntime(protection=Protection(secure_aggregation=True))),
+        ("FlowerRuntime", lambda: FlowerRuntime(protection=Protection(secure_aggregation=False))),
+        ("FlowerRuntime, SecAgg+", lambda: FlowerRuntime(protection=Protection(secure_aggregation=True))),
     ]
     run(
-        fsgp_job(config), ds, runtime=LocalRuntime(secure_aggregation=False), seed=0
+        fsgp_job(config), ds, runtime=LocalRuntime(protection=Protection(secure_aggregation=False)), seed=0
     )  # warm-up: TensorFlow's first-use costs
     rows = []
     for name, runtime in runs:

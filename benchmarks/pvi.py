@@ -36,7 +36,7 @@ def run_method(
     :meth:`PVI.result <gpflow_fed.federated.algorithms.PVI.result>` returns, so it is the same quantity as ``ll``."""
     from gpflow_fed import metrics
     from gpflow_fed.data import FederatedDataset
-    from gpflow_fed.federated import LocalRuntime, run
+    from gpflow_fed.federated import LocalRuntime, Protection, run
     from gpflow_fed.federated.algorithms.pvi.methods import make_pvi
 
     if method == "global":
@@ -50,7 +50,9 @@ def run_method(
         if (r + 1) % every == 0 and r + 1 < rounds:
             curve.append(metrics.log_likelihood_per_point(algorithm.result(state), (Xt, Yt)))
 
-    result = run(alg, dataset, runtime=LocalRuntime(secure_aggregation=False), monitor=monitor, seed=seed)
+    result = run(
+        alg, dataset, runtime=LocalRuntime(protection=Protection(secure_aggregation=False)), monitor=monitor, seed=seed
+    )
     ll = metrics.log_likelihood_per_point(result.model, (Xt, Yt))
     rmse = metrics.rmse(Yt, result.model.predict_y(Xt)[0].numpy())
     curve.append(ll)

@@ -55,7 +55,7 @@ def load_split(a: argparse.Namespace) -> Any:
 
 def trace(a: argparse.Namespace) -> None:
     from gpflow_fed.data import FederatedDataset
-    from gpflow_fed.federated import LocalRuntime, run
+    from gpflow_fed.federated import LocalRuntime, Protection, run
     from gpflow_fed.federated.algorithms.pvi.methods import make_pvi
 
     fed = load_split(a)
@@ -94,7 +94,13 @@ def trace(a: argparse.Namespace) -> None:
         entries.append(entry)
 
     entries: list = []
-    run(algorithm, fed, runtime=LocalRuntime(secure_aggregation=False), monitor=monitor, seed=a.split)
+    run(
+        algorithm,
+        fed,
+        runtime=LocalRuntime(protection=Protection(secure_aggregation=False)),
+        monitor=monitor,
+        seed=a.split,
+    )
     if a.out:
         arguments = {k: v for k, v in vars(a).items() if k not in ("what", "out", "argv")}
         save(a.out, {"arguments": arguments, "trace": entries}, __file__, a.argv)
@@ -104,7 +110,7 @@ def first_client(a: argparse.Namespace) -> None:
     import tensorflow as tf
     from gpflow.keras import tf_keras
 
-    from gpflow_fed.federated import LocalRuntime, run
+    from gpflow_fed.federated import LocalRuntime, Protection, run
     from gpflow_fed.federated.algorithms.pvi.methods import make_pvi
 
     fed = load_split(a)
@@ -123,7 +129,7 @@ def first_client(a: argparse.Namespace) -> None:
             num_predict_samples=2,
             on_client_update=updates.append,
         )
-        run(algorithm, fed, runtime=LocalRuntime(secure_aggregation=False), seed=a.split)
+        run(algorithm, fed, runtime=LocalRuntime(protection=Protection(secure_aggregation=False)), seed=a.split)
         (update,) = updates
         return update.worker, update.metrics["local_steps"]
 
@@ -155,7 +161,7 @@ def first_client(a: argparse.Namespace) -> None:
 
 
 def cpo_factors(a: argparse.Namespace) -> None:
-    from gpflow_fed.federated import LocalRuntime, run
+    from gpflow_fed.federated import LocalRuntime, Protection, run
     from gpflow_fed.federated.algorithms.pvi.methods import make_pvi
 
     fed = load_split(a)
@@ -191,7 +197,13 @@ def cpo_factors(a: argparse.Namespace) -> None:
             flush=True,
         )
 
-    run(algorithm, fed, runtime=LocalRuntime(secure_aggregation=False), monitor=monitor, seed=a.split)
+    run(
+        algorithm,
+        fed,
+        runtime=LocalRuntime(protection=Protection(secure_aggregation=False)),
+        monitor=monitor,
+        seed=a.split,
+    )
 
 
 def main(argv: Any = None) -> int:

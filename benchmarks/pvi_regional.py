@@ -127,7 +127,7 @@ def run_variant(variant: str, a: argparse.Namespace, record: Dict[str, Any], flu
     """One variant on split ``a.split``: fills ``record`` (curve, ll, diagnostics) and calls ``flush`` after
     every client update and every evaluation."""
     from gpflow_fed import metrics
-    from gpflow_fed.federated import LocalRuntime, run
+    from gpflow_fed.federated import LocalRuntime, Protection, run
 
     fed, scaler = split_with_scaler(a.split, a.clients, a.max_points)
     train = np.concatenate([X for X, _ in fed.clients])
@@ -178,7 +178,13 @@ def run_variant(variant: str, a: argparse.Namespace, record: Dict[str, Any], flu
             flush()
 
     start = time.perf_counter()
-    result = run(algorithm, fed, runtime=LocalRuntime(secure_aggregation=False), monitor=monitor, seed=a.split)
+    result = run(
+        algorithm,
+        fed,
+        runtime=LocalRuntime(protection=Protection(secure_aggregation=False)),
+        monitor=monitor,
+        seed=a.split,
+    )
     record["ll"] = metrics.log_likelihood_per_point(result.model, (Xt, Yt))
     record["rmse"] = metrics.rmse(Yt, result.model.predict_y(Xt)[0].numpy())
     curve.append(record["ll"])

@@ -31,7 +31,7 @@ from gpflow_fed.data import FederatedDataset, fsgp_synthetic_1  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from provenance import save  # noqa: E402
 from gpflow_fed.data.partition import iid_partition  # noqa: E402
-from gpflow_fed.federated import LocalRuntime, RobustAggregation, run  # noqa: E402
+from gpflow_fed.federated import LocalRuntime, Protection, RobustAggregation, run  # noqa: E402
 from gpflow_fed.federated.algorithms import FSGP  # noqa: E402
 
 CONFIGS = {
@@ -74,7 +74,12 @@ def one_run(seed: int, num_bad: int, config: str, shift: float, num_clients: int
         num_bad=num_bad,
         shift=shift,
     )
-    result = run(algorithm, dataset, runtime=LocalRuntime(secure_aggregation=False, robust=CONFIGS[config]), seed=seed)
+    result = run(
+        algorithm,
+        dataset,
+        runtime=LocalRuntime(protection=Protection(secure_aggregation=False, robust=CONFIGS[config])),
+        seed=seed,
+    )
     return float(result.metrics["test_rmse"])
 
 

@@ -36,7 +36,7 @@ from gpflow.keras import tf_keras  # noqa: E402
 
 from gpflow_fed.data import FederatedDataset, fsgp_synthetic_1  # noqa: E402
 from gpflow_fed.data.partition import iid_partition  # noqa: E402
-from gpflow_fed.federated import LocalRuntime, run  # noqa: E402
+from gpflow_fed.federated import LocalRuntime, Protection, run  # noqa: E402
 from gpflow_fed.federated.algorithms import FSGP, initial_inducing_inputs  # noqa: E402
 from gpflow_fed.federated.algorithms.fsgp.statistics import sgpr_statistics  # noqa: E402
 from gpflow_fed.training.adam import adam_steps  # noqa: E402
@@ -133,7 +133,13 @@ def measure(cls: type, dataset: FederatedDataset, args: argparse.Namespace) -> D
     def monitor(round: int, **_: Any) -> None:  # after every round: this process's CPU seconds so far
         cpu.append(time.process_time())
 
-    result = run(algorithm, dataset, runtime=LocalRuntime(secure_aggregation=False), monitor=monitor, seed=args.seed)
+    result = run(
+        algorithm,
+        dataset,
+        runtime=LocalRuntime(protection=Protection(secure_aggregation=False)),
+        monitor=monitor,
+        seed=args.seed,
+    )
     cpu_rounds = np.diff(cpu)
     rounds = [h["seconds"] for h in result.history]
     setup = algorithm.client_seconds.get(-1, 0.0)

@@ -36,7 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from gpflow_fed.data import FederatedDataset, fsgp_synthetic_1  # noqa: E402
 from gpflow_fed.data.partition import iid_partition  # noqa: E402
-from gpflow_fed.federated import LocalRuntime, run  # noqa: E402
+from gpflow_fed.federated import LocalRuntime, Protection, run  # noqa: E402
 from gpflow_fed.federated.algorithms import FSGP  # noqa: E402
 from gpflow_fed.federated.runtimes.base import client_seed  # noqa: E402
 
@@ -73,7 +73,9 @@ def measure(K: int, args: argparse.Namespace) -> Dict[str, Any]:
     rss0 = peak_rss_mb()
     StampedFSGP.started.clear()
     t0 = time.perf_counter()
-    result = run(algorithm, dataset, runtime=LocalRuntime(secure_aggregation=args.secure), seed=args.seed)
+    result = run(
+        algorithm, dataset, runtime=LocalRuntime(protection=Protection(secure_aggregation=args.secure)), seed=args.seed
+    )
     rounds = [h["seconds"] for h in result.history]
     setup = StampedFSGP.started[0] - t0
     steady = float(np.median(rounds[1:]))

@@ -17,7 +17,7 @@ Tag names (one TensorBoard scalar per tag, step = round):
   server; ``communication/total_bytes``: cumulative bytes in both directions up to and including this round;
 * ``round/clients``, ``round/seconds``: clients asked and wall time of the round;
 * ``test/rmse``, ``test/mae``, ``test/nlpd``: test metrics, on the rounds where the runtime evaluated them
-  (``LocalRuntime(eval_every=...)``);
+  (``RunOptions(eval_every=...)``);
 * ``algorithm/<name>``: every other finite scalar the algorithm reported (e.g. the FSGP clients' mean
   local bound F_k of eq. 9 of the FSGP paper, weighted by N_k).
 """

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from gpflow_fed.data import FederatedDataset
-from gpflow_fed.federated import Algorithm, LocalRuntime, Protection, run
+from gpflow_fed.federated import Algorithm, LocalRuntime, Protection, RunOptions, run
 from gpflow_fed.monitor import (
     HistoryToTensorBoard,
     ScalarsToTensorBoard,
@@ -120,7 +120,7 @@ def test_round_scalars_tags_and_cumulative_bytes() -> None:
 def test_federated_monitor_writes_every_round(tmp_path: Path, dataset: FederatedDataset) -> None:
     rounds = 3
     monitor = federated_monitor(str(tmp_path), callbacks={"server/mean": lambda state, **_: state["mean"]})
-    runtime = LocalRuntime(eval_every=1)
+    runtime = LocalRuntime(options=RunOptions(eval_every=1))
     result = run(MeanBySums(rounds), dataset, runtime=runtime, monitor=monitor, seed=0, protection=PLAIN)  # plain bytes
     events = read_events(tmp_path)
 

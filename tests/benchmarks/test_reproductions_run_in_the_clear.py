@@ -41,7 +41,8 @@ def test_the_check_sees_a_loose_call(tmp_path):
     script = tmp_path / "loose.py"
     script.write_text(
         "from gpflow_fed.federated import LocalRuntime, run\n"
-        "run(algorithm, data, seed=0)\nLocalRuntime(keep_payloads=True)\nrun(a, d, runtime=LocalRuntime())\n"
+        "run(algorithm, data, seed=0)\nLocalRuntime(options=RunOptions(keep_payloads=True))\n"
+        "run(a, d, runtime=LocalRuntime())\n"
     )
     assert sorted(name for name, _, _ in _calls(script)) == ["LocalRuntime", "LocalRuntime", "run", "run"]
     with pytest.raises(AssertionError, match="loose.py:2 run.*loose.py:3 LocalRuntime.*loose.py:4 LocalRuntime"):

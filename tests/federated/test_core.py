@@ -10,6 +10,7 @@ from gpflow_fed.federated import (
     LocalRuntime,
     Message,
     Protection,
+    RunOptions,
     SharedState,
     num_sampled_clients,
     reduce_messages,
@@ -185,7 +186,13 @@ def test_shared_state_keras_layer_weights_under_one_key():
 
 
 def test_run_sums_reach_the_exact_answer_and_ledger_counts(dataset):
-    result = run(FederatedMean(rounds=2), dataset, runtime=LocalRuntime(keep_payloads=True), seed=0, protection=PLAIN)
+    result = run(
+        FederatedMean(rounds=2),
+        dataset,
+        runtime=LocalRuntime(options=RunOptions(keep_payloads=True)),
+        seed=0,
+        protection=PLAIN,
+    )
     pooled = dataset.pooled()[1].mean()
     assert result.state["mean"] == pytest.approx(pooled, rel=1e-12)
     assert [h["round"] for h in result.history] == [0, 1] and all(h["clients"] == 4 for h in result.history)
@@ -242,7 +249,7 @@ def test_evaluation_traffic_is_tagged(dataset):
         def final_phases(self):
             return ("stats",)
 
-    result = run(WithFinal(rounds=3), dataset, runtime=LocalRuntime(eval_every=1), protection=PLAIN)
+    result = run(WithFinal(rounds=3), dataset, runtime=LocalRuntime(options=RunOptions(eval_every=1)), protection=PLAIN)
     assert {e.purpose for e in result.ledger} == {"train", "evaluate", "final"}
     # rounds 0 and 1 are evaluated; round 2's evaluation is the final exchange, asked once
     assert len(result.ledger.select(purpose="evaluate", direction="up")) == 2 * 4
@@ -266,4 +273,4 @@ def test_run_rejects_wrong_types(dataset):
     with pytest.raises(ValueError, match="rounds"):
         FederatedMean(rounds=-1)
     with pytest.raises(ValueError, match="eval_every"):
-        LocalRuntime(eval_every=-2)
+        LocalRuntime(options=RunOptions(eval_every=-2))

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from gpflow_fed.data import FederatedDataset
-from gpflow_fed.federated import LocalRuntime, run
+from gpflow_fed.federated import LocalRuntime, RunOptions, run
 from gpflow_fed.federated.algorithms import FSGP
 from gpflow_fed.federated.engine.checkpoint import MANIFEST, POINTER, write_manifest, latest_checkpoint
 
@@ -28,13 +28,16 @@ def _data(shift: float = 0.0, sizes=(6, 5, 7)) -> FederatedDataset:
 
 def _checkpointed(tmp_path, rounds: int = 2):
     directory = tmp_path / "ckpt"
-    run(FederatedMean(rounds), _data(), runtime=LocalRuntime(checkpoint_dir=directory), seed=1)
+    run(FederatedMean(rounds), _data(), runtime=LocalRuntime(options=RunOptions(checkpoint_dir=directory)), seed=1)
     return directory, latest_checkpoint(str(directory))
 
 
 def _resume(directory, rounds: int = 2, data=None):
     return run(
-        FederatedMean(rounds), data or _data(), runtime=LocalRuntime(checkpoint_dir=directory, resume=True), seed=1
+        FederatedMean(rounds),
+        data or _data(),
+        runtime=LocalRuntime(options=RunOptions(checkpoint_dir=directory, resume=True)),
+        seed=1,
     )
 
 
@@ -206,8 +209,8 @@ def test_fsgp_resume_with_another_learning_rate_or_kernel_is_refused(tmp_path):
         )
 
     directory = tmp_path / "ckpt"
-    run(fsgp(), data, runtime=LocalRuntime(checkpoint_dir=directory), seed=0)
-    resume = LocalRuntime(checkpoint_dir=directory, resume=True)
+    run(fsgp(), data, runtime=LocalRuntime(options=RunOptions(checkpoint_dir=directory)), seed=0)
+    resume = LocalRuntime(options=RunOptions(checkpoint_dir=directory, resume=True))
     with pytest.raises(ValueError, match=r"learning_rate: float:0.05 in the checkpoint, float:0.1 now"):
         run(fsgp(learning_rate=0.1), data, runtime=resume, seed=0)
     with pytest.raises(ValueError, match=r"kernel\.lengthscales: array"):
@@ -256,6 +259,6 @@ def test_a_forged_manifest_entry_is_a_value_error(tmp_path):
 def test_a_subclass_setting_is_fingerprinted_without_declaring_it(tmp_path):
     """FederatedMean adds its own constructor setting (fail_client); the fingerprint covers it for free."""
     directory, _ = _checkpointed(tmp_path)
-    resume = LocalRuntime(checkpoint_dir=directory, resume=True)
+    resume = LocalRuntime(options=RunOptions(checkpoint_dir=directory, resume=True))
     with pytest.raises(ValueError, match=r"fail_client: str:'' in the checkpoint, str:'nobody' now"):
         run(FederatedMean(2, fail_client="nobody"), _data(), runtime=resume, seed=1)

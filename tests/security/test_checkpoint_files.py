@@ -15,7 +15,7 @@ import pytest
 import tensorflow as tf
 
 from gpflow_fed.data import FederatedDataset
-from gpflow_fed.federated import Client, LocalRuntime, run
+from gpflow_fed.federated import Client, LocalRuntime, RunOptions, run
 from gpflow_fed.federated.engine.checkpoint import POINTER, latest_checkpoint
 
 from tests.federated.helpers import FederatedMean
@@ -30,7 +30,12 @@ def _data() -> FederatedDataset:
 
 
 def _run(directory, rounds: int = 2, resume: bool = False):
-    return run(FederatedMean(rounds), _data(), runtime=LocalRuntime(checkpoint_dir=directory, resume=resume), seed=1)
+    return run(
+        FederatedMean(rounds),
+        _data(),
+        runtime=LocalRuntime(options=RunOptions(checkpoint_dir=directory, resume=resume)),
+        seed=1,
+    )
 
 
 def _victims(tmp_path):

@@ -59,7 +59,7 @@ def test_dp_noise_cannot_be_regenerated_from_the_run_seed():
     """The attacker knows the code, the default seed 0 (and tries 0…199) and how noise used to be derived."""
     dataset = _dataset()
     dp = DifferentialPrivacy(noise_multiplier=1.0, clip_norm=100.0)
-    result = run(ReleaseSum(1), dataset, runtime=LocalRuntime(differential_privacy=dp), seed=0)
+    result = run(ReleaseSum(1), dataset, runtime=LocalRuntime(protection=Protection(differential_privacy=dp)), seed=0)
     released = result.state["releases"][0]
     true_sum = _exact_sum(dataset, result.state["asked"][0])
     std = dp.noise_std("sum")
@@ -83,7 +83,7 @@ def test_same_seed_gives_different_noise_and_different_dp_samples():
         run(
             ReleaseSum(6, client_fraction=0.3),
             dataset,
-            runtime=LocalRuntime(differential_privacy=dp, secure_aggregation=False),
+            runtime=LocalRuntime(protection=Protection(differential_privacy=dp, secure_aggregation=False)),
             seed=0,
         )
         for _ in range(2)
@@ -101,7 +101,10 @@ def test_same_seed_gives_different_noise_and_different_dp_samples():
 def test_insecure_noise_seed_is_explicit_and_reproducible():
     dataset = _dataset()
     dp = DifferentialPrivacy(noise_multiplier=1.0, clip_norm=100.0, insecure_noise_seed=3)
-    a, b = (run(ReleaseSum(1), dataset, runtime=LocalRuntime(differential_privacy=dp), seed=0) for _ in range(2))
+    a, b = (
+        run(ReleaseSum(1), dataset, runtime=LocalRuntime(protection=Protection(differential_privacy=dp)), seed=0)
+        for _ in range(2)
+    )
     np.testing.assert_array_equal(a.state["releases"][0], b.state["releases"][0])
     assert DifferentialPrivacy(1.0, 1.0).insecure_noise_seed is None
     with pytest.raises(ValueError, match="insecure_noise_seed"):
@@ -130,7 +133,7 @@ def test_noised_scatter_is_post_processed_not_blamed_on_a_client(protocol):
     dataset = FederatedDataset([(X[i::3], np.sin(X[i::3])) for i in range(3)], test=(X, np.sin(X)))
     dp = DifferentialPrivacy(noise_multiplier=5.0, clip_norm=1.0, phases=("scatter",), insecure_noise_seed=1)
     algorithm = FedBNR(URK(1, num_samples=12, seed=0), rounds=0, protocol=protocol)
-    result = run(algorithm, dataset, runtime=LocalRuntime(differential_privacy=dp), seed=0)
+    result = run(algorithm, dataset, runtime=LocalRuntime(protection=Protection(differential_privacy=dp)), seed=0)
     phi = result.state.statistics["phi_t_phi"]
     assert np.linalg.eigvalsh(phi).min() >= -1e-10 * max(1.0, np.abs(phi).max())
     mean, var = result.model.predict_f(X[:5])

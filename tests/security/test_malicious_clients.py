@@ -13,6 +13,7 @@ from gpflow_fed.federated import (
     LocalRuntime,
     Protection,
     RobustAggregation,
+    RunOptions,
     run,
 )
 from gpflow_fed.federated.algorithms import FSGP
@@ -65,7 +66,7 @@ def _fsgp(cls=FSGP, rounds=3, **kwargs):
 def test_inflated_weight_is_refused_against_the_registered_size():
     dataset = _dataset()
     clean = run(_fsgp(), dataset, seed=0)
-    runtime = LocalRuntime(faults=FaultPolicy(on_error="exclude"))
+    runtime = LocalRuntime(options=RunOptions(faults=FaultPolicy(on_error="exclude")))
     attacked = run(_fsgp(PoisonedFSGP, weight=1e12), dataset, runtime=runtime, seed=0)
     for entry in attacked.history:
         assert "claims weight 1e+12" in entry["excluded"]["client_0"]
@@ -78,7 +79,7 @@ def test_inflated_weight_is_refused_against_the_registered_size():
 def test_malformed_reply_cannot_outvote_an_honest_client():
     """K = 2: with a majority vote the tie went to the first sender and the honest client was excluded."""
     dataset = _dataset(num_clients=2)
-    runtime = LocalRuntime(faults=FaultPolicy(on_error="exclude"))
+    runtime = LocalRuntime(options=RunOptions(faults=FaultPolicy(on_error="exclude")))
     result = run(
         _fsgp(PoisonedFSGP, rounds=2, shift=0.0, malformed=True), dataset, runtime=runtime, seed=0, protection=PLAIN
     )
@@ -92,7 +93,12 @@ def test_exact_mode_under_dp_projects_the_noised_statistics_or_fails_naming_dp()
     """Before: the noised Gram sum gave a NaN bound, NaN was broadcast and ``client_0`` was blamed."""
     dataset = _dataset()
     dp = DifferentialPrivacy(noise_multiplier=1.0, clip_norm=10.0, insecure_noise_seed=0)
-    result = run(_fsgp(mode="exact", rounds=2), dataset, runtime=LocalRuntime(differential_privacy=dp), seed=0)
+    result = run(
+        _fsgp(mode="exact", rounds=2),
+        dataset,
+        runtime=LocalRuntime(protection=Protection(differential_privacy=dp)),
+        seed=0,
+    )
     assert all(np.all(np.isfinite(v)) for v in result.state.params.values())
     assert all("excluded" not in entry and np.isfinite(entry["bound"]) for entry in result.history)
     # a noised sum the server cannot use: the error names DP and the settings, never a client
@@ -145,11 +151,13 @@ def test_robust_aggregation_survives_poisoned_updates_that_break_the_mean(robust
 
 def test_robust_aggregation_refuses_to_combine_with_hiding_protections():
     with pytest.raises(ValueError, match="robust aggregation needs each client's payload"):
-        LocalRuntime(robust=RobustAggregation(), secure_aggregation=True)
+        LocalRuntime(protection=Protection(robust=RobustAggregation(), secure_aggregation=True))
     with pytest.raises(ValueError, match="robust aggregation needs each client's payload"):
-        LocalRuntime(robust=RobustAggregation(), differential_privacy=DifferentialPrivacy(1.0, 1.0))
+        LocalRuntime(
+            protection=Protection(robust=RobustAggregation(), differential_privacy=DifferentialPrivacy(1.0, 1.0))
+        )
     with pytest.raises(TypeError, match="RobustAggregation"):
-        LocalRuntime(robust="median")
+        LocalRuntime(protection=Protection(robust="median"))
 
 
 def test_robust_aggregation_is_the_same_on_every_runtime():
@@ -160,11 +168,11 @@ def test_robust_aggregation_is_the_same_on_every_runtime():
     dataset = _dataset(num_clients=5)
     robust = RobustAggregation("trimmed_mean", trim=0.2, clip_norm=5.0)
     runtimes = {
-        "local": LocalRuntime(robust=robust, secure_aggregation=False),
+        "local": LocalRuntime(protection=Protection(robust=robust, secure_aggregation=False)),
         "distribute": DistributeRuntime(
-            tf.distribute.OneDeviceStrategy("/cpu:0"), robust=robust, secure_aggregation=False
+            tf.distribute.OneDeviceStrategy("/cpu:0"), protection=Protection(robust=robust, secure_aggregation=False)
         ),
-        "flower": FlowerRuntime(robust=robust, secure_aggregation=False),
+        "flower": FlowerRuntime(protection=Protection(robust=robust, secure_aggregation=False)),
     }
     results = {k: run(_fsgp(ShiftedFSGP, num_bad=1, rounds=2), dataset, runtime=r, seed=0) for k, r in runtimes.items()}
     for name in ("distribute", "flower"):
@@ -181,6 +189,6 @@ def test_a_reply_of_strings_where_numbers_are_expected_is_refused():
             arrays = {k: np.full(np.shape(v), "x") for k, v in reply.arrays.items()}
             return self.reply(client, broadcast, arrays, reply.weight)
 
-    runtime = LocalRuntime(faults=FaultPolicy(on_error="exclude"))
+    runtime = LocalRuntime(options=RunOptions(faults=FaultPolicy(on_error="exclude")))
     result = run(_fsgp(StringFSGP, rounds=1), _dataset(3), runtime=runtime, protection=PLAIN)  # the server reads it
     assert "not real numbers" in result.history[0]["excluded"]["client_0"]

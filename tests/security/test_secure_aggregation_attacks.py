@@ -8,7 +8,16 @@ import pytest
 import tensorflow as tf
 
 from gpflow_fed.data import FederatedDataset
-from gpflow_fed.federated import Algorithm, DistributeRuntime, FaultPolicy, LocalRuntime, RoundFailedError, run
+from gpflow_fed.federated import (
+    Algorithm,
+    DistributeRuntime,
+    FaultPolicy,
+    LocalRuntime,
+    Protection,
+    RoundFailedError,
+    RunOptions,
+    run,
+)
 from gpflow_fed.federated.protection.masking import SecureAggregation
 
 
@@ -50,22 +59,28 @@ def _dataset(num_clients):
 @pytest.mark.parametrize(
     "make_runtime",
     [
-        lambda **kw: LocalRuntime(keep_payloads=True, **kw),
-        lambda **kw: DistributeRuntime(tf.distribute.OneDeviceStrategy("/cpu:0"), keep_payloads=True, **kw),
+        lambda protection, **options: LocalRuntime(
+            options=RunOptions(keep_payloads=True, **options), protection=protection
+        ),
+        lambda protection, **options: DistributeRuntime(
+            tf.distribute.OneDeviceStrategy("/cpu:0"),
+            options=RunOptions(keep_payloads=True, **options),
+            protection=protection,
+        ),
     ],
     ids=["local", "distribute"],
 )
 def test_a_cohort_of_one_is_refused_before_anything_is_sent(make_runtime):
     """ρ = 0.3 of K = 3 asks one client: its plain encoding would be the 'sum'."""
-    runtime = make_runtime(secure_aggregation=True)
+    runtime = make_runtime(Protection(secure_aggregation=True))
     with pytest.raises(RoundFailedError, match="min_cohort=2"):
         run(Sum(1, client_fraction=0.3), _dataset(3), runtime=runtime, seed=0)
     # exclusions that leave one client are refused the same way
-    runtime = make_runtime(secure_aggregation=True, faults=FaultPolicy(on_error="exclude"))
+    runtime = make_runtime(Protection(secure_aggregation=True), faults=FaultPolicy(on_error="exclude"))
     with pytest.raises(RoundFailedError, match="min_cohort"):
         run(Sum(1, bad=("client_1",)), _dataset(2), runtime=runtime, seed=0)
     # and the threshold is the user's to raise
-    runtime = make_runtime(secure_aggregation=SecureAggregation(min_cohort=4))
+    runtime = make_runtime(Protection(secure_aggregation=SecureAggregation(min_cohort=4)))
     with pytest.raises(RoundFailedError, match="min_cohort=4"):
         run(Sum(1), _dataset(3), runtime=runtime, seed=0)
 
@@ -80,7 +95,12 @@ def _old_pad(seed, context, a, b, size):
 
 def test_server_that_knows_the_seed_cannot_unmask_a_client():
     dataset = _dataset(4)
-    result = run(Sum(1), dataset, runtime=LocalRuntime(secure_aggregation=True, keep_payloads=True), seed=0)
+    result = run(
+        Sum(1),
+        dataset,
+        runtime=LocalRuntime(options=RunOptions(keep_payloads=True), protection=Protection(secure_aggregation=True)),
+        seed=0,
+    )
     codec = SecureAggregation()
     target = next(m for m in result.ledger.messages if m.sender == "client_0" and m.phase.endswith("/masked_input"))
     truth = codec.encode("sum_y", np.sum(dataset.clients[0][1], axis=0), 4)

@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 from gpflow_fed.data import FederatedDataset
-from gpflow_fed.federated import LocalRuntime, run
+from gpflow_fed.federated import LocalRuntime, RunOptions, run
 from gpflow_fed.federated.algorithms import FSGP
 from gpflow_fed.federated.algorithms.fsgp.statistics import sgpr_statistics
 
@@ -61,7 +61,7 @@ def test_fsgp_refuses_a_single_row_client(mode: str) -> None:
     rng, Z, kernel = _setting()
     clients = [(rng.uniform(-1, 1, (n, D)), rng.normal(size=(n, 1))) for n in (20, 1, 15)]
     algorithm = FSGP(kernel, Z, 0.1, rounds=1, local_steps=1, learning_rate=0.1, mode=mode)
-    runtime = LocalRuntime(keep_payloads=True)
+    runtime = LocalRuntime(options=RunOptions(keep_payloads=True))
     with pytest.raises(ValueError, match=r"client\(s\) \[1\] .*single data point.*Theorem 1 needs N_k > 1"):
         run(algorithm, FederatedDataset(clients), runtime=runtime)
     # two rows are accepted

@@ -73,7 +73,8 @@ import numpy as np
 import tensorflow as tf
 
 from ...private_files import FOLDER_MODE, check_folder, new_file, private_folder, remove, replace_file, seal
-from ..protocol.fingerprint import MOVED_MODULES, data_digest, is_trackable, settings_differences
+from ...untrusted_files import read_json, read_npz_arrays
+from ..protocol.fingerprint import data_digest, is_trackable, settings_differences
 from ..protocol.ledger import LedgerEntry
 
 __all__ = [
@@ -156,8 +157,6 @@ def _allowed_class(name: Any, allowed: Mapping[str, type]) -> type:
     if not isinstance(name, str) or not _CLASS_NAME.fullmatch(name):
         raise ValueError(f"checkpoint: {name!r} is not a class name of the form module:qualname")
     module_name, qualname = name.split(":")
-    name = f"{MOVED_MODULES.get(module_name, module_name)}:{qualname}"
-    module_name = MOVED_MODULES.get(module_name, module_name)
     if name in allowed:
         return allowed[name]
     refusal = (
@@ -261,8 +260,7 @@ def latest_checkpoint(directory: str) -> Optional[str]:
     if not os.path.lexists(pointer):
         return None
     try:
-        with open(pointer) as f:
-            latest = json.load(f)["latest"]
+        latest = read_json(pointer, "checkpoint pointer")["latest"]
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"checkpoint: {pointer} is unreadable or malformed ({type(exc).__name__}: {exc})") from None
     if not isinstance(latest, str) or not _ROUND.fullmatch(latest):
@@ -325,8 +323,7 @@ def verify_manifest(path: str) -> None:
             "an older version); use a fresh checkpoint_dir"
         )
     try:
-        with open(manifest_path) as f:
-            listed = json.load(f)["files"]
+        listed = read_json(manifest_path, "checkpoint manifest")["files"]
         listed = {str(k): (str(v["sha256"]), int(v["size"])) for k, v in listed.items()}
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"checkpoint {path}: {MANIFEST} is malformed ({type(exc).__name__}: {exc})") from None
@@ -370,8 +367,7 @@ def check_client_data(path: str, clients: Mapping[str, Any]) -> None:
     for cid, client in clients.items():
         name = _client_file(cid)
         try:
-            with open(os.path.join(path, name)) as f:
-                part = json.load(f)
+            part = read_json(os.path.join(path, name), "client part")
             saved_id, size, key, digest = part["id"], int(part["num_data"]), bytes.fromhex(part["key"]), part["digest"]
         except FileNotFoundError:
             raise ValueError(f"checkpoint {path}: {name} (client {cid}'s part) is missing") from None
@@ -512,14 +508,12 @@ def load_checkpoint(
     """
     verify_manifest(path)
     try:
-        with open(os.path.join(path, "run.json")) as f:
-            record = json.load(f)
+        record = read_json(os.path.join(path, "run.json"), "checkpoint record")
     except (OSError, ValueError) as exc:
         raise ValueError(f"checkpoint {path}: run.json is unreadable ({type(exc).__name__}: {exc})") from None
     try:
-        with np.load(os.path.join(path, "arrays.npz"), allow_pickle=False) as npz:
-            arrays = {k: npz[k] for k in npz.files}
-    except Exception as exc:  # noqa: BLE001 - zip, npy and OS errors all mean an unreadable file
+        arrays = read_npz_arrays(os.path.join(path, "arrays.npz"), "checkpoint's arrays")
+    except (OSError, ValueError) as exc:
         raise ValueError(f"checkpoint {path}: arrays.npz is unreadable ({type(exc).__name__}: {exc})") from None
     if not isinstance(record, dict):
         raise ValueError(f"checkpoint {path}: run.json does not hold a checkpoint record")

@@ -16,7 +16,6 @@ import dataclasses
 import hashlib
 import hmac
 import json
-import re
 from typing import Any, Dict, List, Mapping, Tuple
 
 import numpy as np
@@ -24,21 +23,6 @@ import numpy as np
 __all__ = ["data_digest", "describe_settings", "is_trackable", "settings_differences"]
 
 _MAX_DEPTH = 8
-
-#: modules whose classes moved (issue 31's sub-packages): a checkpoint written before the move names the old module;
-#: its settings and state classes are read under the new one (the only names translated; nothing is imported)
-MOVED_MODULES = {
-    "gpflow_fed.federated.algorithms.fsgp": "gpflow_fed.federated.algorithms.fsgp.algorithm",
-    "gpflow_fed.federated.algorithms.pvi": "gpflow_fed.federated.algorithms.pvi.algorithm",
-}
-_MOVED = re.compile(
-    "(" + "|".join(re.escape(m) for m in MOVED_MODULES) + r")\.([A-Za-z_][A-Za-z0-9_]*)(?=$|[^.A-Za-z0-9_])"
-)
-
-
-def _current_names(description: str) -> str:
-    """``description`` with a moved module's class names (``old.Class``) under the module's new home."""
-    return _MOVED.sub(lambda m: f"{MOVED_MODULES[m.group(1)]}.{m.group(2)}", description)
 
 
 def _array(value: Any) -> str:
@@ -129,7 +113,6 @@ def settings_differences(saved: Mapping[str, str], current: Mapping[str, str]) -
     per-run state its ``bind`` sets (None on the configuration object), which a new release may add or rename
     without changing what the user configured.
     """
-    saved = {k: _current_names(v) for k, v in saved.items()}
     keys = sorted(k for k in set(saved) | set(current) if not k.startswith("_"))
     return [(k, saved.get(k, "(absent)"), current.get(k, "(absent)")) for k in keys if saved.get(k) != current.get(k)]
 

@@ -2,16 +2,15 @@
 
 A runtime is where the parties run and how messages reach them (a
 :class:`~gpflow_fed.federated.protocol.transport.Transport`); the run itself — set-up, phases, protection, rounds — is
-:func:`~gpflow_fed.federated.engine.loop.set_up_run` and :func:`~gpflow_fed.federated.engine.loop.run_rounds`, the same for every
-runtime. A run's options and protection are values (:class:`~gpflow_fed.federated.RunOptions`,
+:func:`~gpflow_fed.federated.engine.loop.set_up_run` and :func:`~gpflow_fed.federated.engine.loop.run_rounds`, the same
+for every runtime. A run's options and protection are values (:class:`~gpflow_fed.federated.RunOptions`,
 :class:`~gpflow_fed.federated.Protection`) given to :func:`~gpflow_fed.federated.run`; a runtime may hold defaults for
-them (its deprecated keyword arguments).
+them (its ``options=`` and ``protection=``).
 """
 
 from __future__ import annotations
 
 import abc
-import warnings
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
@@ -32,10 +31,6 @@ from ..engine.result import FederatedResult
 from ..protocol.transport import Request, Response, Transport
 
 __all__ = ["InProcessRuntime", "Runtime", "client_seed", "make_clients", "sampling_rng"]
-
-#: the keyword arguments runtimes used to take, now fields of RunOptions or Protection
-_OPTION_KEYS = ("progress", "keep_payloads", "eval_every", "faults", "checkpoint_dir", "checkpoint_every", "resume")
-_PROTECTION_KEYS = {"secure_aggregation": "secure_aggregation", "differential_privacy": "differential_privacy"}
 
 
 def client_seed(seed: int, index: int, num_clients: int) -> int:
@@ -81,34 +76,15 @@ class Runtime(abc.ABC):
 
     :param options: default :class:`RunOptions` of the runs this runtime executes (``run(options=...)`` wins).
     :param protection: default :class:`Protection` request (``run(protection=...)`` wins).
-    :param deprecated: the keyword arguments runtimes used to take (``progress``, ``keep_payloads``, ``eval_every``,
-        ``faults``, ``checkpoint_dir``, ``checkpoint_every``, ``resume``, ``secure_aggregation``,
-        ``differential_privacy``, ``robust``): still accepted for one release, with a ``DeprecationWarning``.
     """
 
-    def __init__(
-        self, *, options: Optional[RunOptions] = None, protection: Optional[Protection] = None, **deprecated: Any
-    ) -> None:
-        unknown = sorted(set(deprecated) - set(_OPTION_KEYS) - set(_PROTECTION_KEYS) - {"robust"})
-        if unknown:
-            raise TypeError(f"{type(self).__name__}() got unexpected keyword arguments {unknown}")
-        if deprecated:
-            warnings.warn(
-                f"{type(self).__name__}({', '.join(sorted(deprecated))}=...) is deprecated: pass "
-                "run(..., options=RunOptions(...), protection=Protection(...))",
-                DeprecationWarning,
-                stacklevel=3,
-            )
+    def __init__(self, *, options: Optional[RunOptions] = None, protection: Optional[Protection] = None) -> None:
         if options is not None and not isinstance(options, RunOptions):
             raise TypeError(f"options must be a RunOptions, got {type(options).__name__}")
         if protection is not None and not isinstance(protection, Protection):
             raise TypeError(f"protection must be a Protection, got {type(protection).__name__}")
-        option_values = {k: deprecated[k] for k in _OPTION_KEYS if k in deprecated}
-        self.options = RunOptions(**option_values) if option_values or options is None else options
-        protection_values = {v: deprecated[k] for k, v in _PROTECTION_KEYS.items() if k in deprecated}
-        if "robust" in deprecated:
-            protection_values["robust"] = deprecated["robust"]
-        self.protection = Protection(**protection_values) if protection_values or protection is None else protection
+        self.options = RunOptions() if options is None else options
+        self.protection = Protection() if protection is None else protection
 
     @property
     def faults(self) -> Any:
@@ -137,11 +113,19 @@ class InProcessRuntime(Runtime, Transport):
     :meth:`ClientPolicy.matching` the run's protection: every party is in this process, so the policy is for parity
     with a deployment, not protection), and a subclass implements :meth:`send` over :attr:`endpoints`.
 
+    :param options: default :class:`RunOptions` of its runs.
+    :param protection: default :class:`Protection` request of its runs.
     :param client_policy: the policy of every in-process client (default: matching the run's protection).
     """
 
-    def __init__(self, *, client_policy: Optional[ClientPolicy] = None, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(
+        self,
+        *,
+        options: Optional[RunOptions] = None,
+        protection: Optional[Protection] = None,
+        client_policy: Optional[ClientPolicy] = None,
+    ) -> None:
+        super().__init__(options=options, protection=protection)
         if client_policy is not None and not isinstance(client_policy, ClientPolicy):
             raise TypeError(f"client_policy must be a ClientPolicy, got {type(client_policy).__name__}")
         self.client_policy = client_policy

@@ -6,8 +6,8 @@ replica ``k mod R`` (``placement="round_robin"``) or ``⌊k R / K⌋`` (``placem
 and K clients. A process runs the clients of its own replicas, each under its replica's device
 (``tf.device``), so their models and optimizers live there.
 
-The runtime is only a transport (:class:`~gpflow_fed.federated.protocol.transport.Transport`): for every stage it delivers
-the responses of every client to every process, and each process's phase owner
+The runtime is only a transport (:class:`~gpflow_fed.federated.protocol.transport.Transport`): for every stage it
+delivers the responses of every client to every process, and each process's phase owner
 (:class:`~gpflow_fed.federated.engine.exchange.PhaseOwner`) records, screens, protects and reduces them exactly as
 :class:`~gpflow_fed.federated.LocalRuntime`'s does. In a single process (``MirroredStrategy``) every response is
 already at hand. Across processes (``MultiWorkerMirroredStrategy``) the responses are all-gathered with collective
@@ -29,7 +29,7 @@ import json
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import Any, Dict, List, Mapping, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -38,7 +38,9 @@ from ...data.dataset import FederatedDataset
 from ..protocol.algorithm import Algorithm
 from ..protocol.messages import Message
 from ..engine.options import RunOptions
+from ..protection.policy import ClientPolicy
 from ..protection.reduction import Reducer
+from ..protection.request import Protection
 from ..protocol.transport import Request, Response
 from .base import InProcessRuntime
 
@@ -147,14 +149,22 @@ class DistributeRuntime(InProcessRuntime):
     :param placement: ``"round_robin"`` (client k on replica k mod R) or ``"blocks"`` (contiguous blocks).
     :param threads: run each local replica's clients in its own thread (useful with several GPUs; the
         algorithm's ``setup_client``/``client_update`` must then be thread-safe across clients).
-    :param kwargs: ``options``, ``protection``, ``client_policy`` and the deprecated keyword arguments, as for
-        :class:`~gpflow_fed.federated.LocalRuntime`.
+    :param options: default :class:`~gpflow_fed.federated.RunOptions` of its runs.
+    :param protection: default :class:`~gpflow_fed.federated.Protection` request of its runs.
+    :param client_policy: the policy of every in-process client, as for :class:`~gpflow_fed.federated.LocalRuntime`.
     :raises TypeError: ``strategy`` is not a ``tf.distribute.Strategy``.
     :raises ValueError: an unknown placement.
     """
 
     def __init__(
-        self, strategy: tf.distribute.Strategy, *, placement: str = "round_robin", threads: bool = False, **kwargs: Any
+        self,
+        strategy: tf.distribute.Strategy,
+        *,
+        placement: str = "round_robin",
+        threads: bool = False,
+        options: Optional[RunOptions] = None,
+        protection: Optional[Protection] = None,
+        client_policy: Optional[ClientPolicy] = None,
     ) -> None:
         if not isinstance(strategy, tf.distribute.Strategy):
             raise TypeError(
@@ -163,7 +173,7 @@ class DistributeRuntime(InProcessRuntime):
             )
         if placement not in PLACEMENTS:
             raise ValueError(f"DistributeRuntime: placement must be one of {PLACEMENTS}, got {placement!r}")
-        super().__init__(**kwargs)
+        super().__init__(options=options, protection=protection, client_policy=client_policy)
         self.strategy = strategy
         self.placement = placement
         self.threads = bool(threads)

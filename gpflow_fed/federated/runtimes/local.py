@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping
+from typing import Dict, Mapping
 
 from ..protocol.transport import Request, Response
 from .base import InProcessRuntime
@@ -21,12 +21,7 @@ class LocalRuntime(InProcessRuntime):
     :param protection: default protection request of its runs.
     :param client_policy: the policy of every in-process client (default: what the run asks; see
         :class:`~gpflow_fed.federated.runtimes.base.InProcessRuntime`).
-    :param deprecated: the former keyword arguments (``secure_aggregation=``, ``faults=``, ``checkpoint_dir=``, …),
-        accepted for one release with a ``DeprecationWarning``.
     """
-
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
 
     def send(self, requests: Mapping[str, Request]) -> Dict[str, Response]:
         """Each client answers in turn, in this process."""

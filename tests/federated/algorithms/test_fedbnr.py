@@ -10,7 +10,7 @@ import tensorflow as tf
 from gpflow.keras import tf_keras
 
 from gpflow_fed.data import FederatedDataset
-from gpflow_fed.federated import LocalRuntime, Protection, run
+from gpflow_fed.federated import LocalRuntime, Protection, RunOptions, run
 from gpflow_fed.federated.algorithms import FedBNR
 from gpflow_fed.federated.algorithms.distillation import distillation_loss, mean_client_gram
 from gpflow_fed.kernels import URK
@@ -94,7 +94,7 @@ def test_single_client_fedavg_equals_centralized_adam() -> None:
 def test_fedavg_is_the_size_weighted_mean_of_client_values() -> None:
     kernel = URK(1, num_samples=10, seed=1)
     algo = FedBNR(kernel, rounds=1, local_steps=2, learning_rate=0.05, compile=False)
-    result = run(algo, _dataset(), runtime=LocalRuntime(keep_payloads=True), protection=PLAIN)
+    result = run(algo, _dataset(), runtime=LocalRuntime(options=RunOptions(keep_payloads=True)), protection=PLAIN)
     ups = [m for m in result.ledger.messages if m.phase == "kernel" and m.sender != "server"]
     key = "likelihood.variance"
     expected = sum(m.weight * m[key] for m in ups) / sum(m.weight for m in ups)
@@ -123,7 +123,7 @@ def test_distillation_loss_eq_3_4_and_kd_run() -> None:
         learning_rate=0.05,
         compile=False,
     )
-    result = run(algo, _dataset(), runtime=LocalRuntime(keep_payloads=True))
+    result = run(algo, _dataset(), runtime=LocalRuntime(options=RunOptions(keep_payloads=True)))
     ups = [m for m in result.ledger.messages if m.phase == "kernel" and m.round == 1 and m.sender != "server"]
     fedavg = sum(m.weight * m["kernel.feature_map.lengthscales"] for m in ups) / sum(m.weight for m in ups)
     assert not np.allclose(result.state.values["kernel.feature_map.lengthscales"], fedavg)  # the server distilled
@@ -199,7 +199,7 @@ def test_kd_target_is_the_mean_client_gram() -> None:
         kd_steps=1,
         learning_rate=0.05,
     )
-    result = run(algo, _dataset(), runtime=LocalRuntime(keep_payloads=True))
+    result = run(algo, _dataset(), runtime=LocalRuntime(options=RunOptions(keep_payloads=True)))
     ups = [m for m in result.ledger.messages if m.phase == "kernel" and m.sender != "server"]
     kernels = []
     for m in ups:
@@ -314,7 +314,7 @@ def test_noised_scatter_sums_are_repaired_with_a_noise_sized_ridge() -> None:
         result = run(
             FedBNR(kernel, noise_variance=0.2, prior_variance=1.5, rounds=0),
             dataset,
-            runtime=LocalRuntime(differential_privacy=dp),
+            runtime=LocalRuntime(protection=Protection(differential_privacy=dp)),
         )
     used = result.state.statistics["phi_t_phi"]
     L = used.shape[0]

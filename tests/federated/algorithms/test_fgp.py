@@ -83,7 +83,10 @@ def test_ledger_holds_only_hyperparameters_of_sizes_independent_of_n():
     small, large = _dataset((9, 14), D=2, seed=0), _dataset((40, 73), D=2, seed=1)
     runs = [
         run(
-            FGP(_kernel(2), 0.1, rounds=2, local_steps=2), d, runtime=LocalRuntime(keep_payloads=True), protection=PLAIN
+            FGP(_kernel(2), 0.1, rounds=2, local_steps=2),
+            d,
+            runtime=LocalRuntime(options=RunOptions(keep_payloads=True)),
+            protection=PLAIN,
         )
         for d in (small, large)
     ]
@@ -171,13 +174,19 @@ def test_resume_equals_uninterrupted_run(tmp_path):
         run(
             make(),
             dataset,
-            runtime=LocalRuntime(checkpoint_dir=tmp_path),
+            runtime=LocalRuntime(options=RunOptions(checkpoint_dir=tmp_path)),
             monitor=stop_after(1),
             seed=5,
             protection=PLAIN,
         )
     assert latest_checkpoint(str(tmp_path)).endswith("round-1")
-    resumed = run(make(), dataset, runtime=LocalRuntime(checkpoint_dir=tmp_path, resume=True), seed=5, protection=PLAIN)
+    resumed = run(
+        make(),
+        dataset,
+        runtime=LocalRuntime(options=RunOptions(checkpoint_dir=tmp_path, resume=True)),
+        seed=5,
+        protection=PLAIN,
+    )
     for path in PARAMS:
         np.testing.assert_array_equal(resumed.state.params[path], full.state.params[path])
     assert [h["clients"] for h in resumed.history] == [h["clients"] for h in full.history]

@@ -279,7 +279,7 @@ def test_predict_phase_projects_noised_statistics_to_psd():
     kernel, Z = _kernel(), _Z()
     dp = DifferentialPrivacy(noise_multiplier=4.0, clip_norm=50.0, phases=("predict",), accountant="pld")
     algorithm = FSGP(kernel, Z, 0.1, rounds=1, local_steps=1, learning_rate=0.05)
-    result = run(algorithm, dataset, runtime=LocalRuntime(differential_privacy=dp), seed=0)
+    result = run(algorithm, dataset, runtime=LocalRuntime(protection=Protection(differential_privacy=dp)), seed=0)
     S = result.state.statistics["kuf_kfu"]
     np.testing.assert_array_equal(S, S.T)
     assert np.linalg.eigvalsh(S).min() >= -1e-9 * np.abs(S).max()

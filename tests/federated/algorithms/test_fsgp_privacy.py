@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from gpflow_fed.data import FederatedDataset
-from gpflow_fed.federated import LocalRuntime, Protection, run
+from gpflow_fed.federated import LocalRuntime, Protection, RunOptions, run
 from gpflow_fed.federated.algorithms import FSGP
 from gpflow_fed.federated.algorithms.fsgp.statistics import sgpr_statistics, statistics_from_cross_covariance
 
@@ -36,7 +36,7 @@ def _run(dataset, mode):
         learning_rate=0.1,
         mode=mode,
     )
-    return run(algorithm, dataset, runtime=LocalRuntime(keep_payloads=True), protection=PLAIN)
+    return run(algorithm, dataset, runtime=LocalRuntime(options=RunOptions(keep_payloads=True)), protection=PLAIN)
 
 
 def _layout(ledger):

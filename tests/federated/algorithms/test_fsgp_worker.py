@@ -6,7 +6,7 @@ import pytest
 from gpflow.keras import tf_keras
 
 from gpflow_fed.data import FederatedDataset
-from gpflow_fed.federated import Protection, LocalRuntime, Message, run
+from gpflow_fed.federated import LocalRuntime, Message, Protection, RunOptions, run
 from gpflow_fed.federated.algorithms import FSGP
 from gpflow_fed.federated.algorithms.fsgp.worker import SGPRClientWorker
 from gpflow_fed.training.adam import AdamState
@@ -147,7 +147,7 @@ def test_whitened_prediction_statistics_match_and_have_a_public_bound():
         whiten: run(
             FSGP(kernel, Z, 0.1, rounds=1, local_steps=2, learning_rate=0.05, whiten=whiten),
             dataset,
-            runtime=LocalRuntime(keep_payloads=True),
+            runtime=LocalRuntime(options=RunOptions(keep_payloads=True)),
             protection=PLAIN,
         )
         for whiten in (False, True)

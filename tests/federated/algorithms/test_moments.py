@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from gpflow_fed.data import FederatedDataset
-from gpflow_fed.federated import Client, LocalRuntime, Message
+from gpflow_fed.federated import Client, LocalRuntime, Message, Protection
 from gpflow_fed.fitting import standardize
 from gpflow_fed.federated.protocol.algorithm import Aggregate, FederationInfo
 from gpflow_fed.federated.algorithms.moments import EXPONENTS, MAGNITUDES_PHASE, MOMENTS_PHASE, Moments
@@ -39,7 +39,7 @@ def columns(scaler):
 
 def test_in_the_clear_the_scaled_sums_give_the_raw_sums_moments_to_the_bit():
     dataset = years_table()
-    _, scaler, _ = standardize(dataset, runtime=LocalRuntime(secure_aggregation=False))
+    _, scaler, _ = standardize(dataset, runtime=LocalRuntime(protection=Protection(secure_aggregation=False)))
     mean, std = columns(scaler)
     expected_mean, expected_std = raw_moments(dataset)
     np.testing.assert_array_equal(mean, expected_mean)
@@ -61,7 +61,7 @@ def test_secure_default_standardises_years_whose_raw_squares_overflow_the_fixed_
 
 def test_each_client_sends_one_exponent_per_column_then_sums_on_the_broadcast_scale():
     dataset = years_table(clients=3, rows=10)
-    result = standardize(dataset, runtime=LocalRuntime(secure_aggregation=False))[2]
+    result = standardize(dataset, runtime=LocalRuntime(protection=Protection(secure_aggregation=False)))[2]
     up = [e for e in result.ledger if e.direction == "up"]
     assert {(e.phase, e.names, e.shapes) for e in up} == {
         (MAGNITUDES_PHASE, ("exponents",), ((3, len(EXPONENTS)),)),

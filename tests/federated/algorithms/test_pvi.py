@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from gpflow_fed.data import FederatedDataset
-from gpflow_fed.federated import LocalRuntime, run
+from gpflow_fed.federated import LocalRuntime, RunOptions, run
 from gpflow_fed.federated.protocol.algorithm import Aggregate
 from gpflow_fed.federated.algorithms import PVI
 from gpflow_fed.federated.algorithms.pvi.factors import NaturalGaussian
@@ -38,7 +38,7 @@ def test_one_sequential_sweep_reproduces_pooled_sgpr(dataset, param):
 def test_dpo_distribution_run_messages_and_sequential_equality(dataset):
     kernel, lik = gpflow.kernels.SquaredExponential(lengthscales=0.5), gpflow.likelihoods.Gaussian(0.05)
     alg = PVI(kernel, Z, lik, rounds=4, local_steps=30, patience=5, num_predict_samples=4)
-    result = run(alg, dataset, runtime=LocalRuntime(keep_payloads=True))
+    result = run(alg, dataset, runtime=LocalRuntime(options=RunOptions(keep_payloads=True)))
     M, D, H = 6, 1, 3
     ups = [m for m in result.ledger.messages if m.sender != "server"]
     assert [m.sender for m in ups] == ["client_0", "client_1", "client_2", "client_0"]

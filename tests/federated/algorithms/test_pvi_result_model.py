@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from gpflow_fed.data import FederatedDataset
-from gpflow_fed.federated import LocalRuntime, run
+from gpflow_fed.federated import LocalRuntime, RunOptions, run
 from gpflow_fed.federated.algorithms import PVI
 from gpflow_fed.inducing_variables import GaussianInducingPoints, NaturalFactor, PseudoObservations
 from gpflow_fed.models import FederatedDPOSVGP
@@ -191,7 +191,7 @@ def test_dpo_with_q_Z_through_the_ledger(dataset):
         patience=5,
         num_predict_samples=3,
     )
-    result = run(alg, dataset, runtime=LocalRuntime(keep_payloads=True))
+    result = run(alg, dataset, runtime=LocalRuntime(options=RunOptions(keep_payloads=True)))
     Mk = alg.num_pseudo(20)
     assert Mk == 16
     train = [m for m in result.ledger.messages if m.round < 5]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from gpflow_fed.data import FederatedDataset, toy_concatenation
-from gpflow_fed.federated import LocalRuntime, run
+from gpflow_fed.federated import LocalRuntime, RunOptions, run
 from gpflow_fed.federated.algorithms import Recycle
 from gpflow_fed.models import EnsembleSVGP, RecyclableModel
 
@@ -19,7 +19,12 @@ def _algorithm(**kw):
 def test_recycle_messages_and_ensemble():
     data = toy_concatenation(num_tasks=3, num_per_task=60, seed=0)
     local_kernel = gpflow.kernels.SquaredExponential(variance=5.0, lengthscales=0.3)
-    result = run(_algorithm(local_kernel=local_kernel), data, runtime=LocalRuntime(keep_payloads=True), seed=0)
+    result = run(
+        _algorithm(local_kernel=local_kernel),
+        data,
+        runtime=LocalRuntime(options=RunOptions(keep_payloads=True)),
+        seed=0,
+    )
     up = [e for e in result.ledger.entries if e.direction == "up"]
     assert len(up) == 3
     messages = [m for m in result.ledger.messages if m.sender != "server"]

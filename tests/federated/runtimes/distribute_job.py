@@ -26,7 +26,7 @@ def build_jobs() -> Dict[str, Tuple[Callable[[], Any], Any, Dict[str, Any]]]:
     import numpy as np
 
     from gpflow_fed.data import FederatedDataset
-    from gpflow_fed.federated import FaultPolicy
+    from gpflow_fed.federated import FaultPolicy, Protection, RunOptions
     from gpflow_fed.federated.algorithms import FSGP, PVI, FedBNR, Recycle
     from gpflow_fed.kernels import URK
     from gpflow_fed.federated import DifferentialPrivacy
@@ -118,27 +118,38 @@ def build_jobs() -> Dict[str, Tuple[Callable[[], Any], Any, Dict[str, Any]]]:
     exclude = FaultPolicy(on_error="exclude")
     dp = DifferentialPrivacy(noise_multiplier=1.1, clip_norm=5.0, weight_bound=10.0, insecure_noise_seed=5)
     return {
-        "fsgp_fedavg": (fsgp("fedavg", 0.6), fsgp_data, {"eval_every": 2}),
+        "fsgp_fedavg": (fsgp("fedavg", 0.6), fsgp_data, {"options": RunOptions(eval_every=2)}),
         "fsgp_exact": (fsgp("exact", 1.0), fsgp_data, {"placement": "blocks", "threads": True}),
         # sampling over a fixed-point broadcast (the mean's state stops changing after round 0): under masking a
         # client refuses the same broadcast for a second cohort (threat model), so this parity job runs plain
-        "toy_mean": (lambda: DeviceMean(3, client_fraction=0.75), toy, {"secure_aggregation": False}),
+        "toy_mean": (
+            lambda: DeviceMean(3, client_fraction=0.75),
+            toy,
+            {"protection": Protection(secure_aggregation=False)},
+        ),
         "toy_collect": (lambda: CollectedMean(2), toy, {"placement": "blocks"}),
-        "toy_nan": (lambda: Faulty(2, "nan", bad=("client_1",)), toy, {"faults": exclude}),
-        "toy_shape": (lambda: Faulty(2, "shape", bad=("client_2",)), toy, {"faults": exclude}),
-        "toy_one_client": (lambda: FederatedMean(2), one, {"secure_aggregation": False}),
+        "toy_nan": (lambda: Faulty(2, "nan", bad=("client_1",)), toy, {"options": RunOptions(faults=exclude)}),
+        "toy_shape": (lambda: Faulty(2, "shape", bad=("client_2",)), toy, {"options": RunOptions(faults=exclude)}),
+        "toy_one_client": (lambda: FederatedMean(2), one, {"protection": Protection(secure_aggregation=False)}),
         "toy_raise": (lambda: Faulty(1, "raise", bad=("client_3",)), toy, {}),
         "toy_secure_dp": (
             lambda: Faulty(2, "nan", bad=("client_1",)),
             toy,
-            {"faults": exclude, "secure_aggregation": True, "differential_privacy": dp},
+            {
+                "options": RunOptions(faults=exclude),
+                "protection": Protection(secure_aggregation=True, differential_privacy=dp),
+            },
         ),
-        "fsgp_exact_secure": (fsgp("exact", 1.0), fsgp_data, {"placement": "blocks", "secure_aggregation": True}),
+        "fsgp_exact_secure": (
+            fsgp("exact", 1.0),
+            fsgp_data,
+            {"placement": "blocks", "protection": Protection(secure_aggregation=True)},
+        ),
         # OS-random DP noise and sampling: the workers must agree on them (the chief's server secret)
         "toy_dp_os": (
             lambda: FederatedMean(3, client_fraction=0.5),
             toy,
-            {"differential_privacy": DifferentialPrivacy(noise_multiplier=1.0, clip_norm=5.0)},
+            {"protection": Protection(differential_privacy=DifferentialPrivacy(noise_multiplier=1.0, clip_norm=5.0))},
         ),
         "fedbnr_fedavg": (fedbnr("fedavg"), fsgp_data, {}),
         "fedbnr_kd": (fedbnr("kd"), fsgp_data, {"placement": "blocks"}),

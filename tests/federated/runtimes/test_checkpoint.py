@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from gpflow_fed.data import FederatedDataset
-from gpflow_fed.federated import LocalRuntime, Protection, run
+from gpflow_fed.federated import LocalRuntime, Protection, RunOptions, run
 from gpflow_fed.federated.algorithms import FSGP
 from gpflow_fed.federated.engine.checkpoint import decode_tree, encode_tree, latest_checkpoint
 from gpflow_fed.federated.protection.dp import DifferentialPrivacy
@@ -18,7 +18,7 @@ from tests.federated.helpers import FederatedMean, Stop, stop_after
 PLAIN = Protection(secure_aggregation=False)
 
 
-def interrupted_then_resumed(algorithm_factory, data, tmp_path, stop, protection=None, **runtime_kwargs):
+def interrupted_then_resumed(algorithm_factory, data, tmp_path, stop, protection=None):
     """The run stopped after round ``stop`` and resumed from its checkpoint. (Exact equality of a resumed run's
     history and ledger is stated in plain: a resumed secure run makes its keys again, in its first round.)"""
     directory = tmp_path / "ckpt"
@@ -26,13 +26,13 @@ def interrupted_then_resumed(algorithm_factory, data, tmp_path, stop, protection
         run(
             algorithm_factory(),
             data,
-            runtime=LocalRuntime(checkpoint_dir=directory, **runtime_kwargs),
+            runtime=LocalRuntime(options=RunOptions(checkpoint_dir=directory)),
             monitor=stop_after(stop),
             seed=5,
             protection=protection,
         )
     assert latest_checkpoint(str(directory)).endswith(f"round-{stop}")
-    resumed = LocalRuntime(checkpoint_dir=directory, resume=True, **runtime_kwargs)
+    resumed = LocalRuntime(options=RunOptions(checkpoint_dir=directory, resume=True))
     return run(algorithm_factory(), data, runtime=resumed, seed=5, protection=protection)
 
 
@@ -69,26 +69,38 @@ def test_toy_resume_equals_uninterrupted_run(dataset, tmp_path):  # noqa: F811
 
 
 def test_resume_with_dp_and_secure_aggregation(dataset, tmp_path):  # noqa: F811
-    options = dict(differential_privacy=DifferentialPrivacy(1.0, 50.0, insecure_noise_seed=3), secure_aggregation=True)
+    protection = Protection(
+        differential_privacy=DifferentialPrivacy(1.0, 50.0, insecure_noise_seed=3), secure_aggregation=True
+    )
     factory = lambda: FederatedMean(4, client_fraction=0.5)  # noqa: E731
-    full = run(factory(), dataset, runtime=LocalRuntime(**options), seed=5)
-    resumed = interrupted_then_resumed(factory, dataset, tmp_path, stop=1, **options)
+    full = run(factory(), dataset, runtime=LocalRuntime(protection=protection), seed=5)
+    resumed = interrupted_then_resumed(factory, dataset, tmp_path, stop=1, protection=protection)
     assert resumed.state == full.state
     assert resumed.privacy == full.privacy
 
 
 def test_checkpoint_of_another_run_is_refused(dataset, tmp_path):  # noqa: F811
-    run(FederatedMean(2), dataset, runtime=LocalRuntime(checkpoint_dir=tmp_path), seed=1)
+    run(FederatedMean(2), dataset, runtime=LocalRuntime(options=RunOptions(checkpoint_dir=tmp_path)), seed=1)
     with pytest.raises(ValueError, match="different run: seed"):
-        run(FederatedMean(2), dataset, runtime=LocalRuntime(checkpoint_dir=tmp_path, resume=True), seed=2)
+        run(
+            FederatedMean(2),
+            dataset,
+            runtime=LocalRuntime(options=RunOptions(checkpoint_dir=tmp_path, resume=True)),
+            seed=2,
+        )
     with pytest.raises(ValueError, match="checkpoint_dir"):
-        LocalRuntime(resume=True)
+        LocalRuntime(options=RunOptions(resume=True))
     with pytest.raises(ValueError, match="checkpoint_every"):
-        LocalRuntime(checkpoint_dir=tmp_path, checkpoint_every=0)
+        LocalRuntime(options=RunOptions(checkpoint_dir=tmp_path, checkpoint_every=0))
 
 
 def test_resume_without_checkpoint_starts_afresh(dataset, tmp_path):  # noqa: F811
-    fresh = run(FederatedMean(2), dataset, runtime=LocalRuntime(checkpoint_dir=tmp_path / "new", resume=True), seed=1)
+    fresh = run(
+        FederatedMean(2),
+        dataset,
+        runtime=LocalRuntime(options=RunOptions(checkpoint_dir=tmp_path / "new", resume=True)),
+        seed=1,
+    )
     assert fresh.state == run(FederatedMean(2), dataset, seed=1).state
 
 
@@ -145,9 +157,9 @@ def test_every_algorithm_resumes_to_the_uninterrupted_run(tmp_path, job, stop):
     directory = tmp_path / "ckpt"
     full = summarize(run(factory(), data, seed=3, protection=PLAIN))
     with pytest.raises(Stop):
-        runtime = LocalRuntime(checkpoint_dir=directory)
+        runtime = LocalRuntime(options=RunOptions(checkpoint_dir=directory))
         run(factory(), data, runtime=runtime, monitor=stop_after(stop), seed=3, protection=PLAIN)
-    runtime = LocalRuntime(checkpoint_dir=directory, resume=True)
+    runtime = LocalRuntime(options=RunOptions(checkpoint_dir=directory, resume=True))
     resumed = summarize(run(factory(), data, runtime=runtime, seed=3, protection=PLAIN))
     assert without_timing(resumed["history"]) == without_timing(full["history"])
     assert resumed["ledger"] == full["ledger"]

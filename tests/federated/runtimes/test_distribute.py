@@ -17,7 +17,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from gpflow_fed.federated import ClientUpdateError, DistributeRuntime, FaultPolicy, LocalRuntime, run
+from gpflow_fed.federated import (
+    ClientUpdateError,
+    DistributeRuntime,
+    FaultPolicy,
+    LocalRuntime,
+    Protection,
+    RunOptions,
+    run,
+)
 from gpflow_fed.federated import DifferentialPrivacy
 
 from tests.federated.runtimes.distribute_job import MWMS_JOBS, build_jobs, summarize
@@ -221,18 +229,18 @@ def test_not_a_strategy_is_a_type_error():
 
 
 PROTECTIONS = {
-    "secure": {"secure_aggregation": True},
-    "dp": {
-        "differential_privacy": DifferentialPrivacy(
+    "secure": Protection(secure_aggregation=True),
+    "dp": Protection(
+        differential_privacy=DifferentialPrivacy(
             noise_multiplier=1.1, clip_norm=5.0, weight_bound=10.0, insecure_noise_seed=5
         )
-    },
-    "both": {
-        "secure_aggregation": True,
-        "differential_privacy": DifferentialPrivacy(
+    ),
+    "both": Protection(
+        secure_aggregation=True,
+        differential_privacy=DifferentialPrivacy(
             noise_multiplier=1.1, clip_norm=5.0, weight_bound=10.0, insecure_noise_seed=5
         ),
-    },
+    ),
 }
 
 
@@ -250,10 +258,12 @@ def test_one_device_strategy_protects_sums_as_local_runtime(dataset, protection,
     masked/clipped messages in the ledger; an interrupted run resumes from its checkpoint to the same end."""
     from tests.federated.helpers import Stop, stop_after
 
-    options = PROTECTIONS[protection]
+    request = PROTECTIONS[protection]
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
-    ref = run(RoundMean(4, client_fraction=0.5), dataset, runtime=LocalRuntime(**options), seed=2)
-    ours = run(RoundMean(4, client_fraction=0.5), dataset, runtime=DistributeRuntime(strategy, **options), seed=2)
+    ref = run(RoundMean(4, client_fraction=0.5), dataset, runtime=LocalRuntime(protection=request), seed=2)
+    ours = run(
+        RoundMean(4, client_fraction=0.5), dataset, runtime=DistributeRuntime(strategy, protection=request), seed=2
+    )
     assert ours.state == ref.state and ours.privacy == ref.privacy
     assert ours.ledger.entries == ref.ledger.entries
     with pytest.raises(Stop):
@@ -262,13 +272,15 @@ def test_one_device_strategy_protects_sums_as_local_runtime(dataset, protection,
             dataset,
             monitor=stop_after(1),
             seed=2,
-            runtime=DistributeRuntime(strategy, checkpoint_dir=tmp_path, **options),
+            runtime=DistributeRuntime(strategy, options=RunOptions(checkpoint_dir=tmp_path), protection=request),
         )
     resumed = run(
         RoundMean(4, client_fraction=0.5),
         dataset,
         seed=2,
-        runtime=DistributeRuntime(strategy, checkpoint_dir=tmp_path, resume=True, **options),
+        runtime=DistributeRuntime(
+            strategy, options=RunOptions(checkpoint_dir=tmp_path, resume=True), protection=request
+        ),
     )
     assert resumed.state == ref.state and resumed.privacy == ref.privacy
 
@@ -287,19 +299,22 @@ def test_checkpoint_folder_per_worker():
 
 
 @pytest.mark.parametrize(
-    "kwargs, match",
+    "make_kwargs, match",
     [
-        ({"placement": "random"}, "placement"),
-        ({"eval_every": -1}, "eval_every"),
-        ({"resume": True}, "resume=True needs checkpoint_dir"),
+        (lambda: {"placement": "random"}, "placement"),
+        (lambda: {"options": RunOptions(eval_every=-1)}, "eval_every"),
+        (lambda: {"options": RunOptions(resume=True)}, "resume=True needs checkpoint_dir"),
     ],
 )
-def test_bad_options_are_value_errors(kwargs, match):
+def test_bad_options_are_value_errors(make_kwargs, match):
     with pytest.raises(ValueError, match=match):
-        DistributeRuntime(tf.distribute.OneDeviceStrategy("/cpu:0"), **kwargs)
+        DistributeRuntime(tf.distribute.OneDeviceStrategy("/cpu:0"), **make_kwargs())
 
 
 def test_bad_fault_policy_is_a_type_error():
     with pytest.raises(TypeError, match="FaultPolicy"):
-        DistributeRuntime(tf.distribute.OneDeviceStrategy("/cpu:0"), faults="exclude")  # type: ignore[arg-type]
-    assert DistributeRuntime(tf.distribute.OneDeviceStrategy("/cpu:0"), faults=FaultPolicy()).faults == FaultPolicy()
+        DistributeRuntime(tf.distribute.OneDeviceStrategy("/cpu:0"), options=RunOptions(faults="exclude"))  # type: ignore[arg-type]
+    assert (
+        DistributeRuntime(tf.distribute.OneDeviceStrategy("/cpu:0"), options=RunOptions(faults=FaultPolicy())).faults
+        == FaultPolicy()
+    )

@@ -7,7 +7,7 @@ import pytest
 from scipy.optimize import brentq
 from scipy.stats import norm
 
-from gpflow_fed.federated import LocalRuntime, Message, Protection, run
+from gpflow_fed.federated import LocalRuntime, Message, Protection, RunOptions, run
 from gpflow_fed.federated import ClientPolicy, Protection
 from gpflow_fed.federated.protection.encoder import ClientEncoder
 from gpflow_fed.federated.protection.reduction import ExchangeContext, Reducer
@@ -70,7 +70,12 @@ def test_noise_std_matches_and_aggregate_is_clipped_sum_plus_noise(aggregation, 
 
 def test_dp_run_reports_epsilon_and_drops_client_metrics(dataset):  # noqa: F811
     dp = DifferentialPrivacy(noise_multiplier=1.0, clip_norm=100.0)
-    result = run(FederatedMean(3), dataset, runtime=LocalRuntime(differential_privacy=dp, keep_payloads=True), seed=1)
+    result = run(
+        FederatedMean(3),
+        dataset,
+        runtime=LocalRuntime(options=RunOptions(keep_payloads=True), protection=Protection(differential_privacy=dp)),
+        seed=1,
+    )
     eps = [h["epsilon"] for h in result.history]
     assert eps == sorted(eps) and eps[0] > 0
     assert result.privacy["epsilon"] == pytest.approx(eps[-1]) and result.privacy["delta"] == 1e-5
@@ -83,7 +88,9 @@ def test_epsilon_falls_with_noise_and_grows_with_rounds(dataset):  # noqa: F811
     def epsilon(z, rounds, fraction=1.0):
         dp = DifferentialPrivacy(noise_multiplier=z, clip_norm=1.0)
         algorithm = FederatedMean(rounds, client_fraction=fraction)
-        return run(algorithm, dataset, runtime=LocalRuntime(differential_privacy=dp)).privacy["epsilon"]
+        return run(algorithm, dataset, runtime=LocalRuntime(protection=Protection(differential_privacy=dp))).privacy[
+            "epsilon"
+        ]
 
     assert epsilon(0.8, 3) > epsilon(1.6, 3) > epsilon(3.2, 3)
     assert epsilon(1.6, 1) < epsilon(1.6, 3) < epsilon(1.6, 6)
@@ -113,13 +120,20 @@ def test_pld_rejects_sampling_and_bad_settings_are_named():
     with pytest.raises(ValueError, match="accountant"):
         DifferentialPrivacy(1.0, 1.0, accountant="moments")
     with pytest.raises(TypeError, match="differential_privacy"):
-        LocalRuntime(differential_privacy={"noise_multiplier": 1.0})
+        LocalRuntime(protection=Protection(differential_privacy={"noise_multiplier": 1.0}))
 
 
 def test_dp_composes_with_secure_aggregation(dataset):  # noqa: F811
     dp = DifferentialPrivacy(noise_multiplier=0.5, clip_norm=20.0, weight_bound=100.0, insecure_noise_seed=4)
-    plain_dp = run(WeightedMean(2), dataset, runtime=LocalRuntime(differential_privacy=dp), seed=3)
-    both = run(WeightedMean(2), dataset, runtime=LocalRuntime(differential_privacy=dp, secure_aggregation=True), seed=3)
+    plain_dp = run(
+        WeightedMean(2), dataset, runtime=LocalRuntime(protection=Protection(differential_privacy=dp)), seed=3
+    )
+    both = run(
+        WeightedMean(2),
+        dataset,
+        runtime=LocalRuntime(protection=Protection(differential_privacy=dp, secure_aggregation=True)),
+        seed=3,
+    )
     assert both.state["mean"] == pytest.approx(plain_dp.state["mean"], abs=1e-8)  # same noise, masks cancel
     assert both.privacy == plain_dp.privacy
 
@@ -131,7 +145,12 @@ class WithFinal(FederatedMean):
 
 def test_dp_on_named_phases_only(dataset):  # noqa: F811
     dp = DifferentialPrivacy(noise_multiplier=1.0, clip_norm=1.0, phases=("stats",), accountant="pld")
-    result = run(WithFinal(3), dataset, runtime=LocalRuntime(differential_privacy=dp, keep_payloads=True), seed=2)
+    result = run(
+        WithFinal(3),
+        dataset,
+        runtime=LocalRuntime(options=RunOptions(keep_payloads=True), protection=Protection(differential_privacy=dp)),
+        seed=2,
+    )
     plain = run(WithFinal(3), dataset, seed=2)
     train_ups = [m for m in result.ledger.messages if m.sender != "server" and m.phase == "train"]
     stats_ups = [m for m in result.ledger.messages if m.sender != "server" and m.phase == "stats"]
@@ -146,5 +165,7 @@ def test_dp_on_named_phases_only(dataset):  # noqa: F811
         run(
             WithFinal(1),
             dataset,
-            runtime=LocalRuntime(differential_privacy=DifferentialPrivacy(1.0, 1.0, phases=("predict",))),
+            runtime=LocalRuntime(
+                protection=Protection(differential_privacy=DifferentialPrivacy(1.0, 1.0, phases=("predict",)))
+            ),
         )

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from gpflow_fed.data import FederatedDataset
-from gpflow_fed.federated import DifferentialPrivacy, LocalRuntime, PrivacyAccountant, run
+from gpflow_fed.federated import DifferentialPrivacy, LocalRuntime, PrivacyAccountant, Protection, run
 from gpflow_fed.federated.algorithms import FSGP
 from gpflow_fed.federated.protection.dp import DPUtilityWarning, utility_warning
 
@@ -64,7 +64,7 @@ def test_a_calibrated_fsgp_run_spends_at_most_the_target():
     )
     algorithm = FSGP(gpflow.kernels.SquaredExponential(), 5, rounds=2)
     with pytest.warns(DPUtilityWarning):  # three clients at ε = 3: mostly noise, and the run says so
-        result = run(algorithm, _data(), runtime=LocalRuntime(differential_privacy=dp))
+        result = run(algorithm, _data(), runtime=LocalRuntime(protection=Protection(differential_privacy=dp)))
     assert 2.9 < result.privacy["epsilon"] <= 3.0
 
 
@@ -74,7 +74,7 @@ def test_warning_when_noise_swamps_the_signal():
         run(
             FSGP(gpflow.kernels.SquaredExponential(), 5, rounds=1),
             _data(),
-            runtime=LocalRuntime(differential_privacy=loud),
+            runtime=LocalRuntime(protection=Protection(differential_privacy=loud)),
         )
     assert len([w for w in caught if w.category is DPUtilityWarning]) == 1  # once per phase and run
     quiet = DifferentialPrivacy(1e-6, 1e3, phases=("predict",))  # noise std 1e-3, no clipping
@@ -83,7 +83,7 @@ def test_warning_when_noise_swamps_the_signal():
         run(
             FSGP(gpflow.kernels.SquaredExponential(), 5, rounds=1),
             _data(),
-            runtime=LocalRuntime(differential_privacy=quiet),
+            runtime=LocalRuntime(protection=Protection(differential_privacy=quiet)),
         )
 
 

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from gpflow_fed.federated import ClientUpdateError, FaultPolicy, LocalRuntime, RoundFailedError, run
+from gpflow_fed.federated import ClientUpdateError, FaultPolicy, LocalRuntime, RoundFailedError, RunOptions, run
 
 from tests.federated.helpers import FederatedMean, Faulty
 
@@ -27,7 +27,7 @@ def _expected_mean(ds, bad):
     ],
 )
 def test_faulty_client_is_excluded_with_its_reason(dataset, kind, reason, caplog):  # noqa: F811
-    runtime = LocalRuntime(faults=FaultPolicy(on_error="exclude", timeout=0.2))
+    runtime = LocalRuntime(options=RunOptions(faults=FaultPolicy(on_error="exclude", timeout=0.2)))
     with caplog.at_level(logging.WARNING, logger="gpflow_fed.federated"):
         result = run(Faulty(2, kind), dataset, runtime=runtime)
     assert result.state["mean"] == pytest.approx(_expected_mean(dataset, ("client_1",)), rel=1e-12)
@@ -50,7 +50,7 @@ def test_timeout_spares_the_first_update_and_excludes_later_slow_answers(dataset
 
     healthy = SlowStart(3)
     healthy.bad = ()
-    runtime = LocalRuntime(faults=FaultPolicy(on_error="exclude", timeout=0.2))
+    runtime = LocalRuntime(options=RunOptions(faults=FaultPolicy(on_error="exclude", timeout=0.2)))
     assert all("excluded" not in entry for entry in run(healthy, dataset, runtime=runtime).history)
     slow = SlowStart(3)
     slow.bad = ("client_1",)
@@ -66,7 +66,7 @@ def test_default_policy_raises_naming_the_client(dataset, kind):  # noqa: F811
 
 
 def test_too_few_good_clients_fails_the_round(dataset):  # noqa: F811
-    runtime = LocalRuntime(faults=FaultPolicy(on_error="exclude", min_clients=3))
+    runtime = LocalRuntime(options=RunOptions(faults=FaultPolicy(on_error="exclude", min_clients=3)))
     with pytest.raises(RoundFailedError, match="2 of 4 clients.*min_clients=3"):
         run(Faulty(1, "raise", bad=("client_0", "client_3")), dataset, runtime=runtime)
 
@@ -81,7 +81,7 @@ def test_excluded_client_is_dropped_from_later_phases(dataset):  # noqa: F811
                 return FederatedMean.client_update(self, client, broadcast)
             return super().client_update(client, broadcast)
 
-    runtime = LocalRuntime(faults=FaultPolicy(on_error="exclude"), keep_payloads=True)
+    runtime = LocalRuntime(options=RunOptions(faults=FaultPolicy(on_error="exclude"), keep_payloads=True))
     result = run(TwoPhase(1, "raise"), dataset, runtime=runtime)
     # under the secure default the clients' part in a phase is its secure-aggregation stages ("second/secagg/…")
     second = {e.sender for e in result.ledger.entries if e.phase.startswith("second/") and e.sender != "server"}

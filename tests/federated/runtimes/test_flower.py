@@ -10,7 +10,7 @@ pytest.importorskip("flwr")
 
 from flwr.app import Context, RecordDict  # noqa: E402
 
-from gpflow_fed.federated import FederationInfo, LocalRuntime, Message, Protection, run  # noqa: E402
+from gpflow_fed.federated import FederationInfo, LocalRuntime, Message, Protection, RunOptions, run  # noqa: E402
 from gpflow_fed.federated.runtimes.flower import records  # noqa: E402
 from gpflow_fed.federated.runtimes import make_clients  # noqa: E402
 from gpflow_fed.federated.runtimes.base import client_seed, sampling_rng  # noqa: E402
@@ -139,7 +139,7 @@ def test_client_node_config_is_checked(tmp_path):
 
 def test_runtime_and_server_arguments_are_checked(tmp_path):
     with pytest.raises(TypeError, match="FaultPolicy"):
-        FlowerRuntime(faults="exclude")
+        FlowerRuntime(options=RunOptions(faults="exclude"))
     with pytest.raises(TypeError, match="Algorithm"):
         FlowerServer(object())
     with pytest.raises(ValueError, match="seed"):
@@ -226,10 +226,16 @@ def test_excluded_faulty_client_matches_local_runtime():
     # in the clear, a client that failed once answers again (on a protected phase it would stop for the run)
     plain = Protection(secure_aggregation=False)
     local = run(
-        _failing(fsgp({"rounds": 3}), "client_1", 1), ds, runtime=LocalRuntime(faults=policy, protection=plain), seed=2
+        _failing(fsgp({"rounds": 3}), "client_1", 1),
+        ds,
+        runtime=LocalRuntime(options=RunOptions(faults=policy), protection=plain),
+        seed=2,
     )
     flower = run(
-        _failing(fsgp({"rounds": 3}), "client_1", 1), ds, runtime=FlowerRuntime(faults=policy, protection=plain), seed=2
+        _failing(fsgp({"rounds": 3}), "client_1", 1),
+        ds,
+        runtime=FlowerRuntime(options=RunOptions(faults=policy), protection=plain),
+        seed=2,
     )
     assert (
         set(flower.history[1]["excluded"]) == {"client_1"} and "diverged" in flower.history[1]["excluded"]["client_1"]
@@ -272,7 +278,7 @@ def test_server_app_runs_the_shared_round_loop_with_evaluation_and_checkpoints(t
     from gpflow_fed.federated.runtimes.flower.server_app import app as server_app
 
     ds = dataset()
-    local = run(fsgp({"rounds": 3}), ds, runtime=LocalRuntime(eval_every=1), seed=4)
+    local = run(fsgp({"rounds": 3}), ds, runtime=LocalRuntime(options=RunOptions(eval_every=1)), seed=4)
     config = {
         "algorithm": FACTORY,
         "seed": 4,

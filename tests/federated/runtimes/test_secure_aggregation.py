@@ -59,14 +59,17 @@ def test_fixed_point_range_and_bad_settings_are_rejected():
     with pytest.raises(ValueError, match="NaN"):
         SecureAggregation().encode("x", np.array([np.nan]), cohort_size=2)
     with pytest.raises(TypeError, match="secure_aggregation"):
-        LocalRuntime(secure_aggregation="yes")
+        LocalRuntime(protection=Protection(secure_aggregation="yes"))
 
 
 @pytest.mark.parametrize("algorithm_class", [FederatedMean, WeightedMean])
 def test_server_sees_only_masks_and_the_exact_sum(dataset, algorithm_class):  # noqa: F811
     plain = run(algorithm_class(rounds=2), dataset, runtime=LocalRuntime(), seed=4)
     secure = run(
-        algorithm_class(rounds=2), dataset, runtime=LocalRuntime(secure_aggregation=True, keep_payloads=True), seed=4
+        algorithm_class(rounds=2),
+        dataset,
+        runtime=LocalRuntime(options=RunOptions(keep_payloads=True), protection=Protection(secure_aggregation=True)),
+        seed=4,
     )
     assert secure.state["mean"] == pytest.approx(plain.state["mean"], abs=1e-9)
     assert secure.state["seen"] == plain.state["seen"]
@@ -102,7 +105,9 @@ def test_aggregate_equals_sum_of_fixed_point_encodings():
 
 
 def test_faulty_client_is_excluded_before_masking(dataset):  # noqa: F811
-    runtime = LocalRuntime(secure_aggregation=True, faults=FaultPolicy(on_error="exclude"))
+    runtime = LocalRuntime(
+        options=RunOptions(faults=FaultPolicy(on_error="exclude")), protection=Protection(secure_aggregation=True)
+    )
     result = run(Faulty(2, "nan"), dataset, runtime=runtime)
     keep = [k for k in range(4) if k != 1]
     expected = sum(dataset.clients[k][1].sum() for k in keep) / sum(dataset.client_sizes[k] for k in keep)
@@ -113,7 +118,11 @@ def test_faulty_client_is_excluded_before_masking(dataset):  # noqa: F811
 def test_fixed_point_overflow_is_a_client_fault(dataset):  # noqa: F811
     # 2^(63-59) / 4 clients = 4 < N_k, so every "n" payload is out of range
     with pytest.raises(ClientUpdateError, match="fractional_bits"):
-        run(FederatedMean(1), dataset, runtime=LocalRuntime(secure_aggregation=SecureAggregation(fractional_bits=59)))
+        run(
+            FederatedMean(1),
+            dataset,
+            runtime=LocalRuntime(protection=Protection(secure_aggregation=SecureAggregation(fractional_bits=59))),
+        )
 
 
 def test_a_collect_phase_is_sent_in_plain_under_secure_aggregation(dataset):  # noqa: F811
@@ -148,7 +157,7 @@ def test_fsgp_with_secure_aggregation_matches_plain_fsgp():
         )
 
     plain = run(fsgp(), data, seed=1)
-    secure = run(fsgp(), data, runtime=LocalRuntime(secure_aggregation=True), seed=1)
+    secure = run(fsgp(), data, runtime=LocalRuntime(protection=Protection(secure_aggregation=True)), seed=1)
     for key, value in plain.state.params.items():  # averaged w: mean phase; statistics: sum phase
         np.testing.assert_allclose(secure.state.params[key], value, rtol=0, atol=1e-8)
     for key, value in plain.state.statistics.items():
