@@ -7,6 +7,11 @@ up to date, and checks that every decimal number in the front page's verdict tab
 
 Paired differences are per seed (or split), "ahead" counts the seeds where the first method is better (lower
 RMSE / NLPD, higher log-likelihood), sd is the sample standard deviation (ddof 1).
+
+It also gives every verdict word of the front page: ``verdict`` is the rule BENCHMARKS.md states (exact one-sided
+Wilcoxon signed-rank tests per setting, Holm across a paper's claims, a minimum number of pairs), applied to the
+claims of ``benchmarks/claims.toml`` with the evidence ``evidence()`` builds from the saved runs; the words are
+saved in ``figures.json`` under ``verdicts`` and the numbers the rows print about them under ``verdict.*``.
 """
 
 from __future__ import annotations
@@ -86,6 +91,15 @@ def fsgp() -> Figures:
     )
     for predictor in ("fgp_rbcm", "fgp_local"):
         out |= _paired(f"fsgp.deliveries.T.fsgp_minus_{predictor}", at_t, rmse(predictor, "deliveries"))
+    # FSGP at T against SGPR given 15,000 steps in the same runs: the gap in % of SGPR's RMSE, per seed
+    sgpr_long = {r["seed"]: r["rmse"] for r in _load("fsgp_deliveries_at_T.json")["runs"] if r["method"] == "sgpr"}
+    out |= _stats("fsgp.deliveries.T.fsgp_over_sgpr15k_pct", [100 * (at_t[s] / sgpr_long[s] - 1) for s in sorted(at_t)])
+    for name in ("synthetic1", "synthetic2", "concrete", "deliveries"):  # the budgets in rounds at M = 100
+        rounds = [r["rounds"] for r in runs if r["method"] == "fsgp" and r["dataset"] == name and r.get("M") == 100]
+        out[f"fsgp.{name}.M100.fsgp_rounds.min"], out[f"fsgp.{name}.M100.fsgp_rounds.max"] = min(rounds), max(rounds)
+        fsgp_rmse, sgpr_rmse = rmse("fsgp", name, 100), rmse("sgpr", name, 100)
+        out |= _stats(f"fsgp.{name}.M100.fsgp_over_sgpr_pct",
+                      [100 * (fsgp_rmse[s] / sgpr_rmse[s] - 1) for s in sorted(set(fsgp_rmse) & set(sgpr_rmse))])  # fmt: skip
     return out
 
 
@@ -217,6 +231,12 @@ def _fedbnr_methods() -> Figures:
                 out |= _paired(f"{prefix}.{method}_minus_fedbnr.rmse", rmse[method], rmse["fedbnr"])
                 a, b = (np.array([rmse[m][s] for s in seeds]) for m in (method, "fedbnr"))
                 out[f"{prefix}.{method}.p_worse"] = float(stats.wilcoxon(a, b, alternative="greater").pvalue)
+    for name in dict.fromkeys(n for n, _ in by_setting):  # the RMSE change from K = 10 to K = 100, paired by seed
+        if (name, 10) in by_setting and (name, 100) in by_setting:
+            for method in ("fedbnr", "fedbnr-kd"):
+                ten, hundred = by_setting[(name, 10)], by_setting[(name, 100)]
+                change = [hundred[s][method]["rmse"] - ten[s][method]["rmse"] for s in sorted(set(ten) & set(hundred))]
+                out |= _stats(f"fedbnr.methods.{name}.K10_to_K100.{method}.rmse_change", change)
     return out
 
 
@@ -238,7 +258,7 @@ def recyclable() -> Figures:
             label = labels.get(row["method"])
             if label is None:
                 continue
-            for metric in ("nlpd", "rmse", "rmse_in_range"):
+            for metric in ("nlpd", "rmse", "rmse_in_range", "mae"):
                 out[f"recyclable.{setting}.{label}.{metric}.mean"] = row[metric]["mean"]
                 out[f"recyclable.{setting}.{label}.{metric}.sd"] = row[metric]["sd"]
             if "speed_ratio" in row and label == "authors":
@@ -248,7 +268,7 @@ def recyclable() -> Figures:
         for row in saved["rows"]:
             per_seed.setdefault(labels.get(row["method"], row["method"]), {})[row["seed"]] = row
         for rule in COMMITTEES:
-            for metric in ("nlpd", "rmse"):
+            for metric in ("nlpd", "rmse", "mae"):
                 out |= _paired(
                     f"recyclable.{setting}.ours_minus_{rule}.{metric}",
                     {s: r[metric] for s, r in per_seed["ours"].items()},
@@ -317,6 +337,366 @@ def privacy() -> Figures:
     return out
 
 
+# ------------------------------------------------------------------------------------------------ the verdict rule
+
+CLAIMS = os.path.join(HERE, "claims.toml")
+ALPHA = 0.05  # the family-wise level of each paper's claims (Holm)
+VERDICTS = ("reproduced", "partial", "contradicted", "inconclusive", "not run")
+
+
+def load_claims(path: str = CLAIMS) -> list:
+    """The checked-in list of the papers' claims (``benchmarks/claims.toml``, described in its header)."""
+    import tomllib
+
+    with open(path, "rb") as fh:
+        return tomllib.load(fh)["claim"]
+
+
+class Setting:
+    """One setting a claim covers (a dataset, size, baseline or metric): the paired differences over seeds or
+    splits, signed so that a positive difference favours the claim (after the margin of a "comparable" claim),
+    and the measured seconds one more pair costs."""
+
+    def __init__(self, name: str, diffs: Iterable[float], seconds_per_pair: float = 0.0):
+        self.name = name
+        self.diffs = [float(d) for d in diffs if np.isfinite(d)]
+        self.seconds_per_pair = float(seconds_per_pair)
+
+    @property
+    def n(self) -> int:
+        return len(self.diffs)
+
+
+def exact_wilcoxon(diffs: Sequence[float]) -> tuple:
+    """One-sided exact Wilcoxon signed-rank p-values (scipy) of "the differences are positive" and "negative";
+    zero differences are dropped (Wilcoxon's convention); no pair gives 1, 1."""
+    from scipy import stats
+
+    d = [x for x in diffs if x != 0.0]
+    if not d:
+        return 1.0, 1.0
+    return tuple(float(stats.wilcoxon(d, alternative=a, method="exact").pvalue) for a in ("greater", "less"))
+
+
+def holm(pvalues: Sequence[float]) -> list:
+    """Holm's step-down adjusted p-values (valid under any dependence between the tests)."""
+    p = np.asarray(pvalues, dtype=float)
+    order = np.argsort(p, kind="stable")
+    adjusted = np.empty_like(p)
+    running = 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (len(p) - rank) * p[i]))
+        adjusted[i] = running
+    return adjusted.tolist()
+
+
+def minimum_pairs(claims: int, alpha: float = ALPHA) -> int:
+    """The fewest pairs at which a unanimous setting (exact one-sided p = 2⁻ⁿ) passes Holm's strictest threshold
+    α / m over a paper's m claims: with fewer, the test cannot reach its level whatever the data say."""
+    return int(np.ceil(np.log2(claims / alpha) - 1e-12))
+
+
+def _at_least(pvalues: Sequence[float], j: int) -> float:
+    """The p-value of "the effect is there in at least j of these k settings": (k − j + 1) times the j-th smallest
+    p (valid under any dependence between the settings). For j = k it is the largest p, the intersection–union
+    test of "in every setting"; for j = 1 Bonferroni's k times the smallest."""
+    ordered = sorted(pvalues)
+    return min(1.0, (len(ordered) - j + 1) * ordered[j - 1])
+
+
+def verdict(paper_claims: Sequence[dict], evidence: Mapping[str, object], alpha: float = ALPHA) -> dict:
+    """The verdict rule (BENCHMARKS.md, "The verdict rule") for the claims of one paper.
+
+    Every setting a ``paired`` claim covers is tested both ways by exact one-sided Wilcoxon signed-rank tests on
+    its paired differences; a setting with fewer than n_min = ``minimum_pairs(m)`` pairs cannot decide (both its
+    p-values are taken as 1). With j the settings the claim needs (all k, or a majority k // 2 + 1 for "most"),
+    each claim has three p-values: it holds (in at least j settings), it fails (reversed in at least k − j + 1),
+    it holds somewhere (in at least one). Each of the three is Holm-corrected at ``alpha`` across the paper's m
+    paired claims. Verdict: reproduced if "holds" is rejected and "fails" is not; contradicted if "fails" is
+    rejected and "somewhere" is not; partial if "somewhere" is rejected otherwise; else inconclusive. A ``single``
+    run or an inadmissible stand-in is inconclusive; an ``exact`` claim takes the word its check gives;
+    ``not run`` is that. Returns ``{id: {"verdict", "n", "n_min", "p_holds", "p_fails", "p_some", ...}}``."""
+    paired = [c for c in paper_claims if c["kind"] == "paired" and "inadmissible" not in c]
+    m = len(paired)
+    n_min = minimum_pairs(m, alpha) if m else minimum_pairs(1, alpha)
+    raw: Dict[str, list] = {}
+    out: Dict[str, dict] = {}
+    for claim in paired:
+        settings = evidence[claim["id"]]
+        k = len(settings)
+        plus, minus = [], []
+        for setting in settings:
+            p_up, p_down = exact_wilcoxon(setting.diffs) if setting.n >= n_min else (1.0, 1.0)
+            plus.append(p_up)
+            minus.append(p_down)
+        j = k if claim.get("quantifier", "all") == "all" else k // 2 + 1
+        raw[claim["id"]] = [_at_least(plus, j), _at_least(minus, k - j + 1), _at_least(plus, 1)]
+        out[claim["id"]] = {
+            "n": min(s.n for s in settings),
+            "n_min": n_min,
+            "settings": k,
+            "needed": j,
+            "ahead": sum(np.mean(np.asarray(s.diffs) > 0) > 0.5 for s in settings),  # settings ahead on most pairs
+            "seconds_to_n_min": sum(max(0, n_min - s.n) * s.seconds_per_pair for s in settings),
+        }
+    ids = list(raw)
+    adjusted = [holm([raw[cid][i] for cid in ids]) for i in range(3)] if ids else [[], [], []]
+    for row, cid in enumerate(ids):
+        holds, fails, some = (adjusted[i][row] <= alpha for i in range(3))
+        word = (
+            "reproduced" if holds and not fails
+            else "contradicted" if fails and not some
+            else "partial" if some
+            else "inconclusive"
+        )  # fmt: skip
+        out[cid] |= {"verdict": word, "p_holds": raw[cid][0], "p_fails": raw[cid][1], "p_some": raw[cid][2],
+                     "adjusted": [adjusted[i][row] for i in range(3)]}  # fmt: skip
+    for claim in paper_claims:
+        cid, kind = claim["id"], claim["kind"]
+        if kind == "exact":
+            out[cid] = {"verdict": "reproduced" if evidence[cid] else "contradicted"}
+        elif kind == "not run":
+            out[cid] = {"verdict": "not run"}
+        elif kind == "single" or "inadmissible" in claim:
+            settings = evidence.get(cid, [])
+            out[cid] = {"verdict": "inconclusive", "n": min((s.n for s in settings), default=1), "n_min": n_min,
+                        "seconds_to_n_min": sum(max(0, n_min - s.n) * s.seconds_per_pair for s in settings)}  # fmt: skip
+    return out
+
+
+def verdicts(claims: Sequence[dict] | None = None) -> Dict[str, dict]:
+    """Every claim's verdict, paper by paper, from the saved runs."""
+    claims = load_claims() if claims is None else claims
+    saved = evidence()
+    out: Dict[str, dict] = {}
+    for paper in dict.fromkeys(c["paper"] for c in claims):
+        out |= verdict([c for c in claims if c["paper"] == paper], saved)
+    return out
+
+
+def _verdict_figures() -> Figures:
+    """The numbers the verdict tables print about the rule: each claim's n, n_min, p-values and the hours more
+    pairs would cost."""
+    out: Figures = {}
+    for cid, v in verdicts().items():
+        for key in ("n", "n_min", "p_holds", "p_fails", "p_some", "ahead", "settings"):
+            if key in v:
+                out[f"verdict.{cid}.{key}"] = float(v[key])
+        if "adjusted" in v:
+            for name, value in zip(("holds", "fails", "some"), v["adjusted"]):
+                out[f"verdict.{cid}.adjusted_{name}"] = value
+        if v.get("seconds_to_n_min"):
+            out[f"verdict.{cid}.hours_to_n_min"] = v["seconds_to_n_min"] / 3600.0
+    return out
+
+
+# the evidence of each paired claim: its settings, signed so that a positive difference favours the claim
+
+
+def _by_seed(rows: Iterable[dict], key: str = "rmse") -> Dict[int, float]:
+    return {r["seed"]: r[key] for r in rows}
+
+
+def _diffs(favoured: Mapping[int, float], other: Mapping[int, float], lower_is_better: bool = True) -> list:
+    """``other − favoured`` per shared seed for a lower-is-better metric (positive: the claim's method ahead),
+    ``favoured − other`` for a higher-is-better one."""
+    seeds = sorted(set(favoured) & set(other))
+    sign = 1.0 if lower_is_better else -1.0
+    return [sign * (other[s] - favoured[s]) for s in seeds]
+
+
+def _fsgp_evidence() -> Dict[str, list]:
+    runs = _load("fsgp_sweep.json")["runs"]
+
+    def rows(method: str, name: str, M: int | None = None) -> list:
+        return [r for r in runs if r["method"] == method and r["dataset"] == name and (M is None or r.get("M") == M)]
+
+    def seed_seconds(name: str) -> float:  # one more seed of the sweep: every M of FSGP and SGPR, one FGP training
+        per_seed: Dict[int, float] = {}
+        for r in runs:
+            if r["dataset"] == name and r["method"] in ("fsgp", "sgpr", "fgp_rbcm", "gpr_exact"):
+                per_seed[r["seed"]] = per_seed.get(r["seed"], 0.0) + r["seconds"]
+        return float(np.mean(list(per_seed.values())))
+
+    names = ("synthetic1", "synthetic2", "concrete", "deliveries")
+    cost = {name: seed_seconds(name) for name in names}
+    predictors = (("fgp_local", "per-client"), ("fgp_rbcm", "rBCM"))
+
+    def versus_fgp(name: str, M: int) -> list:
+        fsgp_rmse = _by_seed(rows("fsgp", name, M))
+        return [Setting(f"{name} M={M} {label}", _diffs(fsgp_rmse, _by_seed(rows(p, name))), cost[name])
+                for p, label in predictors]  # fmt: skip
+
+    def comparable(name: str, M: int) -> Setting:
+        fsgp_rmse, sgpr = _by_seed(rows("fsgp", name, M)), _by_seed(rows("sgpr", name, M))
+        margin = _claim_margin("fsgp.comparable_with_sgpr")
+        return Setting(f"{name} M={M}", [(1 + margin) * sgpr[s] - fsgp_rmse[s] for s in sorted(set(fsgp_rmse) & set(sgpr))],
+                       cost[name])  # fmt: skip
+
+    return {
+        "fsgp.better_than_fgp": [s for name in names for M in (10, 25, 50, 100) for s in versus_fgp(name, M)],
+        "fsgp.slightly_better_synthetic": [s for name in names[:2] for s in versus_fgp(name, 100)],
+        "fsgp.obviously_better_kin40k": [s for name in names[2:] for s in versus_fgp(name, 100)],
+        "fsgp.comparable_with_sgpr": [comparable(name, M) for name in names for M in (10, 25, 50, 100)],
+    }
+
+
+_MARGINS: Dict[str, float] = {}
+
+
+def _claim_margin(cid: str) -> float:
+    if not _MARGINS:
+        _MARGINS.update({c["id"]: c["margin"] for c in load_claims() if "margin" in c})
+    return _MARGINS[cid]
+
+
+def _pvi_evidence() -> Dict[str, list]:
+    main = _pvi_runs("pvi_*.json", exclude=("ozone32", "split_factors", "regional", "trace"))
+    ozone32 = _pvi_runs("pvi_ozone32_s*.json")
+
+    def ll(runs: Mapping[tuple, dict], name: str, method: str) -> Dict[int, float]:
+        return {s: r["ll"] for (n, m, s), r in runs.items() if (n, m) == (name, method)}
+
+    def seconds(runs: Mapping[tuple, dict], name: str, methods: Sequence[str]) -> float:
+        return float(sum(np.mean([r["seconds"] for (n, m, _), r in runs.items() if (n, m) == (name, k)]) for k in methods))
+
+    def better(name: str, method: str, other: str, runs=main) -> Setting:
+        return Setting(f"{name} {method} vs {other}", _diffs(ll(runs, name, method), ll(runs, name, other), False),
+                       seconds(runs, name, (method, other)))  # fmt: skip
+
+    def comparable(name: str, cid: str, runs=main, label: str | None = None) -> Setting:
+        dpo, glob = ll(runs, name, "dpo"), ll(runs, name, "global")
+        margin = _claim_margin(cid)
+        return Setting(label or name, [dpo[s] - glob[s] + margin for s in sorted(set(dpo) & set(glob))],
+                       seconds(runs, name, ("dpo", "global")))  # fmt: skip
+
+    iid = ("boston", "concrete", "diabetes")
+    return {
+        "pvi.fedavg_z_ineffective": [better(n, "dpo", "fedavg") for n in (*iid, "ozone")],
+        "pvi.dpo_beats_cpo": [better(n, "dpo", "cpo") for n in (*iid, "ozone")],
+        "pvi.dpo_comparable_iid": [comparable(n, "pvi.dpo_comparable_iid") for n in iid],
+        "pvi.fixed_z_poor": [better(n, "dpo", "fixed") for n in iid],
+        "pvi.dpo_comparable_regional": [
+            comparable("ozone", "pvi.dpo_comparable_regional", label="ozone, 10 regions"),
+            comparable("ozone", "pvi.dpo_comparable_regional", ozone32, "ozone, 32 regions"),
+        ],
+        "pvi.cpo_fixed_worse_regional": [better("ozone", "dpo", "cpo"), better("ozone", "dpo", "fixed")],
+        "pvi.qz_resembles_global": [Setting("ozone split 0 trace", [0.0],
+                                            sum(_load(f"pvi_ozone_trace_{m}.json").get("seconds", 0.0) for m in ("dpo", "global")))],  # fmt: skip
+    }
+
+
+def _fedbnr_evidence() -> Dict[str, list]:
+    by_setting = pool_method_records(sorted(glob.glob(os.path.join(RESULTS, "fedbnr_methods_k*.json"))))
+
+    def metric(name: str, K: int, method: str, key: str = "rmse") -> Dict[int, float]:
+        return {s: m[method][key] for s, m in by_setting[(name, K)].items() if method in m}
+
+    def seed_seconds(name: str, K: int) -> float:
+        return float(np.mean([sum(v.get("seconds", 0.0) for v in m.values()) for m in by_setting[(name, K)].values()]))
+
+    settings = sorted(by_setting, key=lambda nk: (nk[1], nk[0]))
+    ours = ("fedbnr", "fedbnr-kd")
+
+    def better(name: str, K: int, method: str, other: str, key: str = "rmse") -> Setting:
+        return Setting(f"{name} K={K} {method} vs {other} ({key})", _diffs(metric(name, K, method, key),
+                       metric(name, K, other, key)), seed_seconds(name, K))  # fmt: skip
+
+    def stable(name: str) -> Setting:
+        change = {m: {s: metric(name, 100, m)[s] - metric(name, 10, m)[s] for s in metric(name, 100, m)} for m in ours}
+        return Setting(f"{name} K=10→100", _diffs(change["fedbnr-kd"], change["fedbnr"]),
+                       seed_seconds(name, 10) + seed_seconds(name, 100))  # fmt: skip
+
+    ablations = ("local+local", "local+global", "avg+local", "kd+local")
+    return {
+        "fedbnr.beats_pfedgp": [better(n, K, m, "pfedgp") for n, K in settings for m in ours],
+        "fedbnr.beats_fedavg": [better(n, K, m, b) for n, K in settings for m in ours for b in ("fedavg", "fedprox")],
+        "fedbnr.ablations": [better(n, K, "fedbnr", a) for n, K in settings for a in ablations],
+        "fedbnr.kd_40_percent": [better(n, K, "fedbnr", "fedbnr-kd") for n, K in settings],
+        "fedbnr.kd_stable": [stable(n) for n in dict.fromkeys(n for n, _ in settings)],
+        "fedbnr.kd_calibrated": [better(n, K, "fedbnr-kd", b, "ece") for n, K in settings for b in ("fedbnr", "pfedgp")],
+        "fedbnr.mce_brier": [better(n, K, m, "pfedgp", key) for n, K in settings for m in ours for key in ("mce", "brier")],
+    }
+
+
+def _recyclable_evidence() -> Dict[str, list]:
+    ours = "Recyclable ensemble (ours), default local fits (degenerate ones refitted)"
+    out: Dict[str, list] = {"recyclable.beats_committees": [], "recyclable.smaller_spread": []}
+    for setting, name in (("10k", "recyclable_10k_ranges.json"), ("100k", "recyclable_100k_ranges.json")):
+        rows = _load(name)["rows"]
+        by_method: Dict[str, Dict[int, dict]] = {}
+        for r in rows:
+            by_method.setdefault(r["method"], {})[r["seed"]] = r
+        seconds = float(np.mean([np.nansum([r.get("fit_s", 0.0), r.get("local_s", 0.0)]) for r in rows if r["method"] == ours]))
+        for rule in COMMITTEES:
+            committee = by_method[f"{rule} (SVGP experts, default local fits (degenerate ones refitted))"]
+            for metric in ("nlpd", "rmse", "mae"):
+                a = {s: r[metric] for s, r in by_method[ours].items()}
+                b = {s: r[metric] for s, r in committee.items() if np.isfinite(r[metric])}
+                out["recyclable.beats_committees"].append(Setting(f"{setting} {rule} {metric}", _diffs(a, b), seconds))
+                spread_a = {s: abs(v - np.median(list(a.values()))) for s, v in a.items()}
+                spread_b = {s: abs(v - np.median(list(b.values()))) for s, v in b.items()}
+                out["recyclable.smaller_spread"].append(
+                    Setting(f"{setting} {rule} {metric}", _diffs(spread_a, spread_b), seconds))
+
+    def single(file: str, method: str, reference: str, cid: str | None = None) -> Setting:
+        rows = {r["method"]: r for r in _load(file)["rows"]}
+        margin = _claim_margin(cid) if cid else 0.0
+        seconds = float(np.nansum([rows[m].get(k, 0.0) for m in (method, reference) for k in ("fit_s", "local_s")]))
+        return Setting(file, [rows[reference]["nlpd"] - rows[method]["nlpd"] + margin], seconds)
+
+    out["recyclable.toy"] = [single("recyclable_toy.json", ours, "single SVGP, pooled data (M=35)")]
+    out["recyclable.pyramid"] = [single("recyclable_pyramid_r5.json", "Recyclable pyramid (250 → 25 → 3 → 1)",
+                                        "flat ensemble over all 250")]  # fmt: skip
+    out["recyclable.sunspots"] = [single("recyclable_sunspots.json", ours, "single SVGP, pooled data (M=90)")]
+    standins = _load("recyclable_standins.json")["rows"]
+    margin = _claim_margin("recyclable.mnist")
+    out["recyclable.mnist"] = []
+    for digit in (0, 1):
+        mine = [r for r in standins if r["experiment"] == "digits" and r["digit"] == digit]
+        ens = {r["seed"]: r["nlpd"] for r in mine if r["method"] == "recycled ensemble" and not r.get("failed")}
+        one = {r["seed"]: r["nlpd"] for r in mine if r["method"] == "single SVGP"}
+        seconds = float(np.mean([np.nansum([r.get("fit_s", 0.0), r.get("local_s", 0.0)]) for r in mine])) * 2
+        out["recyclable.mnist"].append(Setting(f"digit {digit}", [one[s] - ens[s] + margin for s in sorted(set(ens) & set(one))], seconds))
+    ames = [r for r in standins if r["experiment"] == "ames"]
+    out["recyclable.heterogeneous"] = [Setting("ames Q1", _diffs(
+        _by_seed([r for r in ames if r["method"].startswith("heterogeneous")], "nlpd"),
+        _by_seed([r for r in ames if r["method"] == "classifiers Q2–Q4 only"], "nlpd")))]  # fmt: skip
+    banana = _load("recyclable_banana.json")["rows"]
+    out["recyclable.banana"] = [Setting("banana", _diffs(
+        _by_seed([r for r in banana if r["method"].startswith("recycled ensemble")], "nlpd"),
+        _by_seed([r for r in banana if r["method"] == "single SVGP (5×5)"], "nlpd")))]  # fmt: skip
+    return out
+
+
+def _privacy_exact() -> Dict[str, Callable[[], bool]]:
+    paper = _load("privacy_paper.json")
+
+    def satellite(alpha: float) -> float:
+        return min(r["min_var_at_private_inputs"] / r["sigma2"] for r in paper["satellite"] if r["alpha"] == alpha)
+
+    ex1, ex2, ex3 = paper["example_1"], paper["example_2"], paper["example_3"]
+    return {
+        "privacy.example1": lambda: abs(ex1["variance_at_0_5"] - 0.5) < 1e-6 and ex1["diagonal_sdp_trace"] > ex1["trace"],
+        "privacy.example2": lambda: all(r["theorem2"] and ex2["weak_trace_krylov"] <= r["strong_trace"] for r in ex2["strong"]),
+        "privacy.example3": lambda: all(
+            (r["strong_margin"] > -1e-12 and r["weak_trace"] <= r["strong_trace"] + 1e-12) if r["valid"] else "strong_trace" not in r
+            for r in ex3),  # fmt: skip
+        # the text: the smaller α, the better hidden; eq. 11: the variance at the private inputs is at least α K
+        "privacy.satellite": lambda: satellite(0.1) >= satellite(0.5),
+    }
+
+
+def evidence() -> Dict[str, object]:
+    """Each claim's evidence from the saved runs: a list of ``Setting`` for a paired (or single-run) claim, the
+    result of its exact check for an exact one."""
+    out: Dict[str, object] = {}
+    for build in (_fsgp_evidence, _pvi_evidence, _fedbnr_evidence, _recyclable_evidence):
+        out |= build()
+    out |= {cid: bool(check()) for cid, check in _privacy_exact().items()}
+    return out
+
+
 SECTIONS: Dict[str, Callable[[], Figures]] = {
     "fsgp": fsgp,
     "fedbnr": fedbnr,
@@ -330,7 +710,7 @@ def figures() -> Figures:
     """Every finite figure, from the saved runs (a method without a score on some run, e.g. BCM's NLPD where its
     variance is not positive, has none)."""
     out: Figures = {}
-    for section in SECTIONS.values():
+    for section in (*SECTIONS.values(), _verdict_figures):
         out |= {key: float(value) for key, value in section().items() if np.isfinite(value)}
     return out
 
@@ -344,7 +724,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     for key, value in values.items():
         if args.grep in key:
             print(f"{key} = {value:.6g}")
-    save(args.out, {"figures": values}, __file__, list(argv) if argv is not None else None)
+    words = {cid: v["verdict"] for cid, v in verdicts().items()}
+    for cid, word in words.items():
+        if args.grep in cid:
+            print(f"verdict {cid} = {word}")
+    save(args.out, {"figures": values, "verdicts": words}, __file__, list(argv) if argv is not None else None)
     return 0
 
 

@@ -6,10 +6,12 @@ i.e. σ² = 0.01, Z a random subset of the pooled X; P = 3 local Adam steps, λ 
 round):
 
 * per M: FSGP (FedAvg) and centralized SGPR on the pooled data;
-* once (no M): FGP, FedAvg over the clients' exact-GP likelihoods, predicting with the robust BCM (the paper's
-  baseline), with the product of experts (PoE) and with each client's own expert alone (``fgp_local``, the
-  mean of the clients' RMSEs); where N ≤ ``--exact-max`` also centralized exact GPR (L-BFGS to convergence),
-  the best any of these can do.
+* once (no M): FGP, FedAvg over the clients' exact-GP likelihoods, predicting with the robust BCM (a committee of
+  every client's GP, stronger than the FGP paper's prediction; the FSGP paper does not say which predictor its
+  FGP used), with the product of experts (PoE) and with each client's own expert alone (``fgp_local``, the FGP
+  paper's personalised prediction, scored as the unweighted mean of the clients' RMSEs; the FGP paper weights
+  clients by their size, which needs per-client records this script does not save); where N ≤ ``--exact-max``
+  also centralized exact GPR (L-BFGS to convergence), the best any of these can do.
 
 Stopping rule (instead of the paper's fixed T = 5,000 rounds): a :class:`~gpflow_fed.federated.Plateau`, i.e.
 training stops when the mean objective over the last ``--window`` rounds (FSGP: the sampled clients' averaged
@@ -46,7 +48,7 @@ from provenance import command, save  # noqa: E402
 from gpflow_fed.baselines import centralized_sgpr  # noqa: E402
 from gpflow_fed.models.experts import ExpertCommittee  # noqa: E402
 from gpflow_fed.data import FederatedDataset, fsgp_synthetic_1, fsgp_synthetic_2, load_dataset, make_federated  # noqa: E402
-from gpflow_fed.federated import LocalRuntime, Plateau, run  # noqa: E402
+from gpflow_fed.federated import LocalRuntime, Plateau, Protection, run  # noqa: E402
 from gpflow_fed.federated.algorithms import FGP, FSGP, initial_inducing_inputs  # noqa: E402
 from gpflow_fed.metrics import evaluate_model  # noqa: E402
 
@@ -107,7 +109,7 @@ def fgp_runs(dataset: FederatedDataset, rho: float, rounds: int, stopping: Plate
     """FGP trained once, predicting with rBCM, PoE and each client's expert alone; FGP's exact-GP footprint."""
     D = dataset.input_dim
     fgp = run(FGP(_kernel(D), INITIAL_NOISE_VARIANCE, rounds, LOCAL_STEPS, LEARNING_RATE, rho, stopping=stopping),
-              dataset, runtime=LocalRuntime(secure_aggregation=False), seed=seed)  # fmt: skip
+              dataset, runtime=LocalRuntime(protection=Protection(secure_aggregation=False)), seed=seed)  # fmt: skip
     experts = fgp.model.experts
     largest = max(dataset.client_sizes)
     common = {"rounds": len(fgp.history), "seconds": fgp.seconds, "seconds_per_round": _per_round(fgp.history)}
@@ -144,7 +146,9 @@ def sparse_runs(dataset: FederatedDataset, rho: float, M: int, rounds: int, stop
     D = dataset.input_dim
     Z = initial_inducing_inputs(dataset.pooled()[0], M, seed=seed)
     fsgp = FSGP(_kernel(D), Z, INITIAL_NOISE_VARIANCE, rounds, LOCAL_STEPS, LEARNING_RATE, rho, stopping=stopping)
-    fed = run(fsgp, dataset, runtime=LocalRuntime(secure_aggregation=False), seed=seed)  # the paper's plain sums
+    fed = run(
+        fsgp, dataset, runtime=LocalRuntime(protection=Protection(secure_aggregation=False)), seed=seed
+    )  # the paper's plain sums
     steps = Plateau(LOCAL_STEPS * stopping.window, stopping.tolerance)
     central = centralized_sgpr(
         dataset, _kernel(D), Z, INITIAL_NOISE_VARIANCE, LOCAL_STEPS * rounds, LEARNING_RATE, steps

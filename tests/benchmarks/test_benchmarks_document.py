@@ -1,6 +1,8 @@
 """BENCHMARKS.md and the per-paper pages quote only what the repository holds: every script and saved run they
-name exists, every link resolves, the front page is short and opens with where each paper stands, and every
-decimal number of its verdict tables is a figure computed from the saved runs (``benchmarks/figures.py``)."""
+name exists, every link resolves, the front page is short and opens with where each paper stands, every decimal
+number of its verdict tables is a figure computed from the saved runs (``benchmarks/figures.py``), every verdict
+word is the one the verdict rule gives on the saved runs, and the rows are the claims of ``benchmarks/claims.toml``,
+one each, with every listed deviation in the claim's row."""
 
 import importlib.util
 import json
@@ -15,7 +17,7 @@ FRONT = ROOT / "BENCHMARKS.md"
 PAPERS = ROOT / "benchmarks" / "papers"
 PAGES = [FRONT, *sorted(PAPERS.glob("*.md")), ROOT / "benchmarks" / "CHANGELOG.md"]
 PAPER_PAGES = ("fsgp", "fedbnr", "pvi", "recyclable", "privacy-aware")
-LEGEND = ("reproduced", "partial", "contradicted", "not run")
+LEGEND = ("reproduced", "partial", "contradicted", "inconclusive", "not run")
 SECTIONS = {"FSGP": "fsgp", "FedBNR": "fedbnr", "PVI with DPO": "pvi", "Recyclable GPs": "recyclable",
             "Privacy-aware GPR": "privacy-aware"}  # fmt: skip
 NUMBER = re.compile(r"(?<![\w.])([−+-]?\d+(?:,\d{3})*\.\d+)(?![\d.])")
@@ -28,7 +30,7 @@ def _text(path: Path) -> str:
 def test_the_pages_exist_and_the_front_page_is_short():
     for name in (*PAPER_PAGES, "engineering"):
         assert (PAPERS / f"{name}.md").is_file(), name
-    assert len(FRONT.read_bytes()) <= 40_000, "BENCHMARKS.md is the front page: keep it under 40 KB"
+    assert len(FRONT.read_bytes()) <= 21_000, "BENCHMARKS.md is the front page: keep it near 20 KB"
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
@@ -88,12 +90,12 @@ def _section(title: str) -> str:
 
 def test_the_front_page_opens_with_where_each_paper_stands():
     headings = re.findall(r"^## (.+)$", _text(FRONT), flags=re.MULTILINE)
-    assert headings[0] == "Where each paper stands" and headings[-2:] == [
+    assert headings[:2] == ["Where each paper stands", "The verdict rule"] and headings[-2:] == [
         "Not run",
         "The machine, the raw runs, the peer code",
     ]
     header, *rows = _tables(_section("Where each paper stands"))
-    assert header[2:6] == list(LEGEND)
+    assert header[2:7] == list(LEGEND)
     assert [row[0].split("]")[0].lstrip("[") for row in rows] == list(SECTIONS)
 
 
@@ -108,13 +110,10 @@ def test_each_verdict_uses_the_legend_and_the_counts_match_the_status_table():
     for row, title in zip(status, SECTIONS):
         verdicts = [r[1] for r in _verdicts(title)]
         for verdict in verdicts:
-            assert verdict.rstrip(" †") in LEGEND, (title, verdict)
+            assert verdict in LEGEND, (title, verdict)
         assert int(row[1]) == len(verdicts), title
-        for column, word in zip(row[2:6], LEGEND):
-            count = sum(v.rstrip(" †") == word for v in verdicts)
-            unsaved = sum(v == f"{word} †" for v in verdicts)
-            expected = str(count) + (f" ({unsaved} †)" if unsaved else "")
-            assert column == expected, (title, word, column, expected)
+        for column, word in zip(row[2:7], LEGEND):
+            assert column == str(sum(v == word for v in verdicts)), (title, word, column)
 
 
 @pytest.fixture(scope="module")
@@ -187,3 +186,62 @@ def test_the_fedbnr_methods_figures_give_the_tables_marks(figures, load_benchmar
             assert (fedbnr.wilcoxon_mark(a, b) == "⇑") == (p < 0.01), (name, K, method, p)
             checked += 1
     assert checked == 54  # 9 methods against FedBNR in the 6 settings (3 datasets, K = 10 and 100)
+
+
+@pytest.fixture(scope="module")
+def claims(figures):
+    return figures.load_claims()
+
+
+def _rows_by_label() -> dict:
+    """``{(section, first cell): row}`` of every verdict table of the front page."""
+    return {(title, row[0]): row for title in SECTIONS for row in _verdicts(title)}
+
+
+def test_one_row_per_claim_and_every_claim_has_its_row(claims):
+    rows = _rows_by_label()
+    listed = [(c["paper"], c["label"]) for c in claims]
+    assert len(set(listed)) == len(listed), "two claims share a label"
+    assert sorted(rows) == sorted(listed), (
+        f"rows that are no claim of benchmarks/claims.toml: {sorted(set(rows) - set(listed))}; "
+        f"claims without a row: {sorted(set(listed) - set(rows))}"
+    )
+    for claim in claims:
+        assert claim["where"] and claim["says"] and claim["kind"] in ("paired", "single", "exact", "not run"), claim["id"]
+        if claim["kind"] == "not run":
+            assert claim.get("cost"), f"{claim['id']}: a not-run claim says why or what it would cost"
+
+
+def test_every_deviation_is_in_its_row(claims):
+    rows = _rows_by_label()
+    for claim in claims:
+        row = rows[(claim["paper"], claim["label"])]
+        for phrase in claim.get("deviations", []):
+            assert phrase in row[3], f"{claim['id']}: the row's 'what differs' lacks {phrase!r}"
+        if "selected" in claim:  # shown, marked, and not what the verdict rests on
+            assert "*selected*" in row[2], claim["id"]
+        if "inadmissible" in claim:
+            assert "inadmissible" in row[3] and row[1] == "inconclusive", claim["id"]
+        if claim["kind"] == "not run":
+            assert row[1] == "not run", claim["id"]
+
+
+def test_every_verdict_is_the_rules_on_the_saved_runs(figures, claims):
+    """The words on the page, in the saved figures and from the rule recomputed on the saved runs agree."""
+    now = figures.verdicts(claims)
+    saved = json.loads((ROOT / "benchmarks" / "results" / "figures.json").read_text())["verdicts"]
+    assert saved == {cid: v["verdict"] for cid, v in now.items()}, "run python benchmarks/figures.py"
+    rows = _rows_by_label()
+    wrong = [(c["id"], rows[(c["paper"], c["label"])][1], now[c["id"]]["verdict"]) for c in claims
+             if rows[(c["paper"], c["label"])][1] != now[c["id"]]["verdict"]]  # fmt: skip
+    assert not wrong, f"(claim, page, rule): {wrong}"
+
+
+def test_a_row_below_the_minimum_says_what_more_seeds_cost(figures, claims):
+    """An inconclusive paired row whose evidence is below n_min prints the hours its missing pairs cost."""
+    now = figures.verdicts(claims)
+    rows = _rows_by_label()
+    for claim in claims:
+        v = now[claim["id"]]
+        if v["verdict"] == "inconclusive" and v.get("seconds_to_n_min", 0) > 0:
+            assert re.search(r"\d h\b", rows[(claim["paper"], claim["label"])][2]), claim["id"]
