@@ -154,6 +154,11 @@ class ClientEncoder:
         self.sizes: Mapping[str, int] = sizes if sizes is not None else {}  # read only
         #: per exchange (purpose, round, phase), the least total data a summed group must hold (small-cohort rule)
         self._min_data: Dict[Tuple[str, int, str], int] = {}
+        #: per phase, the largest DP noise multiplier this client has answered it under in this run (never lowered)
+        self._noise_seen: Dict[str, float] = {}
+        #: per exchange under distributed DP, the honest-client count its noise shares assume (the fewest survivors
+        #: it unmasks a sum over)
+        self._honest: Dict[Tuple[str, int, str], int] = {}
 
     # --- the update ----------------------------------------------------------------------------------
     def claim(self, purpose: str, round: int, phase: str) -> None:
@@ -214,11 +219,13 @@ class ClientEncoder:
             raise EncoderRefusal(refusal)
         if request.secure is not None:
             self._check_one_view(broadcast, view, message.phase)
+        self._check_noise(request, message.phase, aggregation)
         if min_data is not None and self.policy.protect_small_cohorts:
             self._min_data[(purpose, message.round, message.phase)] = int(min_data)
         arrays = {k: np.asarray(v, dtype=np.float64) for k, v in message.arrays.items()}
         distributed = request.distributed
         if distributed is not None and request.noised(message.phase, aggregation):
+            self._honest[(purpose, message.round, message.phase)] = int(distributed.honest_clients)
             codes = self._distributed_codes(message, arrays, distributed, cohort_size)
             return self._keep(codes, request, purpose, broadcast, view)
         weight = message.weight
@@ -245,6 +252,19 @@ class ClientEncoder:
         self._request_views = {k: v for k, v in self._request_views.items() if k in self._broadcasts}
         self._request_views[key] = view
         return prepared
+
+    def _check_noise(self, request: Protection, phase: str, aggregation: str) -> None:
+        """Within a run, a phase's DP never goes down (:mod:`.policy`): a request without DP, or with less noise,
+        after an answer under noise multiplier z is refused (a server that differences a noised answer and a
+        later one with little noise gets the payload back)."""
+        noise = request.dp.noise_multiplier if request.noised(phase, aggregation) and request.dp is not None else 0.0
+        seen = self._noise_seen.get(phase, 0.0)
+        if noise < seen:
+            raise EncoderRefusal(
+                f"secure aggregation: {self.client_id!r} answered phase {phase!r} under DP noise multiplier {seen:g} "
+                f"in this run; a request with {noise:g} is refused"
+            )
+        self._noise_seen[phase] = max(seen, noise)
 
     def _check_one_view(self, broadcast: bytes, view: bytes, phase: str) -> None:
         """One request view per broadcast, recorded *before* encoding (module docstring): whether a payload fits
@@ -314,6 +334,7 @@ class ClientEncoder:
             self._check_groups(request)
         if stage == "unmask":
             self._check_dropouts(request)
+            self._check_survivors(request)
         if stage == "masked_input":
             key = (request.get("purpose"), request.get("round"), request.get("phase"))
             kept = self._prepared.get(key)
@@ -354,6 +375,21 @@ class ClientEncoder:
             )
         self._answered[broadcast] = (cohort, shown)
 
+    def _check_survivors(self, request: Mapping[str, Any]) -> None:
+        """Under distributed DP a sum is unmasked only over at least the honest-client count the noise shares
+        assume: with fewer survivors it carries less noise than the accountant reports (a server that declares live
+        clients dropped would get a sum noised for 2 clients, not 10)."""
+        key: Tuple[Any, Any, Any] = (request.get("purpose"), request.get("round"), request.get("phase"))
+        needed = self._honest.get(key)  # the request's values: wrong types find nothing
+        if needed is None or self._secagg is None:
+            return
+        survivors = sum(len(group) for group in self._secagg.survivor_groups(request))
+        if survivors < needed:
+            raise EncoderRefusal(
+                f"secure aggregation: {self.client_id!r} refuses: unmasking a sum over {survivors} survivor(s), below "
+                f"the {needed} honest clients its distributed-DP noise assumes"
+            )
+
     def _check_groups(self, request: Mapping[str, Any]) -> None:
         """The small-cohort rule: every group whose sum the server would learn holds enough data."""
         key: Tuple[Any, Any, Any] = (request.get("purpose"), request.get("round"), request.get("phase"))
@@ -384,6 +420,8 @@ class ClientEncoder:
             "last_round": [[p, f, int(r)] for (p, f), r in self._last_round.items()],
             "encoded_views": [[d.hex(), v.hex()] for d, v in self._encoded_views.items()],
             "claimed": [[p, f, int(r)] for (p, f), r in self._claimed.items()],
+            "noise_seen": {f: float(z) for f, z in self._noise_seen.items()},
+            "honest": [[k[0], int(k[1]), k[2], int(v)] for k, v in self._honest.items()],
             "stopped": self.stopped,
             "prepared": [
                 {
@@ -433,6 +471,8 @@ class ClientEncoder:
             encoder._last_round = {(str(p), str(f)): int(r) for p, f, r in header.get("last_round", [])}
             encoder._encoded_views = {bytes.fromhex(d): bytes.fromhex(v) for d, v in header.get("encoded_views", [])}
             encoder._claimed = {(str(p), str(f)): int(r) for p, f, r in header.get("claimed", [])}
+            encoder._noise_seen = {str(f): float(z) for f, z in header.get("noise_seen", {}).items()}
+            encoder._honest = {(str(p), int(r), str(f)): int(v) for p, r, f, v in header.get("honest", [])}
             encoder.stopped = bool(header.get("stopped", False))
             if header["run_id"] is not None:
                 encoder._run_id = bytes.fromhex(header["run_id"])

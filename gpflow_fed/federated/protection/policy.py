@@ -9,7 +9,16 @@ The party being protected enforces its own protection. A :class:`ClientPolicy` l
 * ``min_cohort``: the client masks only for a cohort it has been shown with at least this many members (whatever the
   server's request says);
 * ``masking_degree``: the least degree of the masking and share-holder graphs it accepts (default: the protocol's own,
-  ``min(2⌈log₂ n⌉, n − 1)`` for a graph over n members); a request may ask for more, never for less.
+  ``min(2⌈log₂ n⌉, n − 1)`` for a graph over n members); a request may ask for more, never for less;
+* ``min_noise_multiplier``: the least DP noise it answers a ``"sum"``/``"mean"`` phase under (0: DP not required);
+  a request without DP, or with less noise, is refused;
+* ``honest_clients``: the most honest clients it assumes under distributed DP (None: any); a request that assumes more
+  (so that each client adds less noise) is refused.
+
+Within a run a client's DP on a phase never goes down: once it has answered a phase under noise multiplier z, it
+refuses that phase without DP or with less (:class:`~gpflow_fed.federated.protection.encoder.ClientEncoder`), and under
+distributed DP it refuses to unmask a sum over fewer survivors than the request's honest-client count (whose noise
+would be below what the accountant assumes).
 
 In an in-process runtime every party runs in one process, with every key; there the policy defaults to what the run
 asks (:meth:`ClientPolicy.matching`), for parity with a deployment, not for protection.
@@ -20,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional
 
-from ...validation import parse_boolean, parse_integer
+from ...validation import parse_boolean, parse_integer, parse_number
 from .request import Protection
 
 __all__ = ["ClientPolicy"]
@@ -37,7 +46,10 @@ class ClientPolicy:
         statistics of Σ N_k ≤ M points are invertible).
     :param masking_degree: the least degree of a graph the client masks or shares over (≥ 2; None: the protocol's
         default for the graph's size, :func:`~gpflow_fed.federated.protection.secagg.default_degree`).
-    :raises ValueError: ``min_cohort`` below 2, ``masking_degree`` below 2.
+    :param min_noise_multiplier: the DP floor (≥ 0; module docstring).
+    :param honest_clients: the most honest clients this client assumes under distributed DP (≥ 1, or None).
+    :raises ValueError: ``min_cohort`` below 2, ``masking_degree`` below 2, a negative noise floor, ``honest_clients``
+        below 1.
     :raises TypeError: settings of the wrong type.
     """
 
@@ -45,6 +57,8 @@ class ClientPolicy:
     min_cohort: int = 2
     protect_small_cohorts: bool = True
     masking_degree: Optional[int] = None
+    min_noise_multiplier: float = 0.0
+    honest_clients: Optional[int] = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.protect_small_cohorts, bool):
@@ -58,6 +72,13 @@ class ClientPolicy:
         degree = self.masking_degree
         if degree is not None and (isinstance(degree, bool) or not isinstance(degree, int) or degree < 2):
             raise ValueError(f"ClientPolicy: masking_degree must be an int ≥ 2 or None, got {degree!r}")
+        floor = self.min_noise_multiplier
+        if isinstance(floor, bool) or not isinstance(floor, (int, float)) or not 0.0 <= floor < float("inf"):
+            raise ValueError(f"ClientPolicy: min_noise_multiplier must be a finite number ≥ 0, got {floor!r}")
+        object.__setattr__(self, "min_noise_multiplier", float(floor))
+        honest = self.honest_clients
+        if honest is not None and (isinstance(honest, bool) or not isinstance(honest, int) or honest < 1):
+            raise ValueError(f"ClientPolicy: honest_clients must be an int ≥ 1 or None, got {honest!r}")
 
     @classmethod
     def matching(cls, protection: Protection) -> "ClientPolicy":
@@ -68,13 +89,16 @@ class ClientPolicy:
             min_cohort=secure.min_cohort if secure is not None else 2,
             protect_small_cohorts=secure is not None,
             masking_degree=secure.degree if secure is not None else None,
+            min_noise_multiplier=protection.distributed.noise_multiplier if protection.distributed is not None else 0.0,
+            honest_clients=protection.distributed.honest_clients if protection.distributed is not None else None,
         )
 
     @classmethod
     def from_node_config(cls, config: Mapping[str, Any]) -> "ClientPolicy":
         """A Flower SuperNode's policy from its node config (``secure-aggregation``, ``min-cohort``,
-        ``protect-small-cohorts``, ``masking-degree``: 0 for the protocol's default); the defaults when absent (secure
-        aggregation required, small cohorts protected, the protocol's degree).
+        ``protect-small-cohorts``, ``masking-degree``: 0 for the protocol's default, ``min-noise-multiplier``,
+        ``honest-clients``: 0 for any); the defaults when absent (secure aggregation required, small cohorts
+        protected, the protocol's degree, no DP floor).
         Every value is parsed strictly (a bool or exactly ``"true"``/``"false"``; an integer or a string of one):
         ``"yes"``, ``"1"``, ``"on"`` or ``"True "`` is an error naming the key, never a silent ``False``.
 
@@ -87,16 +111,36 @@ class ClientPolicy:
                 config.get("protect-small-cohorts", True), "node config protect-small-cohorts"
             ),
             masking_degree=parse_integer(config.get("masking-degree", 0), "node config masking-degree") or None,
+            min_noise_multiplier=parse_number(
+                config.get("min-noise-multiplier", 0.0), "node config min-noise-multiplier"
+            ),
+            honest_clients=parse_integer(config.get("honest-clients", 0), "node config honest-clients") or None,
         )
 
     def refusal(self, request: Protection, phase: str, aggregation: str) -> str:
         """Why this client refuses to answer ``phase`` under ``request``, or ``""`` when it may.
 
-        A plain answer to a ``"sum"``/``"mean"`` phase is refused when the policy requires secure aggregation.
+        A plain answer to a ``"sum"``/``"mean"`` phase is refused when the policy requires secure aggregation; an
+        answer below its DP floor (no DP, or a smaller noise multiplier) or under distributed DP that assumes more
+        honest clients than it does is refused too.
         """
-        if self.secure_aggregation and aggregation in ("sum", "mean") and request.secure is None:
+        if aggregation not in ("sum", "mean"):
+            return ""
+        if self.secure_aggregation and request.secure is None:
             return (
                 f"phase {phase!r}: this client's policy requires secure aggregation, but the server asked for its "
                 "payload in plain; refused (nothing of the payload was sent)"
+            )
+        noise = request.dp.noise_multiplier if request.noised(phase, aggregation) and request.dp is not None else 0.0
+        if noise < self.min_noise_multiplier:
+            return (
+                f"phase {phase!r}: this client's policy requires DP noise multiplier ≥ {self.min_noise_multiplier:g}, "
+                f"the request has {noise:g}; refused"
+            )
+        assumed = request.distributed.honest_clients if request.distributed is not None else 0
+        if self.honest_clients is not None and assumed > self.honest_clients:
+            return (
+                f"phase {phase!r}: the request assumes {assumed} honest clients, this client at most "
+                f"{self.honest_clients} (each client's noise share would be too small); refused"
             )
         return ""

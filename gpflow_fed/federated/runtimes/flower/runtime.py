@@ -102,6 +102,8 @@ class FlowerRuntime(Runtime):
                         "secure-aggregation": policy.secure_aggregation,
                         "min-cohort": policy.min_cohort,
                         "masking-degree": policy.masking_degree or 0,
+                        "min-noise-multiplier": policy.min_noise_multiplier,
+                        "honest-clients": policy.honest_clients or 0,
                         "protect-small-cohorts": policy.protect_small_cohorts,
                     }
                 )
