@@ -113,6 +113,7 @@ def party_command(args: argparse.Namespace) -> Tuple[List[str], str]:
         "secure-aggregation": not args.no_secure_aggregation,
         "min-cohort": args.min_cohort,
         "protect-small-cohorts": True,
+        "max-rounds": args.max_rounds,
         "features": ",".join(table.features),
         "target": table.target,
     }
@@ -315,6 +316,7 @@ def _protection_arguments(parser: argparse.ArgumentParser, who: str) -> None:
 
 
 def register(subparsers: Any) -> None:
+    from ..federated.protection.policy import DEFAULT_MAX_ROUNDS
     from ..fitting import DEFAULTS, METHODS
 
     parser = subparsers.add_parser(
@@ -335,6 +337,12 @@ def register(subparsers: Any) -> None:
         "--client-index", type=non_negative_int, required=True, help="this party's index k in 0 … K-1 (each once)"
     )
     party.add_argument("--superlink", required=True, metavar="HOST:PORT", help="the server's SuperLink")
+    party.add_argument(
+        "--max-rounds",
+        type=positive_int,
+        default=DEFAULT_MAX_ROUNDS,
+        help="the most training rounds this party answers, whatever the server asks (default: %(default)s)",
+    )
     party.add_argument("--port", type=int, default=9110, help="this SuperNode's local Runtime API port (one per party)")
     party.add_argument(
         "--state-dir",

@@ -103,9 +103,12 @@ class ClientEndpoint:
         The client reads a phase's aggregation from its own algorithm (a server that relabels a sum as
         ``"collect"`` would get the payload in plain), and answers only its algorithm's phases: ``phases(round)`` for
         ``0 ≤ round < rounds`` in training, ``final_phases()`` for ``0 ≤ round ≤ rounds`` in a final or evaluation
-        exchange.
+        exchange, where ``rounds`` is at most its own policy's ``max_rounds`` (a Flower party builds its algorithm
+        from the run config the server writes; its cap is its own).
         """
         algorithm, down = self.algorithm, request.message
+        cap = self.encoder.policy.max_rounds
+        rounds = algorithm.rounds if cap is None else min(algorithm.rounds, cap)
         own = algorithm.aggregation(down.phase)
         if request.config.get("aggregation") != own:
             return (
@@ -113,14 +116,16 @@ class ClientEndpoint:
                 f"this client's algorithm aggregates it as {own!r}; refused (nothing of the payload was sent)"
             )
         if request.purpose == "train":
-            scheduled = 0 <= down.round < algorithm.rounds and down.phase in algorithm.phases(down.round)
+            scheduled = 0 <= down.round < rounds and down.phase in algorithm.phases(down.round)
         else:
-            scheduled = request.purpose in ("final", "evaluate") and 0 <= down.round <= algorithm.rounds
+            scheduled = request.purpose in ("final", "evaluate") and 0 <= down.round <= rounds
             scheduled = scheduled and down.phase in algorithm.final_phases()
         if not scheduled:
             return (
                 f"phase {down.phase!r} of round {down.round} ({request.purpose!r}) is not an exchange of this client's "
-                f"algorithm ({algorithm.rounds} rounds); refused"
+                f"algorithm ({algorithm.rounds} rounds"
+                + ("" if cap is None else f", at most {cap} by its own policy")
+                + "); refused"
             )
         return ""
 
@@ -133,10 +138,11 @@ class ClientEndpoint:
         return Response(fault=fault, error=ValueError(fault), seconds=seconds)
 
     def _update(self, request: Request) -> Response:
-        algorithm, down, config = self.algorithm, request.message, request.config
+        algorithm, config = self.algorithm, request.config
         refusal = self._schedule_refusal(request)
         if refusal:
             return Response(fault=refusal, error=PermissionError(refusal))
+        down = algorithm.read_broadcast(request.message)  # only what the phase reads reaches the update
         aggregation = algorithm.aggregation(down.phase)
         # a request without a protection entry asks for none (a "collect" phase); the client's policy decides
         request_protection = Protection.from_config(config.get("protection", {"secure-aggregation": False}))

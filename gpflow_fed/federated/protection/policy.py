@@ -13,7 +13,10 @@ The party being protected enforces its own protection. A :class:`ClientPolicy` l
 * ``min_noise_multiplier``: the least DP noise it answers a ``"sum"``/``"mean"`` phase under (0: DP not required);
   a request without DP, or with less noise, is refused;
 * ``honest_clients``: the most honest clients it assumes under distributed DP (None: any); a request that assumes more
-  (so that each client adds less noise) is refused.
+  (so that each client adds less noise) is refused;
+* ``max_rounds``: the most training rounds it answers (None: its algorithm's own); a Flower party's comes from its
+  node config (``max-rounds``, default :data:`DEFAULT_MAX_ROUNDS`), never from the run config the server writes, so a
+  server cannot ask for 100,000 releases by writing ``rounds = 100000``.
 
 Within a run a client's DP on a phase never goes down: once it has answered a phase under noise multiplier z, it
 refuses that phase without DP or with less (:class:`~gpflow_fed.federated.protection.encoder.ClientEncoder`), and under
@@ -32,7 +35,11 @@ from typing import Any, Mapping, Optional
 from ...validation import parse_boolean, parse_integer, parse_number
 from .request import Protection
 
-__all__ = ["ClientPolicy"]
+__all__ = ["ClientPolicy", "DEFAULT_MAX_ROUNDS"]
+
+#: a Flower party's cap on training rounds when its node config names none (``max-rounds``): ten times the package's
+#: largest default schedule (fit's FSGP, 100 rounds)
+DEFAULT_MAX_ROUNDS = 1000
 
 
 @dataclass(frozen=True)
@@ -48,6 +55,7 @@ class ClientPolicy:
         default for the graph's size, :func:`~gpflow_fed.federated.protection.secagg.default_degree`).
     :param min_noise_multiplier: the DP floor (≥ 0; module docstring).
     :param honest_clients: the most honest clients this client assumes under distributed DP (≥ 1, or None).
+    :param max_rounds: the most training rounds the client answers (≥ 1, or None: its algorithm's).
     :raises ValueError: ``min_cohort`` below 2, ``masking_degree`` below 2, a negative noise floor, ``honest_clients``
         below 1.
     :raises TypeError: settings of the wrong type.
@@ -59,6 +67,7 @@ class ClientPolicy:
     masking_degree: Optional[int] = None
     min_noise_multiplier: float = 0.0
     honest_clients: Optional[int] = None
+    max_rounds: Optional[int] = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.protect_small_cohorts, bool):
@@ -79,6 +88,9 @@ class ClientPolicy:
         honest = self.honest_clients
         if honest is not None and (isinstance(honest, bool) or not isinstance(honest, int) or honest < 1):
             raise ValueError(f"ClientPolicy: honest_clients must be an int ≥ 1 or None, got {honest!r}")
+        cap = self.max_rounds
+        if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
+            raise ValueError(f"ClientPolicy: max_rounds must be an int ≥ 1 or None, got {cap!r}")
 
     @classmethod
     def matching(cls, protection: Protection) -> "ClientPolicy":
@@ -97,8 +109,8 @@ class ClientPolicy:
     def from_node_config(cls, config: Mapping[str, Any]) -> "ClientPolicy":
         """A Flower SuperNode's policy from its node config (``secure-aggregation``, ``min-cohort``,
         ``protect-small-cohorts``, ``masking-degree``: 0 for the protocol's default, ``min-noise-multiplier``,
-        ``honest-clients``: 0 for any); the defaults when absent (secure aggregation required, small cohorts
-        protected, the protocol's degree, no DP floor).
+        ``honest-clients``: 0 for any, ``max-rounds``); the defaults when absent (secure aggregation required, small
+        cohorts protected, the protocol's degree, no DP floor, :data:`DEFAULT_MAX_ROUNDS` rounds).
         Every value is parsed strictly (a bool or exactly ``"true"``/``"false"``; an integer or a string of one):
         ``"yes"``, ``"1"``, ``"on"`` or ``"True "`` is an error naming the key, never a silent ``False``.
 
@@ -115,6 +127,7 @@ class ClientPolicy:
                 config.get("min-noise-multiplier", 0.0), "node config min-noise-multiplier"
             ),
             honest_clients=parse_integer(config.get("honest-clients", 0), "node config honest-clients") or None,
+            max_rounds=parse_integer(config.get("max-rounds", DEFAULT_MAX_ROUNDS), "node config max-rounds", 1),
         )
 
     def refusal(self, request: Protection, phase: str, aggregation: str) -> str:

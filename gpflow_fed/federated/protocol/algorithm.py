@@ -199,6 +199,25 @@ class Algorithm(abc.ABC, Generic[StateT]):
         :meth:`check_reply` on the total, when the server cannot see each client's reply."""
         return None
 
+    def ignores(self, phase: str) -> Tuple[str, ...]:
+        """The broadcast arrays ``phase``'s :meth:`client_update` does not read (default: none).
+
+        A client's update never receives them (:meth:`read_broadcast`), and what it answers once is keyed by the rest
+        only: a broadcast moved only in an array the phase ignores is the same question, not a new one (FSGP's
+        statistics do not read the noise variance, so a server that moved it would otherwise be answered again over
+        another cohort and difference the two sums). Any other array reaches the update, which refuses what it does
+        not expect.
+        """
+        return ()
+
+    def read_broadcast(self, broadcast: Message) -> Message:
+        """``broadcast`` without the arrays its phase :meth:`ignores` (itself when it ignores none)."""
+        ignored = set(self.ignores(broadcast.phase)) & set(broadcast.arrays)
+        if not ignored:
+            return broadcast
+        arrays = {name: value for name, value in broadcast.arrays.items() if name not in ignored}
+        return Message(broadcast.sender, broadcast.round, broadcast.phase, arrays, weight=broadcast.weight)
+
     def min_cohort_data(self, phase: str) -> Optional[int]:
         """The least total data a cohort's sum of ``phase`` must hold for it not to determine the cohort's rows (a
         client's policy refuses smaller groups, plain or masked); None: no such bound. FSGP: ``M + 1``."""

@@ -33,6 +33,8 @@ MODES = ("fedavg", "exact")
 
 #: Exact mode's two exchanges per round: the clients' statistics, then their vector-Jacobian products.
 STATISTICS_PHASE: Final[str] = "statistics"
+#: shared values FSGP's statistics (eq. 12) do not read: a broadcast moved only in them is the same question
+NOT_READ_BY_STATISTICS: Final[Tuple[str, ...]] = ("likelihood.variance",)
 GRADIENT_PHASE: Final[str] = "gradient"
 #: The final exchange (both modes): the statistics at the final parameters, for the returned model.
 PREDICT_PHASE: Final[str] = "predict"
@@ -319,6 +321,11 @@ class FSGP(Algorithm[FSGPState]):
     def aggregation(self, phase: str) -> str:
         return "mean" if phase == TRAIN_PHASE else "sum"
 
+    def ignores(self, phase: str) -> Tuple[str, ...]:
+        """The statistics (``"statistics"``, ``"predict"``) read the kernel and Z, not the noise variance (FSGP
+        eq. 12: C = k(Z, X)); the other phases read every shared value (and ``"gradient"`` its adjoints)."""
+        return NOT_READ_BY_STATISTICS if phase in (STATISTICS_PHASE, PREDICT_PHASE) else ()
+
     def reply_spec(self, state: FSGPState, round: int, phase: str) -> ReplySpec:
         """Parameters (``"train"``, ``"gradient"``) shaped as the broadcast; statistics with M and P."""
         if phase in (TRAIN_PHASE, GRADIENT_PHASE):
@@ -350,7 +357,7 @@ class FSGP(Algorithm[FSGPState]):
         bounds); a FedAvg update within ``local_steps`` Adam steps of the broadcast
         (:func:`~.checks.displacement_fault`)."""
         if phase == TRAIN_PHASE:
-            return displacement_fault(message.arrays, state.params, self.learning_rate, self.local_steps)
+            return displacement_fault(message.arrays, state.params, self.learning_rate, self.local_steps, message.round)
         if phase in (STATISTICS_PHASE, PREDICT_PHASE):
             variance = self._kernel_variance(state)
             return statistics_fault(message.arrays, num_data, kernel_variance=variance, whitened=self.whiten)
@@ -367,7 +374,10 @@ class FSGP(Algorithm[FSGPState]):
         if aggregate.phase == TRAIN_PHASE:
             if abs(float(aggregate.total_weight) - expected) > 1e-6 * len(aggregate.senders) + 1e-9 * expected:
                 return f"its total weight is not the senders' registered {expected} points"
-            return displacement_fault(aggregate.arrays, state.params, self.learning_rate, self.local_steps)
+            round_off = 1e-6 * len(aggregate.senders)
+            return displacement_fault(
+                aggregate.arrays, state.params, self.learning_rate, self.local_steps, aggregate.round, round_off
+            )
         if aggregate.phase not in (STATISTICS_PHASE, PREDICT_PHASE):
             return None
         return statistics_fault(
@@ -502,12 +512,14 @@ class FSGP(Algorithm[FSGPState]):
     def client_update(self, client: Client, broadcast: Any) -> Any:
         assert self._shared is not None and self._worker is not None
         data: _ClientData = client.state["fsgp"]
-        expected = set(self._shared.keys)
+        expected = set(self._shared.keys) - set(self.ignores(broadcast.phase))
         if broadcast.phase == GRADIENT_PHASE:
             expected |= {f"adjoint/{k}" for k in ADJOINT_NAMES}
         if set(broadcast.arrays) != expected:  # an array it would ignore would make a "new" broadcast for free
             raise BroadcastRefused(f"FSGP: the {broadcast.phase!r} broadcast carries arrays other than the algorithm's")
-        values = [broadcast[k] for k in self._shared.keys]
+        # a value the phase does not read is the party's own copy's (its statistics never touch it)
+        own = {} if expected.issuperset(self._shared.keys) else self._shared.read(self._server_model)
+        values = [broadcast[k] if k in broadcast.arrays else own[k] for k in self._shared.keys]
         weight = float(client.num_data)
         if broadcast.phase == TRAIN_PHASE:
             new_values, adam, bound = self._worker.train(data.X, data.Y, values, client.state["adam"])

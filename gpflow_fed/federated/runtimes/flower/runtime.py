@@ -104,6 +104,7 @@ class FlowerRuntime(Runtime):
                         "masking-degree": policy.masking_degree or 0,
                         "min-noise-multiplier": policy.min_noise_multiplier,
                         "honest-clients": policy.honest_clients or 0,
+                        "max-rounds": policy.max_rounds or max(algorithm.rounds, 1),  # in process: its own
                         "protect-small-cohorts": policy.protect_small_cohorts,
                     }
                 )
