@@ -11,11 +11,16 @@ rate of 1.0). A value of the wrong kind raises :class:`ArgumentTypeError`, which
 false). :func:`dataclass_to_config` and :func:`dataclass_from_config` write and read a frozen dataclass of options
 whose fields carry :func:`config_option` metadata (e.g. :class:`~gpflow_fed.federated.RunOptions`) as a flat dict of
 ``-``-spelt keys with TOML values; :func:`config_fields` lists those keys, e.g. for a command line.
+
+**Party names** enter through one function, :func:`party_name` (with :func:`party_names` for a whole column): a
+table's party column, ``FederatedDataset(client_names=...)``, the command line's own data; logs and reports print
+only names it returned, and a roster signs over them. See its docstring for the rules.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import unicodedata
 from numbers import Integral, Real
 from typing import Any, Dict, List, Mapping, Optional, Tuple, Type, TypeVar
 
@@ -29,8 +34,12 @@ __all__ = [
     "config_option",
     "dataclass_from_config",
     "dataclass_to_config",
+    "MAX_PARTY_NAME",
     "integer",
     "non_negative_float",
+    "party_key",
+    "party_name",
+    "party_names",
     "parse_boolean",
     "parse_integer",
     "parse_number",
@@ -44,6 +53,85 @@ class ArgumentTypeError(TypeError, ValueError):
 
     Both a ``TypeError`` and a ``ValueError``: some callers of the package catch one, some the other.
     """
+
+
+#: the longest party name accepted, in characters after normalisation
+MAX_PARTY_NAME = 256
+
+
+def party_name(value: Any, where: str = "party name") -> str:
+    """The one normal form of a party's name: what tables, datasets, logs and the roster use.
+
+    The rules, and why:
+
+    * the name is ``str(value)`` (a party column of numbers names parties ``"1"``, ``"2"``, …), put in Unicode NFKC
+      form, so a fullwidth ``"Ａ"`` or a ligature is the same name as its plain spelling;
+    * leading and trailing white space is removed (a CSV written ``a, b`` has cells with a leading space); a name
+      that differs from another only by such spaces is refused by :func:`party_names`, never silently merged;
+    * a control, format, private-use, surrogate or unassigned character (Unicode category ``C*``: ANSI escape
+      sequences, zero-width joiners, bidirectional overrides) or a line or paragraph separator is refused: a name
+      is printed in logs and terminals, and such characters rewrite what is shown or make two names look alike;
+    * an empty name, or one longer than :data:`MAX_PARTY_NAME` characters, is refused.
+
+    Two names are *look-alikes* when their :func:`party_key` (NFKC of the case-folded name) agree: ``"Alice"`` and
+    ``"ALICE"``, ``"A"`` and ``"Ａ"``. :func:`party_names` refuses look-alikes in one column.
+
+    :param where: how the error names the value (e.g. ``"column 'hospital', data row 3"``); the error never prints
+        the name itself when it holds a refused character (it names the code point).
+    :raises ValueError: an empty, over-long name or one with a refused character.
+    """
+    name = unicodedata.normalize("NFKC", str(value)).strip()
+    if not name:
+        raise ValueError(f"{where}: the party name is empty")
+    if len(name) > MAX_PARTY_NAME:
+        raise ValueError(f"{where}: the party name has {len(name)} characters, more than {MAX_PARTY_NAME}")
+    for char in name:
+        category = unicodedata.category(char)
+        if category[0] == "C" or category in ("Zl", "Zp"):
+            raise ValueError(
+                f"{where}: the party name holds the control or invisible character U+{ord(char):04X} "
+                f"({unicodedata.name(char, category)}); party names are printed, so such characters are refused"
+            )
+    return name
+
+
+def party_key(name: str) -> str:
+    """What two party names must not share: NFKC of the case-folded :func:`party_name` (``"A"``, ``"a"``, ``"Ａ"``
+    share one key)."""
+    return unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", name).casefold())
+
+
+def party_names(values: Any, where: str = "party names") -> Tuple[List[str], List[int]]:
+    """Normalise a column of party names in time linear in its length, refusing look-alikes.
+
+    :param values: one party name per row (any iterable; non-strings are turned into text).
+    :return: ``(names, codes)``: the distinct normalised names, sorted, and for each row the index of its name.
+    :raises ValueError: a name :func:`party_name` refuses (naming the row, 1-based), or two different spellings
+        whose :func:`party_key` agree (``"A"`` and ``"A "``, ``"A"`` and ``"Ａ"``, ``"Alice"`` and ``"alice"``):
+        they would be one party or two depending on who reads them, so they are refused, never merged.
+    """
+    first: Dict[Any, int] = {}  # each distinct raw value -> the first row holding it
+    raw_codes = [first.setdefault(v, row) for row, v in enumerate(values.tolist() if hasattr(values, "tolist")
+                                                                  else list(values))]  # fmt: skip
+    by_key: Dict[str, Tuple[str, Any, int]] = {}
+    canonical: Dict[int, str] = {}
+    for raw, row in first.items():
+        name = party_name(raw, f"{where}, data row {row + 1}")
+        key = party_key(name)
+        seen = by_key.get(key)
+        if seen is not None:
+            other_name, other_raw, other_row = seen
+            raise ValueError(
+                f"{where}: the party names of data rows {other_row + 1} and {row + 1} ({ascii(str(other_raw))} and "
+                f"{ascii(str(raw))}) differ only in case, width, surrounding spaces or a look-alike character (equal "
+                "after Unicode NFKC normalisation and case folding); spell each party one way, or rename one"
+            )
+        by_key[key] = (name, raw, row)
+        canonical[row] = name
+    names = sorted(canonical.values())
+    index = {name: i for i, name in enumerate(names)}
+    code_of_first = {row: index[name] for row, name in canonical.items()}
+    return names, [code_of_first[r] for r in raw_codes]
 
 
 def _is_bool(value: Any) -> bool:

@@ -31,6 +31,7 @@ LAYERS: Tuple[Tuple[int, str, Tuple[str, ...]], ...] = (
             "validation",
             "randomness",
             "private_files",
+            "untrusted_files",
             "progress",
             "data",
             "metrics",

@@ -236,8 +236,10 @@ def _saved_standardizer(models_path: Path) -> Any:
     saved = _standardizer_path(models_path)
     if not saved.is_file():
         raise ValueError(f"{saved} not found: the models were not fitted with `recycle locals --csv`")
+    from ..untrusted_files import read_json
+
     try:
-        s = {k: np.asarray(v, dtype=float) for k, v in json.loads(saved.read_text()).items()}
+        s = {k: np.asarray(v, dtype=float) for k, v in read_json(saved, "standardiser", max_depth=4).items()}
         return Standardizer(s["X_mean"], s["X_std"], s["Y_mean"], s["Y_std"])
     except (ValueError, KeyError, TypeError) as exc:
         raise ValueError(f"{saved}: not a standardiser written by `recycle locals --csv` ({exc})") from None

@@ -8,6 +8,7 @@ from typing import Optional, Sequence, Tuple
 import gpflow
 import numpy as np
 
+from ..validation import party_key, party_name, party_names
 from .standardize import Standardizer, agreed_standardizer
 
 RegressionArrays = Tuple[np.ndarray, np.ndarray]
@@ -62,6 +63,8 @@ class FederatedDataset:
     :param name: a label used in logs and tables.
     :param client_names: optional name of each client (e.g. the party column's values of
         :func:`~gpflow_fed.data.federated_from_table`), distinct, one per client; kept by :meth:`standardized`.
+        Each goes through :func:`~gpflow_fed.validation.party_name` (NFKC, control characters refused); look-alike
+        names (equal after NFKC and case folding) are refused.
     """
 
     clients: Sequence[RegressionArrays]
@@ -88,8 +91,12 @@ class FederatedDataset:
             raise ValueError(f"clients have inconsistent output dimensions P: {dims}")
         object.__setattr__(self, "clients", tuple(checked))
         if self.client_names is not None:
-            names = tuple(str(n) for n in self.client_names)
-            if len(names) != len(checked) or len(set(names)) != len(names):
+            raw = list(self.client_names)
+            if len(raw) != len(checked):
+                raise ValueError(f"client_names must be {len(checked)} distinct names, one per client, got {len(raw)}")
+            names = tuple(party_name(n, f"client_names[{k}]") for k, n in enumerate(raw))
+            if len({party_key(n) for n in names}) != len(names):
+                party_names(raw, "client_names")  # raises, naming the two look-alike names
                 raise ValueError(f"client_names must be {len(checked)} distinct names, one per client, got {names}")
             object.__setattr__(self, "client_names", names)
         if self.test is not None:

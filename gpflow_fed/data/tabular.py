@@ -21,15 +21,21 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from ..validation import party_names
+
 __all__ = ["PartyTable", "TableSplit", "federated_from_table", "read_party_table", "read_table", "split_table"]
 
 Table = Union[str, "os.PathLike[str]", Any]
 Arrays = Tuple[np.ndarray, np.ndarray]
 
 
-def read_table(source: Table) -> Dict[str, np.ndarray]:
+def read_table(source: Table, keep_spaces: Sequence[str] = ()) -> Dict[str, np.ndarray]:
     """Columns of a CSV file (with a header row) or of a DataFrame-like object (``df.columns``, ``df[name]``;
     a ``dict`` of columns works too), as ``{name: 1-D array}`` (CSV cells stay strings until converted).
+
+    :param keep_spaces: columns whose CSV cells keep their surrounding spaces (the party column: ``"A "`` and
+        ``"A"`` must be seen as two spellings, see :func:`~gpflow_fed.validation.party_names`); other cells are
+        stripped.
 
     :raises ValueError: a missing file, a header with a repeated or empty name, or a row with another number of
         cells than the header.
@@ -48,7 +54,11 @@ def read_table(source: Table) -> Dict[str, np.ndarray]:
         for line, row in enumerate(rows[1:], start=2):
             if len(row) != len(header):
                 raise ValueError(f"{path}, data row {line - 1}: {len(row)} cells, expected {len(header)} ({header})")
-        return {name: np.array([row[j].strip() for row in rows[1:]]) for j, name in enumerate(header)}
+        keep = set(keep_spaces)
+        return {
+            name: np.array([row[j] if name in keep else row[j].strip() for row in rows[1:]])
+            for j, name in enumerate(header)
+        }
     columns = getattr(source, "columns", None)
     names = list(columns) if columns is not None else list(source.keys()) if isinstance(source, dict) else None
     if names is None:
@@ -74,18 +84,34 @@ def _missing(value: Any) -> bool:
         return False
 
 
+#: the largest magnitude a table's number may have: squares and sums of squares of up to 10⁸ such values stay finite
+#: in float64 (standardising, kernel matrices), so a cell of 1e300 is an error here, not an overflow later
+MAX_ABS_VALUE = 1e150
+
+
 def _numeric(name: str, values: np.ndarray) -> np.ndarray:
-    """The column as floats; the same message for a missing value whether the table is a CSV or a DataFrame."""
+    """The column as floats; the same message for a missing value whether the table is a CSV or a DataFrame.
+
+    Errors name the column and the data row, never the cell's value (a table's values are private).
+    """
     missing = np.flatnonzero([_missing(v) for v in values])
     if missing.size:
         raise ValueError(f"column {name!r}: missing value in data row {missing[0] + 1}; impute or drop it")
     try:
-        return values.astype(float)
+        numbers = values.astype(float)
     except (TypeError, ValueError):
-        bad = next(v for v in values if not _is_number(v))
+        row = next(i for i, v in enumerate(values) if not _is_number(v))
         raise ValueError(
-            f"column {name!r} must be numeric; it holds {bad!r} (convert or drop it, or leave it out of --features)"
+            f"column {name!r} must be numeric; data row {row + 1} is not a number (convert or drop it, or leave "
+            "the column out of --features)"
         ) from None
+    huge = np.flatnonzero(np.abs(numbers) > MAX_ABS_VALUE)
+    if huge.size:
+        raise ValueError(
+            f"column {name!r}: the value in data row {huge[0] + 1} exceeds {MAX_ABS_VALUE:g} in magnitude (its "
+            "squares would overflow); rescale the column"
+        )
+    return numbers
 
 
 def _is_number(value: Any) -> bool:
@@ -103,7 +129,8 @@ class TableSplit:
 
     :param clients: one ``(X_k, Y_k)`` training pair per party, in ``parties`` order.
     :param test: the held-out rows of every party, or ``None``.
-    :param parties: the party names (the ``party_column`` values, as text, sorted).
+    :param parties: the party names (the ``party_column`` values through
+        :func:`~gpflow_fed.validation.party_names`: NFKC, surrounding spaces removed; sorted).
     :param features: the input column names; :param target: the output column name; :param name: the label.
     """
 
@@ -128,7 +155,7 @@ def split_table(
     """Check the table and split it by party (see :func:`federated_from_table` for the arguments and errors)."""
     if not 0 <= test_fraction < 1:
         raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction!r}")
-    columns = read_table(source)
+    columns = read_table(source, keep_spaces=[party_column])
     available = ", ".join(columns)
     chosen = [party_column, target, *(features or [])]
     for column, role in zip(chosen, ["party column", "target", *["feature"] * len(features or [])]):
@@ -149,12 +176,13 @@ def split_table(
     empty = [i for i, v in enumerate(party_values) if _missing(v)]
     if empty:
         raise ValueError(f"column {party_column!r}: missing value in data row {empty[0] + 1}; impute or drop it")
-    parties = party_values.astype(str)
+    names, codes = party_names(party_values, f"column {party_column!r}")
+    # rows grouped by party in O(N): a stable sort of the party codes keeps each party's rows in table order
+    order = np.argsort(np.asarray(codes, dtype=np.int64), kind="stable")
+    counts = np.bincount(np.asarray(codes, dtype=np.int64), minlength=len(names))
     rng = np.random.default_rng(seed)
-    names = sorted(set(parties.tolist()))
     clients, test_rows = [], []
-    for party in names:
-        rows = np.flatnonzero(parties == party)
+    for party, rows in zip(names, np.split(order, np.cumsum(counts)[:-1])):
         if rows.size < 2:
             raise ValueError(f"party {party!r} has {rows.size} row; every party needs at least 2")
         n_test = min(int(round(test_fraction * rows.size)), rows.size - 2)
@@ -221,7 +249,9 @@ def federated_from_table(
     """One client per distinct value of ``party_column``, regressing ``target`` on ``features``.
 
     :param source: a CSV path (header row required) or a DataFrame (or a ``dict`` of equal-length columns).
-    :param party_column: the column naming each row's party (any values: names or numbers).
+    :param party_column: the column naming each row's party (any values: names or numbers), normalised by
+        :func:`~gpflow_fed.validation.party_name` (NFKC, surrounding spaces removed); a name with a control or
+        invisible character, and two spellings of one name (``"A"`` / ``"A "`` / ``"Ａ"`` / ``"a"``), are refused.
     :param target: the output column.
     :param features: the input columns (default: every column but ``party_column`` and ``target``).
     :param test_fraction: the fraction of each party's rows held out for the shared test set, in ``[0, 1)``
@@ -232,7 +262,8 @@ def federated_from_table(
         (``client_names``).
     :raises ValueError: a column that does not exist (the message lists those that do), a repeated column name,
         a non-numeric feature/target value, a missing value (``column 'los': missing value in data row 5;
-        impute or drop it``, from a CSV or a DataFrame alike), a party with fewer than 2 rows, or
+        impute or drop it``, from a CSV or a DataFrame alike), a value above ``1e150`` in magnitude, a refused party
+        name or two look-alike ones, a party with fewer than 2 rows, or
         ``test_fraction`` outside ``[0, 1)``.
     """
     split = split_table(

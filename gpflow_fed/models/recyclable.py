@@ -26,6 +26,7 @@ from check_shapes import check_shapes
 from numpy.typing import DTypeLike
 
 from .recyclable_training import train_local_svgp
+from ..untrusted_files import parse_json
 from .serialization import kernel_from_spec, kernel_spec, likelihood_from_spec, likelihood_spec, read_npz
 
 __all__ = [
@@ -144,9 +145,9 @@ class RecyclableModel:
         if missing:
             raise ValueError(f"corrupt recyclable model {prefix!r}: missing arrays {missing}")
         try:
-            spec = json.loads(str(np.asarray(arrays[f"{prefix}spec"])))
+            spec = parse_json(str(np.asarray(arrays[f"{prefix}spec"])), f"recyclable model {prefix!r} spec")
             kernel, likelihood, name = spec["kernel"], spec["likelihood"], spec["name"]
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"corrupt recyclable model {prefix!r}: unreadable spec ({exc})") from exc
         return cls(
             q_mu=arrays[f"{prefix}q_mu"],

@@ -40,9 +40,12 @@ from .serialization import (
     build_likelihood,
     kernel_structure,
     likelihood_structure,
+    allocation_budget,
     named_variables,
     read_npz,
+    skeleton_array,
 )
+from ..untrusted_files import parse_json
 
 __all__ = ["FORMAT", "export_saved_model", "load_model", "save_model"]
 
@@ -84,7 +87,8 @@ def _aggregated_build(s: Mapping[str, Any], constants: Mapping[str, np.ndarray])
         {k: 0.0 for k in ("num_data", "y_squared_sum", "trace_kff")} if s["bound_statistics"] else {}
     )
     model = AggregatedSGPR(
-        build_kernel(s["kernel"]), np.zeros((M, D)), 1.0, np.zeros((M, M)), np.zeros((M, P)),
+        build_kernel(s["kernel"]), skeleton_array((M, D), "Z"), 1.0, skeleton_array((M, M), "kuf_kfu"),
+        skeleton_array((M, P), "kuf_y"),
         whitened=bool(s["whitened"]), **scalars,
     )  # fmt: skip
     model.likelihood = build_likelihood({"class": "Gaussian", "variance_lower_bound": s["variance_lower_bound"]})
@@ -128,23 +132,23 @@ def _dpo_build(s: Mapping[str, Any], constants: Mapping[str, np.ndarray]) -> Any
 
     part = saved_fields(s["pseudo"], "pseudo-observations", ["class", "num_pseudo", "Z"])
     J = saved_integer(part["num_pseudo"], "num_pseudo", 1)
-    Z = None if part["Z"] is None else np.zeros(tuple(saved_integer(n, "Z shape", 1) for n in part["Z"]))
+    Z = None if part["Z"] is None else skeleton_array([saved_integer(n, "Z shape", 1) for n in part["Z"]], "Z")
     if part["class"] == "PseudoObservations":
         D = saved_integer(saved_fields(part, "pseudo-observations", ["input_dim"])["input_dim"], "input_dim", 1)
-        S = np.eye(J) if part.get("full_S") else np.ones(J)
-        pseudo: Any = PseudoObservations(np.zeros((J, D)), np.zeros(J), S, Z=Z)
+        S = skeleton_array((J, J), "S", "eye") if part.get("full_S") else skeleton_array((J,), "S", "ones")
+        pseudo: Any = PseudoObservations(skeleton_array((J, D), "V"), skeleton_array((J,), "y"), S, Z=Z)
     elif part["class"] == "NaturalFactor":
-        pseudo = NaturalFactor(np.zeros((J, 1)), np.zeros((J, J)), Z=Z)
+        pseudo = NaturalFactor(skeleton_array((J, 1), "eta"), skeleton_array((J, J), "factor"), Z=Z)
     else:
         raise ValueError(f"saved model: unknown pseudo-observation class {part['class']!r}")
     q_Z = None
     if s["q_Z"] is not None:
         M, D = (saved_integer(n, "q_Z shape", 1) for n in s["q_Z"])
-        q_Z = GaussianInducingPoints(np.zeros((M, D)), 1.0)
+        q_Z = GaussianInducingPoints(skeleton_array((M, D), "q_Z"), 1.0)
     q_beta = None
     if s["q_beta"] is not None:
         H, D = (saved_integer(n, "q_beta shape", 1) for n in s["q_beta"])
-        q_beta = LogNormalHyperparameters(np.zeros(H), 1.0, D)
+        q_beta = LogNormalHyperparameters(skeleton_array((H,), "q_beta"), 1.0, D)
     return FederatedDPOSVGP(
         build_kernel(s["kernel"]), build_likelihood(s["likelihood"]), pseudo, q_Z, q_beta,
         alpha=_float(s["alpha"], "alpha"), num_samples=saved_integer(s["num_samples"], "num_samples", 1),
@@ -175,7 +179,12 @@ def _blr_build(s: Mapping[str, Any], constants: Mapping[str, np.ndarray]) -> Any
     L, P = saved_integer(s["num_features"], "num_features", 1), saved_integer(s["output_dim"], "output_dim", 1)
     if getattr(kernel, "num_features", None) != L:
         raise ValueError(f"saved model: the kernel has {getattr(kernel, 'num_features', None)} features, not {L}")
-    stats = {"phi_t_phi": np.eye(L), "phi_t_y": np.zeros((L, P)), "y_t_y": np.zeros(P), "num_data": 1.0}
+    stats = {
+        "phi_t_phi": skeleton_array((L, L), "phi_t_phi", "eye"),
+        "phi_t_y": skeleton_array((L, P), "phi_t_y"),
+        "y_t_y": skeleton_array((P,), "y_t_y"),
+        "num_data": 1.0,
+    }
     return BayesianLinearRegression.from_statistics(stats, kernel)
 
 
@@ -214,7 +223,7 @@ def _ensemble_build(s: Mapping[str, Any], constants: Mapping[str, np.ndarray]) -
     if kl is None:
         raise ValueError(f"saved model: unknown ensemble kl {s['kl']!r}")
     return EnsembleSVGP(
-        locals_, build_kernel(s["kernel"]), np.zeros((M, D)), build_likelihood(s["likelihood"]),
+        locals_, build_kernel(s["kernel"]), skeleton_array((M, D), "Z"), build_likelihood(s["likelihood"]),
         whiten=bool(s["whiten"]), kl=kl, jitter=_float(s["jitter"], "jitter"),
     )  # fmt: skip
 
@@ -318,18 +327,18 @@ def _assign(model: Any, values: Mapping[str, np.ndarray], trainable: Mapping[str
 
 
 def _from_arrays(arrays: Mapping[str, np.ndarray], where: str) -> Any:
-    try:
-        header = json.loads(str(arrays["structure"]))
-    except (json.JSONDecodeError, TypeError) as exc:
-        raise ValueError(f"{where}: unreadable structure ({exc})") from exc
-    header = saved_fields(header, "file", ["model", "trainable"])
+    structure = arrays["structure"]
+    if structure.dtype.kind != "U" or structure.ndim != 0:
+        raise ValueError(f"{where}: unreadable structure (not a JSON text)")
+    header = saved_fields(parse_json(str(structure), f"{where}: unreadable structure"), "file", ["model", "trainable"])
     trainable = header["trainable"]
     if not isinstance(trainable, Mapping) or not all(isinstance(v, bool) for v in trainable.values()):
         raise ValueError(f"{where}: 'trainable' must map variable names to true/false")
     constants = {k[len("constants/") :]: v for k, v in arrays.items() if k.startswith("constants/")}
     values = {k[len("variables/") :]: v for k, v in arrays.items() if k.startswith("variables/")}
     try:
-        model = build_model(header["model"], constants)
+        with allocation_budget(arrays):
+            model = build_model(header["model"], constants)
     except (TypeError, KeyError, AttributeError, IndexError, tf.errors.InvalidArgumentError) as exc:
         raise ValueError(f"{where}: the model it describes cannot be built ({type(exc).__name__}: {exc})") from exc
     except ValueError as exc:

@@ -16,17 +16,22 @@ objects only from a closed list of classes, checking every value it is given:
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union, cast
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union, cast
 
 import gpflow
 import numpy as np
 import tensorflow as tf
 from gpflow.keras import tf_keras
 
+from ..untrusted_files import MAX_BYTES, read_npz_arrays
+
 __all__ = [
     "KERNELS",
     "LINKS",
+    "allocation_budget",
     "build_kernel",
     "build_likelihood",
     "kernel_from_spec",
@@ -37,36 +42,32 @@ __all__ = [
     "likelihood_structure",
     "named_variables",
     "read_npz",
+    "skeleton_array",
 ]
 
 # --- reading files -----------------------------------------------------------------------------------------
 
 
 def read_npz(
-    path: Union[str, os.PathLike], what: str, format_tag: str, required: Sequence[str] = ()
+    path: Union[str, os.PathLike], what: str, format_tag: str, required: Sequence[str] = (), max_bytes: int = MAX_BYTES
 ) -> Dict[str, np.ndarray]:
     """Every array of the ``.npz`` at ``path``, after checking its format tag and required members.
 
-    A file can be truncated, bit-flipped (each member carries a CRC-32 that ``zipfile`` checks), incomplete,
-    hold pickled objects or be another kind of file; numpy and ``zipfile`` then raise ``BadZipFile``,
-    ``EOFError``, ``KeyError``, ``OSError`` or ``ValueError`` without the file's name. Here each becomes one
-    ``ValueError`` naming the file and the problem; only a missing file keeps its ``FileNotFoundError``.
+    The file is read by :func:`~gpflow_fed.untrusted_files.read_npz_arrays`: member names, sizes, dtypes and shapes
+    are checked from the archive's structure before any array is allocated (a 1.7 KB file declaring a
+    ``10⁶ × 10⁶`` array is refused, not allocated), and the cost of reading is linear in the file. A file can be
+    truncated, bit-flipped (each member carries a CRC-32), incomplete, hold pickled objects or be another kind of
+    file; each becomes one ``ValueError`` naming the file and the problem; only a missing file keeps its
+    ``FileNotFoundError``.
 
     :param what: the kind of file, for messages (e.g. ``"PrivacyAwareGPR file (PrivacyAwareGPR.save)"``).
     :param format_tag: the expected value of the file's ``format`` member.
     :param required: members that must be present besides ``format``.
+    :param max_bytes: bound on the members' total declared size.
     :raises FileNotFoundError: ``path`` does not exist.
-    :raises ValueError: an unreadable file, another format tag, or a missing required member.
+    :raises ValueError: an unreadable or oversized file, another format tag, or a missing required member.
     """
-    try:
-        with np.load(path, allow_pickle=False) as f:
-            arrays = {name: np.asarray(f[name]) for name in f.files}
-    except FileNotFoundError:
-        raise
-    except Exception as exc:  # BadZipFile, EOFError, OSError, ValueError (pickles), AttributeError (.npy) ...
-        raise ValueError(
-            f"{path}: not a readable {what} (corrupt, truncated or another kind of file; {type(exc).__name__}: {exc})"
-        ) from exc
+    arrays = read_npz_arrays(path, what, max_bytes)
     tag = arrays.get("format")
     if tag is None or tag.dtype.kind != "U" or str(tag) != format_tag:
         found = "none" if tag is None else repr(str(tag)[:80])
@@ -75,6 +76,53 @@ def read_npz(
     if missing:
         raise ValueError(f"{path}: incomplete file, missing arrays {missing} (not a complete {what})")
     return arrays
+
+
+#: the number of values a skeleton built from a file may allocate at once (None: unbounded, e.g. when saving)
+_BUDGET: "contextvars.ContextVar[Optional[int]]" = contextvars.ContextVar("gpflow_fed_skeleton_budget", default=None)
+#: values every skeleton may allocate whatever the file holds (scalars, small defaults)
+BUDGET_SLACK = 4096
+
+
+@contextlib.contextmanager
+def allocation_budget(arrays: Mapping[str, np.ndarray]) -> Iterator[int]:
+    """Bound every :func:`skeleton_array` built inside the block by the number of values ``arrays`` hold.
+
+    A file describes its model's sizes in its JSON structure; a model is built from that structure before its
+    variables are checked against the file, so a structure claiming ``num_inducing = 10⁶`` would allocate
+    ``10⁶ × 10⁶`` values from a file of a few kilobytes. A genuine file stores every variable of its model, so no
+    array of the skeleton holds more values than the file stores: the budget is the file's total number of stored
+    values plus :data:`BUDGET_SLACK`.
+
+    :return: (as the ``with`` target) the budget.
+    """
+    budget = int(sum(int(np.asarray(a).size) for a in arrays.values())) + BUDGET_SLACK
+    token = _BUDGET.set(budget)
+    try:
+        yield budget
+    finally:
+        _BUDGET.reset(token)
+
+
+def skeleton_array(shape: Sequence[int], what: str, fill: str = "zeros") -> np.ndarray:
+    """A placeholder array of ``shape`` (``fill``: ``"zeros"``, ``"ones"`` or ``"eye"``, square shapes) for a model
+    skeleton, after checking its size against the current :func:`allocation_budget`.
+
+    :raises ValueError: the array would hold more values than the file being read stores.
+    """
+    dims = tuple(int(n) for n in shape)
+    count = 1
+    for n in dims:
+        count *= n
+    budget = _BUDGET.get()
+    if budget is not None and count > budget:
+        raise ValueError(
+            f"saved model: {what} of shape {list(dims)} needs {count} values, more than the file stores "
+            f"({budget - BUDGET_SLACK}): the structure does not describe the arrays stored"
+        )
+    if fill == "eye":
+        return np.eye(dims[0])
+    return np.ones(dims) if fill == "ones" else np.zeros(dims)
 
 
 # --- value specs (recyclable models and Recycle's messages) ------------------------------------------------
@@ -295,7 +343,8 @@ def build_kernel(structure: Any) -> gpflow.kernels.Kernel:
     name = saved_fields(structure, "kernel", ["class"])["class"]
     if name in STATIONARY:
         shape = _shape(saved_fields(structure, name, ["lengthscales"])["lengthscales"], "lengthscales")
-        kernel = getattr(gpflow.kernels, name)(lengthscales=np.ones(shape), active_dims=_dims_from(structure))
+        ell = skeleton_array(shape, "lengthscales", "ones")
+        kernel = getattr(gpflow.kernels, name)(lengthscales=ell, active_dims=_dims_from(structure))
         return kernel
     if name in SCALAR_KERNELS:
         return getattr(gpflow.kernels, name)(active_dims=_dims_from(structure))
@@ -330,7 +379,7 @@ def _build_urk(structure: Mapping[str, Any]) -> gpflow.kernels.Kernel:
             raise ValueError(f"saved model: Fourier feature map nu must be positive, got {nu!r}")
         shape = _shape(fmap["lengthscales"], "feature map lengthscales")
         options = dict(
-            lengthscales=np.ones(shape),
+            lengthscales=skeleton_array(shape, "feature map lengthscales", "ones"),
             spectral=_choice(fmap["spectral"], ("gaussian", "student_t"), "spectral"),
             nu=float(nu),
         )

@@ -76,7 +76,7 @@ def test_non_numeric_missing_and_tiny_party():
     table = _table()
     bad = dict(table, age=table["age"].astype(object))
     bad["age"][3] = "old"
-    with pytest.raises(ValueError, match="column 'age' must be numeric; it holds 'old'"):
+    with pytest.raises(ValueError, match="column 'age' must be numeric; data row 4 is not a number"):
         federated_from_table(bad, party_column="hospital", target="los")
     bad["age"][3] = "n/a"  # a marker of a missing value, not a non-number
     with pytest.raises(ValueError, match="column 'age': missing value in data row 4"):

@@ -508,7 +508,7 @@ def load_checkpoint(
     """
     verify_manifest(path)
     try:
-        record = read_json(os.path.join(path, "run.json"), "checkpoint record")
+        record = read_json(os.path.join(path, "run.json"), "checkpoint record", allow_nan=True)
     except (OSError, ValueError) as exc:
         raise ValueError(f"checkpoint {path}: run.json is unreadable ({type(exc).__name__}: {exc})") from None
     try:

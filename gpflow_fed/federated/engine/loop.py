@@ -88,17 +88,28 @@ def train_round(
     return state, entry, sample_size
 
 
-def final_phases(owner: PhaseOwner, state: Any, round: int, ids: Sequence[str], purpose: str = "final") -> Any:
+def final_phases(
+    owner: PhaseOwner,
+    state: Any,
+    round: int,
+    ids: Sequence[str],
+    purpose: str = "final",
+    excluded: Optional[Dict[str, str]] = None,
+) -> Any:
     """Run ``Algorithm.final_phases()`` with every client in ``ids`` (a later phase with those aggregated).
 
     :param round: the round number the final messages carry (``algorithm.rounds`` after the last round).
     :param purpose: ``"final"``, or ``"evaluate"`` for a mid-training evaluation on a copy of the state.
+    :param excluded: if given, ``{client: reason}`` of every client the final phases excluded is added to it (the
+        run records them in its history, as it records a round's).
     :return: the server state from which ``Algorithm.result`` builds the returned model.
     """
     selected: Sequence[str] = ids
     for phase in owner.algorithm.final_phases():
-        state, aggregate, _ = owner.run(state, round, phase, selected, purpose)
+        state, aggregate, dropped = owner.run(state, round, phase, selected, purpose)
         selected = list(aggregate.senders)
+        if excluded is not None:
+            excluded.update(dropped)
     return state
 
 
@@ -238,10 +249,11 @@ def _rounds(
         if record.get("final"):  # the run had finished: its (noised) final release is restored, never redrawn
             final, first_round = state, algorithm.rounds
 
-    def finalize(state: Any, round: int, purpose: str) -> Any:
-        state = final_phases(owner, state, round, ids, purpose)
+    def finalize(state: Any, round: int, purpose: str) -> Tuple[Any, Dict[str, str]]:
+        excluded: Dict[str, str] = {}
+        state = final_phases(owner, state, round, ids, purpose, excluded)
         record_releases(accountant, reducer, algorithm, algorithm.final_phases(), len(ids), len(ids))
-        return state
+        return state, excluded
 
     def save(round: int, state: Any, final: bool = False) -> None:
         run_record = {
@@ -262,10 +274,14 @@ def _rounds(
         state, entry, sample_size = train_round(owner, state, r, ids, sampling_rng)
         record_releases(accountant, reducer, algorithm, algorithm.phases(r), len(ids), sample_size)
         if test is not None and options.eval_every and (r + 1) % options.eval_every == 0:
-            if r + 1 == algorithm.rounds:  # the last round: its evaluation is the final exchange, asked once
-                evaluated = (r, finalize(algorithm.copy_state(state), algorithm.rounds, "final"))
-            else:
-                evaluated = (r, finalize(algorithm.copy_state(state), r, "evaluate"))
+            final_now = r + 1 == algorithm.rounds  # the last round: its evaluation is the final exchange, asked once
+            purpose = "final" if final_now else "evaluate"
+            evaluated_state, dropped = finalize(
+                algorithm.copy_state(state), algorithm.rounds if final_now else r, purpose
+            )
+            evaluated = (r, evaluated_state)
+            if dropped:  # clients the final (or evaluation) phases excluded, recorded as a round's exclusions are
+                entry[f"{purpose}_excluded"] = dropped
             entry.update(evaluate_model(algorithm.result(evaluated[1]), test))
         if accountant is not None:
             entry["epsilon"] = accountant.epsilon()
@@ -285,7 +301,12 @@ def _rounds(
         if directory is not None:
             save(max(last - 1, 0), state, final=True)
     elif final is None:
-        state = finalize(state, last, "final")
+        state, dropped = finalize(state, last, "final")
+        if dropped:  # the final phases' exclusions enter the history like a round's ("excluded")
+            if history:
+                history[-1]["final_excluded"] = dropped
+            else:
+                history.append({"round": last, "final_excluded": dropped})
         if directory is not None:  # a resumed run restores this release instead of drawing a new one
             save(max(last - 1, 0), state, final=True)
     else:
