@@ -4,12 +4,13 @@ FSGP (FedAvg) on FSGP synthetic dataset 1 (eq. 18), K = 10 clients (iid), M = 20
 public grid, 10 rounds × 20 local Adam steps. The first ``b`` clients are malicious: each round they add
 ``+shift`` to every parameter they send (unconstrained space), with their honest weight N_k (an inflated
 weight is refused by the server's check against the registered size, so it is not needed here). The shift stays
-inside the box the server checks every FedAvg reply against (``8 · lr · local_steps`` = 8 per coordinate here,
-``algorithms/fsgp/checks.py``): a larger one is excluded by that check alone and needs no robust aggregation. Each
+inside the box the server checks every FedAvg reply against (what Adam can move in a round: ``lr · Σ_t ρ(t)`` over the
+round's steps, ≈ 1.05 per coordinate in round 0 here, ``algorithms/fsgp/checks.py``): a larger one is excluded by that
+check alone and needs no robust aggregation. Each
 configuration runs with the same seeds: the clean run, then ``b`` ∈ {1, 2, 3} poisoned clients under the plain
 weighted mean, ``RobustAggregation("median")`` and ``RobustAggregation("trimmed_mean", trim=0.3)``.
 
-Usage: ``python benchmarks/robust.py [--seeds 0 1 2] [--shift 6] [--out benchmarks/results/robust.json]``;
+Usage: ``python benchmarks/robust.py [--seeds 0 1 2] [--shift 1] [--out benchmarks/results/robust.json]``;
 prints a Markdown table (mean ± sd of the test RMSE over seeds) and saves every run as JSON with the git
 commit and the command.
 """
@@ -44,7 +45,7 @@ CONFIGS = {
 class PoisonedFSGP(FSGP):
     """FSGP whose first ``num_bad`` clients add ``shift`` to every parameter of their ``"train"`` replies."""
 
-    def __init__(self, *args: Any, num_bad: int = 0, shift: float = 6.0, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, num_bad: int = 0, shift: float = 1.0, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.num_bad, self.shift = num_bad, shift
 
@@ -88,7 +89,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--bad", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--clients", type=int, default=10)
-    parser.add_argument("--shift", type=float, default=6.0, help="per coordinate, inside the server's box of 8")
+    parser.add_argument("--shift", type=float, default=1.0, help="per coordinate, inside the server's box (≈ 1.05)")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
