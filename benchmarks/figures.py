@@ -98,8 +98,8 @@ def fsgp() -> Figures:
         rounds = [r["rounds"] for r in runs if r["method"] == "fsgp" and r["dataset"] == name and r.get("M") == 100]
         out[f"fsgp.{name}.M100.fsgp_rounds.min"], out[f"fsgp.{name}.M100.fsgp_rounds.max"] = min(rounds), max(rounds)
         fsgp_rmse, sgpr_rmse = rmse("fsgp", name, 100), rmse("sgpr", name, 100)
-        out |= _stats(f"fsgp.{name}.M100.fsgp_over_sgpr_pct",
-                      [100 * (fsgp_rmse[s] / sgpr_rmse[s] - 1) for s in sorted(set(fsgp_rmse) & set(sgpr_rmse))])  # fmt: skip
+        seeds = sorted(set(fsgp_rmse) & set(sgpr_rmse))
+        out |= _stats(f"fsgp.{name}.M100.fsgp_over_sgpr_pct", [100 * (fsgp_rmse[s] / sgpr_rmse[s] - 1) for s in seeds])
     return out
 
 
@@ -459,8 +459,9 @@ def verdict(paper_claims: Sequence[dict], evidence: Mapping[str, object], alpha:
             out[cid] = {"verdict": "not run"}
         elif kind == "single" or "inadmissible" in claim:
             settings = evidence.get(cid, [])
-            out[cid] = {"verdict": "inconclusive", "n": min((s.n for s in settings), default=1), "n_min": n_min,
-                        "seconds_to_n_min": sum(max(0, n_min - s.n) * s.seconds_per_pair for s in settings)}  # fmt: skip
+            seconds = sum(max(0, n_min - s.n) * s.seconds_per_pair for s in settings)
+            n = min((s.n for s in settings), default=1)
+            out[cid] = {"verdict": "inconclusive", "n": n, "n_min": n_min, "seconds_to_n_min": seconds}
     return out
 
 
@@ -530,8 +531,8 @@ def _fsgp_evidence() -> Dict[str, list]:
     def comparable(name: str, M: int) -> Setting:
         fsgp_rmse, sgpr = _by_seed(rows("fsgp", name, M)), _by_seed(rows("sgpr", name, M))
         margin = _claim_margin("fsgp.comparable_with_sgpr")
-        return Setting(f"{name} M={M}", [(1 + margin) * sgpr[s] - fsgp_rmse[s] for s in sorted(set(fsgp_rmse) & set(sgpr))],
-                       cost[name])  # fmt: skip
+        seeds = sorted(set(fsgp_rmse) & set(sgpr))
+        return Setting(f"{name} M={M}", [(1 + margin) * sgpr[s] - fsgp_rmse[s] for s in seeds], cost[name])
 
     return {
         "fsgp.better_than_fgp": [s for name in names for M in (10, 25, 50, 100) for s in versus_fgp(name, M)],
@@ -558,7 +559,9 @@ def _pvi_evidence() -> Dict[str, list]:
         return {s: r["ll"] for (n, m, s), r in runs.items() if (n, m) == (name, method)}
 
     def seconds(runs: Mapping[tuple, dict], name: str, methods: Sequence[str]) -> float:
-        return float(sum(np.mean([r["seconds"] for (n, m, _), r in runs.items() if (n, m) == (name, k)]) for k in methods))
+        return float(
+            sum(np.mean([r["seconds"] for (n, m, _), r in runs.items() if (n, m) == (name, k)]) for k in methods)
+        )
 
     def better(name: str, method: str, other: str, runs=main) -> Setting:
         return Setting(f"{name} {method} vs {other}", _diffs(ll(runs, name, method), ll(runs, name, other), False),
@@ -581,8 +584,13 @@ def _pvi_evidence() -> Dict[str, list]:
             comparable("ozone", "pvi.dpo_comparable_regional", ozone32, "ozone, 32 regions"),
         ],
         "pvi.cpo_fixed_worse_regional": [better("ozone", "dpo", "cpo"), better("ozone", "dpo", "fixed")],
-        "pvi.qz_resembles_global": [Setting("ozone split 0 trace", [0.0],
-                                            sum(_load(f"pvi_ozone_trace_{m}.json").get("seconds", 0.0) for m in ("dpo", "global")))],  # fmt: skip
+        "pvi.qz_resembles_global": [
+            Setting(
+                "ozone split 0 trace",
+                [0.0],
+                sum(_load(f"pvi_ozone_trace_{m}.json").get("seconds", 0.0) for m in ("dpo", "global")),
+            )
+        ],  # fmt: skip
     }
 
 
@@ -614,8 +622,12 @@ def _fedbnr_evidence() -> Dict[str, list]:
         "fedbnr.ablations": [better(n, K, "fedbnr", a) for n, K in settings for a in ablations],
         "fedbnr.kd_40_percent": [better(n, K, "fedbnr", "fedbnr-kd") for n, K in settings],
         "fedbnr.kd_stable": [stable(n) for n in dict.fromkeys(n for n, _ in settings)],
-        "fedbnr.kd_calibrated": [better(n, K, "fedbnr-kd", b, "ece") for n, K in settings for b in ("fedbnr", "pfedgp")],
-        "fedbnr.mce_brier": [better(n, K, m, "pfedgp", key) for n, K in settings for m in ours for key in ("mce", "brier")],
+        "fedbnr.kd_calibrated": [
+            better(n, K, "fedbnr-kd", b, "ece") for n, K in settings for b in ("fedbnr", "pfedgp")
+        ],
+        "fedbnr.mce_brier": [
+            better(n, K, m, "pfedgp", key) for n, K in settings for m in ours for key in ("mce", "brier")
+        ],
     }
 
 
@@ -627,7 +639,9 @@ def _recyclable_evidence() -> Dict[str, list]:
         by_method: Dict[str, Dict[int, dict]] = {}
         for r in rows:
             by_method.setdefault(r["method"], {})[r["seed"]] = r
-        seconds = float(np.mean([np.nansum([r.get("fit_s", 0.0), r.get("local_s", 0.0)]) for r in rows if r["method"] == ours]))
+        seconds = float(
+            np.mean([np.nansum([r.get("fit_s", 0.0), r.get("local_s", 0.0)]) for r in rows if r["method"] == ours])
+        )
         for rule in COMMITTEES:
             committee = by_method[f"{rule} (SVGP experts, default local fits (degenerate ones refitted))"]
             for metric in ("nlpd", "rmse", "mae"):
@@ -637,7 +651,8 @@ def _recyclable_evidence() -> Dict[str, list]:
                 spread_a = {s: abs(v - np.median(list(a.values()))) for s, v in a.items()}
                 spread_b = {s: abs(v - np.median(list(b.values()))) for s, v in b.items()}
                 out["recyclable.smaller_spread"].append(
-                    Setting(f"{setting} {rule} {metric}", _diffs(spread_a, spread_b), seconds))
+                    Setting(f"{setting} {rule} {metric}", _diffs(spread_a, spread_b), seconds)
+                )
 
     def single(file: str, method: str, reference: str, cid: str | None = None) -> Setting:
         rows = {r["method"]: r for r in _load(file)["rows"]}
@@ -657,7 +672,9 @@ def _recyclable_evidence() -> Dict[str, list]:
         ens = {r["seed"]: r["nlpd"] for r in mine if r["method"] == "recycled ensemble" and not r.get("failed")}
         one = {r["seed"]: r["nlpd"] for r in mine if r["method"] == "single SVGP"}
         seconds = float(np.mean([np.nansum([r.get("fit_s", 0.0), r.get("local_s", 0.0)]) for r in mine])) * 2
-        out["recyclable.mnist"].append(Setting(f"digit {digit}", [one[s] - ens[s] + margin for s in sorted(set(ens) & set(one))], seconds))
+        out["recyclable.mnist"].append(
+            Setting(f"digit {digit}", [one[s] - ens[s] + margin for s in sorted(set(ens) & set(one))], seconds)
+        )
     ames = [r for r in standins if r["experiment"] == "ames"]
     out["recyclable.heterogeneous"] = [Setting("ames Q1", _diffs(
         _by_seed([r for r in ames if r["method"].startswith("heterogeneous")], "nlpd"),
@@ -677,11 +694,18 @@ def _privacy_exact() -> Dict[str, Callable[[], bool]]:
 
     ex1, ex2, ex3 = paper["example_1"], paper["example_2"], paper["example_3"]
     return {
-        "privacy.example1": lambda: abs(ex1["variance_at_0_5"] - 0.5) < 1e-6 and ex1["diagonal_sdp_trace"] > ex1["trace"],
-        "privacy.example2": lambda: all(r["theorem2"] and ex2["weak_trace_krylov"] <= r["strong_trace"] for r in ex2["strong"]),
+        "privacy.example1": lambda: (
+            abs(ex1["variance_at_0_5"] - 0.5) < 1e-6 and ex1["diagonal_sdp_trace"] > ex1["trace"]
+        ),
+        "privacy.example2": lambda: all(
+            r["theorem2"] and ex2["weak_trace_krylov"] <= r["strong_trace"] for r in ex2["strong"]
+        ),
         "privacy.example3": lambda: all(
-            (r["strong_margin"] > -1e-12 and r["weak_trace"] <= r["strong_trace"] + 1e-12) if r["valid"] else "strong_trace" not in r
-            for r in ex3),  # fmt: skip
+            (r["strong_margin"] > -1e-12 and r["weak_trace"] <= r["strong_trace"] + 1e-12)
+            if r["valid"]
+            else "strong_trace" not in r
+            for r in ex3
+        ),  # fmt: skip
         # the text: the smaller α, the better hidden; eq. 11: the variance at the private inputs is at least α K
         "privacy.satellite": lambda: satellite(0.1) >= satellite(0.5),
     }

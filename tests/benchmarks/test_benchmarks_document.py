@@ -207,7 +207,9 @@ def test_one_row_per_claim_and_every_claim_has_its_row(claims):
         f"claims without a row: {sorted(set(listed) - set(rows))}"
     )
     for claim in claims:
-        assert claim["where"] and claim["says"] and claim["kind"] in ("paired", "single", "exact", "not run"), claim["id"]
+        assert claim["where"] and claim["says"] and claim["kind"] in ("paired", "single", "exact", "not run"), claim[
+            "id"
+        ]
         if claim["kind"] == "not run":
             assert claim.get("cost"), f"{claim['id']}: a not-run claim says why or what it would cost"
 

@@ -66,7 +66,11 @@ def test_below_the_minimum_a_unanimous_result_is_inconclusive(rule):
 
 def test_most_needs_a_majority_and_all_needs_every_setting(rule):
     S = rule.Setting
-    settings = [S("a", _ups(10)), S("b", _ups(10)), S("c", [0.1, -0.2, 0.3, -0.4, 0.05, -0.06, 0.07, -0.08, 0.09, -0.1])]
+    settings = [
+        S("a", _ups(10)),
+        S("b", _ups(10)),
+        S("c", [0.1, -0.2, 0.3, -0.4, 0.05, -0.06, 0.07, -0.08, 0.09, -0.1]),
+    ]
     out = rule.verdict([_claim("most", "most"), _claim("all")], {"most": settings, "all": settings})
     assert out["most"]["verdict"] == "reproduced" and out["all"]["verdict"] == "partial"
 
