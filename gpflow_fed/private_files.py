@@ -15,8 +15,8 @@ model state and keyed digests of its data. Its writers use this module, which gu
   renaming the folder or swapping it for a link while it is being written cannot redirect a write.
 
 What it does not do: it trusts the folder's parents (a link above the folder is followed, as the user wrote the path);
-it does not ``fsync`` (a crash may lose the last write, and the writers detect a half-written one); it cannot protect
-against root or against this user's own processes.
+it does not ``fsync`` unless asked (``replace_file(..., sync=True)``; otherwise a crash may lose the last write,
+and the writers detect a half-written one); it cannot protect against root or against this user's own processes.
 """
 
 from __future__ import annotations
@@ -162,17 +162,22 @@ def new_file(path: str, mode: str = "w") -> IO:
     return os.fdopen(fd, mode, encoding=None if mode == "wb" else "utf-8")
 
 
-def replace_file(folder: str, name: str, data: bytes) -> None:
+def replace_file(folder: str, name: str, data: bytes, *, sync: bool = False) -> None:
     """Write ``data`` to ``folder/name`` atomically: a fresh private temporary file (0600, ``O_EXCL | O_NOFOLLOW``)
     renamed over the name, so a reader sees the old or the new content, and a link at the name is replaced, not
     followed.
 
+    :param sync: ``fsync`` the new content before the rename (the caller ``fsync``-s the folder if it needs the
+        rename itself to be durable).
     :raises IsADirectoryError: a folder is at ``folder/name``.
     """
     fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+            if sync:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, os.path.join(folder, name))
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

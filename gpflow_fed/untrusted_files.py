@@ -97,11 +97,11 @@ def _check_member_name(info: zipfile.ZipInfo, path: PathLike, seen: set) -> str:
 def _read_member(archive: zipfile.ZipFile, info: zipfile.ZipInfo, path: PathLike) -> np.ndarray:
     name = _short(info.filename)
     with archive.open(info) as fp:
-        version = np.lib.format.read_magic(fp)
+        version = np.lib.format.read_magic(fp)  # type: ignore[no-untyped-call]  # numpy leaves it untyped
         if version == (1, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_1_0(fp)
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(fp)  # type: ignore[no-untyped-call]
         elif version == (2, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_2_0(fp)
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(fp)  # type: ignore[no-untyped-call]
         else:
             raise ValueError(f"member {name} has .npy format {version} (1.0 or 2.0 only)")
         if dtype.hasobject or dtype.kind not in _KINDS or dtype.fields is not None or dtype.subdtype is not None:

@@ -22,6 +22,12 @@
     ``flower-supernode`` per party (party k reads ``DIR/client_k.npz``: arrays ``X``, ``Y``) and ``flwr run``
     (``--json``: the same under ``outputs``).
 
+``gpflow-fed flower ledger create PATH``
+    a party's DP ledger, once (0600 in a 0700 folder; never over an existing file): a party with a DP budget
+    (``flower party --dp-budget EPSILON DELTA --dp-ledger PATH``, or the node-config keys ``dp-budget-epsilon``,
+    ``dp-budget-delta``, ``dp-ledger``) records every distributed-DP answer there, across runs, and refuses once the
+    budget would be passed, or when the ledger is missing or corrupt (:mod:`gpflow_fed.federated.protection.budget`).
+
 The Flower guide (docs/guides/flower.md) has the commands for N parties on one machine and across machines.
 """
 
@@ -75,6 +81,42 @@ def _address_problem(address: str, option: str) -> List[str]:
     return []
 
 
+# --- ledger ---------------------------------------------------------------------------------------------------
+def _no_tensorflow(args: argparse.Namespace) -> None:
+    args.tensorflow = False
+
+
+def _ledger_create(args: argparse.Namespace) -> int:
+    from ..federated.protection.budget import create_ledger
+
+    try:
+        path = create_ledger(args.path)
+    except (FileExistsError, ValueError) as exc:
+        print(f"gpflow-fed flower ledger create: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"created the DP ledger {path} (empty; 0600). Give it to this party: --dp-ledger {path}, or node config "
+        f'dp-ledger = "{path}" with dp-budget-epsilon and dp-budget-delta'
+    )
+    return 0
+
+
+def _ledger_show(args: argparse.Namespace) -> int:
+    from ..federated.protection.budget import read_ledger
+    from ..federated.protection.distributed_dp import zcdp_epsilon
+
+    try:
+        total, entries = read_ledger(args.path)
+        epsilon = zcdp_epsilon(total, args.delta)
+    except ValueError as exc:
+        print(f"gpflow-fed flower ledger show: {exc}", file=sys.stderr)
+        return 2
+    print(f"rho {total:.6g}  epsilon {epsilon:.6g} at delta {args.delta:g}  ({len(entries)} answers)")
+    for e in entries:
+        print(f"  run {e['run'] or '-'}  {e['purpose']} round {e['round']} {e['phase']}  rho {e['rho']:.6g}")
+    return 0
+
+
 # --- party ----------------------------------------------------------------------------------------------------
 def _check_party(args: argparse.Namespace) -> None:
     """The options and the party's table, before TensorFlow (the party command never imports it)."""
@@ -86,6 +128,17 @@ def _check_party(args: argparse.Namespace) -> None:
         problems.append(f"--port must be in 1-65535, got {args.port}")
     if args.min_cohort < 2:
         problems.append(f"--min-cohort must be at least 2, got {args.min_cohort}")
+    if (args.dp_budget is None) != (args.dp_ledger is None):
+        problems.append("--dp-budget and --dp-ledger go together (the budget's spend lives in the ledger)")
+    elif args.dp_budget is not None:
+        epsilon, delta = args.dp_budget
+        if not (0 < epsilon < float("inf") and 0 < delta < 1):
+            problems.append(f"--dp-budget needs EPSILON > 0 and DELTA in (0, 1), got {epsilon:g} {delta:g}")
+        if not os.path.isfile(os.path.expanduser(args.dp_ledger)):
+            problems.append(
+                f"--dp-ledger {args.dp_ledger}: no ledger there; create it once with "
+                f"`gpflow-fed flower ledger create {args.dp_ledger}`"
+            )
     try:
         args.table = read_party_table(args.csv, target=args.target, features=args.features)
     except ValueError as exc:
@@ -114,6 +167,15 @@ def party_command(args: argparse.Namespace) -> Tuple[List[str], str]:
         "min-cohort": args.min_cohort,
         "protect-small-cohorts": True,
         "max-rounds": args.max_rounds,
+        **(
+            {}
+            if args.dp_budget is None
+            else {
+                "dp-budget-epsilon": args.dp_budget[0],
+                "dp-budget-delta": args.dp_budget[1],
+                "dp-ledger": os.path.abspath(os.path.expanduser(args.dp_ledger)),
+            }
+        ),
         "features": ",".join(table.features),
         "target": table.target,
     }
@@ -350,6 +412,17 @@ def register(subparsers: Any) -> None:
         metavar="DIR",
         help="private folder for this party's rows and state (default ~/.cache/gpflow_fed/flower)",
     )
+    party.add_argument(
+        "--dp-budget",
+        nargs=2,
+        type=float,
+        default=None,
+        metavar=("EPSILON", "DELTA"),
+        help="this party's own (ε, δ) budget across runs: it answers distributed DP only, until the budget is spent",
+    )
+    party.add_argument(
+        "--dp-ledger", default=None, metavar="PATH", help="its DP ledger (with --dp-budget; `flower ledger create`)"
+    )
     _protection_arguments(party, "allow the server to ask for this party's")
     party.set_defaults(func=_party, check=_check_party)
 
@@ -374,6 +447,16 @@ def register(subparsers: Any) -> None:
     _protection_arguments(server, "ask for the parties'")
     add_run_option_arguments(server, checkpoints=" (the server's part of the run; each party keeps its own)")
     server.set_defaults(func=_server, check=_check_server)
+
+    ledger = sub.add_parser("ledger", help="a party's DP ledger: create it once")
+    ledger_sub = ledger.add_subparsers(dest="ledger_command", metavar="ACTION", required=True)
+    create = ledger_sub.add_parser("create", help="create an empty DP ledger (never over an existing file)")
+    create.add_argument("path", metavar="PATH", help="the ledger file (0600; its folder made 0700 if missing)")
+    create.set_defaults(func=_ledger_create, check=_no_tensorflow)
+    show = ledger_sub.add_parser("show", help="print a DP ledger's total ρ, its ε at --delta, and its entries")
+    show.add_argument("path", metavar="PATH", help="the ledger file")
+    show.add_argument("--delta", type=float, default=1e-5, help="δ of the ε printed (default: %(default)s)")
+    show.set_defaults(func=_ledger_show, check=_no_tensorflow)
 
     app = sub.add_parser("app", help="write a Flower app for a registered algorithm factory and print the commands")
     app.add_argument("app_dir", help="folder for the app's pyproject.toml")

@@ -6,6 +6,7 @@ import pytest
 
 from gpflow_fed.federated import ClientPolicy, DifferentialPrivacy, DistributedDP, Protection, RobustAggregation
 from gpflow_fed.federated.protection.masking import SecureAggregation
+from gpflow_fed.federated.protection.policy import DEFAULT_MAX_ROUNDS
 
 REQUESTS = [
     Protection(),
@@ -40,7 +41,8 @@ def test_a_request_round_trips_through_its_config(protection):
 def test_a_missing_key_means_the_python_default():
     assert Protection.from_config({}) == Protection()
     assert Protection.from_config({}).secure is not None  # private by default, as Protection() is
-    assert ClientPolicy.from_node_config({}) == ClientPolicy()
+    # a deployed party's schedule cap is its own (issue 43); an in-process party follows its algorithm
+    assert ClientPolicy.from_node_config({}) == ClientPolicy(max_rounds=DEFAULT_MAX_ROUNDS)
 
 
 @pytest.mark.parametrize("text", ["yes", "1", "on", "True ", "enabled", "True", "", "no", "0", "off"])

@@ -26,6 +26,12 @@ with other ``fractional_bits`` or cohort sizes. A reply that fails the client's 
 words whichever check (:data:`DATA_FAULT`), and the client then refuses every later protected exchange of the run
 (:meth:`ClientEncoder.stop`): one such bit per client and run.
 
+Under a DP budget (``ClientPolicy.budget``) the client also keeps its own zCDP ledger (:mod:`.budget`): before it
+encodes a distributed-DP answer it reserves the answer's ρ in the ledger (a file shared by the party's runs, locked,
+written and synced before the answer leaves), and refuses when the total would pass its budget, or when the ledger is
+missing or corrupt. That refusal depends on the request, the payload's layout and the party's past answers, never on
+its data.
+
 What leaves the client is what :meth:`ClientEncoder.prepare` (layout or clipped message) and :meth:`respond`
 return; nothing else.
 """
@@ -40,7 +46,8 @@ from typing import Any, Dict, Mapping, Optional, Tuple, cast
 import numpy as np
 
 from ..protocol.messages import Message
-from .distributed_dp import DistributedDP, NoiseSource
+from .budget import LedgerRefusal, MemoryLedger, Spend, open_ledger
+from .distributed_dp import DistributedDP, NoiseSource, release_rho
 from .dp import DifferentialPrivacy, clip_payload
 from .masking import length_prefixed
 from .policy import ClientPolicy
@@ -159,6 +166,9 @@ class ClientEncoder:
         #: per exchange under distributed DP, the honest-client count its noise shares assume (the fewest survivors
         #: it unmasks a sum over)
         self._honest: Dict[Tuple[str, int, str], int] = {}
+        #: the party's DP ledger under a budget (:mod:`.budget`): its file (the policy's path) or, without one, in
+        #: memory for this encoder's life; None without a budget
+        self.ledger = open_ledger(policy.ledger, policy.budget)
 
     # --- the update ----------------------------------------------------------------------------------
     def claim(self, purpose: str, round: int, phase: str) -> None:
@@ -220,6 +230,7 @@ class ClientEncoder:
         if request.secure is not None:
             self._check_one_view(broadcast, view, message.phase)
         self._check_noise(request, message.phase, aggregation)
+        self._check_budget(message, request, aggregation, purpose)
         if min_data is not None and self.policy.protect_small_cohorts:
             self._min_data[(purpose, message.round, message.phase)] = int(min_data)
         arrays = {k: np.asarray(v, dtype=np.float64) for k, v in message.arrays.items()}
@@ -265,6 +276,28 @@ class ClientEncoder:
                 f"in this run; a request with {noise:g} is refused"
             )
         self._noise_seen[phase] = max(seen, noise)
+
+    def _check_budget(self, message: Message, request: Protection, aggregation: str, purpose: str) -> None:
+        """Under a DP budget, reserve this distributed-DP answer's ρ in the party's ledger before anything that
+        depends on its data is encoded (:mod:`.budget`); refuse when the total would pass the budget or the ledger is
+        missing or corrupt. Only the payload's layout (its dimension) and the request enter the ρ."""
+        distributed = request.distributed
+        budget = self.policy.budget
+        if (
+            self.ledger is None
+            or budget is None
+            or distributed is None
+            or not request.noised(message.phase, aggregation)
+        ):
+            return  # without distributed DP a budgeted policy has refused already (ClientPolicy.refusal)
+        dimension = sum(int(np.size(v)) for v in message.arrays.values())
+        rho = release_rho(distributed, dimension) if dimension else 0.0
+        run = "" if self._run_id is None else self._run_id.hex()
+        spend = Spend(run, str(purpose), int(message.round), str(message.phase), float(rho))
+        try:
+            self.ledger.reserve(spend, budget, repr(self.client_id))
+        except LedgerRefusal as refusal:
+            raise EncoderRefusal(str(refusal)) from None
 
     def _check_one_view(self, broadcast: bytes, view: bytes, phase: str) -> None:
         """One request view per broadcast, recorded *before* encoding (module docstring): whether a payload fits
@@ -423,6 +456,7 @@ class ClientEncoder:
             "noise_seen": {f: float(z) for f, z in self._noise_seen.items()},
             "honest": [[k[0], int(k[1]), k[2], int(v)] for k, v in self._honest.items()],
             "stopped": self.stopped,
+            "ledger": self.ledger.entries if isinstance(self.ledger, MemoryLedger) else [],
             "prepared": [
                 {
                     "purpose": key[0],
@@ -474,6 +508,8 @@ class ClientEncoder:
             encoder._noise_seen = {str(f): float(z) for f, z in header.get("noise_seen", {}).items()}
             encoder._honest = {(str(p), int(r), str(f)): int(v) for p, r, f, v in header.get("honest", [])}
             encoder.stopped = bool(header.get("stopped", False))
+            if isinstance(encoder.ledger, MemoryLedger):  # a ledger file is read from the file, never the state
+                encoder.ledger = MemoryLedger(header.get("ledger", []))
             if header["run_id"] is not None:
                 encoder._run_id = bytes.fromhex(header["run_id"])
             if header["secagg"]:

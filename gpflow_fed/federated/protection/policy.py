@@ -16,7 +16,11 @@ The party being protected enforces its own protection. A :class:`ClientPolicy` l
   (so that each client adds less noise) is refused;
 * ``max_rounds``: the most training rounds it answers (None: its algorithm's own); a Flower party's comes from its
   node config (``max-rounds``, default :data:`DEFAULT_MAX_ROUNDS`), never from the run config the server writes, so a
-  server cannot ask for 100,000 releases by writing ``rounds = 100000``.
+  server cannot ask for 100,000 releases by writing ``rounds = 100000``;
+* ``budget``: an (ε, δ) the client's distributed-DP answers may spend in total, across exchanges **and runs** (None:
+  no budget), kept in its own zCDP ledger (``ledger``: a file, :mod:`.budget`); under a budget it answers a
+  ``"sum"``/``"mean"`` phase only under distributed DP, whose noise share it adds itself: central DP (the server adds
+  the noise) and plain sums cannot be enforced by the client, so they are refused.
 
 Within a run a client's DP on a phase never goes down: once it has answered a phase under noise multiplier z, it
 refuses that phase without DP or with less (:class:`~gpflow_fed.federated.protection.encoder.ClientEncoder`), and under
@@ -30,7 +34,9 @@ asks (:meth:`ClientPolicy.matching`), for parity with a deployment, not for prot
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+import math
+import os
+from typing import Any, Mapping, Optional, Tuple
 
 from ...validation import parse_boolean, parse_integer, parse_number
 from .request import Protection
@@ -56,8 +62,14 @@ class ClientPolicy:
     :param min_noise_multiplier: the DP floor (≥ 0; module docstring).
     :param honest_clients: the most honest clients this client assumes under distributed DP (≥ 1, or None).
     :param max_rounds: the most training rounds the client answers (≥ 1, or None: its algorithm's).
+    :param budget: ``(ε, δ)``, ε > 0 and 0 < δ < 1: the most its distributed-DP answers spend in total, across
+        exchanges and runs (None: no budget). Only distributed DP is the party's own: under a budget, a central-DP or
+        non-DP request for a ``"sum"``/``"mean"`` phase is refused.
+    :param ledger: the path of the party's ledger file (:mod:`.budget`; made once with
+        :func:`~gpflow_fed.federated.protection.budget.create_ledger`), or None: kept in memory for the encoder's
+        life, so the budget does not span runs then. Needs a ``budget``.
     :raises ValueError: ``min_cohort`` below 2, ``masking_degree`` below 2, a negative noise floor, ``honest_clients``
-        below 1.
+        below 1, a budget out of range, a ledger without a budget.
     :raises TypeError: settings of the wrong type.
     """
 
@@ -68,6 +80,8 @@ class ClientPolicy:
     min_noise_multiplier: float = 0.0
     honest_clients: Optional[int] = None
     max_rounds: Optional[int] = None
+    budget: Optional[Tuple[float, float]] = None
+    ledger: Optional[str] = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.protect_small_cohorts, bool):
@@ -91,6 +105,22 @@ class ClientPolicy:
         cap = self.max_rounds
         if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
             raise ValueError(f"ClientPolicy: max_rounds must be an int ≥ 1 or None, got {cap!r}")
+        budget = self.budget
+        if budget is not None:
+            if not isinstance(budget, (tuple, list)) or len(budget) != 2:
+                raise ValueError(f"ClientPolicy: budget must be (epsilon, delta) or None, got {budget!r}")
+            if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in budget):
+                raise TypeError(f"ClientPolicy: budget must hold two numbers, got {budget!r}")
+            epsilon, delta = float(budget[0]), float(budget[1])
+            if not (math.isfinite(epsilon) and epsilon > 0 and 0 < delta < 1):
+                raise ValueError(f"ClientPolicy: budget needs 0 < epsilon < inf and 0 < delta < 1, got {budget!r}")
+            object.__setattr__(self, "budget", (epsilon, delta))
+        if self.ledger is not None:
+            if not isinstance(self.ledger, (str, os.PathLike)) or not os.fspath(self.ledger):
+                raise TypeError(f"ClientPolicy: ledger must be a path or None, got {self.ledger!r}")
+            if budget is None:
+                raise ValueError("ClientPolicy: a ledger needs a budget (budget=(epsilon, delta))")
+            object.__setattr__(self, "ledger", os.path.abspath(os.path.expanduser(os.fspath(self.ledger))))
 
     @classmethod
     def matching(cls, protection: Protection) -> "ClientPolicy":
@@ -109,13 +139,39 @@ class ClientPolicy:
     def from_node_config(cls, config: Mapping[str, Any]) -> "ClientPolicy":
         """A Flower SuperNode's policy from its node config (``secure-aggregation``, ``min-cohort``,
         ``protect-small-cohorts``, ``masking-degree``: 0 for the protocol's default, ``min-noise-multiplier``,
-        ``honest-clients``: 0 for any, ``max-rounds``); the defaults when absent (secure aggregation required, small
-        cohorts protected, the protocol's degree, no DP floor, :data:`DEFAULT_MAX_ROUNDS` rounds).
+        ``honest-clients``: 0 for any, ``max-rounds``, ``dp-budget-epsilon`` and ``dp-budget-delta``: both or
+        neither, ``dp-ledger``: a path, required with a budget, since a Flower ClientApp restarts for each message and
+        its spend must outlive the run); the defaults when absent (secure aggregation required, small cohorts
+        protected, the protocol's degree, no DP floor, :data:`DEFAULT_MAX_ROUNDS` rounds, no budget).
         Every value is parsed strictly (a bool or exactly ``"true"``/``"false"``; an integer or a string of one):
         ``"yes"``, ``"1"``, ``"on"`` or ``"True "`` is an error naming the key, never a silent ``False``.
 
         :raises ValueError, TypeError: a malformed value (naming the node-config key) or an invalid policy.
         """
+        budget: Optional[Tuple[float, float]] = None
+        given = [k for k in ("dp-budget-epsilon", "dp-budget-delta") if k in config]
+        if len(given) == 1:
+            missing = ({"dp-budget-epsilon", "dp-budget-delta"} - set(given)).pop()
+            raise ValueError(f"node config {given[0]} needs {missing} too (a DP budget is an (epsilon, delta) pair)")
+        if given:
+            budget = (
+                parse_number(config["dp-budget-epsilon"], "node config dp-budget-epsilon"),
+                parse_number(config["dp-budget-delta"], "node config dp-budget-delta"),
+            )
+            if not (budget[0] > 0 and 0 < budget[1] < 1):
+                raise ValueError(
+                    f"node config dp-budget-epsilon must be > 0 and dp-budget-delta in (0, 1), got {budget}"
+                )
+        ledger = config.get("dp-ledger")
+        if ledger is not None and (not isinstance(ledger, str) or not ledger.strip() or ledger != ledger.strip()):
+            raise ValueError(f"node config dp-ledger must be a path (a non-empty string), got {ledger!r}")
+        if budget is not None and ledger is None:
+            raise ValueError(
+                "node config dp-budget-epsilon needs dp-ledger: a Flower party's spend lives in its ledger file, "
+                "made once with `gpflow-fed flower ledger create PATH`"
+            )
+        if ledger is not None and budget is None:
+            raise ValueError("node config dp-ledger needs dp-budget-epsilon and dp-budget-delta")
         return cls(
             secure_aggregation=parse_boolean(config.get("secure-aggregation", True), "node config secure-aggregation"),
             min_cohort=parse_integer(config.get("min-cohort", 2), "node config min-cohort"),
@@ -128,6 +184,8 @@ class ClientPolicy:
             ),
             honest_clients=parse_integer(config.get("honest-clients", 0), "node config honest-clients") or None,
             max_rounds=parse_integer(config.get("max-rounds", DEFAULT_MAX_ROUNDS), "node config max-rounds", 1),
+            budget=budget,
+            ledger=ledger,
         )
 
     def refusal(self, request: Protection, phase: str, aggregation: str) -> str:
@@ -143,6 +201,13 @@ class ClientPolicy:
             return (
                 f"phase {phase!r}: this client's policy requires secure aggregation, but the server asked for its "
                 "payload in plain; refused (nothing of the payload was sent)"
+            )
+        if self.budget is not None and not (request.distributed is not None and request.noised(phase, aggregation)):
+            epsilon, delta = self.budget
+            kind = "central DP (noise the server adds)" if request.dp is not None else "no DP"
+            return (
+                f"phase {phase!r}: this client has a DP budget (ε = {epsilon:g} at δ = {delta:g}), which only "
+                f"distributed DP (its own noise share) lets it keep; the request has {kind}; refused"
             )
         noise = request.dp.noise_multiplier if request.noised(phase, aggregation) and request.dp is not None else 0.0
         if noise < self.min_noise_multiplier:

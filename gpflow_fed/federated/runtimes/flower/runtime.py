@@ -106,6 +106,13 @@ class FlowerRuntime(Runtime):
                         "honest-clients": policy.honest_clients or 0,
                         "max-rounds": policy.max_rounds or max(algorithm.rounds, 1),  # in process: its own
                         "protect-small-cohorts": policy.protect_small_cohorts,
+                        # a party's DP budget needs its ledger file here (ClientPolicy.from_node_config)
+                        **(
+                            {}
+                            if policy.budget is None
+                            else {"dp-budget-epsilon": policy.budget[0], "dp-budget-delta": policy.budget[1]}
+                        ),
+                        **({} if policy.ledger is None else {"dp-ledger": policy.ledger}),
                     }
                 )
             run_config = {
