@@ -2,15 +2,15 @@
 
 FSGP (FedAvg) on FSGP synthetic dataset 1 (eq. 18), K = 10 clients (iid), M = 20 inducing inputs from a
 public grid, 10 rounds × 20 local Adam steps. The first ``b`` clients are malicious: each round they add
-``+shift`` to every parameter they send (unconstrained space), with their honest weight N_k (an inflated
-weight is refused by the server's check against the registered size, so it is not needed here). The shift stays
-inside the box the server checks every FedAvg reply against (what Adam can move in a round: ``lr · Σ_t ρ(t)`` over the
-round's steps, ≈ 1.05 per coordinate in round 0 here, ``algorithms/fsgp/checks.py``): a larger one is excluded by that
-check alone and needs no robust aggregation. Each
+the broadcast plus ``fraction`` of the server's FedAvg box in every parameter (unconstrained space), with their honest
+weight N_k (an inflated weight is refused by the server's check against the registered size, so it is not needed
+here). The box is what Adam can move in a round (``checks.adam_displacement_bound``: ``lr · Σ_t ρ(t)`` over the
+round's steps, ≈ 1.06 per coordinate in round 0 here): a reply outside it is excluded by that check alone and needs
+no robust aggregation. Each
 configuration runs with the same seeds: the clean run, then ``b`` ∈ {1, 2, 3} poisoned clients under the plain
 weighted mean, ``RobustAggregation("median")`` and ``RobustAggregation("trimmed_mean", trim=0.3)``.
 
-Usage: ``python benchmarks/robust.py [--seeds 0 1 2] [--shift 1] [--out benchmarks/results/robust.json]``;
+Usage: ``python benchmarks/robust.py [--seeds 0 1 2] [--fraction 0.98] [--out benchmarks/results/robust.json]``;
 prints a Markdown table (mean ± sd of the test RMSE over seeds) and saves every run as JSON with the git
 commit and the command.
 """
@@ -34,6 +34,7 @@ from provenance import save  # noqa: E402
 from gpflow_fed.data.partition import iid_partition  # noqa: E402
 from gpflow_fed.federated import LocalRuntime, Protection, RobustAggregation, run  # noqa: E402
 from gpflow_fed.federated.algorithms import FSGP  # noqa: E402
+from gpflow_fed.federated.algorithms.fsgp.checks import adam_displacement_bound  # noqa: E402
 
 CONFIGS = {
     "mean": None,
@@ -43,17 +44,20 @@ CONFIGS = {
 
 
 class PoisonedFSGP(FSGP):
-    """FSGP whose first ``num_bad`` clients add ``shift`` to every parameter of their ``"train"`` replies."""
+    """FSGP whose first ``num_bad`` clients reply the broadcast plus ``fraction`` of the server's box in every
+    parameter of their ``"train"`` replies."""
 
-    def __init__(self, *args: Any, num_bad: int = 0, shift: float = 1.0, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, num_bad: int = 0, fraction: float = 0.98, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.num_bad, self.shift = num_bad, shift
+        self.num_bad, self.fraction = num_bad, fraction
 
     def client_update(self, client: Any, broadcast: Any) -> Any:
         reply = super().client_update(client, broadcast)
         if broadcast.phase != "train" or int(client.id.split("_")[1]) >= self.num_bad:
             return reply
-        return self.reply(client, broadcast, {k: v + self.shift for k, v in reply.arrays.items()}, reply.weight)
+        box = adam_displacement_bound(self.learning_rate, self.local_steps, broadcast.round)
+        arrays = {k: np.asarray(broadcast.arrays[k]) + self.fraction * box for k in reply.arrays}
+        return self.reply(client, broadcast, arrays, reply.weight)
 
 
 def federation(seed: int, num_clients: int) -> FederatedDataset:
@@ -62,7 +66,7 @@ def federation(seed: int, num_clients: int) -> FederatedDataset:
     return FederatedDataset([(data.X_train[p], data.Y_train[p]) for p in parts], test=(data.X_test, data.Y_test))
 
 
-def one_run(seed: int, num_bad: int, config: str, shift: float, num_clients: int, rounds: int = 10) -> float:
+def one_run(seed: int, num_bad: int, config: str, fraction: float, num_clients: int, rounds: int = 10) -> float:
     dataset = federation(seed, num_clients)
     Z = np.linspace(-10, 10, 20)[:, None]  # public: no client data
     algorithm = PoisonedFSGP(
@@ -73,7 +77,7 @@ def one_run(seed: int, num_bad: int, config: str, shift: float, num_clients: int
         local_steps=20,
         learning_rate=0.05,
         num_bad=num_bad,
-        shift=shift,
+        fraction=fraction,
     )
     result = run(
         algorithm,
@@ -89,7 +93,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--bad", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--clients", type=int, default=10)
-    parser.add_argument("--shift", type=float, default=1.0, help="per coordinate, inside the server's box (≈ 1.05)")
+    parser.add_argument("--fraction", type=float, default=0.98, help="of the server's box, in every coordinate")
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--out", default=None)
     args = parser.parse_args(argv)
@@ -97,7 +101,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     for seed in args.seeds:
         for num_bad in [0, *args.bad]:
             for config in CONFIGS if num_bad else ["mean"]:
-                rmse = one_run(seed, num_bad, config, args.shift, args.clients, args.rounds)
+                rmse = one_run(seed, num_bad, config, args.fraction, args.clients, args.rounds)
                 rows.append({"seed": seed, "bad": num_bad, "config": config, "test_rmse": rmse})
                 print(f"seed {seed}, {num_bad} bad, {config}: RMSE {rmse:.4f}", file=sys.stderr, flush=True)
     clean = np.array([r["test_rmse"] for r in rows if r["bad"] == 0])
