@@ -139,6 +139,13 @@ def _check_party(args: argparse.Namespace) -> None:
                 f"--dp-ledger {args.dp_ledger}: no ledger there; create it once with "
                 f"`gpflow-fed flower ledger create {args.dp_ledger}`"
             )
+    args.identity = _identity_settings(args)
+    try:  # the same check the party's ClientApp makes, before its SuperNode starts
+        from ..federated.protection.identity import node_identity
+
+        node_identity(args.identity, f"client_{args.client_index}")
+    except (OSError, ValueError) as exc:
+        problems.append(str(exc).replace("node config ", "--").replace("signing-key", "signing-key FILE"))
     try:
         args.table = read_party_table(args.csv, target=args.target, features=args.features)
     except ValueError as exc:
@@ -152,6 +159,42 @@ def _check_party(args: argparse.Namespace) -> None:
             )
     if problems:
         raise ValueError("; ".join(problems))
+
+
+def _identity_settings(args: argparse.Namespace) -> Dict[str, Any]:
+    """The party's authentication as node-config entries: its key and roster files (absolute), or the opt-out."""
+    settings: Dict[str, Any] = {}
+    if getattr(args, "no_roster", False):
+        settings["no-roster"] = True
+    for option, key in (("signing_key", "signing-key"), ("roster", "roster")):
+        value = getattr(args, option, None)
+        if value is not None:
+            settings[key] = os.path.abspath(os.path.expanduser(value))
+    return settings
+
+
+def _keygen(args: argparse.Namespace) -> int:
+    from ..federated.protection.identity import public_key_bytes, roster_line, write_signing_key
+    from ..validation import party_name
+
+    try:
+        if party_name(args.id, "--id") != args.id:
+            raise ValueError(f"--id {args.id!r} is not in normal form")
+        key = write_signing_key(args.out)
+    except (FileExistsError, ValueError) as exc:
+        print(f"gpflow-fed flower keygen: {exc}", file=sys.stderr)
+        return 2
+    line = roster_line(args.id, public_key_bytes(key))
+    print(
+        f"# wrote the signing key of {args.id} to {args.out} (0600; keep it private). Give every party this line "
+        "for its roster file, over a channel the server does not control:",
+        file=sys.stderr,
+    )
+    print(line)
+    if args.roster:  # one machine trying the guide: every party's line into one roster file
+        with open(args.roster, "a", encoding="utf-8") as roster:
+            roster.write(line + "\n")
+    return 0
 
 
 def party_command(args: argparse.Namespace) -> Tuple[List[str], str]:
@@ -178,6 +221,7 @@ def party_command(args: argparse.Namespace) -> Tuple[List[str], str]:
         ),
         "features": ",".join(table.features),
         "target": table.target,
+        **(getattr(args, "identity", None) or _identity_settings(args)),
     }
     command = supernode_command(args.superlink, args.port, data, args.client_index, root, policy)
     return [executable("flower-supernode"), *command[1:]], data
@@ -423,6 +467,15 @@ def register(subparsers: Any) -> None:
     party.add_argument(
         "--dp-ledger", default=None, metavar="PATH", help="its DP ledger (with --dp-budget; `flower ledger create`)"
     )
+    party.add_argument("--signing-key", metavar="FILE", help="this party's key file (gpflow-fed flower keygen)")
+    party.add_argument(
+        "--roster", metavar="FILE", help="the roster agreed out of band: one '<id> <hex public key>' line per party"
+    )
+    party.add_argument(
+        "--no-roster",
+        action="store_true",
+        help="opt out of authenticated parties (then protected against a semi-honest server only)",
+    )
     _protection_arguments(party, "allow the server to ask for this party's")
     party.set_defaults(func=_party, check=_check_party)
 
@@ -447,6 +500,14 @@ def register(subparsers: Any) -> None:
     _protection_arguments(server, "ask for the parties'")
     add_run_option_arguments(server, checkpoints=" (the server's part of the run; each party keeps its own)")
     server.set_defaults(func=_server, check=_check_server)
+
+    keygen = sub.add_parser("keygen", help="make a party's signing key (0600) and print its roster line")
+    keygen.add_argument("--out", required=True, metavar="FILE", help="the key file (never over an existing file)")
+    keygen.add_argument("--id", required=True, metavar="client_K", help="the party's id, client_K for --client-index K")
+    keygen.add_argument(
+        "--roster", metavar="FILE", help="also append the roster line to FILE (when you hold every party's line)"
+    )
+    keygen.set_defaults(func=_keygen, check=_no_tensorflow)
 
     ledger = sub.add_parser("ledger", help="a party's DP ledger: create it once")
     ledger_sub = ledger.add_subparsers(dest="ledger_command", metavar="ACTION", required=True)

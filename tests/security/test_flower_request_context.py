@@ -145,7 +145,12 @@ def test_a_deployed_party_answers_a_job_under_the_moments_it_was_first_shown(tmp
     from gpflow_fed.federated.protocol.algorithm import FederationInfo
 
     np.savez(tmp_path / "c0.npz", X=VICTIM[0], Y=VICTIM[1])
-    node = {"data": str(tmp_path / "c0.npz"), "client-index": 0, "state-dir": str(tmp_path / "state")}
+    node = {
+        "data": str(tmp_path / "c0.npz"),
+        "client-index": 0,
+        "state-dir": str(tmp_path / "state"),
+        "no-roster": True,
+    }
     run_config = {"algorithm": "context-pin"}
     grid = LoopbackGrid(make_client_app(job_algorithm=lambda job, config: Moments()), [node], run_config, run_id=5)
     info = FederationInfo(("client_0", "client_1"), {"client_0": 2, "client_1": 3}, 1, 1, 0)
@@ -171,7 +176,12 @@ def test_a_live_partys_jobs_share_one_encoder(tmp_path):
     from gpflow_fed.federated.runtimes.flower.testing import LoopbackGrid
 
     np.savez(tmp_path / "c0.npz", X=VICTIM[0], Y=VICTIM[1])
-    node = {"data": str(tmp_path / "c0.npz"), "client-index": 0, "state-dir": str(tmp_path / "state")}
+    node = {
+        "data": str(tmp_path / "c0.npz"),
+        "client-index": 0,
+        "state-dir": str(tmp_path / "state"),
+        "no-roster": True,
+    }
     host = ClientHost(keep_alive=True, job_algorithm=lambda job, config: Moments())
     grid = LoopbackGrid(host.app(), [node], {"algorithm": "shared-encoder"}, run_id=6)
     info = FederationInfo(("client_0", "client_1"), {"client_0": 2, "client_1": 3}, 1, 1, 0)

@@ -49,6 +49,7 @@ from ..protocol.messages import Message
 from .budget import LedgerRefusal, MemoryLedger, Spend, open_ledger
 from .distributed_dp import DistributedDP, NoiseSource, release_rho
 from .dp import DifferentialPrivacy, clip_payload
+from .identity import PartyIdentity
 from .masking import length_prefixed
 from .policy import ClientPolicy
 from .request import Protection
@@ -133,13 +134,29 @@ class ClientEncoder:
     :param client_id: the client's id (the sender of its messages).
     :param policy: the client's own :class:`ClientPolicy`.
     :param sizes: the registered sizes of the federation's clients (public), for the small-cohort rule.
+    :param identity: the party's :class:`~.identity.PartyIdentity` (its signing key and the roster it holds), or
+        None: the unauthenticated mode (a semi-honest server only). Kept beside the policy, not in it (a policy is a
+        value to compare and print; a signing key is a secret); like the policy, the party's own configuration,
+        given again to :meth:`from_state`, never saved in the state.
+    :raises ValueError: an identity whose roster does not hold ``client_id`` under its key.
     """
 
-    def __init__(self, client_id: str, policy: ClientPolicy, sizes: Optional[Mapping[str, int]] = None) -> None:
+    def __init__(
+        self,
+        client_id: str,
+        policy: ClientPolicy,
+        sizes: Optional[Mapping[str, int]] = None,
+        identity: Optional[PartyIdentity] = None,
+    ) -> None:
         if not isinstance(policy, ClientPolicy):
             raise TypeError(f"policy must be a ClientPolicy, got {type(policy).__name__}")
+        if identity is not None:
+            if not isinstance(identity, PartyIdentity):
+                raise TypeError(f"identity must be a PartyIdentity or None, got {type(identity).__name__}")
+            identity.check_party(client_id)
         self.client_id = client_id
         self.policy = policy
+        self.identity = identity
         self._run_id: Optional[bytes] = None
         self._secagg: Optional[SecAggClient] = None
         self._prepared: Dict[Tuple[str, int, str], Tuple[Message, Protection, bytes]] = {}
@@ -356,7 +373,10 @@ class ClientEncoder:
             run_id = request.get("run_id") if isinstance(request, Mapping) else None
             if self._secagg is None or run_id != self._run_id:
                 self._secagg = SecAggClient(
-                    self.client_id, min_cohort=self.policy.min_cohort, min_degree=self.policy.masking_degree
+                    self.client_id,
+                    min_cohort=self.policy.min_cohort,
+                    min_degree=self.policy.masking_degree,
+                    **self._credentials(),
                 )
                 self._run_id = run_id if isinstance(run_id, bytes) else None
         if self._secagg is None:
@@ -390,6 +410,12 @@ class ClientEncoder:
             self._request_views = {(str(key[0]), int(key[1]), str(key[2])): view}
             self._last_round[(str(key[0]), str(key[2]))] = int(key[1])
         return answer
+
+    def _credentials(self) -> Dict[str, Any]:
+        """The protocol client's ``identity`` and ``roster`` (none in the unauthenticated mode)."""
+        if self.identity is None:
+            return {}
+        return {"identity": self.identity.signing_key, "roster": self.identity.roster}
 
     def _check_dropouts(self, request: Mapping[str, Any]) -> None:
         """A broadcast answered again is unmasked with the drop-outs of its first unmasking (module docstring)."""
@@ -481,9 +507,12 @@ class ClientEncoder:
         return buffer.getvalue()
 
     @classmethod
-    def from_state(cls, client_id: str, policy: ClientPolicy, state: bytes) -> "ClientEncoder":
-        """The encoder :meth:`to_state` saved, for ``client_id`` under ``policy`` (the policy is never part of the
-        saved state: it always comes from the client's own configuration).
+    def from_state(
+        cls, client_id: str, policy: ClientPolicy, state: bytes, identity: Optional[PartyIdentity] = None
+    ) -> "ClientEncoder":
+        """The encoder :meth:`to_state` saved, for ``client_id`` under ``policy`` and ``identity`` (neither is ever
+        part of the saved state: both come from the client's own configuration; a protocol client saved under
+        another roster, or without one, is refused).
 
         :raises ValueError: a state of another client, or malformed.
         """
@@ -491,7 +520,7 @@ class ClientEncoder:
             header = json.loads(npz["header"].tobytes().decode("utf-8"))
             if header.get("client_id") != client_id:
                 raise ValueError(f"the saved encoder state belongs to {header.get('client_id')!r}, not {client_id!r}")
-            encoder = cls(client_id, policy, {str(k): int(v) for k, v in header.get("sizes", {}).items()})
+            encoder = cls(client_id, policy, {str(k): int(v) for k, v in header.get("sizes", {}).items()}, identity)
             encoder._min_data = {(str(p), int(r), str(f)): int(v) for p, r, f, v in header.get("min_data", [])}
             encoder._answered = {
                 bytes.fromhex(d): (bytes.fromhex(c), bytes.fromhex(x)) for d, c, x in header.get("answered", [])
@@ -513,7 +542,9 @@ class ClientEncoder:
             if header["run_id"] is not None:
                 encoder._run_id = bytes.fromhex(header["run_id"])
             if header["secagg"]:
-                encoder._secagg = SecAggClient.from_state({k: npz[f"s/{k}"].tobytes() for k in header["secagg"]})
+                encoder._secagg = SecAggClient.from_state(
+                    {k: npz[f"s/{k}"].tobytes() for k in header["secagg"]}, **encoder._credentials()
+                )
                 # the policy is the party's own configuration, never the saved state's
                 encoder._secagg.min_cohort = policy.min_cohort
                 encoder._secagg.min_degree = policy.masking_degree

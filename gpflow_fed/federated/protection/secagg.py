@@ -18,6 +18,14 @@ checks ``d_s/2 < t ≤ d_s``). Client ``i`` Shamir-shares ``b_i`` among its hold
 under ``X25519(c_sk_i, c_pk_j)``, bound to the run, both ids and what is shared); the server relays the
 ciphertexts and each holder keeps the shares it could authenticate. :class:`SetupReport` gives the bytes.
 
+**Authenticated parties** (:mod:`.identity`). A client made with a long-term Ed25519 ``identity`` and the
+``roster`` its party holds (id → signing public key, agreed out of band) also returns at ``advertise`` a signature
+of (protocol tag, run id, its id, ``s_pk_i``, ``c_pk_i``); the server relays every party's signature with the keys
+at ``share`` (``"signatures"``), and the client refuses the whole setup unless every party there is on its own
+roster and every relayed key pair carries that party's valid signature. So a server can neither substitute its
+keys for a party's (it would read the shares and strip the pads) nor invent a party (a sybil). Without a roster
+(``roster=None``) a client takes the keys the server relays: a semi-honest server only.
+
 **Masked input, per exchange** (stage ``masked_input``). The server names the exchange ``e`` (run id, purpose,
 round, phase), its cohort ``U`` (eligible clients fixed after fault screening) and each client's neighbours'
 ``s_pk``; the caller adds its own view of the request it answers (``view``, never the server's word), so the pads of
@@ -72,17 +80,18 @@ smaller than their ``min_cohort``. What is revealed is bound to one exchange, so
 masked. A dropped client whose late ``y_j`` arrived keeps its self-mask: a server that follows the protocol
 never rebuilds ``b_j`` (``j`` is excluded), and the clients shown ``j``'s drop-out refuse shares of it.
 
-**What is not protected.** (1) A server that substitutes public keys at setup (there is no PKI): it then reads
-the shares and can unmask everyone. Keys changed after setup are refused. (2) A malicious server that lies about
-drop-outs to different clients beyond the rules above: telling ``j`` it survived (its seed) and all of ``j``'s
-neighbours that it dropped (their pads with ``j``) unmasks ``j``; Bonawitz et al. stop this with signatures and
-a consistency round. (3) What the sum itself reveals, and sums across exchanges (distributed DP covers that).
-(4) Sybils: ``s`` clients the server controls in a cohort of ``n`` leave it the sum of the ``n − s`` honest
-clients, so ``min_cohort`` bounds what a curious server learns, not a server that supplies sybils. (5) Clients
-that collude with the server: fewer than ``t`` holders learn nothing about a ``b``; the colluders' pads are known,
-so the server learns the sums of the honest survivors' groups once the colluders are removed from the graph
-(the Harary graph is ``d``-connected: fewer than ``d`` colluders leave it connected), which the clients' group
-check cannot see. (6) Traffic: who answered, and when.
+**What is not protected.** (1) Without a roster: a server that substitutes public keys at setup reads the shares and
+can unmask everyone (with a roster, refused at ``share``; keys changed after setup are refused either way). (2) A
+malicious server that lies about drop-outs to different clients beyond the rules above: telling ``j`` it survived
+(its seed) and all of ``j``'s neighbours that it dropped (their pads with ``j``) unmasks ``j``; Bonawitz et al. stop
+this with signatures and a consistency round. (3) What the sum itself reveals, and sums across exchanges
+(distributed DP covers that). (4) Without a roster, sybils: ``s`` clients the server invents in a cohort of ``n``
+leave it the sum of the ``n − s`` honest clients, so ``min_cohort`` bounds what a curious server learns, not a
+server that supplies sybils (with a roster a party not on it is refused; parties on it that collude with the server
+are (5)). (5) Clients that collude with the server: fewer than ``t`` holders learn nothing about a ``b``; the
+colluders' pads are known, so the server learns the sums of the honest survivors' groups once the colluders are
+removed from the graph (the Harary graph is ``d``-connected: fewer than ``d`` colluders leave it connected), which
+the clients' group check cannot see. (6) Traffic: who answered, and when.
 
 Randomness that protects comes from the OS (:func:`secrets.token_bytes`, pycryptodome's and ``cryptography``'s
 generators); there is no seed for tests.
@@ -104,6 +113,9 @@ from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from .identity import SIGNATURE_BYTES, advertise_message, check_roster, verify
 from .masking import (
     PAD_SEED_BYTES,
     PUBLIC_KEY_BYTES,
@@ -334,10 +346,24 @@ class SecAggClient:
     :param min_cohort: this client's own minimum (≥ 2): it masks only for a cohort of at least this many
         and unmasks only if every group of survivors whose sum the server would learn is this large. Set on
         the client (node config), never taken from the server.
-    :raises TypeError, ValueError: a malformed id or ``min_cohort``.
+    :param identity: this party's long-term Ed25519 signing key (:mod:`.identity`); it signs what it advertises.
+    :param roster: the roster this party holds (party id → raw Ed25519 public key, agreed out of band; it must hold
+        ``client_id`` under ``identity``'s key). With a roster the client accepts a setup only if every party in it
+        is on the roster and carries a valid signature of its keys (no substituted key, no sybil); ``None``: the
+        unauthenticated mode (a semi-honest server only). Both are the party's own configuration: never in
+        :meth:`to_state`, given again to :meth:`from_state`.
+    :raises TypeError, ValueError: a malformed id, ``min_cohort``, identity or roster, or a roster without a key.
     """
 
-    def __init__(self, client_id: str, *, min_cohort: int = 2, min_degree: Optional[int] = None) -> None:
+    def __init__(
+        self,
+        client_id: str,
+        *,
+        min_cohort: int = 2,
+        min_degree: Optional[int] = None,
+        identity: Optional[Ed25519PrivateKey] = None,
+        roster: Optional[Mapping[str, bytes]] = None,
+    ) -> None:
         if not isinstance(client_id, str) or not client_id:
             raise TypeError(f"SecAggClient: client_id must be a non-empty str, got {client_id!r}")
         if not is_int(min_cohort) or min_cohort < 2:
@@ -346,6 +372,18 @@ class SecAggClient:
             raise ValueError(f"SecAggClient: min_degree must be an int ≥ 2 or None, got {min_degree!r}")
         self.client_id, self.min_cohort = client_id, int(min_cohort)
         self.min_degree = None if min_degree is None else int(min_degree)
+        if identity is not None and not isinstance(identity, Ed25519PrivateKey):
+            raise TypeError(
+                f"SecAggClient: identity must be an Ed25519PrivateKey or None, got {type(identity).__name__}"
+            )
+        self._identity = identity
+        self._signers: Optional[Dict[str, bytes]] = None  # the party's own roster: id -> Ed25519 public key
+        if roster is not None:
+            self._signers = check_roster(roster, "SecAggClient roster")
+            if identity is None:
+                raise ValueError("SecAggClient: a roster needs this party's identity (its signing key) to sign with")
+            if self._signers.get(client_id) != identity.public_key().public_bytes_raw():
+                raise ValueError(f"SecAggClient: the roster does not hold {client_id!r} with this party's public key")
         self._s_sk, self._c_sk, self._b = (secrets.token_bytes(32) for _ in range(3))
         self._run_id: Optional[bytes] = None
         self._roster: Dict[str, Tuple[bytes, bytes]] = {}  # id -> (s_pk, c_pk), as seen at setup
@@ -366,7 +404,23 @@ class SecAggClient:
             self._holders = _holders(self._run_id, tuple(self._roster), self._degree)  # type: ignore[arg-type]  # a roster comes with its run id
 
     def __repr__(self) -> str:
-        return f"SecAggClient({self.client_id!r}, min_cohort={self.min_cohort}, set_up={bool(self._roster)})"
+        return (
+            f"SecAggClient({self.client_id!r}, min_cohort={self.min_cohort}, set_up={bool(self._roster)}, "
+            f"authenticated={self._signers is not None})"
+        )
+
+    @property
+    def authenticated(self) -> bool:
+        """Whether this client checks every party's keys against its own roster (False: unauthenticated mode)."""
+        return self._signers is not None
+
+    def _roster_digest(self) -> str:
+        """SHA-256 of the roster (hex; "" without one): what the state records, so a restore must give it again."""
+        if self._signers is None:
+            return ""
+        parts = [length_prefixed(b"gpflow-fed/roster/v1")]
+        parts += [length_prefixed(c.encode()) + length_prefixed(k) for c, k in sorted(self._signers.items())]
+        return hashlib.sha256(b"".join(parts)).hexdigest()
 
     def __reduce__(self) -> NoReturn:
         raise TypeError("SecAggClient holds secrets: keep it with to_state() in the client's memory, never pickle it")
@@ -441,13 +495,38 @@ class SecAggClient:
 
     # -- setup --
     def advertise(self, request: Mapping[str, Any]) -> Dict[str, Any]:
-        """Stage ``advertise``: ``{"run_id"}`` → ``{"s_pk", "c_pk"}`` (public keys only). Binds the client to
-        the run; asking again for the same run gives the same keys, for another run is refused."""
+        """Stage ``advertise``: ``{"run_id"}`` → ``{"s_pk", "c_pk"}`` (public keys only), with ``"signature"``
+        (Ed25519 over :func:`~.identity.advertise_message`: tag, run id, this id, both keys) when the client has an
+        identity. Binds the client to the run; asking again for the same run gives the same keys, for another run
+        is refused."""
         run_id = self._get(request, "run_id", lambda v: isinstance(v, bytes) and len(v) >= 16, "bytes (≥ 16)")
         if self._run_id is not None and run_id != self._run_id:
             raise self._refuse("a SecAggClient serves one run; make a new one (fresh keys) for another run")
         self._run_id = run_id
-        return {"s_pk": self._keys.public_bytes, "c_pk": self._c_pk}
+        answer: Dict[str, Any] = {"s_pk": self._keys.public_bytes, "c_pk": self._c_pk}
+        if self._identity is not None:
+            message = advertise_message(run_id, self.client_id, self._keys.public_bytes, self._c_pk)
+            answer["signature"] = self._identity.sign(message)
+        return answer
+
+    def _check_signatures(self, request: Mapping[str, Any], ids: Sequence[str], s_pk: Mapping, c_pk: Mapping) -> None:
+        """With a roster: every party of the setup is on this client's own roster (no sybil) and signed the keys the
+        server relays for it (no substituted key); the server's word is never taken. Refuses the whole setup."""
+        if self._signers is None:
+            return
+        strangers = sorted(c for c in ids if c not in self._signers)
+        if strangers:
+            raise self._refuse(f"{strangers[:3]} are not on its roster (a party the federation did not agree on)")
+        signatures = request.get("signatures") if isinstance(request, Mapping) else None
+        if not isinstance(signatures, Mapping):
+            raise self._refuse("the setup carries no signatures of the parties' keys (its roster requires them)")
+        run_id = cast(bytes, self._run_id)
+        for c in ids:
+            signature = signatures.get(c)
+            if not (isinstance(signature, bytes) and len(signature) == SIGNATURE_BYTES):
+                raise self._refuse(f"the keys of {c!r} come without a signature")
+            if not verify(self._signers[c], advertise_message(run_id, c, s_pk[c], c_pk[c]), signature):
+                raise self._refuse(f"the keys of {c!r} are not signed by {c!r}'s roster key (substituted keys)")
 
     def share(self, request: Mapping[str, Any]) -> Dict[str, Any]:
         """Stage ``share``: ``{"run_id", "s_pk": {id: key}, "c_pk": {id: key}, "degree", "threshold"}`` →
@@ -472,6 +551,7 @@ class SecAggClient:
             raise self._refuse(f"every roster key must be {PUBLIC_KEY_BYTES} raw bytes")
         if s_pk.get(self.client_id) != self._keys.public_bytes or c_pk.get(self.client_id) != self._c_pk:
             raise self._refuse("the roster does not carry this client's own public keys")
+        self._check_signatures(request, ids, s_pk, c_pk)
         degree = self._get(request, "degree", is_int, "an int")
         threshold = self._get(request, "threshold", is_int, "an int")
         try:
@@ -648,7 +728,9 @@ class SecAggClient:
         """Everything this client needs after a restart, as ``{name: bytes}`` (e.g. Flower's ``Context.state``).
 
         It holds the private keys, ``b`` and the shares of others' ``b``: keep it in the client's memory only,
-        never on disk or in a checkpoint, and never send it.
+        never on disk or in a checkpoint, and never send it. The signing key and the roster are not in it (the
+        party's own configuration, given again to :meth:`from_state`); only the roster's digest is, so a restore
+        without the same roster is refused.
         """
         record = {
             "client_id": self.client_id,
@@ -661,6 +743,7 @@ class SecAggClient:
             "answered": {k.hex(): v.hex() for k, v in self._answered.items()},
             "views": {k.hex(): v.hex() for k, v in self._views.items()},
             "excluded": {c: v.hex() for c, v in self._excluded.items()},
+            "roster_digest": self._roster_digest(),
         }
         return {
             "format": _STATE_FORMAT,
@@ -670,16 +753,32 @@ class SecAggClient:
         }
 
     @classmethod
-    def from_state(cls, state: Mapping[str, bytes]) -> "SecAggClient":
-        """The client :meth:`to_state` saved, with its answered-once record and exclusions.
+    def from_state(
+        cls,
+        state: Mapping[str, bytes],
+        *,
+        identity: Optional[Ed25519PrivateKey] = None,
+        roster: Optional[Mapping[str, bytes]] = None,
+    ) -> "SecAggClient":
+        """The client :meth:`to_state` saved, with its answered-once record and exclusions, under the party's own
+        ``identity`` and ``roster`` (as for the constructor; never from the state).
 
-        :raises ValueError: a state of another format, or malformed.
+        :raises ValueError: a state of another format, or malformed; a roster other than the one it was saved with
+            (or none where it had one, or one where it had none).
         """
         try:
             if state["format"] != _STATE_FORMAT or not _is_key(state["secrets"], 96):
                 raise ValueError("format")
             record = json.loads(state["record"].decode())
-            client = cls(record["client_id"], min_cohort=record["min_cohort"], min_degree=record.get("min_degree"))
+            client = cls(
+                record["client_id"],
+                min_cohort=record["min_cohort"],
+                min_degree=record.get("min_degree"),
+                identity=identity,
+                roster=roster,
+            )
+            if client._roster_digest() != record.get("roster_digest", ""):
+                raise ValueError("the state was saved under another roster (or with/without one); give the same")
             secret = state["secrets"]
             client._s_sk, client._c_sk, client._b = secret[:32], secret[32:64], secret[64:]
             client._run_id = bytes(state["run_id"]) or None
@@ -793,10 +892,13 @@ class SecAggServer:
         tally = [0, 0]
         answers = yield from self._ask("advertise", {c: {"run_id": self.run_id} for c in ids}, tally)
         keys: Dict[str, Tuple[bytes, bytes]] = {}
+        signatures: Dict[str, bytes] = {}
         for c in ids:
             a = answers[c]
             if isinstance(a, Mapping) and _is_key(a.get("s_pk")) and _is_key(a.get("c_pk")):
                 keys[c] = (a["s_pk"], a["c_pk"])
+                if _is_key(a.get("signature"), SIGNATURE_BYTES):
+                    signatures[c] = a["signature"]  # relayed as given: each client checks it against its roster
             else:
                 self.excluded[c] = "setup: no valid public keys advertised"
         seen: Dict[bytes, List[str]] = {}
@@ -826,6 +928,8 @@ class SecAggServer:
             "degree": degree,
             "threshold": t,
         }
+        if signatures:
+            request["signatures"] = {c: signatures[c] for c in roster if c in signatures}
         answers = yield from self._ask("share", {c: request for c in roster}, tally)
         ciphertexts: Dict[str, Mapping[str, bytes]] = {}
         for c in roster:

@@ -24,6 +24,7 @@ from ..engine.endpoint import ClientEndpoint
 from ..engine.loop import run_rounds, set_up_run
 from ..engine.options import RunOptions
 from ..protection.encoder import ClientEncoder
+from ..protection.identity import PartyIdentity
 from ..protection.policy import ClientPolicy
 from ..protection.reduction import Reducer
 from ..protection.request import Protection
@@ -157,7 +158,13 @@ class InProcessRuntime(Runtime, Transport):
         info = federation_info(clients, dataset, seed)
         setup = set_up_run(algorithm, info, dataset, options, protection)
         policy = self.client_policy or ClientPolicy.matching(protection)
-        self.endpoints = {c.id: ClientEndpoint(setup.algorithm, c, info, ClientEncoder(c.id, policy)) for c in clients}
+        # every party in this process: a fresh signing key each and the roster of them all (parity with a deployment,
+        # where each party holds its own key and the roster agreed out of band)
+        identities = PartyIdentity.federation([c.id for c in clients])
+        self.endpoints = {
+            c.id: ClientEndpoint(setup.algorithm, c, info, ClientEncoder(c.id, policy, identity=identities[c.id]))
+            for c in clients
+        }
         self.prepare(setup.algorithm, dataset, setup.reducer)
         return run_rounds(
             setup,

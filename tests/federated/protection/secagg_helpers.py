@@ -5,6 +5,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, 
 
 import numpy as np
 
+from gpflow_fed.federated.protection.identity import PartyIdentity
 from gpflow_fed.federated.protection.masking import Exchange
 from gpflow_fed.federated.protection.secagg import SecAggClient, SecAggRefused, SecAggServer, SecureSum, Stages
 from gpflow_fed.randomness import new_run_id
@@ -32,11 +33,23 @@ class Net:
     ``offline[stage]``: clients that do not answer at that stage. ``restart``: every client is rebuilt from
     ``to_state()`` before each message (a Flower ClientApp that restarts). ``view``: ``(stage, client,
     response)`` for every response the server receives; ``refusals``: ``client -> reason`` of the last refusal.
+    ``authenticated``: every client has a signing key and holds the roster of all K (``identities``); otherwise
+    the unauthenticated mode.
     """
 
-    def __init__(self, K: int, *, min_cohort: int = 2, size: int = 24, seed: int = 0, **server: Any) -> None:
+    def __init__(
+        self,
+        K: int,
+        *,
+        min_cohort: int = 2,
+        size: int = 24,
+        seed: int = 0,
+        authenticated: bool = False,
+        **server: Any,
+    ) -> None:
         self.ids = [f"client_{k:02d}" for k in range(K)]
-        self.clients = {c: SecAggClient(c, min_cohort=min_cohort) for c in self.ids}
+        self.identities = PartyIdentity.federation(self.ids) if authenticated else {}
+        self.clients = {c: SecAggClient(c, min_cohort=min_cohort, **self.credentials(c)) for c in self.ids}
         self.run_id = new_run_id()
         self.server = SecAggServer(self.run_id, **server)
         self.size = size
@@ -47,6 +60,11 @@ class Net:
         self.view: List[Tuple[str, str, Any]] = []
         self.refusals: Dict[str, str] = {}
 
+    def credentials(self, client: str) -> Dict[str, Any]:
+        """``identity`` and ``roster`` of ``client`` (empty in the unauthenticated mode)."""
+        party = self.identities.get(client)
+        return {} if party is None else {"identity": party.signing_key, "roster": party.roster}
+
     def send(self, stage: str, requests: Dict[str, Dict[str, Any]]) -> Dict[str, Optional[Dict[str, Any]]]:
         answers: Dict[str, Optional[Dict[str, Any]]] = {}
         for c, request in requests.items():
@@ -54,7 +72,7 @@ class Net:
             if c in self.offline.get(stage, ()):
                 continue
             if self.restart:
-                self.clients[c] = SecAggClient.from_state(self.clients[c].to_state())
+                self.clients[c] = SecAggClient.from_state(self.clients[c].to_state(), **self.credentials(c))
             try:
                 answers[c] = self.clients[c].respond(stage, request, self.codes.get(c))
             except SecAggRefused as error:

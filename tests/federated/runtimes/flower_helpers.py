@@ -20,10 +20,20 @@ def loopback(tmp_path, ds, run_config, run_id):
     from gpflow_fed.federated.runtimes.flower.deploy import write_client_data
     from gpflow_fed.federated.runtimes.flower.runtime import LoopbackGrid
 
+    from gpflow_fed.federated.protection.identity import write_federation
+
     paths, test = write_client_data(str(tmp_path / "data"), ds)
+    keys, roster = write_federation(str(tmp_path / "identity"), [f"client_{k}" for k in range(len(paths))])
     # each party's own policy matches the run's request here (a test of parity, not of the policy)
-    policy = {"secure-aggregation": bool(run_config.get("secure-aggregation", False))}
+    policy = {"secure-aggregation": bool(run_config.get("secure-aggregation", False)), "roster": roster}
     configs = [
-        {"data": p, "client-index": k, "state-dir": str(tmp_path / "state"), **policy} for k, p in enumerate(paths)
+        {
+            "data": p,
+            "client-index": k,
+            "state-dir": str(tmp_path / "state"),
+            "signing-key": keys[f"client_{k}"],
+            **policy,
+        }
+        for k, p in enumerate(paths)
     ]
     return LoopbackGrid(make_client_app(), configs[::-1], run_config, run_id), test

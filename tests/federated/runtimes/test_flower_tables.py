@@ -107,8 +107,8 @@ class _Lines(logging.Handler):
 def test_the_guides_table_commands_run_as_written(tmp_path, monkeypatch, capsys):
     commands = guide_commands()
     assert [c[:3] for c in commands] == [["gpflow-fed", "datasets", "--write-party-examples"]] + [
-        ["gpflow-fed", "flower", "server"]
-    ] + [["gpflow-fed", "flower", "party"]] * 4
+        ["gpflow-fed", "flower", "keygen"]
+    ] * 4 + [["gpflow-fed", "flower", "server"]] + [["gpflow-fed", "flower", "party"]] * 4
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     parties, runs = _Parties(), []
@@ -134,6 +134,8 @@ def test_the_guides_table_commands_run_as_written(tmp_path, monkeypatch, capsys)
     assert [c["client-index"] for c in parties.node_configs] == [0, 1, 2, 3]
     for config in parties.node_configs:
         assert config["secure-aggregation"] is True and config["min-cohort"] == 2
+        assert os.path.isfile(config["signing-key"]) and os.path.isfile(config["roster"])  # authenticated parties
+        assert oct(os.stat(config["signing-key"]).st_mode & 0o777) == "0o600"
         assert config["target"] == "los"
         with np.load(config["data"]) as npz:
             assert npz["X"].shape[1] == 2  # age, dose of this party only

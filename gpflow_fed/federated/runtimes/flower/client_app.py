@@ -11,6 +11,10 @@ protection policy:
 * ``secure-aggregation`` (default true), ``min-cohort`` (default 2) and ``protect-small-cohorts`` (default true):
   the party's :class:`~gpflow_fed.federated.protection.policy.ClientPolicy`. No run config and no message can lower
   it;
+* ``signing-key`` and ``roster``: the party's Ed25519 key file (``gpflow-fed flower keygen``) and the roster file
+  agreed out of band (one ``<id> <hex public key>`` line per party, :mod:`~gpflow_fed.federated.protection.identity`):
+  the party checks every party's keys against its own roster at setup. Without them the party refuses to start,
+  unless ``no-roster = true`` opts out (against a semi-honest server only);
 * ``features`` and ``target`` (optional): the party's column names (comma-separated features), which ``describe``
   reports so that the server can check that every party has the same columns in the same order.
 
@@ -56,6 +60,7 @@ from ...protocol.client import Client
 from ...engine.endpoint import ClientEndpoint
 from ...protocol.fingerprint import is_trackable
 from ...protection.encoder import ClientEncoder
+from ...protection.identity import node_identity
 from ...protection.policy import ClientPolicy
 from ...protocol.transport import Response
 from ..base import client_seed
@@ -255,9 +260,10 @@ def _endpoint(
     if shared is not None:
         encoder = shared
     elif state is None:
-        encoder = ClientEncoder(client_id, _policy(context))
+        encoder = ClientEncoder(client_id, _policy(context), identity=node_identity(context.node_config, client_id))
     else:
-        encoder = ClientEncoder.from_state(client_id, _policy(context), bytes(state["state"]))
+        identity = node_identity(context.node_config, client_id)
+        encoder = ClientEncoder.from_state(client_id, _policy(context), bytes(state["state"]), identity)
     endpoint = ClientEndpoint(algorithm, client, info, encoder)
     endpoint.context = request_ctx  # the request context its rows were standardised under (bound into its views)
     directory = _state_dir(context, client_id, job)

@@ -23,6 +23,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from ....data.dataset import FederatedDataset
+from ...protection.identity import write_federation
 from .commands import OFFLINE_ENV, free_port, superlink_command, supernode_command
 from .server_app import TABLE_APP, run_config_defaults
 
@@ -297,10 +298,16 @@ class LoopbackFederation(SuperLinkServer):
         os.makedirs(self.workdir, exist_ok=True)
         self.data, self.test = write_client_data(os.path.join(self.workdir, "data"), self.dataset)
         super().__enter__()
+        # every party a fresh signing key and one roster of them all, as a deployment's parties agree out of band
+        keys, roster = write_federation(
+            os.path.join(self.workdir, "identity"), [f"client_{k}" for k in range(len(self.data))]
+        )
         try:
             for k, path in enumerate(self.data):
                 state = os.path.join(self.workdir, "state")
-                self._start(supernode_command(self.address, free_port(), path, k, state), f"supernode_{k}.log")
+                settings = {"signing-key": keys[f"client_{k}"], "roster": roster}
+                command = supernode_command(self.address, free_port(), path, k, state, settings)
+                self._start(command, f"supernode_{k}.log")
         except BaseException:
             self.__exit__()
             raise

@@ -25,6 +25,7 @@ import numpy as np
 from ....data.dataset import FederatedDataset
 from ...protocol.algorithm import Algorithm
 from ...engine.options import RunOptions
+from ...protection.identity import write_federation
 from ...protection.policy import ClientPolicy
 from ...protection.request import Protection
 from ...engine.result import FederatedResult
@@ -90,6 +91,10 @@ class FlowerRuntime(Runtime):
 
         host = ClientHost(keep_alive=True, job_algorithm=parties_algorithm)
         with tempfile.TemporaryDirectory(prefix="gpflow_fed_flower_") as tmp:
+            # every party a fresh signing key and one roster of them all (parity with a deployment)
+            keys, roster = write_federation(
+                os.path.join(tmp, "identity"), [f"client_{k}" for k in range(dataset.num_clients)]
+            )
             configs = []
             for k, (X, Y) in enumerate(dataset.clients):
                 path = os.path.join(tmp, f"client_{k}.npz")
@@ -99,6 +104,8 @@ class FlowerRuntime(Runtime):
                         "data": path,
                         "client-index": k,
                         "state-dir": os.path.join(tmp, "state"),
+                        "signing-key": keys[f"client_{k}"],
+                        "roster": roster,
                         "secure-aggregation": policy.secure_aggregation,
                         "min-cohort": policy.min_cohort,
                         "masking-degree": policy.masking_degree or 0,
