@@ -48,8 +48,8 @@ def example_kernel() -> gpflow.kernels.SquaredExponential:
 
 def example_1(out: dict) -> None:
     k = example_kernel()
-    Sigma = synthetic_noise_covariance(k, X9, [[0.5]], 0.5)
-    D = synthetic_noise_covariance(k, X9, [[0.5]], 0.5, method="diagonal")
+    Sigma = synthetic_noise_covariance(k, X9, [[0.5]], 0.5, protect="latent")
+    D = synthetic_noise_covariance(k, X9, [[0.5]], 0.5, method="diagonal", protect="latent")
     var = float(posterior_covariance(k, X9, np.array([[0.5]]), Sigma)[0, 0])
     out["example_1"] = dict(
         trace=float(np.trace(Sigma)),
@@ -69,12 +69,12 @@ def example_1(out: dict) -> None:
 def example_2(out: dict) -> None:
     k = example_kernel()
     S = np.array([[0.4], [0.6]])
-    weak = synthetic_noise_covariance(k, X9, S, 0.5, method="weak")
-    dense = synthetic_noise_covariance(k, X9, S, 0.5, method="weak", solver="dense")
+    weak = synthetic_noise_covariance(k, X9, S, 0.5, method="weak", protect="latent")
+    dense = synthetic_noise_covariance(k, X9, S, 0.5, method="weak", solver="dense", protect="latent")
     low = float(np.exp(-0.4) - 0.5)
     rows = []
     for c in [0.18, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5]:
-        strong = synthetic_noise_covariance(k, X9, S, np.array([[0.5, c], [c, 0.5]]))
+        strong = synthetic_noise_covariance(k, X9, S, np.array([[0.5, c], [c, 0.5]]), protect="latent")
         rows.append(
             dict(
                 c=c,
@@ -82,7 +82,7 @@ def example_2(out: dict) -> None:
                 theorem2=bool(weak.trace() <= float(np.trace(strong)) * (1 + 1e-9)),
             )
         )
-    check = verify_privacy(k, X9, S, 0.5, weak)
+    check = verify_privacy(k, X9, S, 0.5, weak, protect="latent")
     out["example_2"] = dict(
         weak_trace_krylov=weak.trace(),
         weak_trace_dense=float(np.trace(dense)),
@@ -112,8 +112,8 @@ def example_3(out: dict) -> None:
         except ValueError:
             rows.append(dict(c=c, theta=theta, valid=False))
             continue
-        strong = synthetic_noise_covariance(k, X9, S, H)
-        weak = synthetic_noise_covariance(k, X9, S, H, method="weak")
+        strong = synthetic_noise_covariance(k, X9, S, H, protect="latent")
+        weak = synthetic_noise_covariance(k, X9, S, H, method="weak", protect="latent")
         rows.append(
             dict(
                 c=c,
@@ -121,7 +121,7 @@ def example_3(out: dict) -> None:
                 valid=True,
                 strong_trace=float(np.trace(strong)),
                 weak_trace=weak.trace(),
-                strong_margin=verify_privacy(k, X9, S, H, strong).strong_margin,
+                strong_margin=verify_privacy(k, X9, S, H, strong, protect="latent").strong_margin,
             )
         )
     out["example_3"] = rows

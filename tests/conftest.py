@@ -31,4 +31,14 @@ def _float64_and_no_autograph_failures(caplog):
     assert not bad, bad
 
 
+@pytest.fixture(autouse=True)
+def _private_release_ledger(monkeypatch, tmp_path_factory):
+    """Each test gets its own privacy-release ledger (``gpflow_fed.release.ledger``), never the user's own: a
+    test's releases neither read nor grow the ledger of whoever runs the suite (created only when a test releases)."""
+    base = tmp_path_factory.getbasetemp() / "privacy-ledgers"
+    base.mkdir(exist_ok=True)
+    monkeypatch.setenv("GPFLOW_FED_PRIVACY_LEDGER", str(base / f"{len(list(base.iterdir())):06d}"))
+    yield
+
+
 from .skip_policy import pytest_make_collect_report, pytest_runtest_makereport  # noqa: E402,F401  (hooks)

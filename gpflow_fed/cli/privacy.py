@@ -24,6 +24,7 @@ import csv
 import json
 import math
 import sys
+import unicodedata
 import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, List, Optional, Tuple
@@ -74,7 +75,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=Path,
         default=None,
         metavar="FILE",
-        help="input CSV (a first row with a non-number is the header; without one, columns are named 1, 2, …)",
+        help="input CSV (its first row names the columns, or is data: see --header; without a header, columns "
+        "are named 1, 2, …)",
+    )
+    data.add_argument(
+        "--header",
+        choices=("auto", "yes", "no"),
+        default="auto",
+        help="whether the first row of --csv (and --public-csv) names the columns: yes, no, or auto (default: a "
+        "row of numbers only is data, a row of text only is the header, a row mixing both is refused); a header "
+        "cell that is a number is refused",
     )
     data.add_argument("--target", default=None, metavar="COL", help="the output column, obfuscated in the release")
     data.add_argument(
@@ -101,6 +111,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     what.add_argument("--method", choices=("strong", "weak", "diagonal"), default="strong")
     what.add_argument(
+        "--protect",
+        choices=("records", "latent"),
+        default="records",
+        help="records (default): at a sensitive input that is a row of the CSV, the recorded target value "
+        "itself, Var[Y | W] ≥ ξ (feasible for ξ < variance + noise variance); latent: the paper's floor on f",
+    )
+    what.add_argument(
         "--solver",
         choices=("krylov", "dense"),
         default=None,
@@ -116,6 +133,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--noise-variance", type=float, default=None, help="σ² of V (public value; 0 for deterministic data)"
     )
     design.add_argument(
+        "--lengthscale-range",
+        type=_interval,
+        default=None,
+        metavar="LO:HI",
+        help="a public range of lengthscales over which the floor must hold too (e.g. against a lengthscale fitted "
+        "on the release itself): Σ is accumulated over 3 geometric grid values and the design",
+    )
+    design.add_argument(
         "--public-csv",
         type=Path,
         default=None,
@@ -129,6 +154,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--refit",
         action="store_true",
         help="refit the kernel (and the mean unless --mean) on the released W, kept within the tolerance",
+    )
+    confirm = p.add_argument_group("the owner's confirmations and record")
+    confirm.add_argument(
+        "--confirm-unprotected",
+        action="store_true",
+        help="write a release whose Σ is zero or leaves a protected record unchanged (it is not privacy-aware)",
+    )
+    confirm.add_argument(
+        "--confirm-public",
+        action="store_true",
+        help="publish --mean / --variance although they lie within 0.1 sd (of what the release noise leaves "
+        "unknown) of the target's own mean / sample variance",
+    )
+    confirm.add_argument(
+        "--ledger",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="the owner's private record of releases (0700; default $GPFLOW_FED_PRIVACY_LEDGER or "
+        "~/.local/share/gpflow-fed/privacy-ledger): rows released before give W₂ = W₁ + Δ, never fresh noise",
     )
     p.add_argument("--out", type=Path, default=Path("privacy_release"), help="output directory (created if absent)")
     p.add_argument(
@@ -205,6 +250,12 @@ def _check_numbers(args: argparse.Namespace) -> None:
         ("--tolerance", args.tolerance, lambda v: v >= 0, "≥ 0"),
         ("--alpha", args.alpha, lambda v: 0 < v < 1, "in (0, 1)"),
         ("--density", args.density, lambda v: v > 0, "> 0"),
+        (
+            "--lengthscale-range",
+            None if args.lengthscale_range is None else args.lengthscale_range[0],
+            lambda v: v > 0,
+            "> 0 (LO)",
+        ),
         ("--mean", args.mean, lambda v: True, "finite"),
         ("--maxiter", args.maxiter, lambda v: v >= 1, "at least 1"),
     ]
@@ -236,9 +287,10 @@ def check(args: argparse.Namespace) -> None:
         raise ValueError("--maxiter and --quick apply to a fit (--public-csv or --refit); drop them")
     _check_numbers(args)
     _check_out(args.out)
-    args.table = _read_csv(args.csv, args.features, args.target)
+    header = getattr(args, "header", "auto")
+    args.table = _read_csv(args.csv, args.features, args.target, header)
     if args.public_csv is not None:
-        args.public_table = _read_csv(args.public_csv, args.table[2][:-1], args.table[2][-1])
+        args.public_table = _read_csv(args.public_csv, args.table[2][:-1], args.table[2][-1], header)
         on_released = public_inputs_on_released(args.public_table[0], args.table[0])
         if on_released:
             raise ValueError(
@@ -259,7 +311,10 @@ def _is_number(cell: str) -> bool:
 
 
 def _check_header(path: Path, header: List[str]) -> None:
-    """Refuse duplicate column names (which one would be meant?) and names a spreadsheet would run as formulas."""
+    """Refuse empty and duplicate column names (which one would be meant?) and names a spreadsheet would run as
+    formulas."""
+    if any(not h for h in header):
+        raise ValueError(f"{path}: column {header.index('') + 1} of the header has no name; name every column")
     duplicates = sorted({h for h in header if header.count(h) > 1})
     if duplicates:
         raise ValueError(f"{path} has duplicate column names {duplicates}; rename them so that each is unique")
@@ -271,14 +326,52 @@ def _check_header(path: Path, header: List[str]) -> None:
         )
 
 
+def _looks_numeric(cell: str) -> bool:
+    """A cell that is, or reads as, a number: ``float`` parses it, or it holds a digit and no letter (``−0.3``
+    with a Unicode minus, ``1,234``, ``12 %``): such a cell is never taken for a column name."""
+    if _is_number(cell):
+        return True
+    if cell.strip().startswith(FORMULA_PREFIXES):  # a formula-like name: refused as such by _check_header
+        return False
+    return any(c.isdigit() for c in cell) and not any(unicodedata.category(c).startswith("L") for c in cell)
+
+
+def _first_row_is_header(path: Path, first_row: List[str], header: str) -> bool:
+    """Whether the first row names the columns (``--header``), refusing a header cell that is a number.
+
+    A header is echoed in errors and repeated in ``released.csv``: a data record taken for a header would publish
+    its values (the target's included). So with ``auto`` a row of numbers only is data, a row of text only is the
+    header, and a row mixing both is refused; with ``yes`` a cell that is a number is refused; the refusals name
+    the columns by position, never the cells.
+    """
+    numeric = [j + 1 for j, cell in enumerate(first_row) if _looks_numeric(cell)]
+    if header == "no":
+        return False
+    if header == "auto":
+        if len(numeric) == len(first_row):
+            return False
+        if numeric:
+            raise ValueError(
+                f"{path}: the first row mixes numbers (columns {numeric}) and text, so it is neither clearly a header "
+                "nor clearly data: pass --header yes (then name every column) or --header no"
+            )
+        return True
+    if numeric:
+        raise ValueError(
+            f"{path}: with --header yes, the header's columns {numeric} are numbers, which look like a data record; "
+            "name those columns, or pass --header no if the first row is data"
+        )
+    return True
+
+
 def _read_csv(
-    path: Path, features: Optional[List[str]], target: Optional[str]
+    path: Path, features: Optional[List[str]], target: Optional[str], header_choice: str = "auto"
 ) -> "tuple[np.ndarray, np.ndarray, list]":
     """Features, target and column names ``features + [target]`` from a CSV with or without a header row.
 
-    The first row is a header iff one of its cells is not a number; without a header, columns are named by
-    their 1-based position (``--target 2``). Every value must be a finite number. ``target=None`` (the
-    deprecated positional form only) means the last column.
+    ``header_choice`` (``--header``): whether the first row names the columns (:func:`_first_row_is_header`);
+    without a header, columns are named by their 1-based position (``--target 2``). Every value must be a finite
+    number. ``target=None`` (the deprecated positional form only) means the last column.
     """
     import numpy as np
 
@@ -290,7 +383,7 @@ def _read_csv(
     if not numbered:
         raise ValueError(f"{path} is empty")
     first_row = numbered[0][1]
-    has_header = not all(_is_number(c) for c in first_row)
+    has_header = _first_row_is_header(path, first_row, header_choice)
     header = [h.strip() for h in first_row] if has_header else [str(j + 1) for j in range(len(first_row))]
     _check_header(path, header)
     data = numbered[1:] if has_header else numbered
@@ -333,8 +426,9 @@ def _read_csv(
 def _check_out(out: Path) -> None:
     """``--out`` must be a directory (or absent) without a previous release in it.
 
-    A second release of the same data with fresh noise would let anyone average the two and halve the noise
-    variance, so an existing release is never overwritten.
+    An existing release is never overwritten (it may have been published); a later release of the same rows is
+    computed from the earlier one through the owner's ledger (``--ledger``), since two releases with independent
+    noise give the target back exactly.
     """
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} exists and is not a directory; name a directory")
@@ -419,6 +513,10 @@ def _release(
         "trace_sigma": float(np.trace(np.asarray(result.Sigma))),
         "min_sensitive_variance": float(np.min(result.variance)),
         "min_tolerance": float(np.min(result.tolerance)),
+        "protected_records": int(result.targets.num_records),
+        "unchanged_rows": int(result.unchanged_rows),
+        "rank_sigma": int(result.rank),
+        "later_release": int(result.earlier is not None),
     }
     certificate = getattr(result.Sigma, "certificate", None)
     if certificate is not None:
@@ -441,18 +539,37 @@ def _release(
             json.dumps({**summary, "released": written, "logdir": str(args.logdir), "plot": str(comparison)}, indent=2)
         )
         return 0
+    quantity = (
+        f"of the protected values ({result.targets.num_records} records Y, f at the other sensitive inputs)"
+        if result.protect == "records"
+        else "of f at the sensitive inputs (protect=latent: the records themselves are not floored)"
+    )
     print(
         f"released {X.shape[0]} points, {result.sensitive.shape[0]} sensitive; tr Σ = {summary['trace_sigma']:.6g}; "
-        f"min predictive variance at sensitive inputs = {summary['min_sensitive_variance']:.6g} "
-        f"(tolerance {summary['min_tolerance']:.6g})"
+        f"min predictive variance {quantity} = {summary['min_sensitive_variance']:.6g} "
+        f"(tolerance {summary['min_tolerance']:.6g}); rank Σ = {result.rank}: W − Y lies in range(Σ), so "
+        f"{result.rank} independent facts about the target give it back"
     )
+    if result.earlier is not None:
+        print(
+            f"a later release of rows released before ({result.earlier}): W = W₁ + Δ, computed from the earlier "
+            "release (holders of both have the earlier release's floor)"
+        )
+    if result.unchanged_rows:
+        print(
+            f"{result.unchanged_rows} of {X.shape[0]} rows are released unchanged (W = Y there, noise variance ≤ "
+            "1e-12 of the prior)"
+        )
     if certificate is not None:
         print(
             f"certificate: tr Σ = {certificate.objective:.10g} ≥ optimum ≥ {certificate.lower_bound:.10g} "
             f"(relative gap {certificate.relative_gap:.1e}); min (Var − ξ) at sensitive inputs = "
             f"{certificate.feasibility_margin:.2e}; Krylov dimension {certificate.krylov_dimension}"
         )
-    print(f"wrote {', '.join(written)} (safe to publish)")
+    if result.unchanged_rows == X.shape[0]:
+        print(f"wrote {', '.join(written)}: NOT privacy-aware, W = Y (confirmed by --confirm-unprotected)")
+    else:
+        print(f"wrote {', '.join(written)} (safe to publish)")
     print(f"owner only (shows raw data): {comparison}; TensorBoard: tensorboard --logdir {args.logdir}")
     return 0
 
@@ -479,8 +596,13 @@ def _call_release(
         public_data=args.public_table[:2] if args.public_csv is not None else None,
         refit=args.refit,
         method=args.method,
+        protect=args.protect,
+        ledger=True if args.ledger is None else args.ledger,
+        confirm_unprotected=args.confirm_unprotected,
+        confirm_public=args.confirm_public,
+        theta_range=None if args.lengthscale_range is None else {"lengthscales": args.lengthscale_range},
         maxiter=maxiter,
-        density=20.0 if args.density is None else args.density,
+        density=args.density,
         solver=args.solver,
     )
 

@@ -20,7 +20,7 @@ import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterator, Optional, Union, cast
+from typing import Any, Dict, Iterator, List, Optional, Union, cast
 
 import gpflow
 import numpy as np
@@ -33,10 +33,24 @@ from numpy.typing import ArrayLike
 
 from ..release.linalg import as_inputs
 from ..release.lowrank import LowRankCovariance
-from ..release.obfuscation import Covariance, check_method, obfuscate, release_inputs, synthetic_noise_covariance
-from ..release.regions import Region, check_region, region_noise_covariance
+from ..release.ledger import ReleaseLedger, resolve_ledger
+from ..release.linalg import kernel_diag, noise_vector
+from ..release.obfuscation import (
+    Covariance,
+    Targets,
+    check_method,
+    check_protect,
+    obfuscate,
+    protected_targets,
+    release_inputs,
+    synthetic_noise_covariance,
+    target_blocks,
+    target_tolerance,
+)
+from ..release.regions import Region, check_region, region_noise_covariance, with_records
 from ..release.tolerance import Tolerance, resolve_tolerance
 from ..validation import public_inputs_on_released
+from ..untrusted_files import parse_json
 from .serialization import read_npz
 from .serialization import kernel_from_spec, kernel_spec
 
@@ -62,6 +76,20 @@ def _covariance_from_factor(L: np.ndarray) -> LowRankCovariance:
     U, s, _ = np.linalg.svd(L, full_matrices=False)
     keep = s > 0
     return LowRankCovariance(s[keep] ** 2, U[:, keep])
+
+
+def _stored_factor(L: np.ndarray) -> LowRankCovariance:
+    """A covariance whose :meth:`~LowRankCovariance.factor` is the stored ``L`` itself (:meth:`PrivacyAwareGPR.load`).
+
+    Loading must cost time linear in the file (a 51 KB compressed file once took 30 s and 982 MB in the SVD of
+    :func:`_covariance_from_factor`): ``L`` is the model's parameter as saved, so no decomposition is needed; the
+    eigenpairs are computed when :attr:`PrivacyAwareGPR.Sigma` is asked for. (``factor()`` of
+    ``LowRankCovariance(ones, L)`` is ``L`` exactly; the object is used for that alone.)
+    """
+    L = np.asarray(L)
+    if L.ndim != 2 or L.dtype.kind != "f" or not np.all(np.isfinite(L)):
+        raise ValueError(f"noise_factor must be a finite [N, r] float array, got dtype {L.dtype.str} shape {L.shape}")
+    return LowRankCovariance(np.ones(L.shape[1]), L)
 
 
 class PrivacyAwareGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
@@ -145,6 +173,27 @@ class PrivacyAwareGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
         var = self.kernel(Xnew, full_cov=False) - tf.reduce_sum(tf.square(A), axis=0)
         return mean, var[:, None]
 
+    @check_shapes("points: [T, D]", "records: [T]", "return: [T, T]")
+    def protected_covariance(self, points: np.ndarray, records: np.ndarray) -> tf.Tensor:
+        r"""``Cov[T | X, W]`` of the protected targets under the current θ (eq. 4 with ``K_XS → C_XT``).
+
+        Target a is the record ``Y_j = f(x_j) + ε_j`` of row ``j = records[a]`` (``Cov[Y_j, W] = K_{x_j X} + σ²e_jᵀ``,
+        prior ``K(x_j, x_j) + σ²``), or ``f(points[a])`` when ``records[a] = −1``.
+        """
+        X = self.data[0]
+        pts = tf.convert_to_tensor(points, dtype=gpflow.default_float())
+        rec = np.asarray(records, dtype=int)
+        onehot = np.zeros((X.shape[0], rec.shape[0]))
+        same = (rec[:, None] == rec[None, :]) & (rec[:, None] >= 0)
+        for a, j in enumerate(rec):
+            if j >= 0:
+                onehot[j, a] = 1.0
+        s2 = self.likelihood.variance
+        C = self.kernel(X, pts) + s2 * tf.constant(onehot, dtype=gpflow.default_float())
+        P = self.kernel(pts) + s2 * tf.constant(same.astype(float), dtype=gpflow.default_float())
+        A = tf.linalg.triangular_solve(self._observation_cholesky(), C, lower=True)
+        return P - tf.matmul(A, A, transpose_a=True)
+
     def save(self, path: Union[str, Path]) -> Path:
         """Write the released model to an ``.npz`` of numbers and JSON only (no pickled code, no raw Y).
 
@@ -195,9 +244,9 @@ class PrivacyAwareGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
             ("spec", "X", "W", "noise_factor", "noise_variance"),
         )
         try:
-            spec = json.loads(str(arrays["spec"]))
+            spec = parse_json(str(arrays["spec"]), f"{path}: model description")
             kernel_description, mean_name = spec["kernel"], str(spec["mean_function"])
-        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError) as exc:
             raise ValueError(f"{path}: corrupt model description ({type(exc).__name__}: {exc})") from exc
         if kernel is None:
             if kernel_description is None:
@@ -225,7 +274,7 @@ class PrivacyAwareGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
             model = PrivacyAwareGPR(
                 (arrays["X"], arrays["W"]),
                 kernel,
-                _covariance_from_factor(arrays["noise_factor"]),
+                _stored_factor(arrays["noise_factor"]),
                 mean_function,
                 float(arrays["noise_variance"]),
             )
@@ -276,8 +325,14 @@ class PrivacyRelease:
     :param log_marginal_likelihood: ``log N(W; m(X), K_XX + V + Σ)`` of the released model — the likelihood of
         the *released* W (before the fix that introduced ``public_data``, this was the raw-data GPR's optimum, a
         statistic of the raw Y that must not be published).
-    :param variance: ``[γ]`` the released model's predictive variance at each sensitive input (eq. 4).
-    :param tolerance: ``[γ]`` ξᵢ as designed (the floor that ``variance`` respects).
+    :param variance: ``[t]`` the released model's predictive variance of each protected target (eq. 4 under the
+        published θ): the record ``Y_j`` at a sensitive training input (``protect="records"``), else ``f(s)``.
+    :param tolerance: ``[t]`` ξ of each target as designed (the floor that ``variance`` respects).
+    :param targets: the protected targets (points, record rows or −1, the sensitive input each comes from).
+    :param protect: ``"records"`` or ``"latent"``.
+    :param unchanged_rows: how many rows are released unchanged (``Σ_jj ≤ UNCHANGED_RTOL·K(x_j, x_j)``).
+    :param rank: rank Σ: W − Y lies in range(Σ), so this many independent facts about Y give Y back.
+    :param earlier: the ledger entry this release was computed from (``W = W₁ + Δ``), or None for a first release.
     """
 
     model: PrivacyAwareGPR
@@ -288,6 +343,11 @@ class PrivacyRelease:
     log_marginal_likelihood: float
     variance: np.ndarray
     tolerance: np.ndarray
+    targets: Optional[Targets] = None
+    protect: str = "records"
+    unchanged_rows: int = 0
+    rank: int = 0
+    earlier: Optional[str] = None
 
 
 def _check_tolerance_shape(tolerance: Tolerance, gamma: int) -> None:
@@ -399,38 +459,57 @@ FLOOR_RTOL = 1e-6
 REFIT_BISECTIONS = 20
 
 
-def _short(
-    model: PrivacyAwareGPR, S: np.ndarray, xi: np.ndarray, strict: bool = False
-) -> "tuple[np.ndarray, np.ndarray]":
-    """The released model's variance at S (eq. 4, under its current θ) and the indices where it is below ξ
-    (by more than ``FLOOR_RTOL`` of the prior variance, or at all when ``strict``)."""
-    _, var = model.predict_f(S)
-    variance = var.numpy()[:, 0]
-    slack = 0.0 if strict else FLOOR_RTOL * float(np.max(model.kernel(S, full_cov=False).numpy()))
-    return variance, np.flatnonzero(variance < xi - slack)
+@dataclass(frozen=True)
+class _Floor:
+    """What the release promises, as designed: targets T, per-target ξ, Ξ_T and whether the strong floor is claimed."""
+
+    targets: Targets
+    xi: np.ndarray
+    Xi: np.ndarray
+    strong: bool
 
 
-def _refit(model: PrivacyAwareGPR, S: np.ndarray, xi: np.ndarray, maxiter: int, fixed_mean: bool) -> None:
+def _short(model: PrivacyAwareGPR, floor: _Floor, strict: bool = False) -> "tuple[np.ndarray, np.ndarray, float]":
+    """The released model's variance of each target (eq. 4, under its current θ), the indices where it is below ξ,
+    and the strong margin ``λ_min(Cov[T | W] − Ξ_T)`` scaled to the prior (0 when the strong floor is not claimed).
+    Shortfalls count beyond ``FLOOR_RTOL`` of the largest prior variance, or at all when ``strict``."""
+    cov = model.protected_covariance(floor.targets.points, floor.targets.records).numpy()
+    variance = np.diag(cov).copy()
+    scale = float(np.max(model.kernel(floor.targets.points, full_cov=False).numpy()))
+    slack = 0.0 if strict else FLOOR_RTOL * scale
+    margin = 0.0
+    if floor.strong:
+        margin = float(np.linalg.eigvalsh(0.5 * (cov + cov.T) - floor.Xi)[0]) + slack
+    return variance, np.flatnonzero(variance < floor.xi - slack), margin
+
+
+def _holds(model: PrivacyAwareGPR, floor: _Floor) -> bool:
+    _, short, margin = _short(model, floor, strict=True)
+    return not short.size and margin >= 0.0
+
+
+def _refit(model: PrivacyAwareGPR, floor: _Floor, maxiter: int, fixed_mean: bool) -> None:
     r"""Post-processing: refit the kernel (and the mean unless ``fixed_mean``) by maximum likelihood on W.
 
-    The refitted θ̂ may predict the sensitive inputs better than the design θ₀ that Σ was built for. Then the
+    The refitted θ̂ may predict the protected targets better than the design θ₀ that Σ was built for. Then the
     kernel's unconstrained parameters retreat along the segment ``θ₀ + t(θ̂ − θ₀)`` to the largest ``t ∈ [0, 1]``
-    (bisection) at which the floor holds; ``t = 0`` is the design, where it holds by construction. Every step
-    uses only W, Σ, σ², X, S and ξ, so the result is a function of public quantities.
+    (bisection) at which **every floor the release claims** holds: each ``Var[Tₐ | W] ≥ ξₐ``, and for the strong
+    method ``λ_min(Cov[T | W] − Ξ_T) ≥ 0`` (eq. 11); ``t = 0`` is the design, where they hold by construction.
+    Every step uses only W, Σ, σ², X, S and Ξ, so the result is a function of public quantities.
     """
     kernel_params = model.kernel.trainable_parameters
     start = [p.unconstrained_variable.numpy() for p in kernel_params]
     gpflow.optimizers.Scipy().minimize(
         model.training_loss, model.trainable_variables, options=dict(maxiter=int(maxiter)), compile=False
     )
-    if not _short(model, S, xi, strict=True)[1].size:
+    if _holds(model, floor):
         return
     end = [p.unconstrained_variable.numpy() for p in kernel_params]
 
     def move(t: float) -> bool:
         for p, a, b in zip(kernel_params, start, end):
             p.unconstrained_variable.assign(a + t * (b - a))
-        return not _short(model, S, xi, strict=True)[1].size
+        return _holds(model, floor)
 
     low, high = 0.0, 1.0
     for _ in range(REFIT_BISECTIONS):
@@ -440,7 +519,7 @@ def _refit(model: PrivacyAwareGPR, S: np.ndarray, xi: np.ndarray, maxiter: int, 
     if not fixed_mean:
         model.mean_function.c.assign(_gls_mean(model))
     warnings.warn(
-        f"refit=True: the hyperparameters fitted on W would predict the sensitive inputs better than the tolerance "
+        f"refit=True: the hyperparameters fitted on W would predict the protected values better than the tolerance "
         f"allows; published θ = θ_design + {low:.3g}·(θ_refit − θ_design) (unconstrained), the largest step that "
         "keeps the floor",
         UserWarning,
@@ -448,16 +527,143 @@ def _refit(model: PrivacyAwareGPR, S: np.ndarray, xi: np.ndarray, maxiter: int, 
     )
 
 
-def _floor(model: PrivacyAwareGPR, S: np.ndarray, xi: np.ndarray) -> np.ndarray:
-    """The released model's variance at S under the *published* θ, checked against ξ (the guarantee)."""
-    variance, short = _short(model, S, xi)
-    if short.size:
-        i = int(short[np.argmin(variance[short] - xi[short])])
+def _floor(model: PrivacyAwareGPR, floor: _Floor) -> np.ndarray:
+    """The released model's variance of each target under the *published* θ, checked against ξ (the guarantee)."""
+    variance, short, margin = _short(model, floor)
+    if short.size or margin < 0:
+        i = int(short[np.argmin(variance[short] - floor.xi[short])]) if short.size else int(np.argmin(variance))
         raise ValueError(
-            f"the released model's variance at sensitive input {i} is {variance[i]:.6g} < tolerance {xi[i]:.6g}; "
-            "Σ could not be certified: report this as a bug"
+            f"the released model's variance at sensitive input {int(floor.targets.source[i])} is {variance[i]:.6g} "
+            f"(tolerance {floor.xi[i]:.6g}, strong margin {margin:.3g}); Σ could not be certified: report this as a bug"
         )
     return variance
+
+
+def _theta_grid(
+    kernel: gpflow.kernels.Kernel, theta_range: Dict[str, "tuple[float, float]"], points: int
+) -> "List[tuple[str, gpflow.kernels.Kernel]]":
+    """Copies of ``kernel`` at every point of the geometric grid over ``theta_range`` (named for messages)."""
+    if int(points) < 2:
+        raise ValueError(f"theta_points must be at least 2, got {points}")
+    axes = []
+    for key, bounds in theta_range.items():
+        parameter = getattr(kernel, key, None)
+        if not isinstance(parameter, gpflow.Parameter) or np.size(parameter.numpy()) != 1:
+            raise ValueError(f"theta_range names {key!r}, which is not a scalar parameter of the kernel")
+        lo, hi = (float(b) for b in bounds)
+        if not (np.isfinite(lo) and np.isfinite(hi) and 0 < lo <= hi):
+            raise ValueError(f"theta_range[{key!r}] must be (lo, hi) with 0 < lo ≤ hi, got {bounds}")
+        axes.append((key, np.geomspace(lo, hi, int(points))))
+    grid = []
+    for values in np.stack(np.meshgrid(*[a for _, a in axes], indexing="ij"), -1).reshape(-1, len(axes)):
+        copy = gpflow.utilities.deepcopy(kernel)
+        for (key, _), value in zip(axes, values):
+            getattr(copy, key).assign(float(value))
+        grid.append((", ".join(f"{key}={value:.4g}" for (key, _), value in zip(axes, values)), copy))
+    return grid
+
+
+#: Region grids have at least this many points per (smallest) lengthscale of the design kernel.
+REGION_POINTS_PER_LENGTHSCALE = 4.0
+#: The region floor is verified on a grid this many times denser than the design grid (and at the records).
+REGION_CHECK_FACTOR = 4.0
+
+
+def region_density(kernel: gpflow.kernels.Kernel) -> float:
+    """The default grid density of a region: ``max(20, REGION_POINTS_PER_LENGTHSCALE / min ℓ)`` points per unit.
+
+    :raises ValueError: the kernel has no ``lengthscales`` (then pass ``density=``).
+    """
+    lengthscales = getattr(kernel, "lengthscales", None)
+    if lengthscales is None:
+        raise ValueError(
+            f"a {type(kernel).__name__} kernel has no lengthscales to set a region's grid density: pass density="
+        )
+    return max(20.0, REGION_POINTS_PER_LENGTHSCALE / float(np.min(lengthscales.numpy())))
+
+
+def _verify_region(
+    model: PrivacyAwareGPR, region: Region, tolerance: gpflow.kernels.Kernel, density: float, protect: str
+) -> None:
+    """The floor ``Var[T | W] ≥ H(t, t)`` on a grid ``REGION_CHECK_FACTOR`` times denser than the design grid and at
+    every record inside the region, under the published θ (before anything is written).
+
+    :raises ValueError: naming the worst point, its variance and its tolerance.
+    """
+    X = model.data[0].numpy()
+    points = with_records(region.discretise(REGION_CHECK_FACTOR * density), X, region)
+    targets = protected_targets(X, points, protect if protect == "records" else "latent")
+    xi = kernel_diag(tolerance, targets.points)
+    variance = np.concatenate(
+        [
+            np.diag(model.protected_covariance(targets.points[i : i + 512], targets.records[i : i + 512]).numpy())
+            for i in range(0, targets.points.shape[0], 512)
+        ]
+    )
+    slack = FLOOR_RTOL * float(np.max(model.kernel(targets.points, full_cov=False).numpy()))
+    gap = variance - xi
+    worst = int(np.argmin(gap))
+    if gap[worst] < -slack:
+        record = targets.records[worst]
+        where = f"the record in row {record}" if record >= 0 else "f"
+        raise ValueError(
+            f"the region's floor fails between the grid points: at x = {targets.points[worst].tolist()} ({where}) "
+            f"the released model's variance is {variance[worst]:.6g} < tolerance {xi[worst]:.6g} (checked on a grid "
+            f"{REGION_CHECK_FACTOR:g}× denser than density={density:g} and at the records); raise density"
+        )
+
+
+#: Eigenvalues of a later release's Σ_Δ below this fraction of the largest prior variance are rounding (Δ = 0).
+DELTA_RTOL = 1e-9
+#: A row whose noise variance ``Σ_jj`` is at most this fraction of ``K(x_j, x_j)`` is released unchanged (its noise
+#: sd is below 1e-6 of the prior sd).
+UNCHANGED_RTOL = 1e-12
+#: A public statistic within this many standard deviations (of what the release noise leaves unknown about the
+#: same statistic of the raw Y) of the raw Y's own value is refused unless confirmed.
+PUBLIC_STAT_TOL = 0.1
+
+
+def _unchanged(Sigma: Covariance, prior: np.ndarray) -> np.ndarray:
+    """``[N]`` whether each row's noise variance ``Σ_jj`` is ≤ ``UNCHANGED_RTOL · K(x_j, x_j)`` (W_j = Y_j)."""
+    diag = Sigma.diagonal() if isinstance(Sigma, LowRankCovariance) else np.diag(np.asarray(Sigma))
+    return np.asarray(diag <= UNCHANGED_RTOL * prior)
+
+
+def _public_statistics(
+    Y: np.ndarray, Sigma: Covariance, mean: Optional[float], kernel_variance: Optional[float]
+) -> List[str]:
+    r"""The public values given beside W that lie within ``PUBLIC_STAT_TOL`` sd of the raw Y's own statistic.
+
+    ``W − Y = Lω`` lies in range(Σ) (rank r), so each independent fact about Y fixes one combination of ω. A
+    published ``m`` fixes ``(Lᵀ1)ᵀω = 1ᵀW − N·mean(Y)`` to within ``N|m − mean(Y)|``; relative to that combination's
+    prior sd ``‖Lᵀ1‖`` the fact is informative iff ``|m − mean(Y)| ≪ sd_mean = √(1ᵀΣ1)/N``. Likewise a kernel
+    variance v against ``var(Y)`` (ddof 0 or 1), whose gradient in ω is ``−(2/N)LᵀPY`` (P centres), so
+    ``sd_var = (2/N)√((PY)ᵀΣ(PY))``. Computed by the owner (it uses Y); the messages name no statistic of Y.
+    """
+    L = _noise_factor(Sigma)
+    N = Y.shape[0]
+    found = []
+    if mean is not None:
+        sd = float(np.linalg.norm(L.T @ np.ones(N))) / N
+        if abs(float(mean) - float(np.mean(Y))) <= PUBLIC_STAT_TOL * sd:
+            found.append(
+                f"mean={float(mean):g} is within {PUBLIC_STAT_TOL} sd of the released target's own mean (sd of what "
+                "the release noise leaves unknown about it): published beside W it is one more fact about Y, and "
+                f"rank Σ = {L.shape[1]} such facts give Y back"
+            )
+    if kernel_variance is not None:
+        r = Y[:, 0] - np.mean(Y)
+        sd = 2.0 / N * float(np.linalg.norm(L.T @ r))
+        for ddof in (0, 1):
+            if abs(float(kernel_variance) - float(np.var(Y, ddof=ddof))) <= PUBLIC_STAT_TOL * sd:
+                found.append(
+                    f"the kernel variance {float(kernel_variance):g} is within {PUBLIC_STAT_TOL} sd of the target's "
+                    f"own sample variance (ddof={ddof}): var(Y) is a natural guess for it, but published beside W "
+                    f"it is one more (quadratic) fact about Y, and rank Σ = {L.shape[1]} such facts give Y back; "
+                    "use a value from other knowledge"
+                )
+                break
+    return found
 
 
 _DEFAULT = object()
@@ -480,6 +686,12 @@ def release(
     maxiter: int = 1000,
     insecure_noise_seed: Optional[int] = None,
     fit: Any = _DEFAULT,
+    protect: str = "records",
+    ledger: Union[str, Path, ReleaseLedger, None, bool] = True,
+    confirm_unprotected: bool = False,
+    confirm_public: bool = False,
+    theta_range: Optional[Dict[str, "tuple[float, float]"]] = None,
+    theta_points: int = 3,
 ) -> PrivacyRelease:
     r"""The owner's release (§3.2): design Σ (eq. 8/10/11) from **public** hyperparameters, obfuscate (§4.1),
     build the released model.
@@ -498,8 +710,23 @@ def release(
        unless given) are refitted by maximum likelihood on ``(X, W)`` with Σ and σ² fixed. Σ is tight at the
        design θ, so a refitted θ̂ often predicts some sensitive input better than ξ; the published θ then
        retreats towards the design θ until the floor holds (with a ``UserWarning``; see :func:`_refit`).
-    4. The floor: the released model's variance at each sensitive input (eq. 4, under the **published** θ) is
-       checked to be ≥ ξᵢ (``result.variance``).
+    4. The floor: the released model's variance of each protected target (eq. 4, under the **published** θ) is
+       checked to be ≥ ξ (``result.variance``), and for ``method="strong"`` the strong margin
+       ``λ_min(Cov[T | W] − Ξ_T) ≥ 0``.
+
+    Which quantity is protected (``protect``): by default the **records** — at a sensitive input that is a training
+    input, ``Var[Y_j | W] ≥ ξ`` for the recorded value ``Y_j = f(x_j) + ε_j`` (feasible iff ``ξ < K(s, s) + σ²``);
+    at a sensitive input without a record, ``Var[f(s) | W] ≥ ξ``. ``protect="latent"`` is the paper's floor on f.
+    For a region, every training input inside it is a sensitive input too.
+
+    Refusals (``ValueError``) unless the owner confirms: a Σ that is zero or leaves a protected record's row
+    unchanged (``confirm_unprotected=True``); a ``mean`` or kernel variance within ``PUBLIC_STAT_TOL`` sd of the raw
+    Y's own mean / sample variance (``confirm_public=True``; see :func:`_public_statistics`).
+
+    Later releases (DESIGN.md §5, principle 6): the rows are looked up in the owner's private ledger
+    (:mod:`~gpflow_fed.release.ledger`); rows released before give ``W = W₁ + Δ`` with Δ's covariance solved with
+    Σ₁ fixed (Δ = 0 republishes W₁ when Σ₁ already meets the floor), and the release is recorded before it is
+    returned.
 
     :param data: raw ``(X [N, D], Y [N, 1])``; Y is used for W only.
     :param sensitive: ``[γ, D]`` sensitive inputs, or a :class:`~gpflow_fed.release.Region` (interval, box,
@@ -517,7 +744,10 @@ def release(
         this call), on which the design θ and σ² are fitted.
     :param refit: refit the kernel hyperparameters (and the mean unless given) on the released ``(X, W)``,
         post-processing, kept within the floor under the published θ (step 3).
-    :param density: grid points per unit length when ``sensitive`` is a region.
+    :param density: grid points per unit length when ``sensitive`` is a region; None (default): follows the design
+        lengthscale, :func:`region_density`. Either way the floor is then verified on a grid
+        ``REGION_CHECK_FACTOR`` times denser and at every record inside the region, under the published θ, and a
+        release that fails there is refused naming the worst point.
     :param method: ``"strong" | "weak" | "diagonal"``.
     :param low_rank: see :func:`~gpflow_fed.release.synthetic_noise_covariance`.
     :param solver: for the SDP methods (see :func:`~gpflow_fed.release.synthetic_noise_covariance`): the weak
@@ -529,8 +759,23 @@ def release(
     :param fit: deprecated. ``fit=False`` is now the only behaviour (with ``noise_variance=None`` meaning 0, as
         before); ``fit=True`` fitted the hyperparameters on the raw Y, which let anyone holding the release
         recover Y, and is refused.
+    :param protect: ``"records"`` (default) or ``"latent"`` (the paper's floor on f, by name).
+    :param ledger: the owner's private release ledger: True (default: :func:`~gpflow_fed.release.ledger.
+        default_ledger_folder`), a folder or a :class:`~gpflow_fed.release.ledger.ReleaseLedger`; None turns it off
+        (then a second release of the same rows with fresh noise can give Y back: tests and simulations only).
+    :param confirm_unprotected: release even though Σ is zero or leaves a protected record's row unchanged.
+    :param confirm_public: publish ``mean`` / the kernel variance even though they lie within the stated tolerance
+        of the raw Y's own statistics.
+    :param theta_range: a public range of kernel hyperparameters, ``{"lengthscales": (lo, hi), "variance": (lo,
+        hi)}`` (any scalar kernel parameter by name), over which the floor must hold too (e.g. for a θ an attacker
+        fits on W): Σ is accumulated over the grid of ``theta_points`` geometric values per parameter (and the design
+        θ), ``Σ ← Σ + (A_θ − K_θ − V − Σ)⁺`` for the strong method (the weak SDP with ``C = K_θ + V + Σ`` likewise),
+        which is feasible for every grid θ (not of minimum trace). The tolerance stays as designed. None (default):
+        the design θ only.
+    :param theta_points: grid values per parameter of ``theta_range`` (≥ 2).
     :raises ValueError: bad data, a missing public design input, ``fit=True`` or any of the tolerance errors
-        (all before any fitting).
+        (all before any fitting); the refusals above; rows shared with several earlier releases; a grid θ whose
+        prior variance is at or below the tolerance (no noise can help there).
     """
     if fit is not _DEFAULT:
         if fit:
@@ -547,6 +792,8 @@ def release(
         )
         noise_variance = 0.0 if noise_variance is None and public_data is None else noise_variance
     check_method(method)
+    check_protect(protect)
+    store = resolve_ledger(ledger)
     region = sensitive if isinstance(sensitive, Region) else None
     if region is not None:
         if method == "diagonal":
@@ -554,11 +801,11 @@ def release(
                 "a sensitive region needs method='strong' or 'weak' (got 'diagonal'); discretise it "
                 "yourself with region.discretise(density) for the diagonal SDP"
             )
-        if density is None or not (np.isfinite(density) and density > 0):
+        if density is not None and not (np.isfinite(density) and density > 0):
             raise ValueError(f"a sensitive region needs density > 0 (grid points per unit length), got {density}")
         X = as_inputs(data[0], "X")
         check_region(region, X, tolerance)
-        S = region.discretise(density)
+        S = X[:0]  # the grid follows the design lengthscale, known after the design fit below
     else:
         X, S = release_inputs(data[0], sensitive)
     Y = _outputs(data[1], X.shape[0], "Y")
@@ -573,31 +820,99 @@ def release(
             "for deterministic data), or public_data= (public or disjoint data to fit them on): Σ is designed "
             "from them, and fitted on the raw Y they let anyone holding the release recover Y"
         )
-    _check_tolerance_shape(tolerance, S.shape[0])
+    if region is None:
+        _check_tolerance_shape(tolerance, S.shape[0])
     kernel = gpflow.kernels.SquaredExponential() if kernel is None else kernel
+    given_variance = None
     if public_data is not None:
         _, noise_variance = fit_hyperparameters(
             _public_fit_data(public_data, X, Y), kernel, noise_variance=noise_variance, maxiter=maxiter
         )
-    # given or fitted (checked above); a region has a kernel tolerance (check_region) and a density
+    elif isinstance(getattr(kernel, "variance", None), gpflow.Parameter) and np.size(kernel.variance.numpy()) == 1:
+        given_variance = float(kernel.variance.numpy())
+    # given or fitted (checked above); a region has a kernel tolerance (check_region)
     sigma2 = float(cast(float, noise_variance))
     if region is not None:
-        Sigma = region_noise_covariance(
-            kernel,
+        density = region_density(kernel) if density is None else float(density)
+        S = region.discretise(density)
+        if protect == "records":  # every record inside the region is a sensitive input
+            S = with_records(S, X, region)
+    hashes = store.row_hashes(X, Y) if store is not None else None
+    previous = store.find(hashes) if store is not None and hashes is not None else None
+    Sigma1 = None if previous is None else previous.factor @ previous.factor.T
+
+    def solve(design: gpflow.kernels.Kernel, fixed: Optional[np.ndarray]) -> Covariance:
+        if region is not None:
+            return region_noise_covariance(
+                design,
+                X,
+                region,
+                cast(gpflow.kernels.Kernel, tolerance),
+                density=float(cast(float, density)),
+                noise_variance=sigma2,
+                low_rank=bool(low_rank),
+                method=method,
+                protect=protect,
+                earlier=fixed,
+            )
+        return synthetic_noise_covariance(
+            design,
             X,
-            region,
-            cast(gpflow.kernels.Kernel, tolerance),
-            density=float(cast(float, density)),
+            S,
+            tolerance,
             noise_variance=sigma2,
-            low_rank=bool(low_rank),
             method=method,
+            low_rank=low_rank,
+            solver=solver,
+            protect=protect,
+            earlier=fixed,
         )
+
+    Sigma = solve(kernel, Sigma1)
+    if theta_range is not None:
+        total = np.asarray(Sigma).copy()
+        for name, design in _theta_grid(kernel, theta_range, theta_points):
+            fixed = total if Sigma1 is None else total + Sigma1
+            try:
+                total += np.asarray(solve(design, fixed))
+            except ValueError as exc:
+                raise ValueError(f"under θ = {name} of theta_range: {exc}") from None
+        Sigma = 0.5 * (total + total.T)
+    targets = protected_targets(X, S, protect)
+    resolved = resolve_tolerance(kernel, S, tolerance, check_prior=False)
+    Xi, xi = target_tolerance(
+        resolved, targets, np.diag(target_blocks(kernel, X, targets, noise_vector(sigma2, X.shape[0]))[1])
+    )
+    floor = _Floor(targets, xi, Xi, strong=method == "strong" and region is None)
+    if previous is not None:  # W₂ = W₁ + Δ: the released noise is Z₁ + Δ, Σ = Σ₁ + Σ_Δ
+        delta = _noise_factor(Sigma)
+        # Σ_Δ = (A − K − V − Σ₁)⁺ is zero up to rounding when Σ₁ already meets the floor: then W₁ is republished
+        delta = delta[:, np.sum(delta**2, axis=0) > DELTA_RTOL * float(np.max(kernel_diag(kernel, X)))]
+        W = previous.W.copy()
+        if delta.shape[1]:
+            W = obfuscate(W, delta @ delta.T, insecure_noise_seed=insecure_noise_seed)
+        Sigma = _covariance_from_factor(np.concatenate([previous.factor, delta], axis=1))
     else:
-        Sigma = synthetic_noise_covariance(
-            kernel, X, S, tolerance, noise_variance=sigma2, method=method, low_rank=low_rank, solver=solver
+        W = obfuscate(Y, Sigma, insecure_noise_seed=insecure_noise_seed)
+    unchanged = _unchanged(Sigma, kernel_diag(kernel, X))
+    records = targets.records[targets.records >= 0]
+    if not confirm_unprotected and (unchanged.all() or unchanged[records].any()):
+        what = (
+            "Σ is zero: W equals Y in every row"
+            if unchanged.all()
+            else (f"Σ leaves {int(unchanged[records].sum())} protected record(s) unchanged (W_j = Y_j)")
         )
-    xi = resolve_tolerance(kernel, S, tolerance).xi  # the floor, as designed
-    W = obfuscate(Y, Sigma, insecure_noise_seed=insecure_noise_seed)
+        raise ValueError(
+            f"{what}; this is not a privacy-aware release (protect={protect!r}); raise the tolerance, use "
+            "protect='records', or confirm with confirm_unprotected=True (CLI: --confirm-unprotected)"
+        )
+    if not confirm_public:
+        found = _public_statistics(Y, Sigma, mean, given_variance)
+        if found:
+            raise ValueError(
+                "; ".join(found)
+                + ". Confirm with confirm_public=True (CLI: --confirm-public) if it is public knowledge"
+            )
     del Y  # nothing below may depend on the raw outputs
     constant = gpflow.mean_functions.Constant(np.zeros(1) if mean is None else np.array([float(mean)]))
     model = PrivacyAwareGPR((X, W), gpflow.utilities.deepcopy(kernel), Sigma, constant, noise_variance=sigma2)
@@ -607,10 +922,15 @@ def release(
         else:
             gpflow.set_trainable(constant, False)
         if refit:
-            _refit(model, S, xi, maxiter, fixed_mean=mean is not None)
+            _refit(model, floor, maxiter, fixed_mean=mean is not None)
         gpflow.set_trainable(constant, True)
-        variance = _floor(model, S, xi)
+        variance = _floor(model, floor)
+        if region is not None:
+            _verify_region(model, region, cast(gpflow.kernels.Kernel, tolerance), float(cast(float, density)), protect)
         log_likelihood = float(model.maximum_log_likelihood_objective().numpy())
+    factor = model.noise_factor.numpy()
+    if store is not None and hashes is not None:
+        store.record(hashes, W, factor)
     return PrivacyRelease(
         model=model,
         Sigma=Sigma,
@@ -620,4 +940,9 @@ def release(
         log_marginal_likelihood=log_likelihood,
         variance=variance,
         tolerance=xi,
+        targets=targets,
+        protect=protect,
+        unchanged_rows=int(unchanged.sum()),
+        rank=int(factor.shape[1]),
+        earlier=None if previous is None else previous.entry,
     )

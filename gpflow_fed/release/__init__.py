@@ -1,12 +1,17 @@
 """Privacy-aware GP release by synthetic correlated noise (Tuo & Bhattacharya), formerly ``gpflow_fed.release``."""
 
+from .ledger import EarlierRelease, ReleaseLedger, default_ledger_folder
 from .lowrank import LowRankCovariance
 from .obfuscation import (
     METHODS,
+    PROTECT,
     PrivacyCheck,
+    Targets,
     obfuscate,
     posterior_covariance,
     prior_variance,
+    protected_covariance,
+    protected_targets,
     synthetic_noise_covariance,
     verify_privacy,
 )
@@ -27,20 +32,27 @@ from .weak import CertifiedCovariance, WeakCertificate, solve_weak_krylov
 __all__ = [
     "Box",
     "CertifiedCovariance",
+    "EarlierRelease",
     "Interval",
     "LowRankCovariance",
     "METHODS",
+    "PROTECT",
     "PrivacyCheck",
     "ProportionalKernel",
     "Region",
     "RegionRefinement",
     "RegionUnion",
+    "ReleaseLedger",
     "SDPInfo",
+    "Targets",
     "check_tolerance_kernel",
+    "default_ledger_folder",
     "gaussian_tolerance_kernel",
     "obfuscate",
     "posterior_covariance",
     "prior_variance",
+    "protected_covariance",
+    "protected_targets",
     "refine_region",
     "region_noise_covariance",
     "resolve_tolerance",

@@ -1,5 +1,16 @@
 r"""Synthetic noise for privacy-aware GP release (Tuo & Bhattacharya, §3–4).
 
+**Which quantity is protected** (``protect=``). The paper's floor is on the latent ``f(s)``. A sensitive input
+that is a training input carries a *record* ``Y_j = f(x_j) + ε_j``, and ε_j is correlated with ``W_j``: a floor on
+f leaves the record itself predictable (the intrinsic noise V counts toward the floor on f, but not on Y_j). So by
+default (``protect="records"``) every record at a sensitive input is protected, with cross-covariance
+``Cov[Y_T, Y_X] = K_TX + V_TX`` and prior ``Cov[Y_T] = K_TT + V_TT``, i.e. ``Var[Y_j | W] ≥ ξ``; a sensitive input
+with no record keeps the floor on ``f(s)`` (a future record there has ``Var[Y_s | W] = Var[f(s) | W] + σ²``).
+Every formula below holds with ``K_XS → C_XT = K_XT + V_XT`` and ``K_SS → P_T = K_TT + V_TT`` (the Schur
+argument of eq. 11 is about these two blocks only); it is feasible iff ``ξ < P_tt`` (``K(s, s) + σ²`` at a
+record), for every method (strong, weak, diagonal, kernel tolerances). ``protect="latent"`` is the paper's
+floor on f (Examples 1–3 use it by name).
+
 The owner releases ``W = Y + Z`` with ``Z ~ N(0, Σ)``; the released model predicts with eq. (3)–(4), and for
 every sensitive input ``sᵢ`` the predictive variance ``K(sᵢ,sᵢ) − K_{sᵢX}(K_XX + V + Σ)⁻¹K_{Xsᵢ}`` stays ≥ the
 tolerance ξᵢ (eq. 5). Among all such Σ the returned one has minimum trace:
@@ -35,6 +46,10 @@ from .tolerance import ResolvedTolerance, Tolerance, resolve_tolerance
 
 Covariance = Union[np.ndarray, LowRankCovariance]
 METHODS = ("strong", "weak", "diagonal")
+#: ``protect=`` values: the records at the sensitive inputs (default) or the paper's latent f (eq. 5).
+PROTECT = ("records", "latent")
+#: A training input within this relative distance of a sensitive input (per coordinate) is a record there.
+RECORD_RTOL = 1e-9
 #: ``solver=`` values for the SDP methods: the certified Krylov reduction (weak only) or the dense cvxpy SDP.
 SOLVERS = ("krylov", "dense", "CLARABEL", "SCS")
 #: Automatic low-rank rule: use block Krylov when N ≥ this, γ ≤ N / 5 and min V > 0 (so the O(N k²)
@@ -59,6 +74,99 @@ def release_inputs(X: object, sensitive: object) -> "tuple[np.ndarray, np.ndarra
             "in the same input space as X ([γ, D])"
         )
     return Xa, S
+
+
+def check_protect(protect: str) -> str:
+    """``protect`` if it is one of :data:`PROTECT`; a ``ValueError`` otherwise."""
+    if protect not in PROTECT:
+        raise ValueError(
+            f"unknown protect={protect!r}; use 'records' (the recorded values Y at sensitive training inputs, the "
+            "default) or 'latent' (the paper's floor on f)"
+        )
+    return protect
+
+
+@dataclass(frozen=True)
+class Targets:
+    r"""The protected quantities T: one per record at a sensitive input (``protect="records"``), or ``f(s)``.
+
+    :param points: ``[t, D]`` the input of each target.
+    :param records: ``[t]`` the row of X whose record ``Y_j`` is protected, or −1 for the latent ``f(s)``.
+    :param source: ``[t]`` the index of the sensitive input each target comes from.
+    """
+
+    points: np.ndarray
+    records: np.ndarray
+    source: np.ndarray
+
+    @property
+    def num_records(self) -> int:
+        """How many targets are records (rows of X)."""
+        return int(np.count_nonzero(self.records >= 0))
+
+
+@check_shapes("X: [N, D]", "S: [G, D]")
+def protected_targets(X: np.ndarray, S: np.ndarray, protect: str = "records") -> Targets:
+    """The targets T for sensitive inputs S.
+
+    With ``"records"`` each training row equal to a sensitive input (to ``RECORD_RTOL``, relative to the inputs'
+    scale) is a record to protect (every one of them, if the input is repeated), placed at its own row's input;
+    other sensitive inputs (and all of them with ``"latent"``) protect ``f(s)``.
+    """
+    check_protect(protect)
+    points, records, source = [], [], []
+    for i, s in enumerate(S):
+        if protect == "records":  # equal up to float rounding (a value read twice from text, say)
+            close = np.isclose(X, s[None, :], rtol=RECORD_RTOL, atol=RECORD_RTOL * float(np.max(np.abs(X))))
+            rows = np.flatnonzero(np.all(close, axis=1))
+        else:
+            rows = np.zeros(0, dtype=int)
+        for j in rows if rows.size else [-1]:
+            points.append(X[j] if j >= 0 else s)
+            records.append(int(j))
+            source.append(i)
+    return Targets(np.asarray(points, dtype=S.dtype), np.asarray(records, dtype=int), np.asarray(source, dtype=int))
+
+
+def target_blocks(
+    kernel: gpflow.kernels.Kernel, X: np.ndarray, targets: Targets, v: np.ndarray
+) -> "tuple[np.ndarray, np.ndarray]":
+    r"""``(C_XT, P_T)``: ``Cov[Y_X, T] = K_XT + V_XT`` ``[N, t]`` and ``Cov[T] = K_TT + V_TT`` ``[t, t]``."""
+    C = kernel_matrix(kernel, X, targets.points)
+    P = kernel_matrix(kernel, targets.points)
+    for a, j in enumerate(targets.records):
+        if j >= 0:
+            C[j, a] += v[j]
+            P[a, targets.records == j] += v[j]
+    return C, 0.5 * (P + P.T)
+
+
+def target_tolerance(
+    resolved: ResolvedTolerance, targets: Targets, prior: np.ndarray
+) -> "tuple[np.ndarray, np.ndarray]":
+    """``(Ξ_T, ξ_T)`` for the targets (a scalar or vector tolerance stays diagonal), refused where ``ξ ≥ P_tt``.
+
+    :raises ValueError: naming the first target whose tolerance reaches its prior variance (no noise reaches it).
+    """
+    src = targets.source
+    if resolved.kind in ("scalar", "vector"):
+        Xi = np.diag(resolved.xi[src])
+    else:
+        Xi = resolved.Xi[np.ix_(src, src)]
+    xi = np.diag(Xi).copy()
+    bad = np.flatnonzero(xi >= prior)
+    if bad.size:
+        a = int(bad[0])
+        what = (
+            f"the record in row {targets.records[a]} (prior variance K(s, s) + σ²)"
+            if targets.records[a] >= 0
+            else "f at that input (prior variance K(s, s))"
+        )
+        raise ValueError(
+            f"tolerance {xi[a]:g} at sensitive input {int(src[a])} is ≥ the prior variance {prior[a]:g} of {what}; "
+            "no noise can reach it. Lower the tolerance below the prior variance"
+        )
+    return 0.5 * (Xi + Xi.T), xi
 
 
 def strong_factor(KXS: np.ndarray, KSS: np.ndarray, Xi: np.ndarray, resolved_kind: str = "matrix") -> np.ndarray:
@@ -141,6 +249,8 @@ def synthetic_noise_covariance(
     method: str = "strong",
     low_rank: Optional[bool] = None,
     solver: Optional[str] = None,
+    protect: str = "records",
+    earlier: Optional[Covariance] = None,
 ) -> Covariance:
     r"""The minimum-trace covariance Σ of the synthetic noise (eq. 8, 10, 11).
 
@@ -159,6 +269,12 @@ def synthetic_noise_covariance(
         reduction, :func:`~gpflow_fed.release.weak.solve_weak_krylov`; needs ``K + V`` numerically positive
         definite), ``"dense"`` (= ``"CLARABEL"``, the N×N SDP with cvxpy; the default for ``"diagonal"``) or
         ``"SCS"`` (dense, lower accuracy).
+    :param protect: ``"records"`` (default): at a sensitive input that is a training input, the recorded value
+        ``Y_j`` is protected, ``Var[Y_j | W] ≥ ξ`` (feasible iff ``ξ < K(s, s) + σ²``); ``"latent"``: the
+        paper's floor on ``f(s)`` (eq. 5, ``ξ < K(s, s)``). See the module docstring.
+    :param earlier: Σ₁ of an earlier release of these rows (``W₂ = W₁ + Δ``, DESIGN.md §5 principle 6): the
+        returned covariance is Δ's, solved with Σ₁ fixed (``K + V`` becomes ``K + V + Σ₁``), so the total
+        ``Σ₁ + Σ_Δ`` meets the floor; Δ = 0 when Σ₁ already does (a lower tolerance republishes W₁).
     :return: Σ, ``[N, N]`` PSD: a dense array, or a :class:`LowRankCovariance` (``np.asarray`` gives the dense);
         the weak Krylov path returns a :class:`~gpflow_fed.release.weak.CertifiedCovariance` whose
         ``.certificate`` holds the objective, certified lower bound, relative gap, feasibility margin, Krylov
@@ -178,17 +294,23 @@ def synthetic_noise_covariance(
         )
     Xa, S = release_inputs(X, sensitive)
     v = noise_vector(noise_variance, Xa.shape[0])
-    resolved = resolve_tolerance(kernel, S, tolerance)
+    targets = protected_targets(Xa, S, protect)
+    resolved = resolve_tolerance(kernel, S, tolerance, check_prior=False)
+    CXT, PT = target_blocks(kernel, Xa, targets, v)
+    Xi, xi = target_tolerance(resolved, targets, np.diag(PT))
     KXX = kernel_matrix(kernel, Xa)
-    KXS = kernel_matrix(kernel, Xa, S)
+    if earlier is not None:
+        KXX += np.asarray(earlier)
+        low_rank = False
     if method == "strong":
-        B = strong_factor(KXS, kernel_matrix(kernel, S), resolved.Xi, resolved.kind)
+        B = strong_factor(CXT, PT, Xi, resolved.kind)
         if low_rank is None:
             low_rank = Xa.shape[0] >= LOW_RANK_MIN_N and 5 * S.shape[0] <= Xa.shape[0] and float(np.min(v)) > 0
         return positive_part_of_difference(B, KXX, v, low_rank=bool(low_rank))
     C = KXX
     C[np.diag_indices(Xa.shape[0])] += v
-    margin = resolved.prior_variance - resolved.xi
+    KXS = CXT
+    margin = np.diag(PT) - xi
     if method == "weak" and solver in (None, "krylov"):
         return solve_weak_krylov(C, KXS, margin)
     dense_solver = "CLARABEL" if solver in (None, "dense") else str(solver).upper()
@@ -256,20 +378,46 @@ def posterior_covariance(
     return kernel_matrix(kernel, Xs) - A.T @ A
 
 
+@check_shapes("X: [N, D]", "return: [T, T]")
+def protected_covariance(
+    kernel: gpflow.kernels.Kernel,
+    X: np.ndarray,
+    targets: Targets,
+    Sigma: Covariance,
+    noise_variance: Union[float, np.ndarray] = 0.0,
+) -> np.ndarray:
+    r"""``Cov[T | W] = P_T − C_TX (K_XX + V + Σ)⁻¹ C_XT`` (eq. 4 with ``K_XS → C_XT``, ``K_SS → P_T``; numpy oracle).
+
+    For latent targets this is :func:`posterior_covariance`; a record ``Y_j`` adds σ²ⱼ to its prior variance and to
+    its cross-covariance with ``W_j``.
+    """
+    Xa = as_inputs(X, "X")
+    v = noise_vector(noise_variance, Xa.shape[0])
+    CXT, PT = target_blocks(kernel, Xa, targets, v)
+    C = kernel_matrix(kernel, Xa) + np.asarray(Sigma)
+    C[np.diag_indices(Xa.shape[0])] += v
+    L = np.linalg.cholesky(0.5 * (C + C.T))
+    A = solve_triangular(L, CXT, lower=True)
+    return PT - A.T @ A
+
+
 @dataclass(frozen=True)
 class PrivacyCheck:
-    """The privacy margins achieved by Σ at the sensitive inputs.
+    """The privacy margins achieved by Σ at the protected targets (records or f at the sensitive inputs).
 
-    :param variance: ``[γ]`` posterior variances ``Var[f(sᵢ) | W]`` (eq. 4).
-    :param tolerance: ``[γ]`` ξᵢ.
-    :param weak_margin: ``minᵢ (Var[f(sᵢ)|W] − ξᵢ)``, ≥ 0 when the weak condition (5)/(10) holds.
-    :param strong_margin: ``λ_min(Cov[f(S)|W] − Ξ)``, ≥ 0 when ``Var[βᵀf(S)|W] ≥ βᵀΞβ`` for all β (eq. 11).
+    :param variance: ``[t]`` posterior variances ``Var[Tₐ | W]`` of each target (eq. 4; ``t = γ`` unless a
+        sensitive input repeats a training input, see :func:`protected_targets`).
+    :param tolerance: ``[t]`` ξ of each target.
+    :param weak_margin: ``minₐ (Var[Tₐ|W] − ξₐ)``, ≥ 0 when the weak condition (5)/(10) holds.
+    :param strong_margin: ``λ_min(Cov[T|W] − Ξ_T)``, ≥ 0 when ``Var[βᵀT|W] ≥ βᵀΞβ`` for all β (eq. 11).
+    :param targets: which quantities were checked.
     """
 
     variance: np.ndarray
     tolerance: np.ndarray
     weak_margin: float
     strong_margin: float
+    targets: Optional[Targets] = None
 
 
 def verify_privacy(
@@ -280,18 +428,27 @@ def verify_privacy(
     Sigma: Covariance,
     *,
     noise_variance: Union[float, np.ndarray] = 0.0,
+    protect: str = "records",
 ) -> PrivacyCheck:
-    """Evaluate the weak and strong privacy conditions for a given Σ (O(N³); for checks and reports)."""
+    """Evaluate the weak and strong privacy conditions for a given Σ (O(N³); for checks and reports).
+
+    :param protect: ``"records"`` (default) checks ``Var[Y_j | W]`` at every record on a sensitive input (f elsewhere),
+        ``"latent"`` the paper's ``Var[f(s) | W]``.
+    """
     Xa, S = release_inputs(X, sensitive)
-    resolved: ResolvedTolerance = resolve_tolerance(kernel, S, tolerance)
-    cov = posterior_covariance(kernel, Xa, S, Sigma, noise_variance)
+    targets = protected_targets(Xa, S, protect)
+    resolved: ResolvedTolerance = resolve_tolerance(kernel, S, tolerance, check_prior=False)
+    v = noise_vector(noise_variance, Xa.shape[0])
+    Xi, xi = target_tolerance(resolved, targets, np.diag(target_blocks(kernel, Xa, targets, v)[1]))
+    cov = protected_covariance(kernel, Xa, targets, Sigma, v)
     variance = np.diag(cov).copy()
-    strong = float(np.linalg.eigvalsh(0.5 * (cov + cov.T) - resolved.Xi)[0])
+    strong = float(np.linalg.eigvalsh(0.5 * (cov + cov.T) - Xi)[0])
     return PrivacyCheck(
         variance=variance,
-        tolerance=resolved.xi,
-        weak_margin=float(np.min(variance - resolved.xi)),
+        tolerance=xi,
+        weak_margin=float(np.min(variance - xi)),
         strong_margin=strong,
+        targets=targets,
     )
 
 
@@ -302,6 +459,10 @@ def prior_variance(kernel: gpflow.kernels.Kernel, X: np.ndarray) -> np.ndarray:
 
 __all__ = [
     "METHODS",
+    "PROTECT",
+    "Targets",
+    "protected_covariance",
+    "protected_targets",
     "SOLVERS",
     "PrivacyCheck",
     "obfuscate",

@@ -55,6 +55,10 @@ class Region(abc.ABC):
     def discretise(self, density: float) -> np.ndarray:
         """``[M, D]`` grid points with about ``density`` points per unit length along each axis."""
 
+    @abc.abstractmethod
+    def contains(self, points: np.ndarray) -> np.ndarray:
+        """``[N]`` whether each of ``points`` ``[N, D]`` lies in the region (boundary included)."""
+
 
 class Box(Region):
     """The axis-aligned box ``[lower₁, upper₁] × … × [lower_D, upper_D]`` (a point along a zero-width side).
@@ -91,6 +95,10 @@ class Box(Region):
         mesh = np.meshgrid(*axes, indexing="ij")
         return np.stack([m.reshape(-1) for m in mesh], axis=1)
 
+    def contains(self, points: np.ndarray) -> np.ndarray:
+        P: np.ndarray = np.asarray(points, dtype=gpflow.default_float())
+        return np.asarray(np.all((P >= self.lower[None, :]) & (P <= self.upper[None, :]), axis=1))
+
     def __repr__(self) -> str:
         return f"Box(lower={self.lower.tolist()}, upper={self.upper.tolist()})"
 
@@ -117,6 +125,9 @@ class RegionUnion(Region):
     def input_dim(self) -> int:
         return self.regions[0].input_dim
 
+    def contains(self, points: np.ndarray) -> np.ndarray:
+        return np.asarray(np.any([r.contains(points) for r in self.regions], axis=0))
+
     def discretise(self, density: float) -> np.ndarray:
         points = np.concatenate([r.discretise(density) for r in self.regions], axis=0)
         _, index = np.unique(np.round(points, 12), axis=0, return_index=True)
@@ -141,6 +152,17 @@ def check_region(region: Region, X: np.ndarray, tolerance: object) -> None:
             "a continuous region needs a kernel tolerance H (e.g. ProportionalKernel(kernel, alpha)): "
             "a scalar ξ at infinitely many points gives Ξ = ξI, which K_SS − Ξ ≻ 0 rules out"
         )
+
+
+def with_records(grid: np.ndarray, X: np.ndarray, region: Region) -> np.ndarray:
+    """``grid`` and every training input inside ``region`` that is not already a grid point (each record inside
+    a region is a sensitive input; a grid point on a training input already stands for its records)."""
+    inside = X[region.contains(X)]
+    new = [x for x in inside if not np.any(np.all(grid == x[None, :], axis=1))]
+    if not new:
+        return grid
+    _, first = np.unique(np.asarray(new), axis=0, return_index=True)
+    return np.concatenate([grid, np.asarray(new)[np.sort(first)]], axis=0)
 
 
 #: A grid point joins the pivot set while its residual diagonal exceeds this fraction of max diag(K_SS − H_SS).
@@ -196,14 +218,26 @@ def _region_sigma(
     noise_variance: Union[float, np.ndarray],
     low_rank: bool,
     forced: int,
+    protect: str = "latent",
+    earlier: Optional[Covariance] = None,
 ) -> "tuple[Covariance, np.ndarray]":
-    """Σ_opt(P) (eq. 13) for the pivot set P ⊆ S of :func:`pivoted_region_factor`; returns ``(Σ, S[P])``."""
-    M = kernel_matrix(kernel, S) - kernel_matrix(tolerance, S)
-    B, P = pivoted_region_factor(kernel_matrix(kernel, X, S), 0.5 * (M + M.T), forced)
-    Sigma = positive_part_of_difference(
-        B, kernel_matrix(kernel, X), noise_vector(noise_variance, X.shape[0]), low_rank=low_rank
-    )
-    return Sigma, S[P]
+    """Σ_opt(P) (eq. 13) for the pivot set P ⊆ S of :func:`pivoted_region_factor`; returns ``(Σ, S[P])``.
+
+    With ``protect="records"`` a grid point on a training input stands for its record(s) (``K → K + V`` in the
+    cross- and prior covariances, as in :mod:`~gpflow_fed.release.obfuscation`); ``earlier`` is Σ₁ held fixed.
+    """
+    from .obfuscation import protected_targets, target_blocks
+
+    v = noise_vector(noise_variance, X.shape[0])
+    targets = protected_targets(X, S, protect)
+    CXT, PT = target_blocks(kernel, X, targets, v)
+    M = PT - kernel_matrix(tolerance, targets.points)
+    B, P = pivoted_region_factor(CXT, 0.5 * (M + M.T), forced)
+    KXX = kernel_matrix(kernel, X)
+    if earlier is not None:
+        KXX += np.asarray(earlier)
+    Sigma = positive_part_of_difference(B, KXX, v, low_rank=low_rank and earlier is None)
+    return Sigma, targets.points[P]
 
 
 def _prepare(kernel: gpflow.kernels.Kernel, X: object, region: Region, tolerance: object, density: float) -> np.ndarray:
@@ -227,8 +261,15 @@ def region_noise_covariance(
     noise_variance: Union[float, np.ndarray] = 0.0,
     low_rank: bool = False,
     method: str = "strong",
+    protect: str = "records",
+    earlier: Optional[Covariance] = None,
 ) -> Covariance:
     r"""``Σ_opt(Sₙ) = (G(Sₙ) − K_XX − V)⁺`` (eq. 12–13) for the region's grid ``Sₙ`` at ``density``.
+
+    With ``protect="records"`` (default) every training input inside the region joins ``Sₙ`` and its record is
+    protected (``Var[Y_j | W] ≥ H(x_j, x_j)``, cross-covariance ``K + V``); ``"latent"`` is the paper's floor on f
+    at the grid points. ``earlier`` is the Σ₁ of an earlier release of these rows, held fixed (the result is Δ's
+    covariance, :mod:`~gpflow_fed.release.ledger`).
 
     G is evaluated on the well-conditioned pivot subset of ``Sₙ`` (module docstring, :func:`pivoted_region_factor`).
 
@@ -248,13 +289,18 @@ def region_noise_covariance(
     if method not in ("strong", "weak"):
         raise ValueError(f"a region supports method='strong' or 'weak', got {method!r}")
     Xa = _prepare(kernel, X, region, tolerance, density)
+    S = region.discretise(density)
+    if protect == "records":
+        S = with_records(S, Xa, region)
     if method == "weak":
         from .obfuscation import synthetic_noise_covariance
 
         return synthetic_noise_covariance(
-            kernel, Xa, region.discretise(density), tolerance, noise_variance=noise_variance, method="weak"
+            kernel, Xa, S, tolerance, noise_variance=noise_variance, method="weak", protect=protect, earlier=earlier
         )
-    return _region_sigma(kernel, Xa, region.discretise(density), tolerance, noise_variance, low_rank, forced=0)[0]
+    return _region_sigma(
+        kernel, Xa, S, tolerance, noise_variance, low_rank, forced=0, protect=protect, earlier=earlier
+    )[0]
 
 
 @dataclass(frozen=True)

@@ -161,13 +161,17 @@ class ResolvedTolerance:
     kind: str
 
 
-def resolve_tolerance(kernel: gpflow.kernels.Kernel, S: np.ndarray, tolerance: Tolerance) -> ResolvedTolerance:
+def resolve_tolerance(
+    kernel: gpflow.kernels.Kernel, S: np.ndarray, tolerance: Tolerance, *, check_prior: bool = True
+) -> ResolvedTolerance:
     """Turn a scalar, vector, matrix or kernel tolerance into (Ξ, ξ) at the sensitive inputs S and validate it.
 
     Scalar/vector tolerances give Ξ = diag(ξ); a kernel H gives Ξ = H_SS (§4.3). The checks common to all
     methods are: ξᵢ ≥ 0, ξᵢ < K(sᵢ, sᵢ) (eq. 5 needs ξ < K_ss) and Ξ PSD. Whether ``K_SS − Ξ ≻ 0`` holds is
     checked by the strong method only (it is what the Schur argument of eq. 11 needs).
 
+    :param check_prior: refuse ``ξᵢ ≥ K(sᵢ, sᵢ)`` here (the floor on f); the record floor checks
+        ``ξ < K(s, s) + σ²`` per record instead (:func:`~gpflow_fed.release.obfuscation.target_tolerance`).
     :raises ValueError: naming the problem and the fix.
     :raises TypeError: for an unsupported tolerance type.
     """
@@ -218,7 +222,7 @@ def resolve_tolerance(kernel: gpflow.kernels.Kernel, S: np.ndarray, tolerance: T
     xi = np.diag(Xi).copy()
     if np.any(xi < 0):
         raise ValueError(f"negative tolerance {xi.min():g}; tolerances are variances and must be ≥ 0")
-    bad = np.flatnonzero(xi >= prior)
+    bad = np.flatnonzero(xi >= prior) if check_prior else np.zeros(0, dtype=int)
     if bad.size:
         i = int(bad[0])
         raise ValueError(

@@ -117,7 +117,9 @@ def test_the_release_publishes_no_statistic_of_the_raw_y():
     assert out.log_marginal_likelihood == pytest.approx(float(out.model.maximum_log_likelihood_objective()))
     np.testing.assert_allclose(out.variance, [0.75], rtol=1e-8)
     np.testing.assert_allclose(out.tolerance, [0.75])
-    fixed = release((X, Y), [[0.5]], ProportionalKernel(k, 0.5), kernel=k, noise_variance=1e-3, mean=3.0)
+    fixed = release(
+        (X, Y), [[0.5]], ProportionalKernel(k, 0.5), kernel=k, noise_variance=1e-3, mean=3.0, confirm_public=True
+    )
     assert float(fixed.model.mean_function.c.numpy()[0]) == 3.0
 
 
@@ -154,6 +156,7 @@ def test_public_data_fit_and_refit_on_w():
             noise_variance=1e-3,
             refit=True,
             insecure_noise_seed=3,  # W is OS-random by default; one W whose refit moves, for a test that cannot flake
+            confirm_public=True,  # 0.5 is var(sin(6x)) on [0, 1] to within the stated tolerance: the owner confirms
         )
     assert float(design.variance.numpy()) == 0.5  # the design kernel is untouched; the released one is a copy
     assert float(refit.model.kernel.variance.numpy()) != pytest.approx(0.5, rel=1e-3)

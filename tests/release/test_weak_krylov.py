@@ -164,8 +164,10 @@ def test_release_uses_the_certified_path():
     Y = np.sin(6 * X)
     result = release((X, Y), np.array([[0.5], [0.7]]), 0.6, kernel=k, method="weak", noise_variance=1e-3)
     assert isinstance(result.Sigma, CertifiedCovariance)
-    _, var = result.model.predict_f(np.array([[0.5], [0.7]]))
-    assert np.all(var.numpy() >= 0.6 * (1 - 1e-9))
+    # 0.5 is a training input: its record is protected (Var[Y | W]); 0.7 is not, so f(0.7) is
+    assert result.targets.records.tolist() == [12, -1]
+    var = np.diag(result.model.protected_covariance(result.targets.points, result.targets.records).numpy())
+    assert np.all(var >= 0.6 * (1 - 1e-9))
     from gpflow_fed.release import Interval, ProportionalKernel
 
     region = release(
@@ -176,10 +178,13 @@ def test_release_uses_the_certified_path():
         density=50,
         method="weak",
         noise_variance=1e-3,
+        ledger=None,  # a fresh release of the same rows, for this test only
     )
-    assert isinstance(region.Sigma, CertifiedCovariance) and region.sensitive.shape[0] == 11
-    _, var = region.model.predict_f(region.sensitive)
-    assert np.all(var.numpy() >= 0.5 * float(k.variance.numpy()) * (1 - 1e-9))
+    # 11 grid points and the 5 records inside [0.4, 0.6] (0.5 is both): every record there is protected
+    assert isinstance(region.Sigma, CertifiedCovariance) and region.sensitive.shape[0] == 15
+    assert region.targets.num_records == 5 and len(set(region.targets.records[region.targets.records >= 0])) == 5
+    var = np.diag(region.model.protected_covariance(region.targets.points, region.targets.records).numpy())
+    assert np.all(var >= 0.5 * float(k.variance.numpy()) * (1 - 1e-9))
     with pytest.raises(ValueError, match="'strong' or 'weak'"):
         release(
             (X, Y),
@@ -204,8 +209,10 @@ def test_weak_region_and_cli(tmp_path, capsys):
     weak = region_noise_covariance(k, X, Interval(0.4, 0.6), H, density=100, noise_variance=1e-3, method="weak")
     strong = region_noise_covariance(k, X, Interval(0.4, 0.6), H, density=100, noise_variance=1e-3)
     grid = Interval(0.4, 0.6).discretise(100)
-    assert isinstance(weak, CertifiedCovariance) and weak.certificate.krylov_dimension < grid.shape[0]
+    inside = X[(X[:, 0] >= 0.4) & (X[:, 0] <= 0.6)]  # 6 records, none on the grid: 27 sensitive inputs
+    assert isinstance(weak, CertifiedCovariance) and weak.certificate.krylov_dimension < grid.shape[0] + len(inside)
     assert verify_privacy(k, X, grid, H, weak, noise_variance=1e-3).weak_margin >= -1e-9
+    assert verify_privacy(k, X, inside, H, weak, noise_variance=1e-3).weak_margin >= -1e-9  # Var[Y_j | W] there
     assert weak.trace() <= float(np.trace(np.asarray(strong))) * (1 + 1e-9)  # Theorem 2 on the grid
     with pytest.raises(ValueError, match="method='strong' or 'weak'"):
         region_noise_covariance(k, X, Interval(0.4, 0.6), H, density=10, method="diagonal")

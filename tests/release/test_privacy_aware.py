@@ -41,12 +41,12 @@ def assert_psd(S, tol=1e-10):
 
 def test_example_1_strong_and_diagonal():
     k = example_kernel()
-    Sigma = synthetic_noise_covariance(k, X9, [[0.5]], 0.5)
+    Sigma = synthetic_noise_covariance(k, X9, [[0.5]], 0.5, protect="latent")
     assert_psd(Sigma)
     assert np.trace(Sigma) == pytest.approx(3.545614, abs=1e-6)
     var = posterior_covariance(k, X9, np.array([[0.5]]), Sigma)[0, 0]
     assert var == pytest.approx(0.5, abs=1e-8)
-    D = synthetic_noise_covariance(k, X9, [[0.5]], 0.5, method="diagonal")
+    D = synthetic_noise_covariance(k, X9, [[0.5]], 0.5, method="diagonal", protect="latent")
     assert np.count_nonzero(D - np.diag(np.diag(D))) == 0
     assert np.trace(D) == pytest.approx(20.0729, rel=1e-5)
     assert posterior_covariance(k, X9, np.array([[0.5]]), D)[0, 0] >= 0.5 - 1e-8
@@ -55,16 +55,16 @@ def test_example_1_strong_and_diagonal():
 def test_example_2_weak_strong_and_theorem_2():
     k = example_kernel()
     S = np.array([[0.4], [0.6]])
-    weak = synthetic_noise_covariance(k, X9, S, 0.5, method="weak")
+    weak = synthetic_noise_covariance(k, X9, S, 0.5, method="weak", protect="latent")
     assert_psd(weak)
     assert np.trace(weak) == pytest.approx(5.32992, rel=1e-5)
-    assert verify_privacy(k, X9, S, 0.5, weak).weak_margin >= -1e-8
+    assert verify_privacy(k, X9, S, 0.5, weak, protect="latent").weak_margin >= -1e-8
     for c, expected in [(0.45, 5.5883), (0.5, 6.1367), (0.3, 6.4111)]:
         Xi = np.array([[0.5, c], [c, 0.5]])
-        strong = synthetic_noise_covariance(k, X9, S, Xi)
+        strong = synthetic_noise_covariance(k, X9, S, Xi, protect="latent")
         assert np.trace(strong) == pytest.approx(expected, abs=1e-4)
         assert np.trace(weak) <= np.trace(strong) + 1e-7  # Theorem 2(1)
-        check = verify_privacy(k, X9, S, Xi, strong)
+        check = verify_privacy(k, X9, S, Xi, strong, protect="latent")
         assert check.strong_margin >= -1e-8 and check.weak_margin >= -1e-8
 
 
@@ -114,7 +114,7 @@ def test_theorem_1_minimum_trace_against_random_feasible_perturbations():
     k = example_kernel()
     S = np.array([[0.35], [0.62]])
     Xi = np.array([[0.4, 0.2], [0.2, 0.4]])
-    Sigma = synthetic_noise_covariance(k, X9, S, Xi)
+    Sigma = synthetic_noise_covariance(k, X9, S, Xi, protect="latent")
     Kss, Kxs, Kxx = k.K(S).numpy(), k.K(X9, S).numpy(), k.K(X9).numpy()
     A = Kxs @ np.linalg.solve(Kss - Xi, Kxs.T) - Kxx
     tried = 0
@@ -138,10 +138,10 @@ def test_scalar_tolerance_with_several_inputs_must_not_build_invalid_xi():
     k = example_kernel()
     S = np.array([[0.40], [0.41]])
     with pytest.raises(ValueError, match="diag\\(ξ\\).*ProportionalKernel"):
-        synthetic_noise_covariance(k, X9, S, 0.5)
+        synthetic_noise_covariance(k, X9, S, 0.5, protect="latent")
     # The weak method accepts the same request.
-    W = synthetic_noise_covariance(k, X9, S, 0.5, method="weak")
-    assert verify_privacy(k, X9, S, 0.5, W).weak_margin >= -1e-8
+    W = synthetic_noise_covariance(k, X9, S, 0.5, method="weak", protect="latent")
+    assert verify_privacy(k, X9, S, 0.5, W, protect="latent").weak_margin >= -1e-8
 
 
 @pytest.mark.parametrize(
@@ -169,7 +169,7 @@ def test_kernel_tolerance_errors():
     with pytest.raises(ValueError, match="K − H at the sensitive inputs is not positive definite"):
         check_tolerance_kernel(k, big, np.array([[0.4], [0.6]]))
     with pytest.raises(ValueError, match="not positive definite"):
-        synthetic_noise_covariance(k, X9, np.array([[0.4], [0.6]]), big)
+        synthetic_noise_covariance(k, X9, np.array([[0.4], [0.6]]), big, protect="latent")
     with pytest.raises(TypeError, match="SquaredExponential"):
         gaussian_tolerance_kernel(gpflow.kernels.Matern52(), 0.1, 1.0, 1)
 
@@ -286,7 +286,7 @@ def test_low_rank_repeated_eigenvalues_and_zero_noise_fallbacks():
 
 def test_obfuscate_follows_sigma_and_draws_from_the_os():
     k = example_kernel()
-    Sigma = synthetic_noise_covariance(k, X9, [[0.5]], 0.5)
+    Sigma = synthetic_noise_covariance(k, X9, [[0.5]], 0.5, protect="latent")
     Y = np.sin(X9)
     # by default two releases of the same data differ (OS randomness); only the test-only seed repeats a draw
     assert not np.allclose(obfuscate(Y, Sigma), obfuscate(Y, Sigma))
@@ -334,7 +334,7 @@ def test_regions_refinement_and_uniform_solution():
     # H = αK and S ⊇ X: G(S) = (1 − α)⁻¹ K_XX, the uniformly privacy-aware solution (end of §4.4).
     uniform = uniform_privacy_covariance(k, X9, 0.5)
     S = np.concatenate([X9, [[0.05], [0.97]]])
-    np.testing.assert_allclose(synthetic_noise_covariance(k, X9, S, H), uniform, atol=1e-8)
+    np.testing.assert_allclose(synthetic_noise_covariance(k, X9, S, H, protect="latent"), uniform, atol=1e-8)
     anywhere = np.random.default_rng(0).uniform(-1, 2, (50, 1))
     assert np.all(np.diag(posterior_covariance(k, X9, anywhere, uniform)) >= 0.5 - 1e-8)
     union = RegionUnion(Interval(0.1, 0.2), Interval(0.2, 0.3))

@@ -270,8 +270,9 @@ def test_privacy_cli_refit_quick_progress_and_maxiter(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "privacy: 100%" in err and "3/3" in err  # one tick per stage: release, write, plots
     model = PrivacyAwareGPR.load(tmp_path / "q" / "model.npz")
-    _, var = model.predict_f(np.array([[0.5]]))
-    assert float(var) >= 0.5 * (1 - 1e-6)  # the floor holds under the refitted (published) θ
+    # 0.5 is the 8th training input: its record Y is protected, under the refitted (published) θ
+    var = model.protected_covariance(np.array([[0.5]]), np.array([7])).numpy()
+    assert float(var[0, 0]) >= 0.5 * (1 - 1e-6)
     assert main([*argv, "--refit", "--maxiter", "3", "--no-progress", "--out", str(tmp_path / "m")]) == 0
     err = capsys.readouterr().err
     assert "%|" not in err and err.count("\n") == 1 and "warning: refit=True" in err  # no bar; the refit's note

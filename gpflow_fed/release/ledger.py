@@ -1,0 +1,173 @@
+r"""The owner's private record of what it released: every later release is computed from the earlier one.
+
+DESIGN.md §5, principle 6. Σ is low rank and its range depends on the design, so two releases of the same rows with
+independent noise, ``W₁ = Y + L₁ω₁`` and ``W₂ = Y + L₂ω₂``, give ``W₁ − W₂ = L₁ω₁ − L₂ω₂``: solved for both noise
+vectors, Y comes back exactly. So the owner's side keeps, in a private folder (0700, files 0600, through
+:mod:`gpflow_fed.private_files`), one entry per release: a keyed hash of each released row (HMAC-SHA256 of the row's
+inputs, its recorded value and its occurrence number among identical rows, under a 256-bit key from the OS stored in
+the folder), the released W and the factor of its Σ. A new release looks its rows up first:
+
+* no row released before: a fresh release (recorded);
+* every row inside one earlier release (any order, any subset): ``W₂ = W₁ + Δ`` with ``Δ ~ N(0, Σ_Δ)`` and
+  Σ_Δ solved with Σ₁ fixed (:func:`~gpflow_fed.release.obfuscation.synthetic_noise_covariance` with
+  ``earlier=``); a tolerance that Σ₁ already meets gives Δ = 0 and republishes W₁. W₂ is post-processing of W₁:
+  holding both tells nothing beyond W₁ (whose floor is the earlier release's);
+* rows of several releases, or old rows mixed with new ones: refused (the joint protection of old and new rows is
+  not computed).
+
+Keyed hashes make the ledger useless to anyone without the key (rows cannot be confirmed by hashing guesses), and a
+reordered or thinned copy of the data hashes to the same rows. What it does not do: it cannot see releases made
+elsewhere (another machine, another ledger folder, ``ledger=None``), nor data changed by rounding (a changed value
+is a new row).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+import stat
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple, Union
+
+import gpflow
+import numpy as np
+from check_shapes import check_shapes
+
+from .. import private_files
+
+__all__ = ["LEDGER_ENV", "EarlierRelease", "ReleaseLedger", "default_ledger_folder", "resolve_ledger"]
+
+#: environment variable naming the default ledger folder
+LEDGER_ENV = "GPFLOW_FED_PRIVACY_LEDGER"
+KEY_NAME = "key"
+KEY_BYTES = 32
+ENTRY_PREFIX = "release-"
+
+
+def default_ledger_folder() -> Path:
+    """``$GPFLOW_FED_PRIVACY_LEDGER``, else ``$XDG_DATA_HOME/gpflow-fed/privacy-ledger`` (``~/.local/share``)."""
+    named = os.environ.get(LEDGER_ENV)
+    if named:
+        return Path(named)
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "gpflow-fed" / "privacy-ledger"
+
+
+@dataclass(frozen=True)
+class EarlierRelease:
+    """The rows of an earlier release that a new release repeats, in the new release's row order.
+
+    :param entry: the ledger entry's name.
+    :param W: ``[N, 1]`` the earlier released values of these rows.
+    :param factor: ``[N, r]`` L₁ with ``Σ₁ = L₁L₁ᵀ`` restricted to these rows.
+    """
+
+    entry: str
+    W: np.ndarray
+    factor: np.ndarray
+
+
+class ReleaseLedger:
+    """The private record of releases in ``folder`` (created 0700 on first use).
+
+    :param folder: a folder of this user (a link, a file or another user's folder is refused).
+    """
+
+    def __init__(self, folder: Union[str, Path]) -> None:
+        self.folder = Path(folder)
+
+    def _key(self) -> bytes:
+        folder = private_files.make_private_folder(str(self.folder), "the release ledger", tighten=True)
+        path = os.path.join(folder, KEY_NAME)
+        try:
+            with private_files.new_file(path, "wb") as fh:
+                fh.write(secrets.token_bytes(KEY_BYTES))
+        except FileExistsError:
+            pass
+        st = os.lstat(path)
+        if not stat.S_ISREG(st.st_mode) or st.st_mode & 0o077:
+            raise ValueError(f"the release ledger's key {path} is not a private regular file (mode 0600); remove it")
+        with open(path, "rb") as fh:
+            key = fh.read()
+        if len(key) != KEY_BYTES:
+            raise ValueError(f"the release ledger's key {path} is damaged ({len(key)} bytes); restore it")
+        return key
+
+    @check_shapes("X: [N, D]", "Y: [N, 1]", "return: [N]")
+    def row_hashes(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
+        """HMAC-SHA256 of each row (inputs, recorded value, occurrence number among identical rows), hex."""
+        key = self._key()
+        seen: Dict[bytes, int] = {}
+        out = []
+        for x, y in zip(np.asarray(X, dtype="<f8"), np.asarray(Y, dtype="<f8")):
+            row = b"x" + x.tobytes() + b"y" + y.tobytes()
+            count = seen.get(row, 0)
+            seen[row] = count + 1
+            out.append(hmac.new(key, row + b"#" + str(count).encode(), hashlib.sha256).hexdigest())
+        return np.asarray(out, dtype="S64")
+
+    def _entries(self) -> List[Tuple[str, Dict[str, np.ndarray]]]:
+        if not private_files.check_folder(str(self.folder), "the release ledger"):
+            return []
+        entries = []
+        for name in sorted(os.listdir(self.folder)):
+            if not (name.startswith(ENTRY_PREFIX) and name.endswith(".npz")):
+                continue
+            with np.load(self.folder / name, allow_pickle=False) as data:
+                entries.append((name, {k: data[k] for k in ("hashes", "W", "factor")}))
+        return entries
+
+    def find(self, hashes: np.ndarray) -> Optional[EarlierRelease]:
+        """The earlier release holding every one of ``hashes`` (the latest such), None if none is shared.
+
+        :raises ValueError: some rows were released before and some were not, or no single release holds them all.
+        """
+        entries = self._entries()
+        wanted = set(hashes.tolist())
+        shared = set()
+        for _, data in entries:
+            shared |= wanted & set(data["hashes"].tolist())
+        if not shared:
+            return None
+        for name, data in reversed(entries):
+            index = {h: i for i, h in enumerate(data["hashes"].tolist())}
+            if wanted <= set(index):
+                rows = np.asarray([index[h] for h in hashes.tolist()], dtype=int)
+                return EarlierRelease(name, data["W"][rows], data["factor"][rows])
+        raise ValueError(
+            f"{len(shared)} of the {len(wanted)} rows were released before (release ledger {self.folder}), but no "
+            "single earlier release holds them all: a later release of the same data is computed from the earlier "
+            "one (W₂ = W₁ + Δ), so release the rows of one earlier release (any order, any subset), or only rows "
+            "never released"
+        )
+
+    @check_shapes("hashes: [N]", "W: [N, 1]", "factor: [N, R]")
+    def record(self, hashes: np.ndarray, W: np.ndarray, factor: np.ndarray) -> str:
+        """Record a release (before it is written or returned); returns the entry's name."""
+        self._key()
+        name = f"{ENTRY_PREFIX}{time.time_ns():020d}-{secrets.token_hex(4)}.npz"
+        with private_files.new_file(str(self.folder / name), "wb") as fh:
+            np.savez(
+                fh,
+                hashes=np.asarray(hashes, dtype="S64"),
+                W=np.asarray(W, dtype=gpflow.default_float()),
+                factor=np.asarray(factor, dtype=gpflow.default_float()),
+            )
+        return name
+
+
+def resolve_ledger(ledger: Union[str, Path, ReleaseLedger, None, bool]) -> Optional[ReleaseLedger]:
+    """``ledger`` as a :class:`ReleaseLedger`: ``True`` → :func:`default_ledger_folder`, None/False → no ledger."""
+    if ledger is None or ledger is False:
+        return None
+    if ledger is True:
+        return ReleaseLedger(default_ledger_folder())
+    if isinstance(ledger, ReleaseLedger):
+        return ledger
+    if isinstance(ledger, (str, Path)):
+        return ReleaseLedger(ledger)
+    raise TypeError(f"ledger must be a folder, a ReleaseLedger, True (the default folder) or None, got {ledger!r}")
