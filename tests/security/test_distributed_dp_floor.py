@@ -6,7 +6,7 @@ releases, unless a phase's DP never goes down within a run; and each party's own
 import numpy as np
 import pytest
 
-from gpflow_fed.federated import ClientPolicy, DistributedDP, Message, Protection
+from gpflow_fed.federated import ClientPolicy, DifferentialPrivacy, DistributedDP, Message, Protection
 from gpflow_fed.federated.protection.encoder import ClientEncoder, EncoderRefusal
 from gpflow_fed.federated.protection.reduction import ExchangeContext
 from gpflow_fed.federated.protection.secagg import SecAggAborted, SecAggServer
@@ -97,3 +97,49 @@ def test_a_partys_own_floor_and_honest_client_bound():
     assert policy.refusal(_ddp(honest=4, z=0.8), "stats", "sum") == ""  # control
     assert policy.refusal(Protection(), "stats", "collect") == ""  # a collect phase is not DP's
     assert ClientPolicy().refusal(Protection(), "stats", "sum") == ""  # the default party has no DP floor
+
+
+# --- found by the fresh attacker (issue 43's review) ------------------------------------------------------------
+def test_a_cohort_size_lie_cannot_shrink_the_noised_sum():
+    """The server told every client ``cohort_size = 8`` (so each encoded one eighth of the noise) and masked over a
+    cohort of 2: the released sum carried 2 noise shares of 8. Each client masks only over the cohort its encoding
+    was made for."""
+    cohort = tuple(f"c{k}" for k in range(8))
+    protection = _ddp(honest=8)
+    encoders = {c: ClientEncoder(c, ClientPolicy()) for c in cohort}
+    for c in cohort:
+        encoders[c].prepare(Message(c, 0, "stats", {"x": np.ones(3)}, weight=1.0), protection, "sum", 8, "train")
+    refusals = {}
+
+    def send(stage, requests):
+        answers = {}
+        for c, request in requests.items():
+            try:
+                answers[c] = encoders[c].respond(stage, request)
+            except Exception as error:  # noqa: BLE001 - a refusal is no answer
+                refusals[c], answers[c] = str(error), None
+        return answers
+
+    server = SecAggServer(new_run_id(), min_survivors=2)
+    drive(server.setup_stages(cohort), send)
+    small = ExchangeContext(server.run_id, "train", 0, "stats", "sum", cohort[:2])  # the victim and one other
+    with pytest.raises(SecAggAborted):
+        drive(server.secure_sum_stages(small.exchange, 3), send)
+    assert set(refusals) == set(cohort[:2]) and all(
+        "assuming 8 honest clients but is asked to mask over 2" in r for r in refusals.values()
+    )
+
+
+def test_central_dp_is_not_the_partys_own_noise():
+    """A party that answered a phase under distributed DP refuses it under central DP (the server, who adds that
+    noise, is the adversary), and its noise floor counts central DP as none."""
+    encoder = ClientEncoder("c0", ClientPolicy(secure_aggregation=False))
+    _answered(encoder, _ddp(z=1.0), 0)
+    central = Protection(differential_privacy=DifferentialPrivacy(noise_multiplier=1.0, clip_norm=1.0))
+    with pytest.raises(EncoderRefusal, match="a request with 0 is refused"):
+        _answered(encoder, central, 1)
+    floor = ClientPolicy(min_noise_multiplier=1.0)
+    assert "noise multiplier ≥ 1" in floor.refusal(central, "stats", "sum")
+    assert floor.refusal(_ddp(z=1.0), "stats", "sum") == ""  # control
+    fresh = ClientEncoder("c1", ClientPolicy(secure_aggregation=False))
+    _answered(fresh, central, 0)  # control: a run under central DP alone is answered (the in-process default)

@@ -124,6 +124,14 @@ def request_view(
     return hashlib.sha256(b"".join(length_prefixed(f) for f in fields)).digest()
 
 
+def own_noise(request: Protection, phase: str, aggregation: str) -> float:
+    """The DP noise multiplier a client adds itself to its answer to ``phase`` under ``request``: distributed DP's; 0
+    for central DP (the server adds that noise, and an active server is the adversary) or no DP."""
+    if request.distributed is None or not request.noised(phase, aggregation):
+        return 0.0
+    return float(request.distributed.noise_multiplier)
+
+
 class EncoderRefusal(ValueError):
     """The client refuses a protected stage (its policy, a cohort it does not accept, a repeated exchange)."""
 
@@ -178,6 +186,9 @@ class ClientEncoder:
         self.sizes: Mapping[str, int] = sizes if sizes is not None else {}  # read only
         #: per exchange (purpose, round, phase), the least total data a summed group must hold (small-cohort rule)
         self._min_data: Dict[Tuple[str, int, str], int] = {}
+        #: per exchange prepared, the cohort size its encoding (range, distributed-DP noise share) was made for: the
+        #: cohort it masks over must have exactly that many members
+        self._cohort_sizes: Dict[Tuple[str, int, str], int] = {}
         #: per phase, the largest DP noise multiplier this client has answered it under in this run (never lowered)
         self._noise_seen: Dict[str, float] = {}
         #: per exchange under distributed DP, the honest-client count its noise shares assume (the fewest survivors
@@ -255,7 +266,7 @@ class ClientEncoder:
         if distributed is not None and request.noised(message.phase, aggregation):
             self._honest[(purpose, message.round, message.phase)] = int(distributed.honest_clients)
             codes = self._distributed_codes(message, arrays, distributed, cohort_size)
-            return self._keep(codes, request, purpose, broadcast, view)
+            return self._keep(codes, request, purpose, broadcast, view, cohort_size)
         weight = message.weight
         metrics = dict(message.metrics)
         dp = request.dp
@@ -272,11 +283,14 @@ class ClientEncoder:
         arrays.update({METRIC_PREFIX + k: np.array([weight * v]) for k, v in metrics.items()})
         encoded = {k: request.secure.encode(k, v, cohort_size) for k, v in arrays.items()}
         prepared = Message(message.sender, message.round, message.phase, encoded, weight=0.0)
-        return self._keep(prepared, request, purpose, broadcast, view)
+        return self._keep(prepared, request, purpose, broadcast, view, cohort_size)
 
-    def _keep(self, prepared: Message, request: Protection, purpose: str, broadcast: bytes, view: bytes) -> Message:
+    def _keep(
+        self, prepared: Message, request: Protection, purpose: str, broadcast: bytes, view: bytes, cohort_size: int
+    ) -> Message:
         key = (purpose, prepared.round, prepared.phase)
         self._prepared = {key: (prepared, request, broadcast)}  # one exchange at a time
+        self._cohort_sizes = {key: int(cohort_size)}
         self._request_views = {k: v for k, v in self._request_views.items() if k in self._broadcasts}
         self._request_views[key] = view
         return prepared
@@ -284,8 +298,9 @@ class ClientEncoder:
     def _check_noise(self, request: Protection, phase: str, aggregation: str) -> None:
         """Within a run, a phase's DP never goes down (:mod:`.policy`): a request without DP, or with less noise,
         after an answer under noise multiplier z is refused (a server that differences a noised answer and a
-        later one with little noise gets the payload back)."""
-        noise = request.dp.noise_multiplier if request.noised(phase, aggregation) and request.dp is not None else 0.0
+        later one with little noise gets the payload back). Only the noise the client adds itself counts: central
+        DP, which the server adds, counts as none (a switch from distributed to central DP is a downgrade)."""
+        noise = own_noise(request, phase, aggregation)
         seen = self._noise_seen.get(phase, 0.0)
         if noise < seen:
             raise EncoderRefusal(
@@ -395,6 +410,7 @@ class ClientEncoder:
                 raise EncoderRefusal(
                     f"secure aggregation: {self.client_id!r} prepared no payload for round {key[1]}, phase {key[2]!r}"
                 )
+            self._check_members(key, sum(len(group) for group in self._secagg.survivor_groups(request)))
             prepared = kept[0]
             distributed = kept[1].distributed is not None
             cohort = _digest(request.get("cohort"))
@@ -433,6 +449,19 @@ class ClientEncoder:
                 "drop-outs"
             )
         self._answered[broadcast] = (cohort, shown)
+
+    def _check_members(self, key: Tuple[Any, Any, Any], members: int) -> None:
+        """The cohort a client masks over is the one its encoding was made for: at most the cohort size it was told
+        (the fixed-point range is for that many; fault screening may leave fewer), and under distributed DP at least
+        the honest-client count its noise share assumes (a server that told every client 8 and masked over 2 would
+        release a sum carrying 2 noise shares of 8)."""
+        told, honest = self._cohort_sizes.get(key, 0), self._honest.get(key, 0)
+        if members > told or members < honest:
+            raise EncoderRefusal(
+                f"secure aggregation: {self.client_id!r} encoded for a cohort of {told}"
+                + (f" assuming {honest} honest clients" if honest else "")
+                + f" but is asked to mask over {members}; refused"
+            )
 
     def _check_survivors(self, request: Mapping[str, Any]) -> None:
         """Under distributed DP a sum is unmasked only over at least the honest-client count the noise shares
@@ -481,6 +510,7 @@ class ClientEncoder:
             "claimed": [[p, f, int(r)] for (p, f), r in self._claimed.items()],
             "noise_seen": {f: float(z) for f, z in self._noise_seen.items()},
             "honest": [[k[0], int(k[1]), k[2], int(v)] for k, v in self._honest.items()],
+            "cohort_sizes": [[k[0], int(k[1]), k[2], int(v)] for k, v in self._cohort_sizes.items()],
             "stopped": self.stopped,
             "ledger": self.ledger.entries if isinstance(self.ledger, MemoryLedger) else [],
             "prepared": [
@@ -536,6 +566,7 @@ class ClientEncoder:
             encoder._claimed = {(str(p), str(f)): int(r) for p, f, r in header.get("claimed", [])}
             encoder._noise_seen = {str(f): float(z) for f, z in header.get("noise_seen", {}).items()}
             encoder._honest = {(str(p), int(r), str(f)): int(v) for p, r, f, v in header.get("honest", [])}
+            encoder._cohort_sizes = {(str(p), int(r), str(f)): int(v) for p, r, f, v in header.get("cohort_sizes", [])}
             encoder.stopped = bool(header.get("stopped", False))
             if isinstance(encoder.ledger, MemoryLedger):  # a ledger file is read from the file, never the state
                 encoder.ledger = MemoryLedger(header.get("ledger", []))

@@ -10,8 +10,9 @@ The party being protected enforces its own protection. A :class:`ClientPolicy` l
   server's request says);
 * ``masking_degree``: the least degree of the masking and share-holder graphs it accepts (default: the protocol's own,
   ``min(2⌈log₂ n⌉, n − 1)`` for a graph over n members); a request may ask for more, never for less;
-* ``min_noise_multiplier``: the least DP noise it answers a ``"sum"``/``"mean"`` phase under (0: DP not required);
-  a request without DP, or with less noise, is refused;
+* ``min_noise_multiplier``: the least distributed-DP noise it adds itself to a ``"sum"``/``"mean"`` answer (0: DP
+  not required); a request without distributed DP (central DP's noise is the server's), or with less noise, is
+  refused;
 * ``honest_clients``: the most honest clients it assumes under distributed DP (None: any); a request that assumes more
   (so that each client adds less noise) is refused;
 * ``max_rounds``: the most training rounds it answers (None: its algorithm's own); a Flower party's comes from its
@@ -209,7 +210,8 @@ class ClientPolicy:
                 f"phase {phase!r}: this client has a DP budget (ε = {epsilon:g} at δ = {delta:g}), which only "
                 f"distributed DP (its own noise share) lets it keep; the request has {kind}; refused"
             )
-        noise = request.dp.noise_multiplier if request.noised(phase, aggregation) and request.dp is not None else 0.0
+        # the noise this client adds itself: central DP's is the server's, so it counts as none
+        noise = request.distributed.noise_multiplier if request.distributed is not None else 0.0
         if noise < self.min_noise_multiplier:
             return (
                 f"phase {phase!r}: this client's policy requires DP noise multiplier ≥ {self.min_noise_multiplier:g}, "
