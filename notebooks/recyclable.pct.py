@@ -92,13 +92,14 @@ ax.set(title="Ensemble of 5 recycled SVGPs", xlabel="x", ylabel="y");
 
 # %%
 def bernoulli_locals(tasks, m, lengthscale=0.5):
+    # one trainer for the four corners: every fit starts from the same kernel, and the compiled loop is reused
+    trainer = LocalSVGPTrainer(gpflow.kernels.SquaredExponential(variance=2.0, lengthscales=lengthscale),
+                               gpflow.likelihoods.Bernoulli(invlink=tf.sigmoid), maxiter=iters)
     out = []
     for X, Y in tasks:
         g = np.linspace(-1, 1, m)
         Z = np.stack(np.meshgrid(g, g), -1).reshape(-1, 2) * 0.5 + np.sign(X.mean(0))[None] * 0.5
-        kernel = gpflow.kernels.SquaredExponential(variance=2.0, lengthscales=lengthscale)
-        model = train_local_svgp(X, Y, Z, kernel, gpflow.likelihoods.Bernoulli(invlink=tf.sigmoid), maxiter=iters)
-        out.append(export_svgp(model))
+        out.append(export_svgp(trainer.fit(X, Y, Z)))
     return out
 
 
@@ -143,13 +144,13 @@ Xb, Yb = banana(num_data=600 if small else 5300, seed=0)
 perm = np.random.default_rng(42).permutation(len(Xb))
 cut = int(0.67 * len(Xb))
 tr, te = perm[:cut], perm[cut:]
+banana_trainer = LocalSVGPTrainer(gpflow.kernels.SquaredExponential(variance=2.0, lengthscales=0.7),
+                                  gpflow.likelihoods.Bernoulli(invlink=tf.sigmoid), maxiter=iters)
 banana_models = []
 for X, Y in quadrant_tasks(Xb[tr], Yb[tr]):
     g = np.linspace(-1, 1, 3)
     Z = X.mean(0) + np.stack(np.meshgrid(g, g), -1).reshape(-1, 2) * X.std(0)
-    banana_models.append(export_svgp(train_local_svgp(
-        X, Y, Z, gpflow.kernels.SquaredExponential(variance=2.0, lengthscales=0.7),
-        gpflow.likelihoods.Bernoulli(invlink=tf.sigmoid), maxiter=iters)))
+    banana_models.append(export_svgp(banana_trainer.fit(X, Y, Z)))
 g = np.linspace(-2, 2, 5)
 Z5 = np.stack(np.meshgrid(g, g), -1).reshape(-1, 2)
 ens_b = fit_ensemble(banana_models, gpflow.kernels.SquaredExponential(variance=2.0, lengthscales=0.7), Z5)
@@ -183,14 +184,18 @@ if small:
 rng = np.random.default_rng(1)
 is_test = rng.uniform(size=len(coords)) < 0.2
 quads = quadrant_tasks(coords[~is_test], np.concatenate([price, air], 1)[~is_test])
+classifier_trainer = LocalSVGPTrainer(gpflow.kernels.SquaredExponential(lengthscales=1.0),
+                                      gpflow.likelihoods.Bernoulli(invlink=tf.sigmoid), maxiter=iters)
 het_models = []
 for q, (X, Y) in enumerate(quads):
     g = np.linspace(-1, 1, 3)
     Z = X.mean(0) + np.stack(np.meshgrid(g, g), -1).reshape(-1, 2) * X.std(0)
-    lik = gpflow.likelihoods.Gaussian(0.5) if q == 0 else gpflow.likelihoods.Bernoulli(invlink=tf.sigmoid)
-    y = Y[:, :1] if q == 0 else Y[:, 1:]
-    het_models.append(export_svgp(train_local_svgp(
-        X, y, Z, gpflow.kernels.SquaredExponential(lengthscales=1.0), lik, maxiter=iters)))
+    if q == 0:  # the regression task: its own (Gaussian) fit
+        model = train_local_svgp(X, Y[:, :1], Z, gpflow.kernels.SquaredExponential(lengthscales=1.0),
+                                 gpflow.likelihoods.Gaussian(0.5), maxiter=iters)
+    else:  # the three classifiers share one trainer (one compiled loop)
+        model = classifier_trainer.fit(X, Y[:, 1:], Z)
+    het_models.append(export_svgp(model))
 het = HeterogeneousLikelihood([gpflow.likelihoods.Gaussian(0.5), gpflow.likelihoods.Bernoulli(invlink=tf.sigmoid)])
 g = np.linspace(-2, 2, 5)
 Zh = np.stack(np.meshgrid(g, g), -1).reshape(-1, 2)

@@ -18,7 +18,6 @@ import pytest
 import tensorflow as tf
 
 from gpflow_fed.federated import (
-    ClientUpdateError,
     DistributeRuntime,
     FaultPolicy,
     LocalRuntime,
@@ -28,7 +27,7 @@ from gpflow_fed.federated import (
 )
 from gpflow_fed.federated import DifferentialPrivacy
 
-from tests.federated.runtimes.distribute_job import MWMS_JOBS, build_jobs, summarize
+from tests.federated.runtimes.distribute_job import MWMS_JOBS, build_jobs
 from tests.federated.helpers import FederatedMean
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -36,28 +35,29 @@ ENV = dict(
     os.environ, OMP_NUM_THREADS="1", TF_NUM_INTRAOP_THREADS="1", TF_NUM_INTEROP_THREADS="1", TF_CPP_MIN_LOG_LEVEL="2"
 )
 ENV.pop("TF_CONFIG", None)
-LOCAL_ONLY = ("placement", "threads")
 
 
 def _launch(args: List[str]) -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.federated.runtimes.distribute_job", *args],
-        cwd=ROOT,
-        env=ENV,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    """The job script in a new process, its output in ``OUT.log`` beside its summary ``OUT`` (a file, not a
+    pipe: the caller may do other work before it waits)."""
+    with open(f"{args[1]}.log", "w") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "tests.federated.runtimes.distribute_job", *args],
+            cwd=ROOT,
+            env=ENV,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
 
 
 def _finish(process: subprocess.Popen, out: Path, timeout: float = 240) -> Dict[str, Any]:
     try:
-        log, _ = process.communicate(timeout=timeout)
+        process.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         process.kill()
-        log, _ = process.communicate()
-        pytest.fail(f"distribute_job timed out:\n{log[-4000:]}")
-    assert process.returncode == 0, log[-4000:]
+        process.wait()
+        pytest.fail(f"distribute_job timed out:\n{Path(f'{out}.log').read_text()[-4000:]}")
+    assert process.returncode == 0, Path(f"{out}.log").read_text()[-4000:]
     return json.loads(out.read_text())
 
 
@@ -78,22 +78,30 @@ def _assert_same(ours: Any, ref: Any, where: str = "") -> None:
 
 
 @pytest.fixture(scope="module")
-def local_summaries() -> Dict[str, Any]:
-    """Every job under LocalRuntime, summarised as the subprocesses summarise theirs."""
-    out: Dict[str, Any] = {}
-    for name, (factory, data, kwargs) in build_jobs().items():
-        runtime = LocalRuntime(**{k: v for k, v in kwargs.items() if k not in LOCAL_ONLY})
-        try:
-            out[name] = json.loads(json.dumps(summarize(run(factory(), data, runtime=runtime, seed=3))))
-        except ClientUpdateError as exc:
-            out[name] = {"error": str(exc)}
-    return out
+def local_summaries(local_job_summary) -> Dict[str, Any]:
+    """Every job under LocalRuntime, summarised as the subprocesses summarise theirs (``tests/federated/
+    conftest.py``: computed once per session, shared with ``test_flower.py``'s oracle runs)."""
+    return {name: local_job_summary(name) for name in build_jobs()}
 
 
 @pytest.fixture(scope="module")
-def mirrored(tmp_path_factory) -> Dict[str, Any]:
-    out = tmp_path_factory.mktemp("mirrored") / "summary.json"
-    return _finish(_launch(["mirrored", str(out)]), out)
+def mirrored(computed_once, local_job_summary, tmp_path_factory) -> Dict[str, Any]:
+    """Every job under MirroredStrategy, once per session (not once per xdist worker running this module); this
+    process runs the LocalRuntime oracle while the subprocess works."""
+
+    def compute() -> Dict[str, Any]:
+        out = tmp_path_factory.mktemp("mirrored") / "summary.json"
+        process = _launch(["mirrored", str(out)])
+        try:
+            for name in build_jobs():
+                local_job_summary(name)
+        except BaseException:
+            process.kill()
+            process.wait()
+            raise
+        return _finish(process, out)
+
+    return computed_once("mirrored", compute)
 
 
 #: jobs whose noise comes from the OS: another run (LocalRuntime) draws other noise, by design

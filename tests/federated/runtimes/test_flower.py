@@ -347,14 +347,20 @@ def test_superlink_and_two_supernodes_on_loopback_match_local_runtime(tmp_path):
 
 
 @pytest.mark.parametrize("job", ["fedbnr_fedavg", "fedbnr_kd", "pvi_dpo", "pvi_cpo", "recycle"])
-def test_in_process_flower_runs_every_algorithm_as_local_runtime(job):
+def test_in_process_flower_runs_every_algorithm_as_local_runtime(job, local_job_summary):
     """FedBNR (FedAvg and KD), PVI (DPO, CPO) and Recycle run unchanged through the Flower adapters (every
-    message through RecordDict and back) and give LocalRuntime's run: history, ledger, predictions."""
+    message through RecordDict and back) and give LocalRuntime's run: history, ledger, predictions.
+
+    The LocalRuntime run (default protection, seed 3) is the session's shared one (``tests/federated/conftest.py``,
+    also ``test_distribute.py``'s oracle); the Flower summary goes through JSON as that one did."""
+    import json
+
     from tests.federated.runtimes.distribute_job import build_jobs, summarize
 
-    factory, data, _ = build_jobs()[job]
-    local = summarize(run(factory(), data, runtime=LocalRuntime(), seed=3))
-    flower = summarize(run(factory(), data, runtime=FlowerRuntime(), seed=3))
+    factory, data, kwargs = build_jobs()[job]
+    assert not {k for k in kwargs if k != "placement"}  # the shared run is LocalRuntime() with no other keywords
+    local = local_job_summary(job)
+    flower = json.loads(json.dumps(summarize(run(factory(), data, runtime=FlowerRuntime(), seed=3))))
     assert flower["ledger"] == local["ledger"]
     assert flower["history"] == local["history"]
     np.testing.assert_allclose(flower["predict_f"], local["predict_f"], rtol=1e-10, atol=1e-12)
