@@ -39,6 +39,7 @@ from ..protocol.algorithm import Algorithm
 from ..protocol.messages import Message
 from ..engine.options import RunOptions
 from ..protection.policy import ClientPolicy
+from ..protection.identity import PartyIdentity
 from ..protection.reduction import Reducer
 from ..protection.request import Protection
 from ..protocol.transport import Request, Response
@@ -214,6 +215,27 @@ class DistributeRuntime(InProcessRuntime):
             mine = np.frombuffer(reducer.run_id + reducer.server_secret, np.uint8).astype(WIRE_DTYPE)
             agreed = self._all_reduce({0: mine} if 0 in self._devices else {}, mine.size).astype(np.uint8).tobytes()
             reducer.start(agreed[: len(reducer.run_id)], agreed[len(reducer.run_id) :])
+            self._agree_roster()
+
+    def _agree_roster(self) -> None:
+        """Across processes, each party's signing key is made where the party answers (its replica's process), and
+        the roster is agreed by summing every process's own parties' public keys (32 bytes each, zeros elsewhere):
+        every party then verifies its peers against the same roster, as in one process."""
+        ids = sorted(self._replica_of, key=lambda cid: int(cid.split("_")[1]))
+        own = [cid for cid in ids if self._replica_of[cid] in self._devices]
+        mine = np.zeros(32 * len(ids), WIRE_DTYPE)
+        for cid in own:
+            key = self.endpoints[cid].encoder.identity
+            if key is None:
+                return  # an unauthenticated run (no identities were made)
+            start = 32 * ids.index(cid)
+            mine[start : start + 32] = np.frombuffer(key.public_key, np.uint8)
+        local = {min(self._devices): mine}
+        summed = self._all_reduce(local, mine.size).astype(np.uint8).tobytes()
+        roster = {cid: summed[32 * i : 32 * (i + 1)] for i, cid in enumerate(ids)}
+        for cid in own:
+            encoder = self.endpoints[cid].encoder
+            encoder.identity = PartyIdentity(encoder.identity.signing_key, roster)
 
     # --- collectives -----------------------------------------------------------------------------------
     def _all_reduce(self, local: Mapping[int, np.ndarray], size: int) -> np.ndarray:
