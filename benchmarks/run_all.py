@@ -246,6 +246,8 @@ PROFILES: Dict[str, Dict[str, Invocations]] = {
         "quick": [["--seeds", "0"]],
         "full": [["--seeds", "0", "1", "2", "--out", "benchmarks/results/robust.json"]],
     },
+    "malicious_masking": {"quick": [["--seeds", "0"]], "full": [["--seeds", "0", "1", "2"]]},  # threat model's table
+    "privacy_attackers": {"quick": [["--draws", "200", "--refits", "5"]], "full": [[]]},  # privacy-aware guide
 }
 
 

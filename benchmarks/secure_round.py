@@ -34,7 +34,7 @@ from gpflow_fed.data import FederatedDataset, fsgp_synthetic_1  # noqa: E402
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from provenance import save  # noqa: E402
 from gpflow_fed.data.partition import iid_partition  # noqa: E402
-from gpflow_fed.federated import FaultPolicy, LocalRuntime, RunOptions, SecureAggregation, run  # noqa: E402
+from gpflow_fed.federated import FaultPolicy, LocalRuntime, Protection, RunOptions, SecureAggregation, run  # noqa: E402
 from gpflow_fed.federated.protocol.transport import Response  # noqa: E402
 
 #: the share of each secure exchange's cohort that drops out after answering its update (``dropouts``)
@@ -75,7 +75,7 @@ def measure(K: int, config: str, *, points: int, M: int, rounds: int, seed: int)
         "dropouts": SecureAggregation(),
         "all-pairs": SecureAggregation(degree=K - 1),
     }[config]
-    runtime = (DroppingRuntime if config == "dropouts" else LocalRuntime)(secure_aggregation=secure)
+    runtime = (DroppingRuntime if config == "dropouts" else LocalRuntime)(protection=Protection(secure_aggregation=secure))
     options = RunOptions(faults=FaultPolicy(on_error="exclude"))
     start = time.perf_counter()
     result = run(_algorithm(dataset, M, rounds, seed), dataset, runtime=runtime, options=options, seed=seed)
