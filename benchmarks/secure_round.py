@@ -75,7 +75,8 @@ def measure(K: int, config: str, *, points: int, M: int, rounds: int, seed: int)
         "dropouts": SecureAggregation(),
         "all-pairs": SecureAggregation(degree=K - 1),
     }[config]
-    runtime = (DroppingRuntime if config == "dropouts" else LocalRuntime)(protection=Protection(secure_aggregation=secure))
+    runtime_class = DroppingRuntime if config == "dropouts" else LocalRuntime
+    runtime = runtime_class(protection=Protection(secure_aggregation=secure))
     options = RunOptions(faults=FaultPolicy(on_error="exclude"))
     start = time.perf_counter()
     result = run(_algorithm(dataset, M, rounds, seed), dataset, runtime=runtime, options=options, seed=seed)

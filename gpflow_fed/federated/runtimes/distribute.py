@@ -235,6 +235,7 @@ class DistributeRuntime(InProcessRuntime):
         roster = {cid: summed[32 * i : 32 * (i + 1)] for i, cid in enumerate(ids)}
         for cid in own:
             encoder = self.endpoints[cid].encoder
+            assert encoder.identity is not None  # checked above
             encoder.identity = PartyIdentity(encoder.identity.signing_key, roster)
 
     # --- collectives -----------------------------------------------------------------------------------
