@@ -124,14 +124,6 @@ def request_view(
     return hashlib.sha256(b"".join(length_prefixed(f) for f in fields)).digest()
 
 
-def own_noise(request: Protection, phase: str, aggregation: str) -> float:
-    """The DP noise multiplier a client adds itself to its answer to ``phase`` under ``request``: distributed DP's; 0
-    for central DP (the server adds that noise, and an active server is the adversary) or no DP."""
-    if request.distributed is None or not request.noised(phase, aggregation):
-        return 0.0
-    return float(request.distributed.noise_multiplier)
-
-
 class EncoderRefusal(ValueError):
     """The client refuses a protected stage (its policy, a cohort it does not accept, a repeated exchange)."""
 
@@ -300,7 +292,7 @@ class ClientEncoder:
         after an answer under noise multiplier z is refused (a server that differences a noised answer and a
         later one with little noise gets the payload back). Only the noise the client adds itself counts: central
         DP, which the server adds, counts as none (a switch from distributed to central DP is a downgrade)."""
-        noise = own_noise(request, phase, aggregation)
+        noise = request.client_noise(phase, aggregation)
         seen = self._noise_seen.get(phase, 0.0)
         if noise < seen:
             raise EncoderRefusal(

@@ -210,8 +210,7 @@ class ClientPolicy:
                 f"phase {phase!r}: this client has a DP budget (ε = {epsilon:g} at δ = {delta:g}), which only "
                 f"distributed DP (its own noise share) lets it keep; the request has {kind}; refused"
             )
-        # the noise this client adds itself: central DP's is the server's, so it counts as none
-        noise = request.distributed.noise_multiplier if request.distributed is not None else 0.0
+        noise = request.client_noise(phase, aggregation)  # central DP's noise is the server's: none of its own
         if noise < self.min_noise_multiplier:
             return (
                 f"phase {phase!r}: this client's policy requires DP noise multiplier ≥ {self.min_noise_multiplier:g}, "

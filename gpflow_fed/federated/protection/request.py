@@ -99,6 +99,14 @@ class Protection:
             return False
         return isinstance(self.dp, DistributedDP) or self.dp.applies(phase)
 
+    def client_noise(self, phase: str, aggregation: str) -> float:
+        """The DP noise multiplier each client adds itself to its answer to ``phase``: distributed DP's; 0 for central
+        DP (the server adds that noise, and an active server is the adversary) or no DP. What a client's floor and
+        its "DP never goes down" rule compare (:class:`~.policy.ClientPolicy`, :class:`~.encoder.ClientEncoder`)."""
+        if self.distributed is None or not self.noised(phase, aggregation):
+            return 0.0
+        return float(self.distributed.noise_multiplier)
+
     def protects(self, phase: str, aggregation: str) -> bool:
         """Whether the replies of ``phase`` are encoded by the clients (else: plain messages)."""
         return aggregation in PROTECTED_AGGREGATIONS and (self.secure is not None or self.noised(phase, aggregation))

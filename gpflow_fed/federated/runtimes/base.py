@@ -77,15 +77,25 @@ class Runtime(abc.ABC):
 
     :param options: default :class:`RunOptions` of the runs this runtime executes (``run(options=...)`` wins).
     :param protection: default :class:`Protection` request (``run(protection=...)`` wins).
+    :param client_policy: the policy of every party the runtime hosts (default: matching the run's protection).
     """
 
-    def __init__(self, *, options: Optional[RunOptions] = None, protection: Optional[Protection] = None) -> None:
+    def __init__(
+        self,
+        *,
+        options: Optional[RunOptions] = None,
+        protection: Optional[Protection] = None,
+        client_policy: Optional[ClientPolicy] = None,
+    ) -> None:
         if options is not None and not isinstance(options, RunOptions):
             raise TypeError(f"options must be a RunOptions, got {type(options).__name__}")
         if protection is not None and not isinstance(protection, Protection):
             raise TypeError(f"protection must be a Protection, got {type(protection).__name__}")
+        if client_policy is not None and not isinstance(client_policy, ClientPolicy):
+            raise TypeError(f"client_policy must be a ClientPolicy, got {type(client_policy).__name__}")
         self.options = RunOptions() if options is None else options
         self.protection = Protection() if protection is None else protection
+        self.client_policy = client_policy
 
     @property
     def faults(self) -> Any:
@@ -126,10 +136,7 @@ class InProcessRuntime(Runtime, Transport):
         protection: Optional[Protection] = None,
         client_policy: Optional[ClientPolicy] = None,
     ) -> None:
-        super().__init__(options=options, protection=protection)
-        if client_policy is not None and not isinstance(client_policy, ClientPolicy):
-            raise TypeError(f"client_policy must be a ClientPolicy, got {type(client_policy).__name__}")
-        self.client_policy = client_policy
+        super().__init__(options=options, protection=protection, client_policy=client_policy)
         self.endpoints: Dict[str, ClientEndpoint] = {}
 
     def prepare(self, algorithm: Algorithm, dataset: FederatedDataset, reducer: Reducer) -> None:

@@ -59,10 +59,7 @@ class FlowerRuntime(Runtime):
         protection: Optional[Protection] = None,
         client_policy: Optional[ClientPolicy] = None,
     ) -> None:
-        super().__init__(options=options, protection=protection)
-        if client_policy is not None and not isinstance(client_policy, ClientPolicy):
-            raise TypeError(f"client_policy must be a ClientPolicy, got {type(client_policy).__name__}")
-        self.client_policy = client_policy
+        super().__init__(options=options, protection=protection, client_policy=client_policy)
         #: the last run's transport (its message counts)
         self.transport: Optional[Any] = None
 
