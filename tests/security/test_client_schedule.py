@@ -159,21 +159,28 @@ def _range(fractional_bits: int) -> Protection:
 
 
 @pytest.mark.parametrize("round, new_broadcast", [(0, False), (1, False), (1, True)])
-def test_a_refusal_for_its_data_ends_the_clients_protected_answers(round, new_broadcast):
-    """The third and fifth attackers' oracle: a payload beyond the range is refused, so asking again with other
-    ``fractional_bits`` or cohort sizes (over the same broadcast, or one made new by an entry the answer hardly
-    depends on, compensated in the range) bisects a client's largest value. The refusal names neither the payload nor
-    the check, and the client answers no protected exchange of the run after it: one bit per client and run."""
+def test_a_request_for_another_range_is_refused_for_the_request_alone(round, new_broadcast):
+    """The third and fifth attackers' oracle: a payload beyond the range a request named (its ``fractional_bits`` and
+    cohort size) was refused, so asking again (over the same broadcast, or one made new by an entry the answer hardly
+    depends on) bisected a client's largest value. The range is now the client's own (its bits, the members it
+    verifies: ``test_fixed_point_range.py``): a request that names other bits is refused for them, whatever the
+    payload, and what the client answers next depends on the requests alone (its claim, its one view per
+    broadcast)."""
     server = Server((20, 20, 20))
     cohort = ["c0", "c1", "c2"]
-    first = server.update(cohort, 0, protection=_range(62))  # |x| < 2 / 3: FSGP's statistics do not fit
-    assert all(r.fault == DATA_FAULT for r in first.values())
+    first = server.update(cohort, 0, protection=_range(62))
+    assert all(r.layout is None and "the request names 62" in r.fault for r in first.values())
     if new_broadcast:
         down = server.algorithm.broadcast(server.state, 0, "statistics")
         name = next(iter(down))
         server.algorithm.broadcast = lambda state, round, phase: {**down, name: np.asarray(down[name]) * (1 + 1e-12)}
-    again = server.update(cohort, round, protection=_range(32))  # where they fit
-    assert all(r.layout is None and "answers no protected exchange again" in r.fault for r in again.values())
+    again = server.update(cohort, round, protection=_range(32))  # the clients' own bits
+    if round == 0:
+        assert all("does not follow it" in r.fault for r in again.values())  # the exchange was claimed
+    elif new_broadcast:
+        assert all(r.fault is None and r.layout is not None for r in again.values())
+    else:
+        assert all("under another request" in r.fault for r in again.values())  # one view per broadcast
 
 
 def test_a_fit_is_the_answer_too_so_a_descending_search_stops_at_once():

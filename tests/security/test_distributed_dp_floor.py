@@ -47,7 +47,7 @@ def _exchange_with_fake_dropouts(protection, answering):
     drive(server.setup_stages(cohort), send)
     context = ExchangeContext(server.run_id, "train", 0, "stats", "sum", cohort)
     try:
-        size = 3  # the payload's codes (distributed DP sends no weight)
+        size = 4  # the payload's codes (distributed DP sends no weight) and its saturation count
         return drive(server.secure_sum_stages(context.exchange, size), send), refusals
     except SecAggAborted as aborted:
         return aborted, refusals
@@ -124,7 +124,7 @@ def test_a_cohort_size_lie_cannot_shrink_the_noised_sum():
     drive(server.setup_stages(cohort), send)
     small = ExchangeContext(server.run_id, "train", 0, "stats", "sum", cohort[:2])  # the victim and one other
     with pytest.raises(SecAggAborted):
-        drive(server.secure_sum_stages(small.exchange, 3), send)
+        drive(server.secure_sum_stages(small.exchange, 4), send)  # 3 codes and the saturation count
     assert set(refusals) == set(cohort[:2]) and all(
         "assuming 8 honest clients but is asked to mask over 2" in r for r in refusals.values()
     )

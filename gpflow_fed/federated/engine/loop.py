@@ -58,7 +58,8 @@ def train_round(
     """Round ``round``: select the clients (``Algorithm.select_clients``), run each of ``Algorithm.phases(round)``
     (a later phase goes to the clients the previous one aggregated) and build the round's history entry:
     ``round``, ``clients`` (those aggregated in the last phase), ``bytes_up``/``bytes_down`` (the round's traffic
-    in the ledger), ``Algorithm.round_metrics``, ``seconds`` and, if any client was excluded, ``excluded``.
+    in the ledger), ``Algorithm.round_metrics``, ``seconds``, if any client was excluded, ``excluded`` and, if a masked
+    sum had entries its clients clipped to their fixed-point range, ``saturated`` (``{phase: count}``).
 
     :return: the new server state, the history entry and the number of clients selected (the sample size a
         privacy accountant needs).
@@ -85,6 +86,9 @@ def train_round(
     entry["seconds"] = time.perf_counter() - t0
     if excluded:
         entry["excluded"] = excluded
+    saturated = owner.reducer.saturation("train", round)
+    if saturated:
+        entry["saturated"] = saturated
     return state, entry, sample_size
 
 
@@ -282,6 +286,9 @@ def _rounds(
             evaluated = (r, evaluated_state)
             if dropped:  # clients the final (or evaluation) phases excluded, recorded as a round's exclusions are
                 entry[f"{purpose}_excluded"] = dropped
+            saturated = reducer.saturation(purpose, algorithm.rounds if final_now else r)
+            if saturated:  # entries the evaluation's masked sums saturated, recorded as a round's are
+                entry[f"{purpose}_saturated"] = saturated
             entry.update(evaluate_model(algorithm.result(evaluated[1]), test))
         if accountant is not None:
             entry["epsilon"] = accountant.epsilon()
@@ -302,11 +309,12 @@ def _rounds(
             save(max(last - 1, 0), state, final=True)
     elif final is None:
         state, dropped = finalize(state, last, "final")
-        if dropped:  # the final phases' exclusions enter the history like a round's ("excluded")
-            if history:
-                history[-1]["final_excluded"] = dropped
-            else:
-                history.append({"round": last, "final_excluded": dropped})
+        saturated = reducer.saturation("final", last)
+        for key, value in (("final_excluded", dropped), ("final_saturated", saturated)):
+            if value:  # the final phases' exclusions and saturation enter the history like a round's
+                if not history:
+                    history.append({"round": last})
+                history[-1][key] = value
         if directory is not None:  # a resumed run restores this release instead of drawing a new one
             save(max(last - 1, 0), state, final=True)
     else:

@@ -3,8 +3,8 @@
 Mechanism: the distributed discrete Gaussian (DDG) of Kairouz, Liu & Steinke, "The Distributed Discrete Gaussian
 Mechanism for Federated Learning with Secure Aggregation", ICML 2021, arXiv:2102.06387 (KLS21), without their
 random rotation and modular clipping (the sum here lives in ``Z_{2^64}``, the ring of
-:mod:`~gpflow_fed.federated.protection.masking`, and every value is range-checked instead). Client ``k`` with
-payload ``x_k ∈ R^d`` (all arrays of a phase, flattened) sends, under secure aggregation,
+:mod:`~gpflow_fed.federated.protection.masking`, and every message is kept within the range of a 64-bit sum
+instead). Client ``k`` with payload ``x_k ∈ R^d`` (all arrays of a phase, flattened) sends, under secure aggregation,
 
 1. **clip**: ``x̄_k = x_k · min(1, c / ‖x_k‖₂)`` (:func:`~gpflow_fed.federated.protection.dp.clip_payload`);
 2. **scale**: ``v_k = x̄_k / γ``, γ the granularity of the integer grid (``‖v_k‖₂ ≤ c/γ``);
@@ -22,8 +22,11 @@ payload ``x_k ∈ R^d`` (all arrays of a phase, flattened) sends, under secure a
 4. **noise share**: ``y_k = ṽ_k + ξ_k``, ``ξ_k ~ N_Z(0, σ²)^d`` i.i.d. discrete Gaussian (pmf
    ``∝ exp(−x²/2σ²)`` on ``Z``), drawn by the exact sampler of Canonne, Kamath & Steinke, "The Discrete
    Gaussian for Differential Privacy", NeurIPS 2020, arXiv:2004.00010 (CKS20), Algorithms 1–3, in integer
-   arithmetic (:func:`discrete_gaussian`). Each ``y_k`` is checked to lie in ``[−L, L]``,
-   ``L = ⌊(2^63 − 1)/K⌋`` for a cohort of K, so the sum of K messages never wraps modulo 2^64.
+   arithmetic (:func:`discrete_gaussian`), each draw truncated to ``[−T, T]``, ``T = ⌈13σ⌉`` (:meth:`DistributedDP.
+   tail_bound`). So ``|y_k,i| ≤ ⌊Δ̃⌋ + T`` always, and a cohort of K, for which ``⌈Δ̃⌉ + T ≤ L = ⌊(2^63 − 1)/K⌋``
+   is checked on public numbers before anything is drawn (:meth:`DistributedDP.check_range`), never wraps modulo
+   2^64. No payload makes a client refuse: the clip bounds ‖x̄_k‖₂, the rounding bounds ‖ṽ_k‖₂ ≤ Δ̃ whatever x_k, and
+   only the noise is truncated.
 
 The server unmasks only ``Σ_k y_k`` and releases ``γ · Σ_k y_k`` (:meth:`DistributedDP.decode`).
 
@@ -73,6 +76,14 @@ What is protected, and against whom:
   every other client and any coalition of them (colluders may subtract their own shares, which (S) allows for),
   as far as secure aggregation hides the individual messages (a computationally bounded server; see
   :mod:`~gpflow_fed.federated.protection.masking`).
+* **Saturation and truncation** (the clients' range, :mod:`~gpflow_fed.federated.protection.wire`): no value of
+  ``ṽ_k`` is ever clipped to the range (``|ṽ_k,i| ≤ ‖ṽ_k‖₂ ≤ Δ̃``, and the range holds ``Δ̃ + T``), so the sensitivity
+  ``Δ₂ = 2Δ̃`` is the one above. Truncating a share's draw at T does not depend on the data; it changes the release
+  only on the event that some draw of the K shares passes 13σ, of probability ``q ≤ K d · 2 e^{−84.5} < K d · 5e-37``
+  (the discrete Gaussian is σ²-subgaussian, CKS20). The released pair (the sum, and the count of truncated draws each
+  client adds to its masked payload) is then within total variation q of the untruncated mechanism with a constant
+  count, so an (ε, δ) guarantee of the latter gives ``(ε, δ + (1 + e^ε) q)``: below ``δ + 1e-27 K d`` for ε ≤ 20,
+  which the accountant does not add.
 * **Not** protected: a sum with fewer than t honest shares (more colluders, sybils, or drop-outs leaving fewer
   than t honest survivors; with h < t honest shares the noise is ``h/t`` of the target variance, ρ about
   ``t/h`` times larger); messages sent **without** secure aggregation (each then carries only its own share:
@@ -100,6 +111,7 @@ from scipy.optimize import minimize_scalar
 from ...randomness import check_insecure_seed
 from ...validation import integer, positive_float
 from .dp import clip_payload
+from .wire import code_limit
 
 __all__ = [
     "DistributedDP",
@@ -112,10 +124,8 @@ __all__ = [
     "zcdp_epsilon",
 ]
 
-#: the secure-aggregation sum is taken modulo 2^64 and read as a signed 64-bit integer
-MODULUS_BITS = 64
-#: a noise share is range-checked as if it could reach TAIL_STDS · σ: P(|N_Z(0, σ²)| ≥ 13σ) ≤ 2 e^{-84.5} ≈ 4e-37
-#: per coordinate (the discrete Gaussian is σ²-subgaussian, CKS20), so the check fails only on such noise
+#: a noise share's draw is truncated at TAIL_STDS · σ: P(|N_Z(0, σ²)| > 13σ) ≤ 2 e^{-84.5} ≈ 4e-37 per coordinate
+#: (the discrete Gaussian is σ²-subgaussian, CKS20), so truncation changes a share only on such noise
 TAIL_STDS = 13
 #: the largest c/γ: the scaled payload keeps ≥ 1 bit below the integer grid in float64 (randomized rounding)
 MAX_GRID_STEPS = 2.0**52
@@ -422,15 +432,19 @@ class DistributedDP:
         return self.noise_multiplier * self.norm_bound(dimension) * self.step
 
     def message_bound(self, cohort_size: int) -> int:
-        """L = ⌊(2^63 − 1)/K⌋: the largest |value| one of K clients may send so that the sum never wraps."""
-        K = integer(cohort_size, "DistributedDP: cohort_size", minimum=1)
-        return (2 ** (MODULUS_BITS - 1) - 1) // K
+        """L = ⌊(2^63 − 1)/K⌋: the largest |value| one of K clients may send so that the sum never wraps
+        (:func:`~gpflow_fed.federated.protection.wire.code_limit`)."""
+        return code_limit(integer(cohort_size, "DistributedDP: cohort_size", minimum=1))
+
+    def tail_bound(self, dimension: int) -> int:
+        """T = ⌈13σ⌉ grid steps: where a share's draw is truncated (module docstring, step 4)."""
+        return math.ceil(TAIL_STDS * math.sqrt(self.share_variance(dimension)))
 
     def check_range(self, dimension: int, cohort_size: int) -> None:
-        """Raise unless ``Δ̃ + 13σ ≤ L`` (public numbers only): then a message leaves ``[−L, L]`` only if its noise
-        exceeds 13σ (probability ≤ 4e-37 a coordinate)."""
+        """Raise unless ``⌈Δ̃⌉ + T ≤ L`` (public numbers only: the settings, the payload's size and the cohort's):
+        then every message lies in ``[−L, L]``, whatever the payload and the noise."""
         bound = self.message_bound(cohort_size)
-        need = math.ceil(self.norm_bound(dimension)) + math.ceil(TAIL_STDS * math.sqrt(self.share_variance(dimension)))
+        need = math.ceil(self.norm_bound(dimension)) + self.tail_bound(dimension)
         if need > bound:
             raise ValueError(
                 f"DistributedDP: a message of {dimension} numbers needs |value| ≤ {need:.3g} grid steps, beyond the "
@@ -439,17 +453,26 @@ class DistributedDP:
             )
 
     def encode(self, x: np.ndarray, cohort_size: int, rng: Optional[NoiseSource] = None) -> np.ndarray:
-        """A client's message: clip, scale by 1/γ, conditional randomized rounding, plus its discrete Gaussian share.
+        """A client's message: clip, scale by 1/γ, conditional randomized rounding, plus its discrete Gaussian share
+        (truncated at T): :meth:`encode_counted` without the count.
 
         The result (``int64``, the shape of ``x``) is what secure aggregation masks: ``.view(np.uint64)`` is
         :func:`~gpflow_fed.federated.protection.masking.mask`'s input. Send it only masked: alone, it carries
         one share of the noise.
+        """
+        return self.encode_counted(x, cohort_size, rng)[0]
+
+    def encode_counted(
+        self, x: np.ndarray, cohort_size: int, rng: Optional[NoiseSource] = None
+    ) -> Tuple[np.ndarray, int]:
+        """``(message, truncated)``: the message of :meth:`encode` and how many of its noise draws were truncated at
+        ``±T`` (0 but with probability below 5e-37 a coordinate; it depends on the noise only, never on ``x``).
 
         :param x: the payload (real, finite), all arrays of the phase flattened into one vector.
-        :param cohort_size: K, the number of clients whose messages are summed.
+        :param cohort_size: K, the number of clients whose messages are summed (the cohort the client verified).
         :param rng: the randomness; None: a new :class:`NoiseSource` from the OS.
-        :raises ValueError: a non-finite payload, a cohort below ``honest_clients``, or a range the 64-bit sum
-            cannot hold (the message names the fix; it carries no payload value).
+        :raises ValueError: a non-finite or empty payload, a cohort below ``honest_clients``, or a range the 64-bit
+            sum cannot hold for K (public numbers: the message names the fix and carries no payload value).
         :raises TypeError: a complex payload.
         """
         if np.iscomplexobj(x):
@@ -473,13 +496,10 @@ class DistributedDP:
         clipped, _ = clip_payload({"x": values.ravel()}, self.clip_norm)
         rounded = conditional_round(clipped["x"] / self.step, self._bound_squared(d), rng)
         noise = discrete_gaussian(self.share_variance(d), d, rng)
-        message = [r + n for r, n in zip(rounded.tolist(), noise)]
-        bound = self.message_bound(K)
-        if any(abs(m) > bound for m in message):  # only noise beyond 13σ gets here (check_range)
-            raise ValueError(
-                "DistributedDP.encode: a noise share left the 64-bit range (probability < 1e-30); send again"
-            )
-        return np.array(message, dtype=np.int64).reshape(values.shape)
+        tail = self.tail_bound(d)
+        truncated = sum(1 for n in noise if abs(n) > tail)
+        message = [r + max(-tail, min(tail, n)) for r, n in zip(rounded.tolist(), noise)]  # |r| ≤ Δ̃: within ±L
+        return np.array(message, dtype=np.int64).reshape(values.shape), truncated
 
     def decode(self, total: np.ndarray) -> np.ndarray:
         """The released sum in payload units: ``γ · Σ_k y_k``, the total (``int64``, or ``uint64`` modulo 2^64 as

@@ -5,26 +5,42 @@ Every runtime hands a protected stage to the party's :class:`ClientEncoder` (thr
 
 1. **prepare** (with the update): the client checks the server's request against its own
    :class:`~gpflow_fed.federated.protection.policy.ClientPolicy`, then clips (DP), caps and applies the weight
-   (``"mean"``), and encodes in fixed point (secure aggregation). The encoding stays with the client; the server
-   gets its layout only (names and shapes), or, with DP alone, the clipped message;
+   (``"mean"``). The payload stays with the client; the server gets its layout only (names and shapes), or, with DP
+   alone, the clipped message;
 2. **the secure-aggregation protocol** (:mod:`.secagg`, drop-out recovery included): once per run its keys and
    the Shamir shares of its self-mask seed; per exchange its masked encoding, for a cohort the client checks
    itself (it is in it, it has at least the client's own minimum, the exchange is the one it prepared, it has not
-   answered this exchange before), then what the unmasking of that exchange needs.
+   answered this exchange before), then what the unmasking of that exchange needs. The encoding is made there, for
+   the n members of the cohort the client verified: fixed point at its own policy's ``fractional_bits`` within the
+   range of n (:class:`~.wire.FixedPoint`), or distributed DP's message
+   (:meth:`~.distributed_dp.DistributedDP.encode_counted`).
+
+**The range is the client's, and data never makes it refuse.** Fixed-point bits come from the client's policy, the
+range from them and the number of members of the cohort it masks over (``⌊(2^63 − 1)/n⌋`` codes: n such codes never
+wrap modulo 2^64), never from a cohort size the server claims. A value beyond the range is clipped to it (saturated)
+and counted; the count is one more entry of the masked payload (:data:`~.wire.SATURATED_KEY`), so the server learns
+the cohort's total only, and warns on it. A request's ``fractional_bits`` must name the client's own f: more bits
+would shrink the client's range (a saturation threshold of the server's choosing), fewer would coarsen the rounding,
+whose errors ``Σ_k e_k`` (``|e_k| ≤ 2^{-f-1}``) are all a fixed-point sum carries beyond the exact one; either is
+refused for the request's own value. Under DP the range holds the clipped payload (checked on public numbers:
+``C``, ``B C``, distributed DP's ``Δ̃ + T``), so nothing that depends on the data is ever saturated there: the
+clipping is DP's, inside its sensitivity, and the count depends only on public weights (central DP) or on truncated
+noise (distributed DP). A non-finite value under DP is encoded as 0 before the clip (not counted: the count would
+be a release outside the accounting).
 
 A client masks answers to **one broadcast over one cohort**: whatever round or purpose the server names, a broadcast
 (its phase and content, :func:`broadcast_digest`) it has answered before is answered again only for the same cohort,
 unmasked with the same drop-outs, and never under distributed DP. So a server cannot sum one answer over two cohorts
 (or two sets of survivors) and difference them, nor average fresh distributed-DP noise away by asking again. Its
 answers to one phase and purpose come in increasing rounds (one ``"final"`` answer per phase), so the number of releases
-it makes is bounded by its algorithm's schedule. A refusal that depends on the client's data (a reply beyond the
-fixed-point range a request names, or one its own fault checks stop) is an answer too, so both rules are also kept
-*before* the update is checked or encoded: each protected exchange is claimed (:meth:`~ClientEncoder.claim`:
-increasing rounds per phase and purpose, whatever the broadcast), and a broadcast is encoded under **one request**
-(protection, cohort size, aggregation and the runtime's context: :func:`request_view`), so a server cannot re-ask
-with other ``fractional_bits`` or cohort sizes. A reply that fails the client's own checks is refused in the same
-words whichever check (:data:`DATA_FAULT`), and the client then refuses every later protected exchange of the run
-(:meth:`ClientEncoder.stop`): one such bit per client and run.
+it makes is bounded by its algorithm's schedule. Every refusal of this encoder depends on what the server already
+knows (the request, the cohort, the payload's layout, the party's budget and past answers), never on a value. The
+party's endpoint still stops a reply its own checks fail or an update that raised (a refusal that may depend on the
+data: :data:`DATA_FAULT`, :data:`UPDATE_FAULT`), so both rules are also kept *before* the update is computed: each
+protected exchange is claimed (:meth:`~ClientEncoder.claim`: increasing rounds per phase and purpose, whatever the
+broadcast), and a broadcast is encoded under **one request** (protection, cohort size, aggregation and the runtime's
+context: :func:`request_view`). Such a refusal is in the same words whichever check, and the client then refuses
+every later protected exchange of the run (:meth:`ClientEncoder.stop`): one such bit per client and run.
 
 Under a DP budget (``ClientPolicy.budget``) the client also keeps its own zCDP ledger (:mod:`.budget`): before it
 encodes a distributed-DP answer it reserves the answer's ρ in the ledger (a file shared by the party's runs, locked,
@@ -41,35 +57,33 @@ from __future__ import annotations
 import hashlib
 import io
 import json
-from typing import Any, Dict, Mapping, Optional, Tuple, cast
+import logging
+from typing import Any, Dict, Mapping, NamedTuple, Optional, Tuple, cast
 
 import numpy as np
 
 from ..protocol.messages import Message
 from .budget import LedgerRefusal, MemoryLedger, Spend, open_ledger
-from .distributed_dp import DistributedDP, NoiseSource, release_rho
+from .distributed_dp import NoiseSource, release_rho
 from .dp import DifferentialPrivacy, clip_payload
 from .identity import PartyIdentity
 from .masking import length_prefixed
 from .policy import ClientPolicy
 from .request import Protection
 from .secagg import SecAggClient
+from .wire import METRIC_PREFIX, SATURATED_KEY, WEIGHT_KEY, FixedPoint, code_limit, count_code
 
 __all__ = [
     "ClientEncoder",
     "DATA_FAULT",
     "UPDATE_FAULT",
     "EncoderRefusal",
-    "METRIC_PREFIX",
-    "WEIGHT_KEY",
     "broadcast_digest",
     "request_view",
 ]
 
-#: the encoded entry that carries the client's weight in a masked sum
-WEIGHT_KEY = "secagg/weight"
-#: the prefix of the encoded entries that carry the client's weighted metrics in a masked sum
-METRIC_PREFIX = "secagg/metric/"
+LOG = logging.getLogger(__name__)
+
 #: what a client says when its update for a protected phase raises (UPDATE_FAULT), or its reply fails its own checks
 #: (DATA_FAULT): the same words whichever error or check, so that the refusal is one bit (details stay in its log)
 UPDATE_FAULT = (
@@ -77,9 +91,8 @@ UPDATE_FAULT = (
     "protected exchange again in this run"
 )
 DATA_FAULT = (
-    "its reply to a protected phase failed the client's own checks (a value NaN or inf, beyond ±1e150, or beyond the "
-    "fixed-point range the request names: which is not said; for large data, lower SecureAggregation("
-    "fractional_bits=...)); it answers no protected exchange again in this run"
+    "its reply to a protected phase failed the client's own checks (a value NaN or inf, or beyond ±1e150: which is "
+    "not said); it answers no protected exchange again in this run"
 )
 
 
@@ -128,6 +141,17 @@ class EncoderRefusal(ValueError):
     """The client refuses a protected stage (its policy, a cohort it does not accept, a repeated exchange)."""
 
 
+class _Kept(NamedTuple):
+    """What :meth:`ClientEncoder.prepare` keeps for an exchange until it masks: the payload in payload units
+    (``float64``: the phase's arrays, clipped and weighted, with the weight and metric entries of a fixed-point sum),
+    the request it answers, the broadcast's digest and the phase's aggregation."""
+
+    message: Message
+    request: Protection
+    broadcast: bytes
+    aggregation: str
+
+
 class ClientEncoder:
     """One client's protection: its policy, its per-run keys, and what it has prepared and answered.
 
@@ -159,7 +183,7 @@ class ClientEncoder:
         self.identity = identity
         self._run_id: Optional[bytes] = None
         self._secagg: Optional[SecAggClient] = None
-        self._prepared: Dict[Tuple[str, int, str], Tuple[Message, Protection, bytes]] = {}
+        self._prepared: Dict[Tuple[str, int, str], _Kept] = {}
         #: per broadcast (:func:`broadcast_digest`) this client has sent a masked input for: SHA-256 digests of the
         #: cohort's bitmap and of the drop-outs' bitmap of its unmasking (b"" before it), 96 bytes per answer however
         #: large K; per exchange, its broadcast; per (purpose, phase), the last round answered
@@ -178,8 +202,8 @@ class ClientEncoder:
         self.sizes: Mapping[str, int] = sizes if sizes is not None else {}  # read only
         #: per exchange (purpose, round, phase), the least total data a summed group must hold (small-cohort rule)
         self._min_data: Dict[Tuple[str, int, str], int] = {}
-        #: per exchange prepared, the cohort size its encoding (range, distributed-DP noise share) was made for: the
-        #: cohort it masks over must have exactly that many members
+        #: per exchange prepared, the cohort size its request named (bound into its view): the cohort it masks over may
+        #: not have more members (the encoding's range comes from the members it verifies, never from this size)
         self._cohort_sizes: Dict[Tuple[str, int, str], int] = {}
         #: per phase, the largest DP noise multiplier this client has answered it under in this run (never lowered)
         self._noise_seen: Dict[str, float] = {}
@@ -231,18 +255,21 @@ class ClientEncoder:
         broadcast: bytes = b"",
         view: bytes = b"",
     ) -> Message:
-        """The client's protected answer to an update: clipped and weighted (DP), fixed point (secure aggregation).
+        """The client's protected answer to an update: clipped and weighted (DP), kept for masking (secure aggregation).
 
-        With secure aggregation the encoding is kept here until :meth:`mask`, and the returned message holds
-        zeros in its layout (only its names and shapes may leave the client); with DP alone the clipped message
-        is returned, which the client sends.
+        With secure aggregation the payload is kept here until the ``masked_input`` stage (:meth:`respond`), which
+        encodes it for the cohort the client verified, and the returned message holds zeros in its layout (only its
+        names and shapes may leave the client; :data:`~.wire.SATURATED_KEY` included); with DP alone the clipped
+        message is returned, which the client sends.
 
+        :param cohort_size: the cohort size the request names: bound into the request's view, and the most members
+            the client masks over for it; never its range.
         :param min_data: the least total data a summed group must hold for the payload not to determine its rows
             (``Algorithm.min_cohort_data``); checked on the cohort and on every group unmasking reveals.
         :param broadcast: the :func:`broadcast_digest` of the request this answers (one masked answer each).
         :param view: the :func:`request_view` of the request this answers, bound into the pads of its masking.
-        :raises EncoderRefusal: the request is below the client's policy.
-        :raises ValueError: a payload outside the fixed-point range (see ``SecureAggregation``).
+        :raises EncoderRefusal: the request is below the client's policy, or names other ``fractional_bits`` than
+            the client's (module docstring): reasons in the request, never in the payload's values.
         """
         refusal = self.policy.refusal(request, message.phase, aggregation)
         if refusal:
@@ -254,38 +281,120 @@ class ClientEncoder:
         if min_data is not None and self.policy.protect_small_cohorts:
             self._min_data[(purpose, message.round, message.phase)] = int(min_data)
         arrays = {k: np.asarray(v, dtype=np.float64) for k, v in message.arrays.items()}
+        noised = request.noised(message.phase, aggregation)
+        if request.dp is not None and noised:
+            arrays = self._finite(arrays, message.phase)
         distributed = request.distributed
-        if distributed is not None and request.noised(message.phase, aggregation):
+        if distributed is not None and noised:
             self._honest[(purpose, message.round, message.phase)] = int(distributed.honest_clients)
-            codes = self._distributed_codes(message, arrays, distributed, cohort_size)
-            return self._keep(codes, request, purpose, broadcast, view, cohort_size)
+            # equal weights (the server divides a "mean" by the survivors); metrics dropped
+            kept = Message(message.sender, message.round, message.phase, arrays, weight=0.0)
+            return self._keep(_Kept(kept, request, broadcast, aggregation), purpose, view, cohort_size)
         weight = message.weight
         metrics = dict(message.metrics)
         dp = request.dp
-        if dp is not None and request.noised(message.phase, aggregation):
-            arrays, _ = clip_payload(arrays, dp.clip_norm)
+        if dp is not None and noised:
+            with np.errstate(over="ignore"):  # a norm beyond float64 clips the payload to 0
+                arrays, _ = clip_payload(arrays, dp.clip_norm)
             if aggregation == "mean":
                 weight = min(weight, cast(DifferentialPrivacy, dp).weight_bound)  # distributed DP returned above
             metrics = {}
         if request.secure is None:
             return Message(message.sender, message.round, message.phase, arrays, weight=weight)
+        bits = request.secure.fractional_bits
+        if bits != self.policy.fractional_bits:
+            raise EncoderRefusal(
+                f"secure aggregation: {self.client_id!r} encodes in fixed point with {self.policy.fractional_bits} "
+                f"fractional bits (its own policy); the request names {bits} (more would shrink its range, fewer "
+                "coarsen its rounding); refused"
+            )
         if aggregation == "mean":
             arrays = {k: weight * v for k, v in arrays.items()}
-        arrays[WEIGHT_KEY] = np.array([weight])
-        arrays.update({METRIC_PREFIX + k: np.array([weight * v]) for k, v in metrics.items()})
-        encoded = {k: request.secure.encode(k, v, cohort_size) for k, v in arrays.items()}
-        prepared = Message(message.sender, message.round, message.phase, encoded, weight=0.0)
-        return self._keep(prepared, request, purpose, broadcast, view, cohort_size)
+        arrays[WEIGHT_KEY] = np.array([weight], dtype=np.float64)
+        arrays.update({METRIC_PREFIX + k: np.array([weight * v], dtype=np.float64) for k, v in metrics.items()})
+        kept = Message(message.sender, message.round, message.phase, arrays, weight=0.0)
+        return self._keep(_Kept(kept, request, broadcast, aggregation), purpose, view, cohort_size)
 
-    def _keep(
-        self, prepared: Message, request: Protection, purpose: str, broadcast: bytes, view: bytes, cohort_size: int
-    ) -> Message:
+    def _finite(self, arrays: Dict[str, np.ndarray], phase: str) -> Dict[str, np.ndarray]:
+        """Under DP, a non-finite value is encoded as 0 before the clip (a change of the payload that the clip's
+        sensitivity covers), and not counted: a count would be a release outside the accounting. Noted in the
+        client's own log only."""
+        bad = sum(int(np.count_nonzero(~np.isfinite(v))) for v in arrays.values())
+        if not bad:
+            return arrays
+        LOG.warning("client %s: phase %r: %d non-finite value(s) encoded as 0 under DP", self.client_id, phase, bad)
+        return {k: np.where(np.isfinite(v), v, 0.0) for k, v in arrays.items()}
+
+    def _keep(self, kept: _Kept, purpose: str, view: bytes, cohort_size: int) -> Message:
+        """Keep ``kept`` for its ``masked_input`` stage; the layout that leaves the client: zeros of each entry's
+        shape, and the saturation count's."""
+        prepared = kept.message
         key = (purpose, prepared.round, prepared.phase)
-        self._prepared = {key: (prepared, request, broadcast)}  # one exchange at a time
+        self._prepared = {key: kept}  # one exchange at a time
         self._cohort_sizes = {key: int(cohort_size)}
         self._request_views = {k: v for k, v in self._request_views.items() if k in self._broadcasts}
         self._request_views[key] = view
-        return prepared
+        layout = {name: np.zeros(np.shape(value), dtype=np.uint64) for name, value in prepared.arrays.items()}
+        layout[SATURATED_KEY] = np.zeros(1, dtype=np.uint64)
+        return Message(prepared.sender, prepared.round, prepared.phase, layout, weight=0.0)
+
+    def _encode(self, kept: _Kept, members: int) -> np.ndarray:
+        """The codes of a kept payload for a sum over the ``members`` of the cohort this client verified, in the
+        order of the layout's sorted names (:data:`~.wire.SATURATED_KEY` included): fixed point at the policy's
+        ``fractional_bits`` within the range of ``members`` (:class:`~.wire.FixedPoint`: a value beyond it
+        saturates), or distributed DP's message (:meth:`~.distributed_dp.DistributedDP.encode_counted`: its noise
+        truncated).
+
+        :raises EncoderRefusal: a range too small for what the request's DP may send, for ``members``: public
+            numbers only (the request, the layout, the cohort), never a value.
+        """
+        request, arrays, phase = kept.request, kept.message.arrays, kept.message.phase
+        names = sorted(arrays)
+        codes: Dict[str, np.ndarray] = {}
+        distributed = request.distributed
+        if distributed is not None and request.noised(phase, kept.aggregation):
+            flat = np.concatenate([np.asarray(arrays[n], dtype=np.float64).ravel() for n in names])
+            try:
+                distributed.check_range(flat.size, members)
+                with np.errstate(over="ignore"):  # a norm beyond float64 clips the payload to 0
+                    message, saturated = distributed.encode_counted(flat, members, rng=self._noise)
+            except ValueError as exc:  # the settings, the layout and the cohort: nothing of the payload's values
+                raise EncoderRefusal(f"secure aggregation: {self.client_id!r} refuses: {exc}") from None
+            offset = 0
+            for n in names:
+                size = int(np.size(arrays[n]))
+                codes[n] = message[offset : offset + size].view(np.uint64)
+                offset += size
+        else:
+            fixed = FixedPoint(self.policy.fractional_bits, members)
+            self._check_dp_range(kept, fixed)
+            saturated = 0
+            for n in names:
+                codes[n], count = fixed.encode(arrays[n])
+                saturated += count
+        entries = sum(int(c.size) for c in codes.values())
+        if entries > code_limit(members):  # the count of n members must not wrap either (a layout of ~2^63/n)
+            raise EncoderRefusal(
+                f"secure aggregation: {self.client_id!r} refuses: a payload of {entries} entries is too large to count "
+                f"its saturated entries over {members} members"
+            )
+        codes[SATURATED_KEY] = count_code(saturated)
+        return np.concatenate([codes[n].ravel() for n in sorted(codes)]).astype(np.uint64)
+
+    def _check_dp_range(self, kept: _Kept, fixed: FixedPoint) -> None:
+        """Under central DP the range must hold the clipped payload, ``C`` (``"sum"``) or ``B C`` (``"mean"``, weights
+        capped at B), so that no value the clip bounds is saturated (the count stays a function of the public weights)
+        and the clipping is DP's alone. Public numbers only."""
+        dp = kept.request.dp
+        if not isinstance(dp, DifferentialPrivacy) or not kept.request.noised(kept.message.phase, kept.aggregation):
+            return
+        bound = dp.clip_norm * (dp.weight_bound if kept.aggregation == "mean" else 1.0)
+        if fixed.range < bound * (1.0 + 1e-9):
+            raise EncoderRefusal(
+                f"secure aggregation: {self.client_id!r} refuses: over {fixed.members} members its fixed point "
+                f"({fixed.fractional_bits} fractional bits) holds |value| ≤ {fixed.range:.3g}, below the {bound:.3g} "
+                "a clipped DP payload may reach (a smaller cohort, or fewer fractional bits in its policy)"
+            )
 
     def _check_noise(self, request: Protection, phase: str, aggregation: str) -> None:
         """Within a run, a phase's DP never goes down (:mod:`.policy`): a request without DP, or with less noise,
@@ -351,29 +460,16 @@ class ClientEncoder:
                 f"round {round} does not follow it; refused"
             )
 
-    def _distributed_codes(
-        self, message: Message, arrays: Dict[str, np.ndarray], dp: DistributedDP, cohort_size: int
-    ) -> Message:
-        """Distributed DP: the whole payload clipped, rounded and noised on the client
-        (:meth:`DistributedDP.encode`), as ``uint64`` codes per array. A ``"mean"`` phase averages the clients'
-        clipped payloads with equal weights (the server divides by the number of survivors); metrics are dropped."""
-        names = sorted(arrays)
-        flat = np.concatenate([arrays[n].ravel() for n in names])
-        codes = dp.encode(flat, cohort_size, rng=self._noise).view(np.uint64)
-        encoded, offset = {}, 0
-        for n in names:
-            encoded[n] = codes[offset : offset + arrays[n].size].reshape(arrays[n].shape)
-            offset += arrays[n].size
-        return Message(message.sender, message.round, message.phase, encoded, weight=0.0)
-
     # --- the secure-aggregation protocol ---------------------------------------------------------------
     def respond(self, stage: str, request: Mapping[str, Any]) -> Dict[str, Any]:
         """This client's answer to one stage of the secure-aggregation protocol (:mod:`.secagg`).
 
         ``advertise`` starts the run's protocol client (fresh keys from the OS; the client's own ``min_cohort``);
-        ``masked_input`` masks the encoding :meth:`prepare` kept for the exchange the request names, once.
+        ``masked_input`` encodes the payload :meth:`prepare` kept for the exchange the request names, for the members
+        of the cohort the request shows (which the protocol client verifies), and masks it, once.
 
-        :raises EncoderRefusal: no setup for this run, or no kept encoding for the exchange.
+        :raises EncoderRefusal: no setup for this run, no kept payload for the exchange, a cohort it does not mask
+            over for it, or a range too small for the request's DP over that cohort.
         :raises SecAggRefused: the protocol client refuses (its policy, a cohort it does not accept, a replay).
         """
         if stage == "advertise":
@@ -402,17 +498,17 @@ class ClientEncoder:
                 raise EncoderRefusal(
                     f"secure aggregation: {self.client_id!r} prepared no payload for round {key[1]}, phase {key[2]!r}"
                 )
-            self._check_members(key, sum(len(group) for group in self._secagg.survivor_groups(request)))
-            prepared = kept[0]
-            distributed = kept[1].distributed is not None
+            members = sum(len(group) for group in self._secagg.survivor_groups(request))  # the cohort it verifies
+            self._check_members(key, members)
+            distributed = kept.request.distributed is not None
             cohort = _digest(request.get("cohort"))
-            self._check_once((str(key[0]), int(key[1]), str(key[2])), kept[2], cohort, distributed)
-            codes = np.concatenate([prepared.arrays[n].ravel() for n in sorted(prepared.arrays)]).astype(np.uint64)
+            self._check_once((str(key[0]), int(key[1]), str(key[2])), kept.broadcast, cohort, distributed)
+            codes = self._encode(kept, members)
         asked: Any = (request.get("purpose"), request.get("round"), request.get("phase"))  # wrong types find nothing
         view = self._request_views.get(asked, b"") if stage in ("masked_input", "unmask") else b""
         answer = self._secagg.respond(stage, request, codes, view)
         if key is not None:
-            broadcast = self._prepared.pop(key)[2]
+            broadcast = self._prepared.pop(key).broadcast
             self._answered.setdefault(broadcast, (_digest(request.get("cohort")), b""))
             self._broadcasts = {(str(key[0]), int(key[1]), str(key[2])): broadcast}  # one exchange at a time
             self._request_views = {(str(key[0]), int(key[1]), str(key[2])): view}
@@ -443,14 +539,14 @@ class ClientEncoder:
         self._answered[broadcast] = (cohort, shown)
 
     def _check_members(self, key: Tuple[Any, Any, Any], members: int) -> None:
-        """The cohort a client masks over is the one its encoding was made for: at most the cohort size it was told
-        (the fixed-point range is for that many; fault screening may leave fewer), and under distributed DP at least
-        the honest-client count its noise share assumes (a server that told every client 8 and masked over 2 would
-        release a sum carrying 2 noise shares of 8)."""
+        """The cohort a client masks over fits its request: at most the cohort size the request named (fault
+        screening may leave fewer), and under distributed DP at least the honest-client count its noise share assumes
+        (a server that told every client 8 and masked over 2 would release a sum carrying 2 noise shares of 8). Both
+        are the server's own statements; the encoding's range comes from ``members`` alone."""
         told, honest = self._cohort_sizes.get(key, 0), self._honest.get(key, 0)
         if members > told or members < honest:
             raise EncoderRefusal(
-                f"secure aggregation: {self.client_id!r} encoded for a cohort of {told}"
+                f"secure aggregation: {self.client_id!r} was asked for a cohort of {told}"
                 + (f" assuming {honest} honest clients" if honest else "")
                 + f" but is asked to mask over {members}; refused"
             )
@@ -510,17 +606,18 @@ class ClientEncoder:
                     "purpose": key[0],
                     "round": int(key[1]),
                     "phase": key[2],
-                    "names": sorted(message.arrays),
-                    "request": request.to_config(),
-                    "broadcast": broadcast.hex(),
+                    "names": sorted(kept.message.arrays),
+                    "request": kept.request.to_config(),
+                    "broadcast": kept.broadcast.hex(),
+                    "aggregation": kept.aggregation,
                 }
-                for key, (message, request, broadcast) in self._prepared.items()
+                for key, kept in self._prepared.items()
             ],
         }
         arrays = {
-            f"p{i}/{name}": np.asarray(message.arrays[name])
-            for i, (message, _, _) in enumerate(self._prepared.values())
-            for name in sorted(message.arrays)
+            f"p{i}/{name}": np.asarray(kept.message.arrays[name])
+            for i, kept in enumerate(self._prepared.values())
+            for name in sorted(kept.message.arrays)
         }
         if self._secagg is not None:
             arrays.update({f"s/{k}": np.frombuffer(v, np.uint8) for k, v in self._secagg.to_state().items()})
@@ -576,5 +673,6 @@ class ClientEncoder:
                 message = Message(client_id, int(kept["round"]), str(kept["phase"]), arrays, weight=0.0)
                 key = (str(kept["purpose"]), int(kept["round"]), str(kept["phase"]))
                 broadcast = bytes.fromhex(str(kept.get("broadcast", "")))
-                encoder._prepared[key] = (message, Protection.from_config(kept["request"]), broadcast)
+                request = Protection.from_config(kept["request"])
+                encoder._prepared[key] = _Kept(message, request, broadcast, str(kept["aggregation"]))
         return encoder

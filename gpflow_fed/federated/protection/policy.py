@@ -8,6 +8,9 @@ The party being protected enforces its own protection. A :class:`ClientPolicy` l
   for a plain answer is refused (the client answers with a fault, and nothing of its payload leaves it);
 * ``min_cohort``: the client masks only for a cohort it has been shown with at least this many members (whatever the
   server's request says);
+* ``fractional_bits``: its fixed point (resolution ``2^-f``); its range over the n members of a cohort it verified is
+  ``⌊(2^63 − 1)/n⌋ / 2^f`` (a value beyond it is clipped and counted, never refused), and a request that names other
+  ``fractional_bits`` is refused (:mod:`.encoder`);
 * ``masking_degree``: the least degree of the masking and share-holder graphs it accepts (default: the protocol's own,
   ``min(2⌈log₂ n⌉, n − 1)`` for a graph over n members); a request may ask for more, never for less;
 * ``min_noise_multiplier``: the least distributed-DP noise it adds itself to a ``"sum"``/``"mean"`` answer (0: DP
@@ -40,6 +43,7 @@ import os
 from typing import Any, Mapping, Optional, Tuple
 
 from ...validation import parse_boolean, parse_integer, parse_number
+from .masking import SecureAggregation
 from .request import Protection
 
 __all__ = ["ClientPolicy", "DEFAULT_MAX_ROUNDS"]
@@ -55,6 +59,7 @@ class ClientPolicy:
 
     :param secure_aggregation: require masking of every ``"sum"``/``"mean"`` payload (default: required).
     :param min_cohort: the fewest cohort members the client masks with (≥ 2).
+    :param fractional_bits: f ∈ [1, 62], the client's fixed-point resolution ``2^-f`` (module docstring).
     :param protect_small_cohorts: refuse to send a payload whose sum over the cohort (or the client alone, in plain)
         would determine the cohort's rows, as the algorithm declares (``Algorithm.min_cohort_data``: FSGP's
         statistics of Σ N_k ≤ M points are invertible).
@@ -76,6 +81,7 @@ class ClientPolicy:
 
     secure_aggregation: bool = True
     min_cohort: int = 2
+    fractional_bits: int = SecureAggregation.fractional_bits
     protect_small_cohorts: bool = True
     masking_degree: Optional[int] = None
     min_noise_multiplier: float = 0.0
@@ -93,6 +99,9 @@ class ClientPolicy:
             )
         if isinstance(self.min_cohort, bool) or not isinstance(self.min_cohort, int) or self.min_cohort < 2:
             raise ValueError(f"ClientPolicy: min_cohort must be an int ≥ 2, got {self.min_cohort!r}")
+        bits = self.fractional_bits
+        if isinstance(bits, bool) or not isinstance(bits, int) or not 1 <= bits <= 62:
+            raise ValueError(f"ClientPolicy: fractional_bits must be an int in [1, 62], got {bits!r}")
         degree = self.masking_degree
         if degree is not None and (isinstance(degree, bool) or not isinstance(degree, int) or degree < 2):
             raise ValueError(f"ClientPolicy: masking_degree must be an int ≥ 2 or None, got {degree!r}")
@@ -130,6 +139,7 @@ class ClientPolicy:
         return cls(
             secure_aggregation=secure is not None,
             min_cohort=secure.min_cohort if secure is not None else 2,
+            fractional_bits=secure.fractional_bits if secure is not None else SecureAggregation.fractional_bits,
             protect_small_cohorts=secure is not None,
             masking_degree=secure.degree if secure is not None else None,
             min_noise_multiplier=protection.distributed.noise_multiplier if protection.distributed is not None else 0.0,
@@ -139,11 +149,12 @@ class ClientPolicy:
     @classmethod
     def from_node_config(cls, config: Mapping[str, Any]) -> "ClientPolicy":
         """A Flower SuperNode's policy from its node config (``secure-aggregation``, ``min-cohort``,
-        ``protect-small-cohorts``, ``masking-degree``: 0 for the protocol's default, ``min-noise-multiplier``,
-        ``honest-clients``: 0 for any, ``max-rounds``, ``dp-budget-epsilon`` and ``dp-budget-delta``: both or
-        neither, ``dp-ledger``: a path, required with a budget, since a Flower ClientApp restarts for each message and
-        its spend must outlive the run); the defaults when absent (secure aggregation required, small cohorts
-        protected, the protocol's degree, no DP floor, :data:`DEFAULT_MAX_ROUNDS` rounds, no budget).
+        ``fractional-bits``, ``protect-small-cohorts``, ``masking-degree``: 0 for the protocol's default,
+        ``min-noise-multiplier``, ``honest-clients``: 0 for any, ``max-rounds``, ``dp-budget-epsilon`` and
+        ``dp-budget-delta``: both or neither, ``dp-ledger``: a path, required with a budget, since a Flower ClientApp
+        restarts for each message and its spend must outlive the run); the defaults when absent (secure aggregation
+        required, 32 fractional bits, small cohorts protected, the protocol's degree, no DP floor,
+        :data:`DEFAULT_MAX_ROUNDS` rounds, no budget).
         Every value is parsed strictly (a bool or exactly ``"true"``/``"false"``; an integer or a string of one):
         ``"yes"``, ``"1"``, ``"on"`` or ``"True "`` is an error naming the key, never a silent ``False``.
 
@@ -176,6 +187,9 @@ class ClientPolicy:
         return cls(
             secure_aggregation=parse_boolean(config.get("secure-aggregation", True), "node config secure-aggregation"),
             min_cohort=parse_integer(config.get("min-cohort", 2), "node config min-cohort"),
+            fractional_bits=parse_integer(
+                config.get("fractional-bits", SecureAggregation.fractional_bits), "node config fractional-bits"
+            ),
             protect_small_cohorts=parse_boolean(
                 config.get("protect-small-cohorts", True), "node config protect-small-cohorts"
             ),

@@ -10,12 +10,19 @@ phase's :class:`~gpflow_fed.federated.Aggregate`::
 DP is *central* here: the server adds the noise, so the (ε, δ) protects what is released (the model, the history,
 the server state) against everyone but the aggregator itself. Robust aggregation replaces the weighted mean of
 ``"mean"`` phases by a coordinate-wise weighted median or trimmed mean.
+
+**Saturation.** Each client encodes within its own fixed-point range and clips (saturates) a value beyond it,
+adding the number it clipped to its masked payload (:mod:`.wire`). The server decodes the cohort's total only: a
+non-zero total is warned about (:class:`FixedPointSaturationWarning`, once per phase and run, and logged for every
+exchange) and recorded per exchange (:attr:`Reducer.saturated`; a run's history carries it as ``"saturated"``).
+Under DP it can only count clipped public weights (central DP) or truncated noise (distributed DP).
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import secrets
 import warnings
 from dataclasses import dataclass, replace
@@ -29,12 +36,18 @@ from ..protocol.faults import RoundFailedError
 from ..protocol.messages import Message
 from .distributed_dp import DistributedDP, DistributedPrivacyAccountant
 from .dp import DifferentialPrivacy, DPUtilityWarning, PrivacyAccountant, utility_warning
-from .encoder import METRIC_PREFIX, WEIGHT_KEY
 from .masking import Exchange, check_senders
 from ...randomness import new_run_id
 from .request import Protection
+from .wire import METRIC_PREFIX, SATURATED_KEY, WEIGHT_KEY, decode_count, decode_fixed_point
 
-__all__ = ["ExchangeContext", "Reducer", "reduce_messages"]
+__all__ = ["ExchangeContext", "FixedPointSaturationWarning", "Reducer", "reduce_messages"]
+
+LOG = logging.getLogger(__name__)
+
+
+class FixedPointSaturationWarning(UserWarning):
+    """Clients clipped values of a masked sum to their fixed-point range (module docstring): the sum is biased there."""
 
 
 @dataclass(frozen=True)
@@ -144,6 +157,13 @@ class Reducer:
         self._warned: set = set()
         #: the number of values each distributed-DP phase released (its accountant's dimension)
         self.dimensions: Dict[str, int] = {}
+        #: per exchange ``(purpose, round, phase)`` whose cohort saturated entries, their number (module docstring)
+        self.saturated: Dict[Tuple[str, int, str], int] = {}
+        self._saturation_warned: set = set()
+
+    def saturation(self, purpose: str, round: int) -> Dict[str, int]:
+        """``{phase: number of saturated entries}`` of the exchanges of ``purpose`` and ``round`` that had any."""
+        return {p: n for (u, r, p), n in self.saturated.items() if (u, r) == (purpose, round)}
 
     def _secret_rng(self, *context: object) -> np.random.Generator:
         label = "\x1f".join(str(c) for c in context).encode("utf-8")
@@ -237,13 +257,14 @@ class Reducer:
         """The server's aggregate of a protected phase from the cohort's summed payloads, however summed.
 
         :param sums: with ``masked``, ``Σ_k y_k mod 2^64`` per array name (``uint64``; equal to the sum of the
-            fixed-point encodings, weight and metric entries included); else the clipped sums ``Σ_k ā_k``
+            encodings, weight, metric and saturation-count entries included); else the clipped sums ``Σ_k ā_k``
             (``"sum"``) or ``Σ_k w̄_k ā_k`` (``"mean"``).
         :param context: the exchange; ``context.cohort`` are the senders.
         :param total_weight: ``Σ_k w̄_k`` (unmasked; masked, it is decoded from ``sums``).
         :param metrics: the weighted means of the client metrics (unmasked).
         :return: decoded, noised (DP) and, for ``"mean"``, divided by the total weight.
-        :raises ValueError: a ``"mean"`` phase with a non-positive total weight.
+        :raises ValueError: a ``"mean"`` phase with a non-positive total weight, a masked sum without its
+            saturation count.
         """
         protection = self.protection
         out: Dict[str, np.ndarray]
@@ -251,6 +272,11 @@ class Reducer:
         std = 0.0
         noised = protection.noised(context.phase, context.aggregation)
         distributed = protection.distributed if noised else None
+        if masked:
+            sums = dict(sums)
+            if SATURATED_KEY not in sums:
+                raise ValueError(f"round {context.round}, phase {context.phase!r}: a masked sum without its count")
+            self._saturation(context, decode_count(sums.pop(SATURATED_KEY)), distributed is not None)
         if masked and distributed is not None:  # the clients added the noise: decode only
             out = {k: distributed.decode(v) for k, v in sums.items()}
             dimension = int(sum(np.size(v) for v in out.values()))
@@ -259,7 +285,7 @@ class Reducer:
             total_weight = float(len(context.cohort))  # equal weights (see ClientEncoder)
         elif masked:
             assert protection.secure is not None
-            out = {k: protection.secure.decode(v) for k, v in sums.items()}
+            out = {k: decode_fixed_point(v, protection.secure.fractional_bits) for k, v in sums.items()}
             total_weight = float(out.pop(WEIGHT_KEY)[0])
             for key in [k for k in out if k.startswith(METRIC_PREFIX)]:
                 value = float(out.pop(key)[0])
@@ -293,6 +319,33 @@ class Reducer:
             noised=noised,
             noise_std=float(std),
         )
+
+    def _saturation(self, context: ExchangeContext, count: int, distributed: bool) -> None:
+        """Record and warn about a cohort's saturated entries (module docstring); nothing when there are none."""
+        if not count:
+            return
+        self.saturated[(context.purpose, context.round, context.phase)] = count
+        if distributed:
+            text = (
+                f"round {context.round}, phase {context.phase!r}: the clients truncated {count} distributed-DP noise "
+                "draw(s) beyond 13 standard deviations (probability below 5e-37 each; see DistributedDP)"
+            )
+        else:
+            text = (
+                f"round {context.round}, phase {context.phase!r} ({context.purpose}): "
+                + (
+                    "1 entry of the cohort's payloads was"
+                    if count == 1
+                    else f"{count} entries of the cohort's payloads were"
+                )
+                + " beyond the clients' fixed-point range and clipped to it (saturated), so the sum is biased there; "
+                "standardise the data (gpflow_fed.fit does), or lower fractional_bits in the clients' policies and in "
+                "SecureAggregation together"
+            )
+        LOG.warning("%s", text)
+        if context.phase not in self._saturation_warned:  # once per phase and run (every exchange is logged)
+            self._saturation_warned.add(context.phase)
+            warnings.warn(text, FixedPointSaturationWarning, stacklevel=3)
 
     def accountant(self) -> Optional[Union[PrivacyAccountant, DistributedPrivacyAccountant]]:
         """A fresh accountant for a run (None without DP)."""

@@ -32,8 +32,12 @@ class Protection:
         fixed point, minimum cohort and masking degree) to mask every ``"sum"``/``"mean"`` payload with drop-out
         recovery (:mod:`~gpflow_fed.federated.protection.secagg`); ``False`` to opt out (plain payloads: the exactness
         and bit-identity results of the package hold for an explicit ``False``; masked sums differ from plain ones
-        by the fixed-point resolution, ``2^-f`` per client and entry). ``"collect"`` phases, which need each client's
-        message, always run in plain; each algorithm's documentation and the threat model say which have them.
+        by the fixed-point resolution, ``2^-f`` per client and entry). Its ``fractional_bits`` say how the server
+        decodes: each party encodes with its own policy's (``ClientPolicy.fractional_bits``) and refuses a request
+        that names others; its range is the party's too (the members it verifies), and a value beyond it is
+        clipped and counted, never refused (:mod:`~gpflow_fed.federated.protection.wire`). ``"collect"`` phases,
+        which need each client's message, always run in plain; each algorithm's documentation and the threat model
+        say which have them.
     :param differential_privacy: a :class:`~gpflow_fed.federated.DifferentialPrivacy` (central: clients clip, the
         server adds Gaussian noise to each sum), a :class:`~gpflow_fed.federated.protection.DistributedDP`
         (distributed: each client adds its share of discrete Gaussian noise before masking, so the (ε, δ) holds

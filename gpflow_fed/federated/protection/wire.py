@@ -1,19 +1,157 @@
-"""Protocol messages on the wire: a dict of the secure-aggregation protocol as named arrays plus a JSON structure.
+"""The wire format both sides share: the fixed point of a masked sum, its entries, and protocol messages.
 
-The protocol (:mod:`.secagg`) speaks in dicts of bytes, strings, numbers, flags, lists and ``uint64`` arrays, nested
-in dicts. Every runtime carries a :class:`~gpflow_fed.federated.Message` (named numpy arrays, which the ledger
-records) plus a JSON config, so :func:`pack` puts every ``bytes`` value into one ``uint8`` array (``bytes``, the
-concatenation) and every ``uint64`` array under its own name, and leaves a JSON structure that points into them;
-:func:`unpack` inverts it. What crosses is therefore counted byte for byte in the ledger.
+**Fixed point** (:class:`FixedPoint`). A client encodes each real payload value ``x`` as the integer
+``q = round(2^f x)`` and secure aggregation sums the codes modulo 2^64; the server reads the total as a signed 64-bit
+integer and divides by ``2^f`` (:func:`decode_fixed_point`). A sum of n codes cannot wrap if each code is at most
+
+    L_n = ⌊(2^63 − 1) / n⌋                                                                              (H)
+
+in magnitude (:func:`code_limit`), so a client that masks over a cohort of n members (the members it verified
+itself, never a size the server claims) encodes within ``[−L_n, L_n]``: its range is ``R = L_n / 2^f`` in payload
+units, with f its own policy's ``fractional_bits``. A value beyond the range is **clipped to it (saturated)**, NaN to
+0, ±inf to ±R, and counted; the count travels in the masked payload as one more entry, :data:`SATURATED_KEY`, an
+unscaled integer, so the server learns only the cohort's total. Nothing about a value makes the client refuse: an
+encoding depends on f, n and the value, and leaves the client only masked.
+
+**Entries** of a masked payload besides the phase's arrays: :data:`WEIGHT_KEY` (the weight, in fixed point),
+:data:`METRIC_PREFIX` + name (the weighted metrics) and :data:`SATURATED_KEY`.
+
+**Protocol messages.** The protocol (:mod:`.secagg`) speaks in dicts of bytes, strings, numbers, flags, lists and
+``uint64`` arrays, nested in dicts. Every runtime carries a :class:`~gpflow_fed.federated.Message` (named numpy
+arrays, which the ledger records) plus a JSON config, so :func:`pack` puts every ``bytes`` value into one ``uint8``
+array (``bytes``, the concatenation) and every ``uint64`` array under its own name, and leaves a JSON structure that
+points into them; :func:`unpack` inverts it. What crosses is therefore counted byte for byte in the ledger.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Tuple
 
 import numpy as np
 
-__all__ = ["pack", "unpack"]
+from ...validation import integer
+
+__all__ = [
+    "FixedPoint",
+    "METRIC_PREFIX",
+    "SATURATED_KEY",
+    "WEIGHT_KEY",
+    "code_limit",
+    "count_code",
+    "decode_count",
+    "decode_fixed_point",
+    "pack",
+    "unpack",
+]
+
+#: the encoded entry that carries the client's weight in a masked sum
+WEIGHT_KEY = "secagg/weight"
+#: the prefix of the encoded entries that carry the client's weighted metrics in a masked sum
+METRIC_PREFIX = "secagg/metric/"
+#: the encoded entry that carries how many of the client's entries its encoding saturated (an unscaled integer)
+SATURATED_KEY = "secagg/saturated"
+#: the largest magnitude a masked total may reach: it is read as a signed 64-bit integer
+MAX_TOTAL = 2**63 - 1
+
+
+def code_limit(members: int) -> int:
+    """``L_n`` of (H): the largest |code| each of ``members`` clients may send so that no sum of theirs wraps.
+
+    :raises ValueError: fewer than one member.
+    """
+    return MAX_TOTAL // integer(members, "code_limit: members", minimum=1)
+
+
+@dataclass(frozen=True)
+class FixedPoint:
+    """A client's fixed point for a sum over ``members`` clients (module docstring).
+
+    :param fractional_bits: f ∈ [1, 62], the resolution is ``2^-f``.
+    :param members: n ≥ 1, the number of codes that will be summed (the cohort the client verified).
+    :raises ValueError, TypeError: a setting out of range or not an integer.
+    """
+
+    fractional_bits: int
+    members: int
+
+    def __post_init__(self) -> None:
+        bits = integer(self.fractional_bits, "FixedPoint: fractional_bits", minimum=1)
+        if bits > 62:
+            raise ValueError(f"FixedPoint: fractional_bits must be in [1, 62], got {bits}")
+        object.__setattr__(self, "fractional_bits", bits)
+        object.__setattr__(self, "members", integer(self.members, "FixedPoint: members", minimum=1))
+
+    @property
+    def scale(self) -> float:
+        """``2^f``."""
+        return float(2.0**self.fractional_bits)
+
+    @property
+    def limit(self) -> int:
+        """``L_n`` of (H), in codes."""
+        return code_limit(self.members)
+
+    @property
+    def range(self) -> float:
+        """``R = L_n / 2^f``: the largest magnitude encoded without saturation, in payload units (rounded down)."""
+        return _float_at_most(self.limit) / self.scale
+
+    def encode(self, values: np.ndarray) -> Tuple[np.ndarray, int]:
+        """``(codes, saturated)``: ``q = clip(round(2^f x), −L_n, L_n)`` as ``uint64`` (the shape of ``values``), with
+        NaN encoded as 0 and ±inf as ±L_n, and the number of entries clipped (NaN and ±inf included).
+
+        :raises TypeError: complex values (the payload's type, not its values: send real and imaginary parts).
+        """
+        if np.iscomplexobj(values):
+            raise TypeError("fixed point: the payload is complex; send its real and imaginary parts")
+        x = np.asarray(values, dtype=np.float64)
+        limit = self.limit
+        bound = _float_at_most(limit)
+        with np.errstate(over="ignore", invalid="ignore"):
+            scaled = x * self.scale  # exact (a power of two) unless it overflows to ±inf
+            finite = np.isfinite(scaled)
+            rounded = np.rint(np.where(finite, scaled, 0.0))  # NaN → 0
+            high = np.isposinf(scaled) | (rounded > bound)  # a float above the bound is above L_n
+            low = np.isneginf(scaled) | (rounded < -bound)
+        codes = np.where(high | low, 0.0, rounded).astype(np.int64)
+        codes[high] = limit
+        codes[low] = -limit
+        saturated = int(np.count_nonzero(high | low | np.isnan(scaled)))
+        return codes.view(np.uint64), saturated
+
+
+def _float_at_most(limit: int) -> float:
+    """The largest float64 that is at most ``limit`` (a bound in codes that rounding to float cannot raise)."""
+    value = float(limit)
+    return value if int(value) <= limit else float(np.nextafter(value, 0.0))
+
+
+def decode_fixed_point(total: np.ndarray, fractional_bits: int) -> np.ndarray:
+    """The real value of a sum of fixed-point codes: ``total`` (``uint64``) read as signed 64-bit, divided by
+    ``2^f``."""
+    codes = np.asarray(total, dtype=np.uint64).view(np.int64)
+    return np.asarray(codes.astype(np.float64) / float(2.0 ** int(fractional_bits)))
+
+
+def count_code(count: int) -> np.ndarray:
+    """The :data:`SATURATED_KEY` entry of a client's payload: ``[count]`` as ``uint64`` (unscaled)."""
+    return np.array([integer(count, "count_code: count", minimum=0)], dtype=np.uint64)
+
+
+def decode_count(total: np.ndarray) -> int:
+    """The cohort's number of saturated entries from the summed :data:`SATURATED_KEY` entry.
+
+    :raises ValueError: not one entry, or a negative total (a malformed sum).
+    """
+    codes = np.asarray(total, dtype=np.uint64).ravel()
+    if codes.size != 1:
+        raise ValueError(f"the saturation count must be one entry, got {codes.size}")
+    count = int(codes.view(np.int64)[0])
+    if count < 0:
+        raise ValueError("the summed saturation count is negative: a malformed masked sum")
+    return count
+
 
 _BYTES = "$b"
 _ARRAY = "$a"

@@ -241,13 +241,18 @@ def test_sum_range_overflow_raises_before_anything_is_drawn():
         DistributedDP(noise_multiplier=1.0, clip_norm=1.0, honest_clients=2, granularity=2.0**-53)
 
 
-def test_noise_beyond_the_range_raises_without_revealing_the_payload(monkeypatch):
+def test_noise_beyond_the_tail_is_truncated_and_counted_never_refused(monkeypatch):
+    """A draw beyond T = ⌈13σ⌉ (probability < 5e-37) is truncated to ±T, whatever the payload, so every message stays
+    within the range of a 64-bit sum over K (check_range) and nothing about the payload makes the client refuse."""
     ddp = DistributedDP(noise_multiplier=1.0, clip_norm=1.0, honest_clients=2)
-    monkeypatch.setattr(ddp_module, "discrete_gaussian", lambda variance, size, rng: [2**62] * size)
+    monkeypatch.setattr(ddp_module, "discrete_gaussian", lambda variance, size, rng: [2**62, -(2**62)][:size])
     secret = np.array([0.123456789, -0.987654321])
-    with pytest.raises(ValueError, match="left the 64-bit range") as info:
-        ddp.encode(secret, 4, NoiseSource(insecure_seed=1))
-    assert "123" not in str(info.value) and "987" not in str(info.value)
+    message, truncated = ddp.encode_counted(secret, 4, NoiseSource(insecure_seed=1))
+    tail = ddp.tail_bound(2)
+    assert truncated == 2 and np.all(np.abs(message) <= ddp.message_bound(4))
+    np.testing.assert_allclose(ddp.decode(message) - secret, [tail * ddp.step, -tail * ddp.step], atol=2 * ddp.step)
+    monkeypatch.setattr(ddp_module, "discrete_gaussian", lambda variance, size, rng: [0] * size)  # control
+    assert ddp.encode_counted(secret, 4, NoiseSource(insecure_seed=1))[1] == 0
 
 
 def test_encode_refuses_small_cohorts_and_bad_payloads():

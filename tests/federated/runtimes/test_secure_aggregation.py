@@ -3,9 +3,10 @@
 import numpy as np
 import pytest
 
-from gpflow_fed.federated import ClientUpdateError, FaultPolicy, LocalRuntime, Message, Protection, RunOptions, run
+from gpflow_fed.federated import FaultPolicy, LocalRuntime, Message, Protection, RunOptions, run
 from gpflow_fed.federated.protection.masking import SecureAggregation, sum_masked
-from gpflow_fed.federated.protection.reduction import Reducer
+from gpflow_fed.federated.protection.reduction import FixedPointSaturationWarning, Reducer
+from gpflow_fed.federated.protection.wire import SATURATED_KEY, WEIGHT_KEY, FixedPoint, count_code
 
 from tests.federated.helpers import FederatedMean, Faulty, WeightedMean, secure_exchange
 
@@ -26,12 +27,13 @@ class Collecting(FederatedMean):
 
 
 def _codes(protection, values, cohort):
-    """Each client's fixed-point codes as its encoder flattens them (sorted names, weight entry included)."""
-    secure = protection.secure
+    """Each client's fixed-point codes as its encoder flattens them (sorted names, weight and count entries)."""
+    fixed = FixedPoint(protection.secure.fractional_bits, len(cohort))
     out = {}
     for c in cohort:
-        arrays = {**values[c], "secagg/weight": np.array([1.0])}
-        out[c] = np.concatenate([secure.encode(n, arrays[n], len(cohort)).ravel() for n in sorted(arrays)])
+        codes = {n: fixed.encode(v)[0] for n, v in {**values[c], WEIGHT_KEY: np.array([1.0])}.items()}
+        codes[SATURATED_KEY] = count_code(0)
+        out[c] = np.concatenate([codes[n].ravel() for n in sorted(codes)])
     return out
 
 
@@ -78,7 +80,7 @@ def test_server_sees_only_masks_and_the_exact_sum(dataset, algorithm_class):  # 
     by_id = {f"client_{k}": data for k, data in enumerate(dataset.clients)}
     ups = [m for m in secure.ledger.messages if m.sender != "server"]
     stages = {m.phase.split("/secagg/")[-1] for m in ups}
-    assert stages == {"advertise", "share", "store", "masked_input", "unmask"}  # nothing in plain
+    assert stages == {"advertise", "share", "store", "masked_input", "consistency", "unmask"}  # nothing in plain
     masked = [m for m in ups if m.phase.endswith("/masked_input")]
     assert len(masked) == 2 * dataset.num_clients
     wire = b"".join(a.tobytes() for m in ups for a in m.arrays.values())
@@ -95,10 +97,10 @@ def test_aggregate_equals_sum_of_fixed_point_encodings():
     cohort = ("client_0", "client_1", "client_2")
     values = [np.array([0.1, -2.3]), np.array([1e-7, 4.0]), np.array([3.3, 0.0])]
     _, result, context = secure_exchange([Message(c, 0, "p", {"a": v}) for c, v in zip(cohort, values)], protection)
-    sums = {"a": result.total[:2], "secagg/weight": result.total[2:]}
+    sums = {"a": result.total[:2], SATURATED_KEY: result.total[2:3], WEIGHT_KEY: result.total[3:]}  # sorted names
     aggregate = Reducer(protection).finish(sums, context, masked=True)
     codec = protection.secure
-    exact = codec.decode(sum_masked([{"a": codec.encode("a", v, 3)} for v in values])["a"])
+    exact = codec.decode(sum_masked([{"a": FixedPoint(20, 3).encode(v)[0]} for v in values])["a"])
     np.testing.assert_array_equal(aggregate["a"], exact)
     np.testing.assert_allclose(aggregate["a"], np.sum(values, axis=0), atol=3 * 2.0**-21)
     assert aggregate.total_weight == 3.0
@@ -115,14 +117,15 @@ def test_faulty_client_is_excluded_before_masking(dataset):  # noqa: F811
     assert "client_1" in result.history[0]["excluded"]
 
 
-def test_fixed_point_overflow_is_a_client_fault(dataset):  # noqa: F811
-    # 2^(63-59) / 4 clients = 4 < N_k, so every "n" payload is out of range
-    with pytest.raises(ClientUpdateError, match="fractional_bits"):
-        run(
-            FederatedMean(1),
-            dataset,
-            runtime=LocalRuntime(protection=Protection(secure_aggregation=SecureAggregation(fractional_bits=59))),
-        )
+def test_fixed_point_overflow_saturates_and_the_server_warns(dataset):  # noqa: F811
+    # 2^(63-59) / 4 clients = 4 < N_k, so every "n" payload is beyond the range: clipped and counted, not refused
+    protection = Protection(secure_aggregation=SecureAggregation(fractional_bits=59))
+    with pytest.warns(FixedPointSaturationWarning, match="fixed-point range"):
+        result = run(FederatedMean(1), dataset, runtime=LocalRuntime(protection=protection))
+    R = FixedPoint(59, dataset.num_clients).range  # sum_y, n, the weight N_k and the metric N_k · mean
+    expected = sum(2 * int(abs(float(Y.sum())) > R) + 2 * int(len(Y) > R) for _, Y in dataset.clients)
+    assert result.history[0]["saturated"] == {"train": expected} and expected >= dataset.num_clients
+    assert "excluded" not in result.history[0]
 
 
 def test_a_collect_phase_is_sent_in_plain_under_secure_aggregation(dataset):  # noqa: F811
