@@ -19,6 +19,9 @@ import pytest
 
 from gpflow_fed.cli import SUBCOMMANDS
 
+# One pytest-xdist worker (setup.cfg's --dist loadgroup): the walkthrough fixture is built once.
+pytestmark = pytest.mark.xdist_group("test_newcomer")
+
 ROOT = Path(__file__).resolve().parents[1]
 NOISE = re.compile(r"warning|retracing|traceback|deprecat", re.IGNORECASE)
 

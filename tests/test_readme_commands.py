@@ -19,6 +19,9 @@ import pytest
 
 from gpflow_fed.cli import main
 
+# One pytest-xdist worker (setup.cfg's --dist loadgroup): the lines run in order in one folder, as a reader runs them.
+pytestmark = pytest.mark.xdist_group("test_readme_commands")
+
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 QUICKSTART = (ROOT / "docs" / "guides" / "quickstart.md").read_text(encoding="utf-8")

@@ -28,6 +28,9 @@ from gpflow_fed.models import (
 )
 from gpflow_fed.models.serialization import build_kernel, kernel_structure, named_variables
 
+# One pytest-xdist worker (setup.cfg's --dist loadgroup): the four fitted models (module fixture) are trained once.
+pytestmark = pytest.mark.xdist_group("test_saving")
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

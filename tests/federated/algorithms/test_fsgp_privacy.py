@@ -10,6 +10,9 @@ from gpflow_fed.federated import LocalRuntime, Protection, RunOptions, run
 from gpflow_fed.federated.algorithms import FSGP
 from gpflow_fed.federated.algorithms.fsgp.statistics import sgpr_statistics, statistics_from_cross_covariance
 
+# One pytest-xdist worker (setup.cfg's --dist loadgroup): the runs of the module fixture are trained once.
+pytestmark = pytest.mark.xdist_group("test_fsgp_privacy")
+
 #: the plain, readable messages these tests check (the secure default masks them)
 PLAIN = Protection(secure_aggregation=False)
 
