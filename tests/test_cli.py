@@ -116,7 +116,7 @@ def test_value_errors_exit_2_before_training(tmp_path: Path, capsys: pytest.Capt
     code = main(["fsgp", "--quick", "--dataset", "synthetic1", "-M", "400", "--logdir", str(tmp_path), "--json"])
     err = capsys.readouterr().err
     assert code == 2
-    assert "gpflow-fed fsgp: error:" in err and "M = 400" in err
+    assert "gpflow-fed fsgp: error:" in err and "400 inducing points (--inducing)" in err and "300" in err
     assert not list(tmp_path.rglob("events.out.tfevents.*"))
 
 

@@ -31,11 +31,11 @@ print(json.dumps(out))
 """
 
 
-def _csv(path: Path, empty_row: int = 0) -> Path:
+def _csv(path: Path, empty_row: int = 0, parties: str = "ab", los: str = "{:.2f}") -> Path:
     rows = ["hospital,age,los"]
     for k in range(12):
-        los = "" if k + 1 == empty_row else f"{5 + 0.1 * k:.2f}"
-        rows.append(f"{'ab'[k % 2]},{20 + 3 * k},{los}")
+        value = "" if k + 1 == empty_row else los.format(5 + 0.1 * k)
+        rows.append(f"{parties[k % len(parties)]},{20 + 3 * k},{value}")
     path.write_text("\n".join(rows) + "\n")
     return path
 
@@ -83,6 +83,37 @@ CASES = [
         ["--clients must be at least 1, got 0", "--superlink must be HOST:PORT"],
     ),
     (["datasets", "--write-example", "{csv}"], ["File exists"]),
+    # issue 45: too few parties for secure aggregation, named, with the option that changes it
+    (
+        ["fsgp", "--csv", "{one}", "--party-column", "hospital", "--target", "los"],
+        ["1 party ('a') from --party-column hospital", "needs at least 2", "--party-column hospital must give 2"],
+    ),
+    (["recycle", "--csv", "{one}", "--party-column", "hospital", "--target", "los"], ["1 party ('a')"]),
+    (["pvi", "--csv", "{one}", "--party-column", "hospital", "--target", "los"], ["1 party ('a')"]),
+    (["fedbnr", "--clients", "1"], ["1 client ('client_0') from --clients", "--clients must give 2 or more"]),
+    (
+        ["fsgp", "--clients", "3", "--client-fraction", "0.3"],
+        ["--client-fraction 0.3 asks 1 of the 3 clients", "raise --client-fraction to 0.67 or more"],
+    ),
+    (["fsgp", "--csv", "{csv}", "--party-column", "hospital", "--target", "los", "-M", "12"], ["lower --inducing"]),
+    (
+        ["flower", "server", "--clients", "1", "--save", "{model}"],
+        ["--clients 1 is below --min-cohort 2", "start 2 parties or more (--clients 2)"],
+    ),
+    # a target with nothing to learn
+    (
+        ["fsgp", "--csv", "{constant}", "--party-column", "hospital", "--target", "los"],
+        ["the target 'los' has the same value in every row", "pick another --target"],
+    ),
+    (
+        ["pvi", "--csv", "{flat}", "--party-column", "hospital", "--target", "los"],
+        ["the target 'los' varies by", "of its mean", "subtract a known offset"],
+    ),
+    # table errors name the command's options, not Python's parameters
+    (
+        ["fsgp", "--csv", "{csv}", "--party-column", "hospital", "--target", "los", "--features", "age", "age"],
+        ["--features names a column twice"],
+    ),  # fmt: skip
 ]
 
 
@@ -90,8 +121,12 @@ def test_errors_come_before_tensorflow_in_one_line(tmp_path):
     files = {
         "csv": str(_csv(tmp_path / "h.csv")),
         "empty": str(_csv(tmp_path / "e.csv", empty_row=5)),
+        "one": str(_csv(tmp_path / "one.csv", parties="a")),
+        "constant": str(_csv(tmp_path / "c.csv", los="7")),
+        "flat": str(_csv(tmp_path / "f.csv", los="10000{:.2f}")),  # 100005.00 … 100006.10: σ/μ ≈ 3.5e-6
         "missing": str(tmp_path / "missing.csv"),
         "missing_npz": str(tmp_path / "missing.npz"),
+        "model": str(tmp_path / "model.npz"),
     }
     argvs = [[a.format(**files) for a in argv] for argv, _ in CASES]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

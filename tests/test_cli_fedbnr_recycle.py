@@ -45,6 +45,8 @@ def test_recycle_locals_then_ensemble_then_corrupt_file(tmp_path, capsys):
     saved = json.loads(capsys.readouterr().out)
     assert saved["outputs"]["local_models"] == str(path) and saved["settings"]["inducing_per_model"] == 4
     assert [r["method"] for r in saved["results"]] == [f"task_{k}" for k in range(len(saved["results"]))]
+    # what each party sends: q_mu [4, 1], q_sqrt [4, 4], Z [4, 1] in float64 (issue 45: recycle's time and bytes)
+    assert all(r["bytes_sent"] == (4 + 16 + 4) * 8 and r["seconds"] > 0 for r in saved["results"])
     argv = ["recycle", "ensemble", str(path), "--inducing", "6", "--maxiter", "3", "--evaluate", "toy", "--out",
             str(tmp_path / "ensemble.npz"), "--json", "--logdir", str(tmp_path / "runs")]  # fmt: skip
     assert main(argv) == 0
@@ -52,6 +54,10 @@ def test_recycle_locals_then_ensemble_then_corrupt_file(tmp_path, capsys):
     row = out["results"][0]
     assert out["settings"]["models"] == len(saved["results"])
     assert np.isfinite([row["elbo"], row["test_nlpd"], row["test_rmse"]]).all()
+    assert row["bytes_sent"] == 192 * len(saved["results"]) and row["seconds"] > 0
+    assert main(argv[:-3] + ["--logdir", str(tmp_path / "runs")]) == 0  # the table, as the other commands print it
+    text = capsys.readouterr().out.splitlines()
+    assert "| time (s) | bytes sent |" in text[1] and f"model: {out['outputs']['model']}" in text[-1]
     from gpflow_fed.models import load_model, load_recyclable
 
     assert list(load_recyclable(tmp_path / "ensemble.npz")) == ["ensemble"]

@@ -5,7 +5,7 @@ Parsing, ``--help``, usage errors and data errors import neither TensorFlow nor 
 ``check`` beside ``func``, which validates the options together, the files and the tables (numpy only) and
 raises one of :data:`USER_ERRORS`; only then is TensorFlow imported and ``func`` run. ``gpflow-fed --help``
 answers in a fraction of a second, and so does a missing file or a wrong column. TensorFlow's log noise is
-silenced before TensorFlow is imported, when a command runs (see :func:`quiet_tensorflow`).
+silenced as the package silences it in Python (see :func:`quiet_tensorflow`).
 """
 
 from __future__ import annotations
@@ -15,41 +15,27 @@ import importlib
 import os
 import re
 import sys
-from typing import Dict, Iterator, List, Optional, Sequence
+from typing import Iterator, List, Optional, Sequence
 
 SUBCOMMANDS: List[str] = ["datasets", "fedbnr", "flower", "fsgp", "privacy", "pvi", "recycle"]
 
-#: environment set (unless the user set it) before TensorFlow is imported: no C++ INFO/WARNING lines.
-#: ``GPFLOW_FED_TF_LOGS=1`` keeps TensorFlow's start-up messages (see :func:`quiet_tensorflow`).
-QUIET_ENV: Dict[str, str] = {"TF_CPP_MIN_LOG_LEVEL": "2"}
-
 
 def quiet_tensorflow() -> None:
-    """Import TensorFlow (and GPflow) without its start-up noise; a no-op once TensorFlow is imported.
+    """Import TensorFlow and list its devices (the CUDA probe), without their start-up noise.
 
-    ``TF_CPP_MIN_LOG_LEVEL`` does not reach the lines TensorFlow's C++ runtime writes before its logging is
-    initialised (``WARNING: All log messages before absl::InitializeLog()``, the CUDA probe), so file
-    descriptor 2 is pointed at ``/dev/null`` while ``tensorflow`` is imported and restored afterwards; Python
-    exceptions from the import are unaffected, and TensorFlow's Python-side warnings (e.g. retracing) still show.
+    The package does the silencing for Python and the command line alike (``import gpflow_fed``, which runs before
+    this module: ``TF_CPP_MIN_LOG_LEVEL=2`` unless set, and its start-up lines and a GPU-less machine's CUDA probe
+    filtered out of standard error while TensorFlow is imported and first lists its devices; see
+    :mod:`gpflow_fed`). The devices are listed here, under the same filter, in case TensorFlow was imported before
+    the package (a caller of :func:`main` that imported it first). Errors and TensorFlow's Python-side warnings
+    (e.g. retracing) still show; ``GPFLOW_FED_TF_LOGS=1`` keeps everything.
     """
-    for key, value in QUIET_ENV.items():
-        os.environ.setdefault(key, value)
-    if "tensorflow" in sys.modules:
-        return
-    if os.environ.get("GPFLOW_FED_TF_LOGS") == "1":
-        import tensorflow  # noqa: F401
-    else:
-        sys.stderr.flush()
-        saved = os.dup(2)
-        try:
-            with open(os.devnull, "w") as devnull:
-                os.dup2(devnull.fileno(), 2)
-                import tensorflow as tf
+    import tensorflow as tf
 
-                tf.constant(0.0)  # the CUDA probe runs on first use; keep it inside the redirection
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
+    from .. import filtered_stderr
+
+    if os.environ.get("GPFLOW_FED_TF_LOGS") != "1":
+        filtered_stderr(tf.config.list_physical_devices)
 
 
 _ROLE = re.compile(r":[a-z:]+:`(?:([^`<]*?)\s*<[^`>]*>|~?([^`]*))`")
@@ -140,8 +126,6 @@ def _innermost(parser: argparse.ArgumentParser, args: argparse.Namespace) -> arg
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of the console script; returns the exit status."""
-    for key, value in QUIET_ENV.items():
-        os.environ.setdefault(key, value)
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:

@@ -87,9 +87,11 @@ def _load(name: str) -> Any:
 
     if name in SYNTHETIC:
         data = fsgp_synthetic_1() if name == "synthetic1" else fsgp_synthetic_2()
-        return data.X_train, data.Y_train, {"licence": "generated (FSGP paper eqs. 18-19)", "groups": None}
+        meta = {"licence": "generated (FSGP paper eqs. 18-19)", "groups": None, "target": "y", "unit": None}
+        return data.X_train, data.Y_train, meta
     real = load_dataset(name)
-    return real.X, real.Y, {"licence": real.licence, "groups": real.groups, "coordinates": real.coordinates}
+    meta = {"licence": real.licence, "groups": real.groups, "coordinates": real.coordinates}
+    return real.X, real.Y, {**meta, "target": real.target_name, "unit": real.units or None}
 
 
 def _commands(name: str) -> List[str]:
@@ -110,6 +112,8 @@ def _summary(name: str) -> Dict[str, Any]:
         "D": int(X.shape[1]),
         "groups": None if groups is None else int(len(set(groups.tolist()))),
         "coordinates": meta.get("coordinates") is not None,
+        "target": meta["target"],
+        "unit": meta["unit"],
         "licence": meta["licence"],
         "commands": _commands(name),
     }
@@ -174,14 +178,16 @@ def _run(args: argparse.Namespace) -> int:
         if args.json:
             emit(True, payload("datasets", None, settings, rows))
             return 0
-        print("| name | N | D | groups | coordinates | licence | commands |\n|---|---|---|---|---|---|---|")
+        print("| name | N | D | target [unit] | groups | coordinates | licence | commands |")
+        print("|---|---|---|---|---|---|---|---|")
         for r in rows:
             commands = ", ".join(r["commands"])
             if "error" in r:
-                print(f"| {r['name']} | – | – | – | – | not installed: {r['error']} | {commands} |")
+                print(f"| {r['name']} | – | – | – | – | – | not installed: {r['error']} | {commands} |")
             else:
-                cells = [r["name"], r["N"], r["D"], r["groups"] or "–", r["coordinates"], r["licence"], commands]
-                print("| " + " | ".join(map(str, cells)) + " |")
+                target = f"{r['target']} [{r['unit'] or 'no unit'}]"
+                cells = [r["name"], r["N"], r["D"], target, r["groups"] or "–", r["coordinates"], r["licence"]]
+                print("| " + " | ".join(map(str, [*cells, commands])) + " |")
         return 0
     X, Y, meta = _load(args.name)
     extra: Dict[str, Any] = {}

@@ -17,7 +17,7 @@ from ..fitting import DEFAULTS as FIT_DEFAULTS
 from .datasets import KNOWN, check_dataset
 from .options import add_run_arguments, non_negative_float, non_negative_int, positive_float, positive_int
 from .options import add_run_option_arguments, refuse_ignored, resolve, run_options
-from .own_data import add_own_data_arguments, check_own_data_arguments, own_dataset
+from .own_data import add_own_data_arguments, check_federation, check_own_data_arguments, own_dataset
 from .options import standardized as _standardized
 
 _FEDBNR = FIT_DEFAULTS["fedbnr"]
@@ -65,7 +65,7 @@ def register(subparsers: Any) -> None:
         "--alpha", type=non_negative_float, default=None, help="α of the distillation loss (eq. 3.4; default 1)"
     )
     p.add_argument("--protocol", choices=("statistics", "two_step"), default="statistics")
-    add_run_arguments(p, "runs/fedbnr", "fedbnr.png")
+    add_run_arguments(p, "runs/fedbnr", "fedbnr.png", quick_cpu=11)
     add_run_option_arguments(p)
     add_own_data_arguments(p)
     p.set_defaults(func=_run, check=check)
@@ -88,6 +88,7 @@ def check(args: argparse.Namespace) -> None:
     if args.csv is None:
         check_dataset("fedbnr", args.dataset or "diabetes")
         refuse_ignored(args, {"test_fraction": "the thesis' protocol holds out 10 % of a dataset"})
+    check_federation(args, None if args.csv is not None else args.clients or 10)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -104,7 +105,7 @@ def _run(args: argparse.Namespace) -> int:
     from ..monitor import federated_monitor, write_scalars
     from ..plotting import plot_run
     from .datasets import load_arrays
-    from .report import dataset_info, emit, payload, score_rows
+    from .report import dataset_info, dataset_unit, emit, payload, score_rows
 
     raw = own_dataset(args)
     distillation, header = None, ""
@@ -164,15 +165,16 @@ def _run(args: argparse.Namespace) -> int:
     settings.update(dataset=raw.name, clients=dataset.num_clients, aggregation=args.aggregation,
                     protocol=args.protocol, seed=args.seed)  # fmt: skip
     features = list(args.table.features) if args.table is not None else None
+    unit = None if args.csv is not None else dataset_unit(args.dataset or "diabetes")
+    info = dataset_info(raw, features=features, target=args.target, unit=unit)
     report = payload(
-        "fedbnr", dataset_info(raw, features=features, target=args.target), settings, rows,
+        "fedbnr", info, settings, rows,
         [warning] if warning else [], {"logdir": str(logdir), "plot": plot, "model": str(saved)},
     )  # fmt: skip
-    units = f"the units of {args.target}" if args.target else "the data's units"
     lines = [f"| bytes up, phase {p} | {n} (shapes {shapes[p]}) |" for p, n in bytes_up.items()]
     footer = "\n".join(
         [f"test ECE {ece:.4f}, MCE {mce:.4f}", "| phase | bytes up |", "|---|---|", *lines,
          f"TensorBoard: tensorboard --logdir {logdir}    plot: {plot}    model: {saved}"]
     )  # fmt: skip
-    emit(args.json, report, f"{raw!r}{header}\nmetrics in {units} (std.: standardised)", footer)
+    emit(args.json, report, f"{raw!r}{header}\nmetrics in {info['units']} (std.: standardised)", footer)
     return 0 if np.isfinite(mean).all() else 1

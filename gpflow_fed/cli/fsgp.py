@@ -32,7 +32,7 @@ from ..fitting import DEFAULTS as FIT_DEFAULTS
 from .datasets import KNOWN, SYNTHETIC, check_dataset, load_arrays
 from .options import add_run_arguments, fraction, given, positive_float, positive_int, refuse_ignored, resolve
 from .options import add_run_option_arguments, for_run, run_options
-from .own_data import add_own_data_arguments, check_own_data_arguments
+from .own_data import add_own_data_arguments, check_federation, check_own_data_arguments
 from .options import standardized as _standardized
 
 if TYPE_CHECKING:  # imported when a command runs, not when the CLI parses its arguments
@@ -48,7 +48,7 @@ DEFAULTS = dict(
     clients=5, rounds=_FSGP["rounds"], local_steps=_FSGP["local_steps"], learning_rate=_FSGP["learning_rate"],
     client_fraction=1.0, inducing=_FSGP["num_inducing"],
 )  # fmt: skip
-#: ``--quick`` (seconds).
+#: ``--quick``: a smoke test (about 17 s of CPU time, see its help).
 QUICK = dict(clients=3, rounds=5, local_steps=2, inducing=8)
 QUICK_MAX_TRAIN = 300
 #: initial noise variance σ² on standardized data (:data:`gpflow_fed.fitting.DEFAULTS`); the paper's σ = 0.1,
@@ -98,7 +98,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--inducing", "-M", type=positive_int, default=None, help=f"M (default {d['inducing']})")
     parser.add_argument("--mode", choices=MODES, default="fedavg", help="the headline FSGP mode (default fedavg)")
-    add_run_arguments(parser, "runs/fsgp", "fsgp.png")
+    add_run_arguments(parser, "runs/fsgp", "fsgp.png", quick_cpu=17)
     add_run_option_arguments(parser, checkpoints="; each federated run (fsgp-fedavg, fsgp-exact, fgp) in its subfolder")
     parser.description += (
         f"\n--quick: K={QUICK['clients']}, R={QUICK['rounds']}, P={QUICK['local_steps']}, M={QUICK['inducing']} "
@@ -126,6 +126,11 @@ def check(args: argparse.Namespace) -> None:
     if args.mode == "exact" and given(args, "client_fraction") and args.client_fraction != 1:
         raise ValueError("--mode exact sums statistics over every client each round; drop --client-fraction")
     run_options(args)  # --resume without --checkpoint-dir, before TensorFlow
+    settings = resolve(args, DEFAULTS, QUICK)
+    check_federation(
+        args, None if args.csv is not None else settings["clients"], client_fraction=args.client_fraction,
+        inducing=settings["inducing"],
+    )  # fmt: skip
 
 
 @dataclass
@@ -295,15 +300,13 @@ def compare(
     from ..federated import RunOptions, run
     from ..federated.algorithms import FGP
     from ..federated.algorithms.inducing_inputs import STANDARDISED_BOX, inducing_grid
+    from ..fitting.checks import check_inducing
     from ..models import StandardizedModel
     from ..progress import tqdm
 
     options = RunOptions(progress=progress) if options is None else options
     raw, labels = raw_dataset(settings)
-    if settings["inducing"] > raw.num_data:  # before anything runs or writes
-        raise ValueError(
-            f"M = {settings['inducing']} inducing points exceed the N = {raw.num_data} training rows; lower -M"
-        )
+    check_inducing(settings["inducing"], raw.num_data, True, {"num_inducing": "--inducing"})  # before anything runs
     dataset, scaler = _standardized(raw)
     steps = settings["rounds"] * settings["local_steps"]
     Z = inducing_grid([STANDARDISED_BOX] * dataset.input_dim, settings["inducing"])  # no client data
@@ -364,7 +367,7 @@ def format_table(rows: List[MethodResult]) -> str:
 
 def main(args: argparse.Namespace) -> int:
     """Run the ``fsgp`` subcommand; prints a table (or JSON with ``--json``) and returns 0."""
-    from .report import dataset_info, emit, payload
+    from .report import dataset_info, dataset_unit, emit, payload
 
     settings = resolve_settings(args)
     logdir = Path(args.logdir)
@@ -397,18 +400,21 @@ def main(args: argparse.Namespace) -> int:
     saved = save_model(extras["model"], args.save or logdir / "model.npz")
     results = [asdict(r) for r in rows]
     warning = calibration_message(results[0], int(raw.test[0].shape[0]), rows[0].method)
+    own = settings.get("target")
+    info = dataset_info(
+        raw, features=_features(args), target=own, unit=None if own else dataset_unit(settings["dataset"])
+    )
     report = payload(
         "fsgp",
-        dataset_info(raw, features=_features(args), target=settings.get("target")),
+        info,
         settings,
         results,
         [warning] if warning else [],
         {"logdir": str(logdir), "plot": str(plot), "model": str(saved)},
     )
-    units = f"the units of {settings['target']}" if settings.get("target") else "the data's units"
     header = (
-        f"{raw!r}\nmetrics in {units} (std.: standardised); T = {settings['rounds'] * settings['local_steps']} "
-        "gradient steps each"
+        f"{raw!r}\nmetrics in {info['units']} (std.: standardised); T = "
+        f"{settings['rounds'] * settings['local_steps']} gradient steps each"
     )
     footer = f"TensorBoard: tensorboard --logdir {logdir}    plot: {plot}    model: {saved}"
     emit(args.json, report, header, footer)

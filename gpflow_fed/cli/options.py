@@ -52,8 +52,13 @@ fraction = _checked(float, "a number in (0, 1] (the fraction ρ of clients per r
 open_fraction = _checked(float, "a number in (0, 1)", lambda v: 0 < v < 1)
 
 
-def add_run_arguments(parser: argparse.ArgumentParser, logdir: str, plot: str) -> None:
-    """``--test-fraction``, ``--seed``, ``--logdir``, ``--save``, ``--json``, ``--quick``, ``--no-progress``."""
+def add_run_arguments(parser: argparse.ArgumentParser, logdir: str, plot: str, quick_cpu: int) -> None:
+    """``--test-fraction``, ``--seed``, ``--logdir``, ``--save``, ``--json``, ``--quick``, ``--no-progress``.
+
+    :param quick_cpu: the CPU seconds the command's ``--quick`` run took, measured (``/usr/bin/time gpflow-fed
+        <command> --quick``, docs page "Command output"): its help states it, since the wall time depends on the
+        machine's load.
+    """
     parser.add_argument(
         "--test-fraction",
         type=open_fraction,
@@ -70,7 +75,12 @@ def add_run_arguments(parser: argparse.ArgumentParser, logdir: str, plot: str) -
         " (load it with gpflow_fed.models.load_model)",
     )
     parser.add_argument("--json", action="store_true", help="print the result as JSON (layout: docs 'Command output')")
-    parser.add_argument("--quick", action="store_true", help="tiny settings for a smoke test (seconds)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"tiny settings for a smoke test: about {quick_cpu} s of CPU time (TensorFlow's start included), a "
+        "minute or more of wall time on a busy machine",
+    )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
 
 

@@ -15,6 +15,8 @@ from typing import Any, Mapping, Optional
 from .options import refuse_ignored
 
 OWN = ("party_column", "target", "features")
+#: how table errors name the arguments on the command line (:data:`gpflow_fed.data.tabular.PARAMETERS`)
+OPTIONS = {name: f"--{name.replace('_', '-')}" for name in ("party_column", "target", "features", "test_fraction")}
 
 
 def add_own_data_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,9 +69,41 @@ def check_own_data_arguments(
     fraction = args.test_fraction if getattr(args, "test_fraction", None) is not None else test_fraction
     args.table = split_table(
         args.csv, party_column=args.party_column, target=args.target, features=args.features,
-        test_fraction=fraction, seed=args.seed,
+        test_fraction=fraction, seed=args.seed, spelling=OPTIONS,
     )  # fmt: skip
     return args.table
+
+
+def check_federation(
+    args: argparse.Namespace,
+    clients: Optional[int],
+    *,
+    client_fraction: Optional[float] = None,
+    inducing: Optional[int] = None,
+) -> None:
+    """Enough parties for the protection every training command asks (secure aggregation, minimum cohort 2), in all
+    and per round, and for FSGP enough rows for its statistics; before TensorFlow (:mod:`gpflow_fed.fitting.checks`,
+    its messages naming the parties and this command's options).
+
+    :param clients: the number of simulated clients without ``--csv`` (``None``: the dataset fixes them).
+    :param client_fraction: ρ of a command whose rounds mask a sum over the sampled parties (``--client-fraction``).
+    :param inducing: FSGP's M (``-M``), checked against the table's training rows.
+    :raises ValueError: one line.
+    """
+    from ..fitting.checks import check_inducing, check_parties, required_cohort
+
+    table = getattr(args, "table", None)
+    if table is not None:
+        parties, spelling = table.parties, {"parties": f"--party-column {args.party_column}", "party": "party"}
+    elif clients is not None:
+        parties, spelling = tuple(f"client_{k}" for k in range(clients)), {"parties": "--clients", "party": "client"}
+    else:
+        return
+    minimum, reason = required_cohort(None)
+    spelling.update(client_fraction="--client-fraction", protection="", num_inducing="--inducing")
+    check_parties(parties, minimum, reason, client_fraction=client_fraction, spelling=spelling)
+    if table is not None and inducing is not None:
+        check_inducing(inducing, sum(int(Y.shape[0]) for _, Y in table.clients), True, spelling)
 
 
 def own_dataset(args: argparse.Namespace) -> Optional[Any]:

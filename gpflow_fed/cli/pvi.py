@@ -12,7 +12,7 @@ from ..fitting import DEFAULTS as FIT_DEFAULTS
 from .datasets import KNOWN, check_dataset
 from .options import add_run_arguments, non_negative_int, positive_int, refuse_ignored, resolve
 from .options import add_run_option_arguments, run_options
-from .own_data import add_own_data_arguments, check_own_data_arguments, own_dataset
+from .own_data import add_own_data_arguments, check_federation, check_own_data_arguments, own_dataset
 from .options import standardized as _standardized
 
 _PVI = FIT_DEFAULTS["pvi"]
@@ -63,7 +63,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help=f"optimizer steps per client update (default {d['local_steps']}; --quick {q['local_steps']})",
     )
-    add_run_arguments(parser, "runs/pvi", "pvi.png")
+    add_run_arguments(parser, "runs/pvi", "pvi.png", quick_cpu=16)
     add_run_option_arguments(parser)
     add_own_data_arguments(parser)
     parser.set_defaults(func=main, check=check)
@@ -81,6 +81,7 @@ def check(args: argparse.Namespace) -> None:
         },
     )
     if args.csv is not None:
+        check_federation(args, None)
         return
     name = args.dataset or "toy"
     check_dataset("pvi", name)
@@ -89,6 +90,7 @@ def check(args: argparse.Namespace) -> None:
         refuse_ignored(args, {"clients": own, "max_points": own, "test_fraction": own})
     else:
         refuse_ignored(args, {"test_fraction": "PVI's real-data protocol holds out 10 % (real_split)"})
+        check_federation(args, args.clients or 10)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -102,7 +104,7 @@ def main(args: argparse.Namespace) -> int:
     from ..models import StandardizedModel, save_model
     from ..monitor import federated_monitor, write_scalars
     from ..plotting import plot_run
-    from .report import dataset_info, emit, payload, score_rows
+    from .report import dataset_info, dataset_unit, emit, payload, score_rows
 
     name = args.dataset or "toy"
     raw = own_dataset(args)
@@ -142,17 +144,20 @@ def main(args: argparse.Namespace) -> int:
     settings.update(dataset=raw.name, method=args.method, seed=args.seed, clients=dataset.num_clients)
     if args.csv is not None or name == "toy":
         settings.pop("max_points")  # it applies to real datasets only
+    info = dataset_info(
+        raw, features=list(args.table.features) if args.table else None, target=args.target,
+        unit=None if args.csv is not None else dataset_unit(name),
+    )  # fmt: skip
     report = payload(
         "pvi",
-        dataset_info(raw, features=list(args.table.features) if args.table else None, target=args.target),
+        info,
         settings,
         rows,
         [warning] if warning else [],
         {"logdir": str(logdir), "plot": str(plot), "model": str(saved)},
     )
-    units = f"the units of {args.target}" if args.target else "the data's units"
     emit(
-        args.json, report, f"{raw!r}\nmetrics in {units} (std.: standardised)",
+        args.json, report, f"{raw!r}\nmetrics in {info['units']} (std.: standardised)",
         f"TensorBoard: tensorboard --logdir {logdir}    plot: {plot}    model: {saved}",
     )  # fmt: skip
     return 0

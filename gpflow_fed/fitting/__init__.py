@@ -13,14 +13,17 @@ its algorithms with the same :func:`algorithm` and :data:`DEFAULTS`, so the same
 model either way.
 
 This module imports no TensorFlow until :func:`fit` or :func:`algorithm` runs (the command line reads
-:data:`DEFAULTS` for its ``--help``).
+:data:`DEFAULTS` for its ``--help``), and :func:`fit` checks its arguments, the table and the parties before it
+imports TensorFlow: a missing value, a wrong column, a constant target or too few parties for the protection asked
+is a ``ValueError`` in a fraction of a second, naming the parameter to change.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Optional, Sequence
 
-
+from .checks import PARAMETERS
 from .defaults import DEFAULTS, METHODS
 
 __all__ = ["DEFAULTS", "METHODS", "fit"]  # and, imported when first used, algorithm, in_user_units and standardize
@@ -78,25 +81,59 @@ def fit(
         ``test_rmse``, ``test_mae``, ``test_nlpd``, ``test_coverage_90`` (target units), their
         ``*_standardized`` forms, and ``baseline_rmse`` / ``baseline_nlpd`` of predicting the mean
         (:mod:`gpflow_fed.evaluation`). ``result.standardizer`` holds the agreed moments.
-    :raises ValueError: an unknown method, or table input without ``party_column`` and ``target``.
+    :raises ValueError: before anything is trained (and, for a table, before TensorFlow is imported): an unknown
+        method; table input without ``party_column`` and ``target``; a table error of
+        :func:`~gpflow_fed.data.split_table` (a missing or non-numeric value, a wrong column, a party with fewer than
+        2 rows, a target with the same value in every row or too small a relative spread,
+        :data:`~gpflow_fed.data.tabular.MIN_RELATIVE_STD`); fewer parties than the protection's masked sums need
+        (``SecureAggregation.min_cohort``, 2 by default), in all or per round (``client_fraction``); or FSGP's
+        ``num_inducing`` not below the training rows (:mod:`.checks`). Each names the parameter to change.
     :warns OverconfidenceWarning: the held-out 90 % interval covers fewer than 70 % of the test points.
     """
-    from ..data import FederatedDataset, federated_from_table
-    from .job import in_process, moments_then_train
-    from .methods import algorithm
+    from ..data.tabular import check_target_spread, split_table
+    from .checks import check_inducing, check_parties, required_cohort
 
     if method not in METHODS:
         raise ValueError(f"fit: method must be one of {METHODS}, got {method!r}")
-    if isinstance(data, FederatedDataset):
+    dataset_module = sys.modules.get("gpflow_fed.data.dataset")  # a FederatedDataset exists only once it is loaded
+    given = dataset_module is not None and isinstance(data, dataset_module.FederatedDataset)
+    if given:
         if party_column is not None or target is not None or features is not None:
             raise ValueError("fit: party_column/target/features describe a table; a FederatedDataset has its clients")
-        raw = data
+        parties, decides = tuple(data.names), "the FederatedDataset's clients"
+        rows = int(data.num_data)
+        try:
+            check_target_spread(data.pooled()[1], "Y", {"target": "output Y"})
+        except ValueError as exc:
+            raise ValueError(f"fit: {exc}") from None
     else:
         if party_column is None or target is None:
             raise ValueError("fit: a table needs party_column= (who holds each row) and target= (the output column)")
-        raw = federated_from_table(
-            data, party_column=party_column, target=target, features=features, test_fraction=test_fraction, seed=seed
-        )
+        try:
+            split = split_table(
+                data, party_column=party_column, target=target, features=features, test_fraction=test_fraction,
+                seed=seed,
+            )  # fmt: skip
+        except ValueError as exc:
+            raise ValueError(f"fit: {exc}") from None
+        parties, decides = split.parties, f"party_column={party_column!r}"
+        rows = sum(int(Y.shape[0]) for _, Y in split.clients)
+    minimum, reason = required_cohort(protection)
+    spelling = {**PARAMETERS, "parties": decides}
+    fraction = settings.get("client_fraction") if method != "pvi" else None  # PVI collects: no masked rounds
+    try:
+        check_parties(parties, minimum, reason, client_fraction=fraction, spelling=spelling)
+        if method == "fsgp":
+            M = settings.get("num_inducing", DEFAULTS["fsgp"]["num_inducing"])
+            check_inducing(M, rows, minimum > 1, spelling)  # minimum 1: no secure aggregation
+    except ValueError as exc:
+        raise ValueError(f"fit: {exc}") from None
+
+    from ..data.tabular import dataset_from_split
+    from .job import in_process, moments_then_train
+    from .methods import algorithm
+
+    raw = data if given else dataset_from_split(split)
     run_job = in_process(raw, runtime=runtime, protection=protection, monitor=monitor, seed=seed)
 
     def training() -> Any:

@@ -17,11 +17,13 @@ def test_lists_every_dataset(capsys):
     assert rows["synthetic2"]["N"] == 4900 and rows["synthetic2"]["D"] == 2
     assert "error" not in rows["diabetes"], rows["diabetes"]  # scikit-learn is installed by `make test`
     assert (rows["diabetes"]["N"], rows["diabetes"]["D"]) == (442, 10)
+    assert (rows["co2"]["target"], rows["co2"]["unit"]) == ("co2_ppm", "ppm") and rows["synthetic1"]["unit"] is None
 
 
 def test_table_and_partition_summary(capsys):
     assert main(["datasets"]) == 0
-    assert "| name | N | D |" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "| name | N | D | target [unit] |" in out and "| co2 | 2225 | 1 | co2_ppm [ppm] |" in out
     assert main(["datasets", "synthetic1", "--partition", "random_sizes", "--clients", "5", "--json"]) == 0
     result = json.loads(capsys.readouterr().out)["results"][0]
     assert sum(result["sizes"]) == 500 and len(result["sizes"]) == 5

@@ -82,7 +82,7 @@ def test_splitting_parties_is_linear_in_the_rows():
         table = {
             "party": np.array([f"p{k}" for k in range(K) for _ in range(2)]),
             "x": np.arange(2.0 * K),
-            "y": np.ones(2 * K),
+            "y": np.arange(2.0 * K) % 5,  # not constant: a constant target is refused (issue 45)
         }
         start = time.perf_counter()
         split = split_table(table, party_column="party", target="y", test_fraction=0.0)
