@@ -32,8 +32,9 @@ def test_fedbnr_without_rounds_equals_pooled_blr(capsys):
     np.testing.assert_allclose(row["test_nlpd"], metrics.nlpd(Y_raw, mean, var), rtol=1e-9)
     assert 40 < row["test_rmse"] < payload["results"][1]["test_rmse"]  # beats predicting the mean (σ_Y ≈ 77)
     # phase 2 sends Σ φᵀφ [L, L], Σ φᵀy [L, 1] and two scalars per client, L = 2m = 10, whatever N_k: under the
-    # default secure aggregation as one masked vector (those L² + L + 2 codes and the weight's) with its 32-byte tag
-    assert row["shapes_by_phase"]["scatter"] == [[10 * 10 + 10 + 2 + 1], [32]]
+    # default secure aggregation as one masked vector (those L² + L + 2 codes, the weight's and the count of entries
+    # the client saturated to its fixed-point range) with its 32-byte tag
+    assert row["shapes_by_phase"]["scatter"] == [[10 * 10 + 10 + 2 + 1 + 1], [32]]
     assert row["bytes_up_by_phase"]["scatter"] % 3 == 0
 
 
