@@ -8,10 +8,14 @@ round):
 * per M: FSGP (FedAvg) and centralized SGPR on the pooled data;
 * once (no M): FGP, FedAvg over the clients' exact-GP likelihoods, predicting with the robust BCM (a committee of
   every client's GP, stronger than the FGP paper's prediction; the FSGP paper does not say which predictor its
-  FGP used), with the product of experts (PoE) and with each client's own expert alone (``fgp_local``, the FGP
-  paper's personalised prediction, scored as the unweighted mean of the clients' RMSEs; the FGP paper weights
-  clients by their size, which needs per-client records this script does not save); where N ≤ ``--exact-max``
-  also centralized exact GPR (L-BFGS to convergence), the best any of these can do.
+  FGP used), with the product of experts (PoE) and with each client's own expert alone (the FGP paper's
+  personalised prediction), scored two ways from per-client records saved with the run (each client's training
+  size N_k, test rows n_k, squared-error sum SSE_k, RMSE_k and NLPD_k): ``fgp_local``, the unweighted mean of the
+  clients' RMSEs, as the FGP paper's supplement scores its devices (§2, NASA data:
+  RMSE = (1/K) Σ_k √(SSE_k / |D_k,test|)), and ``fgp_local_weighted``, each client weighted by its size
+  (:func:`size_weighted_rmse`), so that a 2-point client counts 2/N of the score, not 1/K; where
+  N ≤ ``--exact-max`` also centralized exact GPR (L-BFGS to convergence), the best any of these can do.
+  ``--methods`` runs a subset (``--methods fgp`` rescoring FGP alone).
 
 Stopping rule (instead of the paper's fixed T = 5,000 rounds): a :class:`~gpflow_fed.federated.Plateau`, i.e.
 training stops when the mean objective over the last ``--window`` rounds (FSGP: the sampled clients' averaged
@@ -64,6 +68,9 @@ SETTINGS: Dict[str, Tuple[int, float, int]] = {
     "concrete": (10, 0.5, 100),
     "deliveries": (10, 0.5, 1299),
 }
+#: what ``--methods`` can run: FGP (scored by rBCM, PoE and its clients alone), centralized exact GPR, and
+#: ``sparse``, FSGP with centralized SGPR at every M
+METHODS = ("fgp", "gpr_exact", "sparse")
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "fsgp_sweep.json")
 
 
@@ -107,27 +114,65 @@ def _per_round(history: Sequence[Dict[str, Any]]) -> float:
 
 def fgp_runs(dataset: FederatedDataset, rho: float, rounds: int, stopping: Plateau, seed: int) -> List[Dict]:
     """FGP trained once, predicting with rBCM, PoE and each client's expert alone; FGP's exact-GP footprint."""
-    D = dataset.input_dim
+    D, cpu_start = dataset.input_dim, time.process_time()
     fgp = run(FGP(_kernel(D), INITIAL_NOISE_VARIANCE, rounds, LOCAL_STEPS, LEARNING_RATE, rho, stopping=stopping),
               dataset, runtime=LocalRuntime(protection=Protection(secure_aggregation=False)), seed=seed)  # fmt: skip
+    cpu_seconds = time.process_time() - cpu_start  # the process's CPU time (all threads) of FGP's training
     experts = fgp.model.experts
     largest = max(dataset.client_sizes)
-    common = {"rounds": len(fgp.history), "seconds": fgp.seconds, "seconds_per_round": _per_round(fgp.history)}
+    common: Dict[str, Any] = {"rounds": len(fgp.history), "seconds": fgp.seconds, "cpu_seconds": cpu_seconds,
+                              "seconds_per_round": _per_round(fgp.history)}  # fmt: skip
     common["largest_client"] = largest
     common["kernel_matrix_bytes"] = 8 * largest**2  # the O(N_k²) memory of its Cholesky, O(N_k³) time
     out = [{"method": "fgp_rbcm", "rmse": fgp.metrics["test_rmse"], "nlpd": fgp.metrics["test_nlpd"], **common}]
     poe = evaluate_model(ExpertCommittee(experts, rule="poe"), dataset.test)
     out.append({"method": "fgp_poe", "rmse": poe["test_rmse"], "nlpd": poe["test_nlpd"], **common})
-    local = [evaluate_model(e, dataset.test) for e in experts]
-    out.append(
-        {
-            "method": "fgp_local",
-            "rmse": float(np.mean([m["test_rmse"] for m in local])),
-            "nlpd": float(np.mean([m["test_nlpd"] for m in local])),
-            **common,
-        }
-    )
+    clients = client_records(experts, dataset)
+    weighted = size_weighted_rmse(clients)
+    out.append({"method": "fgp_local", "rmse": float(np.mean([c["rmse"] for c in clients])),
+                "nlpd": float(np.mean([c["nlpd"] for c in clients])), **common, "clients": clients})  # fmt: skip
+    out.append({"method": "fgp_local_weighted", "rmse": weighted["rmse"], "nlpd": weighted["nlpd"], **common,
+                "clients": clients})  # fmt: skip
     return out
+
+
+def client_records(experts: Sequence[gpflow.models.GPR], dataset: FederatedDataset) -> List[Dict[str, Any]]:
+    """Each client's own expert (an exact GP on that client's data) scored on the test rows: its training size
+    ``n_train`` (N_k, the rows it conditions on), the test rows it answers ``n_test`` (n_k; here every client answers
+    the shared test set, n_k = L), the sum of squared errors ``sse`` = Σ_l (t_l − y_l)² = n_k·RMSE_k², its ``rmse``
+    (FSGP eq. 20) and ``nlpd``."""
+    n_test = int(dataset.test[1].shape[0])
+    records = []
+    for expert in experts:
+        scores = evaluate_model(expert, dataset.test)
+        rmse = scores["test_rmse"]
+        records.append({"n_train": int(expert.data[0].shape[0]), "n_test": n_test, "sse": n_test * rmse**2,
+                        "rmse": rmse, "nlpd": scores["test_nlpd"]})  # fmt: skip
+    return records
+
+
+def size_weighted_rmse(clients: Sequence[Dict[str, Any]]) -> Dict[str, float]:
+    """The per-client predictor's score with each client weighted by its size N_k (``n_train``)::
+
+        RMSE_w = √( Σ_k N_k · SSE_k / n_k  /  Σ_k N_k ),      NLPD_w = Σ_k N_k · NLPD_k / Σ_k N_k,
+
+    i.e. client k's mean squared error MSE_k = SSE_k / n_k weighted by N_k, then the root. It is FSGP eq. 20's
+    pooled RMSE √(Σ_k SSE_k / Σ_k n_k) over a test set in which client k answers a share of the rows proportional
+    to its size (equal to it when n_k = c·N_k). Every client here answers the shared test set (n_k = L), where
+    weighting by test rows would weight the clients equally; so the size is the training size. The unweighted
+    ``fgp_local`` is (1/K) Σ_k RMSE_k."""
+    if not clients:
+        raise ValueError("no clients")
+    sizes = np.array([c["n_train"] for c in clients], dtype=float)
+    rows = np.array([c["n_test"] for c in clients], dtype=float)
+    if np.any(sizes <= 0) or np.any(rows <= 0):
+        raise ValueError("every client needs a positive training size and test rows")
+    mse = np.array([c["sse"] for c in clients]) / rows
+    nlpd = np.array([c["nlpd"] for c in clients])
+    return {
+        "rmse": float(np.sqrt(np.sum(sizes * mse) / sizes.sum())),
+        "nlpd": float(np.sum(sizes * nlpd) / sizes.sum()),
+    }
 
 
 def exact_gpr_run(dataset: FederatedDataset) -> Dict:
@@ -171,7 +216,8 @@ def _stats(dataset: str, M: int, method: str, values: Sequence[float]) -> Dict:
 #: paired (same seed) RMSE differences: (method a, method b, name of a − b)
 PAIRS = (
     ("fsgp", "fgp_rbcm", "fsgp_minus_fgp"),
-    ("fsgp", "fgp_local", "fsgp_minus_fgp_local"),  # the FGP paper's per-client prediction
+    ("fsgp", "fgp_local", "fsgp_minus_fgp_local"),  # the FGP paper's per-client prediction, clients unweighted
+    ("fsgp", "fgp_local_weighted", "fsgp_minus_fgp_local_weighted"),  # … weighted by client size
     ("sgpr", "fgp_rbcm", "sgpr_minus_fgp"),
     ("fsgp", "sgpr", "fsgp_minus_sgpr"),
 )
@@ -195,7 +241,16 @@ def summarize(runs: Sequence[Dict]) -> List[Dict]:
     return rows
 
 
-COLUMNS = ("fsgp", "sgpr", "fgp_rbcm", "fgp_poe", "fgp_local", "gpr_exact", *(label for _, _, label in PAIRS))
+COLUMNS = (
+    "fsgp",
+    "sgpr",
+    "fgp_rbcm",
+    "fgp_poe",
+    "fgp_local",
+    "fgp_local_weighted",
+    "gpr_exact",
+    *(label for _, _, label in PAIRS),
+)
 
 
 def table(runs: Sequence[Dict], datasets: Sequence[str]) -> str:
@@ -289,6 +344,9 @@ def main(argv: Sequence[str] = ()) -> int:
     parser.add_argument("--tolerance", type=float, default=TOLERANCE, help="relative change that stops training")
     parser.add_argument("--exact-max", type=int, default=1000, help="largest N for centralized exact GPR")
     parser.add_argument("--no-fgp", action="store_true", help="skip FGP and exact GPR (e.g. when adding M values)")
+    parser.add_argument("--methods", nargs="+", choices=METHODS, default=METHODS,
+                        help="what to run: fgp (its rBCM, PoE and per-client scores), gpr_exact, sparse (FSGP and "
+                        "SGPR at every M); default all")  # fmt: skip
     parser.add_argument("--out", default=OUT, help="JSON file to merge the runs into")
     parser.add_argument("--summarize", action="store_true", help="run nothing: print the table of --out's runs")
     merge = "run nothing: merge these files' runs (e.g. seeds run in parallel) into --out"
@@ -303,6 +361,7 @@ def main(argv: Sequence[str] = ()) -> int:
     seeds = args.seeds if args.seeds is not None else ([0, 1] if args.quick else [0, 1, 2, 3, 4])
     rounds = args.rounds if args.rounds is not None else (300 if args.quick else ROUNDS)
     stopping = Plateau(args.window, args.tolerance)
+    methods = [m for m in args.methods if not (args.no_fgp and m in ("fgp", "gpr_exact"))]
     if args.quick and args.out == OUT:
         args.out = OUT.replace(".json", "_quick.json")  # a smoke run never overwrites the protocol's runs
     print(
@@ -317,15 +376,19 @@ def main(argv: Sequence[str] = ()) -> int:
             base = {"dataset": name, "seed": seed, "N": dataset.num_data, "K": K, "rho": rho,
                     "size_spread": int(max(sizes) - min(sizes)), "command": command(__file__, list(argv))}  # fmt: skip
             new: List[Dict] = []
-            if not args.no_fgp:
+            if "fgp" in methods:
                 new += fgp_runs(dataset, rho, rounds, stopping, seed)
-                if dataset.num_data <= args.exact_max:
-                    new.append(exact_gpr_run(dataset))
-            for M in Ms:
+            if "gpr_exact" in methods and dataset.num_data <= args.exact_max:
+                new.append(exact_gpr_run(dataset))
+            for M in Ms if "sparse" in methods else []:
                 new += sparse_runs(dataset, rho, M, rounds, stopping, seed)
             for r in new:
                 r.update(base)
-                shown = {k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items() if k != "command"}
+                shown = {
+                    k: (round(v, 4) if isinstance(v, float) else v)
+                    for k, v in r.items()
+                    if k not in ("command", "clients")
+                }
                 print(shown, flush=True)
             runs = _merge(runs, new)
             _save(args.out, runs, rounds, args, argv)

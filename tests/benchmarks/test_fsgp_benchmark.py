@@ -1,4 +1,5 @@
-"""benchmarks/fsgp.py at tiny size: the paper's initial σ² = 0.1², the per-seed runs, the merge and the summary."""
+"""benchmarks/fsgp.py at tiny size: the paper's initial σ² = 0.1², the per-seed runs, the merge and the summary;
+FGP's per-client records and their size-weighted score."""
 
 import json
 
@@ -41,9 +42,10 @@ def test_tiny_sweep_writes_runs_and_summary(load_benchmark, tmp_path, monkeypatc
     assert fsgp.main(argv) == 0
     record = json.loads(out.read_text())
     methods = {r["method"] for r in record["runs"]}
-    assert methods == {"fgp_rbcm", "fgp_poe", "fgp_local", "gpr_exact", "fsgp", "sgpr"}
+    assert methods == {"fgp_rbcm", "fgp_poe", "fgp_local", "fgp_local_weighted", "gpr_exact", "fsgp", "sgpr"}
     assert record["settings"]["initial_noise_variance"] == fsgp.INITIAL_NOISE_VARIANCE
-    pairs = {"fsgp_minus_fgp", "fsgp_minus_fgp_local", "sgpr_minus_fgp", "fsgp_minus_sgpr"}
+    pairs = {"fsgp_minus_fgp", "fsgp_minus_fgp_local", "fsgp_minus_fgp_local_weighted", "sgpr_minus_fgp",
+             "fsgp_minus_sgpr"}  # fmt: skip
     assert {r["method"] for r in record["summary"]} == methods | pairs
     assert all(r["rounds"] <= 4 for r in record["runs"] if "rounds" in r)
     # a second run with another M merges into the file
@@ -105,3 +107,51 @@ def test_fgp_from_pairs_the_table_with_another_files_fgp_runs_and_changes_no_fil
         fsgp.main(["--summarize", "--out", str(out), "--fgp-from", str(tmp_path / "missing.json")])
     with pytest.raises(SystemExit):  # a file without FGP runs would silently pair with nothing
         fsgp.main(["--summarize", "--out", str(out), "--fgp-from", str(out)])
+
+
+def _client(n_train: int, n_test: int, rmse: float, nlpd: float = 0.0) -> dict:
+    return {"n_train": n_train, "n_test": n_test, "sse": n_test * rmse**2, "rmse": rmse, "nlpd": nlpd}
+
+
+def test_size_weighted_rmse_weights_each_clients_squared_error_by_its_size(load_benchmark):
+    fsgp = load_benchmark("fsgp")
+    # a 2-point client with RMSE 1 and a 98-point one with RMSE 0.5, both on the same 4 test rows:
+    # √((2·1² + 98·0.5²) / 100) = √0.265, where the unweighted mean of the RMSEs is 0.75
+    clients = [_client(2, 4, 1.0, nlpd=3.0), _client(98, 4, 0.5, nlpd=1.0)]
+    scores = fsgp.size_weighted_rmse(clients)
+    assert scores["rmse"] == pytest.approx(np.sqrt(0.265), rel=1e-12)
+    assert scores["nlpd"] == pytest.approx((2 * 3.0 + 98 * 1.0) / 100, rel=1e-12)
+    # equal sizes: the root of the mean MSE (not the mean RMSE)
+    equal = fsgp.size_weighted_rmse([_client(5, 4, 1.0), _client(5, 4, 0.5)])["rmse"]
+    assert equal == pytest.approx(np.sqrt((1.0 + 0.25) / 2), rel=1e-12)
+
+
+def test_size_weighted_rmse_is_the_pooled_rmse_when_test_rows_follow_client_sizes(load_benchmark):
+    fsgp = load_benchmark("fsgp")
+    rng = np.random.default_rng(0)
+    sizes = [2, 7, 40, 151]
+    residuals = [rng.normal(scale=rng.uniform(0.2, 2.0), size=3 * n) for n in sizes]  # client k answers 3·N_k rows
+    clients = [{"n_train": n, "n_test": len(r), "sse": float(np.sum(r**2)), "rmse": float(np.sqrt(np.mean(r**2))),
+                "nlpd": 0.0} for n, r in zip(sizes, residuals)]  # fmt: skip
+    pooled = np.sqrt(np.mean(np.concatenate(residuals) ** 2))  # FSGP eq. 20 over every client's test rows
+    assert fsgp.size_weighted_rmse(clients)["rmse"] == pytest.approx(pooled, rel=1e-12)
+    with pytest.raises(ValueError, match="positive training size"):
+        fsgp.size_weighted_rmse([_client(0, 4, 1.0)])
+    with pytest.raises(ValueError, match="no clients"):
+        fsgp.size_weighted_rmse([])
+
+
+def test_methods_fgp_runs_fgp_alone_and_saves_its_per_client_records(load_benchmark, tmp_path):
+    fsgp = load_benchmark("fsgp")
+    out = tmp_path / "fgp.json"
+    argv = ["--datasets", "synthetic1", "--seeds", "1", "--rounds", "2", "--window", "1", "--methods", "fgp"]
+    assert fsgp.main([*argv, "--out", str(out)]) == 0
+    runs = {r["method"]: r for r in json.loads(out.read_text())["runs"]}
+    assert set(runs) == {"fgp_rbcm", "fgp_poe", "fgp_local", "fgp_local_weighted"}  # no exact GPR, FSGP or SGPR
+    clients = runs["fgp_local"]["clients"]
+    data = fsgp.make_dataset("synthetic1", seed=1)
+    assert sorted(c["n_train"] for c in clients) == sorted(data.client_sizes)  # each expert's own rows
+    assert all(c["n_test"] == 300 and c["sse"] == pytest.approx(300 * c["rmse"] ** 2) for c in clients)
+    assert runs["fgp_local"]["rmse"] == pytest.approx(np.mean([c["rmse"] for c in clients]))
+    assert runs["fgp_local_weighted"]["rmse"] == pytest.approx(fsgp.size_weighted_rmse(clients)["rmse"])
+    assert runs["fgp_local_weighted"]["clients"] == clients and runs["fgp_rbcm"]["cpu_seconds"] > 0
