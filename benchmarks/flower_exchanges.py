@@ -82,16 +82,22 @@ def loopback(folder: str, rounds: int, inducing: int) -> Dict[str, Any]:
     from gpflow_fed.federated import Protection
     from gpflow_fed.federated.runtimes.flower.client_app import make_client_app
     from gpflow_fed.fitting.flower import FIT_FACTORY, fit_method
-    from gpflow_fed.federated.runtimes.flower.server_app import FlowerServer, run_config_defaults
+    from gpflow_fed.federated.runtimes.flower.app_config import run_config_defaults
+    from gpflow_fed.federated.runtimes.flower.server_app import FlowerServer
     from gpflow_fed.fitting.flower import table_job
     from gpflow_fed.federated.runtimes.flower.testing import LoopbackGrid
     from gpflow_fed.federated.runtimes.flower.commands import write_party_data
 
+    from gpflow_fed.federated.protection.identity import write_federation
+
     nodes = []
-    for k, path in enumerate(write_party_examples(os.path.join(folder, "hospitals"))):
+    paths = write_party_examples(os.path.join(folder, "hospitals"))
+    keys, roster = write_federation(os.path.join(folder, "identity"), [f"client_{k}" for k in range(len(paths))])
+    for k, path in enumerate(paths):
         party = read_party_table(str(path), target="los")
         data = write_party_data(os.path.join(folder, "state"), k, party.X, party.Y)
-        nodes.append({"data": data, "client-index": k, "state-dir": os.path.join(folder, "state")})
+        identity = {"signing-key": keys[f"client_{k}"], "roster": roster}  # authenticated parties, as by default
+        nodes.append({"data": data, "client-index": k, "state-dir": os.path.join(folder, "state"), **identity})
     run_config = {
         **run_config_defaults(),
         "algorithm": FIT_FACTORY,

@@ -242,6 +242,8 @@ PROFILES: Dict[str, Dict[str, Invocations]] = {
     },  # fmt: skip
     "architecture": {"quick": [["cycles"]], "full": [["lines"], ["cycles"], ["trace"]]},  # engineering.md's shape
     "flower_exchanges": {"quick": [["--rounds", "1"]], "full": [[]]},
+    # real processes: the empty-app floor, then the guide's table run at issue 45's R = 10
+    "flower_floor": {"quick": [["--only", "floor", "--exchanges", "3"]], "full": [["--rounds", "10"]]},
     "robust": {
         "quick": [["--seeds", "0"]],
         "full": [["--seeds", "0", "1", "2", "--out", "benchmarks/results/robust.json"]],

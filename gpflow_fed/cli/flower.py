@@ -2,17 +2,19 @@
 
 ``gpflow-fed flower party --csv FILE --target COL [--features COL ...] --client-index K --superlink HOST:PORT``
     one party: checks its table (before TensorFlow), keeps its rows privately for its SuperNode (a 0600 file in a
-    0700 folder) and becomes that ``flower-supernode``, with its own protection policy in its node config (secure
+    0700 folder) and runs that ``flower-supernode``, with its own protection policy in its node config (secure
     aggregation required unless ``--no-secure-aggregation``; ``--min-cohort``). Its rows never leave it: it answers
     the server's requests (the column moments, then the training) with sums that are masked under secure
-    aggregation. Stop it with Ctrl-C (or ``kill``) once the server has saved the model.
+    aggregation. It stops by itself once the server's SuperLink has not answered for ``--linger`` seconds (the run
+    is over; ``--stay`` keeps serving); Ctrl-C (or ``kill``) stops it and every process its SuperNode started.
 
 ``gpflow-fed flower server --clients K --save FILE [--method fsgp] [--rounds R ...] [--port 9100]``
     the server: starts ``flower-superlink`` and submits the table run with ``flwr run`` (its app folder, written
     under ``--workdir``, runs :func:`gpflow_fed.fit`'s method): it waits for the K parties, agrees the columns'
     means and scales with them (a protected moments exchange), trains on the standardised rows each party makes
-    itself, logs a line per round, saves the model (a ``StandardizedModel``: raw inputs in, the target's units
-    out) and stops the SuperLink.
+    itself, logs its exchange count and a line per round (exchanges, seconds, time left), saves the model (a
+    ``StandardizedModel``: raw inputs in, the target's units out) and stops the SuperLink. Ctrl-C (or ``kill``) stops
+    the SuperLink, the run and every process they started.
 
 ``gpflow-fed flower app APP_DIR --algorithm mypkg.jobs:fsgp --clients 2 [--superlink HOST:PORT] [--data-dir DIR]
 [--set key=value ...]``
@@ -39,10 +41,19 @@ import shlex
 import sys
 from typing import Any, Dict, List, Tuple
 
-from .options import add_run_option_arguments, non_negative_int, positive_float, positive_int, run_options
+from .options import (
+    add_run_option_arguments,
+    non_negative_float,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    run_options,
+)
 
 #: the SuperLink connection's name in the written ``flwr_home/config.toml``.
 CONNECTION = "gpflow-fed"
+#: seconds the processes a ``flower`` command started have to end after SIGTERM, before SIGKILL
+STOP_GRACE = 10.0
 #: the method settings ``flower server`` takes, as ``{option dest: fit's setting}``
 METHOD_OPTIONS = {
     "rounds": "rounds",
@@ -121,6 +132,7 @@ def _ledger_show(args: argparse.Namespace) -> int:
 def _check_party(args: argparse.Namespace) -> None:
     """The options and the party's table, before TensorFlow (the party command never imports it)."""
     from ..data.tabular import read_party_table
+    from .own_data import OPTIONS
 
     args.tensorflow = False
     problems = _address_problem(args.superlink, "--superlink")
@@ -147,7 +159,7 @@ def _check_party(args: argparse.Namespace) -> None:
     except (OSError, ValueError) as exc:
         problems.append(str(exc).replace("node config ", "--").replace("signing-key", "signing-key FILE"))
     try:
-        args.table = read_party_table(args.csv, target=args.target, features=args.features)
+        args.table = read_party_table(args.csv, target=args.target, features=args.features, spelling=OPTIONS)
     except ValueError as exc:
         problems.append(f"--csv {args.csv}: {exc}")
     else:  # the names travel in the node config: comma-separated, quoted
@@ -228,20 +240,40 @@ def party_command(args: argparse.Namespace) -> Tuple[List[str], str]:
 
 
 def _party(args: argparse.Namespace) -> int:
-    from ..federated.runtimes.flower.commands import OFFLINE_ENV
+    from ..federated.runtimes.flower.commands import party_environment
+    from ..federated.runtimes.flower.lifetime import serve_party
+    from ..federated.runtimes.flower.processes import Interrupted, ProcessFamily
 
     command, data = party_command(args)
     table = args.table
-    env = {**os.environ, **OFFLINE_ENV}
-    env["PATH"] = os.path.dirname(command[0]) + os.pathsep + env.get("PATH", "")  # flower-superexec beside it
+    who = f"party {args.client_index}"
+    until = (
+        "until stopped (--stay)"
+        if args.stay
+        else f"until its SuperLink has stopped for {args.linger:g} s (the run is over) or Ctrl-C"
+    )
     print(
-        f"party {args.client_index}: {table.X.shape[0]} rows of {args.csv} ({', '.join(table.features)} -> "
-        f"{table.target}) kept privately in {data}; its SuperNode serves {args.superlink} until stopped",
+        f"{who}: {table.X.shape[0]} rows of {args.csv} ({', '.join(table.features)} -> {table.target}) kept "
+        f"privately in {data}; its SuperNode serves {args.superlink} {until}",
         flush=True,
     )
     sys.stderr.flush()
-    os.execve(command[0], command, env)
-    return 0  # pragma: no cover - execve does not return
+
+    def report(line: str) -> None:
+        print(f"{who}: {line}", flush=True)
+
+    family = ProcessFamily(grace=STOP_GRACE, signals=True)
+    try:
+        with family:
+            environment = party_environment(command[0])
+            status = serve_party(
+                family, command, environment, args.superlink, linger=args.linger, stay=args.stay, report=report
+            )
+    except Interrupted as stop:
+        ended = family.ended
+        print(f"{who}: stopped ({stop}); its SuperNode and the {ended} process(es) it ran have ended", flush=True)
+        return stop.exit_status
+    return status
 
 
 # --- server ---------------------------------------------------------------------------------------------------
@@ -249,11 +281,18 @@ def _check_server(args: argparse.Namespace) -> None:
     """The options, before TensorFlow: every problem at once."""
     from ..fitting import DEFAULTS
 
+    args.tensorflow = False  # the server's command starts processes and reads their result: no TensorFlow here
     problems = []
     if not 0 < args.port < 65536:
         problems.append(f"--port must be in 1-65535, got {args.port}")
     if args.min_cohort < 2:
         problems.append(f"--min-cohort must be at least 2, got {args.min_cohort}")
+    elif not args.no_secure_aggregation and args.clients < args.min_cohort:
+        problems.append(
+            f"--clients {args.clients} is below --min-cohort {args.min_cohort}: secure aggregation sums no fewer "
+            f"parties' data; start {args.min_cohort} parties or more (--clients {args.min_cohort})"
+            + (", or lower --min-cohort (≥ 2)" if args.min_cohort > 2 else "")
+        )
     save = os.path.abspath(args.save)
     if os.path.isdir(save):
         problems.append(f"--save {args.save} is a folder; name the model's file (e.g. model.npz)")
@@ -303,19 +342,29 @@ def server_config(args: argparse.Namespace) -> Dict[str, Any]:
 
 
 def _server(args: argparse.Namespace) -> int:
+    from ..federated.runtimes.flower.app_config import FIT_FACTORY
     from ..federated.runtimes.flower.deploy import SuperLinkServer
-    from ..fitting.flower import FIT_FACTORY
+    from ..federated.runtimes.flower.processes import Interrupted
 
     config = server_config(args)
     workdir = os.path.abspath(args.workdir)
     print(
         f"SuperLink on {args.host}:{args.port}; waiting up to {args.wait:g} s for {args.clients} parties "
         f"(gpflow-fed flower party --csv FILE --target COL --client-index K --superlink HOST:{args.port}); "
-        f"logs in {workdir}",
+        f"logs in {workdir}; Ctrl-C stops it all",
         flush=True,
     )
-    with SuperLinkServer(workdir, host=args.host, port=args.port) as server:
-        out = server.run(FIT_FACTORY, config, timeout=None, stream=True)
+    server = SuperLinkServer(workdir, host=args.host, port=args.port, grace=STOP_GRACE, signals=True)
+    try:
+        with server:
+            out = server.run(FIT_FACTORY, config, timeout=None, stream=True)
+    except Interrupted as stop:
+        print(
+            f"server: stopped ({stop}); the SuperLink, the run and the {server.family.ended} process(es) they ran "
+            "have ended",
+            flush=True,
+        )
+        return stop.exit_status
     record = out["record"]
     rounds = len(record["history"])
     print(
@@ -475,6 +524,16 @@ def register(subparsers: Any) -> None:
         "--no-roster",
         action="store_true",
         help="opt out of authenticated parties (then protected against a semi-honest server only)",
+    )
+    party.add_argument(
+        "--linger",
+        type=non_negative_float,
+        default=15.0,
+        metavar="SECONDS",
+        help="stop once the SuperLink, seen before, has not answered for this long: the server's run is over",
+    )
+    party.add_argument(
+        "--stay", action="store_true", help="keep serving after the SuperLink stops (for the next run; Ctrl-C ends it)"
     )
     _protection_arguments(party, "allow the server to ask for this party's")
     party.set_defaults(func=_party, check=_check_party)

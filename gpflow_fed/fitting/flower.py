@@ -30,6 +30,7 @@ from ..data.standardize import Standardizer
 from ..federated.algorithms.moments import Moments
 from ..federated.engine.factories import register_algorithm_factory
 from ..federated.engine.result import FederatedResult
+from ..federated.runtimes.flower.app_config import FIT_FACTORY
 from ..federated.runtimes.flower.records import MOMENTS_FACTORY
 from ..federated.runtimes.flower.server_app import FlowerServer, make_server_app
 from ..models.saving import save_model
@@ -44,9 +45,6 @@ __all__ = [
     "server_app",
     "table_job",
 ]
-
-#: the registered name of :func:`fit_method`
-FIT_FACTORY = "gpflow-fed:fit"
 
 
 def method_settings(method: str, config: Mapping[str, Any]) -> Dict[str, Any]:

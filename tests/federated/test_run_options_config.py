@@ -203,7 +203,8 @@ def test_the_validation_helpers():
 
 def test_flower_reads_the_same_keys():
     pytest.importorskip("flwr")
-    from gpflow_fed.federated.runtimes.flower.server_app import options_from_config, run_config_defaults
+    from gpflow_fed.federated.runtimes.flower.app_config import run_config_defaults
+    from gpflow_fed.federated.runtimes.flower.server_app import options_from_config
 
     defaults = run_config_defaults()
     assert {k: defaults[k] for k in RunOptions().to_config()} == RunOptions().to_config()

@@ -20,11 +20,8 @@ from gpflow_fed.federated.runtimes.flower.client_app import describe_reply, load
 from gpflow_fed.federated.runtimes.flower.deploy import LoopbackFederation, supernode_command, write_app  # noqa: E402
 from gpflow_fed.federated.runtimes.flower.runtime import FlowerRuntime  # noqa: E402
 from gpflow_fed.federated.runtimes.flower.testing import over_the_wire as _over_the_wire  # noqa: E402
-from gpflow_fed.federated.runtimes.flower.server_app import (  # noqa: E402
-    FederationShape,
-    FlowerServer,
-    run_config_defaults,
-)
+from gpflow_fed.federated.runtimes.flower.app_config import run_config_defaults  # noqa: E402
+from gpflow_fed.federated.runtimes.flower.server_app import FederationShape, FlowerServer  # noqa: E402
 
 from tests.federated.helpers import FACTORY, flower_dataset as dataset, fsgp  # noqa: E402
 from tests.federated.runtimes.flower_helpers import loopback as _loopback, task_identity  # noqa: E402,F401

@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip("flwr")
 
 from gpflow_fed.cli import main  # noqa: E402
-from gpflow_fed.federated.runtimes.flower.server_app import run_config_defaults  # noqa: E402
+from gpflow_fed.federated.runtimes.flower.app_config import run_config_defaults  # noqa: E402
 
 
 @pytest.fixture(name="factory_module")

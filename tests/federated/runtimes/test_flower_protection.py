@@ -76,7 +76,8 @@ def test_secure_flower_equals_local_bit_for_bit(mode):
     # what left the clients: the protocol's messages only (keys, encrypted shares, masked vectors, unmasking seeds)
     up = flower.ledger.select(direction="up")
     assert up and all("/secagg/" in e.phase for e in up)
-    assert {e.phase.split("/secagg/")[-1] for e in up} == {"advertise", "share", "store", "masked_input", "unmask"}
+    stages = {e.phase.split("/secagg/")[-1] for e in up}
+    assert stages == {"advertise", "share", "store", "masked_input", "consistency", "unmask"}
 
 
 def test_the_server_sees_neither_payloads_nor_their_encodings(dataset):  # noqa: F811

@@ -1,10 +1,10 @@
 """Flower from tables: the guide's commands (docs/guides/flower.md), run as written.
 
 The default test runs every command of the guide's tested block through the CLI's own parsing and checks; only the
-processes are replaced: ``flower party`` would become ``flower-supernode`` (``os.execve``), whose node config is
-kept instead, and ``flower server`` would start ``flower-superlink`` and ``flwr run``, whose app folder is written
-as usual and whose ServerApp runs on a loopback grid of restarted ClientApps, one per party's node config (state
-on disk between messages, as on a SuperNode). Reduced settings: fewer rounds and inducing points. The slow test
+processes are replaced: ``flower party`` would start ``flower-supernode`` (``lifetime.serve_party``), whose node
+config is kept instead, and ``flower server`` would start ``flower-superlink`` and ``flwr run``, whose app folder is
+written as usual and whose ServerApp runs on a loopback grid of restarted ClientApps, one per party's node config
+(state on disk between messages, as on a SuperNode). Reduced settings: fewer rounds and inducing points. The slow test
 runs the same commands as processes: a SuperLink and one SuperNode per party on 127.0.0.1.
 """
 
@@ -29,7 +29,7 @@ from flwr.app import Context, RecordDict  # noqa: E402
 from flwr.common.config import parse_config_args  # noqa: E402
 
 from gpflow_fed.cli import main  # noqa: E402
-from gpflow_fed.federated.runtimes.flower import deploy  # noqa: E402
+from gpflow_fed.federated.runtimes.flower import deploy, lifetime  # noqa: E402
 from gpflow_fed.federated.runtimes.flower.client_app import make_client_app  # noqa: E402
 from gpflow_fed.fitting.flower import server_app  # noqa: E402
 from gpflow_fed.federated.runtimes.flower.testing import LoopbackGrid  # noqa: E402
@@ -57,17 +57,18 @@ def guide_python() -> str:
 
 
 class _Parties:
-    """What the ``flower party`` commands would have exec'd: their node configs, as Flower parses them."""
+    """What the ``flower party`` commands would have started: their node configs, as Flower parses them."""
 
     def __init__(self) -> None:
         self.node_configs: List[Dict[str, Any]] = []
         self.commands: List[List[str]] = []
 
-    def execve(self, path: str, argv: List[str], env: Dict[str, str]) -> None:
-        assert os.path.basename(path) == "flower-supernode" and argv[0] == path
-        assert env["FLWR_TELEMETRY_ENABLED"] == "0"
+    def serve_party(self, family: Any, argv: List[str], env: Dict[str, str], superlink: str, **kwargs: Any) -> int:
+        assert os.path.basename(argv[0]) == "flower-supernode" and superlink == argv[argv.index("--superlink") + 1]
+        assert env["FLWR_TELEMETRY_ENABLED"] == "0" and kwargs["linger"] == 15.0 and not kwargs["stay"]
         self.commands.append(argv)
         self.node_configs.append(parse_config_args([argv[argv.index("--node-config") + 1]]))
+        return 0
 
 
 def _loopback_server(parties: _Parties, runs: List[Dict[str, Any]]) -> type:
@@ -112,7 +113,7 @@ def test_the_guides_table_commands_run_as_written(tmp_path, monkeypatch, capsys)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     parties, runs = _Parties(), []
-    monkeypatch.setattr(os, "execve", parties.execve)
+    monkeypatch.setattr(lifetime, "serve_party", parties.serve_party)
     monkeypatch.setattr(deploy, "SuperLinkServer", _loopback_server(parties, runs))
     flower_log = logging.getLogger("flwr")
     lines = _Lines()
@@ -150,6 +151,10 @@ def test_the_guides_table_commands_run_as_written(tmp_path, monkeypatch, capsys)
     assert "4 parties, 220 rows" in log and "features" in log and "-> target los" in log
     assert "moments agreed (secure aggregation" in log
     assert [f"round {r}/2" in log for r in (1, 2)] == [True] * 2
+    # the estimate after the moments counts the training's exchanges as they are made: 3 to set up, 4 a round, 4 to
+    # finish; each round's line says what is left
+    assert "11 exchanges of" in log and "the training's 2 rounds take 15 exchanges (4 a round, 3 to set up" in log
+    assert "round 1/2: 4 clients, 7 exchanges" in log and "min left (8 exchanges)" in log
     assert "model saved to" in log and "trained fsgp in 2 rounds" in out
 
     # the saved model predicts in the user's units (length of stay in days), from raw inputs
@@ -163,6 +168,9 @@ def test_the_guides_table_commands_run_as_written(tmp_path, monkeypatch, capsys)
     # the moments exchanges (the columns' scales, then the scaled sums) are recorded, protected: the ledger holds
     # their secagg stages before the training's
     record = deploy.read_result(str(tmp_path / "gpflow-fed-server" / "output"))["record"]
+    exchanges = record["exchanges"]
+    assert [exchanges[j]["stages"] for j in ("describe", "moments", "train")] == [1, 11, 15]  # 4R + 19, R = 2
+    assert exchanges["train"]["by_stage"]["update"][0] == 3 and exchanges["train"]["seconds"] > 0
     phases = [e["phase"] for e in record["ledger"]]
     assert phases[0].startswith("magnitudes") and any(p.startswith("magnitudes/secagg/masked_input") for p in phases)
     assert any(p.startswith("moments/secagg/masked_input") for p in phases)
@@ -183,31 +191,36 @@ def test_a_party_refuses_a_bad_table_before_tensorflow(tmp_path, capsys):
 @pytest.mark.slow
 def test_the_guides_table_commands_on_a_superlink_and_supernodes(tmp_path):
     """The guide's commands as processes on 127.0.0.1 (minutes: the SuperNode polls every 3 s and starts a
-    ClientApp process per message)."""
+    ClientApp process per message); the parties stop by themselves once the server's run is over, and nothing any
+    command started is left."""
+    from gpflow_fed.federated.runtimes.flower.processes import ProcessFamily
+
     commands = guide_commands()
     env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
     cli = [sys.executable, "-m", "gpflow_fed.cli"]
-    subprocess.run(cli + commands[0][1:], cwd=tmp_path, env=env, check=True, timeout=120)
-    started = []
-    try:
-        server = subprocess.Popen(
-            cli + commands[1][1:] + ["--rounds", "1", "--inducing", "8"],
+    for argv in commands[:5]:  # the tables, the parties' keys and roster
+        subprocess.run(cli + argv[1:], cwd=tmp_path, env=env, check=True, timeout=300, stdout=subprocess.DEVNULL)
+    family = ProcessFamily(grace=10.0)
+    log = tmp_path / "server.log"
+    with family, open(log, "w") as server_log:
+        server = family.start(
+            cli + commands[5][1:] + ["--rounds", "1", "--inducing", "8"],
             cwd=tmp_path,
             env=env,
-            stdout=subprocess.PIPE,
+            stdout=server_log,
             stderr=subprocess.STDOUT,
-            text=True,
         )
-        started.append(server)
-        time.sleep(5)
-        for argv in commands[2:]:
-            started.append(subprocess.Popen(cli + argv[1:], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL))
-        out, _ = server.communicate(timeout=1500)
-    finally:
-        for process in started:
-            if process.poll() is None:
-                process.terminate()
-                process.wait(timeout=30)
-    assert server.returncode == 0, out[-3000:]
+        parties = [
+            family.start(cli + argv[1:] + ["--linger", "2"], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL)
+            for argv in commands[6:]
+        ]
+        deadline = time.monotonic() + 1500
+        while any(p.poll() is None for p in [server, *parties]) and time.monotonic() < deadline:
+            family.look()  # every session any command starts, while it runs
+            time.sleep(1.0)
+        out = log.read_text()
+        assert server.returncode == 0, out[-3000:]
+        assert [party.returncode for party in parties] == [0] * 4  # each stopped by itself
+        assert family.alive() == []  # no SuperLink, SuperNode, superexec or ClientApp left
     assert "round 1/1" in out and "trained fsgp in 1 rounds" in out
     assert (tmp_path / "model.npz").exists()

@@ -18,7 +18,7 @@ protection policy:
 * ``features`` and ``target`` (optional): the party's column names (comma-separated features), which ``describe``
   reports so that the server can check that every party has the same columns in the same order.
 
-A table run (``gpflow-fed flower party``) holds two jobs: its requests name them (:func:`.records.recorddict_to_job`).
+A table run (``gpflow-fed flower party``) holds two jobs: its requests name them (:func:`.records.job_moments`).
 For the ``"moments"`` job the party answers :class:`~gpflow_fed.federated.algorithms.Moments` on its rows as they
 are; for the ``"train"`` job it standardises its own rows with the moments the request carries, before anything
 else sees them. Each job has its own client and state folder.
@@ -37,6 +37,13 @@ TensorFlow objects, the same record as a checkpoint of :mod:`gpflow_fed.federate
 ``state-dir``, and its encoder (keys, what it prepared and answered) to Flower's ``Context.state`` only; the next
 message rebuilds the client with ``Algorithm.setup_client`` and restores both, so a Flower client evolves exactly
 like a ``LocalRuntime`` one.
+
+**A message costs what it carries.** Only a stage that computes on the party's rows (an ``update``) builds the
+party's algorithm, reads its data and restores its model, and so imports TensorFlow (GPflow, its checkpoint). A
+secure-aggregation stage (``advertise``, ``share``, ``store``, ``masked_input``, ``unmask``) is answered by the
+party's encoder alone, restored from and saved back to ``Context.state`` (:func:`_protocol_answer`), and ``describe``
+reads only its data's shapes: this module imports no TensorFlow, so a ClientApp process that handles such a message
+starts in about the time Flower's own imports take.
 """
 
 from __future__ import annotations
@@ -47,27 +54,24 @@ import tempfile
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 import numpy as np
-import tensorflow as tf
 from flwr.app import ConfigRecord, Context, RecordDict
 from flwr.app import Message as FlowerMessage
 from flwr.clientapp import ClientApp
 
-from ....data.dataset import validate_regression_data
 from ....validation import integer
 from ...protocol.algorithm import Algorithm, FederationInfo
-from ...engine.checkpoint import decode_tree, encode_tree, tracked_objects, verify_manifest, write_manifest
 from ...protocol.client import Client
-from ...engine.endpoint import ClientEndpoint
+from ...engine.endpoint import ClientEndpoint, fault_response, protocol_response
 from ...protocol.fingerprint import is_trackable
 from ...protection.encoder import ClientEncoder
 from ...protection.identity import node_identity
 from ...protection.policy import ClientPolicy
-from ...protocol.transport import Response
-from ..base import client_seed
+from ...protocol.transport import PROTOCOL_STAGES, Request, Response
 from .records import (
     TRAIN_JOB,
+    AgreedMoments,
     job_algorithm as default_job_algorithm,
-    recorddict_to_job,
+    job_moments,
     recorddict_to_request,
     request_context,
     response_to_recorddict,
@@ -104,24 +108,49 @@ def load_client_data(context: Context) -> Tuple[int, np.ndarray, np.ndarray]:
     path = str(_node_setting(context, "data"))
     index = _node_setting(context, "client-index")
     index = integer(index, "node config client-index", minimum=0)
+    from ....data.dataset import validate_regression_data  # GPflow's float: imports TensorFlow
+
+    X, Y = _read_data(path)
+    X, Y = validate_regression_data(X, Y, f"client {index} ({path})")
+    return int(index), X, Y
+
+
+def _read_data(path: str) -> Tuple[np.ndarray, np.ndarray]:
+    """The arrays ``X`` and ``Y`` of the party's ``.npz`` file, as stored.
+
+    :raises ValueError: no such file, or no ``X`` and ``Y`` in it.
+    """
     if not os.path.isfile(path):
         raise ValueError(f"node config data={path!r}: no such file")
     with np.load(path) as npz:
         if "X" not in npz.files or "Y" not in npz.files:
             raise ValueError(f"{path!r} must hold arrays 'X' [N, D] and 'Y' [N, P]; it has {npz.files}")
-        X, Y = validate_regression_data(npz["X"], npz["Y"], f"client {index} ({path})")
-    return int(index), X, Y
+        return npz["X"], npz["Y"]
 
 
 def describe_reply(context: Context) -> RecordDict:
     """The party's public description: ``client-index``, ``num-data`` N_k, ``input-dim`` D, ``output-dim`` P and,
-    when its node config names them, its ``features`` and ``target`` column names (no data)."""
-    index, X, Y = load_client_data(context)
+    when its node config names them, its ``features`` and ``target`` column names (no data).
+
+    Only the shapes are read here (no TensorFlow: ``describe`` is a message of its own, in a ClientApp process of
+    its own); the values are checked (:func:`load_client_data`) before the party's first update uses them.
+
+    :raises ValueError: a missing setting or file, or arrays that are not ``X`` ``[N, D]`` and ``Y`` ``[N, P]``
+        (or ``[N]``) with the same N ≥ 1.
+    """
+    path = str(_node_setting(context, "data"))
+    index = integer(_node_setting(context, "client-index"), "node config client-index", minimum=0)
+    X, Y = _read_data(path)
+    rows = {np.shape(X)[0] if np.ndim(X) else 0, np.shape(Y)[0] if np.ndim(Y) else 0}
+    if np.ndim(X) != 2 or np.ndim(Y) not in (1, 2) or len(rows) != 1 or rows == {0}:
+        raise ValueError(
+            f"{path!r}: X must be [N, D] and Y [N, P] with the same N >= 1 rows, got {np.shape(X)} and {np.shape(Y)}"
+        )
     described: Dict[str, Any] = {
-        "client-index": index,
+        "client-index": int(index),
         "num-data": int(X.shape[0]),
         "input-dim": int(X.shape[1]),
-        "output-dim": int(Y.shape[1]),
+        "output-dim": int(Y.shape[1]) if Y.ndim == 2 else 1,
     }
     for key in ("features", "target"):
         if key in context.node_config:
@@ -164,7 +193,10 @@ def _save_client(directory: str, client: Client) -> None:
     restore instead of being half read; ``client.json`` is only ever replaced, and anything else in ``directory`` (a
     leftover, a planted link) is removed, never followed.
     """
+    import tensorflow as tf
+
     from ....private_files import new_file, private_folder, remove, seal
+    from ...engine.checkpoint import encode_tree, tracked_objects, write_manifest
 
     arrays: Dict[str, np.ndarray] = {}
     plain = {k: v for k, v in client.state.items() if not is_trackable(v) and _encodable(v)}
@@ -193,6 +225,8 @@ def _save_client(directory: str, client: Client) -> None:
 
 
 def _encodable(value: Any) -> bool:
+    from ...engine.checkpoint import encode_tree
+
     try:
         encode_tree(value, {})
     except TypeError:
@@ -206,7 +240,10 @@ def _restore_client(directory: str, client: Client) -> bool:
     :raises ValueError: ``directory`` is a symbolic link or another user's folder; a file is missing, added, altered
         or a link (checked against the manifest before anything is read).
     """
+    import tensorflow as tf
+
     from ....private_files import check_folder
+    from ...engine.checkpoint import decode_tree, tracked_objects, verify_manifest
 
     pointer = os.path.join(directory, "client.json")
     if not check_folder(directory, "the client's state folder") or not os.path.lexists(pointer):
@@ -228,42 +265,72 @@ def _policy(context: Context) -> ClientPolicy:
     return ClientPolicy.from_node_config(context.node_config)
 
 
+def _client_id(context: Context, info: FederationInfo) -> Tuple[int, str]:
+    """This party's index k (its node config's ``client-index``) and id ``client_k``, which ``info`` must hold.
+
+    :raises ValueError: no or a bad ``client-index``, or a federation without this party.
+    """
+    index = integer(_node_setting(context, "client-index"), "node config client-index", minimum=0)
+    client_id = f"client_{index}"
+    if client_id not in info.client_ids:
+        raise ValueError(f"this party is {client_id!r}, which the server's federation {info.client_ids} lacks")
+    return int(index), client_id
+
+
+def _encoder(context: Context, client_id: str) -> ClientEncoder:
+    """The party's encoder for this run: restored from ``Context.state`` (its keys live only there, never on disk),
+    or a new one; its policy and identity always from its own node config."""
+    identity = node_identity(context.node_config, client_id)
+    state: Optional[Mapping[str, Any]] = context.state.config_records.get(ENCODER_STATE)  # converted below
+    if state is None:
+        return ClientEncoder(client_id, _policy(context), identity=identity)
+    return ClientEncoder.from_state(client_id, _policy(context), bytes(state["state"]), identity)
+
+
+def _protocol_answer(info: FederationInfo, context: Context, request: Request) -> Response:
+    """A restarted party's answer to a secure-aggregation stage: its encoder alone, restored from ``Context.state``
+    and saved back (:func:`~gpflow_fed.federated.engine.endpoint.protocol_response`). The stage needs neither the
+    party's algorithm nor its rows, so this ClientApp process imports no TensorFlow."""
+    _, client_id = _client_id(context, info)
+    try:
+        encoder = _encoder(context, client_id)
+        encoder.sizes = info.client_sizes  # public, read only (as an endpoint sets it)
+        response = protocol_response(encoder, client_id, request)
+    except Exception as exc:  # noqa: BLE001 - as an endpoint: a client-side failure is a fault the server screens
+        return fault_response(exc)
+    context.state.config_records[ENCODER_STATE] = ConfigRecord({"state": encoder.to_state()})
+    return response
+
+
 def _endpoint(
     info: FederationInfo,
     context: Context,
     job: str,
-    standardizer: Optional[Any],
+    moments: Optional[AgreedMoments],
     request_ctx: bytes,
     live: Live,
     job_algorithm: JobAlgorithm,
 ) -> Tuple[ClientEndpoint, Optional[str]]:
     """This party's endpoint for ``job``, found alive or rebuilt: its algorithm bound to ``info``, its rows
-    standardised with ``standardizer`` (the agreed moments) when given, its client restored from its ``state-dir``,
+    standardised with ``moments`` (the agreed moments) when given, its client restored from its ``state-dir``,
     its encoder restored from ``Context.state`` (keys live only there, never on disk) or shared with its live other
-    job, and ``request_ctx`` (:func:`.records.request_context` of ``info``, ``job``, ``standardizer``) as context;
+    job, and ``request_ctx`` (:func:`.records.request_context` of ``info``, ``job``, ``moments``) as context;
     ``live`` holds the endpoints a kept-alive ClientApp keeps, ``job_algorithm`` builds the job's algorithm."""
+    from ..base import client_seed  # the runtimes' seeds: imports TensorFlow, as the update does
+
     key = (int(context.run_id), int(context.node_id), job)
     if key in live:
         return live[key], None
-    index, X, Y = load_client_data(context)
-    if standardizer is not None:  # the party's own rows, with the moments every party agreed
-        X, Y = standardizer.transform(X, Y)
-    client_id = f"client_{index}"
-    if client_id not in info.client_ids:
-        raise ValueError(f"this party is {client_id!r}, which the server's federation {info.client_ids} lacks")
+    index, client_id = _client_id(context, info)
+    _, X, Y = load_client_data(context)
+    if moments is not None:  # the party's own rows, with the moments every party agreed
+        X, Y = moments.standardizer().transform(X, Y)
     client = Client(client_id, (X, Y), client_seed(info.seed, index, info.num_clients))
     algorithm = job_algorithm(job, context.run_config).bind(info)
-    state: Optional[Mapping[str, Any]] = context.state.config_records.get(ENCODER_STATE)  # converted below
     # one encoder per party and run, whatever the job (its schedule, its stop): a live party's other job shares it,
     # as a restarted party's jobs share Context.state
     shared = next((e.encoder for k, e in live.items() if k[:2] == key[:2]), None)
-    if shared is not None:
-        encoder = shared
-    elif state is None:
-        encoder = ClientEncoder(client_id, _policy(context), identity=node_identity(context.node_config, client_id))
-    else:
-        identity = node_identity(context.node_config, client_id)
-        encoder = ClientEncoder.from_state(client_id, _policy(context), bytes(state["state"]), identity)
+    encoder = shared if shared is not None else _encoder(context, client_id)
     endpoint = ClientEndpoint(algorithm, client, info, encoder)
     endpoint.context = request_ctx  # the request context its rows were standardised under (bound into its views)
     directory = _state_dir(context, client_id, job)
@@ -331,13 +398,16 @@ class ClientHost:
         @client_app.train()
         def train(msg: FlowerMessage, context: Context) -> FlowerMessage:
             request, info = recorddict_to_request(msg.content)
-            job, standardizer = recorddict_to_job(msg.content, info)
-            current = request_context(info, job, standardizer)
+            job, moments = job_moments(msg.content, info)
+            current = request_context(info, job, moments)
             refusal = _context_refusal(context, job, current, self.live)
             if refusal:
                 response = Response(fault=refusal, error=PermissionError(refusal))
                 return FlowerMessage(response_to_recorddict(response, request.purpose), reply_to=msg)
-            endpoint, directory = _endpoint(info, context, job, standardizer, current, self.live, self.job_algorithm)
+            if request.stage in PROTOCOL_STAGES and not self.keep_alive:  # no TensorFlow (module docstring)
+                response = _protocol_answer(info, context, request)
+                return FlowerMessage(response_to_recorddict(response, request.purpose), reply_to=msg)
+            endpoint, directory = _endpoint(info, context, job, moments, current, self.live, self.job_algorithm)
             response = endpoint.handle(request)
             if self.keep_alive:
                 self.live[(int(context.run_id), int(context.node_id), job)] = endpoint

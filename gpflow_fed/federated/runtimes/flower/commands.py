@@ -28,6 +28,7 @@ __all__ = [
     "free_port",
     "node_config",
     "parse_address",
+    "party_environment",
     "superlink_command",
     "supernode_command",
     "write_party_data",
@@ -37,6 +38,15 @@ __all__ = [
 OFFLINE_ENV = {"FLWR_DISABLE_UPDATE_CHECK": "1", "FLWR_TELEMETRY_ENABLED": "0"}
 
 Setting = Union[str, int, float, bool]
+
+
+def party_environment(supernode: str, base: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
+    """The environment of a party's ``flower-supernode`` (the executable ``supernode``): ``base`` (default this
+    process's) kept offline (:data:`OFFLINE_ENV`), with the SuperNode's folder first on ``PATH`` (its
+    ``flower-superexec`` and ``flwr-clientapp`` are found beside it)."""
+    env = {**(os.environ if base is None else base), **OFFLINE_ENV}
+    env["PATH"] = os.path.dirname(supernode) + os.pathsep + env.get("PATH", "")
+    return env
 
 
 def executable(name: str) -> str:

@@ -13,19 +13,20 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
-import urllib.request
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from ....data.dataset import FederatedDataset
+if TYPE_CHECKING:
+    from ....data.dataset import FederatedDataset
 from ...protection.identity import write_federation
 from .commands import OFFLINE_ENV, free_port, superlink_command, supernode_command
-from .server_app import TABLE_APP, run_config_defaults
+from .lifetime import superlink_up
+from .processes import ProcessFamily
+from .app_config import CLIENT_APP, SERVER_APP, TABLE_APP, run_config_defaults
 
 __all__ = [
     "LoopbackFederation",
@@ -38,9 +39,6 @@ __all__ = [
     "write_app",
     "write_client_data",
 ]
-
-SERVER_APP = "gpflow_fed.federated.runtimes.flower.server_app:app"
-CLIENT_APP = "gpflow_fed.federated.runtimes.flower.client_app:app"
 
 
 def _toml_value(value: Any) -> str:
@@ -57,10 +55,10 @@ def write_app(directory: str, algorithm: str, config: Optional[Mapping[str, Any]
     """Write the Flower app folder (``pyproject.toml``) whose components are gpflow-fed's Server/ClientApp.
 
     The app's ``[tool.flwr.app.config]`` holds every key the ServerApp reads, with its default
-    (:func:`~gpflow_fed.federated.runtimes.flower.server_app.run_config_defaults`), then ``config``: Flower's
+    (:func:`~gpflow_fed.federated.runtimes.flower.app_config.run_config_defaults`), then ``config``: Flower's
     ``flwr run --run-config "k=v ..."`` may override only keys the app has, so each of them can be set there.
     Its ServerApp is :data:`SERVER_APP`, or, for a table run (``standardize`` or ``save`` set),
-    :data:`~gpflow_fed.federated.runtimes.flower.server_app.TABLE_APP` (fit's job and model saving).
+    :data:`~gpflow_fed.federated.runtimes.flower.app_config.TABLE_APP` (fit's job and model saving).
 
     :param algorithm: the algorithm factory ``"package.module:function"`` every party imports and calls
         with the run config (see :func:`~gpflow_fed.federated.runtimes.flower.records.load_factory`).
@@ -83,6 +81,7 @@ def write_app(directory: str, algorithm: str, config: Optional[Mapping[str, Any]
         'name = "gpflow-fed-flower-app"',
         'version = "1.0.0"',
         'description = "gpflow-fed algorithms as a Flower ServerApp/ClientApp"',
+        'license = "Apache-2.0"',
         'dependencies = ["gpflow-fed[flower]"]',
         "",
         "[tool.flwr.app]",
@@ -101,7 +100,7 @@ def write_app(directory: str, algorithm: str, config: Optional[Mapping[str, Any]
     return directory
 
 
-def write_client_data(directory: str, dataset: FederatedDataset) -> Tuple[List[str], Optional[str]]:
+def write_client_data(directory: str, dataset: "FederatedDataset") -> Tuple[List[str], Optional[str]]:
     """Each client's ``(X_k, Y_k)`` as ``client_k.npz`` (for its SuperNode) and the test set as ``test.npz``.
 
     In a real federation every party writes its own file on its own machine; this helper is for demos.
@@ -141,8 +140,10 @@ class SuperLinkServer:
     apps submitted to it with ``flwr run``.
 
     Use as a context manager; :meth:`run` writes the app, submits it and waits for the result file (``flwr run``
-    can exit 0 even when the run failed, so the result, not the exit code, is checked). On leaving, every process
-    it started is stopped.
+    can exit 0 even when the run failed, so the result, not the exit code, is checked). Every process it starts
+    runs in its :attr:`family` (:class:`~.processes.ProcessFamily`: each in a session of its own, with everything
+    they start, the SuperLink's detached ``flower-superexec`` and its ServerApps included); on leaving, the whole
+    family is stopped (SIGTERM, ``grace`` seconds, SIGKILL).
 
     :param workdir: a folder for the app, FLWR_HOME, the output and the logs.
     :param host: the address the SuperLink listens on (``0.0.0.0``: every interface, for parties on other machines).
@@ -150,6 +151,9 @@ class SuperLinkServer:
     :param bin_dir: where the ``flower-*``/``flwr`` executables are (default: next to ``sys.executable``).
     :param env: extra environment variables for every process, e.g. ``PYTHONPATH`` so that the ServerApp
         and ClientApps can import the algorithm factory's module.
+    :param grace: seconds the processes have to end after SIGTERM, before SIGKILL.
+    :param signals: a command's main thread: the first SIGINT, SIGTERM or SIGHUP raises
+        :class:`~.processes.Interrupted` there, and the family stops (see :class:`~.processes.ProcessFamily`).
     """
 
     #: the name of the SuperLink connection in the written ``flwr_home/config.toml``
@@ -163,12 +167,17 @@ class SuperLinkServer:
         port: Optional[int] = None,
         bin_dir: Optional[str] = None,
         env: Optional[Mapping[str, str]] = None,
+        grace: float = 10.0,
+        signals: bool = False,
     ) -> None:
         self.workdir = os.path.abspath(workdir)
         self.host = host
         self.port = int(port) if port else 0
         self.bin_dir = bin_dir or os.path.dirname(sys.executable)
-        self.processes: List[subprocess.Popen] = []
+        #: every process this server started, and theirs
+        self.family = ProcessFamily(grace, signals=signals)
+        #: the ``flower-superlink`` process (None before :meth:`__enter__`)
+        self.superlink: Optional[subprocess.Popen] = None
         self.env = {
             **os.environ,
             **OFFLINE_ENV,
@@ -182,13 +191,9 @@ class SuperLinkServer:
         """Where this machine reaches the SuperLink: ``127.0.0.1:<port>``."""
         return f"127.0.0.1:{self.port}"
 
-    def _start(self, command: Sequence[str], log: str) -> None:
+    def _start(self, command: Sequence[str], log: str) -> subprocess.Popen:
         with open(os.path.join(self.workdir, log), "w") as out:
-            self.processes.append(
-                subprocess.Popen(
-                    list(command), env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-                )
-            )
+            return self.family.start(list(command), env=self.env, stdout=out, stderr=subprocess.STDOUT)
 
     def __enter__(self) -> "SuperLinkServer":
         os.makedirs(os.path.join(self.workdir, "flwr_home"), exist_ok=True)
@@ -198,8 +203,9 @@ class SuperLinkServer:
                 f'[superlink]\ndefault = "{self.CONNECTION}"\n\n[superlink.{self.CONNECTION}]\n'
                 f'address = "{self.address}"\ninsecure = true\n'
             )
+        self.family.__enter__()
         try:
-            self._start(superlink_command(self.port, self.host), "superlink.log")
+            self.superlink = self._start(superlink_command(self.port, self.host), "superlink.log")
             self._wait_healthy(60.0)
         except BaseException:
             self.__exit__()
@@ -209,13 +215,12 @@ class SuperLinkServer:
     def _wait_healthy(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            if self.processes[0].poll() is not None:
+            if self.superlink is None or self.superlink.poll() is not None:
                 break
-            try:
-                with urllib.request.urlopen(f"http://{self.address}/health", timeout=2):
-                    return
-            except OSError:
-                time.sleep(0.3)
+            if superlink_up(self.address):
+                self.family.look()  # its detached flower-superexec, while its parent is known
+                return
+            time.sleep(0.3)
         raise RuntimeError(
             f"the SuperLink did not start on port {self.port} within {seconds:g} s (is the port taken?); see "
             f"{self.workdir}/superlink.log"
@@ -240,37 +245,28 @@ class SuperLinkServer:
         shutil.rmtree(output, ignore_errors=True)
         app = write_app(os.path.join(self.workdir, "app"), algorithm, {"output": output, **dict(config or {})})
         command = [os.path.join(self.bin_dir, "flwr"), "run", app, self.CONNECTION] + (["--stream"] if stream else [])
-        with open(os.path.join(self.workdir, "flwr_run.log"), "w") as out:
-            subprocess.run(
-                command,
-                env=self.env,
-                stdout=None if stream else out,
-                stderr=None if stream else subprocess.STDOUT,
-                timeout=timeout,
-                check=False,
-            )
         deadline = None if timeout is None else time.monotonic() + timeout
+        if stream:
+            submit = self.family.start(command, env=self.env)
+        else:
+            submit = self._start(command, "flwr_run.log")
+        try:
+            submit.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pass
         while not os.path.exists(os.path.join(output, "result.json")):
             if os.path.exists(os.path.join(output, "error.json")):
                 with open(os.path.join(output, "error.json")) as f:
                     error = json.load(f)
                 raise RuntimeError(f"the ServerApp failed: {error['type']}: {error['message']}")
-            if deadline is not None and time.monotonic() > deadline or self.processes[0].poll() is not None:
+            superlink_gone = self.superlink is None or self.superlink.poll() is not None
+            if deadline is not None and time.monotonic() > deadline or superlink_gone:
                 raise RuntimeError(f"no result from the ServerApp; see the logs in {self.workdir}")
             time.sleep(0.5)
         return read_result(output)
 
     def __exit__(self, *exc: Any) -> None:
-        for process in reversed(self.processes):
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-        for process in self.processes:
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-        self.processes = []
+        self.family.__exit__(*exc)
 
 
 class LoopbackFederation(SuperLinkServer):
@@ -287,7 +283,7 @@ class LoopbackFederation(SuperLinkServer):
     def __init__(
         self,
         workdir: str,
-        dataset: FederatedDataset,
+        dataset: "FederatedDataset",
         bin_dir: Optional[str] = None,
         env: Optional[Mapping[str, str]] = None,
     ) -> None:
@@ -308,6 +304,7 @@ class LoopbackFederation(SuperLinkServer):
                 settings = {"signing-key": keys[f"client_{k}"], "roster": roster}
                 command = supernode_command(self.address, free_port(), path, k, state, settings)
                 self._start(command, f"supernode_{k}.log")
+            self.family.look()
         except BaseException:
             self.__exit__()
             raise

@@ -25,24 +25,27 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any, Dict, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Mapping, NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, MetricRecord, RecordDict
 
-from ....data.standardize import Standardizer
+if TYPE_CHECKING:
+    from ....data.standardize import Standardizer
 from ...protocol.algorithm import Algorithm, FederationInfo
 from ...engine.factories import load_factory
 from ...protocol.messages import Message
 from ...protocol.transport import Request, Response
 
 __all__ = [
+    "AgreedMoments",
     "PURPOSES",
     "config_to_info",
     "JOBS",
     "MOMENTS_FACTORY",
     "info_to_config",
     "job_algorithm",
+    "job_moments",
     "job_to_config",
     "load_factory",
     "message_to_recorddict",
@@ -183,7 +186,34 @@ def recorddict_to_response(content: RecordDict) -> Response:
     return Response(message, fault, None if fault is None else RuntimeError(fault), seconds, layout, config)
 
 
-def job_to_config(name: str, standardizer: Optional[Standardizer] = None) -> ConfigRecord:
+class AgreedMoments(NamedTuple):
+    """The column moments a training request carries, checked by the party (:func:`job_moments`): a
+    :class:`~gpflow_fed.data.Standardizer`'s four arrays, held without importing TensorFlow (a party that only
+    answers a secure-aggregation stage needs them for its request context, not to standardise).
+
+    :param X_mean: ``[D]``.
+    :param X_std: ``[D]``, positive.
+    :param Y_mean: ``[P]``.
+    :param Y_std: ``[P]``, positive.
+    """
+
+    X_mean: np.ndarray
+    X_std: np.ndarray
+    Y_mean: np.ndarray
+    Y_std: np.ndarray
+
+    def standardizer(self) -> "Standardizer":
+        """The :class:`~gpflow_fed.data.Standardizer` of these moments (imports TensorFlow)."""
+        from ....data.standardize import Standardizer
+
+        return Standardizer(X_mean=self.X_mean, X_std=self.X_std, Y_mean=self.Y_mean, Y_std=self.Y_std)
+
+
+#: what carries a job's moments: the server's :class:`~gpflow_fed.data.Standardizer` or a party's :class:`AgreedMoments`
+JobMoments = Union["Standardizer", AgreedMoments]
+
+
+def job_to_config(name: str, standardizer: Optional[JobMoments] = None) -> ConfigRecord:
     """The ``"job"`` record: the job's name and, for training on standardised data, the agreed moments
     (``X_mean``, ``X_std`` ``[D]``, ``Y_mean``, ``Y_std`` ``[P]`` as lists of floats: exact in Flower's encoding).
 
@@ -197,7 +227,7 @@ def job_to_config(name: str, standardizer: Optional[Standardizer] = None) -> Con
     return ConfigRecord(record)
 
 
-def request_context(info: FederationInfo, job: str, standardizer: Optional[Standardizer] = None) -> bytes:
+def request_context(info: FederationInfo, job: str, standardizer: Optional[JobMoments] = None) -> bytes:
     """SHA-256 of what every request of a run carries beside its update that a party's answer depends on: the
     federation (:func:`info_to_config`) and the job record (:func:`job_to_config`: the agreed moments). Server
     (:attr:`GridTransport.context <gpflow_fed.federated.runtimes.flower.transport.GridTransport>`) and party
@@ -208,11 +238,9 @@ def request_context(info: FederationInfo, job: str, standardizer: Optional[Stand
     return hashlib.sha256(json.dumps(record, sort_keys=True).encode("utf-8")).digest()
 
 
-def recorddict_to_job(content: RecordDict, info: FederationInfo) -> Tuple[str, Optional[Standardizer]]:
-    """The job a request belongs to and the moments its party standardises with (None: its data as given).
-
-    The moments come from the server: the party checks them before use (widths D and P of the federation, finite
-    values, positive scales).
+def job_moments(content: RecordDict, info: FederationInfo) -> Tuple[str, Optional[AgreedMoments]]:
+    """The job a request belongs to and the moments its party standardises with (None: its data as given), checked
+    by the party before use (widths D and P of the federation, finite values, positive scales); no TensorFlow.
 
     :raises ValueError: an unknown job, moments for the ``"moments"`` job (which answers on the party's rows as
         they are), or moments of the wrong width, not finite, or with a scale that is not positive.
@@ -236,7 +264,17 @@ def recorddict_to_job(content: RecordDict, info: FederationInfo) -> Tuple[str, O
         if key.endswith("_std") and not np.all(value > 0):
             raise ValueError(f"the agreed moments' {key} must be positive, got {value.tolist()}")
         moments[key] = value
-    return name, Standardizer(**moments)
+    return name, AgreedMoments(**moments)
+
+
+def recorddict_to_job(content: RecordDict, info: FederationInfo) -> Tuple[str, Optional["Standardizer"]]:
+    """The job a request belongs to and the :class:`~gpflow_fed.data.Standardizer` of its moments (None: its data
+    as given): :func:`job_moments`, checked the same way.
+
+    :raises ValueError: as :func:`job_moments`.
+    """
+    name, moments = job_moments(content, info)
+    return name, None if moments is None else moments.standardizer()
 
 
 def info_to_config(info: FederationInfo) -> ConfigRecord:

@@ -46,9 +46,11 @@ from ...protection.request import Protection
 from ...engine.result import FederatedResult
 from ....data.standardize import Standardizer
 from ..base import sampling_rng
+from .app_config import TABLE_APP
 from .client_app import DESCRIBE
 from .records import MOMENTS_JOB, TRAIN_JOB, build_algorithm
-from .transport import GridTransport
+from .pace import expected_exchanges, job_shape, round_line
+from .transport import GridTransport, exchange, instruction
 
 __all__ = [
     "FederationShape",
@@ -56,7 +58,6 @@ __all__ = [
     "TableJob",
     "app",
     "options_from_config",
-    "run_config_defaults",
     "save_error",
     "save_result",
 ]
@@ -140,9 +141,10 @@ class FlowerServer:
         #: the transport of the last run (its message counts)
         self.transport: Optional[GridTransport] = None
         #: the last run's Flower messages and stages, per exchange kind: ``describe``, and each job's
-        self.exchanges: Dict[str, Dict[str, int]] = {}
+        self.exchanges: Dict[str, Dict[str, Any]] = {}
         #: the last run's transport of each job (``"moments"``, ``"train"``): its stages' groups
         self.transports: Dict[str, GridTransport] = {}
+        self._reported = 0
         #: the parties' column names, when their node configs give them: ``(features, target)``
         self.columns: Optional[Tuple[str, str]] = None
 
@@ -166,9 +168,11 @@ class FlowerServer:
         :raises ValueError: missing, repeated or out-of-range client indices, or parties with different D or P.
         """
         nodes = self._nodes(grid)
-        messages = [grid.create_message(RecordDict({}), MessageType.QUERY, n, DESCRIBE) for n in nodes]
-        replies = list(grid.send_and_receive(messages, timeout=self.timeout))
-        self.exchanges = {"describe": {"messages": len(messages), "stages": 1}}
+        messages = [instruction(RecordDict({}), MessageType.QUERY, n, DESCRIBE) for n in nodes]
+        started = time.perf_counter()
+        replies = exchange(grid, messages, self.timeout)
+        seconds = time.perf_counter() - started
+        self.exchanges = {"describe": {"messages": len(messages), "stages": 1, "seconds": seconds}}
         described: Dict[int, Tuple[int, int, int, int]] = {}
         columns: Dict[int, Tuple[str, str]] = {}
         for reply in replies:
@@ -254,7 +258,9 @@ class FlowerServer:
             if standardizer is None:  # the moments job: the parties' rows as they are, no monitor, faults only
                 options = RunOptions(faults=self.options.faults, keep_payloads=self.options.keep_payloads)
                 began = time.perf_counter()
-                return self._job(grid, node_of, info, shape, algorithm, None, None, began, MOMENTS_JOB, options)
+                moments = self._job(grid, node_of, info, shape, algorithm, None, None, began, MOMENTS_JOB, options)
+                self._estimate(info)
+                return moments
             scaled = None if test is None else standardizer.transform(*test)
             return self._job(
                 grid, node_of, info, shape, algorithm, scaled, monitor, start, TRAIN_JOB, None, standardizer
@@ -281,28 +287,65 @@ class FlowerServer:
         transport = self.transport = GridTransport(
             grid, node_of, info, self.timeout, job=job, standardizer=standardizer
         )
+        self._reported = 0  # the job's stages already in a progress line
         try:
             return run_rounds(
                 setup, transport, seeded_sampling=sampling_rng(self.seed), test=test, monitor=monitor, start=start
             )
         finally:
-            self.exchanges[job] = {"messages": transport.messages_sent, "stages": transport.stages}
+            self.exchanges[job] = stage_times(transport)
             self.transports[job] = transport
 
+    def _estimate(self, info: FederationInfo) -> None:
+        """Report the training's exchanges and time at the pace of the moments job just run (:mod:`.pace`): the same
+        set-up and stages per phase, the training algorithm's phases, the moments' seconds per exchange (an update
+        that trains takes longer than one that sums columns, so this is a floor)."""
+        moments = self.transports[MOMENTS_JOB]
+        if not moments.seconds:
+            return
+        each = sum(moments.seconds) / len(moments.seconds)
+        setup, per_phase = job_shape(moments.groups)
+        bound = self.algorithm.bind(info)
+        phases = [len(bound.phases(r)) for r in range(bound.rounds)]
+        total = expected_exchanges(phases, len(bound.final_phases()), setup, per_phase)
+        self.report(
+            f"{len(moments.groups)} exchanges of {each:.1f} s for the moments; the training's {bound.rounds} rounds "
+            f"take {total} exchanges ({round(sum(phases) * per_phase / max(bound.rounds, 1))} a round, {setup} to "
+            f"set up, {round(len(bound.final_phases()) * per_phase)} to finish): at least {total * each / 60:.1f} min"
+        )
+
     def _reporting(self, monitor: Optional[Callable[..., Any]]) -> Callable[..., Any]:
-        """``monitor`` after a progress line for the round: its number, clients and seconds."""
+        """``monitor`` after a progress line for the round (:func:`.pace.round_line`): its number, clients,
+        exchanges and seconds, and the time left at its pace."""
 
         def reporting(r: int, *, history: List[Dict[str, Any]], algorithm: Algorithm, **kwargs: Any) -> None:
-            entry = history[-1]
-            self.report(f"round {r + 1}/{algorithm.rounds}: {entry['clients']} clients, {entry['seconds']:.1f} s")
+            transport = self.transport
+            if transport is None:
+                return
+            start, self._reported = self._reported, len(transport.groups)
+            groups, seconds = transport.groups[start:], transport.seconds[start:]
+            clients = history[-1]["clients"]
+            self.report(round_line(r, algorithm.rounds, clients, groups, seconds, len(algorithm.final_phases())))
             if monitor is not None:
                 monitor(r, history=history, algorithm=algorithm, **kwargs)
 
         return reporting
 
 
-#: the ServerApp of a table run (``gpflow-fed flower server``): this app with fit's job and model saving
-TABLE_APP = "gpflow_fed.fitting.flower:server_app"
+def stage_times(transport: GridTransport) -> Dict[str, Any]:
+    """A job's exchanges: Flower ``messages`` sent, ``stages`` (exchanges), their ``seconds`` in all and, per stage
+    kind (``update``, ``advertise``, … ``unmask``), ``by_stage``: ``[exchanges, seconds]``."""
+    by_stage: Dict[str, List[float]] = {}
+    for group, seconds in zip(transport.groups, transport.seconds):
+        entry = by_stage.setdefault(group.rsplit("/", 1)[-1], [0, 0.0])
+        entry[0] += 1
+        entry[1] += seconds
+    return {
+        "messages": transport.messages_sent,
+        "stages": transport.stages,
+        "seconds": float(sum(transport.seconds)),
+        "by_stage": by_stage,
+    }
 
 
 def replace_test(shape: FederationShape, test: Optional[Tuple[np.ndarray, np.ndarray]]) -> FederationShape:
@@ -324,14 +367,14 @@ def save_result(
     result: FederatedResult,
     directory: str,
     predict_at: Optional[np.ndarray] = None,
-    exchanges: Optional[Mapping[str, Mapping[str, int]]] = None,
+    exchanges: Optional[Mapping[str, Mapping[str, Any]]] = None,
 ) -> None:
     """Write a Flower run's result where the caller can read it (the ServerApp runs in its own process).
 
     Files: ``parameters.npz`` (``gpflow.utilities.read_values`` of the model), ``predictions.npz``
     (``mean``, ``var`` of ``predict_f`` at ``predict_at``, if given) and ``result.json`` (history, metrics,
-    ledger entries, seconds, and ``exchanges``: the Flower messages and stages of each exchange kind, from
-    :attr:`FlowerServer.exchanges`), the last written last, so its presence means the run finished.
+    ledger entries, seconds, and ``exchanges``: the Flower messages, stages and seconds of each exchange kind, from
+    :attr:`FlowerServer.exchanges`, :func:`stage_times`), the last written last, so its presence means the run finished.
     """
     os.makedirs(directory, exist_ok=True)
     values = {k: np.asarray(v) for k, v in gpflow.utilities.read_values(result.model).items()}
@@ -357,25 +400,6 @@ def save_error(error: BaseException, directory: str) -> None:
     os.makedirs(directory, exist_ok=True)
     with open(os.path.join(directory, "error.json"), "w") as f:
         json.dump({"type": type(error).__name__, "message": str(error)}, f)
-
-
-def run_config_defaults() -> Dict[str, Any]:
-    """Every run-config key :func:`make_server_app`'s ServerApp reads besides ``algorithm``, with the value that
-    means its default. :func:`~.deploy.write_app` writes them all into an app, so that ``flwr run --run-config
-    "k=v ..."`` may set any of them (Flower refuses to override a key the app lacks). The protection request is
-    the default :class:`~gpflow_fed.federated.Protection` (secure aggregation)."""
-    return {
-        "seed": 0,
-        "num-clients": 0,  # 0: the SuperNodes connected when the run starts
-        "wait": 120.0,  # seconds to wait for num-clients SuperNodes
-        "standardize": False,
-        "output": "",
-        "save": "",
-        "test-data": "",
-        # the run options (timeout: seconds a party may take per request, 0: no limit; checkpoint-dir "": none)
-        **RunOptions().to_config(),
-        **Protection().to_config(),
-    }
 
 
 def _positive_or_none(config: Mapping[str, Any], key: str) -> Optional[float]:
@@ -404,7 +428,7 @@ def make_server_app(job: Optional[TableJob] = None, save: Optional[SaveModel] = 
       ``secure-aggregation`` — true unless given —, ``fractional-bits``, ``min-cohort``, ``dp-*``, ``robust-*``). It
       is only a request: each party's own policy (its node config) decides what it accepts.
 
-    :func:`run_config_defaults` lists the keys with their defaults.
+    :func:`.app_config.run_config_defaults` lists the keys with their defaults.
     """
     server_app = ServerApp()
 

@@ -17,6 +17,7 @@ from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
 from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict
 from flwr.serverapp import Grid
 from flwr.supercore.run import Run
+from flwr.supercore.task_identity import TaskIdentity
 
 __all__ = ["LoopbackGrid", "over_the_wire"]
 
@@ -47,6 +48,9 @@ class LoopbackGrid(Grid):
     ) -> None:
         self._run = Run.create_empty(run_id)
         self.run_id = int(run_id)
+        # this process is the run's ServerApp, as Flower's own in-process runs declare (flwr.simulation): Flower's
+        # Message constructor reads the sender from it
+        TaskIdentity.task_id, TaskIdentity.run_id, TaskIdentity.node_id = 1, int(run_id), SUPERLINK_NODE_ID
         self.client_app = client_app
         self.contexts = {
             1001 + i: Context(

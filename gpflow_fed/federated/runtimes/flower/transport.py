@@ -10,17 +10,51 @@ the moments exchange or the training, with the moments the parties standardise t
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional
+import time
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from flwr.app import Message as FlowerMessage
-from flwr.app import MessageType
+from flwr.app import MessageType, RecordDict
 from flwr.serverapp import Grid
 
 from ...protocol.algorithm import FederationInfo
 from ...protocol.transport import Request, Response, Transport
 from .records import JOB, TRAIN_JOB, job_to_config, recorddict_to_response, request_context, request_to_recorddict
 
-__all__ = ["GridTransport"]
+__all__ = ["POLL", "GridTransport", "exchange", "instruction"]
+
+#: seconds between the ServerApp's pulls of a stage's replies (Flower's ``Grid.send_and_receive`` waits 3 s)
+POLL = 0.1
+
+
+def instruction(content: RecordDict, message_type: str, dst_node_id: int, group_id: str) -> FlowerMessage:
+    """A message from the ServerApp to one SuperNode, made with Flower 1.41's ``Message`` constructor (its
+    ``Grid.create_message`` is deprecated); the grid fills in the run and message ids when it pushes it."""
+    return FlowerMessage(content, int(dst_node_id), message_type, group_id=group_id)
+
+
+def exchange(
+    grid: Grid, messages: Sequence[FlowerMessage], timeout: Optional[float] = None, poll: float = POLL
+) -> List[FlowerMessage]:
+    """Push ``messages`` and pull their replies every ``poll`` seconds until every one has answered or ``timeout``
+    seconds have passed (None: no limit): Flower's ``Grid.send_and_receive``, which pulls every 3 s, with a shorter
+    wait (each pull is one small request to the SuperLink), so a stage ends when its last reply arrives.
+
+    :raises ValueError: a ``poll`` that is not positive.
+    """
+    if not poll > 0:
+        raise ValueError(f"poll must be positive seconds, got {poll!r}")
+    waiting = {mid for mid in grid.push_messages(messages) if mid}  # a message not pushed has no id: no reply
+    deadline = None if timeout is None else time.monotonic() + timeout
+    replies: List[FlowerMessage] = []
+    while waiting:
+        pulled = list(grid.pull_messages(waiting))
+        replies.extend(pulled)
+        waiting -= {reply.metadata.reply_to_message_id for reply in pulled}
+        if not waiting or deadline is not None and time.monotonic() >= deadline:
+            break
+        time.sleep(poll)
+    return replies
 
 
 class GridTransport(Transport):
@@ -57,6 +91,8 @@ class GridTransport(Transport):
         self.stages = 0
         #: each stage's group name ``purpose/round/phase/stage``, in order (one Flower exchange each)
         self.groups: List[str] = []
+        #: each stage's seconds, from its first message pushed to its last reply pulled (in :attr:`groups`' order)
+        self.seconds: List[float] = []
 
     def send(self, requests: Mapping[str, Request]) -> Dict[str, Response]:
         outgoing = []
@@ -65,13 +101,16 @@ class GridTransport(Transport):
             group = f"{request.purpose}/{request.message.round}/{request.message.phase}/{request.stage}"
             content = request_to_recorddict(request, self.info)
             content[JOB] = job_to_config(self.job, self.standardizer)
-            outgoing.append(self.grid.create_message(content, MessageType.TRAIN, self.node_of[cid], group))
+            outgoing.append(instruction(content, MessageType.TRAIN, self.node_of[cid], group))
         self.messages_sent += len(outgoing)
         self.stages += 1
         self.groups.append(group)
         client_of = {n: c for c, n in self.node_of.items()}
         received: Dict[str, FlowerMessage] = {}
-        for incoming in self.grid.send_and_receive(outgoing, timeout=self.timeout):
+        started = time.perf_counter()
+        answers = exchange(self.grid, outgoing, self.timeout)
+        self.seconds.append(time.perf_counter() - started)
+        for incoming in answers:
             sender = client_of.get(int(incoming.metadata.src_node_id))
             # a reply from a node not asked, or a second one: ignored
             if sender is not None and sender in requests and sender not in received:
