@@ -82,6 +82,7 @@ def _one_message_run(node: Dict[str, object], run_id: int, bits: int, cohort_siz
         request_to_recorddict,
     )
     from gpflow_fed.federated.runtimes.flower.testing import LoopbackGrid
+    from gpflow_fed.federated.runtimes.flower.transport import instruction
 
     info = FederationInfo(("client_0", "client_1", "client_2"), {"client_0": 1, "client_1": 5, "client_2": 5}, 1, 1, 0)
     host = ClientHost(keep_alive=False, job_algorithm=lambda job, config: Sum(1))
@@ -90,7 +91,7 @@ def _one_message_run(node: Dict[str, object], run_id: int, bits: int, cohort_siz
     config = {"aggregation": "sum", "cohort_size": int(cohort_size), "protection": request_protection.to_config()}
     content = request_to_recorddict(Request(UPDATE, Message(SERVER, 0, "train", {}, weight=0.0), "train", config), info)
     content[JOB] = job_to_config(TRAIN_JOB, None)
-    (reply,) = grid.send_and_receive([grid.create_message(content, MessageType.TRAIN, 1001, "g")])
+    (reply,) = grid.send_and_receive([instruction(content, MessageType.TRAIN, 1001, "g")])
     response = recorddict_to_response(reply.content)
     return response.fault, response.layout
 

@@ -19,6 +19,7 @@ from gpflow_fed.federated.algorithms.moments import MOMENTS_PHASE  # noqa: E402
 from flwr.app import MessageType  # noqa: E402
 from gpflow_fed.federated.runtimes.flower import runtime as flower_runtime  # noqa: E402
 from gpflow_fed.federated.runtimes.flower import server_app  # noqa: E402
+from gpflow_fed.federated.runtimes.flower import transport as flower_transport  # noqa: E402
 from gpflow_fed.federated.protocol.messages import SERVER, Message  # noqa: E402
 from gpflow_fed.federated.runtimes.flower.records import (  # noqa: E402
     JOB,
@@ -57,20 +58,20 @@ def _run_with_moments_per_party(monkeypatch, moments_of, server_moments, prime_o
                         Request("prime", Message(SERVER, 0, "none", {}), "train", {}), self.info
                     )
                     content[JOB] = job_to_config("train", prime_of(cid))
-                    primes.append(self.grid.create_message(content, MessageType.TRAIN, node, "prime"))
+                    primes.append(flower_transport.instruction(content, MessageType.TRAIN, node, "prime"))
                 self.grid.send_and_receive(primes)
-            create = self.grid.create_message
+            create = flower_transport.instruction  # how the server's transport makes each party's message
             client_of = {node: cid for cid, node in self.node_of.items()}
 
             def per_party(content, message_type, node, group, *rest):
                 content[JOB] = job_to_config("train", moments_of(client_of[node]))
                 return create(content, message_type, node, group, *rest)
 
-            self.grid.create_message = per_party
+            flower_transport.instruction = per_party
             try:
                 return super().send(requests)
             finally:
-                self.grid.create_message = create
+                flower_transport.instruction = create
 
     sums = {}
 
@@ -158,7 +159,7 @@ def test_a_deployed_party_answers_a_job_under_the_moments_it_was_first_shown(tmp
     def fault(job, moments):
         content = request_to_recorddict(Request("unknown", Message(SERVER, 0, "none", {}), "train", {}), info)
         content[JOB] = job_to_config(job, moments)
-        (reply,) = grid.send_and_receive([grid.create_message(content, MessageType.TRAIN, 1001, "g")])
+        (reply,) = grid.send_and_receive([flower_transport.instruction(content, MessageType.TRAIN, 1001, "g")])
         return str(reply.content["response"]["fault"])
 
     assert "unknown stage" in fault(TRAIN_JOB, _scaled(1.0))
@@ -188,6 +189,6 @@ def test_a_live_partys_jobs_share_one_encoder(tmp_path):
     for job in (MOMENTS_JOB, TRAIN_JOB):
         content = request_to_recorddict(Request("unknown", Message(SERVER, 0, "none", {}), "train", {}), info)
         content[JOB] = job_to_config(job, None)
-        grid.send_and_receive([grid.create_message(content, MessageType.TRAIN, 1001, "g")])
+        grid.send_and_receive([flower_transport.instruction(content, MessageType.TRAIN, 1001, "g")])
     moments, train = host.live[(6, 1001, MOMENTS_JOB)], host.live[(6, 1001, TRAIN_JOB)]
     assert moments is not train and moments.encoder is train.encoder
