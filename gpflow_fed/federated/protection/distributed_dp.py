@@ -106,7 +106,6 @@ from fractions import Fraction
 from typing import Any, Callable, Dict, List, NoReturn, Optional, Sequence, Tuple
 
 import numpy as np
-from scipy.optimize import minimize_scalar
 
 from ...randomness import check_insecure_seed
 from ...validation import integer, positive_float
@@ -601,6 +600,8 @@ def zcdp_epsilon(rho: float, delta: float) -> float:
     values = [_conversion(a, rho, log_inverse_delta) for a in grid]
     best = int(np.argmin(values))
     lower, upper = grid[max(best - 1, 0)], grid[min(best + 1, grid.size - 1)]
+    from scipy.optimize import minimize_scalar  # here: a client answering a stage loads no SciPy for it
+
     found = minimize_scalar(lambda a: _conversion(a, rho, log_inverse_delta), bounds=(lower, upper), method="bounded")
     candidates = [values[best], rho + 2.0 * math.sqrt(rho * log_inverse_delta)]
     if found.success and lower <= found.x <= upper:

@@ -25,13 +25,15 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-import dp_accounting
 import numpy as np
 
 from ...randomness import check_insecure_seed
 from ...validation import positive_float
+
+if TYPE_CHECKING:  # imported where an accountant is made: a client answering a stage loads no SciPy for it
+    import dp_accounting
 
 __all__ = [
     "ACCOUNTANTS",
@@ -223,6 +225,8 @@ class PrivacyAccountant:
         self._accountant = self._new_accountant()
 
     def _new_accountant(self) -> dp_accounting.PrivacyAccountant:
+        import dp_accounting
+
         if self.dp.accountant == "rdp":
             return dp_accounting.rdp.RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE)
         # Without sampling, replacing one client is a Gaussian mechanism with sensitivity 2C: its privacy loss
@@ -272,6 +276,8 @@ class PrivacyAccountant:
 
     def release_event(self, num_clients: int, sample_size: int, num_sums: int) -> dp_accounting.DpEvent:
         """One round's releases as a ``dp_accounting`` event: P Gaussians(z/2) over a sample of m of K."""
+        import dp_accounting
+
         gaussian = dp_accounting.GaussianDpEvent(self.dp.noise_multiplier / 2.0)  # sensitivity 2C: replace one
         inner = dp_accounting.SelfComposedDpEvent(gaussian, num_sums) if num_sums > 1 else gaussian
         if sample_size < num_clients:
