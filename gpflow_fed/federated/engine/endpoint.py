@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Optional
+from dataclasses import dataclass
+from typing import Optional, Union
 
 import numpy as np
 
@@ -32,7 +33,7 @@ from ..protection.request import Protection
 from ..protection.wire import pack, unpack
 from ..protocol.transport import PROTOCOL_STAGES, UPDATE, Request, Response
 
-__all__ = ["ClientEndpoint"]
+__all__ = ["Admitted", "ClientEndpoint", "fault_response", "protocol_response"]
 
 LOG = logging.getLogger(__name__)
 
@@ -73,18 +74,11 @@ class ClientEndpoint:
                 return self._protocol(request)
             return Response(fault=f"unknown stage {request.stage!r}", error=ValueError(request.stage))
         except Exception as exc:  # noqa: BLE001 - every client-side failure becomes a fault the server screens
-            return Response(fault=f"raised {type(exc).__name__}: {exc}", error=exc)
+            return fault_response(exc)
 
     def _protocol(self, request: Request) -> Response:
-        """One stage of the secure-aggregation protocol, answered by the encoder (a refusal is a fault)."""
-        down = request.message
-        try:
-            answer = self.encoder.respond(request.stage, unpack(request.config.get("protocol"), down.arrays))
-        except ValueError as refusal:  # the client's own rules: nothing is sent
-            return Response(fault=str(refusal), error=refusal)
-        structure, arrays = pack(answer)
-        message = Message(self.client.id, down.round, down.phase, arrays, weight=0.0)
-        return Response(message=message, config={"protocol": structure})
+        """One stage of the secure-aggregation protocol, answered by the encoder (:func:`protocol_response`)."""
+        return protocol_response(self.encoder, self.client.id, request)
 
     def _small_alone(self, phase: str) -> str:
         """The small-cohort rule for a plain answer, where the client's payload is summed alone."""
@@ -138,6 +132,23 @@ class ClientEndpoint:
         return Response(fault=fault, error=ValueError(fault), seconds=seconds)
 
     def _update(self, request: Request) -> Response:
+        admitted = self.admit(request)
+        if isinstance(admitted, Response):
+            return admitted
+        started = time.perf_counter()
+        try:
+            outcome: Union[Message, Exception] = self.algorithm.client_update(self.client, admitted.broadcast)
+        except Exception as exc:  # noqa: BLE001 - answered as the per-client rules say (answer)
+            outcome = exc
+        return self.answer(admitted, outcome, time.perf_counter() - started)
+
+    def admit(self, request: Request) -> Union[Response, "Admitted"]:
+        """The client's checks of an update request before any work on its data: its schedule, its own policy, the
+        claim of a protected exchange (once), then ``Algorithm.setup_client`` on first use.
+
+        :return: the refusal to send, or what :meth:`answer` needs once the update is computed (by
+            ``Algorithm.client_update``, or for a whole cohort by ``Algorithm.client_updates``).
+        """
         algorithm, config = self.algorithm, request.config
         refusal = self._schedule_refusal(request)
         if refusal:
@@ -154,23 +165,32 @@ class ClientEndpoint:
         if claimed:  # once, before anything depends on the data
             self.encoder.claim(request.purpose, down.round, down.phase)
         self.setup()
-        started = time.perf_counter()
-        try:
-            reply = algorithm.client_update(self.client, down)
-        except BroadcastRefused:
-            raise  # the broadcast's form, not the data: its reason is sent
-        except Exception as exc:  # noqa: BLE001 - on a protected phase an error may depend on the data
-            if not claimed:
-                raise
-            return self._data_fault(f"raised {type(exc).__name__}: {exc}", None, UPDATE_FAULT)
-        elapsed = time.perf_counter() - started
+        return Admitted(request, down, aggregation, request_protection, protected, claimed)
+
+    def answer(self, admitted: "Admitted", outcome: Union[Message, Exception], elapsed: float) -> Response:
+        """The client's response once its update is computed: ``outcome`` is the reply of ``Algorithm.client_update``
+        or the exception it raised, ``elapsed`` the client's seconds for it. The envelope, the small-cohort rule of a
+        plain answer, and on a protected phase its own value and weight checks and its encoding (its policy).
+
+        :raises BroadcastRefused: the update refused the broadcast's form (sent as it is, by :meth:`handle`).
+        :raises Exception: the update's error on an unprotected phase (sent as it is, by :meth:`handle`).
+        """
+        algorithm, config, down = self.algorithm, admitted.request.config, admitted.broadcast
+        request_protection, aggregation = admitted.protection, admitted.aggregation
+        if isinstance(outcome, BroadcastRefused):
+            raise outcome  # the broadcast's form, not the data: its reason is sent
+        if isinstance(outcome, Exception):  # on a protected phase an error may depend on the data
+            if not admitted.claimed:
+                raise outcome
+            return self._data_fault(f"raised {type(outcome).__name__}: {outcome}", None, UPDATE_FAULT)
+        reply = outcome
         first = down.phase not in self._timed
         self._timed.add(down.phase)
         seconds: Optional[float] = None if first else elapsed
         fault = envelope_fault(reply, self.client.id, down)  # what its algorithm returned, not its data
         if fault is not None:
             return Response(fault=fault, error=ValueError(fault), seconds=seconds)
-        if not protected:
+        if not admitted.protected:
             small = self._small_alone(down.phase)
             if small:
                 return Response(fault=small, error=PermissionError(small), seconds=seconds)
@@ -190,7 +210,7 @@ class ClientEndpoint:
                 request_protection,
                 aggregation,
                 cohort_size,
-                request.purpose,
+                admitted.request.purpose,
                 min_data,
                 broadcast=digest,
                 view=request_view(digest, request_protection.to_config(), cohort_size, aggregation, self.context),
@@ -203,3 +223,43 @@ class ClientEndpoint:
             return Response(message=prepared, seconds=seconds)
         layout = {name: tuple(np.shape(value)) for name, value in prepared.arrays.items()}
         return Response(layout=layout, seconds=seconds)
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """An update request a client admitted (:meth:`ClientEndpoint.admit`), waiting for its update to be computed.
+
+    :param request: the request.
+    :param broadcast: the part of its broadcast the phase reads (``Algorithm.read_broadcast``).
+    :param aggregation: the phase's aggregation, as the client's own algorithm has it.
+    :param protection: the protection the request asks for.
+    :param protected: the phase is protected (clipped, encoded).
+    :param claimed: the exchange is masked and the client claimed it (an update's error then stops its protected
+        answers for the run).
+    """
+
+    request: Request
+    broadcast: Message
+    aggregation: str
+    protection: Protection
+    protected: bool
+    claimed: bool
+
+
+def fault_response(exc: BaseException) -> Response:
+    """The response of a client whose handling of a request raised ``exc`` (never an exception to the server)."""
+    return Response(fault=f"raised {type(exc).__name__}: {exc}", error=exc)
+
+
+def protocol_response(encoder: ClientEncoder, client_id: str, request: Request) -> Response:
+    """Client ``client_id``'s answer to one stage of the secure-aggregation protocol, from its ``encoder`` alone (a
+    refusal is a fault): what :meth:`ClientEndpoint.handle` sends for a protocol stage, and what a Flower ClientApp
+    process sends without building its algorithm or reading its data (no TensorFlow)."""
+    down = request.message
+    try:
+        answer = encoder.respond(request.stage, unpack(request.config.get("protocol"), down.arrays))
+    except ValueError as refusal:  # the client's own rules: nothing is sent
+        return Response(fault=str(refusal), error=refusal)
+    structure, arrays = pack(answer)
+    message = Message(client_id, down.round, down.phase, arrays, weight=0.0)
+    return Response(message=message, config={"protocol": structure})
