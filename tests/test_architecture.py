@@ -329,7 +329,7 @@ def test_no_module_calls_back_into_the_phase_owner_and_every_stage_goes_through_
     trace = _architecture().trace()
     assert trace["reentered_from_below"] == {}
     stages = trace["from_phase_owner"]
-    assert set(stages) == {"update", "advertise", "share", "store", "masked_input", "unmask"}
+    assert set(stages) == {"update", "advertise", "share", "store", "masked_input", "consistency", "unmask"}
     for stage, modules in stages.items():
         assert "gpflow_fed.federated.runtimes.local" in modules, stage  # the transport carries every stage
     assert modules_entered_once(stages["update"], ("gpflow_fed.federated.protocol.faults",))

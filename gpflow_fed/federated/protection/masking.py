@@ -30,16 +30,19 @@ What it guarantees, and against whom:
 * Colluding clients learn the pads they share. The graph is a Harary graph (Harary, "The maximum
   connectivity of a graph", PNAS 48(7), 1962, doi:10.1073/pnas.48.7.1142), which is ``d``-connected:
   removing fewer than ``d`` members leaves the others connected, so the server with fewer than ``d``
-  colluding clients still learns only the honest clients' total. ``d`` colluders who are *all* of one
-  client's neighbours can unmask it; the graph's vertex order comes from a hash of the run's OS-random id
-  and the cohort, so a coalition formed before the run cannot choose whom it surrounds.
+  colluding clients still learns only the honest clients' total, whatever the graph's vertex order. ``d``
+  colluders who are *all* of one client's neighbours can unmask it. The vertex order is a public hash of the
+  run id and the cohort: colluders alone cannot choose whom they surround, but a server that colludes with
+  them draws the run id and picks the cohort, so it can grind both until they surround a victim; against
+  such a server the guarantee is the ``d``-connectivity above (fewer than ``d`` colluders in the cohort).
 * Replays: ``s_ij`` depends on the whole exchange tag (run id, purpose, round, phase, cohort), so a message
   masked for one exchange does not cancel in another; :func:`check_exchange` rejects stale headers up
   front. A replay with a forged header is not detected by the server, but it makes the total meaningless
   rather than revealing anything.
-* Not covered: a server that substitutes public keys (an active attacker; Bonawitz et al. add
-  signatures and a PKI), drop-outs after masking, and what the total itself reveals (with a cohort of two,
-  each member learns the other's payload from the total; ``min_cohort`` bounds that).
+* Not covered here: a server that substitutes public keys (the signed keys and roster of :mod:`.identity`
+  stop it), drop-outs after masking (the secret sharing and consistency round of :mod:`.secagg`), and what
+  the total itself reveals (with a cohort of two, each member learns the other's payload from the total;
+  ``min_cohort`` bounds that).
 
 Cost: ``d`` key agreements (cached for the run), ``d`` HKDFs and ``d`` pads of ``P`` words per client,
 ``O(d P)``; with the default ``d ≈ 2 ⌈log₂ K⌉`` a cohort of ``K`` costs ``O(K log K · P)`` instead of all
@@ -363,7 +366,9 @@ def masking_graph(exchange: Exchange, degree: int) -> Dict[str, Tuple[str, ...]]
 
     The Harary graph ``H_{d,K}`` (Harary 1962): members in a pseudo-random order ``π`` derived from SHA-256
     of the run id and the cohort (public; every client computes the same graph; the same cohort keeps its
-    graph through a run, so key agreements are reused and a coalition gets no fresh draw each round),
+    graph through a run, so key agreements are reused and a coalition gets no fresh draw each round; a server
+    that draws the run id and picks cohorts can grind the order, so what holds against it is the graph's
+    ``d``-connectivity, which no order changes),
     member ``π_i`` adjacent to
     ``π_{i±1}, …, π_{i±⌊d/2⌋}`` and, for odd ``d``, to ``π_{i+K/2}``. A regular graph of odd degree on an
     odd number of vertices does not exist, so an odd ``d`` with odd ``K`` becomes ``d + 1``; ``d ≥ K − 1``

@@ -41,6 +41,24 @@ compared as strings,
 the pad seed of :meth:`~.masking.MaskingKeys.pad_seed` (X25519, HKDF bound to the whole tag). Its reply
 carries the exchange digest, so a masked input replayed from another exchange is refused.
 
+**Consistency round, per exchange, with a roster** (stage ``consistency``; the ConsistencyCheck of Bonawitz et al.'s
+protocol against an active server). Survivors ``S`` are those whose masked input arrived. The server shows each of
+them ``S``; a survivor signs (Ed25519, its long-term key, :func:`~.identity.consistency_message`: protocol tag, run
+id, exchange digest, cohort, ``S``, its id) **at most one survivor set per exchange** (kept in its saved state, so a
+restart cannot make it sign twice), only a set naming itself, for the exchange it masked in, and
+only if ``|S|`` meets its own floors: its share threshold ``t``, ``min_cohort`` for every survivor group, and the
+quorum below. The unmask then carries the signatures, and every client, before revealing anything, verifies
+against **its own roster** that a quorum ``q = min(n, ⌊(n + c)/2⌋ + 1)`` of distinct members of ``S`` signed
+``S = U \\ D`` (the unmask's own drop-outs), and that ``S`` is the set it signed, if it signed one; it reveals
+under that set only. Two quorums share ``2q − n ≥ c + 1`` members, so with at most ``c`` members of the cohort
+colluding with the server an honest one signed both, and it signs one set: no party ``j`` is a survivor to one
+honest client (its seed, its ``b`` shares) and dropped to another (pads with ``j``). ``c`` is the client's
+``max_colluders`` (default :func:`default_colluders`, ``max(⌊n/3⌋, t − 1)``; the request may raise it, never lower
+it). Without a roster the round is skipped: a client without one cannot tell a party's signature from one the
+server made (a semi-honest server only). Cost per client and exchange: one signature and at most ``q``
+verifications (≈ 160 µs each, cached per process: an in-process run verifies each signature once), and 64 bytes per
+survivor that signed in its unmask request (the server relays every signature; ``⌈K/8⌉`` more for the signers).
+
 **Unmask** (stage ``unmask``). Survivors ``S`` are those whose masked input arrived; ``D = U \\ S``. The server
 asks each survivor for its exchange's self-mask seed ``HKDF(b_i, tag(e) ‖ i)`` and the pad seed ``s_ij(e)``
 with each dropped neighbour ``j``, and each dropped client (it may be back) for its pad seeds with its surviving
@@ -81,17 +99,22 @@ masked. A dropped client whose late ``y_j`` arrived keeps its self-mask: a serve
 never rebuilds ``b_j`` (``j`` is excluded), and the clients shown ``j``'s drop-out refuse shares of it.
 
 **What is not protected.** (1) Without a roster: a server that substitutes public keys at setup reads the shares and
-can unmask everyone (with a roster, refused at ``share``; keys changed after setup are refused either way). (2) A
-malicious server that lies about drop-outs to different clients beyond the rules above: telling ``j`` it survived
-(its seed) and all of ``j``'s neighbours that it dropped (their pads with ``j``) unmasks ``j``; Bonawitz et al. stop
-this with signatures and a consistency round. (3) What the sum itself reveals, and sums across exchanges
-(distributed DP covers that). (4) Without a roster, sybils: ``s`` clients the server invents in a cohort of ``n``
-leave it the sum of the ``n − s`` honest clients, so ``min_cohort`` bounds what a curious server learns, not a
+can unmask everyone (with a roster, refused at ``share``; keys changed after setup are refused either way). (2)
+Without a roster, a malicious server that lies about drop-outs to different clients: telling ``j`` it survived
+(its seed, or its holders: their shares of ``b_j``) and all of ``j``'s neighbours that it dropped (their pads with
+``j``) unmasks ``j``; with a roster the consistency round stops it while at most ``c`` cohort members collude, and
+``c + 1`` colluders who sign both sets do not (the bound is tight). (3) What the sum itself reveals, and sums across
+exchanges (distributed DP covers that). (4) Without a roster, sybils: ``s`` clients the server invents in a cohort
+of ``n`` leave it the sum of the ``n − s`` honest clients, so ``min_cohort`` bounds what a curious server learns, not a
 server that supplies sybils (with a roster a party not on it is refused; parties on it that collude with the server
 are (5)). (5) Clients that collude with the server: fewer than ``t`` holders learn nothing about a ``b``; the
 colluders' pads are known, so the server learns the sums of the honest survivors' groups once the colluders are
-removed from the graph (the Harary graph is ``d``-connected: fewer than ``d`` colluders leave it connected), which
-the clients' group check cannot see. (6) Traffic: who answered, and when.
+removed from the graph (the Harary graph is ``d``-connected: fewer than ``d`` colluders leave it connected, whatever
+the vertex order), which the clients' group check cannot see. The graphs' vertex orders are public hashes of the run
+id (which the server draws) and the members (whom it picks), so a server can grind them (new run ids before the
+setup, other cohorts for an exchange) until its colluders surround a victim: the guarantees hold against fewer than
+``t`` colluders among all parties (no victim's ``b``) and fewer than ``d`` in a cohort (no victim's pads), whatever
+it grinds, and beyond that only as likely as the graph is unlucky. (6) Traffic: who answered, and when.
 
 Randomness that protects comes from the OS (:func:`secrets.token_bytes`, pycryptodome's and ``cryptography``'s
 generators); there is no seed for tests.
@@ -115,7 +138,16 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from .identity import SIGNATURE_BYTES, advertise_message, check_roster, verify
+from .identity import (
+    SIGNATURE_BYTES,
+    advertise_message,
+    certified_signers,
+    check_roster,
+    consistency_message,
+    members_digest,
+    quorum,
+    verify,
+)
 from .masking import (
     PAD_SEED_BYTES,
     PUBLIC_KEY_BYTES,
@@ -148,6 +180,7 @@ __all__ = [
     "SecureSum",
     "SetupReport",
     "components",
+    "default_colluders",
     "default_degree",
     "holder_graph",
     "members_bitmap",
@@ -156,8 +189,8 @@ __all__ = [
     "self_mask_seed",
 ]
 
-#: the stages, in the order a run uses them (the first three once per run)
-STAGES = ("advertise", "share", "store", "masked_input", "unmask")
+#: the stages, in the order a run uses them (the first three once per run; ``consistency`` only with a roster)
+STAGES = ("advertise", "share", "store", "masked_input", "consistency", "unmask")
 
 #: a protocol run as a generator: yields ``(stage, {client_id: request})``, is sent the answers, returns its result
 Stages = Generator[Tuple[str, Dict[str, Dict[str, Any]]], Mapping[str, Any], Any]
@@ -168,7 +201,7 @@ _SHARED = "self-mask seed b"
 _SELF_MASK_DOMAIN = b"gpflow-fed/secure-aggregation/self-mask/v1"
 _SLOT_DOMAIN = b"gpflow-fed/secure-aggregation/slot/v1"
 _VIEW_DOMAIN = b"gpflow-fed/secure-aggregation/view/v1"
-_STATE_FORMAT = b"gpflow-fed/secure-aggregation/client-state/v1"
+_STATE_FORMAT = b"gpflow-fed/secure-aggregation/client-state/v2"
 _CIPHERTEXT = ciphertext_bytes(SHARE_BYTES)
 
 
@@ -184,6 +217,20 @@ class SecAggAborted(RuntimeError):
 def default_degree(count: int) -> int:
     """``min(2⌈log₂ n⌉, n − 1)``, the degree of both graphs unless the server asks for another (≥ 2 members)."""
     return SecureAggregation().masking_degree(count)
+
+
+def default_colluders(cohort_size: int, threshold: int) -> int:
+    """The collusion bound ``c`` a client assumes in the consistency round unless its own configuration says
+    otherwise: ``max(⌊n/3⌋, t − 1)`` for a cohort of ``n`` and the run's share threshold ``t``.
+
+    ``⌊n/3⌋`` is the corrupt fraction of Bonawitz et al.'s active-adversary setting (a third of the clients with the
+    server); ``t − 1`` is the bound the rest of this protocol already states (``t`` colluding holders of one party
+    rebuild its ``b``), so the round never assumes fewer colluders than the masking does. The quorum is then
+    :func:`~.identity.quorum` ``(n, c)``, about ``2n/3``: up to about a third of a cohort may drop out.
+    """
+    if not is_int(cohort_size) or cohort_size < 1 or not is_int(threshold) or threshold < 1:
+        raise ValueError(f"default_colluders: cohort_size and threshold must be ints ≥ 1, got {cohort_size, threshold}")
+    return max(int(cohort_size) // 3, int(threshold) - 1)
 
 
 def holder_graph(run_id: bytes, roster: Sequence[str], degree: int) -> Dict[str, Tuple[str, ...]]:
@@ -208,6 +255,18 @@ def _graph(exchange: Exchange, degree: int) -> Mapping[str, Tuple[str, ...]]:
 
 def _holders(run_id: bytes, roster: Tuple[str, ...], degree: int) -> Mapping[str, Tuple[str, ...]]:
     return _graph(_exchange_of(run_id, _SETUP_PURPOSE, 0, _SETUP_PHASE, tuple(sorted(roster))), degree)
+
+
+@functools.lru_cache(maxsize=64)
+def _members_digest(members: FrozenSet[str]) -> bytes:
+    """:func:`~.identity.members_digest` of a cohort or survivor set, computed once per process."""
+    return members_digest(members)
+
+
+#: certificates already checked in this process: (roster digest, run id, exchange digest, survivor-set digest,
+#: signers, signatures, quorum) -> the valid signers; a deterministic function of exactly these, so the K in-process
+#: parties of a simulation check one certificate once between them (as :func:`~.identity.verify` caches one signature)
+_CERTIFIED: Dict[Tuple[Any, ...], FrozenSet[str]] = {}
 
 
 @functools.lru_cache(maxsize=32)
@@ -352,6 +411,9 @@ class SecAggClient:
         is on the roster and carries a valid signature of its keys (no substituted key, no sybil); ``None``: the
         unauthenticated mode (a semi-honest server only). Both are the party's own configuration: never in
         :meth:`to_state`, given again to :meth:`from_state`.
+    :param max_colluders: ``c``, the most members of a cohort this client assumes collude with the server, which sets
+        the consistency round's quorum (:func:`~.identity.quorum`); None: :func:`default_colluders`. A request may
+        ask for a larger ``c`` (a larger quorum), never a smaller one.
     :raises TypeError, ValueError: a malformed id, ``min_cohort``, identity or roster, or a roster without a key.
     """
 
@@ -363,6 +425,7 @@ class SecAggClient:
         min_degree: Optional[int] = None,
         identity: Optional[Ed25519PrivateKey] = None,
         roster: Optional[Mapping[str, bytes]] = None,
+        max_colluders: Optional[int] = None,
     ) -> None:
         if not isinstance(client_id, str) or not client_id:
             raise TypeError(f"SecAggClient: client_id must be a non-empty str, got {client_id!r}")
@@ -370,8 +433,11 @@ class SecAggClient:
             raise ValueError(f"SecAggClient: min_cohort must be an int ≥ 2, got {min_cohort!r}")
         if min_degree is not None and (not is_int(min_degree) or min_degree < 2):
             raise ValueError(f"SecAggClient: min_degree must be an int ≥ 2 or None, got {min_degree!r}")
+        if max_colluders is not None and (not is_int(max_colluders) or max_colluders < 0):
+            raise ValueError(f"SecAggClient: max_colluders must be an int ≥ 0 or None, got {max_colluders!r}")
         self.client_id, self.min_cohort = client_id, int(min_cohort)
         self.min_degree = None if min_degree is None else int(min_degree)
+        self.max_colluders = None if max_colluders is None else int(max_colluders)
         if identity is not None and not isinstance(identity, Ed25519PrivateKey):
             raise TypeError(
                 f"SecAggClient: identity must be an Ed25519PrivateKey or None, got {type(identity).__name__}"
@@ -384,6 +450,7 @@ class SecAggClient:
                 raise ValueError("SecAggClient: a roster needs this party's identity (its signing key) to sign with")
             if self._signers.get(client_id) != identity.public_key().public_bytes_raw():
                 raise ValueError(f"SecAggClient: the roster does not hold {client_id!r} with this party's public key")
+        self._roster_hash = self._roster_digest()
         self._s_sk, self._c_sk, self._b = (secrets.token_bytes(32) for _ in range(3))
         self._run_id: Optional[bytes] = None
         self._roster: Dict[str, Tuple[bytes, bytes]] = {}  # id -> (s_pk, c_pk), as seen at setup
@@ -391,6 +458,8 @@ class SecAggClient:
         self._degree = self._threshold = 0
         self._held: Dict[str, bytes] = {}  # sender -> its share of b_sender
         self._answered: Dict[bytes, bytes] = {}  # slot -> view of the exchange answered there
+        self._masked_views: Dict[bytes, bytes] = {}  # slot -> the caller's view of the request it masked for
+        self._signed: Dict[bytes, bytes] = {}  # slot -> digest of the one survivor set it signed or revealed under
         self._views: Dict[bytes, bytes] = {}  # exchange digest -> view shown at unmask
         self._excluded: Dict[str, bytes] = {}  # client -> digest of the exchange where it dropped or b was given
         self._restore_keys()
@@ -642,21 +711,143 @@ class SecAggClient:
         except ValueError as error:
             raise self._refuse(str(error)) from None
         self._answered[slot] = _view(exchange, degree)
+        self._masked_views[slot] = bytes(view)
         with np.errstate(over="ignore"):
             masked += keystream(self_mask_seed(self._b, exchange, self.client_id), codes.size)
         return {"tag": exchange.digest, "masked": masked}
+
+    def colluders(self, cohort_size: int, request: Optional[Mapping[str, Any]] = None) -> int:
+        """``c`` for a cohort of ``cohort_size``: this client's own :attr:`max_colluders` (or
+        :func:`default_colluders`), raised to the request's ``"colluders"`` if that asks for more.
+
+        :raises SecAggRefused: a request's ``"colluders"`` that is not an int ≥ 0.
+        """
+        own = self.max_colluders
+        if own is None:
+            own = default_colluders(cohort_size, max(self._threshold, 1))
+        if request is not None and "colluders" in request:
+            asked = request["colluders"]
+            if not is_int(asked) or asked < 0:
+                raise self._refuse("the request's 'colluders' must be an int ≥ 0")
+            own = max(own, int(asked))
+        return own
+
+    def _survivor_floor(self, exchange: Exchange, degree: int, survivors: FrozenSet[str], request: Any) -> int:
+        """Refuse a survivor set below this client's own floors; the quorum ``q`` it needs otherwise."""
+        n = len(exchange.cohort)
+        least = max(self._threshold, self.min_cohort)
+        if len(survivors) < least:
+            raise self._refuse(
+                f"{len(survivors)} survivor(s) of {n} are fewer than its own floor {least} (the share threshold "
+                f"t = {self._threshold}, its min_cohort = {self.min_cohort})"
+            )
+        smallest = _smallest_group(exchange, degree, exchange.members - survivors)
+        if smallest < self.min_cohort:
+            raise self._refuse(
+                f"unmasking would reveal the sum of a group of {smallest} survivor(s), below its min_cohort = "
+                f"{self.min_cohort}"
+            )
+        needed = quorum(n, self.colluders(n, request))
+        if len(survivors) < needed:
+            raise self._refuse(
+                f"{len(survivors)} survivor(s) of {n} cannot reach its quorum of {needed} signers "
+                f"(c = {self.colluders(n, request)} colluders assumed)"
+            )
+        return needed
+
+    def _message(self, exchange: Exchange, survivors: FrozenSet[str]) -> Callable[[str], bytes]:
+        """``signer -> the consistency message`` for ``survivors`` of ``exchange`` (:mod:`.identity`)."""
+        run_id, cohort = cast(bytes, self._run_id), _members_digest(exchange.members)
+        chosen = _members_digest(survivors)
+        return lambda signer: consistency_message(run_id, exchange.digest, cohort, chosen, signer)
+
+    def consistency(self, request: Mapping[str, Any]) -> Dict[str, Any]:
+        """Stage ``consistency`` (with a roster; Bonawitz et al.'s ConsistencyCheck): the exchange's fields and
+        ``"survivors"`` (``S``, a :func:`members_bitmap`), optionally ``"colluders"`` (a larger ``c``) →
+        ``{"tag", "signature"}``: this client's Ed25519 signature of :func:`~.identity.consistency_message` (run id,
+        exchange digest, cohort, ``S``, its id).
+
+        A client signs **at most one survivor set per exchange** (kept in :meth:`to_state`, so a restarted client
+        cannot be made to sign a second one; asked again for the same set, it signs the same), and only a set that
+        names itself, of an exchange it sent its masked input for (the same cohort, degree and view), within the
+        cohort, with no client excluded earlier, and that meets its own floors (its share threshold, ``min_cohort``
+        for every survivor group, and the quorum it will require at the unmask).
+
+        :raises SecAggRefused: any of the above, no signing key, or a malformed request.
+        """
+        if self._identity is None:
+            raise self._refuse("it has no signing key (unauthenticated mode), so it signs no survivor set")
+        probe, _, _ = self._exchange(request)
+        slot = _slot(probe)
+        if slot not in self._masked_views:
+            raise self._refuse("it sent no masked input for this exchange, so it signs no survivor set")
+        exchange, degree, _ = self._exchange(request, self._masked_views[slot])
+        if self._answered.get(slot) != _view(exchange, degree):
+            raise self._refuse("it masked for another cohort or degree in this round and phase")
+        try:
+            survivors = frozenset(_members_of(self._order, request.get("survivors")))
+        except (TypeError, ValueError) as error:
+            raise self._refuse(f"malformed survivor set ({error})") from None
+        if not survivors <= exchange.members:
+            raise self._refuse("'survivors' names clients outside the cohort")
+        if self.client_id not in survivors:
+            raise self._refuse("it sent its masked input, so it signs no survivor set without itself")
+        self._check_excluded(exchange, allow_here=True)
+        self._survivor_floor(exchange, degree, survivors, request)
+        chosen = _members_digest(survivors)
+        if self._signed.setdefault(slot, chosen) != chosen:
+            raise self._refuse("it signed another survivor set for this exchange (one set per exchange)")
+        signature = self._identity.sign(self._message(exchange, survivors)(self.client_id))
+        return {"tag": exchange.digest, "signature": signature}
+
+    def _check_certificate(
+        self, request: Mapping[str, Any], exchange: Exchange, degree: int, survivors: FrozenSet[str]
+    ) -> None:
+        """With a roster: the unmask's survivor set ``S = U \\ D`` carries valid signatures of a quorum of the cohort
+        (``"signers"``: a bitmap over the roster, ``"signatures"``: their 64-byte signatures concatenated in roster
+        order), each verified against this client's **own** roster, and ``S`` is the set it signed, if it signed one
+        (module docstring: why a quorum, and which)."""
+        if self._signers is None:
+            return
+        try:
+            signers = _members_of(self._order, request.get("signers"))
+            blob = request.get("signatures")
+            if not isinstance(blob, bytes) or len(blob) != SIGNATURE_BYTES * len(signers):
+                raise ValueError(f"{len(signers)} signatures of {SIGNATURE_BYTES} bytes")
+        except (TypeError, ValueError) as error:
+            raise self._refuse(f"the unmask carries no well-formed survivor-set signatures ({error})") from None
+        chosen, slot = _members_digest(survivors), _slot(exchange)
+        if self._signed.get(slot, chosen) != chosen:
+            raise self._refuse("it signed another survivor set for this exchange; it reveals under that one only")
+        needed = self._survivor_floor(exchange, degree, survivors, request)
+        key = (self._roster_hash, self._run_id, exchange.digest, chosen, signers, blob, needed)
+        valid = _CERTIFIED.get(key)
+        if valid is None:
+            pairs = ((c, blob[k * SIGNATURE_BYTES : (k + 1) * SIGNATURE_BYTES]) for k, c in enumerate(signers))
+            valid = certified_signers(self._signers, pairs, survivors, self._message(exchange, survivors), needed)
+            if len(_CERTIFIED) >= 16:
+                _CERTIFIED.pop(next(iter(_CERTIFIED)), None)
+            _CERTIFIED[key] = valid
+        if len(valid) < needed:
+            raise self._refuse(
+                f"the survivor set carries {len(valid)} valid signature(s) of cohort members on its roster; "
+                f"its quorum is {needed} of {len(exchange.cohort)}"
+            )
+        self._signed[slot] = chosen  # it reveals under this set only, and will sign no other
 
     def unmask(self, request: Mapping[str, Any], view: bytes = b"") -> Dict[str, Any]:
         """Stage ``unmask``: the exchange's fields and ``"dropped"`` (``D``, a :func:`members_bitmap`; survivors
         ``S = U \\ D``), with what is asked: ``"seed"`` (bool, this client's self-mask seed), ``"pads"``
         (neighbours whose pad seed with this client is asked), ``"b_shares"`` (clients whose ``b`` share is
-        asked) → ``{"tag", "seed"?, "pads": {peer: seed}, "b_shares": {client: share}}``.
+        asked), and with a roster ``"signers"`` and ``"signatures"`` (the consistency round's certificate of
+        ``S``) → ``{"tag", "seed"?, "pads": {peer: seed}, "b_shares": {client: share}}``.
 
         :raises SecAggRefused: (module docstring) another view of an exchange already unmasked; an exchange
             (cohort, degree) other than the one it masked for in this slot; the own seed while listed as dropped
             or for an exchange not answered; a pad with a neighbour unless exactly one of the pair is dropped; a
             ``b`` share of a dropped client, of itself or one not held; a survivor group smaller than
-            ``min_cohort``; a cohort with a client excluded before.
+            ``min_cohort``; a cohort with a client excluded before; with a roster, a survivor set below its share
+            threshold, without a quorum of valid signatures, or other than the one it signed.
         """
         exchange, degree, graph = self._exchange(request, view)
         try:
@@ -681,6 +872,7 @@ class SecAggClient:
                 f"unmasking would reveal the sum of a group of {smallest} survivor(s), below its min_cohort = "
                 f"{self.min_cohort}"
             )
+        self._check_certificate(request, exchange, degree, frozenset(survivors))
         me = self.client_id
         if want_seed:
             if me not in survivors:
@@ -718,7 +910,12 @@ class SecAggClient:
             return self.masked_input(request, codes, view)  # type: ignore[arg-type]  # the encoder passes codes
         if stage == "unmask":
             return self.unmask(request, view)
-        handler = {"advertise": self.advertise, "share": self.share, "store": self.store, "unmask": self.unmask}
+        handler = {
+            "advertise": self.advertise,
+            "share": self.share,
+            "store": self.store,
+            "consistency": self.consistency,
+        }
         if stage not in handler:
             raise self._refuse(f"unknown stage {stage!r}; expected one of {STAGES}")
         return handler[stage](request)
@@ -736,11 +933,14 @@ class SecAggClient:
             "client_id": self.client_id,
             "min_cohort": self.min_cohort,
             "min_degree": self.min_degree,
+            "max_colluders": self.max_colluders,
             "degree": self._degree,
             "threshold": self._threshold,
             "roster": {c: [s.hex(), e.hex()] for c, (s, e) in self._roster.items()},
             "held": {c: v.hex() for c, v in self._held.items()},
             "answered": {k.hex(): v.hex() for k, v in self._answered.items()},
+            "masked_views": {k.hex(): v.hex() for k, v in self._masked_views.items()},
+            "signed": {k.hex(): v.hex() for k, v in self._signed.items()},
             "views": {k.hex(): v.hex() for k, v in self._views.items()},
             "excluded": {c: v.hex() for c, v in self._excluded.items()},
             "roster_digest": self._roster_digest(),
@@ -776,6 +976,7 @@ class SecAggClient:
                 min_degree=record.get("min_degree"),
                 identity=identity,
                 roster=roster,
+                max_colluders=record["max_colluders"],
             )
             if client._roster_digest() != record.get("roster_digest", ""):
                 raise ValueError("the state was saved under another roster (or with/without one); give the same")
@@ -786,6 +987,8 @@ class SecAggClient:
             client._roster = {c: (bytes.fromhex(s), bytes.fromhex(e)) for c, (s, e) in record["roster"].items()}
             client._held = {c: bytes.fromhex(v) for c, v in record["held"].items()}
             client._answered = {bytes.fromhex(k): bytes.fromhex(v) for k, v in record["answered"].items()}
+            client._masked_views = {bytes.fromhex(k): bytes.fromhex(v) for k, v in record["masked_views"].items()}
+            client._signed = {bytes.fromhex(k): bytes.fromhex(v) for k, v in record["signed"].items()}
             client._views = {bytes.fromhex(k): bytes.fromhex(v) for k, v in record["views"].items()}
             client._excluded = {c: bytes.fromhex(v) for c, v in record["excluded"].items()}
             client._restore_keys()
@@ -837,10 +1040,19 @@ class SecAggServer:
     :param threshold: ``t`` with ``d_s/2 < t ≤ d_s``; ``None``: ``⌊d_s/2⌋ + 1``.
     :param min_survivors: the server's own minimum (≥ 2) of survivors, and of each survivor group whose sum
         unmasking reveals; clients enforce their own ``min_cohort`` besides.
+    :param colluders: the collusion bound ``c`` the server asks the clients to assume in the consistency round
+        (each client takes the larger of this and its own); None: asks nothing, and expects the clients'
+        :func:`default_colluders` quorum.
     """
 
     def __init__(
-        self, run_id: bytes, *, degree: Optional[int] = None, threshold: Optional[int] = None, min_survivors: int = 2
+        self,
+        run_id: bytes,
+        *,
+        degree: Optional[int] = None,
+        threshold: Optional[int] = None,
+        min_survivors: int = 2,
+        colluders: Optional[int] = None,
     ) -> None:
         if not isinstance(run_id, bytes) or len(run_id) < 16:
             raise ValueError("SecAggServer: run_id must be ≥ 16 bytes from the OS (use new_run_id())")
@@ -849,6 +1061,11 @@ class SecAggServer:
                 raise ValueError(f"SecAggServer: {name} must be None or an int ≥ 1, got {value!r}")
         if not is_int(min_survivors) or min_survivors < 2:
             raise ValueError(f"SecAggServer: min_survivors must be an int ≥ 2, got {min_survivors!r}")
+        if colluders is not None and (not is_int(colluders) or colluders < 0):
+            raise ValueError(f"SecAggServer: colluders must be None or an int ≥ 0, got {colluders!r}")
+        self.colluders = None if colluders is None else int(colluders)
+        #: whether every party signed its keys at setup: then each exchange runs the consistency round
+        self.authenticated = False
         self.run_id, self.min_survivors = run_id, int(min_survivors)
         self._degree, self._threshold = degree, threshold
         self.threshold = 0
@@ -921,6 +1138,7 @@ class SecAggServer:
             raise ValueError(f"SecAggServer: threshold {t} is not in (d/2, d] for {d} share holders per client")
         self.roster, self.holders, self.threshold = keys, dict(holders), t
         self._order = tuple(roster)
+        self.authenticated = all(c in signatures for c in roster)
         request = {
             "run_id": self.run_id,
             "s_pk": {c: keys[c][0] for c in roster},
@@ -969,9 +1187,41 @@ class SecAggServer:
             bytes_from_clients=tally[1],
         )
 
+    def _consistency(
+        self, exchange: Exchange, base: Mapping[str, Any], survivors: Sequence[str], tally: List[int]
+    ) -> Generator[Tuple[str, Dict[str, Dict[str, Any]]], Mapping[str, Any], Dict[str, bytes]]:
+        """Stage ``consistency``: every survivor is shown the survivor set and signs it; returns the well-formed
+        signatures (the server cannot verify them: each client checks them against its own roster).
+
+        :raises SecAggAborted: fewer signatures than the quorum the clients will require.
+        """
+        ask: Dict[str, Any] = {**base, "survivors": members_bitmap(self._order, survivors)}
+        if self.colluders is not None:
+            ask["colluders"] = self.colluders
+        answers = yield from self._ask("consistency", {c: ask for c in survivors}, tally)
+        certificate: Dict[str, bytes] = {}
+        for c in survivors:
+            a = answers[c]
+            if (
+                isinstance(a, Mapping)
+                and a.get("tag") == exchange.digest
+                and _is_key(a.get("signature"), SIGNATURE_BYTES)
+            ):
+                certificate[c] = a["signature"]
+        n = len(exchange.cohort)
+        bound = max(default_colluders(n, self.threshold), self.colluders or 0)
+        needed = quorum(n, bound)
+        if len(certificate) < needed:
+            raise SecAggAborted(
+                f"secure aggregation: {len(certificate)} of {len(survivors)} survivors signed the survivor set, below "
+                f"the quorum of {needed} of {n} (c = {bound}); nothing is unmasked"
+            )
+        return certificate
+
     def secure_sum_stages(self, exchange: Exchange, size: int, *, degree: Optional[int] = None) -> Stages:
         """``Σ_{i∈S} codes_i mod 2^64`` over the survivors ``S`` of ``exchange.cohort`` (stages ``masked_input``,
-        ``unmask``, and ``unmask`` again for the ``b`` shares of survivors that did not answer it).
+        ``consistency`` when every party signed its keys at setup (:attr:`authenticated`), ``unmask``, and
+        ``unmask`` again for the ``b`` shares of survivors that did not answer it).
 
         Every response is validated; an invalid one counts as no answer. Dropped clients, and survivors whose
         ``b`` is rebuilt, are excluded for the rest of the run (:attr:`excluded`) as soon as they are named.
@@ -981,8 +1231,9 @@ class SecAggServer:
         :param degree: the masking graph's degree; ``None``: :func:`default_degree` of the cohort.
         :raises ValueError: an exchange of another run, a cohort with ineligible clients or below
             ``min_survivors``, or a bad ``size``.
-        :raises SecAggAborted: fewer survivors than ``min_survivors``, a survivor group below it, a pad whose two
-            ends are both gone, or a rebuilt ``b`` with fewer than ``t`` shares (nothing is released then).
+        :raises SecAggAborted: fewer survivors than ``min_survivors``, a survivor group below it, fewer signatures of
+            the survivor set than the quorum, a pad whose two ends are both gone, or a rebuilt ``b`` with fewer than
+            ``t`` shares (nothing is released then).
         """
         if not isinstance(exchange, Exchange) or exchange.run_id != self.run_id:
             raise ValueError("secure_sum: the exchange must be an Exchange of this run (same run_id)")
@@ -1044,6 +1295,10 @@ class SecAggServer:
         for j, why in dropped.items():
             self.excluded[j] = f"dropped out of {exchange.purpose!r} round {exchange.round} ({why})"
         unmask = {**base, "dropped": members_bitmap(self._order, dropped)}
+        if self.authenticated:
+            certificate = yield from self._consistency(exchange, base, survivors, tally)
+            unmask["signers"] = members_bitmap(self._order, certificate)
+            unmask["signatures"] = b"".join(certificate[c] for c in sorted(certificate))
         requests = {c: {**unmask, "seed": True, "pads": [p for p in graph[c] if p in dropped]} for c in survivors}
         for j in sorted(dropped):
             peers = [p for p in graph[j] if p in masked]

@@ -15,8 +15,9 @@ Encryption of a share from client ``i`` to holder ``j`` (the relaying server mus
 with a 12-byte nonce from the OS and every field length-prefixed. Only ``i`` and ``j`` can compute ``key_ij``
 (X25519 is symmetric, so ``j`` derives it from ``(c_sk_j, c_pk_i)``); a ciphertext presented to another holder,
 with sender and recipient swapped, for another run or as another kind of secret fails authentication.
-What is not covered: the server relays the public keys, so one that substitutes its own keys at setup (an
-active attacker; there is no PKI) reads every share. Lengths are visible.
+What is not covered here: the server relays the public keys, so one that substitutes its own keys at setup reads
+every share, unless each client checks the keys' signatures against its own roster (:mod:`.identity`, as
+:class:`~.secagg.SecAggClient` does with a roster). Lengths are visible.
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ MAX_TOTAL = 2**63 - 1
 
 
 def code_limit(members: int) -> int:
-    """``L_n`` of (H): the largest |code| each of ``members`` clients may send so that no sum of theirs wraps.
+    """``L_n`` of (H): the largest ``|code|`` each of ``members`` clients may send so that no sum of theirs wraps.
 
     :raises ValueError: fewer than one member.
     """

@@ -25,7 +25,7 @@ __all__ = ["PROTOCOL_STAGES", "Request", "Response", "STAGES", "Transport", "UPD
 #: the stage that asks a client for its update (``Algorithm.client_update``); protected exchanges add their own
 UPDATE = "update"
 #: the secure-aggregation protocol's stages (:mod:`~gpflow_fed.federated.protection.secagg`)
-PROTOCOL_STAGES: Tuple[str, ...] = ("advertise", "share", "store", "masked_input", "unmask")
+PROTOCOL_STAGES: Tuple[str, ...] = ("advertise", "share", "store", "masked_input", "consistency", "unmask")
 #: every stage a client answers
 STAGES: Tuple[str, ...] = (UPDATE, *PROTOCOL_STAGES)
 
