@@ -69,7 +69,9 @@ def test_the_family_ends_a_tree_with_a_detached_session_and_a_process_that_ignor
         sessions = family.look()
         assert {child.pid, detached} <= sessions and os.getsid(0) not in sessions
         tree = family.alive()
-    assert family.ended == 4 and not _live(tree)  # SIGTERM, then SIGKILL for the one that ignored it
+    assert family.ended == 4  # SIGTERM, then SIGKILL for the one that ignored it
+    # a killed orphan is reaped by init, not by us: on a loaded machine that may take a moment
+    _wait_for(lambda: not _live(tree), 10, "every process of the tree ends")
     assert child.returncode == -signal.SIGTERM
     assert time.monotonic() - started < 30
 
