@@ -109,6 +109,7 @@ class CompiledAdam:
         self.optimizer = tf_keras.optimizers.Adam(learning_rate=learning_rate)
         self.optimizer.build(self.variables)
         self.slots: List[tf.Variable] = list(self.optimizer.variables)  # the step count, then (m, v) per variable
+        self._moment_shapes = [tuple(s.shape) for s in self.slots[1:]]  # checked for every client's state
         self.compile = bool(compile)
         self._compiled: Optional[Any] = None  # a tf.function
 
@@ -121,8 +122,8 @@ class CompiledAdam:
         """:raises TypeError: not an :class:`AdamState`; :raises ValueError: moments of other shapes."""
         if not isinstance(state, AdamState):
             raise TypeError(f"expected an AdamState, got {type(state).__name__}")
-        shapes = [tuple(np.shape(m)) for m in state.moments]
-        expected = [tuple(s.shape) for s in self.slots[1:]]
+        shapes = [m.shape if isinstance(m, np.ndarray) else tuple(np.shape(m)) for m in state.moments]
+        expected = self._moment_shapes
         if shapes != expected:
             raise ValueError(f"Adam moments have shapes {shapes}, expected {expected}")
 

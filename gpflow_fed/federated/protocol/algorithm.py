@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, Final, Generic, List, Mapping, Optional, Sequence, Tuple, TypeVar
+from typing import TYPE_CHECKING, Any, Dict, Final, Generic, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
 import numpy as np
 
@@ -235,6 +235,33 @@ class Algorithm(abc.ABC, Generic[StateT]):
     @abc.abstractmethod
     def client_update(self, client: Client, broadcast: Message) -> Message:
         """The client's work for one phase; returns the only thing that leaves the client."""
+
+    def batched(self, phase: str) -> bool:
+        """Whether :meth:`client_updates` computes ``phase``'s updates of a cohort together (default: False).
+
+        A runtime that simulates many clients in one process (``LocalRuntime``) then asks for the cohort's updates in
+        one call instead of one :meth:`client_update` per client; each client's answer still goes through its own
+        policy, encoding and ledger entry. Declare it only where :meth:`client_updates` returns what
+        :meth:`client_update` returns, to round-off.
+        """
+        return False
+
+    def client_updates(
+        self, clients: Sequence[Client], broadcast: Message, memory_budget: int
+    ) -> List[Union[Message, Exception]]:
+        """What :meth:`client_update` returns for each client of ``clients`` (or the exception it raises), in order.
+
+        Default: one :meth:`client_update` after the other. An algorithm whose :meth:`batched` is True for the phase
+        overrides it to compute them together, using at most ``memory_budget`` bytes in one computation (a larger
+        cohort is processed in chunks, not refused).
+        """
+        out: List[Union[Message, Exception]] = []
+        for client in clients:
+            try:
+                out.append(self.client_update(client, broadcast))
+            except Exception as exc:  # noqa: BLE001 - the client's own failure, answered as client_update's
+                out.append(exc)
+        return out
 
     @abc.abstractmethod
     def server_update(self, state: StateT, aggregate: Aggregate) -> StateT:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Iterable, Iterator, List, Optional, Tuple
 
@@ -32,6 +33,12 @@ class LedgerEntry:
         return "down" if self.sender == SERVER else "up"
 
 
+@functools.lru_cache(maxsize=None)
+def _dtype_name(dtype: Any) -> str:
+    """``str(dtype)``, once per dtype (numpy formats it anew on every call, twice per message of a round)."""
+    return str(dtype)
+
+
 class CommunicationLedger:
     """The audit of everything that crossed a channel.
 
@@ -59,8 +66,8 @@ class CommunicationLedger:
                 sender=message.sender,
                 receiver=receiver,
                 names=names,
-                shapes=tuple(tuple(message.arrays[n].shape) for n in names),
-                dtypes=tuple(str(message.arrays[n].dtype) for n in names),
+                shapes=tuple(message.arrays[n].shape for n in names),
+                dtypes=tuple(_dtype_name(message.arrays[n].dtype) for n in names),
                 nbytes=message.nbytes,
             )
         )

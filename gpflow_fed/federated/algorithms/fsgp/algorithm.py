@@ -6,7 +6,7 @@ Paper: ``fsgp-federated-sparse-gp.txt`` (Guo et al.), Algorithm 1 and eqs. 9, 14
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Dict, Final, List, Mapping, Optional, Sequence, Tuple, cast
+from typing import Any, Dict, Final, List, Mapping, Optional, Sequence, Tuple, Union, cast
 
 import gpflow
 import numpy as np
@@ -20,6 +20,7 @@ from ....validation import integer, positive_float
 from ...protocol.algorithm import TRAIN_PHASE, Aggregate, Algorithm, BroadcastRefused, FederationInfo, ReplySpec
 from ...protocol.client import Client
 from ...protocol.messages import Message
+from ....training.adam import AdamState
 from ....training.state import SharedState, resolve_path
 from ....training.stopping import Plateau
 from .checks import displacement_fault, statistics_fault
@@ -509,9 +510,13 @@ class FSGP(Algorithm[FSGPState]):
             arrays.update({f"adjoint/{k}": v for k, v in state.adjoints.items()})
         return arrays
 
-    def client_update(self, client: Client, broadcast: Any) -> Any:
-        assert self._shared is not None and self._worker is not None
-        data: _ClientData = client.state["fsgp"]
+    def _broadcast_values(self, broadcast: Message) -> List[np.ndarray]:
+        """The shared values a client's update starts from, in wire order (a value its phase does not read is the
+        party's own copy's).
+
+        :raises BroadcastRefused: arrays other than the phase's.
+        """
+        assert self._shared is not None
         expected = set(self._shared.keys) - set(self.ignores(broadcast.phase))
         if broadcast.phase == GRADIENT_PHASE:
             expected |= {f"adjoint/{k}" for k in ADJOINT_NAMES}
@@ -519,14 +524,16 @@ class FSGP(Algorithm[FSGPState]):
             raise BroadcastRefused(f"FSGP: the {broadcast.phase!r} broadcast carries arrays other than the algorithm's")
         # a value the phase does not read is the party's own copy's (its statistics never touch it)
         own = {} if expected.issuperset(self._shared.keys) else self._shared.read(self._server_model)
-        values = [broadcast[k] if k in broadcast.arrays else own[k] for k in self._shared.keys]
+        return [broadcast[k] if k in broadcast.arrays else own[k] for k in self._shared.keys]
+
+    def client_update(self, client: Client, broadcast: Any) -> Any:
+        assert self._shared is not None and self._worker is not None
+        data: _ClientData = client.state["fsgp"]
+        values = self._broadcast_values(broadcast)
         weight = float(client.num_data)
         if broadcast.phase == TRAIN_PHASE:
             new_values, adam, bound = self._worker.train(data.X, data.Y, values, client.state["adam"])
-            if not np.isfinite(bound):
-                raise FloatingPointError(f"the local bound became {bound} after {self.local_steps} steps")
-            client.state["adam"] = adam  # only a successful update changes the client's Adam state
-            return self.reply(client, broadcast, dict(zip(self._shared.keys, new_values)), weight, {"bound": bound})
+            return self._trained(client, broadcast, new_values, adam, bound)
         if broadcast.phase in (STATISTICS_PHASE, PREDICT_PHASE):
             return self.reply(client, broadcast, self._worker.statistics(data.X, data.Y, values), weight)
         if broadcast.phase == GRADIENT_PHASE:
@@ -534,6 +541,74 @@ class FSGP(Algorithm[FSGPState]):
             grads = self._worker.vjp(data.X, data.Y, values, adjoints)
             return self.reply(client, broadcast, dict(zip(self._shared.keys, grads)), weight)
         raise ValueError(f"FSGP: unknown phase {broadcast.phase!r}")
+
+    def _trained(
+        self, client: Client, broadcast: Message, new_values: Sequence[np.ndarray], adam: AdamState, bound: float
+    ) -> Message:
+        """The reply of a FedAvg update; only a finite local bound changes the client's Adam state.
+
+        :raises FloatingPointError: the local bound is not finite.
+        """
+        assert self._shared is not None
+        if not np.isfinite(bound):
+            raise FloatingPointError(f"the local bound became {bound} after {self.local_steps} steps")
+        client.state["adam"] = adam  # only a successful update changes the client's Adam state
+        arrays = dict(zip(self._shared.keys, new_values))
+        return self.reply(client, broadcast, arrays, float(client.num_data), {"bound": bound})
+
+    def batched(self, phase: str) -> bool:
+        """Every phase of FSGP has a batched form (:class:`~.batched.BatchedSGPRWorker`): FedAvg's local Adam steps,
+        the statistics and exact mode's products; not for a subclass that replaces :meth:`client_update` (its own
+        update is asked per client), nor when the worker's trained variables are not exactly the shared
+        Parameters."""
+        worker = self._worker
+        return (
+            worker is not None
+            and worker.batched is not None
+            and type(self).client_update is FSGP.client_update
+            and phase in (TRAIN_PHASE, STATISTICS_PHASE, PREDICT_PHASE, GRADIENT_PHASE)
+        )
+
+    def client_updates(
+        self, clients: Sequence[Client], broadcast: Message, memory_budget: int
+    ) -> List[Union[Message, Exception]]:
+        """:meth:`client_update` of every client at once: one compiled call per size bucket and memory chunk
+        (:class:`~.batched.BatchedSGPRWorker`), each client with its own data and, in FedAvg, its own Adam state; per
+        client, the reply (or the error) :meth:`client_update` gives, to round-off."""
+        assert self._shared is not None and self._worker is not None and self._worker.batched is not None
+        batched = self._worker.batched
+        try:
+            values = self._worker.pack(self._broadcast_values(broadcast))
+        except (BroadcastRefused, ValueError) as exc:
+            return [exc] * len(clients)
+        data = [client.data for client in clients]
+        out: List[Any] = [None] * len(clients)
+        phase = broadcast.phase
+        if phase == TRAIN_PHASE:
+            good: List[int] = []
+            for k, client in enumerate(clients):
+                try:
+                    self._worker.trainer.check(client.state["adam"])  # as SGPRClientWorker.train checks it
+                    good.append(k)
+                except Exception as exc:  # noqa: BLE001 - this client's update fails, as client_update would
+                    out[k] = exc
+            states = [clients[k].state["adam"] for k in good]
+            trained = batched.train([data[k] for k in good], values, states, memory_budget)
+            for k, (new_values, adam, bound) in zip(good, trained):
+                try:
+                    out[k] = self._trained(clients[k], broadcast, new_values, adam, bound)
+                except FloatingPointError as exc:
+                    out[k] = exc
+            return out
+        if phase in (STATISTICS_PHASE, PREDICT_PHASE):
+            stats = batched.statistics(data, values, memory_budget)
+            return [self.reply(c, broadcast, s, float(c.num_data)) for c, s in zip(clients, stats)]
+        if phase == GRADIENT_PHASE:
+            adjoints = {k: broadcast[f"adjoint/{k}"] for k in ADJOINT_NAMES}
+            grads = batched.vjp(data, values, adjoints, memory_budget)
+            keys = self._shared.keys
+            return [self.reply(c, broadcast, dict(zip(keys, g)), float(c.num_data)) for c, g in zip(clients, grads)]
+        return [ValueError(f"FSGP: unknown phase {phase!r}")] * len(clients)
 
     def _objective(self, state: FSGPState, stats: Mapping[str, np.ndarray]) -> Tuple[float, Dict, Dict]:
         """``F = ELBO/N``, ``∂(−F)/∂w`` at fixed S, and ``∂(−F)/∂S`` on the server model."""

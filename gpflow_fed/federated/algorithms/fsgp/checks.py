@@ -35,6 +35,7 @@ client's claim. Under differential privacy the noise breaks the PSD and bound ch
 
 from __future__ import annotations
 
+import functools
 from typing import Mapping, Optional, Tuple
 
 import numpy as np
@@ -121,6 +122,7 @@ def adam_step_ratio(t: np.ndarray, betas: Tuple[float, float] = ADAM_BETAS) -> n
     return (1 - b1) / (1 - b1**t) * np.sqrt((1 - b2**t) / (1 - b2) * (1 - q**t) / (1 - q))
 
 
+@functools.lru_cache(maxsize=64)  # asked for every reply of a round, with the same scalars
 def adam_displacement_bound(
     learning_rate: float, local_steps: int, round: int, betas: Tuple[float, float] = ADAM_BETAS
 ) -> float:
@@ -151,7 +153,7 @@ def displacement_fault(
         if name not in broadcast:
             continue
         moved = np.abs(np.asarray(value, np.float64) - np.asarray(broadcast[name], np.float64))
-        if float(np.max(moved, initial=0.0)) > allowed:
+        if moved.size and moved.max() > allowed:
             return (
                 f"its {name!r} moved further from the broadcast than {local_steps} Adam steps of learning rate "
                 f"{learning_rate:g} can in round {round} ({bound:.6g} per coordinate)"

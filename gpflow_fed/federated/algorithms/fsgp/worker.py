@@ -4,7 +4,7 @@ client of one federation shares."""
 from __future__ import annotations
 
 import threading
-from typing import Any, Dict, List, Mapping, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import gpflow
 import numpy as np
@@ -14,6 +14,7 @@ from check_shapes import check_shapes
 from ....validation import integer
 from ....training.adam import AdamState, CompiledAdam
 from ....training.state import resolve_path
+from .batched import BatchedSGPRWorker
 from .statistics import ADJOINT_NAMES, SGPRStatistics, sgpr_statistics, statistics_vjp
 
 __all__ = ["SGPRClientWorker", "initial_inducing_inputs"]
@@ -128,6 +129,15 @@ class SGPRClientWorker:
             "gradient": tf.function(self._vjp, input_signature=data + [values, adjoints], autograph=False),
         }
         self._concrete: Dict[str, Any] = {}
+        #: the same three functions for a whole cohort (:class:`BatchedSGPRWorker`), on this worker's model and Adam;
+        #: None when its trained variables are not exactly the shared GPflow Parameters
+        self.batched: Optional[BatchedSGPRWorker]
+        try:
+            self.batched = BatchedSGPRWorker(
+                self.model, self.shared, self.trainer, self.local_steps, whiten, self._lock
+            )
+        except ValueError:
+            self.batched = None
 
     def _call(self, name: str, *args: Any) -> Any:
         """The compiled function ``name`` on ``args``, through its one concrete function (traced on first use).
@@ -179,7 +189,12 @@ class SGPRClientWorker:
         )
 
     # --- the public calls ---------------------------------------------------------------------------------
-    def _pack(self, values: Sequence[np.ndarray]) -> np.ndarray:
+    @check_shapes("return: [V]")
+    def pack(self, values: Sequence[np.ndarray]) -> np.ndarray:
+        """The shared values (wire order) as one flat vector, the compiled functions' argument.
+
+        :raises ValueError: a wrong number of values or a value of the wrong shape.
+        """
         if len(values) != len(self._value_shapes):
             raise ValueError(f"expected {len(self._value_shapes)} shared values, got {len(values)}")
         for value, shape in zip(values, self._value_shapes):
@@ -209,7 +224,7 @@ class SGPRClientWorker:
         self.trainer.check(adam)
         moments = np.concatenate([np.ravel(m) for m in adam.moments])
         with self._lock:
-            floats, step = self._call("train", X, Y, self._pack(values), np.asarray(adam.iterations), moments)
+            floats, step = self._call("train", X, Y, self.pack(values), np.asarray(adam.iterations), moments)
         floats = floats.numpy()
         V = sum(self._value_sizes)
         new_adam = AdamState(iterations=step.numpy(), moments=tuple(self._unpack(floats[V:-1], self._moment_shapes)))
@@ -219,7 +234,7 @@ class SGPRClientWorker:
     def statistics(self, X: tf.Tensor, Y: tf.Tensor, values: Sequence[np.ndarray]) -> Dict[str, np.ndarray]:
         """The client's statistics (module :mod:`.fsgp_statistics`) at w = ``values``."""
         with self._lock:
-            stats = self._call("statistics", X, Y, self._pack(values))
+            stats = self._call("statistics", X, Y, self.pack(values))
         return {k: v.numpy() for k, v in stats._asdict().items()}
 
     @check_shapes("X: [N, D]", "Y: [N, P]")
@@ -228,9 +243,13 @@ class SGPRClientWorker:
     ) -> List[np.ndarray]:
         """``(∂S_k/∂w)ᵀ ∂F/∂S`` at w = ``values``, one array per shared value (see :func:`statistics_vjp`)."""
         with self._lock:
-            grads = self._call("gradient", X, Y, self._pack(values), {k: adjoints[k] for k in ADJOINT_NAMES})
+            grads = self._call("gradient", X, Y, self.pack(values), {k: adjoints[k] for k in ADJOINT_NAMES})
         return [g.numpy() for g in grads]
 
     def tracing_counts(self) -> Dict[str, int]:
-        """How many times each compiled function was traced (1 once used: no retracing per client)."""
-        return {name: int(fn.experimental_get_tracing_count()) for name, fn in self.functions.items()}
+        """How many times the compiled function of each phase was traced, per client and batched together: 1 once
+        used by one path, 2 once used by both (never one per client, round or cohort)."""
+        batched = {} if self.batched is None else self.batched.tracing_counts()
+        return {
+            name: int(fn.experimental_get_tracing_count()) + batched.get(name, 0) for name, fn in self.functions.items()
+        }
