@@ -119,7 +119,7 @@ def measure(K: int, path: str, rounds: int, args: argparse.Namespace) -> Dict[st
     Z = np.linspace(-10, 10, args.inducing)[:, None]
     Stamped = stamped_fsgp(per_client=path == "per-client")
     algorithm = Stamped(gpflow.kernels.SquaredExponential(), Z, 0.1, rounds=rounds, local_steps=3)
-    options: Dict[str, Any] = {"protection": Protection(secure_aggregation=args.secure)}
+    options: Dict[str, Any] = {}
     accepted = inspect.signature(LocalRuntime).parameters
     if "batched" in accepted:
         options["batched"] = path == "batched"
@@ -133,7 +133,7 @@ def measure(K: int, path: str, rounds: int, args: argparse.Namespace) -> Dict[st
     result = run(
         algorithm,
         dataset,
-        runtime=LocalRuntime(**options),
+        runtime=LocalRuntime(protection=Protection(secure_aggregation=args.secure), **options),
         seed=args.seed,
         monitor=lambda r, **_: ends.__setitem__(r, time.process_time()),  # after each round
     )

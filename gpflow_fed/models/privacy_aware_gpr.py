@@ -34,7 +34,7 @@ from numpy.typing import ArrayLike
 from ..release.linalg import as_inputs
 from ..release.lowrank import LowRankCovariance
 from ..release.ledger import ReleaseLedger, resolve_ledger
-from ..release.linalg import kernel_diag, noise_vector
+from ..release.linalg import kernel_diag, noise_vector, numerically_positive, psd_factor
 from ..release.obfuscation import (
     Covariance,
     Targets,
@@ -66,15 +66,14 @@ def _noise_factor(Sigma: Covariance) -> np.ndarray:
     """L with ``Σ = L Lᵀ`` from the positive eigenpairs of Σ."""
     if isinstance(Sigma, LowRankCovariance):
         return Sigma.factor()
-    lam, vecs = np.linalg.eigh(0.5 * (np.asarray(Sigma) + np.asarray(Sigma).T))
-    keep = lam > 0
-    return vecs[:, keep] * np.sqrt(lam[keep])[None, :]
+    lam, vecs = psd_factor(np.asarray(Sigma))
+    return vecs * np.sqrt(lam)[None, :]
 
 
 def _covariance_from_factor(L: np.ndarray) -> LowRankCovariance:
     """``Σ = L Lᵀ`` as a :class:`LowRankCovariance` (from the SVD of L)."""
     U, s, _ = np.linalg.svd(L, full_matrices=False)
-    keep = s > 0
+    keep = numerically_positive(s**2, size=L.shape[0])
     return LowRankCovariance(s[keep] ** 2, U[:, keep])
 
 

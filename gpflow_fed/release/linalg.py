@@ -91,10 +91,24 @@ def sym_eigh(A: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     return np.linalg.eigh(0.5 * (A + A.T))
 
 
+def numerically_positive(lam: np.ndarray, size: Optional[int] = None) -> np.ndarray:
+    """Which eigenvalues of an ``[N, N]`` symmetric matrix are positive beyond round-off: ``λ > N·ε·max|λ|``
+    (``N`` is ``size``, by default the number of eigenvalues given).
+
+    This is numpy's ``matrix_rank`` tolerance; eigenvalues below it are rounding of zero, and keeping them would
+    report (and draw noise along) directions the covariance does not have.
+    """
+    lam = np.asarray(lam)
+    scale = float(np.max(np.abs(lam))) if lam.size else 0.0
+    n = lam.shape[0] if size is None else size
+    return np.asarray(lam > max(n, 1) * np.finfo(float).eps * scale)
+
+
 def psd_factor(A: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-    """Eigenpairs ``(λ⁺, O)`` of the PSD part ``A⁺ = O diag(λ⁺) Oᵀ`` (eq. 8), keeping only ``λ > 0``."""
+    """Eigenpairs ``(λ⁺, O)`` of the PSD part ``A⁺ = O diag(λ⁺) Oᵀ`` (eq. 8), keeping the numerically positive λ
+    (:func:`numerically_positive`)."""
     lam, vecs = sym_eigh(A)
-    keep = lam > 0
+    keep = numerically_positive(lam)
     return lam[keep], vecs[:, keep]
 
 

@@ -155,13 +155,14 @@ def test_a_second_release_is_the_first_plus_delta(tmp_path):
     Y = _draws(k, 0.01, 1, seed=5)
     ledger = tmp_path / "ledger"
     kwargs = dict(kernel=k, noise_variance=0.01)
-    # seeded noise (tests only): with rank-1 Σ₁ the attack misses Y by |ω₁ − ω̂₁|·|L₁|, small for a few % of draws
-    first = release((X, Y), S, ProportionalKernel(k, 0.3), ledger=ledger, insecure_noise_seed=1, **kwargs)
-    second = release((X, Y), S, ProportionalKernel(k, 0.6), ledger=ledger, insecure_noise_seed=2, **kwargs)
+    first = release((X, Y), S, ProportionalKernel(k, 0.3), ledger=ledger, **kwargs)
+    second = release((X, Y), S, ProportionalKernel(k, 0.6), ledger=ledger, **kwargs)
     assert first.earlier is None and second.earlier is not None
-    # W₂ − W₁ = Δ lies in the range of the added noise only, and the joint solve no longer gives Y back
+    # Σ₁ and Δ have their numerical rank (round-off eigenvalues dropped), so range(Δ) meets range(L₁) only in 0
+    assert first.rank == 1 and second.rank == 2
+    # W₂ − W₁ = Δ is independent of Y and of the first noise: the joint solve gives back W₁ itself, nothing more
     noise = np.sqrt(np.mean(np.diag(np.asarray(first.Sigma))))
-    assert np.max(np.abs(_two_release_attack(first, second) - Y[:, 0])) > 0.1 * noise
+    np.testing.assert_allclose(_two_release_attack(first, second), first.W[:, 0], rtol=0, atol=1e-8 * noise)
     assert second.variance[0] >= 0.6 * (1 - 1e-6)  # the new floor (ξ = 0.6 K(s, s)) for holders of W₂ alone
     # a lower tolerance on reordered, thinned rows republishes W₁ exactly
     order = np.random.default_rng(0).permutation(N)[:30]
@@ -196,11 +197,7 @@ def test_row_hashes_are_keyed_and_follow_rows(tmp_path):
     assert twice[0] != twice[1]  # identical rows stay distinct records
 
 
-def test_the_cli_second_release_is_computed_from_the_first(tmp_path, capsys, monkeypatch):
-    from gpflow_fed import randomness
-
-    real = randomness.protective_rng  # seeded noise for this test only (the attack's miss is random, see above)
-    monkeypatch.setattr(randomness, "protective_rng", lambda insecure_seed=None: real(7))
+def test_the_cli_second_release_is_computed_from_the_first(tmp_path, capsys):
     k = gpflow.kernels.SquaredExponential(lengthscales=0.1)
     Y = _draws(k, 0.01, 1, seed=6)
     path = tmp_path / "data.csv"
@@ -214,7 +211,9 @@ def test_the_cli_second_release_is_computed_from_the_first(tmp_path, capsys, mon
     W1, W2 = one.data[1].numpy()[:, 0], two.data[1].numpy()[:, 0]
     L1, L2 = one.noise_factor.numpy(), two.noise_factor.numpy()
     omega, *_ = np.linalg.lstsq(np.concatenate([L1, -L2], axis=1), W1 - W2, rcond=None)
-    assert np.max(np.abs(W1 - L1 @ omega[: L1.shape[1]] - Y[:, 0])) > 1e-2
+    # the joint solve gives back W₁ itself (the attacker's best is the first release), whatever the noise drawn
+    np.testing.assert_allclose(W1 - L1 @ omega[: L1.shape[1]], W1, rtol=0, atol=1e-8 * np.max(np.abs(L1)))
+    assert not np.allclose(W1, Y[:, 0], rtol=0, atol=1e-12)  # and W₁ is not Y
 
 
 # ---- finding 5: refit keeps the strong floor ------------------------------------------------------------------------
@@ -368,7 +367,11 @@ def test_theta_range_errors():
 
 @pytest.mark.slow
 def test_a_public_theta_range_against_the_refitting_attacker_at_scale():
-    assert _refitting_attacker(30, {"lengthscales": (0.1, 0.6)}) >= 0.9  # measured 2.1
+    # exact MSE of each refitted predictor over 30 data sets (measured 1.51), and the attacker's realised squared
+    # error on one seeded draw of the noise (measured 0.73: 30 squared errors of unequal scale; the bound leaves
+    # room for that sampling spread, the control stays an order of magnitude below)
+    assert _refitting_attacker(30, {"lengthscales": (0.1, 0.6)}, expected=True) >= 0.9
+    assert _refitting_attacker(30, {"lengthscales": (0.1, 0.6)}) >= 0.5
     assert _refitting_attacker(30, None) < 0.2  # measured 0.057
 
 

@@ -217,9 +217,10 @@ def test_the_equations_no_longer_give_y_back(tmp_path, case) -> None:
     out = _new_release(X, Y, S, how, method=method)
     out.model.save(tmp_path / "model.npz")
     p = _published(tmp_path / "model.npz")
+    # one noise draw says little (on this fixed Y the miss ranged 0.009–1 of the noise over draws): the attack is
+    # judged by its squared error over many draws in the two tests below; here, what it is solved from
     error = _relative_error(_stationarity_attack(p), Y, out.W)
     print(f"{case}: max |Ŷ − Y| / max |Z| = {error:.2e}")
-    assert error > 0.05
     # the published mean is no statistic of Y but the maximum-likelihood constant given W: 1ᵀC⁻¹W / 1ᵀC⁻¹1 with
     # C = K + σ²I + Σ, all public (so fit=False's mean(Y) equation is gone too)
     K, _ = _kernel_matrices(p)
@@ -232,6 +233,53 @@ def test_the_equations_no_longer_give_y_back(tmp_path, case) -> None:
     # (of the records at sensitive training inputs, Var[Y_j | W], and of f elsewhere: the default protect="records")
     var = np.diag(out.model.protected_covariance(out.targets.points, out.targets.records).numpy())
     np.testing.assert_array_less(out.tolerance * (1 - 1e-6), var)
+
+
+def _stationarity_mse(draw_y, releases: int) -> float:
+    """The stationarity attacker's squared error at the sensitive record (x = 0.5, row 12) over ``releases``
+    releases with OS noise (public design values), as a fraction of ξ; ``draw_y(i)`` gives the i-th raw Y."""
+    X, _ = _data()
+    errors = []
+    for i in range(releases):
+        Y = draw_y(i)
+        out = release(
+            (X, Y),
+            np.array([[0.5]]),
+            ProportionalKernel(_design_kernel(), ALPHA),
+            kernel=_design_kernel(),
+            noise_variance=DESIGN[2],
+            ledger=None,
+            confirm_public=True,  # the design's kernel variance 1 is public, whatever var(Y) of a draw is
+        )
+        p = {
+            "X": X,
+            "W": out.W[:, 0],
+            "L": out.model.noise_factor.numpy(),
+            "sigma2": DESIGN[2],
+            "c": float(out.model.mean_function.c.numpy()[0]),
+            "variance": DESIGN[1],
+            "lengthscale": DESIGN[0],
+        }
+        errors.append((_stationarity_attack(p)[12] - Y[12, 0]) ** 2)
+    return float(np.mean(errors) / float(out.tolerance[0]))
+
+
+def test_the_stationarity_attack_on_data_from_the_design_prior_stays_above_the_floor():
+    """The floor is Bayesian: over Y drawn from the design prior (θ, σ² = 1e-4), the attacker that solves the
+    stationarity equations for ω predicts the record with MSE ≥ ξ (measured 13.9 ξ over 40 draws)."""
+    X, _ = _data()
+    K = _design_kernel()(X, full_cov=True).numpy() + DESIGN[2] * np.eye(X.shape[0])
+    chol = np.linalg.cholesky(K)
+    assert _stationarity_mse(lambda i: chol @ np.random.default_rng(i).standard_normal((X.shape[0], 1)), 40) >= 1.0
+
+
+@pytest.mark.xfail(strict=True, reason="issue 44 (open): the floor is not a per-dataset guarantee")
+def test_the_stationarity_attack_on_one_fixed_dataset():
+    """On one fixed Y that the design fits more tightly than its prior says (sin(6x) + 0.05ε against σ² = 1e-4),
+    the stationarity attacker predicts the record with MSE 5.6 % of ξ over 30 OS noise draws (measured): the
+    floor Var[Y_s | W] ≥ ξ averages over data from the design prior, not over the noise for the data at hand."""
+    _, Y = _data()
+    assert _stationarity_mse(lambda i: Y, 30) >= 0.5
 
 
 def _same_w_other_y(X, Y, S, how, method="strong"):
@@ -329,8 +377,6 @@ def test_every_number_the_cli_publishes_is_a_function_of_w(tmp_path, monkeypatch
         if value.dtype.kind == "f":
             np.testing.assert_allclose(value, npz4[key], rtol=1e-8, atol=1e-12, err_msg=key)
     assert json3["min_sensitive_variance"] >= json3["min_tolerance"] * (1 - 1e-6)
-    p = _published(tmp_path / "out3" / "model.npz")
-    assert _relative_error(_stationarity_attack(p), Y, csv3[:, 1:]) > 0.05
 
 
 # ---------------------------------------------------------------- attack 1: regenerate seeded noise

@@ -194,7 +194,8 @@ class PhaseOwner:
             distributed = self.reducer.protection.distributed
             # under distributed DP the sum carries the target noise only with ≥ honest_clients survivors
             minimum = max(secure.min_cohort, distributed.honest_clients if distributed is not None else 2)
-            server = SecAggServer(self.reducer.run_id, min_survivors=minimum)
+            # the share-holder graph has the run's masking degree: each client refuses one sparser than its own
+            server = SecAggServer(self.reducer.run_id, degree=secure.degree, min_survivors=minimum)
             try:
                 self._drive(server.setup_stages(self.info.client_ids), where)
             except SecAggAborted as exc:

@@ -1036,7 +1036,8 @@ class SecAggServer:
     """The server's side for one run: setup once, then :meth:`secure_sum` per exchange.
 
     :param run_id: the run's id, fresh from the OS (:func:`~gpflow_fed.randomness.new_run_id`, ≥ 16 bytes).
-    :param degree: the holder graph's degree ``d_s``; ``None``: :func:`default_degree` of the roster.
+    :param degree: the holder graph's degree ``d_s`` (at most the roster's size − 1); ``None``:
+        :func:`default_degree` of the roster.
     :param threshold: ``t`` with ``d_s/2 < t ≤ d_s``; ``None``: ``⌊d_s/2⌋ + 1``.
     :param min_survivors: the server's own minimum (≥ 2) of survivors, and of each survivor group whose sum
         unmasking reveals; clients enforce their own ``min_cohort`` besides.
@@ -1130,7 +1131,7 @@ class SecAggServer:
         roster = sorted(keys)
         if len(roster) < 2:
             raise SecAggAborted(f"secure aggregation setup: {len(roster)} client(s) with valid keys, need ≥ 2")
-        degree = self._degree if self._degree is not None else default_degree(len(roster))
+        degree = min(self._degree, len(roster) - 1) if self._degree is not None else default_degree(len(roster))
         holders = _holders(self.run_id, tuple(roster), degree)
         d = len(holders[roster[0]])
         t = self._threshold if self._threshold is not None else d // 2 + 1

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from gpflow_fed.data import FederatedDataset
 from gpflow_fed.federated import FaultPolicy, LocalRuntime, Message, Protection, RunOptions, run
 from gpflow_fed.federated.protection.masking import SecureAggregation, sum_masked
 from gpflow_fed.federated.protection.reduction import FixedPointSaturationWarning, Reducer
@@ -167,3 +168,17 @@ def test_fsgp_with_secure_aggregation_matches_plain_fsgp():
         np.testing.assert_allclose(secure.state.statistics[key], value, rtol=0, atol=1e-8)
     for a, b in zip(plain.model.predict_f(data.test[0]), secure.model.predict_f(data.test[0])):
         np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("K", [8, 12])
+def test_all_pairs_above_the_default_degree_runs(K):
+    """SecureAggregation(degree=K − 1) above default_degree(K) (6 at K = 8, 8 at K = 12): each client's own floor
+    is the configured degree, so the server's share-holder graph follows it. It once kept the default degree and
+    every client refused setup (a run of 0 clients)."""
+    rng = np.random.default_rng(K)
+    data = FederatedDataset([(rng.normal(size=(3, 1)), rng.normal(size=(3, 1))) for _ in range(K)])
+    secure = SecureAggregation(degree=K - 1)
+    plain = run(FederatedMean(1), data, runtime=LocalRuntime(protection=Protection(secure_aggregation=False)))
+    masked = run(FederatedMean(1), data, runtime=LocalRuntime(protection=Protection(secure_aggregation=secure)))
+    assert masked.history[0]["clients"] == K and "excluded" not in masked.history[0]
+    assert masked.state["mean"] == pytest.approx(plain.state["mean"], abs=1e-9)
