@@ -7,11 +7,15 @@ against clients with rosters (refused at ``share``) with its control: the same a
 (the unauthenticated mode) recovers the victim's input exactly, and the honest setup with rosters works.
 """
 
+import copy
+import pickle
+
 import numpy as np
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
+from gpflow_fed.federated.protection import identity as identity_module
 from gpflow_fed.federated.protection.identity import (
     PartyIdentity,
     advertise_message,
@@ -320,3 +324,64 @@ def test_a_flower_party_without_a_roster_refuses_to_start_unless_it_opts_out(tmp
     assert party.public_key == read_roster(roster)["client_0"]
     with pytest.raises(ValueError, match="does not hold 'client_1'"):  # client_0's key under client_1's name
         node_identity({"signing-key": keys["client_0"], "roster": roster}, "client_1")
+
+
+def test_a_federation_checks_its_roster_once_and_a_roster_given_in_full(monkeypatch):
+    """``PartyIdentity.federation`` checked the roster once per party (K checks of K entries, quadratic in K); now
+    once, and every identity and protocol client shares that read-only roster. A roster a user gives,
+    however it was made, is checked in full."""
+    checked = []
+    real = identity_module.party_name
+
+    def counting(value, where="party name"):
+        checked.append(value)
+        return real(value, where)
+
+    monkeypatch.setattr(identity_module, "party_name", counting)
+    ids = [f"client_{k:02d}" for k in range(20)]
+    parties = PartyIdentity.federation(ids)
+    assert sorted(checked) == ids  # each entry once (a check per identity: 20 × 20)
+    roster = parties[ids[0]].roster
+    assert all(party.roster is roster for party in parties.values())
+    checked.clear()
+    key = parties[ids[3]].signing_key
+    assert SecAggClient(ids[3], identity=key, roster=roster).authenticated and checked == []  # not again
+    # what was checked cannot change: every change is refused, and the roster is as it was
+    other = public_key_bytes(Ed25519PrivateKey.generate())
+
+    def merge(r):
+        r |= {"intruder": other}
+
+    for change in (
+        lambda r: r.__setitem__("intruder", other),
+        lambda r: r.__delitem__(ids[0]),
+        lambda r: r.update({"intruder": other}),
+        lambda r: r.setdefault("intruder", other),
+        lambda r: r.pop(ids[0]),
+        lambda r: r.popitem(),
+        lambda r: r.clear(),
+        merge,
+    ):
+        with pytest.raises(TypeError, match="read-only"):
+            change(roster)
+    assert sorted(roster) == ids and "intruder" not in roster
+    assert copy.copy(roster) is roster and copy.deepcopy(roster) is roster
+    assert pickle.loads(pickle.dumps(roster)) == roster  # unpickled: checked again
+    # a roster given by a user is checked in full: a copy of the checked one, one with a look-alike or a shared key
+    checked.clear()
+    assert PartyIdentity(key, dict(roster)).roster == roster and sorted(checked) == ids
+    look_alike = {**roster, "Client_00": other}
+    shared = {**roster, "client_99": roster[ids[1]]}
+    with pytest.raises(ValueError, match="look-alikes"):
+        PartyIdentity(key, look_alike)
+    with pytest.raises(ValueError, match="same public key"):
+        PartyIdentity(key, shared)
+    with pytest.raises(ValueError, match="look-alikes"):
+        SecAggClient(ids[3], identity=key, roster=look_alike)
+
+    class Posing(type(roster)):  # a subclass that skips the checks does not pass for a checked roster
+        def __init__(self, entries):
+            dict.__init__(self, entries)
+
+    with pytest.raises(ValueError, match="look-alikes"):
+        PartyIdentity(key, Posing(look_alike))

@@ -22,13 +22,16 @@ import json
 import numpy as np
 import pytest
 
+from gpflow_fed.federated import ClientPolicy, Message, Protection
+from gpflow_fed.federated.protection.encoder import ClientEncoder
 from gpflow_fed.federated.protection.identity import (
+    PartyIdentity,
     consistency_message,
     generate_signing_key,
     members_digest,
     quorum,
 )
-from gpflow_fed.federated.protection.masking import MaskingKeys, keystream, masking_graph
+from gpflow_fed.federated.protection.masking import Exchange, MaskingKeys, keystream, masking_graph
 from gpflow_fed.federated.protection.secagg import (
     SecAggAborted,
     SecAggClient,
@@ -40,7 +43,8 @@ from gpflow_fed.federated.protection.secagg import (
     self_mask_seed,
 )
 from gpflow_fed.federated.protection.shamir import combine_shares
-from tests.federated.protection.secagg_helpers import Net
+from gpflow_fed.randomness import new_run_id
+from tests.federated.protection.secagg_helpers import Net, drive
 
 
 # --- a server that lies about one victim ------------------------------------------------------------------------
@@ -426,3 +430,72 @@ def test_the_server_aborts_below_the_quorum_and_the_unauthenticated_mode_skips_t
     strict.offline = {"masked_input": {strict.ids[0]}}  # 15 survivors: q = min(16, 16) = 16 cannot be met
     with pytest.raises(SecAggAborted, match="below the quorum of 16"):
         strict.secure_sum(strict.exchange(0))
+
+
+# --- the party's own bound: ClientPolicy(max_colluders=…), through its encoder ------------------------------------
+def _encoded_round(policy, restart):
+    """16 parties with rosters answer one secure sum through their encoders; ``client_15`` drops out before its masked
+    input and ``client_13``, ``client_14`` sign nothing, so the unmask carries 13 signatures of 15 survivors: the
+    server's quorum (it asks for c = 0, and expects the default c = 5: q = 11) is met, a quorum for c = 12 (q = 15)
+    is not. ``client_00`` runs under ``policy``; with ``restart`` its encoder is made under the default policy and
+    rebuilt from its state under ``policy`` before every message after ``advertise`` (a Flower ClientApp restarts
+    for each message and reads its policy from its node config). Returns the refusals: ``(stage, client) -> why``."""
+    ids = [f"client_{k:02d}" for k in range(16)]
+    parties = PartyIdentity.federation(ids)
+    me = ids[0]
+    encoders = {c: ClientEncoder(c, ClientPolicy(), identity=parties[c]) for c in ids}
+    if not restart:
+        encoders[me] = ClientEncoder(me, policy, identity=parties[me])
+    refusals = {}
+    silent = {"masked_input": {ids[15]}, "consistency": {ids[13], ids[14]}}
+
+    def send(stage, requests):
+        answers = {}
+        for c, body in requests.items():
+            answers[c] = None
+            if c in silent.get(stage, ()):
+                continue
+            if restart and c == me and stage != "advertise":
+                encoders[me] = ClientEncoder.from_state(me, policy, encoders[me].to_state(), parties[me])
+            try:
+                answers[c] = encoders[c].respond(stage, body)
+            except ValueError as refusal:  # a refusal is no answer
+                refusals[(stage, c)] = str(refusal)
+        return answers
+
+    server = SecAggServer(new_run_id(), colluders=0)
+    drive(server.setup_stages(ids), send)
+    assert server.authenticated and not refusals
+    for k, c in enumerate(ids):
+        message = Message(c, 0, "p", {"y": np.array([float(k)])}, weight=1.0)
+        layout = encoders[c].prepare(message, Protection(), "sum", 16, "train")
+    size = sum(int(a.size) for a in layout.arrays.values())
+    drive(server.secure_sum_stages(Exchange(server.run_id, "train", 0, "p", tuple(ids)), size), send)
+    return refusals
+
+
+@pytest.mark.parametrize("restart", [False, True], ids=["made", "restored"])
+def test_a_partys_own_collusion_bound_decides_its_quorum_whatever_the_request_claims(restart):
+    """Principle 5 (issue 43): c comes from the party's policy (its node config's ``max-colluders``), never from the
+    server's word; the request's ``"colluders": 0`` does not lower it, and a restored encoder takes it from the policy
+    it is given, not from its saved state."""
+    refusals = _encoded_round(ClientPolicy(max_colluders=12), restart)
+    assert quorum(16, 12) == 15 and quorum(16, default_colluders(16, 5)) == 11
+    me = "client_00"
+    assert set(refusals) == {("unmask", me)}  # it signed (15 survivors meet its quorum), and reveals nothing
+    assert "13 valid signature(s)" in refusals[("unmask", me)] and "its quorum is 15 of 16" in refusals[("unmask", me)]
+    # control: under the default bound the same party reveals with the same 13 signatures
+    assert _encoded_round(ClientPolicy(), restart) == {}
+
+
+def test_the_collusion_bound_survives_a_save_and_restore():
+    party = PartyIdentity.federation(["a", "b"])["a"]
+    encoder = ClientEncoder("a", ClientPolicy(max_colluders=7), identity=party)
+    encoder.respond("advertise", {"run_id": new_run_id()})
+    restored = ClientEncoder.from_state("a", ClientPolicy(max_colluders=7), encoder.to_state(), party)
+    assert restored._secagg is not None and restored._secagg.max_colluders == 7
+    assert restored._secagg.colluders(16, {"colluders": 0}) == 7  # a request cannot lower it
+    assert restored._secagg.colluders(16, {"colluders": 9}) == 9  # it may raise it
+    # the policy decides, never the saved state: the same state under the default policy takes the default c
+    default = ClientEncoder.from_state("a", ClientPolicy(), encoder.to_state(), party)
+    assert default._secagg is not None and default._secagg.max_colluders is None

@@ -2,11 +2,20 @@
 say, with the defaults of the Python values, and a value that is not exactly a boolean is an error, never a silent
 ``False`` that switches a protection off."""
 
+import ast
+import pathlib
+import re
+
 import pytest
 
+import gpflow_fed
 from gpflow_fed.federated import ClientPolicy, DifferentialPrivacy, DistributedDP, Protection, RobustAggregation
 from gpflow_fed.federated.protection.masking import SecureAggregation
+from gpflow_fed.federated.protection.identity import node_identity
 from gpflow_fed.federated.protection.policy import DEFAULT_MAX_ROUNDS
+
+#: the Flower ClientApp's source, read without importing Flower
+CLIENT_APP = pathlib.Path(gpflow_fed.__file__).parent / "federated" / "runtimes" / "flower" / "client_app.py"
 
 REQUESTS = [
     Protection(),
@@ -81,3 +90,114 @@ def test_a_malformed_number_names_its_key(config, key):
 def test_the_node_policy_numbers_are_strict_too():
     with pytest.raises(ValueError, match="min-cohort"):
         ClientPolicy.from_node_config({"min-cohort": "two"})
+
+
+# --- a party's node config: every key strict, every policy written back -------------------------------------------
+INT_KEYS = ["min-cohort", "fractional-bits", "masking-degree", "honest-clients", "max-rounds", "max-colluders"]
+BOOL_KEYS = ["secure-aggregation", "protect-small-cohorts"]
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [(k, v) for k in INT_KEYS for v in ("abc", "1.5", "yes", "", 1.5, True)]
+    + [(k, v) for k in BOOL_KEYS for v in ("abc", "1.5", "yes", 1, "1")],
+)
+def test_a_malformed_node_config_value_is_a_value_error_naming_its_key_and_value(key, value):
+    with pytest.raises(ValueError) as error:
+        ClientPolicy.from_node_config({key: value})
+    assert f"node config {key} " in str(error.value) and repr(value) in str(error.value)
+
+
+@pytest.mark.parametrize(
+    "key, value", [("min-cohort", "1"), ("masking-degree", "-2"), ("honest-clients", "-1"), ("max-colluders", "-1")]
+)
+def test_a_node_config_int_below_its_range_names_its_key(key, value):
+    with pytest.raises(ValueError, match=f"node config {key} must be"):
+        ClientPolicy.from_node_config({key: value})
+
+
+def test_a_partys_collusion_bound_comes_from_its_node_config():
+    assert ClientPolicy.from_node_config({}).max_colluders is None  # the protocol's default c
+    assert ClientPolicy.from_node_config({"max-colluders": "6"}).max_colluders == 6
+    assert ClientPolicy.from_node_config({"max-colluders": 0}).max_colluders == 0  # a bound: it assumes none
+    for bad in (-1, True, 2.0, "3"):
+        with pytest.raises(ValueError, match="max_colluders"):
+            ClientPolicy(max_colluders=bad)
+
+
+POLICIES = [
+    ClientPolicy(max_rounds=DEFAULT_MAX_ROUNDS),
+    ClientPolicy(max_rounds=50, max_colluders=0),
+    ClientPolicy(
+        secure_aggregation=False,
+        min_cohort=5,
+        fractional_bits=20,
+        protect_small_cohorts=False,
+        masking_degree=6,
+        min_noise_multiplier=0.8,
+        honest_clients=4,
+        max_rounds=7,
+        max_colluders=12,
+    ),
+    ClientPolicy(max_rounds=3, budget=(1.5, 1e-5), ledger="/srv/party/ledger", max_colluders=3),
+]
+
+
+@pytest.mark.parametrize("policy", POLICIES, ids=repr)
+def test_a_policy_round_trips_through_its_node_config(policy):
+    config = policy.to_node_config()
+    assert all(isinstance(v, (bool, int, float, str)) for v in config.values())
+    assert ClientPolicy.from_node_config(config) == policy
+    as_text = {k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in config.items()}
+    assert ClientPolicy.from_node_config(as_text) == policy  # a node config written by hand
+
+
+def test_what_a_node_config_cannot_spell():
+    # an in-process party's cap is its algorithm's own count: a Flower party reading the config caps at the default
+    assert "max-rounds" not in ClientPolicy().to_node_config()
+    assert ClientPolicy.from_node_config(ClientPolicy().to_node_config()) == ClientPolicy(max_rounds=DEFAULT_MAX_ROUNDS)
+    with pytest.raises(ValueError, match="needs a ledger"):  # a Flower party keeps its spend in its ledger file
+        ClientPolicy(budget=(1.0, 1e-5)).to_node_config()
+
+
+def _literal_reads(source, pattern):
+    return set(re.findall(pattern, source))
+
+
+def test_the_client_apps_docstring_lists_every_node_config_key_it_reads():
+    """Every key the ClientApp reads (its own, its identity's and its policy's) has its line in the module docstring
+    of ``client_app`` (read without importing Flower)."""
+
+    class Recording(dict):
+        def __init__(self):
+            super().__init__()
+            self.read = set()
+
+        def __contains__(self, key):
+            self.read.add(key)
+            return super().__contains__(key)
+
+        def __getitem__(self, key):
+            self.read.add(key)
+            return super().__getitem__(key)
+
+        def get(self, key, default=None):
+            self.read.add(key)
+            return super().get(key, default)
+
+    policy_config, identity_config = Recording(), Recording()
+    ClientPolicy.from_node_config(policy_config)
+    with pytest.raises(ValueError, match="refuses to start"):
+        node_identity(identity_config, "client_0")
+    source = CLIENT_APP.read_text(encoding="utf-8")
+    own = _literal_reads(source, r'_node_setting\(context, "([a-z-]+)"\)')
+    own |= _literal_reads(source, r'node_config\.get\("([a-z-]+)"\)')
+    own |= {"features", "target"}  # read in a loop: ``for key in ("features", "target")``
+    assert 'for key in ("features", "target")' in source
+    keys = policy_config.read | identity_config.read | own
+    assert {"max-colluders", "dp-ledger", "no-roster", "data", "state-dir"} <= keys
+    doc = ast.get_docstring(ast.parse(source))
+    missing = sorted(k for k in keys if f"``{k}``" not in doc)
+    assert not missing, f"client_app's docstring lacks the node-config keys {missing}"
+    listed = re.findall(r"^\* ``([a-z-]+)``", doc, flags=re.M)
+    assert len(listed) == len(set(listed))  # one line each

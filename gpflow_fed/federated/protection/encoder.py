@@ -464,7 +464,8 @@ class ClientEncoder:
     def respond(self, stage: str, request: Mapping[str, Any]) -> Dict[str, Any]:
         """This client's answer to one stage of the secure-aggregation protocol (:mod:`.secagg`).
 
-        ``advertise`` starts the run's protocol client (fresh keys from the OS; the client's own ``min_cohort``);
+        ``advertise`` starts the run's protocol client (fresh keys from the OS; the client's own ``min_cohort``,
+        ``masking_degree`` and ``max_colluders`` from its policy, never from a request);
         ``masked_input`` encodes the payload :meth:`prepare` kept for the exchange the request names, for the members
         of the cohort the request shows (which the protocol client verifies), and masks it, once.
 
@@ -479,6 +480,7 @@ class ClientEncoder:
                     self.client_id,
                     min_cohort=self.policy.min_cohort,
                     min_degree=self.policy.masking_degree,
+                    max_colluders=self.policy.max_colluders,
                     **self._credentials(),
                 )
                 self._run_id = run_id if isinstance(run_id, bytes) else None
@@ -668,6 +670,7 @@ class ClientEncoder:
                 # the policy is the party's own configuration, never the saved state's
                 encoder._secagg.min_cohort = policy.min_cohort
                 encoder._secagg.min_degree = policy.masking_degree
+                encoder._secagg.max_colluders = policy.max_colluders
             for i, kept in enumerate(header["prepared"]):
                 arrays = {name: npz[f"p{i}/{name}"] for name in kept["names"]}
                 message = Message(client_id, int(kept["round"]), str(kept["phase"]), arrays, weight=0.0)

@@ -32,7 +32,8 @@ Cost (measured on this project's 2-core machine, ``python -m timeit``, cryptogra
 per run and verifies K signatures at setup: ≈ 0.17 s at K = 1,000; per exchange it signs one survivor set and
 verifies at most ``q`` signatures (≈ 0.1 s at K = 1,000). Verifications are cached per process on the exact
 (public key, message, signature) bytes (:func:`verify`), so an in-process run of K parties pays K verifications,
-not K².
+not K². A roster is checked once however many parties share it (:func:`check_roster` returns the read-only
+roster it made as it is), so :meth:`PartyIdentity.federation` of K parties takes time linear in K, not quadratic.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ import hashlib
 import os
 import stat
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, FrozenSet, Iterable, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, FrozenSet, Iterable, Mapping, NoReturn, Optional, Tuple
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -181,14 +182,75 @@ def verify(public_key: bytes, message: bytes, signature: bytes) -> bool:
     return True
 
 
+class _CheckedRoster(Dict[str, bytes]):
+    """A roster :func:`check_roster` checked, read-only: it is made only by checking (its constructor runs every
+    check) and refuses every change (``TypeError``), so it is still the roster that was checked when
+    :func:`check_roster` meets it again and returns it as it is. A ``dict`` for its readers (``SecAggClient`` keeps
+    one); ``dict``'s own methods called on it directly (``dict.__setitem__(roster, …)``) are outside this, as
+    ``object.__setattr__`` is for a frozen dataclass."""
+
+    __slots__ = ()
+
+    def __init__(self, roster: Any, where: str) -> None:
+        super().__init__(_checked_entries(roster, where))
+
+    def _refuse(self) -> NoReturn:
+        raise TypeError("a checked roster is read-only; change a copy (dict(roster)), which is checked again")
+
+    def __setitem__(self, key: str, value: bytes) -> NoReturn:
+        self._refuse()
+
+    def __delitem__(self, key: str) -> NoReturn:
+        self._refuse()
+
+    def __ior__(self, *args: Any, **kwargs: Any) -> NoReturn:  # type: ignore[misc]
+        self._refuse()
+
+    def update(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._refuse()
+
+    def setdefault(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._refuse()
+
+    def pop(self, *args: Any, **kwargs: Any) -> NoReturn:
+        self._refuse()
+
+    def popitem(self) -> NoReturn:
+        self._refuse()
+
+    def clear(self) -> NoReturn:
+        self._refuse()
+
+    def __copy__(self) -> "_CheckedRoster":
+        return self  # read-only: a copy would be the same roster
+
+    def __deepcopy__(self, memo: Dict[int, object]) -> "_CheckedRoster":
+        return self
+
+    def __reduce__(self) -> Tuple[Any, Tuple[Dict[str, bytes], str]]:
+        return _CheckedRoster, (dict(self), "roster")  # unpickled: checked again
+
+
 def check_roster(roster: Any, where: str = "roster") -> Dict[str, bytes]:
     """A roster, checked: a mapping of party ids, each already in :func:`~gpflow_fed.validation.party_name`'s normal
     form and no two look-alikes (:func:`~gpflow_fed.validation.party_key`), to distinct raw 32-byte Ed25519 public
     keys that parse.
 
+    :return: the roster, read-only (a ``dict`` that refuses every change with a ``TypeError``; ``dict(roster)`` is a
+        copy to change). A roster this function returned is returned as it is, not checked again: it was checked
+        when it was made and cannot have changed since, so K parties that share one roster
+        (:meth:`PartyIdentity.federation`, their protocol clients) check it once between them, in time linear in K,
+        not K times. Any other mapping, however it was made, is checked in full.
     :raises TypeError: not a mapping of str to bytes.
     :raises ValueError: an empty roster, a name not in normal form, look-alike names, a malformed or repeated key.
     """
+    if type(roster) is _CheckedRoster:  # exactly: a subclass could skip the checks in its constructor
+        return roster
+    return _CheckedRoster(roster, where)
+
+
+def _checked_entries(roster: Any, where: str) -> Dict[str, bytes]:
+    """:func:`check_roster`'s checks, in time linear in the roster's size: its entries as a new dict."""
     if not isinstance(roster, Mapping):
         raise TypeError(f"{where} must be a mapping party id -> raw Ed25519 public key, got {type(roster).__name__}")
     if not roster:
@@ -225,7 +287,8 @@ class PartyIdentity:
     configuration, given again when the encoder is restored, never part of a saved state.
 
     :param signing_key: the party's Ed25519 private key.
-    :param roster: party id → raw public key (:func:`check_roster`); must hold this party's own key.
+    :param roster: party id → raw public key, checked by :func:`check_roster` (kept read-only; a roster
+        :func:`check_roster` already returned is kept as it is, not checked again); must hold this party's own key.
     """
 
     signing_key: Ed25519PrivateKey
@@ -251,9 +314,13 @@ class PartyIdentity:
     @classmethod
     def federation(cls, ids: Iterable[str]) -> Dict[str, "PartyIdentity"]:
         """Fresh keys for parties ``ids`` and one roster of them all: what an in-process runtime makes (every party
-        in one process; parity with a deployment, not protection)."""
+        in one process; parity with a deployment, not protection).
+
+        The roster is checked once (:func:`check_roster`) and shared, read-only, by every identity: time linear in
+        the number of parties (a check per party would be quadratic).
+        """
         keys = {c: generate_signing_key() for c in ids}
-        roster = {c: public_key_bytes(k) for c, k in keys.items()}
+        roster = check_roster({c: public_key_bytes(k) for c, k in keys.items()}, "PartyIdentity roster")
         return {c: cls(k, roster) for c, k in keys.items()}
 
 

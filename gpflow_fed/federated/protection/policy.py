@@ -13,6 +13,11 @@ The party being protected enforces its own protection. A :class:`ClientPolicy` l
   ``fractional_bits`` is refused (:mod:`.encoder`);
 * ``masking_degree``: the least degree of the masking and share-holder graphs it accepts (default: the protocol's own,
   ``min(2⌈log₂ n⌉, n − 1)`` for a graph over n members); a request may ask for more, never for less;
+* ``max_colluders``: c, the most members of a cohort it assumes collude with the server in the consistency round of
+  secure aggregation (with a roster): it signs and unmasks only a survivor set that a quorum
+  ``q = min(n, ⌊(n + c)/2⌋ + 1)`` of the n members signed (default: the protocol's own c,
+  :func:`~gpflow_fed.federated.protection.secagg.default_colluders`, ``max(⌊n/3⌋, t − 1)``); a request may raise c
+  (a larger quorum), never lower it;
 * ``min_noise_multiplier``: the least distributed-DP noise it adds itself to a ``"sum"``/``"mean"`` answer (0: DP
   not required); a request without distributed DP (central DP's noise is the server's), or with less noise, is
   refused;
@@ -40,7 +45,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 import math
 import os
-from typing import Any, Mapping, Optional, Tuple
+from typing import Any, Dict, Mapping, Optional, Tuple
 
 from ...validation import parse_boolean, parse_integer, parse_number
 from .masking import SecureAggregation
@@ -74,8 +79,11 @@ class ClientPolicy:
     :param ledger: the path of the party's ledger file (:mod:`.budget`; made once with
         :func:`~gpflow_fed.federated.protection.budget.create_ledger`), or None: kept in memory for the encoder's
         life, so the budget does not span runs then. Needs a ``budget``.
+    :param max_colluders: c ≥ 0, the most cohort members the client assumes collude with the server, which sets the
+        quorum of signers it needs in the consistency round (module docstring; None: the protocol's default,
+        :func:`~gpflow_fed.federated.protection.secagg.default_colluders`). A request may raise it, never lower it.
     :raises ValueError: ``min_cohort`` below 2, ``masking_degree`` below 2, a negative noise floor, ``honest_clients``
-        below 1, a budget out of range, a ledger without a budget.
+        below 1, a budget out of range, a ledger without a budget, a negative ``max_colluders``.
     :raises TypeError: settings of the wrong type.
     """
 
@@ -89,6 +97,7 @@ class ClientPolicy:
     max_rounds: Optional[int] = None
     budget: Optional[Tuple[float, float]] = None
     ledger: Optional[str] = None
+    max_colluders: Optional[int] = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.protect_small_cohorts, bool):
@@ -115,6 +124,9 @@ class ClientPolicy:
         cap = self.max_rounds
         if cap is not None and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 1):
             raise ValueError(f"ClientPolicy: max_rounds must be an int ≥ 1 or None, got {cap!r}")
+        colluders = self.max_colluders
+        if colluders is not None and (isinstance(colluders, bool) or not isinstance(colluders, int) or colluders < 0):
+            raise ValueError(f"ClientPolicy: max_colluders must be an int ≥ 0 or None, got {colluders!r}")
         budget = self.budget
         if budget is not None:
             if not isinstance(budget, (tuple, list)) or len(budget) != 2:
@@ -148,15 +160,25 @@ class ClientPolicy:
 
     @classmethod
     def from_node_config(cls, config: Mapping[str, Any]) -> "ClientPolicy":
-        """A Flower SuperNode's policy from its node config (``secure-aggregation``, ``min-cohort``,
-        ``fractional-bits``, ``protect-small-cohorts``, ``masking-degree``: 0 for the protocol's default,
-        ``min-noise-multiplier``, ``honest-clients``: 0 for any, ``max-rounds``, ``dp-budget-epsilon`` and
-        ``dp-budget-delta``: both or neither, ``dp-ledger``: a path, required with a budget, since a Flower ClientApp
-        restarts for each message and its spend must outlive the run); the defaults when absent (secure aggregation
-        required, 32 fractional bits, small cohorts protected, the protocol's degree, no DP floor,
-        :data:`DEFAULT_MAX_ROUNDS` rounds, no budget).
-        Every value is parsed strictly (a bool or exactly ``"true"``/``"false"``; an integer or a string of one):
-        ``"yes"``, ``"1"``, ``"on"`` or ``"True "`` is an error naming the key, never a silent ``False``.
+        """A Flower SuperNode's policy from its node config; each key's default when absent:
+
+        * ``secure-aggregation`` (bool, true): :attr:`secure_aggregation`;
+        * ``min-cohort`` (int ≥ 2, 2): :attr:`min_cohort`;
+        * ``fractional-bits`` (int in [1, 62], 32): :attr:`fractional_bits`;
+        * ``protect-small-cohorts`` (bool, true): :attr:`protect_small_cohorts`;
+        * ``masking-degree`` (int, 0 for the protocol's default, else ≥ 2; 0): :attr:`masking_degree`;
+        * ``min-noise-multiplier`` (number ≥ 0, 0: no DP floor): :attr:`min_noise_multiplier`;
+        * ``honest-clients`` (int, 0 for any; 0): :attr:`honest_clients`;
+        * ``max-rounds`` (int ≥ 1, :data:`DEFAULT_MAX_ROUNDS`): :attr:`max_rounds`;
+        * ``max-colluders`` (int ≥ 0; absent: the protocol's default c): :attr:`max_colluders`;
+        * ``dp-budget-epsilon`` and ``dp-budget-delta`` (numbers, both or neither; no budget): :attr:`budget`;
+        * ``dp-ledger`` (a path, required with a budget, since a Flower ClientApp restarts for each message and its
+          spend must outlive the run): :attr:`ledger`.
+
+        Every value is parsed strictly (a bool or exactly ``"true"``/``"false"``; an integer or a string of one in
+        base 10; a number or a string of one): ``"yes"``, ``"1"``, ``"on"`` or ``"True "`` for a bool, ``"abc"``,
+        ``"1.5"``, ``"yes"`` or ``true`` for an int, is a ``ValueError`` naming the key and the value, never a silent
+        default. :meth:`to_node_config` writes a policy back.
 
         :raises ValueError, TypeError: a malformed value (naming the node-config key) or an invalid policy.
         """
@@ -184,24 +206,62 @@ class ClientPolicy:
             )
         if ledger is not None and budget is None:
             raise ValueError("node config dp-ledger needs dp-budget-epsilon and dp-budget-delta")
+        colluders = config.get("max-colluders")  # absent: the protocol's default c (0 is a bound: no colluders)
         return cls(
             secure_aggregation=parse_boolean(config.get("secure-aggregation", True), "node config secure-aggregation"),
-            min_cohort=parse_integer(config.get("min-cohort", 2), "node config min-cohort"),
+            min_cohort=parse_integer(config.get("min-cohort", 2), "node config min-cohort", 2),
             fractional_bits=parse_integer(
-                config.get("fractional-bits", SecureAggregation.fractional_bits), "node config fractional-bits"
+                config.get("fractional-bits", SecureAggregation.fractional_bits), "node config fractional-bits", 1
             ),
             protect_small_cohorts=parse_boolean(
                 config.get("protect-small-cohorts", True), "node config protect-small-cohorts"
             ),
-            masking_degree=parse_integer(config.get("masking-degree", 0), "node config masking-degree") or None,
+            masking_degree=parse_integer(config.get("masking-degree", 0), "node config masking-degree", 0) or None,
             min_noise_multiplier=parse_number(
                 config.get("min-noise-multiplier", 0.0), "node config min-noise-multiplier"
             ),
-            honest_clients=parse_integer(config.get("honest-clients", 0), "node config honest-clients") or None,
+            honest_clients=parse_integer(config.get("honest-clients", 0), "node config honest-clients", 0) or None,
             max_rounds=parse_integer(config.get("max-rounds", DEFAULT_MAX_ROUNDS), "node config max-rounds", 1),
             budget=budget,
             ledger=ledger,
+            max_colluders=None if colluders is None else parse_integer(colluders, "node config max-colluders", 0),
         )
+
+    def to_node_config(self) -> Dict[str, Any]:
+        """This policy as a Flower node config (:meth:`from_node_config`'s keys), each value a TOML bool, int, float
+        or str: ``from_node_config(policy.to_node_config()) == policy`` for every policy with ``max_rounds`` set.
+
+        A default is written as :meth:`from_node_config` reads it (``masking-degree`` and ``honest-clients`` 0 for
+        None); ``max-colluders`` and the budget's keys only when set. ``max_rounds=None`` (an in-process party's: its
+        algorithm's own count) has no node-config spelling, so ``max-rounds`` is left out and a Flower party reading
+        the config caps at :data:`DEFAULT_MAX_ROUNDS`.
+
+        :raises ValueError: a budget without a ledger (a Flower party keeps its spend in its ledger file, and
+            :meth:`from_node_config` refuses a budget without ``dp-ledger``).
+        """
+        if self.budget is not None and self.ledger is None:
+            raise ValueError(
+                "ClientPolicy.to_node_config: a budget needs a ledger in a node config (a Flower party's spend lives "
+                "in its ledger file); give ledger="
+            )
+        config: Dict[str, Any] = {
+            "secure-aggregation": self.secure_aggregation,
+            "min-cohort": self.min_cohort,
+            "fractional-bits": self.fractional_bits,
+            "protect-small-cohorts": self.protect_small_cohorts,
+            "masking-degree": self.masking_degree or 0,
+            "min-noise-multiplier": self.min_noise_multiplier,
+            "honest-clients": self.honest_clients or 0,
+        }
+        if self.max_rounds is not None:
+            config["max-rounds"] = self.max_rounds
+        if self.max_colluders is not None:
+            config["max-colluders"] = self.max_colluders
+        if self.budget is not None:
+            config["dp-budget-epsilon"], config["dp-budget-delta"] = self.budget
+        if self.ledger is not None:
+            config["dp-ledger"] = self.ledger
+        return config
 
     def refusal(self, request: Protection, phase: str, aggregation: str) -> str:
         """Why this client refuses to answer ``phase`` under ``request``, or ``""`` when it may.

@@ -213,3 +213,14 @@ def test_secure_aggregation_on_a_superlink_and_two_supernodes(tmp_path):
     np.testing.assert_allclose(out["predictions"]["var"], var.numpy(), rtol=1e-6, atol=1e-9)
     up = [e for e in out["record"]["ledger"] if e["receiver"] == "server"]
     assert up and all("/secagg/" in e["phase"] for e in up)
+
+
+def test_every_field_of_the_party_policy_reaches_its_node_config(dataset):  # noqa: F811
+    """FlowerRuntime writes each party's whole policy into its node config (ClientPolicy.to_node_config): a run
+    asking for 24 fractional bits gives parties policies of 24 bits, which they read back. (The node config once
+    left out ``fractional-bits``: every party read 32 and refused the request.)"""
+    protection = Protection(secure_aggregation=SecureAggregation(fractional_bits=24))
+    flower = run(FederatedMean(1), dataset, runtime=FlowerRuntime(), protection=protection, seed=0)
+    local = run(FederatedMean(1), dataset, protection=protection, seed=0)
+    assert flower.history[0]["clients"] == dataset.num_clients
+    assert flower.model.mean == local.model.mean

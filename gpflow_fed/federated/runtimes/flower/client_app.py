@@ -1,22 +1,30 @@
 """The Flower ClientApp of gpflow-fed: one party's side of any :class:`~gpflow_fed.federated.Algorithm`.
 
 A SuperNode is one party. Its node config names its private data, its place in the federation and its own
-protection policy:
+protection policy. These are every key the ClientApp reads, one line each (each value parsed strictly: a malformed
+one is a ``ValueError`` naming its key):
 
 * ``data``: path to an ``.npz`` file holding ``X`` ``[N_k, D]`` and ``Y`` ``[N_k, P]`` (never sent);
-* ``client-index``: k ∈ {0, …, K-1}; the client is ``"client_k"`` with the seed
-  :func:`~gpflow_fed.federated.runtimes.make_clients` gives it, so runs match ``LocalRuntime``;
-* ``state-dir`` (optional): where the client keeps its model state between messages (default: a folder under the
-  system's temporary directory, per run and node);
-* ``secure-aggregation`` (default true), ``min-cohort`` (default 2) and ``protect-small-cohorts`` (default true):
-  the party's :class:`~gpflow_fed.federated.protection.policy.ClientPolicy`. No run config and no message can lower
-  it;
-* ``signing-key`` and ``roster``: the party's Ed25519 key file (``gpflow-fed flower keygen``) and the roster file
-  agreed out of band (one ``<id> <hex public key>`` line per party, :mod:`~gpflow_fed.federated.protection.identity`):
-  the party checks every party's keys against its own roster at setup. Without them the party refuses to start,
-  unless ``no-roster = true`` opts out (against a semi-honest server only);
-* ``features`` and ``target`` (optional): the party's column names (comma-separated features), which ``describe``
-  reports so that the server can check that every party has the same columns in the same order.
+* ``client-index``: k ∈ {0, …, K-1}: the client ``"client_k"``, seeded as ``make_clients`` seeds it;
+* ``state-dir`` (optional): its private model-state folder between messages (default ``$XDG_CACHE_HOME/gpflow_fed``);
+* ``features`` and ``target`` (optional): its column names (comma-separated features), reported by ``describe``;
+* ``signing-key``: its Ed25519 key file (``gpflow-fed flower keygen``), checked with ``roster`` at setup;
+* ``roster``: the roster file agreed out of band (one ``<id> <hex public key>`` line per party);
+* ``no-roster`` (default false): ``true`` opts out of ``signing-key`` and ``roster`` (a semi-honest server only);
+* ``secure-aggregation`` (default true): never send a ``"sum"``/``"mean"`` payload in plain;
+* ``min-cohort`` (default 2): the fewest cohort members it masks with;
+* ``fractional-bits`` (default 32): its fixed-point resolution ``2^-f``;
+* ``protect-small-cohorts`` (default true): refuse a sum that would determine a small cohort's rows;
+* ``masking-degree`` (default 0: the protocol's): the least degree of a masking or share-holder graph it accepts;
+* ``min-noise-multiplier`` (default 0: none): the least distributed-DP noise it adds itself;
+* ``honest-clients`` (default 0: any): the most honest clients it assumes under distributed DP;
+* ``max-rounds`` (default ``DEFAULT_MAX_ROUNDS``, 1000): the most training rounds it answers;
+* ``max-colluders`` (default: the protocol's c): the collusion bound that sets its consistency-round quorum;
+* ``dp-budget-epsilon`` and ``dp-budget-delta`` (both or neither): the (ε, δ) its distributed-DP answers may spend;
+* ``dp-ledger``: its DP ledger file, required with a budget (``gpflow-fed flower ledger create``).
+
+The policy keys are :meth:`~gpflow_fed.federated.protection.policy.ClientPolicy.from_node_config`'s (what each
+means: :mod:`~gpflow_fed.federated.protection.policy`); no run config and no message can lower them.
 
 A table run (``gpflow-fed flower party``) holds two jobs: its requests name them (:func:`.records.job_moments`).
 For the ``"moments"`` job the party answers :class:`~gpflow_fed.federated.algorithms.Moments` on its rows as they

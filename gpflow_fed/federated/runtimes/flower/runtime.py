@@ -103,20 +103,9 @@ class FlowerRuntime(Runtime):
                         "state-dir": os.path.join(tmp, "state"),
                         "signing-key": keys[f"client_{k}"],
                         "roster": roster,
-                        "secure-aggregation": policy.secure_aggregation,
-                        "min-cohort": policy.min_cohort,
-                        "masking-degree": policy.masking_degree or 0,
-                        "min-noise-multiplier": policy.min_noise_multiplier,
-                        "honest-clients": policy.honest_clients or 0,
+                        # the party's whole policy as its node config (fractional-bits and max-colluders included)
+                        **policy.to_node_config(),
                         "max-rounds": policy.max_rounds or max(algorithm.rounds, 1),  # in process: its own
-                        "protect-small-cohorts": policy.protect_small_cohorts,
-                        # a party's DP budget needs its ledger file here (ClientPolicy.from_node_config)
-                        **(
-                            {}
-                            if policy.budget is None
-                            else {"dp-budget-epsilon": policy.budget[0], "dp-budget-delta": policy.budget[1]}
-                        ),
-                        **({} if policy.ledger is None else {"dp-ledger": policy.ledger}),
                     }
                 )
             run_config = {
