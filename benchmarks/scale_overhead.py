@@ -1,7 +1,9 @@
 """A run's fixed cost, its steady round and its memory as K grows (issues 31 and 46, "Scale"), batched and per client.
 
 For each K: an FSGP run (FedAvg, every client every round, P = 3 local Adam steps, M = 20, N_k = 10 points each of
-FSGP synthetic 1) with ``R`` rounds, on each of the runtime's two paths, side by side in one invocation:
+FSGP synthetic 1) with ``R`` rounds, on each of the runtime's two paths, side by side in one invocation. With
+``--algorithm fgp``: an FGP run instead (FedAvg over the clients' exact-GP likelihoods, the same P = 3, the final
+``experts`` phase after the rounds); ``--points-max``: client sizes drawn uniformly from ``--points … --points-max``:
 
 * ``batched``: ``LocalRuntime()``'s default, every cohort's local training as one compiled computation
   (``Algorithm.client_updates``);
@@ -30,7 +32,8 @@ The script needs only ``run``, ``LocalRuntime`` and ``client_seed``, so a "befor
 with ``--paths per-client`` (a runtime without the ``batched`` option runs its only path).
 
 Usage: ``python benchmarks/scale_overhead.py [--clients 1000 10000] [--rounds 4] [--paths batched per-client]
-[--per-client-rounds 3] [--per-client-max 10000] [--secure] [--batch-memory BYTES] [--json PATH]``.
+[--per-client-rounds 3] [--per-client-max 10000] [--algorithm fsgp|fgp] [--points 10] [--points-max 0]
+[--secure] [--batch-memory BYTES] [--json PATH]``.
 """
 
 from __future__ import annotations
@@ -51,12 +54,22 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 PATHS = ("batched", "per-client")
 
 
-def federation(K: int, points: int, seed: int) -> Any:
+def federation(K: int, points: int, seed: int, points_max: int = 0) -> Any:
+    """K clients of FSGP synthetic 1: ``points`` rows each, or (``points_max > points``) a size drawn uniformly from
+    ``points … points_max`` per client (seeded), rows assigned at random."""
+    import numpy as np
+
     from gpflow_fed.data import FederatedDataset, fsgp_synthetic_1
     from gpflow_fed.data.partition import iid_partition
 
-    data = fsgp_synthetic_1(seed=seed, num_train=K * points)
-    parts = iid_partition(len(data.X_train), K, seed=seed)
+    if points_max > points:
+        rng = np.random.default_rng(seed)
+        sizes = rng.integers(points, points_max + 1, K)
+        data = fsgp_synthetic_1(seed=seed, num_train=int(sizes.sum()))
+        parts = np.split(rng.permutation(len(data.X_train)), np.cumsum(sizes)[:-1])
+    else:
+        data = fsgp_synthetic_1(seed=seed, num_train=K * points)
+        parts = iid_partition(len(data.X_train), K, seed=seed)
     return FederatedDataset([(data.X_train[p], data.Y_train[p]) for p in parts], test=(data.X_test, data.Y_test))
 
 
@@ -64,13 +77,15 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def stamped_fsgp(per_client: bool) -> Any:
-    """FSGP that notes when round 0 starts (its first ``select_clients``) and times its training updates per round:
-    ``client_updates`` (the batch) or, for the per-client path, each ``client_update`` (an FSGP whose
+def stamped(algorithm: str, per_client: bool) -> Any:
+    """FSGP (or FGP) that notes when round 0 starts (its first ``select_clients``) and times its training updates per
+    round: ``client_updates`` (the batch) or, for the per-client path, each ``client_update`` (an algorithm whose
     ``client_update`` is replaced is asked per client, which that path is anyway)."""
-    from gpflow_fed.federated.algorithms import FSGP
+    from gpflow_fed.federated.algorithms import FGP, FSGP
 
-    class StampedFSGP(FSGP):
+    base: Any = {"fsgp": FSGP, "fgp": FGP}[algorithm]
+
+    class StampedFSGP(base):  # type: ignore[misc, valid-type]
         started: List[float] = []
         updates: Dict[int, float] = {}
         cpu: Dict[int, float] = {}  # the process's CPU time when each round starts
@@ -115,10 +130,13 @@ def measure(K: int, path: str, rounds: int, args: argparse.Namespace) -> Dict[st
     for k in range(K):
         client_seed(args.seed, k, K)
     seeds = time.perf_counter() - t
-    dataset = federation(K, args.points, args.seed)
+    dataset = federation(K, args.points, args.seed, args.points_max)
     Z = np.linspace(-10, 10, args.inducing)[:, None]
-    Stamped = stamped_fsgp(per_client=path == "per-client")
-    algorithm = Stamped(gpflow.kernels.SquaredExponential(), Z, 0.1, rounds=rounds, local_steps=3)
+    Stamped = stamped(args.algorithm, per_client=path == "per-client")
+    if args.algorithm == "fgp":
+        algorithm = Stamped(gpflow.kernels.SquaredExponential(), 0.1, rounds=rounds, local_steps=3)
+    else:
+        algorithm = Stamped(gpflow.kernels.SquaredExponential(), Z, 0.1, rounds=rounds, local_steps=3)
     options: Dict[str, Any] = {}
     accepted = inspect.signature(LocalRuntime).parameters
     if "batched" in accepted:
@@ -144,6 +162,7 @@ def measure(K: int, path: str, rounds: int, args: argparse.Namespace) -> Dict[st
     steady = float(np.median(round_s[1:]))
     other = float(np.median([s - u for s, u in zip(round_s[1:], updates[1:])]))
     return {
+        "algorithm": args.algorithm,
         "K": K,
         "path": path,
         "secure": bool(args.secure),
@@ -194,7 +213,11 @@ def main(argv: Any = None) -> int:
     parser.add_argument(
         "--batch-memory", type=int, default=0, help="LocalRuntime(batch_memory=…) in bytes (0: its default)"
     )
+    parser.add_argument("--algorithm", choices=("fsgp", "fgp"), default="fsgp", help="FSGP (M = --inducing) or FGP")
     parser.add_argument("--points", type=int, default=10)
+    parser.add_argument(
+        "--points-max", type=int, default=0, help="client sizes uniform in --points … --points-max (0: all --points)"
+    )
     parser.add_argument("--inducing", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(

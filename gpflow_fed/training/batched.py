@@ -43,6 +43,8 @@ from gpflow.keras import tf_keras
 from ..validation import integer
 
 __all__ = [
+    "flat_offsets",
+    "split_flat",
     "PADDING_RATIO",
     "Bucket",
     "StackedAdam",
@@ -239,3 +241,19 @@ def padding_overhead(sizes: Sequence[int], ratio: float = PADDING_RATIO) -> floa
     real = sum(int(n) for n in sizes)
     padded = sum(b.length * len(b.members) for b in size_buckets(sizes, ratio))
     return padded / real - 1.0 if real else 0.0
+
+
+def flat_offsets(shapes: Sequence[Tuple[int, ...]]) -> List[Tuple[int, int, Tuple[int, ...]]]:
+    """``(start, stop, shape)`` of each array of ``shapes`` laid end to end in one flat row (a client's values or
+    Adam moments in a stacked batch)."""
+    out, start = [], 0
+    for shape in shapes:
+        stop = start + int(np.prod(shape))
+        out.append((start, stop, tuple(shape)))
+        start = stop
+    return out
+
+
+def split_flat(row: np.ndarray, offsets: Sequence[Tuple[int, int, Tuple[int, ...]]]) -> List[np.ndarray]:
+    """Views of the arrays of one flat ``row`` (:func:`flat_offsets`)."""
+    return [row[start:stop].reshape(shape) for start, stop, shape in offsets]

@@ -6,7 +6,7 @@ Paper: ``fsgp-federated-sparse-gp.txt`` (Guo et al., §4, after Yue & Kontar, ar
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Dict, Final, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Final, List, Mapping, Optional, Sequence, Tuple, Union
 
 import gpflow
 import numpy as np
@@ -16,10 +16,11 @@ from ...models.experts import COMBINATION_RULES, ExpertCommittee
 from ..protocol.algorithm import TRAIN_PHASE, Aggregate, Algorithm, BroadcastRefused, FederationInfo, ReplySpec
 from ..protocol.client import Client
 from ..protocol.messages import Message
-from ...training.adam import CompiledAdam, SharedWorker, per_point_loss
+from ...training.adam import AdamState, CompiledAdam, SharedWorker, per_point_loss
 from ...training.state import SharedState, resolve_path
 from ...training.stopping import Plateau
 from ...validation import integer, positive_float
+from .fgp_batched import BatchedGPRWorker
 
 __all__ = ["EXPERTS_PHASE", "FGP", "FGPState"]
 
@@ -29,13 +30,15 @@ EXPERTS_PHASE: Final[str] = "experts"
 
 @dataclass
 class _Worker:
-    """The scratch GPR every client trains in turn, its compiled Adam loop, its wire keys ↔ parameters, and the
-    wire keys in the order of ``trainer.variables``."""
+    """The scratch GPR every client trains in turn, its compiled Adam loop, its wire keys ↔ parameters, the
+    wire keys in the order of ``trainer.variables``, and the same training for a whole cohort (None when the
+    trained variables are not exactly the GPR's trainable Parameters)."""
 
     model: gpflow.models.GPR
     trainer: CompiledAdam
     shared: SharedState
     keys: Tuple[str, ...]
+    batched: Optional[BatchedGPRWorker]
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,12 @@ class FGP(Algorithm[FGPState]):
     :class:`~gpflow_fed.federated.algorithms.FSGP` does. Each client keeps its own Adam moments and step count
     between rounds (``client.state["adam"]``, checkpointed with the client); the steps run on one compiled
     loop shared by all clients (:class:`~gpflow_fed.training.adam.CompiledAdam` on one
-    :class:`~gpflow_fed.training.adam.SharedWorker`).
+    :class:`~gpflow_fed.training.adam.SharedWorker`). ``train`` also has a batched form (:meth:`batched`,
+    :meth:`client_updates`): ``LocalRuntime`` (``batched=True``, its default) trains a cohort of at least ``min_batch``
+    clients in one compiled call per size bucket and memory chunk
+    (:class:`~gpflow_fed.federated.algorithms.fgp_batched.BatchedGPRWorker`: padded rows masked out of the
+    likelihood exactly, each client's Adam state stacked), with the same replies to round-off and every per-client
+    protection applied to each client's reply by the runtime; ``LocalRuntime(batched=False)`` keeps one call a client.
 
     Final phase ``"experts"``: the server sends the final ``w`` to every client, which sets its expert, an
     exact ``gpflow.models.GPR`` on its own data (``client.model``), to it and answers with an empty payload.
@@ -178,7 +186,12 @@ class FGP(Algorithm[FGPState]):
         if sorted(position[b] for b in backing.values()) != list(range(len(trainer.variables))):
             raise TypeError("FGP shares the GPR's trainable GPflow Parameters only (θ and σ²)")
         keys = tuple(sorted(shared.keys, key=lambda k: position[backing[k]]))
-        return _Worker(model, trainer, shared, keys)
+        batched: Optional[BatchedGPRWorker]
+        try:
+            batched = BatchedGPRWorker(model, trainer, self.local_steps)
+        except ValueError:  # e.g. another optimizer state layout: the per-client path only
+            batched = None
+        return _Worker(model, trainer, shared, keys, batched)
 
     def initial_state(self, info: FederationInfo) -> FGPState:
         self._worker, self._experts = SharedWorker(self._build_worker), {}
@@ -213,16 +226,99 @@ class FGP(Algorithm[FGPState]):
                     variable.assign(broadcast[key])
                 losses, adam = worker.trainer.fit(self.local_steps, client.state["adam"], X, Y)
                 updated = {key: variable.numpy() for key, variable in zip(worker.keys, worker.trainer.variables)}
-                wire_keys = worker.shared.keys
-            if not all(np.all(np.isfinite(v)) for v in updated.values()):
-                raise FloatingPointError(f"the local hyperparameters became non-finite after {self.local_steps} steps")
-            client.state["adam"] = adam  # only a successful update changes the client's Adam state
-            metrics = {"log_likelihood": -float(losses[-1])} if self.stopping is not None else None
-            return self.reply(client, broadcast, {k: updated[k] for k in wire_keys}, weight, metrics)
+            return self._trained(client, broadcast, updated, adam, float(losses[-1]))
         if broadcast.phase == EXPERTS_PHASE:
             self._worker.get().shared.assign(client.model, dict(broadcast.arrays))
             return self.reply(client, broadcast, {}, weight)
         raise ValueError(f"FGP: unknown phase {broadcast.phase!r}")
+
+    def _trained(
+        self, client: Client, broadcast: Message, updated: Mapping[str, np.ndarray], adam: AdamState, loss: float
+    ) -> Message:
+        """The reply of a ``train`` update (wire order) from the new values by key; only finite values change the
+        client's Adam state.
+
+        :raises FloatingPointError: a non-finite new value.
+        """
+        assert self._worker is not None
+        if not all(np.all(np.isfinite(v)) for v in updated.values()):
+            raise FloatingPointError(f"the local hyperparameters became non-finite after {self.local_steps} steps")
+        client.state["adam"] = adam  # only a successful update changes the client's Adam state
+        metrics = {"log_likelihood": -float(loss)} if self.stopping is not None else None
+        arrays = {k: updated[k] for k in self._worker.get().shared.keys}
+        return self.reply(client, broadcast, arrays, float(client.num_data), metrics)
+
+    def batched(self, phase: str) -> bool:
+        """``train`` has a batched form (:class:`~.fgp_batched.BatchedGPRWorker`: every client's P Adam steps in one
+        compiled call per size bucket and memory chunk); ``experts`` (one assignment a client) does not, nor does a
+        subclass that replaces :meth:`client_update` (its own update is asked per client)."""
+        worker = None if self._worker is None else self._worker.built
+        return (
+            phase == TRAIN_PHASE
+            and worker is not None
+            and worker.batched is not None
+            and type(self).client_update is FGP.client_update
+        )
+
+    def client_updates(
+        self, clients: Sequence[Client], broadcast: Message, memory_budget: int
+    ) -> List[Union[Message, Exception]]:
+        """:meth:`client_update` of every client of a ``train`` cohort at once
+        (:class:`~.fgp_batched.BatchedGPRWorker`), each with its own data and Adam state: per client, the reply (or the
+        error) :meth:`client_update` gives, to round-off.
+
+        A client whose batched result is not finite is recomputed on its own (:meth:`client_update`), so it gets the
+        per-client answer, its failure included. Besides a genuine failure this catches one of the batched computation:
+        ``tf.vectorized_map`` does not keep TensorFlow Probability's custom gradient of its softplus bijector, so a
+        softplus-constrained parameter whose unconstrained value exceeds log(float64 max) ≈ 709.8 (e.g. a kernel
+        variance above 709.8) gets a NaN gradient in the batch (``tf.where``'s unused ``log1p(exp(x))`` branch) where
+        the per-client step is finite. Another phase: client by client."""
+        assert self._worker is not None
+        if broadcast.phase != TRAIN_PHASE or not self.batched(TRAIN_PHASE):
+            return super().client_updates(clients, broadcast, memory_budget)
+        out: List[Any] = [None] * len(clients)
+        with self._worker.use() as worker:  # the per-client path's lock: tracing reads the scratch GPR's parameters
+            assert worker.batched is not None
+            if set(broadcast.arrays) != set(worker.keys):  # an ignored array would make a "new" broadcast
+                return [BroadcastRefused("FGP: the 'train' broadcast carries arrays other than the shared ones")] * len(
+                    clients
+                )
+            shapes = {key: tuple(v.shape) for key, v in zip(worker.keys, worker.trainer.variables)}
+            wrong = [key for key in worker.keys if np.shape(broadcast[key]) != shapes[key]]
+            if wrong:
+                return [ValueError(f"FGP: the broadcast {wrong[0]!r} has shape {np.shape(broadcast[wrong[0]])}, "
+                                   f"expected {shapes[wrong[0]]}")] * len(clients)  # fmt: skip
+            values = np.concatenate([np.ravel(broadcast[key]) for key in worker.keys])
+            good: List[int] = []
+            for k, client in enumerate(clients):
+                try:
+                    worker.trainer.check(client.state["adam"])  # as CompiledAdam.fit checks it
+                    good.append(k)
+                except Exception as exc:  # noqa: BLE001 - this client's update fails, as client_update's would
+                    out[k] = exc
+            states = [clients[k].state["adam"] for k in good]
+            trained = worker.batched.train([clients[k].data for k in good], values, states, memory_budget)
+            keys = worker.keys
+        for k, (new_values, adam, loss) in zip(good, trained):
+            try:
+                if all(np.all(np.isfinite(v)) for v in new_values) and np.isfinite(loss):
+                    out[k] = self._trained(clients[k], broadcast, dict(zip(keys, new_values)), adam, loss)
+                else:  # recomputed on its own: the per-client path's answer, a failure included (see above)
+                    out[k] = self.client_update(clients[k], broadcast)
+            except Exception as exc:  # noqa: BLE001 - this client's update fails, as client_update's would
+                out[k] = exc
+        return out
+
+    def tracing_counts(self) -> Dict[str, int]:
+        """How many times local training was traced, per client (``"train"``) and batched (``"batched"``): at most 1
+        each in a run, whatever the clients, rounds and cohorts (0 before the run's first update on that path)."""
+        worker = None if self._worker is None else self._worker.built
+        if worker is None:
+            return {"train": 0, "batched": 0}
+        return {
+            "train": worker.trainer.tracing_count(),
+            "batched": 0 if worker.batched is None else worker.batched.tracing_count(),
+        }
 
     def server_update(self, state: FGPState, aggregate: Aggregate) -> FGPState:
         if aggregate.phase == TRAIN_PHASE:

@@ -26,8 +26,10 @@ from ....training.batched import (
     StackedAdam,
     chunked,
     clients_per_chunk,
+    flat_offsets,
     per_client,
     size_buckets,
+    split_flat,
     stack_padded,
 )
 from .statistics import ADJOINT_NAMES, SGPRStatistics
@@ -164,8 +166,8 @@ class BatchedSGPRWorker:
         self._value_shapes = [tuple(v.shape) for v in shared]
         self._moment_shapes = [tuple(s.shape) for s in slots]
         self._value_offsets, self._moment_offsets = (
-            self._offsets(self._value_shapes),
-            self._offsets(self._moment_shapes),
+            flat_offsets(self._value_shapes),
+            flat_offsets(self._moment_shapes),
         )
         dtype = gpflow.default_float()
         D = int(model.inducing_variable.Z.shape[1])
@@ -288,21 +290,6 @@ class BatchedSGPRWorker:
         Y, _ = stack_padded([data[k][1] for k in chunk.members], chunk.length)
         return [X, Y, mask]
 
-    @staticmethod
-    def _offsets(shapes: Sequence[Tuple[int, ...]]) -> List[Tuple[int, int, Tuple[int, ...]]]:
-        """``(start, stop, shape)`` of each array in a flat row."""
-        out, start = [], 0
-        for shape in shapes:
-            stop = start + int(np.prod(shape))
-            out.append((start, stop, tuple(shape)))
-            start = stop
-        return out
-
-    @staticmethod
-    def _split(row: np.ndarray, offsets: Sequence[Tuple[int, int, Tuple[int, ...]]]) -> List[np.ndarray]:
-        """Views of ``row``'s arrays (see :meth:`_offsets`)."""
-        return [row[start:stop].reshape(shape) for start, stop, shape in offsets]
-
     @check_shapes("values: [V]")
     def train(
         self,
@@ -334,9 +321,9 @@ class BatchedSGPRWorker:
             new_iterations, bounds = new_iterations.numpy(), bounds.numpy()
             for i, k in enumerate(chunk.members):
                 state = AdamState(
-                    new_iterations[i].copy(), tuple(self._split(new_moments[i].copy(), self._moment_offsets))
+                    new_iterations[i].copy(), tuple(split_flat(new_moments[i].copy(), self._moment_offsets))
                 )
-                out[k] = (self._split(new_values[i], self._value_offsets), state, float(bounds[i]))
+                out[k] = (split_flat(new_values[i], self._value_offsets), state, float(bounds[i]))
         return out
 
     @check_shapes("values: [V]")
@@ -370,7 +357,7 @@ class BatchedSGPRWorker:
                 )
             grads = grads.numpy()
             for i, k in enumerate(chunk.members):
-                out[k] = self._split(grads[i], self._value_offsets)
+                out[k] = split_flat(grads[i], self._value_offsets)
         return out
 
     def tracing_counts(self) -> Dict[str, int]:
