@@ -179,8 +179,9 @@ class KeepClients(FSGP):
 
 
 def test_a_failed_update_in_a_batch_fails_only_its_client(monkeypatch):
-    """One client's non-finite bound in the batch: that client is excluded and its Adam state is untouched; the
-    others answer and keep their new states."""
+    """One client's non-finite bound in the batch, and on its own (the batch recomputes a non-finite client on the
+    per-client path): that client is excluded and its Adam state is untouched; the others answer and keep their new
+    states."""
     original = BatchedSGPRWorker.train
 
     def poisoned(self, data, values, states, budget):
@@ -188,7 +189,13 @@ def test_a_failed_update_in_a_batch_fails_only_its_client(monkeypatch):
         out[3] = (out[3][0], out[3][1], float("nan"))  # client 3's local bound
         return out
 
+    def failing(self, X, Y, values, adam):  # only client 3 reaches the per-client path
+        new_values, _, _ = original_single(self, X, Y, values, adam)
+        return new_values, adam, float("nan")
+
+    original_single = SGPRClientWorker.train
     monkeypatch.setattr(BatchedSGPRWorker, "train", poisoned)
+    monkeypatch.setattr(SGPRClientWorker, "train", failing)
     algorithm = KeepClients(gpflow.kernels.SquaredExponential(lengthscales=[1.0, 1.2]), _Z(), 0.1, rounds=1)
     runtime = LocalRuntime(**BATCHED, protection=PLAIN, options=RunOptions(faults=FaultPolicy(on_error="exclude")))
     result = run(algorithm, _dataset(), runtime=runtime, seed=2)
@@ -215,3 +222,19 @@ def test_runtime_option_is_validated_and_a_replaced_update_is_asked_per_client()
     result = run(algorithm, _dataset(), runtime=LocalRuntime(**BATCHED, protection=PLAIN))
     assert not result.algorithm.batched("train")  # its own update: asked client by client
     assert result.algorithm.worker.batched.tracing_counts() == {"train": 0, "statistics": 0, "gradient": 0}
+
+
+@pytest.mark.parametrize("mode", ["fedavg", "exact"])
+def test_a_kernel_variance_above_exp_overflow_is_answered_as_per_client(mode):
+    """A kernel variance of 720 (unconstrained above log(float64 max) ≈ 709.8): ``tf.vectorized_map`` drops TensorFlow
+    Probability's custom softplus gradient, so the batched train step (fedavg) and gradient (exact) are NaN there;
+    each such client is recomputed on its own, and the run equals the per-client one (it once ended in NaN)."""
+    results = {}
+    for batched in (True, False):
+        kernel = gpflow.kernels.SquaredExponential(variance=720.0, lengthscales=[1.0, 1.2])
+        algorithm = FSGP(kernel, _Z(), 0.1, rounds=1, local_steps=1, learning_rate=0.1, mode=mode)
+        local = LocalRuntime(**(BATCHED if batched else dict(batched=False)))
+        results[batched] = run(algorithm, _dataset(), runtime=local, protection=PLAIN, seed=2)
+    for key, value in results[False].state.params.items():
+        assert np.all(np.isfinite(value)), key
+        np.testing.assert_allclose(results[True].state.params[key], value, rtol=RUN_RTOL, atol=RUN_ATOL, err_msg=key)

@@ -556,6 +556,13 @@ class FSGP(Algorithm[FSGPState]):
         arrays = dict(zip(self._shared.keys, new_values))
         return self.reply(client, broadcast, arrays, float(client.num_data), {"bound": bound})
 
+    def _alone(self, client: Client, broadcast: Message) -> Union[Message, Exception]:
+        """:meth:`client_update` of one client, its error returned (what the per-client path answers)."""
+        try:
+            return self.client_update(client, broadcast)
+        except Exception as exc:  # noqa: BLE001 - this client's update fails, as on the per-client path
+            return exc
+
     def batched(self, phase: str) -> bool:
         """Every phase of FSGP has a batched form (:class:`~.batched.BatchedSGPRWorker`): FedAvg's local Adam steps,
         the statistics and exact mode's products; not for a subclass that replaces :meth:`client_update` (its own
@@ -574,7 +581,14 @@ class FSGP(Algorithm[FSGPState]):
     ) -> List[Union[Message, Exception]]:
         """:meth:`client_update` of every client at once: one compiled call per size bucket and memory chunk
         (:class:`~.batched.BatchedSGPRWorker`), each client with its own data and, in FedAvg, its own Adam state; per
-        client, the reply (or the error) :meth:`client_update` gives, to round-off."""
+        client, the reply (or the error) :meth:`client_update` gives, to round-off.
+
+        A client whose batched update or gradient is not finite is recomputed on its own (:meth:`client_update`), so it
+        gets the per-client answer, its failure included: ``tf.vectorized_map`` does not keep TensorFlow
+        Probability's custom gradient of its softplus bijector, so a softplus-constrained parameter whose
+        unconstrained value exceeds log(float64 max) ≈ 709.8 (a kernel variance above 709.8) gets a NaN gradient in
+        the batch where the per-client step is finite (as in :meth:`FGP.client_updates
+        <gpflow_fed.federated.algorithms.FGP.client_updates>`)."""
         assert self._shared is not None and self._worker is not None and self._worker.batched is not None
         batched = self._worker.batched
         try:
@@ -595,10 +609,10 @@ class FSGP(Algorithm[FSGPState]):
             states = [clients[k].state["adam"] for k in good]
             trained = batched.train([data[k] for k in good], values, states, memory_budget)
             for k, (new_values, adam, bound) in zip(good, trained):
-                try:
-                    out[k] = self._trained(clients[k], broadcast, new_values, adam, bound)
-                except FloatingPointError as exc:
-                    out[k] = exc
+                if not (np.isfinite(bound) and all(np.all(np.isfinite(v)) for v in new_values)):
+                    out[k] = self._alone(clients[k], broadcast)  # the per-client answer (see above)
+                    continue
+                out[k] = self._trained(clients[k], broadcast, new_values, adam, bound)
             return out
         if phase in (STATISTICS_PHASE, PREDICT_PHASE):
             stats = batched.statistics(data, values, memory_budget)
@@ -607,7 +621,12 @@ class FSGP(Algorithm[FSGPState]):
             adjoints = {k: broadcast[f"adjoint/{k}"] for k in ADJOINT_NAMES}
             grads = batched.vjp(data, values, adjoints, memory_budget)
             keys = self._shared.keys
-            return [self.reply(c, broadcast, dict(zip(keys, g)), float(c.num_data)) for c, g in zip(clients, grads)]
+            return [
+                self.reply(c, broadcast, dict(zip(keys, g)), float(c.num_data))
+                if all(np.all(np.isfinite(v)) for v in g)
+                else self._alone(c, broadcast)  # the per-client answer (see above)
+                for c, g in zip(clients, grads)
+            ]
         return [ValueError(f"FSGP: unknown phase {phase!r}")] * len(clients)
 
     def _objective(self, state: FSGPState, stats: Mapping[str, np.ndarray]) -> Tuple[float, Dict, Dict]:
