@@ -281,7 +281,7 @@ def test_a_final_phases_count_is_in_the_history_too():
 
 def test_control_nothing_saturates_no_warning_and_the_sum_is_the_same_as_before():
     """In range: no warning, no ``saturated`` entry, and the masked sum is the one the fixed point always gave
-    (``round(2^32 x)`` per party, SecureAggregation's encoding) within its resolution of the plain sum; plain
+    (``round(2^32 x)`` per party) within its resolution of the plain sum; plain
     (``secure_aggregation=False``) stays exact."""
     values = [0.1, -2.75, 1e6 / 3]
     with warnings.catch_warnings():
@@ -289,7 +289,7 @@ def test_control_nothing_saturates_no_warning_and_the_sum_is_the_same_as_before(
         secure = run(Sum(1), _dataset(values), runtime=LocalRuntime(), seed=0)
     plain = run(Sum(1), _dataset(values), runtime=LocalRuntime(protection=Protection(secure_aggregation=False)), seed=0)
     assert "saturated" not in secure.history[0]
-    before = sum(SecureAggregation().encode("y", np.array([v]), 3).view(np.int64)[0] for v in values) / 2.0**32
+    before = sum(FixedPoint(32, 3).encode(np.array([v]))[0].view(np.int64)[0] for v in values) / 2.0**32
     assert secure.state["sums"][0][0] == before
     assert abs(secure.state["sums"][0][0] - sum(values)) <= 3 * 2.0**-33
     assert plain.state["sums"][0][0] == np.sum([np.array([v]) for v in values], axis=0)[0]  # exact, as before

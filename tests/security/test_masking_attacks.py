@@ -28,6 +28,7 @@ from gpflow_fed.federated.protection.masking import (
     masking_graph,
     sum_masked,
 )
+from gpflow_fed.federated.protection.wire import FixedPoint
 from gpflow_fed.randomness import new_run_id
 
 RUN_SEED = 0  # the public run seed: in the configuration, the logs, the defaults
@@ -51,7 +52,9 @@ def play(exchange, payloads, keys=None, degree=None, sa=None):
     public = {c: k.public_bytes for c, k in keys.items()}
     graph = sa.graph(exchange)
     K = len(exchange.cohort)
-    encoded = {c: {n: sa.encode(n, v, K) for n, v in payloads[c].items()} for c in exchange.cohort}
+    encoded = {
+        c: {n: FixedPoint(sa.fractional_bits, K).encode(v)[0] for n, v in payloads[c].items()} for c in exchange.cohort
+    }
     masked = {c: mask(keys[c], c, encoded[c], exchange, public, graph[c]) for c in exchange.cohort}
     return Round(exchange, keys, encoded, public, graph, masked)
 
@@ -233,7 +236,7 @@ def test_cohort_of_one_is_refused_everywhere():
         masking_graph(lonely, 2)
     keys = MaskingKeys()
     with pytest.raises(ValueError, match="plain"):
-        mask(keys, "client_0", {"stats": sa.encode("stats", np.ones(3), 1)}, lonely, {}, ())
+        mask(keys, "client_0", {"stats": FixedPoint(32, 1).encode(np.ones(3))[0]}, lonely, {}, ())
     with pytest.raises(ValueError, match="min_cohort"):
         SecureAggregation(min_cohort=1)
     with pytest.raises(ValueError, match="min_cohort=3"):

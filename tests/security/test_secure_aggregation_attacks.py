@@ -19,6 +19,7 @@ from gpflow_fed.federated import (
     run,
 )
 from gpflow_fed.federated.protection.masking import SecureAggregation
+from gpflow_fed.federated.protection.wire import FixedPoint
 
 
 class Sum(Algorithm):
@@ -103,7 +104,7 @@ def test_server_that_knows_the_seed_cannot_unmask_a_client():
     )
     codec = SecureAggregation()
     target = next(m for m in result.ledger.messages if m.sender == "client_0" and m.phase.endswith("/masked_input"))
-    truth = codec.encode("sum_y", np.sum(dataset.clients[0][1], axis=0), 4)
+    truth = FixedPoint(codec.fractional_bits, 4).encode(np.sum(dataset.clients[0][1], axis=0))[0]
     cohort = [f"client_{k}" for k in range(4)]
     masked = target.arrays["a0"]  # the client's masked codes, one flat vector
     assert not np.isin(truth, masked).any()

@@ -136,47 +136,6 @@ class SecureAggregation:
                 what = f"in [{low}, {high}]" if high is not None else f"≥ {low}"
                 raise ValueError(f"SecureAggregation: {name} must be {what}, got {value}")
 
-    @property
-    def scale(self) -> float:
-        """``2^f``."""
-        return float(2.0**self.fractional_bits)
-
-    def bound(self, cohort_size: int) -> float:
-        """The largest magnitude one of ``cohort_size`` clients may encode without overflowing the sum."""
-        if not is_int(cohort_size) or cohort_size < 1:
-            raise ValueError(f"secure aggregation: cohort_size must be a positive int, got {cohort_size!r}")
-        return float(2.0 ** (63 - self.fractional_bits)) / int(cohort_size)
-
-    def encode(self, name: str, value: np.ndarray, cohort_size: int) -> np.ndarray:
-        """``q = round(2^f x) mod 2^64`` as ``uint64``, same shape as ``value``.
-
-        :param name: the payload's name, for error messages.
-        :param value: real values.
-        :param cohort_size: K, the number of encodings that will be summed.
-        :raises ValueError: non-finite values, or values too large for a sum over ``cohort_size`` clients
-            (the message says to lower ``fractional_bits``).
-        :raises TypeError: complex values.
-        """
-        if np.iscomplexobj(value):
-            raise TypeError(f"secure aggregation: payload {name!r} is complex; send its real and imaginary parts")
-        x = np.asarray(value, dtype=np.float64)
-        if not np.all(np.isfinite(x)):
-            raise ValueError(
-                f"secure aggregation: payload {name!r} has NaN or inf values, which fixed point cannot encode"
-            )
-        limit = self.bound(cohort_size)
-        largest = float(np.max(np.abs(x))) if x.size else 0.0
-        if largest >= limit:
-            raise ValueError(
-                f"secure aggregation: payload {name!r} has values beyond the fixed-point range "
-                f"{limit:.3g} for {cohort_size} clients; lower SecureAggregation(fractional_bits=...)"
-            )
-        return np.asarray(np.rint(x * self.scale)).astype(np.int64).view(np.uint64)
-
-    def decode(self, total: np.ndarray) -> np.ndarray:
-        """The real value of a sum of encodings: ``total`` (``uint64``) as a signed integer, divided by ``2^f``."""
-        return np.asarray(np.asarray(total, dtype=np.uint64).view(np.int64).astype(np.float64) / self.scale)
-
     def check_cohort(self, cohort: Sequence[str]) -> Tuple[str, ...]:
         """``cohort`` as a tuple, if it has at least ``min_cohort`` distinct members.
 
@@ -524,7 +483,7 @@ def _check_codes(encoded: Mapping[str, np.ndarray], who: str) -> List[str]:
         if not isinstance(value, np.ndarray) or value.dtype != np.uint64:
             raise TypeError(
                 f"secure aggregation: {who}[{name!r}] must be a uint64 array (encode it with "
-                f"SecureAggregation.encode first), got {getattr(value, 'dtype', type(value).__name__)}"
+                f"FixedPoint.encode first), got {getattr(value, 'dtype', type(value).__name__)}"
             )
     return sorted(encoded)
 
@@ -544,7 +503,7 @@ def mask(
 
     :param keys: this client's :class:`MaskingKeys`.
     :param client_id: ``i``, a member of ``exchange.cohort``.
-    :param encoded: ``{name: uint64 array}`` from :meth:`SecureAggregation.encode`.
+    :param encoded: ``{name: uint64 array}`` from :meth:`~.wire.FixedPoint.encode`.
     :param exchange: the exchange the message is for.
     :param public_keys: at least each neighbour's public key (``public_keys[i]``, if present, must be ours).
     :param neighbours: ``i``'s neighbours in :func:`masking_graph` of ``exchange``.

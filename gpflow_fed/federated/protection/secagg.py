@@ -676,7 +676,7 @@ class SecAggClient:
         The cohort is a :func:`members_bitmap` over the roster.
 
         :param codes: ``uint64`` array ``[size]``, the fixed-point codes to sum (e.g. from
-            :meth:`~.masking.SecureAggregation.encode`), given by the caller, never by the server.
+            :meth:`~.wire.FixedPoint.encode`), given by the caller, never by the server.
         :param view: the caller's digest of the request it answers (:func:`~.encoder.request_view`), bound into
             the exchange's tag; the same at the exchange's unmask.
         :raises SecAggRefused: a second answer for the run, purpose, round and phase; a cohort below

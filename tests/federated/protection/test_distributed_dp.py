@@ -29,11 +29,11 @@ from gpflow_fed.federated.protection.distributed_dp import (
 from gpflow_fed.federated.protection.masking import (
     Exchange,
     MaskingKeys,
-    SecureAggregation,
     mask,
     masking_graph,
     sum_masked,
 )
+from gpflow_fed.federated.protection.wire import decode_fixed_point
 
 BETA = math.exp(-0.5)
 
@@ -213,7 +213,7 @@ def test_messages_sum_through_masking_and_fixed_point_decoding():
     masked = [mask(keys[c], c, {"x": m.view(np.uint64)}, exchange, public, graph[c]) for c, m in zip(cohort, messages)]
     total = sum_masked(masked)["x"]
     np.testing.assert_array_equal(total.view(np.int64), np.sum(messages, axis=0))
-    np.testing.assert_array_equal(ddp.decode(total), SecureAggregation(fractional_bits=32).decode(total))
+    np.testing.assert_array_equal(ddp.decode(total), decode_fixed_point(total, 32))
 
 
 @pytest.mark.parametrize("z, t, d", [(0.3, 1, 5), (1.0, 7, 100), (4.0, 20, 1000)])

@@ -24,6 +24,7 @@ from gpflow_fed.federated import (  # noqa: E402
     run,
 )
 from gpflow_fed.federated.runtimes.flower.runtime import FlowerRuntime  # noqa: E402
+from gpflow_fed.federated.protection.wire import FixedPoint  # noqa: E402
 
 from tests.federated.helpers import FACTORY, Faulty, FederatedMean, flower_dataset as fsgp_dataset, fsgp  # noqa: E402
 from tests.federated.runtimes.flower_helpers import loopback as _loopback, task_identity  # noqa: E402,F401
@@ -91,7 +92,7 @@ def test_the_server_sees_neither_payloads_nor_their_encodings(dataset):  # noqa:
     for k, (_, Y) in enumerate(dataset.clients):
         for secret in (Y.sum(0), np.array([float(len(Y))])):
             assert secret.tobytes() not in wire
-            assert codec.encode("x", secret, 4).tobytes() not in wire
+            assert FixedPoint(codec.fractional_bits, 4).encode(secret)[0].tobytes() not in wire
     masked = [m for m in flower.ledger.messages if m.sender != "server" and m.phase.endswith("/masked_input")]
     assert len(masked) == 2 * dataset.num_clients
     assert len({m.arrays["a0"].tobytes() for m in masked}) == len(masked)
