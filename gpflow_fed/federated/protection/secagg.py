@@ -138,6 +138,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from ..protocol.transport import PROTOCOL_STAGES
 from .identity import (
     SIGNATURE_BYTES,
     advertise_message,
@@ -172,7 +173,6 @@ from .shamir import (
 )
 
 __all__ = [
-    "STAGES",
     "SecAggAborted",
     "SecAggClient",
     "SecAggRefused",
@@ -189,8 +189,6 @@ __all__ = [
     "self_mask_seed",
 ]
 
-#: the stages, in the order a run uses them (the first three once per run; ``consistency`` only with a roster)
-STAGES = ("advertise", "share", "store", "masked_input", "consistency", "unmask")
 
 #: a protocol run as a generator: yields ``(stage, {client_id: request})``, is sent the answers, returns its result
 Stages = Generator[Tuple[str, Dict[str, Dict[str, Any]]], Mapping[str, Any], Any]
@@ -904,8 +902,9 @@ class SecAggClient:
     def respond(
         self, stage: str, request: Mapping[str, Any], codes: Optional[np.ndarray] = None, view: bytes = b""
     ) -> Dict[str, Any]:
-        """The answer to ``request`` at ``stage`` (one of :data:`STAGES`); ``codes`` only for ``masked_input``,
-        ``view`` (the caller's digest of the request answered) for ``masked_input`` and ``unmask``."""
+        """The answer to ``request`` at ``stage`` (one of :data:`~..protocol.transport.PROTOCOL_STAGES`); ``codes``
+        only for ``masked_input``, ``view`` (the caller's digest of the request answered) for ``masked_input`` and
+        ``unmask``."""
         if stage == "masked_input":
             return self.masked_input(request, codes, view)  # type: ignore[arg-type]  # the encoder passes codes
         if stage == "unmask":
@@ -917,7 +916,7 @@ class SecAggClient:
             "consistency": self.consistency,
         }
         if stage not in handler:
-            raise self._refuse(f"unknown stage {stage!r}; expected one of {STAGES}")
+            raise self._refuse(f"unknown stage {stage!r}; expected one of {PROTOCOL_STAGES}")
         return handler[stage](request)
 
     # -- state: the client's memory across restarts --

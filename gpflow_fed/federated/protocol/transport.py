@@ -20,12 +20,15 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from .messages import Message
 
-__all__ = ["PROTOCOL_STAGES", "Request", "Response", "STAGES", "Transport", "UPDATE"]
+__all__ = ["PROTOCOL_STAGES", "Request", "Response", "SETUP_STAGES", "STAGES", "Transport", "UPDATE"]
 
 #: the stage that asks a client for its update (``Algorithm.client_update``); protected exchanges add their own
 UPDATE = "update"
-#: the secure-aggregation protocol's stages (:mod:`~gpflow_fed.federated.protection.secagg`)
-PROTOCOL_STAGES: Tuple[str, ...] = ("advertise", "share", "store", "masked_input", "consistency", "unmask")
+#: the secure-aggregation protocol's set-up stages, made once per run (job)
+SETUP_STAGES: Tuple[str, ...] = ("advertise", "share", "store")
+#: the secure-aggregation protocol's stages (:mod:`~gpflow_fed.federated.protection.secagg`), in the order a run uses
+#: them (``consistency`` only with a roster); the one definition both sides use
+PROTOCOL_STAGES: Tuple[str, ...] = (*SETUP_STAGES, "masked_input", "consistency", "unmask")
 #: every stage a client answers
 STAGES: Tuple[str, ...] = (UPDATE, *PROTOCOL_STAGES)
 

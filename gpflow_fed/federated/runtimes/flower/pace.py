@@ -3,8 +3,9 @@
 On a deployment every exchange (one stage sent to the cohort and its replies, :class:`~.transport.GridTransport`)
 costs at least a SuperNode's polling and a new ClientApp process per party, so a run's time is about its exchanges
 times the seconds of one. A job makes its secure-aggregation set-up once (``advertise``, ``share``, ``store``:
-:data:`SETUP_STAGES`) and then, for each phase of each round and each final phase, one exchange per stage of a
-protected phase (the update, then the protocol's ``masked_input`` … ``unmask``) or one for a plain phase.
+:data:`~..protocol.transport.SETUP_STAGES`) and then, for each phase of each round and each final phase,
+one exchange per stage of a protected phase (the update, then the protocol's ``masked_input`` … ``unmask``) or one
+for a plain phase.
 :func:`job_shape` reads those two numbers off a finished job's stages, :func:`expected_exchanges` applies them to an
 algorithm, and :func:`round_line` is the server's progress line for a round, with the time left at its pace.
 
@@ -15,10 +16,9 @@ from __future__ import annotations
 
 from typing import Sequence, Tuple
 
-__all__ = ["SETUP_STAGES", "expected_exchanges", "job_shape", "round_line"]
+from ...protocol.transport import SETUP_STAGES
 
-#: the stages of a job's secure-aggregation set-up, made once per job
-SETUP_STAGES = ("advertise", "share", "store")
+__all__ = ["expected_exchanges", "job_shape", "round_line"]
 
 
 def _stage(group: str) -> str:
