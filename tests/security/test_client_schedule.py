@@ -21,7 +21,8 @@ from gpflow_fed.federated.protocol.algorithm import FederationInfo
 from gpflow_fed.federated.algorithms import FSGP
 from gpflow_fed.federated.engine.endpoint import ClientEndpoint
 from gpflow_fed.federated.protocol.messages import SERVER
-from gpflow_fed.federated.protection.encoder import DATA_FAULT, ClientEncoder, broadcast_digest, request_view
+from gpflow_fed.federated.protection.encoder import DATA_FAULT, ClientEncoder
+from gpflow_fed.federated.protection.wire import broadcast_digest, request_view
 from gpflow_fed.federated.protection.masking import Exchange
 from gpflow_fed.federated.protection.secagg import SecAggAborted, SecAggServer
 from tests.federated.protection.secagg_helpers import drive

@@ -436,7 +436,7 @@ def test_two_broadcasts_never_share_a_digest_through_a_name_holding_a_nul():
     """The fourth attack: without length prefixes, a name holding ``\\0`` shifted the boundary between arrays, so a
     broadcast that zeroed the others' answers had the victim's digest (and request view, and pads that cancel)."""
     from gpflow_fed.federated.protocol.messages import SERVER, Message
-    from gpflow_fed.federated.protection.encoder import broadcast_digest
+    from gpflow_fed.federated.protection.wire import broadcast_digest
 
     def header(name, value):
         return f"{name}\0{value.dtype.str}\0{value.shape}\0".encode()

@@ -26,11 +26,9 @@ from ..protection.encoder import (
     UPDATE_FAULT,
     ClientEncoder,
     EncoderRefusal,
-    broadcast_digest,
-    request_view,
 )
 from ..protection.request import Protection
-from ..protection.wire import pack, unpack
+from ..protection.wire import broadcast_digest, pack, request_view, unpack
 from ..protocol.transport import PROTOCOL_STAGES, UPDATE, Request, Response
 
 __all__ = ["Admitted", "ClientEndpoint", "fault_response", "protocol_response"]

@@ -29,11 +29,10 @@ from ..protocol.algorithm import Aggregate, Algorithm, FederationInfo
 from ..protocol.faults import ClientUpdateError, FaultPolicy, RoundFailedError, screen
 from ..protocol.ledger import Channel, CommunicationLedger
 from ..protocol.messages import SERVER, Message
-from ..protection.encoder import broadcast_digest, request_view
 from ..protection.reduction import ExchangeContext, Reducer
 from ..protection.request import Protection
 from ..protection.secagg import SecAggAborted, SecAggServer
-from ..protection.wire import pack, unpack
+from ..protection.wire import broadcast_digest, pack, request_view, unpack
 from ..protocol.transport import UPDATE, Request, Transport
 
 __all__ = ["PhaseOwner"]

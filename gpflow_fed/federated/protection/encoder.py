@@ -29,18 +29,18 @@ noise (distributed DP). A non-finite value under DP is encoded as 0 before the c
 be a release outside the accounting).
 
 A client masks answers to **one broadcast over one cohort**: whatever round or purpose the server names, a broadcast
-(its phase and content, :func:`broadcast_digest`) it has answered before is answered again only for the same cohort,
-unmasked with the same drop-outs, and never under distributed DP. So a server cannot sum one answer over two cohorts
-(or two sets of survivors) and difference them, nor average fresh distributed-DP noise away by asking again. Its
+(its phase and content, :func:`~.wire.broadcast_digest`) it has answered before is answered again only for the same
+cohort, unmasked with the same drop-outs, and never under distributed DP. So a server cannot sum one answer over two
+cohorts (or two sets of survivors) and difference them, nor average fresh distributed-DP noise away by asking again. Its
 answers to one phase and purpose come in increasing rounds (one ``"final"`` answer per phase), so the number of releases
-it makes is bounded by its algorithm's schedule. Every refusal of this encoder depends on what the server already
-knows (the request, the cohort, the payload's layout, the party's budget and past answers), never on a value. The
-party's endpoint still stops a reply its own checks fail or an update that raised (a refusal that may depend on the
-data: :data:`DATA_FAULT`, :data:`UPDATE_FAULT`), so both rules are also kept *before* the update is computed: each
-protected exchange is claimed (:meth:`~ClientEncoder.claim`: increasing rounds per phase and purpose, whatever the
-broadcast), and a broadcast is encoded under **one request** (protection, cohort size, aggregation and the runtime's
-context: :func:`request_view`). Such a refusal is in the same words whichever check, and the client then refuses
-every later protected exchange of the run (:meth:`ClientEncoder.stop`): one such bit per client and run.
+it makes is bounded by its algorithm's schedule. Every refusal of this encoder depends on what the server already knows
+(the request, the cohort, the payload's layout, the party's budget and past answers), never on a value. The party's
+endpoint still stops a reply its own checks fail or an update that raised (a refusal that may depend on the data:
+:data:`DATA_FAULT`, :data:`UPDATE_FAULT`), so both rules are also kept *before* the update is computed: each protected
+exchange is claimed (:meth:`~ClientEncoder.claim`: increasing rounds per phase and purpose, whatever the broadcast), and
+a broadcast is encoded under **one request** (protection, cohort size, aggregation and the runtime's context:
+:func:`~.wire.request_view`). Such a refusal is in the same words whichever check, and the client then refuses every
+later protected exchange of the run (:meth:`ClientEncoder.stop`): one such bit per client and run.
 
 Under a DP budget (``ClientPolicy.budget``) the client also keeps its own zCDP ledger (:mod:`.budget`): before it
 encodes a distributed-DP answer it reserves the answer's ρ in the ledger (a file shared by the party's runs, locked,
@@ -67,7 +67,6 @@ from .budget import LedgerRefusal, MemoryLedger, Spend, open_ledger
 from .distributed_dp import NoiseSource, release_rho
 from .dp import DifferentialPrivacy, clip_payload
 from .identity import PartyIdentity
-from .masking import length_prefixed
 from .policy import ClientPolicy
 from .request import Protection
 from .secagg import SecAggClient
@@ -78,8 +77,6 @@ __all__ = [
     "DATA_FAULT",
     "UPDATE_FAULT",
     "EncoderRefusal",
-    "broadcast_digest",
-    "request_view",
 ]
 
 LOG = logging.getLogger(__name__)
@@ -99,42 +96,6 @@ DATA_FAULT = (
 def _digest(value: Any) -> bytes:
     """SHA-256 of a request's bitmap (b"" for a value that is not bytes: the protocol refuses it)."""
     return hashlib.sha256(value).digest() if isinstance(value, bytes) else b""
-
-
-def broadcast_digest(message: Message) -> bytes:
-    """SHA-256 of a broadcast's phase and content (names, dtypes, shapes, bytes), without its round or sender: what
-    a client answers once under masking (module docstring). Every field is length-prefixed and the arrays are
-    counted, so two different broadcasts never share the encoding (a name holding ``\\0`` cannot shift the
-    boundary between one array and the next)."""
-    digest = hashlib.sha256(length_prefixed(b"gpflow-fed/broadcast") + length_prefixed(message.phase.encode("utf-8")))
-    digest.update(len(message.arrays).to_bytes(8, "big"))
-    for name in sorted(message.arrays):
-        value = np.ascontiguousarray(message.arrays[name])
-        for part in (name.encode("utf-8"), value.dtype.str.encode("ascii"), repr(value.shape).encode("ascii")):
-            digest.update(length_prefixed(part))
-        digest.update(length_prefixed(value.tobytes()))
-    return digest.digest()
-
-
-def request_view(
-    broadcast: bytes, protection: Mapping[str, Any], cohort_size: int, aggregation: str, context: bytes = b""
-) -> bytes:
-    """SHA-256 of one protected request as a party saw it: the broadcast's :func:`broadcast_digest`, the protection
-    request (``Protection.to_config()``), the cohort size its encoding's range is for, the aggregation, and the
-    runtime's ``context``: whatever else the request carries that the party's answer depends on (a Flower table run's
-    job and agreed moments, :attr:`~gpflow_fed.federated.protocol.transport.Transport.context`).
-
-    Each client binds its own view into its pads (:class:`~.masking.Exchange`'s ``view``), and the server binds the
-    view of what it sent: if a server shows members of one cohort different requests (a broadcast that zeroes one
-    client's answer, another ``fractional_bits``), their pads do not cancel and the sum it unmasks is noise.
-    """
-    canonical = json.dumps(
-        {"protection": dict(protection), "cohort_size": int(cohort_size), "aggregation": str(aggregation)},
-        sort_keys=True,
-        default=str,
-    )
-    fields = (b"gpflow-fed/request", broadcast, canonical.encode("utf-8"), bytes(context))
-    return hashlib.sha256(b"".join(length_prefixed(f) for f in fields)).digest()
 
 
 class EncoderRefusal(ValueError):
@@ -184,12 +145,12 @@ class ClientEncoder:
         self._run_id: Optional[bytes] = None
         self._secagg: Optional[SecAggClient] = None
         self._prepared: Dict[Tuple[str, int, str], _Kept] = {}
-        #: per broadcast (:func:`broadcast_digest`) this client has sent a masked input for: SHA-256 digests of the
-        #: cohort's bitmap and of the drop-outs' bitmap of its unmasking (b"" before it), 96 bytes per answer however
-        #: large K; per exchange, its broadcast; per (purpose, phase), the last round answered
+        #: per broadcast (:func:`~.wire.broadcast_digest`) this client has sent a masked input for: SHA-256 digests of
+        #: the cohort's bitmap and of the drop-outs' bitmap of its unmasking (b"" before it), 96 bytes per answer
+        #: however large K; per exchange, its broadcast; per (purpose, phase), the last round answered
         self._answered: Dict[bytes, Tuple[bytes, bytes]] = {}
         self._broadcasts: Dict[Tuple[str, int, str], bytes] = {}
-        #: per exchange prepared or last masked, the client's :func:`request_view` (bound into its pads)
+        #: per exchange prepared or last masked, the client's :func:`~.wire.request_view` (bound into its pads)
         self._request_views: Dict[Tuple[str, int, str], bytes] = {}
         self._last_round: Dict[Tuple[str, str], int] = {}
         #: per broadcast this client has encoded (or refused for its range), the request view it did so under
@@ -266,8 +227,8 @@ class ClientEncoder:
             the client masks over for it; never its range.
         :param min_data: the least total data a summed group must hold for the payload not to determine its rows
             (``Algorithm.min_cohort_data``); checked on the cohort and on every group unmasking reveals.
-        :param broadcast: the :func:`broadcast_digest` of the request this answers (one masked answer each).
-        :param view: the :func:`request_view` of the request this answers, bound into the pads of its masking.
+        :param broadcast: the :func:`~.wire.broadcast_digest` of the request this answers (one masked answer each).
+        :param view: the :func:`~.wire.request_view` of the request this answers, bound into the pads of its masking.
         :raises EncoderRefusal: the request is below the client's policy, or names other ``fractional_bits`` than
             the client's (module docstring): reasons in the request, never in the payload's values.
         """

@@ -216,7 +216,7 @@ class Exchange:
     :param phase: the phase name.
     :param cohort: the distinct client ids whose messages are summed (fixed before masking; its order does
         not matter).
-    :param view: what the client was asked, as it saw it (:func:`~.encoder.request_view`: the broadcast, the
+    :param view: what the client was asked, as it saw it (:func:`~.wire.request_view`: the broadcast, the
         protection request, the cohort size); part of the tag, so the pads of two clients shown different requests
         do not cancel and their sum is noise (empty: not bound).
     :raises TypeError: a field of the wrong type.

@@ -675,7 +675,7 @@ class SecAggClient:
 
         :param codes: ``uint64`` array ``[size]``, the fixed-point codes to sum (e.g. from
             :meth:`~.wire.FixedPoint.encode`), given by the caller, never by the server.
-        :param view: the caller's digest of the request it answers (:func:`~.encoder.request_view`), bound into
+        :param view: the caller's digest of the request it answers (:func:`~.wire.request_view`), bound into
             the exchange's tag; the same at the exchange's unmask.
         :raises SecAggRefused: a second answer for the run, purpose, round and phase; a cohort below
             ``min_cohort``, without this client, with a stranger or an excluded client; a neighbour key that

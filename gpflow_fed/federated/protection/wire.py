@@ -25,14 +25,20 @@ points into them; :func:`unpack` inverts it. What crosses is therefore counted b
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Tuple
 
 import numpy as np
 
 from ...validation import integer
+from ..protocol.messages import Message
+from .masking import length_prefixed
 
 __all__ = [
+    "broadcast_digest",
+    "request_view",
     "FixedPoint",
     "METRIC_PREFIX",
     "SATURATED_KEY",
@@ -229,3 +235,39 @@ def unpack(structure: Any, arrays: Mapping[str, np.ndarray]) -> Dict[str, Any]:
     if not isinstance(message, dict):
         raise ValueError("a protocol message must be a dict")
     return message
+
+
+def broadcast_digest(message: Message) -> bytes:
+    """SHA-256 of a broadcast's phase and content (names, dtypes, shapes, bytes), without its round or sender: what
+    a client answers once under masking (module docstring). Every field is length-prefixed and the arrays are
+    counted, so two different broadcasts never share the encoding (a name holding ``\\0`` cannot shift the
+    boundary between one array and the next)."""
+    digest = hashlib.sha256(length_prefixed(b"gpflow-fed/broadcast") + length_prefixed(message.phase.encode("utf-8")))
+    digest.update(len(message.arrays).to_bytes(8, "big"))
+    for name in sorted(message.arrays):
+        value = np.ascontiguousarray(message.arrays[name])
+        for part in (name.encode("utf-8"), value.dtype.str.encode("ascii"), repr(value.shape).encode("ascii")):
+            digest.update(length_prefixed(part))
+        digest.update(length_prefixed(value.tobytes()))
+    return digest.digest()
+
+
+def request_view(
+    broadcast: bytes, protection: Mapping[str, Any], cohort_size: int, aggregation: str, context: bytes = b""
+) -> bytes:
+    """SHA-256 of one protected request as a party saw it: the broadcast's :func:`broadcast_digest`, the protection
+    request (``Protection.to_config()``), the cohort size its encoding's range is for, the aggregation, and the
+    runtime's ``context``: whatever else the request carries that the party's answer depends on (a Flower table run's
+    job and agreed moments, :attr:`~gpflow_fed.federated.protocol.transport.Transport.context`).
+
+    Each client binds its own view into its pads (:class:`~.masking.Exchange`'s ``view``), and the server binds the
+    view of what it sent: if a server shows members of one cohort different requests (a broadcast that zeroes one
+    client's answer, another ``fractional_bits``), their pads do not cancel and the sum it unmasks is noise.
+    """
+    canonical = json.dumps(
+        {"protection": dict(protection), "cohort_size": int(cohort_size), "aggregation": str(aggregation)},
+        sort_keys=True,
+        default=str,
+    )
+    fields = (b"gpflow-fed/request", broadcast, canonical.encode("utf-8"), bytes(context))
+    return hashlib.sha256(b"".join(length_prefixed(f) for f in fields)).digest()

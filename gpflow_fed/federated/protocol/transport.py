@@ -80,7 +80,7 @@ class Transport(abc.ABC):
 
     #: what every request through this transport carries beside its :class:`Request` that a party's answer depends
     #: on (a Flower table run's job and agreed moments), as bytes: the server binds it into each protected request's
-    #: view (:func:`~gpflow_fed.federated.protection.encoder.request_view`), as each party binds what it received
+    #: view (:func:`~gpflow_fed.federated.protection.wire.request_view`), as each party binds what it received
     context: bytes = b""
 
     @abc.abstractmethod
