@@ -15,6 +15,11 @@ therefore public inputs: ``--lengthscale``, ``--variance`` and ``--noise-varianc
 or ``--public-csv FILE`` (public data, or rows disjoint from the released ones, with the same columns) to fit
 them on. The released mean is ``--mean`` or its maximum-likelihood value given W; ``--refit`` refits the kernel
 on the released W (post-processing, kept within the tolerance). The target is never standardised.
+
+An attacker can fit the lengthscale on W itself, so Σ is solved over a public range of lengthscales (by default
+within ×2 of the design's; ``--lengthscale-range LO:HI`` replaces it, ``--design-theta-only`` turns it off), and
+before anything is written the floor is checked under the lengthscale refitted on W: where it fails, noise is added
+to W (post-processing, at most 4 steps), else nothing is written and the command names the point.
 """
 
 from __future__ import annotations
@@ -137,8 +142,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=_interval,
         default=None,
         metavar="LO:HI",
-        help="a public range of lengthscales over which the floor must hold too (e.g. against a lengthscale fitted "
-        "on the release itself): Σ is accumulated over 3 geometric grid values and the design",
+        help="the public range of lengthscales over which the floor must hold too (against a lengthscale fitted on "
+        "the release itself), replacing the default (within ×2 of the design lengthscale): Σ is accumulated over 3 "
+        "geometric grid values and the design",
+    )
+    design.add_argument(
+        "--design-theta-only",
+        action="store_true",
+        help="turn the default θ range off: Σ for the design hyperparameters alone (the paper's setting; a "
+        "lengthscale fitted on the release then often predicts the protected values better than the tolerance)",
     )
     design.add_argument(
         "--public-csv",
@@ -285,6 +297,8 @@ def check(args: argparse.Namespace) -> None:
         raise ValueError("--public-csv fits the kernel; drop --lengthscale/--variance (or drop --public-csv)")
     if (args.maxiter is not None or args.quick) and args.public_csv is None and not args.refit:
         raise ValueError("--maxiter and --quick apply to a fit (--public-csv or --refit); drop them")
+    if args.design_theta_only and args.lengthscale_range is not None:
+        raise ValueError("give --lengthscale-range (a range) or --design-theta-only (no range), not both")
     _check_numbers(args)
     _check_out(args.out)
     header = getattr(args, "header", "auto")
@@ -517,8 +531,10 @@ def _release(
         "unchanged_rows": int(result.unchanged_rows),
         "rank_sigma": int(result.rank),
         "later_release": int(result.earlier is not None),
+        "refit_check_steps": int(result.refit_check.steps),
+        "refit_check_added_trace": float(result.refit_check.added_trace),
     }
-    certificate = getattr(result.Sigma, "certificate", None)
+    certificate = result.certificate  # of the design θ's Σ (the θ range and the refit check add to it)
     if certificate is not None:
         summary.update(
             {
@@ -534,9 +550,14 @@ def _release(
     bar.update(1)
     bar.close()  # before the result lines, so they do not share the bar's line
     written = [str(args.out / name) for name in OUTPUTS]
+    refitted = {path.lstrip("."): np.asarray(v).tolist() for path, v in result.refit_check.theta.items()}
     if args.json:
+        extra = {"theta_range": result.theta_range, "refit_check_theta": refitted}
         print(
-            json.dumps({**summary, "released": written, "logdir": str(args.logdir), "plot": str(comparison)}, indent=2)
+            json.dumps(
+                {**summary, **extra, "released": written, "logdir": str(args.logdir), "plot": str(comparison)},
+                indent=2,
+            )
         )
         return 0
     quantity = (
@@ -550,6 +571,14 @@ def _release(
         f"(tolerance {summary['min_tolerance']:.6g}); rank Σ = {result.rank}: W − Y lies in range(Σ), so "
         f"{result.rank} independent facts about the target give it back"
     )
+    steps = result.refit_check.steps
+    added = (
+        "it held"
+        if not steps
+        else f"it held after {steps} post-processing noise step(s) added to W (tr {result.refit_check.added_trace:.4g})"
+    )
+    theta = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in refitted.items())
+    print(f"θ range: {result.theta_range}; the floor checked under the θ refitted on the released W ({theta}): {added}")
     if result.earlier is not None:
         print(
             f"a later release of rows released before ({result.earlier}): W = W₁ + Δ, computed from the earlier "
@@ -562,7 +591,8 @@ def _release(
         )
     if certificate is not None:
         print(
-            f"certificate: tr Σ = {certificate.objective:.10g} ≥ optimum ≥ {certificate.lower_bound:.10g} "
+            f"certificate of the design θ's Σ: tr = {certificate.objective:.10g} ≥ optimum ≥ "
+            f"{certificate.lower_bound:.10g} "
             f"(relative gap {certificate.relative_gap:.1e}); min (Var − ξ) at sensitive inputs = "
             f"{certificate.feasibility_margin:.2e}; Krylov dimension {certificate.krylov_dimension}"
         )
@@ -600,7 +630,13 @@ def _call_release(
         ledger=True if args.ledger is None else args.ledger,
         confirm_unprotected=args.confirm_unprotected,
         confirm_public=args.confirm_public,
-        theta_range=None if args.lengthscale_range is None else {"lengthscales": args.lengthscale_range},
+        theta_range=(
+            "design"
+            if args.design_theta_only
+            else "default"
+            if args.lengthscale_range is None
+            else {"lengthscales": args.lengthscale_range}
+        ),
         maxiter=maxiter,
         density=args.density,
         solver=args.solver,

@@ -15,6 +15,7 @@ makes any statistic of the raw Y published beside W fatal.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import warnings
 from contextlib import contextmanager
@@ -32,9 +33,10 @@ from gpflow.utilities import assert_params_false
 from numpy.typing import ArrayLike
 
 from ..release.linalg import as_inputs
+from ..release.design import Floor, ReleaseDesign
 from ..release.lowrank import LowRankCovariance
 from ..release.ledger import ReleaseLedger, resolve_ledger
-from ..release.linalg import kernel_diag, noise_vector, numerically_positive, psd_factor
+from ..release.linalg import kernel_diag, numerically_positive, psd_factor
 from ..release.obfuscation import (
     Covariance,
     Targets,
@@ -43,12 +45,10 @@ from ..release.obfuscation import (
     obfuscate,
     protected_targets,
     release_inputs,
-    synthetic_noise_covariance,
-    target_blocks,
-    target_tolerance,
 )
-from ..release.regions import Region, check_region, region_noise_covariance, with_records
-from ..release.tolerance import Tolerance, resolve_tolerance
+from ..release.regions import Region, check_region, with_records
+from ..release.theta import DEFAULT_RANGE, ThetaRange, check_theta_range, describe_theta_range, theta_grid
+from ..release.tolerance import Tolerance
 from ..validation import public_inputs_on_released
 from ..untrusted_files import parse_json
 from .serialization import read_npz
@@ -332,6 +332,11 @@ class PrivacyRelease:
     :param unchanged_rows: how many rows are released unchanged (``Σ_jj ≤ UNCHANGED_RTOL·K(x_j, x_j)``).
     :param rank: rank Σ: W − Y lies in range(Σ), so this many independent facts about Y give Y back.
     :param earlier: the ledger entry this release was computed from (``W = W₁ + Δ``), or None for a first release.
+    :param theta_range: the public θ range Σ was solved over, in words (:func:`~gpflow_fed.release.theta.
+        describe_theta_range`).
+    :param refit_check: the check of the floor under the θ refitted on the released W (None when turned off).
+    :param certificate: the weak method's certificate (:class:`~gpflow_fed.release.weak.WeakCertificate`) of the
+        design θ's Σ, before the θ range and the refit check added to it (None for the other methods).
     """
 
     model: PrivacyAwareGPR
@@ -347,6 +352,9 @@ class PrivacyRelease:
     unchanged_rows: int = 0
     rank: int = 0
     earlier: Optional[str] = None
+    theta_range: str = ""
+    refit_check: Optional["RefitCheck"] = None
+    certificate: Optional[Any] = None
 
 
 def _check_tolerance_shape(tolerance: Tolerance, gamma: int) -> None:
@@ -458,17 +466,7 @@ FLOOR_RTOL = 1e-6
 REFIT_BISECTIONS = 20
 
 
-@dataclass(frozen=True)
-class _Floor:
-    """What the release promises, as designed: targets T, per-target ξ, Ξ_T and whether the strong floor is claimed."""
-
-    targets: Targets
-    xi: np.ndarray
-    Xi: np.ndarray
-    strong: bool
-
-
-def _short(model: PrivacyAwareGPR, floor: _Floor, strict: bool = False) -> "tuple[np.ndarray, np.ndarray, float]":
+def _short(model: PrivacyAwareGPR, floor: Floor, strict: bool = False) -> "tuple[np.ndarray, np.ndarray, float]":
     """The released model's variance of each target (eq. 4, under its current θ), the indices where it is below ξ,
     and the strong margin ``λ_min(Cov[T | W] − Ξ_T)`` scaled to the prior (0 when the strong floor is not claimed).
     Shortfalls count beyond ``FLOOR_RTOL`` of the largest prior variance, or at all when ``strict``."""
@@ -482,12 +480,12 @@ def _short(model: PrivacyAwareGPR, floor: _Floor, strict: bool = False) -> "tupl
     return variance, np.flatnonzero(variance < floor.xi - slack), margin
 
 
-def _holds(model: PrivacyAwareGPR, floor: _Floor) -> bool:
+def _holds(model: PrivacyAwareGPR, floor: Floor) -> bool:
     _, short, margin = _short(model, floor, strict=True)
     return not short.size and margin >= 0.0
 
 
-def _refit(model: PrivacyAwareGPR, floor: _Floor, maxiter: int, fixed_mean: bool) -> None:
+def _refit(model: PrivacyAwareGPR, floor: Floor, maxiter: int, fixed_mean: bool) -> None:
     r"""Post-processing: refit the kernel (and the mean unless ``fixed_mean``) by maximum likelihood on W.
 
     The refitted θ̂ may predict the protected targets better than the design θ₀ that Σ was built for. Then the
@@ -526,7 +524,7 @@ def _refit(model: PrivacyAwareGPR, floor: _Floor, maxiter: int, fixed_mean: bool
     )
 
 
-def _floor(model: PrivacyAwareGPR, floor: _Floor) -> np.ndarray:
+def _floor(model: PrivacyAwareGPR, floor: Floor) -> np.ndarray:
     """The released model's variance of each target under the *published* θ, checked against ξ (the guarantee)."""
     variance, short, margin = _short(model, floor)
     if short.size or margin < 0:
@@ -538,28 +536,203 @@ def _floor(model: PrivacyAwareGPR, floor: _Floor) -> np.ndarray:
     return variance
 
 
-def _theta_grid(
-    kernel: gpflow.kernels.Kernel, theta_range: Dict[str, "tuple[float, float]"], points: int
-) -> "List[tuple[str, gpflow.kernels.Kernel]]":
-    """Copies of ``kernel`` at every point of the geometric grid over ``theta_range`` (named for messages)."""
-    if int(points) < 2:
-        raise ValueError(f"theta_points must be at least 2, got {points}")
-    axes = []
-    for key, bounds in theta_range.items():
-        parameter = getattr(kernel, key, None)
-        if not isinstance(parameter, gpflow.Parameter) or np.size(parameter.numpy()) != 1:
-            raise ValueError(f"theta_range names {key!r}, which is not a scalar parameter of the kernel")
-        lo, hi = (float(b) for b in bounds)
-        if not (np.isfinite(lo) and np.isfinite(hi) and 0 < lo <= hi):
-            raise ValueError(f"theta_range[{key!r}] must be (lo, hi) with 0 < lo ≤ hi, got {bounds}")
-        axes.append((key, np.geomspace(lo, hi, int(points))))
-    grid = []
-    for values in np.stack(np.meshgrid(*[a for _, a in axes], indexing="ij"), -1).reshape(-1, len(axes)):
-        copy = gpflow.utilities.deepcopy(kernel)
-        for (key, _), value in zip(axes, values):
-            getattr(copy, key).assign(float(value))
-        grid.append((", ".join(f"{key}={value:.4g}" for (key, _), value in zip(axes, values)), copy))
-    return grid
+#: At most this many post-processing noise steps of the check under the θ refitted on W (:func:`_refit_check`); a
+#: release whose floor still fails under the refitted θ after them is refused.
+REFIT_CHECK_STEPS = 4
+#: L-BFGS iterations of each fit of the check (an attacker does not stop early: ``maxiter`` / ``--quick`` do not apply).
+REFIT_CHECK_MAXITER = 1000
+#: L-BFGS-B's relative decrease and projected-gradient tolerances of the check's fits.
+REFIT_CHECK_FTOL, REFIT_CHECK_GTOL = 1e-15, 1e-10
+#: Significant digits of the refitted θ̂ under which a check step's noise is solved (:func:`_rounded`).
+REFIT_CHECK_DIGITS = 6
+
+
+def refit_check_scale(step: int) -> float:
+    r"""The schedule of the check under the refitted θ: step k (0, 1, …) adds noise of covariance ``(1 + k)·Σ*_k``.
+
+    ``Σ*_k`` is the minimum-trace covariance that meets the floor under ``θ̂_k`` (the θ refitted on ``W_k``) given
+    the noise already in W; the attacker then refits on ``W_{k+1}`` and lands elsewhere, so later steps add a margin
+    that grows with k (measured in ``docs/guides/privacy-aware.md``).
+    """
+    return 1.0 + float(step)
+
+
+@dataclass(frozen=True)
+class RefitCheck:
+    """The floor checked under the θ an attacker fits on the released W (issue 44, finding 4; :func:`_refit_check`).
+
+    Every field is computed from the published W, X, Σ, σ² and the public design (safe to publish).
+
+    :param steps: post-processing noise steps added to W (0: the floor held under the first refit).
+    :param theta: the kernel hyperparameters refitted on the published W by maximum likelihood, by GPflow path (the
+        variances stay the design's, see :func:`_refitted`), under which the floor was last checked.
+    :param variance: ``[t]`` ``Var[T | W]`` of each protected target under that θ.
+    :param added_trace: the trace of the covariance of the noise the steps added (0 when none).
+    """
+
+    steps: int
+    theta: Dict[str, np.ndarray]
+    variance: np.ndarray
+    added_trace: float
+
+
+def _refitted(model: PrivacyAwareGPR, maxiter: int) -> PrivacyAwareGPR:
+    r"""A copy of ``model`` with θ refitted by maximum likelihood on its W, ``log N(W; c1, K_θ + V + Σ)``, Σ and σ²
+    fixed, as the attacker of finding 4 does: every kernel parameter (whatever the owner's trainable flags) and the
+    constant mean, from the design θ, except the parameters named ``variance``, which keep their design values.
+
+    Why the variance stays: the tolerance ξ is stated on the design's scale, and the variance fitted on one sample
+    path is too noisy to hold an absolute ξ against (for data drawn from the design θ itself it often falls below
+    ξ, and no noise can help under such a θ̂: the release would be refused); scaling ξ with the fitted variance
+    instead lets the attacker through. What the design's Σ misses when the data are smoother than designed is the
+    lengthscale (``docs/guides/privacy-aware.md``).
+    """
+    fitted = gpflow.utilities.deepcopy(model)
+    for path, parameter in gpflow.utilities.parameter_dict(fitted.kernel).items():
+        gpflow.set_trainable(parameter, path.split(".")[-1] != "variance")
+    gpflow.set_trainable(fitted.mean_function, True)
+    # converged to round-off (not L-BFGS-B's default ftol 2e-9): W's that agree to round-off give θ̂'s that do, so
+    # the check's noise is a function of W (tests/security/test_release_attack.py compares the files)
+    options = dict(maxiter=int(maxiter), ftol=REFIT_CHECK_FTOL, gtol=REFIT_CHECK_GTOL)
+    gpflow.optimizers.Scipy().minimize(fitted.training_loss, fitted.trainable_variables, options=options, compile=False)
+    return fitted
+
+
+#: Entropy of the test-only streams of the check's noise (``insecure_noise_seed`` given), apart from every stream of
+#: W's own noise.
+REFIT_CHECK_TEST_ENTROPY = 0x5EED_C4EC
+
+
+def _step_seed(seed: Optional[int], step: int, W: np.ndarray) -> Optional[int]:
+    """The test-only seed of step ``step``'s noise (None stays None: OS randomness), from W itself.
+
+    Seeded by ``W_k`` (rounded to 9 digits of its scale) rather than by ``seed``: two seeded releases that land on
+    the same W publish the same W' (the post-processing property ``tests/security/test_release_attack.py``
+    checks), while releases of different W draw different noise (a Monte Carlo over seeded releases stays one).
+    """
+    if seed is None:
+        return None
+    scale = float(np.max(np.abs(W))) or 1.0
+    digest = hashlib.sha256(np.round(W / scale, 9).astype(np.float64).tobytes()).digest()
+    words = np.frombuffer(digest[:16], dtype=np.uint32).tolist()
+    return int(np.random.SeedSequence([REFIT_CHECK_TEST_ENTROPY, step, *words]).generate_state(1)[0])
+
+
+def _rounded(kernel: gpflow.kernels.Kernel) -> gpflow.kernels.Kernel:
+    """A copy of ``kernel`` with every parameter rounded to ``REFIT_CHECK_DIGITS`` significant digits.
+
+    The noise of a check step is solved under the refitted θ̂ so rounded: W's that agree to round-off give θ̂'s that
+    agree to the optimiser's tolerance only (about 1e-8 on a flat optimum), which an SDP solved to 1e-9 would
+    carry into the noise; rounded, they give the same covariance, so the check's noise is a reproducible function of W.
+    """
+    copy = gpflow.utilities.deepcopy(kernel)
+    values = gpflow.utilities.parameter_dict(copy)
+    rounded = {
+        path: np.vectorize(lambda v: float(f"{v:.{REFIT_CHECK_DIGITS}g}"))(p.numpy()) for path, p in values.items()
+    }
+    gpflow.utilities.multiple_assign(copy, rounded)
+    return copy
+
+
+def _step_covariance(star: np.ndarray, scale: float, floor: float) -> LowRankCovariance:
+    """``scale · Σ*`` by its eigenpairs above ``DELTA_RTOL · floor`` (rounding dropped), each eigenvector's sign fixed
+    (its largest entry positive): the noise drawn from it is a continuous function of Σ* and the draws."""
+    lam, vecs = np.linalg.eigh(0.5 * (star + star.T))
+    keep = lam > DELTA_RTOL * floor
+    lam, vecs = lam[keep], vecs[:, keep]
+    signs = np.sign(vecs[np.argmax(np.abs(vecs), axis=0), np.arange(vecs.shape[1])])
+    return LowRankCovariance(scale * lam, vecs * signs[None, :])
+
+
+def _released_model(
+    X: np.ndarray, W: np.ndarray, kernel: gpflow.kernels.Kernel, Sigma: Covariance, noise_variance: float
+) -> PrivacyAwareGPR:
+    """The model of ``(X, W)`` with a copy of ``kernel`` and the maximum-likelihood constant given W."""
+    model = PrivacyAwareGPR(
+        (X, W), gpflow.utilities.deepcopy(kernel), Sigma, gpflow.mean_functions.Constant(np.zeros(1)), noise_variance
+    )
+    model.mean_function.c.assign(_gls_mean(model))
+    return model
+
+
+def _refit_check(
+    W: np.ndarray, Sigma: Covariance, design: ReleaseDesign, insecure_noise_seed: Optional[int] = None
+) -> "tuple[np.ndarray, Covariance, RefitCheck]":
+    r"""Check the floor under the θ refitted on W; where it fails, add noise to W (post-processing), on a schedule.
+
+    Step k = 0, 1, …: ``θ̂_k`` is refitted on ``W_k`` (:func:`_refitted`, ``W_0 = W``, ``Σ_0 = Σ``). If every floor
+    the release claims holds under ``θ̂_k`` (each ``Var[Tₐ | W_k] ≥ ξₐ``, and the strong margin when claimed), the
+    check ends. Otherwise ``Σ*_k = solve(θ̂_k, Σ_k)``, the minimum-trace covariance that, added to ``Σ_k``, meets the
+    floor under ``θ̂_k`` (eq. 8/10/11 with ``K + V → K_θ̂ + V + Σ_k``, as for a later release), and
+    ``W_{k+1} = W_k + Δ_k``, ``Δ_k ~ N(0, c_k Σ*_k)`` from OS randomness (:func:`~gpflow_fed.release.obfuscate`),
+    ``Σ_{k+1} = Σ_k + c_k Σ*_k``, ``c_k =`` :func:`refit_check_scale` ``(k)``; at most :data:`REFIT_CHECK_STEPS`
+    steps. The noise is in the refitted θ's directions, not the design's.
+
+    **Post-processing**: Y is not an argument. ``Δ_k``'s covariance is a function of ``W_k``, X, ``Σ_k``, σ² and the
+    public design, and ``Δ_k`` is drawn independently of everything else, so ``W' − W`` is independent of Y given
+    W: whoever holds ``W'`` knows no more than whoever holds W, and the design-θ floor of W still holds (more noise
+    only raises the posterior variance), as does the floor under every ``θ̂_j`` for which noise was added.
+
+    :return: ``(W', Σ', check)``: the released outputs, the covariance of their noise (``Σ + Σ_k c_k Σ*_k``) and
+        the record of the check.
+    :raises ValueError: the floor still fails under the refitted θ after the last step, or the refitted θ's prior
+        variance at a failing target is at or below its tolerance (no noise can help); the message names the point.
+    """
+    added = 0.0
+    step = 0
+    while True:
+        model = _released_model(design.X, W, design.kernel, Sigma, design.noise_variance)
+        fitted = _refitted(model, REFIT_CHECK_MAXITER)
+        floor = design.floor(fitted.kernel)
+        variance, short, margin = _short(fitted, floor)
+        if not short.size and margin >= 0.0:
+            theta = {k: v.numpy() for k, v in gpflow.utilities.parameter_dict(fitted.kernel).items()}
+            return W, Sigma, RefitCheck(step, theta, variance, added)
+        hopeless = np.flatnonzero(floor.prior <= floor.xi)
+        i = int(hopeless[0]) if hopeless.size else int(np.argmin(variance - floor.xi))
+        if hopeless.size or step == REFIT_CHECK_STEPS:
+            raise ValueError(_refit_refusal(fitted, floor, i, variance[i], step, margin))
+        try:
+            star = np.asarray(design.solve(_rounded(fitted.kernel), np.asarray(Sigma)))
+        except ValueError as exc:
+            raise ValueError(f"{_refit_refusal(fitted, floor, i, variance[i], step, margin)} ({exc})") from None
+        delta = _step_covariance(star, refit_check_scale(step), float(np.max(floor.prior)))
+        W = obfuscate(W, delta, insecure_noise_seed=_step_seed(insecure_noise_seed, step, W))
+        Sigma = _covariance_from_factor(np.concatenate([_noise_factor(Sigma), delta.factor()], axis=1))
+        added += delta.trace()
+        step += 1
+
+
+def _theta_text(kernel: gpflow.kernels.Kernel) -> str:
+    """``lengthscales=0.52, variance=1`` for a kernel's parameters (their last path component; scalars shortened)."""
+    parts = []
+    for path, value in gpflow.utilities.parameter_dict(kernel).items():
+        array = np.asarray(value.numpy())
+        parts.append(f"{path.lstrip('.')}={array.item():.4g}" if array.size == 1 else f"{path.lstrip('.')}={array}")
+    return ", ".join(parts)
+
+
+def _refit_refusal(fitted: PrivacyAwareGPR, floor: Floor, i: int, variance: float, steps: int, margin: float) -> str:
+    """The refusal of :func:`_refit_check`, naming the point (and saying when no noise can help)."""
+    record = int(floor.targets.records[i])
+    where = f"the record in row {record}" if record >= 0 else "f"
+    point = floor.targets.points[i].tolist()
+    what = (
+        f"Var = {variance:.6g} < tolerance {floor.xi[i]:.6g}"
+        if variance < floor.xi[i]
+        else f"the strong margin λ_min(Cov[T | W] − Ξ) is {margin:.3g} < 0"
+    )
+    text = (
+        f"refused: under the θ refitted on the released W by maximum likelihood ({_theta_text(fitted.kernel)}), the "
+        f"floor fails at sensitive input {int(floor.targets.source[i])} (x = {point}, {where}): {what}, after "
+        f"{steps} post-processing noise step(s) (at most {REFIT_CHECK_STEPS})"
+    )
+    if floor.prior[i] <= floor.xi[i]:
+        text += (
+            f"; the refitted θ's prior variance there, {floor.prior[i]:.6g}, is at or below the tolerance: no noise "
+            "can help"
+        )
+    return text + ". Nothing was released: lower the tolerance, or widen theta_range (CLI --lengthscale-range)"
 
 
 #: Region grids have at least this many points per (smallest) lengthscale of the design kernel.
@@ -689,8 +862,9 @@ def release(
     ledger: Union[str, Path, ReleaseLedger, None, bool] = True,
     confirm_unprotected: bool = False,
     confirm_public: bool = False,
-    theta_range: Optional[Dict[str, "tuple[float, float]"]] = None,
+    theta_range: ThetaRange = DEFAULT_RANGE,
     theta_points: int = 3,
+    refit_check: bool = True,
 ) -> PrivacyRelease:
     r"""The owner's release (§3.2): design Σ (eq. 8/10/11) from **public** hyperparameters, obfuscate (§4.1),
     build the released model.
@@ -703,13 +877,18 @@ def release(
     1. Design (public): θ and σ² are ``kernel``'s values and ``noise_variance`` as given, or, with
        ``public_data``, fitted by maximum likelihood (:func:`fit_hyperparameters`) on that public or disjoint
        data (rows of the released data are refused).
-    2. Σ from the design θ, σ² (eq. 8/10/11), ``W = Y + Z`` with ``Z ~ N(0, Σ)`` from OS randomness.
-    3. Post-processing of W: the constant mean is ``mean`` if given, else its maximum-likelihood value given W
+    2. Σ from the design θ, σ² (eq. 8/10/11), solved jointly over the public θ range (``theta_range``: by default
+       every lengthscale within ×2 of the design's), ``W = Y + Z`` with ``Z ~ N(0, Σ)`` from OS randomness.
+    3. Before anything is returned or recorded, the floor is checked under the θ an attacker would fit on W alone
+       (maximum likelihood, :func:`_refit_check`); where it fails, noise is added to W (post-processing, never a
+       redraw from Y) in the refitted θ's directions, at most ``REFIT_CHECK_STEPS`` steps, else the release is
+       refused naming the point.
+    4. Post-processing of W: the constant mean is ``mean`` if given, else its maximum-likelihood value given W
        (``1ᵀC⁻¹W / 1ᵀC⁻¹1``, ``C = K_XX + V + Σ``); with ``refit=True`` the kernel hyperparameters (and the mean
        unless given) are refitted by maximum likelihood on ``(X, W)`` with Σ and σ² fixed. Σ is tight at the
        design θ, so a refitted θ̂ often predicts some sensitive input better than ξ; the published θ then
        retreats towards the design θ until the floor holds (with a ``UserWarning``; see :func:`_refit`).
-    4. The floor: the released model's variance of each protected target (eq. 4, under the **published** θ) is
+    5. The floor: the released model's variance of each protected target (eq. 4, under the **published** θ) is
        checked to be ≥ ξ (``result.variance``), and for ``method="strong"`` the strong margin
        ``λ_min(Cov[T | W] − Ξ_T) ≥ 0``.
 
@@ -751,7 +930,8 @@ def release(
     :param low_rank: see :func:`~gpflow_fed.release.synthetic_noise_covariance`.
     :param solver: for the SDP methods (see :func:`~gpflow_fed.release.synthetic_noise_covariance`): the weak
         method uses the certified Krylov reduction unless ``solver="dense"``.
-    :param maxiter: L-BFGS iterations of each maximum-likelihood fit (``public_data``, ``refit``).
+    :param maxiter: L-BFGS iterations of each maximum-likelihood fit (``public_data``, ``refit``; the refit check
+        always runs ``REFIT_CHECK_MAXITER``).
     :param insecure_noise_seed: leave None: the synthetic noise (§4.1) comes from the OS, so the release cannot
         be de-noised by regenerating it; an int makes W reproducible for tests only (see
         :func:`~gpflow_fed.release.obfuscate`).
@@ -765,16 +945,23 @@ def release(
     :param confirm_unprotected: release even though Σ is zero or leaves a protected record's row unchanged.
     :param confirm_public: publish ``mean`` / the kernel variance even though they lie within the stated tolerance
         of the raw Y's own statistics.
-    :param theta_range: a public range of kernel hyperparameters, ``{"lengthscales": (lo, hi), "variance": (lo,
-        hi)}`` (any scalar kernel parameter by name), over which the floor must hold too (e.g. for a θ an attacker
-        fits on W): Σ is accumulated over the grid of ``theta_points`` geometric values per parameter (and the design
-        θ), ``Σ ← Σ + (A_θ − K_θ − V − Σ)⁺`` for the strong method (the weak SDP with ``C = K_θ + V + Σ`` likewise),
-        which is feasible for every grid θ (not of minimum trace). The tolerance stays as designed. None (default):
-        the design θ only.
-    :param theta_points: grid values per parameter of ``theta_range`` (≥ 2).
+    :param theta_range: the public θ range over which the floor must hold too (an attacker fits θ on W;
+        :mod:`~gpflow_fed.release.theta`): ``"default"`` (every lengthscale within
+        ``DEFAULT_LENGTHSCALE_FACTOR`` = 2 of the design's), a factor ``F > 1`` (lengthscales within ×F), a dict
+        ``{"lengthscales": (lo, hi), "variance": (lo, hi)}`` (any scalar kernel parameter by name), or the named
+        opt-out ``"design"`` (the design θ only: the paper's setting). Σ is accumulated over the grid of
+        ``theta_points`` geometric values per axis (and the design θ), ``Σ ← Σ + (A_θ − K_θ − V − Σ)⁺`` for the
+        strong method (the weak SDP with ``C = K_θ + V + Σ`` likewise), which is feasible for every grid θ (not of
+        minimum trace). A kernel tolerance ``αK`` of ``kernel`` follows each θ (``αK_θ``); any other tolerance stays
+        as designed (:mod:`~gpflow_fed.release.design`). ``None`` is refused (name ``"design"``).
+    :param theta_points: grid values per axis of ``theta_range`` (≥ 2).
+    :param refit_check: check the floor under the θ refitted on W and add post-processing noise where it fails
+        (step 3, :func:`_refit_check`); False turns the check off (simulations and tests only, like
+        ``ledger=None``).
     :raises ValueError: bad data, a missing public design input, ``fit=True`` or any of the tolerance errors
         (all before any fitting); the refusals above; rows shared with several earlier releases; a grid θ whose
-        prior variance is at or below the tolerance (no noise can help there).
+        prior variance is at or below the tolerance (no noise can help there); a kernel without lengthscales under
+        the default range; the refit check's refusal (step 3).
     """
     if fit is not _DEFAULT:
         if fit:
@@ -792,6 +979,7 @@ def release(
         noise_variance = 0.0 if noise_variance is None and public_data is None else noise_variance
     check_method(method)
     check_protect(protect)
+    theta_range = check_theta_range(theta_range)
     store = resolve_ledger(ledger)
     region = sensitive if isinstance(sensitive, Region) else None
     if region is not None:
@@ -840,49 +1028,35 @@ def release(
     previous = store.find(hashes) if store is not None and hashes is not None else None
     Sigma1 = None if previous is None else previous.factor @ previous.factor.T
 
-    def solve(design: gpflow.kernels.Kernel, fixed: Optional[np.ndarray]) -> Covariance:
-        if region is not None:
-            return region_noise_covariance(
-                design,
-                X,
-                region,
-                cast(gpflow.kernels.Kernel, tolerance),
-                density=float(cast(float, density)),
-                noise_variance=sigma2,
-                low_rank=bool(low_rank),
-                method=method,
-                protect=protect,
-                earlier=fixed,
-            )
-        return synthetic_noise_covariance(
-            design,
-            X,
-            S,
-            tolerance,
-            noise_variance=sigma2,
-            method=method,
-            low_rank=low_rank,
-            solver=solver,
-            protect=protect,
-            earlier=fixed,
-        )
-
-    Sigma = solve(kernel, Sigma1)
-    if theta_range is not None:
+    design = ReleaseDesign(
+        kernel,
+        X,
+        S,
+        tolerance,
+        sigma2,
+        protected_targets(X, S, protect),
+        method=method,
+        protect=protect,
+        region=region,
+        density=density,
+        low_rank=low_rank,
+        solver=solver,
+    )
+    Sigma = design.solve(kernel, Sigma1)
+    certificate = getattr(Sigma, "certificate", None)
+    grid = theta_grid(kernel, theta_range, theta_points)
+    if grid:
         total = np.asarray(Sigma).copy()
-        for name, design in _theta_grid(kernel, theta_range, theta_points):
+        for name, at in grid:
             fixed = total if Sigma1 is None else total + Sigma1
             try:
-                total += np.asarray(solve(design, fixed))
+                total += np.asarray(design.solve(at, fixed))
             except ValueError as exc:
                 raise ValueError(f"under θ = {name} of theta_range: {exc}") from None
         Sigma = 0.5 * (total + total.T)
-    targets = protected_targets(X, S, protect)
-    resolved = resolve_tolerance(kernel, S, tolerance, check_prior=False)
-    Xi, xi = target_tolerance(
-        resolved, targets, np.diag(target_blocks(kernel, X, targets, noise_vector(sigma2, X.shape[0]))[1])
-    )
-    floor = _Floor(targets, xi, Xi, strong=method == "strong" and region is None)
+    targets = design.targets
+    floor = design.floor(kernel)
+    xi = floor.xi
     if previous is not None:  # W₂ = W₁ + Δ: the released noise is Z₁ + Δ, Σ = Σ₁ + Σ_Δ
         delta = _noise_factor(Sigma)
         # Σ_Δ = (A − K − V − Σ₁)⁺ is zero up to rounding when Σ₁ already meets the floor: then W₁ is republished
@@ -913,6 +1087,11 @@ def release(
                 + ". Confirm with confirm_public=True (CLI: --confirm-public) if it is public knowledge"
             )
     del Y  # nothing below may depend on the raw outputs
+    checked = None
+    if refit_check:
+        with _singular("the check under the θ refitted on W"):
+            W, Sigma, checked = _refit_check(W, Sigma, design, insecure_noise_seed)
+        unchanged = _unchanged(Sigma, kernel_diag(kernel, X))
     constant = gpflow.mean_functions.Constant(np.zeros(1) if mean is None else np.array([float(mean)]))
     model = PrivacyAwareGPR((X, W), gpflow.utilities.deepcopy(kernel), Sigma, constant, noise_variance=sigma2)
     with _singular("the released model"):
@@ -944,4 +1123,7 @@ def release(
         unchanged_rows=int(unchanged.sum()),
         rank=int(factor.shape[1]),
         earlier=None if previous is None else previous.entry,
+        theta_range=describe_theta_range(theta_range, theta_points),
+        refit_check=checked,
+        certificate=certificate,
     )

@@ -142,10 +142,11 @@ def target_blocks(
 
 
 def target_tolerance(
-    resolved: ResolvedTolerance, targets: Targets, prior: np.ndarray
+    resolved: ResolvedTolerance, targets: Targets, prior: np.ndarray, *, check_prior: bool = True
 ) -> "tuple[np.ndarray, np.ndarray]":
     """``(Ξ_T, ξ_T)`` for the targets (a scalar or vector tolerance stays diagonal), refused where ``ξ ≥ P_tt``.
 
+    :param check_prior: False skips the refusal (the caller reports it: the check under a refitted θ).
     :raises ValueError: naming the first target whose tolerance reaches its prior variance (no noise reaches it).
     """
     src = targets.source
@@ -154,7 +155,7 @@ def target_tolerance(
     else:
         Xi = resolved.Xi[np.ix_(src, src)]
     xi = np.diag(Xi).copy()
-    bad = np.flatnonzero(xi >= prior)
+    bad = np.flatnonzero(xi >= prior) if check_prior else np.zeros(0, dtype=int)
     if bad.size:
         a = int(bad[0])
         what = (

@@ -353,6 +353,11 @@ def _schur_inverse(L: np.ndarray, Q: np.ndarray) -> np.ndarray:
     return 0.5 * (Ginv + Ginv.T)
 
 
+class KrylovError(ValueError):
+    """The Krylov reduction cannot solve this problem where the dense SDP (``solver="dense"``) can: ``K + V`` (plus
+    any earlier Σ) is not numerically positive definite, or no certificate is reached within ``max_dimension``."""
+
+
 @check_shapes("C: [N, N]", "KXS: [N, G]", "margin: [G]")
 def solve_weak_krylov(
     C: np.ndarray,
@@ -402,7 +407,7 @@ def solve_weak_krylov(
     try:
         L = cholesky(0.5 * (Cs + Cs.T), lower=True, check_finite=False)
     except np.linalg.LinAlgError as exc:
-        raise ValueError(
+        raise KrylovError(
             "K + V is not numerically positive definite, so the Krylov reduction cannot form "
             "(QᵀC⁻¹Q)⁻¹; pass noise_variance > 0 (or a jitter), or use solver='dense' for small N"
         ) from exc
@@ -468,7 +473,7 @@ def solve_weak_krylov(
     slack = m - np.einsum("ni,ni->i", Y, Y)  # Var[f(sᵢ)|W] − ξᵢ, scaled
     feasibility = float(np.min(slack / m))
     if gap > gap_rtol or feasibility < -FEASIBILITY_RTOL:
-        raise ValueError(
+        raise KrylovError(
             f"the weak solution could not be certified within Krylov dimension {Q.shape[1]} (max_dimension="
             f"{max_dim}): relative gap {gap:.2e} (wanted ≤ {gap_rtol:.0e}), relative feasibility margin "
             f"{feasibility:.2e} (wanted ≥ {-FEASIBILITY_RTOL:.0e}); raise max_dimension, loosen gap_rtol, use "
@@ -486,4 +491,4 @@ def solve_weak_krylov(
     return CertifiedCovariance(eigvals * scale, eigvecs, certificate)
 
 
-__all__ = ["CertifiedCovariance", "WeakCertificate", "solve_weak_krylov", "GAP_RTOL"]
+__all__ = ["CertifiedCovariance", "KrylovError", "WeakCertificate", "solve_weak_krylov", "GAP_RTOL"]

@@ -148,7 +148,7 @@ def _old_release(path, X, Y, S, *, fit=True, noise_variance=None, method="strong
     model.save(path)
 
 
-def _new_release(X, Y, S, how: str, seed: int = 3, method: str = "strong"):
+def _new_release(X, Y, S, how: str, seed: int = 3, method: str = "strong", **kwargs):
     """Today's release, with the design hyperparameters given (``public``), fitted on public data, or refitted."""
     k = _design_kernel() if how != "public_data" else gpflow.kernels.SquaredExponential()
     design = {"noise_variance": DESIGN[2]} if how != "public_data" else {"public_data": _public_data()}
@@ -161,6 +161,7 @@ def _new_release(X, Y, S, how: str, seed: int = 3, method: str = "strong"):
         refit=how == "refit",
         insecure_noise_seed=seed,
         **design,
+        **kwargs,
     )
 
 
@@ -235,9 +236,10 @@ def test_the_equations_no_longer_give_y_back(tmp_path, case) -> None:
     np.testing.assert_array_less(out.tolerance * (1 - 1e-6), var)
 
 
-def _stationarity_mse(draw_y, releases: int) -> float:
+def _stationarity_mse(draw_y, releases: int, **kwargs) -> float:
     """The stationarity attacker's squared error at the sensitive record (x = 0.5, row 12) over ``releases``
-    releases with OS noise (public design values), as a fraction of ξ; ``draw_y(i)`` gives the i-th raw Y."""
+    releases with OS noise (public design values, ``release(**kwargs)``), as a fraction of ξ; ``draw_y(i)`` gives
+    the i-th raw Y."""
     X, _ = _data()
     errors = []
     for i in range(releases):
@@ -250,6 +252,7 @@ def _stationarity_mse(draw_y, releases: int) -> float:
             noise_variance=DESIGN[2],
             ledger=None,
             confirm_public=True,  # the design's kernel variance 1 is public, whatever var(Y) of a draw is
+            **kwargs,
         )
         p = {
             "X": X,
@@ -266,20 +269,36 @@ def _stationarity_mse(draw_y, releases: int) -> float:
 
 def test_the_stationarity_attack_on_data_from_the_design_prior_stays_above_the_floor():
     """The floor is Bayesian: over Y drawn from the design prior (θ, σ² = 1e-4), the attacker that solves the
-    stationarity equations for ω predicts the record with MSE ≥ ξ (measured 13.9 ξ over 40 draws)."""
+    stationarity equations for ω predicts the record with MSE ≥ ξ, in the paper's setting (Σ for the design θ alone,
+    no check: measured 13.9 ξ over 40 draws; the default release, measured 4.0 ξ, is slower to make)."""
     X, _ = _data()
     K = _design_kernel()(X, full_cov=True).numpy() + DESIGN[2] * np.eye(X.shape[0])
     chol = np.linalg.cholesky(K)
-    assert _stationarity_mse(lambda i: chol @ np.random.default_rng(i).standard_normal((X.shape[0], 1)), 40) >= 1.0
+    draws = lambda i: chol @ np.random.default_rng(i).standard_normal((X.shape[0], 1))  # noqa: E731
+    assert _stationarity_mse(draws, 40, theta_range="design", refit_check=False) >= 1.0
 
 
-@pytest.mark.xfail(strict=True, reason="issue 44 (open): the floor is not a per-dataset guarantee")
-def test_the_stationarity_attack_on_one_fixed_dataset():
+def _one_fixed_dataset(releases: int, floor: float) -> None:
     """On one fixed Y that the design fits more tightly than its prior says (sin(6x) + 0.05ε against σ² = 1e-4),
-    the stationarity attacker predicts the record with MSE 5.6 % of ξ over 30 OS noise draws (measured): the
-    floor Var[Y_s | W] ≥ ξ averages over data from the design prior, not over the noise for the data at hand."""
+    the default release (the θ range around the design and the check under the θ refitted on W) keeps the
+    stationarity attacker's MSE at the record ≥ ``floor`` ξ over ``releases`` OS noise draws. Control (30 draws,
+    fast): Σ for the design θ alone without the check (the paper's setting), where the attacker predicts the record
+    with MSE 4.8 % of ξ (measured): that floor averages over data from the design prior."""
     _, Y = _data()
-    assert _stationarity_mse(lambda i: Y, 30) >= 0.5
+    assert _stationarity_mse(lambda i: Y, releases) >= floor
+    assert _stationarity_mse(lambda i: Y, 30, theta_range="design", refit_check=False) < 0.5
+
+
+def test_the_stationarity_attack_on_one_fixed_dataset():
+    """10 default releases (≈ 2.7 s each), MSE ≥ 0.5 ξ. Measured over 30: 2.50 ξ, single draws 0.003–5.6 ξ; of
+    20,000 resamples of 10 of those 30 draws none had a mean below 0.5 (0.6 % below 1.0)."""
+    _one_fixed_dataset(10, 0.5)
+
+
+@pytest.mark.slow
+def test_the_stationarity_attack_on_one_fixed_dataset_at_scale():
+    """30 default releases, MSE ≥ ξ (measured 2.51 ξ and 2.50 ξ in two runs)."""
+    _one_fixed_dataset(30, 1.0)
 
 
 def _same_w_other_y(X, Y, S, how, method="strong"):
@@ -287,9 +306,9 @@ def _same_w_other_y(X, Y, S, how, method="strong"):
     ``Y' = Y + Z₃ − Z₄`` with seed 4 (so ``W' = Y' + Z₄ = W``); Y' differs from Y by the noise scale."""
     first = _new_release(X, Y, S, how, seed=3, method=method)
     zero = np.zeros_like(Y)
-    Y_other = (
-        Y + obfuscate(zero, first.Sigma, insecure_noise_seed=3) - obfuscate(zero, first.Sigma, insecure_noise_seed=4)
-    )
+    # Σ of the first draw (the refit check may add noise to W after it, post-processing); it does not depend on Y
+    Sigma = _new_release(X, Y, S, how, seed=3, method=method, refit_check=False, ledger=None).Sigma
+    Y_other = Y + obfuscate(zero, Sigma, insecure_noise_seed=3) - obfuscate(zero, Sigma, insecure_noise_seed=4)
     second = _new_release(X, Y_other, S, how, seed=4, method=method)
     return first, second, Y_other
 
@@ -347,9 +366,11 @@ def test_every_number_the_cli_publishes_is_a_function_of_w(tmp_path, monkeypatch
     raw tables giving the same W give the same released.csv, model.npz, printed JSON and TensorBoard scalars."""
     X, Y = _data()
     S = np.array([[0.5]])
-    Sigma = synthetic_noise_covariance(
-        _design_kernel(), X, S, ProportionalKernel(_design_kernel(), ALPHA), noise_variance=DESIGN[2]
-    )
+    # the Σ the command designs (the default θ range; the refit check may add noise to W after the first draw)
+    k = _design_kernel()
+    Sigma = release(
+        (X, Y), S, ProportionalKernel(k, ALPHA), kernel=k, noise_variance=DESIGN[2], ledger=None, refit_check=False
+    ).Sigma
     zero = np.zeros_like(Y)
     tables = {
         3: Y,
@@ -359,7 +380,13 @@ def test_every_number_the_cli_publishes_is_a_function_of_w(tmp_path, monkeypatch
     outputs = {}
     for seed, outputs_y in tables.items():
         _write_csv(tmp_path / f"d{seed}.csv", X, outputs_y)
-        monkeypatch.setattr(randomness, "protective_rng", lambda insecure_seed=None, s=seed: real(s))
+        calls = []  # W's own noise seeded per table; the refit check's draws (post-processing) the same for both
+
+        def seeded(insecure_seed=None, s=seed, calls=calls):
+            calls.append(s)
+            return real(s if len(calls) == 1 else 99)
+
+        monkeypatch.setattr(randomness, "protective_rng", seeded)
         argv = ["privacy", "--csv", str(tmp_path / f"d{seed}.csv"), "--target", "y", "--sensitive", "0.5"]
         argv += ["--alpha", str(ALPHA), *CLI_DESIGN, "--json", "--out", str(tmp_path / f"out{seed}")]
         assert main(argv) == 0
@@ -370,7 +397,7 @@ def test_every_number_the_cli_publishes_is_a_function_of_w(tmp_path, monkeypatch
             dict(np.load(tmp_path / f"out{seed}" / "model.npz")),
         )
     (json3, csv3, npz3), (json4, csv4, npz4) = outputs[3], outputs[4]
-    assert json3.keys() == json4.keys() and len(json3) == 3
+    assert json3.keys() == json4.keys() and len(json3) == 4
     np.testing.assert_allclose([json3[k] for k in json3], [json4[k] for k in json3], rtol=1e-8)
     np.testing.assert_allclose(csv3, csv4, rtol=1e-12, atol=1e-12)
     for key, value in npz3.items():
@@ -398,7 +425,7 @@ def _hits(candidates: "list[np.ndarray]", Y: np.ndarray) -> "list[int]":
 def test_the_attack_works_when_the_noise_is_seeded() -> None:
     """The attack is real: a release made with a guessable seed (the old default) is de-noised exactly."""
     X, Y = _data()
-    out = _new_release(X, Y, [[0.5]], "public", seed=0)
+    out = _new_release(X, Y, [[0.5]], "public", seed=0, refit_check=False)  # W = Y + Z(seed 0) exactly
     assert not np.allclose(out.W, Y, atol=1e-3)
     assert _hits(_recover(out.W, out.Sigma), Y) == [0]
 
@@ -422,12 +449,8 @@ def test_guessing_seeds_does_not_denoise_the_cli_release(tmp_path) -> None:
     assert main([*argv, "--out", str(out)]) == 0
     W = np.loadtxt(out / "released.csv", delimiter=",", skiprows=1)[:, 1:]
     model = PrivacyAwareGPR.load(out / "model.npz")
-    # the attacker recomputes Σ from public information: the released kernel, X, the tolerance and σ²
-    sigma2 = float(model.likelihood.variance.numpy())
-    Sigma = synthetic_noise_covariance(
-        model.kernel, X, [[0.5]], ProportionalKernel(model.kernel, ALPHA), noise_variance=sigma2
-    )
-    np.testing.assert_allclose(np.asarray(model.Sigma), Sigma, atol=1e-10)
+    # Σ is published (model.npz): the design θ's, the default θ range's and any noise of the refit check
+    Sigma = np.asarray(model.Sigma)
     assert not np.allclose(W, Y, atol=1e-3)
     assert _hits(_recover(W, Sigma), Y) == []
     with pytest.raises(SystemExit) as exc:  # the former "--seed" (default 0) is gone, not silently ignored
