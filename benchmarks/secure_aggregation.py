@@ -62,6 +62,7 @@ def main(argv: Any = None) -> Dict[str, Any]:
         raise SystemExit("--clients must be ≥ 2, --inducing and --repeats ≥ 1")
 
     from gpflow_fed.federated.protection.masking import Exchange, MaskingKeys, SecureAggregation, mask, sum_masked
+    from gpflow_fed.federated.protection.wire import FixedPoint, decode_fixed_point
     from gpflow_fed.randomness import new_run_id
 
     rng = np.random.default_rng(0)
@@ -86,9 +87,9 @@ def main(argv: Any = None) -> Dict[str, Any]:
             graph = sa.graph(exchange)
             masked = []
             for c in cohort:
-                encoded = {n: sa.encode(n, v, K) for n, v in payloads[c].items()}
+                encoded = {n: FixedPoint(sa.fractional_bits, K).encode(v)[0] for n, v in payloads[c].items()}
                 masked.append(mask(keys[c], c, encoded, exchange, public, graph[c]))
-            return {n: sa.decode(v) for n, v in sum_masked(masked).items()}
+            return {n: decode_fixed_point(v, sa.fractional_bits) for n, v in sum_masked(masked).items()}
 
         def error(out: Dict[str, np.ndarray]) -> float:
             return max(float(np.max(np.abs(out[n] - truth[n]))) for n in truth)
