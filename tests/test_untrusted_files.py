@@ -137,3 +137,46 @@ def test_object_and_record_dtypes_are_refused(tmp_path):
     arrays = read_npz_arrays(path, "test file")  # control
     np.testing.assert_array_equal(arrays["a"], np.arange(6.0).reshape(2, 3))
     assert str(arrays["s"]) == "text" and arrays["f"].shape == (2, 3)
+
+
+def _privacy_file_with_constant(tmp_path, N=8):
+    X = np.linspace(0, 1, N)[:, None]
+    mean = gpflow.mean_functions.Constant(np.zeros(1))
+    model = PrivacyAwareGPR(
+        (X, np.sin(4 * X)), gpflow.kernels.SquaredExponential(lengthscales=0.3), 0.01 * np.eye(N), mean, 1e-3
+    )
+    return model.save(tmp_path / "privacy.npz")
+
+
+@pytest.mark.parametrize(
+    "replace, match",
+    [
+        (
+            {
+                "spec": '{"kernel": {"class": "SquaredExponential", "variance": 1'
+                + "0" * 400
+                + ', "lengthscales": [0.3]}, '
+                '"mean_function": "Constant"}'
+            },
+            "corrupt kernel description",
+        ),  # fmt: skip
+        (
+            {
+                "spec": '{"kernel": {"class": "SquaredExponential", "variance": 1e999, "lengthscales": [0.3]}, '
+                '"mean_function": "Constant"}'
+            },
+            "corrupt kernel description",
+        ),  # fmt: skip
+        ({"param.mean_function.c": np.zeros((2, 2))}, "corrupt Constant mean"),
+        ({"X": np.linspace(0, 1, 8)[:, None] + 0j}, "must be float arrays"),
+        ({"noise_variance": np.array("0.01")}, "must be float arrays"),
+        ({"noise_variance": np.array([1e-3, 1e-3])}, "must be float arrays"),
+    ],
+    ids=["400-digit variance", "infinite variance", "2-D mean", "complex X", "text noise variance", "two variances"],
+)
+def test_a_strangers_values_are_one_value_error_naming_the_file(tmp_path, replace, match):
+    """Values a fresh attacker put in a privacy model file (2026-12-02): each was another exception (OverflowError,
+    TensorFlow's InvalidArgumentError, check_shapes' ShapeMismatchError) or was cast silently."""
+    good = _privacy_file_with_constant(tmp_path)
+    _refused(PrivacyAwareGPR.load, _rewrite(good, tmp_path / "bad.npz", **replace), match)
+    assert isinstance(PrivacyAwareGPR.load(good), PrivacyAwareGPR)  # control

@@ -391,9 +391,12 @@ def _read_csv(
 
     if not path.is_file():
         raise ValueError(f"CSV file {path} not found")
-    with open(path, newline="") as fh:
-        reader = csv.reader(fh)
-        numbered = [(reader.line_num, r) for r in reader if any(c.strip() for c in r)]
+    try:
+        with open(path, newline="") as fh:
+            reader = csv.reader(fh)
+            numbered = [(reader.line_num, r) for r in reader if any(c.strip() for c in r)]
+    except csv.Error as exc:  # e.g. a field beyond the csv module's limit: no value of the file in the message
+        raise ValueError(f"{path} is not a CSV this command reads ({exc})") from None
     if not numbered:
         raise ValueError(f"{path} is empty")
     first_row = numbered[0][1]

@@ -69,9 +69,12 @@ def read_table(source: Table, keep_spaces: Sequence[str] = ()) -> Dict[str, np.n
         path = Path(source)
         if not path.is_file():
             raise ValueError(f"CSV file {path} not found")
-        with open(path, newline="") as fh:
-            reader = csv.reader(fh)
-            rows = [row for row in reader if any(cell.strip() for cell in row)]
+        try:
+            with open(path, newline="") as fh:
+                reader = csv.reader(fh)
+                rows = [row for row in reader if any(cell.strip() for cell in row)]
+        except csv.Error as exc:  # e.g. a field beyond the csv module's limit: no value of the file in the message
+            raise ValueError(f"{path} is not a readable CSV ({exc})") from None
         if len(rows) < 2:
             raise ValueError(f"{path} needs a header row and at least one data row")
         header = [h.strip() for h in rows[0]]

@@ -254,7 +254,14 @@ class PrivacyAwareGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
                 )
             try:
                 kernel = kernel_from_spec(kernel_description)
-            except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            except (
+                KeyError,
+                TypeError,
+                ValueError,
+                AttributeError,
+                ArithmeticError,  # a 400-digit integer for a value
+                tf.errors.InvalidArgumentError,  # an infinite value (JSON 1e999)
+            ) as exc:
                 raise ValueError(f"{path}: corrupt kernel description ({type(exc).__name__}: {exc})") from exc
         if mean_function is None:
             if mean_name == "Zero":
@@ -265,10 +272,23 @@ class PrivacyAwareGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
                         f"{path}: incomplete file, missing arrays ['param.mean_function.c'] of its Constant mean"
                     )
                 # the saved value fixes c's shape (a scalar Constant(0.0) or the default [1])
-                mean_function = gpflow.mean_functions.Constant(arrays["param.mean_function.c"])
+                c = arrays["param.mean_function.c"]
+                if c.dtype.kind != "f" or c.ndim > 1 or c.size > 1:
+                    raise ValueError(
+                        f"{path}: corrupt Constant mean: a float scalar or [1] array, got dtype {c.dtype.str} shape "
+                        f"{c.shape}"
+                    )
+                mean_function = gpflow.mean_functions.Constant(c)
             else:
                 raise ValueError(f"{path} holds a {mean_name} mean: pass mean_function= one of that class")
         saved = {key[len("param") :]: value for key, value in arrays.items() if key.startswith("param.")}
+        floats = ("X", "W", "noise_factor", "noise_variance")
+        not_float = [name for name in floats if arrays[name].dtype.kind != "f"]  # never cast (complex, text, ints)
+        if not_float or arrays["noise_variance"].size != 1:
+            raise ValueError(
+                f"{path}: corrupt arrays: {', '.join(floats)} must be float arrays (noise_variance one value); "
+                f"got {', '.join(f'{n}: {arrays[n].dtype.str} {arrays[n].shape}' for n in floats)}"
+            )
         try:
             model = PrivacyAwareGPR(
                 (arrays["X"], arrays["W"]),

@@ -92,3 +92,18 @@ def test_splitting_parties_is_linear_in_the_rows():
     small = min(seconds(4000) for _ in range(2))
     large = min(seconds(16000) for _ in range(2))
     assert large < 8 * small, (small, large)  # quadratic would be 16×; linear is 4×
+
+
+def test_a_field_beyond_the_csv_modules_limit_is_one_line_with_exit_2(tmp_path, capsys):
+    """A field over 131,072 characters ended ``gpflow-fed privacy`` (and ``fsgp --csv``) with a ``_csv.Error``
+    traceback (found by a fresh attacker); now one line, exit 2, and no cell echoed."""
+    big = _csv(tmp_path / "big.csv", cell="7" * 200_000)
+    argv = ["fsgp", "--csv", str(big), "--party-column", "hospital", "--target", "los"]
+    assert main([*argv, "--logdir", str(tmp_path / "runs")]) == 2
+    err = capsys.readouterr().err
+    assert "not a readable CSV" in err and err.count("\n") == 1 and "7777" not in err
+    privacy = ["privacy", "--csv", str(big), "--target", "los", "--sensitive", "30", "--alpha", "0.5"]
+    privacy += ["--lengthscale", "5", "--variance", "1", "--noise-variance", "0.01"]
+    assert main([*privacy, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "not a CSV this command reads" in err and err.count("\n") == 1 and "7777" not in err
