@@ -41,8 +41,11 @@ from check_shapes import check_shapes
 from gpflow.keras import tf_keras
 
 from ..validation import integer
+from .adam import AdamState
 
 __all__ = [
+    "stack_adam_states",
+    "unstack_adam_state",
     "flat_offsets",
     "split_flat",
     "PADDING_RATIO",
@@ -257,3 +260,20 @@ def flat_offsets(shapes: Sequence[Tuple[int, ...]]) -> List[Tuple[int, int, Tupl
 def split_flat(row: np.ndarray, offsets: Sequence[Tuple[int, int, Tuple[int, ...]]]) -> List[np.ndarray]:
     """Views of the arrays of one flat ``row`` (:func:`flat_offsets`)."""
     return [row[start:stop].reshape(shape) for start, stop, shape in offsets]
+
+
+def stack_adam_states(states: Sequence[AdamState], moment_count: int) -> Tuple[np.ndarray, np.ndarray]:
+    """``(iterations [B], moments [B, S])`` of B clients' Adam states for :class:`StackedAdam`: each row the client's
+    moments flattened one after another in :class:`~gpflow_fed.training.adam.AdamState` order."""
+    B = len(states)
+    own = [state.moments for state in states]
+    moments = np.concatenate([np.stack([m[j] for m in own]).reshape(B, -1) for j in range(moment_count)], axis=1)
+    return np.array([state.iterations for state in states], np.int64), moments
+
+
+def unstack_adam_state(
+    iterations: np.ndarray, moments: np.ndarray, offsets: Sequence[Tuple[int, int, Tuple[int, ...]]]
+) -> AdamState:
+    """One client's :class:`~gpflow_fed.training.adam.AdamState` from its row of a stacked batch (copies, so the
+    batch's arrays can go)."""
+    return AdamState(np.array(iterations, copy=True), tuple(split_flat(np.array(moments, copy=True), offsets)))

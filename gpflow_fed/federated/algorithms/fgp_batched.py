@@ -40,7 +40,9 @@ from ...training.batched import (
     per_client,
     size_buckets,
     split_flat,
+    stack_adam_states,
     stack_padded,
+    unstack_adam_state,
 )
 
 __all__ = ["BYTES_PER_CLIENT_FACTOR", "BatchedGPRWorker", "masked_gpr_log_marginal_likelihood"]
@@ -235,20 +237,13 @@ class BatchedGPRWorker:
         values = np.asarray(values, gpflow.default_float())
         out: List[Any] = [None] * len(data)
         for chunk in self.chunks([len(d[1]) for d in data], memory_budget):
-            B = len(chunk.members)
-            own = [states[k].moments for k in chunk.members]
-            moments = np.concatenate(  # [B, S]: one moment of every client at a time (AdamState order)
-                [np.stack([m[j] for m in own]).reshape(B, -1) for j in range(len(self._moment_shapes))], axis=1
-            )
-            iterations = np.array([states[k].iterations for k in chunk.members], np.int64)
+            iterations, moments = stack_adam_states([states[k] for k in chunk.members], len(self._moment_shapes))
             X, mask = stack_padded([data[k][0] for k in chunk.members], chunk.length)
             Y, _ = stack_padded([data[k][1] for k in chunk.members], chunk.length)
             outputs = self.function(X, Y, mask, values, iterations, moments)
             new_values, new_moments, new_iterations, losses = (t.numpy() for t in outputs)
             for i, k in enumerate(chunk.members):
-                state = AdamState(
-                    new_iterations[i].copy(), tuple(split_flat(new_moments[i].copy(), self._moment_offsets))
-                )
+                state = unstack_adam_state(new_iterations[i], new_moments[i], self._moment_offsets)
                 out[k] = (split_flat(new_values[i].copy(), self._value_offsets), state, float(losses[i]))
         return out
 

@@ -30,7 +30,9 @@ from ....training.batched import (
     per_client,
     size_buckets,
     split_flat,
+    stack_adam_states,
     stack_padded,
+    unstack_adam_state,
 )
 from .statistics import ADJOINT_NAMES, SGPRStatistics
 
@@ -307,12 +309,7 @@ class BatchedSGPRWorker:
         """
         out: List[Any] = [None] * len(data)
         for chunk in self._chunks([len(d[1]) for d in data], memory_budget):
-            B = len(chunk.members)
-            own = [states[k].moments for k in chunk.members]
-            moments = np.concatenate(  # [B, S]: one moment of every client at a time (AdamState order)
-                [np.stack([m[j] for m in own]).reshape(B, -1) for j in range(len(self._moment_shapes))], axis=1
-            )
-            iterations = np.array([states[k].iterations for k in chunk.members], np.int64)
+            iterations, moments = stack_adam_states([states[k] for k in chunk.members], len(self._moment_shapes))
             with self.lock:
                 new_values, new_moments, new_iterations, bounds = self.functions["train"](
                     *self._data(data, chunk), values, iterations, moments
@@ -320,9 +317,7 @@ class BatchedSGPRWorker:
             new_values, new_moments = new_values.numpy(), new_moments.numpy()
             new_iterations, bounds = new_iterations.numpy(), bounds.numpy()
             for i, k in enumerate(chunk.members):
-                state = AdamState(
-                    new_iterations[i].copy(), tuple(split_flat(new_moments[i].copy(), self._moment_offsets))
-                )
+                state = unstack_adam_state(new_iterations[i], new_moments[i], self._moment_offsets)
                 out[k] = (split_flat(new_values[i], self._value_offsets), state, float(bounds[i]))
         return out
 
