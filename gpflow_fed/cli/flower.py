@@ -3,10 +3,11 @@
 ``gpflow-fed flower party --csv FILE --target COL [--features COL ...] --client-index K --superlink HOST:PORT``
     one party: checks its table (before TensorFlow), keeps its rows privately for its SuperNode (a 0600 file in a
     0700 folder) and runs that ``flower-supernode``, with its own protection policy in its node config (secure
-    aggregation required unless ``--no-secure-aggregation``; ``--min-cohort``). Its rows never leave it: it answers
-    the server's requests (the column moments, then the training) with sums that are masked under secure
-    aggregation. It stops by itself once the server's SuperLink has not answered for ``--linger`` seconds (the run
-    is over; ``--stay`` keeps serving); Ctrl-C (or ``kill``) stops it and every process its SuperNode started.
+    aggregation required unless ``--no-secure-aggregation``; ``--min-cohort``, ``--max-rounds``, ``--max-colluders``,
+    ``--dp-budget``; every policy node key is listed in ``gpflow_fed.federated.runtimes.flower.commands``). Its rows
+    never leave it: it answers the server's requests (the column moments, then the training) with sums that are masked
+    under secure aggregation. It stops by itself once the server's SuperLink has not answered for ``--linger`` seconds
+    (the run is over; ``--stay`` keeps serving); Ctrl-C (or ``kill``) stops it and every process its SuperNode started.
 
 ``gpflow-fed flower server --clients K --save FILE [--method fsgp] [--rounds R ...] [--port 9100]``
     the server: starts ``flower-superlink`` and submits the table run with ``flwr run`` (its app folder, written
@@ -222,6 +223,7 @@ def party_command(args: argparse.Namespace) -> Tuple[List[str], str]:
         "min-cohort": args.min_cohort,
         "protect-small-cohorts": True,
         "max-rounds": args.max_rounds,
+        **({} if getattr(args, "max_colluders", None) is None else {"max-colluders": args.max_colluders}),
         **(
             {}
             if args.dp_budget is None
@@ -497,6 +499,14 @@ def register(subparsers: Any) -> None:
         type=positive_int,
         default=DEFAULT_MAX_ROUNDS,
         help="the most training rounds this party answers, whatever the server asks (default: %(default)s)",
+    )
+    party.add_argument(
+        "--max-colluders",
+        type=non_negative_int,
+        default=None,
+        metavar="N",
+        help="the most parties of a cohort it assumes collude with the server, which sets the quorum it needs in the "
+        "consistency round; the server may ask for more, never fewer (default: the protocol's, max(⌊n/3⌋, t − 1))",
     )
     party.add_argument("--port", type=int, default=9110, help="this SuperNode's local Runtime API port (one per party)")
     party.add_argument(

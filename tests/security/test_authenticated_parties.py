@@ -8,6 +8,8 @@ against clients with rosters (refused at ``share``) with its control: the same a
 """
 
 import copy
+import hashlib
+import json
 import pickle
 
 import numpy as np
@@ -24,10 +26,11 @@ from gpflow_fed.federated.protection.identity import (
     public_key_bytes,
     read_roster,
     read_signing_key,
+    roster_digest,
     roster_line,
     write_signing_key,
 )
-from gpflow_fed.federated.protection.masking import MaskingKeys, keystream, masking_graph
+from gpflow_fed.federated.protection.masking import MaskingKeys, keystream, length_prefixed, masking_graph
 from gpflow_fed.federated.protection.secagg import (
     SecAggClient,
     default_degree,
@@ -385,3 +388,33 @@ def test_a_federation_checks_its_roster_once_and_a_roster_given_in_full(monkeypa
 
     with pytest.raises(ValueError, match="look-alikes"):
         PartyIdentity(key, Posing(look_alike))
+
+
+def test_a_roster_is_hashed_once_with_the_documented_digest(monkeypatch):
+    """Each protocol client hashed the whole roster itself (K hashes of K entries at an in-process set-up: quadratic);
+    now the checked roster carries its digest, computed once when it is made, and every client that holds it uses
+    that. The digest is as before: SHA-256 of the length-prefixed tag, then each (id, key) pair in sorted order."""
+    ids = [f"client_{k:02d}" for k in range(6)]
+    keys = {c: Ed25519PrivateKey.from_private_bytes(bytes([k + 1]) * 32) for k, c in enumerate(ids)}  # fixed
+    hashed = []
+    real = hashlib.sha256
+
+    def counting(data=b"", **kwargs):
+        hashed.append(bytes(data).startswith(length_prefixed(b"gpflow-fed/roster/v1")))
+        return real(data, **kwargs)
+
+    monkeypatch.setattr(hashlib, "sha256", counting)
+    roster = check_roster({c: public_key_bytes(k) for c, k in keys.items()})
+    assert hashed.count(True) == 1  # when it was made
+    clients = [SecAggClient(c, identity=keys[c], roster=roster) for c in ids]
+    assert hashed.count(True) == 1  # not again, by any of the clients
+    monkeypatch.setattr(hashlib, "sha256", real)
+    parts = [length_prefixed(b"gpflow-fed/roster/v1")]
+    parts += [length_prefixed(c.encode("utf-8")) + length_prefixed(public_key_bytes(keys[c])) for c in sorted(ids)]
+    expected = hashlib.sha256(b"".join(parts)).hexdigest()
+    assert roster.digest == roster_digest(roster) == roster_digest(dict(roster)) == expected
+    assert all(json.loads(c.to_state()["record"])["roster_digest"] == expected for c in clients)
+    with pytest.raises(TypeError, match="read-only"):
+        roster.digest = "0" * 64
+    shuffled = dict(reversed(list(roster.items())))  # the same roster in another order: the same digest
+    assert roster_digest(shuffled) == expected and roster_digest({c: roster[c] for c in ids[1:]}) != expected

@@ -22,14 +22,17 @@ from gpflow_fed.federated import (
     ClientPolicy,
     DifferentialPrivacy,
     DistributedDP,
+    FaultPolicy,
     LocalRuntime,
     Message,
     Protection,
+    RunOptions,
     SecureAggregation,
     run,
 )
 from gpflow_fed.federated.protection import distributed_dp as ddp_module
-from gpflow_fed.federated.protection.encoder import ClientEncoder, EncoderRefusal
+from gpflow_fed.federated.protection.dp import DPUtilityWarning
+from gpflow_fed.federated.protection.encoder import DATA_FAULT, ClientEncoder, EncoderRefusal
 from gpflow_fed.federated.protection.reduction import ExchangeContext, FixedPointSaturationWarning, Reducer
 from gpflow_fed.federated.protection.secagg import SecAggServer
 from gpflow_fed.federated.protection.wire import SATURATED_KEY, FixedPoint
@@ -262,6 +265,39 @@ def test_the_server_warns_and_the_history_carries_the_count():
     assert len([w for w in caught if w.category is FixedPointSaturationWarning]) == 1  # once per phase and run
     assert [entry["saturated"] for entry in result.history] == [{"train": 2}, {"train": 2}]
     assert result.state["sums"][0][0] == 2.0  # +R − R + 2: the clipped sum
+
+
+class SumWithNaN(Sum):
+    """Sum, where party ``client_1``'s update holds a NaN (its local computation failed, or its data)."""
+
+    def client_update(self, client, broadcast):
+        if client.id != "client_1":
+            return super().client_update(client, broadcast)
+        return self.reply(client, broadcast, {"y": np.array([np.nan])})
+
+
+def test_a_non_finite_update_is_encoded_and_counted_not_refused():
+    """Under secure aggregation without DP a NaN in a party's update made it refuse (DATA_FAULT, then no protected
+    answer for the rest of the run): a refusal that depended on its data. Now it answers: the NaN is encoded as 0 and
+    counted in its masked saturation count, and the server warns on the cohort's total. Control: finite updates
+    count nothing; under DP the party still refuses (a count would be a release outside the accounting)."""
+    values = [1.5, 2.0, -0.25]
+    with pytest.warns(FixedPointSaturationWarning, match="1 entry of the cohort's payloads was beyond"):
+        result = run(SumWithNaN(2), _dataset(values), runtime=LocalRuntime(), seed=0)
+    assert [entry["saturated"] for entry in result.history] == [{"train": 1}, {"train": 1}]
+    assert all("excluded" not in entry for entry in result.history)  # every party answered, in every round
+    assert result.state["sums"][0][0] == 1.5 - 0.25  # the NaN encoded as 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FixedPointSaturationWarning)
+        control = run(Sum(2), _dataset(values), runtime=LocalRuntime(), seed=0)
+    assert all("saturated" not in entry for entry in control.history)
+    assert control.state["sums"][0][0] == 1.5 + 2.0 - 0.25
+    dp = Protection(differential_privacy=DifferentialPrivacy(1.0, clip_norm=10.0, insecure_noise_seed=0))
+    options = RunOptions(faults=FaultPolicy(on_error="exclude"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DPUtilityWarning)
+        under_dp = run(SumWithNaN(1), _dataset(values), runtime=LocalRuntime(options=options, protection=dp), seed=0)
+    assert under_dp.history[0]["excluded"] == {"client_1": DATA_FAULT}
 
 
 class SumThenTotal(Sum):

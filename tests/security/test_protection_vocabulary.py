@@ -5,6 +5,7 @@ say, with the defaults of the Python values, and a value that is not exactly a b
 import ast
 import pathlib
 import re
+import shlex
 
 import pytest
 
@@ -16,6 +17,8 @@ from gpflow_fed.federated.protection.policy import DEFAULT_MAX_ROUNDS
 
 #: the Flower ClientApp's source, read without importing Flower
 CLIENT_APP = pathlib.Path(gpflow_fed.__file__).parent / "federated" / "runtimes" / "flower" / "client_app.py"
+#: the Flower commands module's source (its docstring lists the policy's node keys)
+COMMANDS = CLIENT_APP.parent / "commands.py"
 
 REQUESTS = [
     Protection(),
@@ -160,6 +163,26 @@ def test_what_a_node_config_cannot_spell():
         ClientPolicy(budget=(1.0, 1e-5)).to_node_config()
 
 
+class Recording(dict):
+    """A node config that records every key read from it."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.read = set()
+
+    def __contains__(self, key):
+        self.read.add(key)
+        return super().__contains__(key)
+
+    def __getitem__(self, key):
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def get(self, key, default=None):
+        self.read.add(key)
+        return super().get(key, default)
+
+
 def _literal_reads(source, pattern):
     return set(re.findall(pattern, source))
 
@@ -167,23 +190,6 @@ def _literal_reads(source, pattern):
 def test_the_client_apps_docstring_lists_every_node_config_key_it_reads():
     """Every key the ClientApp reads (its own, its identity's and its policy's) has its line in the module docstring
     of ``client_app`` (read without importing Flower)."""
-
-    class Recording(dict):
-        def __init__(self):
-            super().__init__()
-            self.read = set()
-
-        def __contains__(self, key):
-            self.read.add(key)
-            return super().__contains__(key)
-
-        def __getitem__(self, key):
-            self.read.add(key)
-            return super().__getitem__(key)
-
-        def get(self, key, default=None):
-            self.read.add(key)
-            return super().get(key, default)
 
     policy_config, identity_config = Recording(), Recording()
     ClientPolicy.from_node_config(policy_config)
@@ -201,3 +207,38 @@ def test_the_client_apps_docstring_lists_every_node_config_key_it_reads():
     assert not missing, f"client_app's docstring lacks the node-config keys {missing}"
     listed = re.findall(r"^\* ``([a-z-]+)``", doc, flags=re.M)
     assert len(listed) == len(set(listed))  # one line each
+
+
+def test_the_flower_commands_docstring_lists_exactly_the_policy_keys():
+    """The module docstring of the Flower commands lists, one line each, exactly the node-config keys
+    ``ClientPolicy.from_node_config`` reads: none missing, none it does not read."""
+    read = Recording()
+    ClientPolicy.from_node_config(read)
+    assert {"max-colluders", "dp-budget-delta", "fractional-bits"} <= read.read
+    doc = ast.get_docstring(ast.parse(COMMANDS.read_text(encoding="utf-8")))
+    listed = re.findall(r"^\* ``([a-z-]+)``", doc, flags=re.M)
+    assert len(listed) == len(set(listed)) and set(listed) == read.read
+
+
+def test_flower_party_writes_its_own_collusion_bound(tmp_path):
+    """``gpflow-fed flower party --max-colluders N`` writes the node key ``max-colluders`` its ClientApp's policy reads;
+    without the option the key is absent (the protocol's default c)."""
+    from gpflow_fed.cli import build_parser
+    from gpflow_fed.cli.flower import party_command
+    from gpflow_fed.data.tabular import read_party_table
+
+    table = tmp_path / "mine.csv"
+    table.write_text("age,dose,los\n40,1.0,3\n41,2.0,4\n")
+    base = ["flower", "party", "--csv", str(table), "--target", "los", "--client-index", "0"]
+    base += ["--superlink", "127.0.0.1:9100", "--no-roster", "--state-dir", str(tmp_path / "state")]
+    configs = []
+    for extra in (["--max-colluders", "3"], []):
+        args = build_parser().parse_args([*base, *extra])
+        args.table = read_party_table(str(table), target="los")
+        command, _ = party_command(args)
+        pairs = (entry.split("=", 1) for entry in shlex.split(command[command.index("--node-config") + 1]))
+        configs.append(dict(pairs))  # Flower's key=value pairs (each value TOML: a bare int here)
+    assert configs[0]["max-colluders"] == "3" and "max-colluders" not in configs[1]
+    assert [ClientPolicy.from_node_config(c).max_colluders for c in configs] == [3, None]
+    with pytest.raises(SystemExit):  # a negative bound is argparse's error
+        build_parser().parse_args([*base, "--max-colluders", "-1"])

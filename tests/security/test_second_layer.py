@@ -9,6 +9,8 @@
 * error texts that would publish a masked client's values.
 """
 
+import warnings
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -30,6 +32,7 @@ from gpflow_fed.federated.algorithms import FSGP
 from gpflow_fed.federated.algorithms.fsgp.statistics import sgpr_statistics
 from gpflow_fed.federated.engine.exchange import PhaseOwner
 from gpflow_fed.federated.protection.encoder import ClientEncoder
+from gpflow_fed.federated.protection.reduction import FixedPointSaturationWarning
 
 from tests.federated.helpers import FederatedMean
 
@@ -229,25 +232,29 @@ class OverflowingFSGP(FSGP):
         if client.id != "client_2" or broadcast.phase in ("predict",):
             return reply
         arrays = {k: np.full_like(np.asarray(v, float), 1e300) for k, v in reply.arrays.items()}
-        return Message(reply.sender, reply.round, reply.phase, arrays, weight=reply.weight)
+        return Message(reply.sender, reply.round, reply.phase, arrays, weight=reply.weight, metrics=reply.metrics)
 
 
 @pytest.mark.parametrize("mode", ["fedavg", "exact"])
-def test_one_overflowing_update_is_a_fault_of_its_client_not_the_end_of_the_run(mode):
+def test_one_overflowing_update_is_excluded_in_plain_and_fails_the_masked_sum(mode):
+    """In plain the server excludes an absurd update (1e300) and the run goes on. Under secure aggregation no value
+    makes a party refuse (issue 43, item 7): its client clips it to its fixed-point range and counts it, and the
+    masked sum fails the server's check, naming the check, never a value."""
     dataset = _dataset()
     Z = np.linspace(-2, 2, 5)[:, None]
     options = RunOptions(faults=FaultPolicy(on_error="exclude"))
-    for protection in (PLAIN, Protection()):
-        result = run(
-            OverflowingFSGP(gpflow.kernels.SquaredExponential(), Z, rounds=2, mode=mode),
-            dataset,
-            options=options,
-            protection=protection,
-        )
-        assert all("client_2" in entry["excluded"] for entry in result.history)
-        assert np.isfinite(result.metrics["test_rmse"])
-        reasons = " ".join(entry["excluded"]["client_2"] for entry in result.history)
-        assert "1e+300" not in reasons and "1e300" not in reasons  # a reason carries no value of the client
+    algorithm = OverflowingFSGP(gpflow.kernels.SquaredExponential(), Z, rounds=2, mode=mode)
+    result = run(algorithm, dataset, options=options, protection=PLAIN)
+    assert all("client_2" in entry["excluded"] for entry in result.history)
+    assert np.isfinite(result.metrics["test_rmse"])
+    reasons = " ".join(entry["excluded"]["client_2"] for entry in result.history)
+    assert "1e+300" not in reasons and "1e300" not in reasons  # a reason carries no value of the client
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(RoundFailedError, match="masked sum fails the server's check") as failed:
+            run(algorithm, dataset, options=options, protection=Protection())
+    assert any(w.category is FixedPointSaturationWarning for w in caught)  # clipped and counted
+    assert "1e+300" not in str(failed.value) and "1e300" not in str(failed.value)
 
 
 # --- DP across a resume --------------------------------------------------------------------------------

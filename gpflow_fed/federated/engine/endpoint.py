@@ -89,38 +89,6 @@ class ClientEndpoint:
             "cohorts)"
         )
 
-    def _schedule_refusal(self, request: Request) -> str:
-        """Why the request is not one of the client's own algorithm's exchanges, or ``""``.
-
-        The client reads a phase's aggregation from its own algorithm (a server that relabels a sum as
-        ``"collect"`` would get the payload in plain), and answers only its algorithm's phases: ``phases(round)`` for
-        ``0 ≤ round < rounds`` in training, ``final_phases()`` for ``0 ≤ round ≤ rounds`` in a final or evaluation
-        exchange, where ``rounds`` is at most its own policy's ``max_rounds`` (a Flower party builds its algorithm
-        from the run config the server writes; its cap is its own).
-        """
-        algorithm, down = self.algorithm, request.message
-        cap = self.encoder.policy.max_rounds
-        rounds = algorithm.rounds if cap is None else min(algorithm.rounds, cap)
-        own = algorithm.aggregation(down.phase)
-        if request.config.get("aggregation") != own:
-            return (
-                f"phase {down.phase!r}: the server asked for aggregation {request.config.get('aggregation')!r}, but "
-                f"this client's algorithm aggregates it as {own!r}; refused (nothing of the payload was sent)"
-            )
-        if request.purpose == "train":
-            scheduled = 0 <= down.round < rounds and down.phase in algorithm.phases(down.round)
-        else:
-            scheduled = request.purpose in ("final", "evaluate") and 0 <= down.round <= rounds
-            scheduled = scheduled and down.phase in algorithm.final_phases()
-        if not scheduled:
-            return (
-                f"phase {down.phase!r} of round {down.round} ({request.purpose!r}) is not an exchange of this client's "
-                f"algorithm ({algorithm.rounds} rounds"
-                + ("" if cap is None else f", at most {cap} by its own policy")
-                + "); refused"
-            )
-        return ""
-
     def _data_fault(self, detail: str, seconds: Optional[float], fault: str = DATA_FAULT) -> Response:
         """A protected update that raised, or a reply that failed the client's own checks: the details go to this
         party's log only, the server gets ``fault`` (:data:`~.protection.encoder.DATA_FAULT` or ``UPDATE_FAULT``,
@@ -141,23 +109,21 @@ class ClientEndpoint:
         return self.answer(admitted, outcome, time.perf_counter() - started)
 
     def admit(self, request: Request) -> Union[Response, "Admitted"]:
-        """The client's checks of an update request before any work on its data: its schedule, its own policy, the
-        claim of a protected exchange (once), then ``Algorithm.setup_client`` on first use.
+        """The client's checks of an update request before any work on its data: its schedule and its own policy (both
+        decided by its encoder, :meth:`ClientEncoder.refusal`), the claim of a protected exchange (once), then
+        ``Algorithm.setup_client`` on first use.
 
         :return: the refusal to send, or what :meth:`answer` needs once the update is computed (by
             ``Algorithm.client_update``, or for a whole cohort by ``Algorithm.client_updates``).
         """
-        algorithm, config = self.algorithm, request.config
-        refusal = self._schedule_refusal(request)
-        if refusal:
+        algorithm, phase = self.algorithm, request.message.phase
+        aggregation = algorithm.aggregation(phase)  # its own algorithm's, whatever the request says
+        # a request without a protection entry asks for none (a "collect" phase); the client's encoder decides
+        request_protection = Protection.from_config(request.config.get("protection", {"secure-aggregation": False}))
+        refusal = self.encoder.refusal(request_protection, phase, aggregation, (algorithm, request))
+        if refusal:  # its schedule or its own policy: nothing of its payload is sent
             return Response(fault=refusal, error=PermissionError(refusal))
         down = algorithm.read_broadcast(request.message)  # only what the phase reads reaches the update
-        aggregation = algorithm.aggregation(down.phase)
-        # a request without a protection entry asks for none (a "collect" phase); the client's policy decides
-        request_protection = Protection.from_config(config.get("protection", {"secure-aggregation": False}))
-        refusal = self.encoder.policy.refusal(request_protection, down.phase, aggregation)
-        if refusal:  # the client's own policy: nothing of its payload is sent
-            return Response(fault=refusal, error=PermissionError(refusal))
         protected = request_protection.protects(down.phase, aggregation)
         claimed = protected and request_protection.secure is not None
         if claimed:  # once, before anything depends on the data
@@ -168,7 +134,8 @@ class ClientEndpoint:
     def answer(self, admitted: "Admitted", outcome: Union[Message, Exception], elapsed: float) -> Response:
         """The client's response once its update is computed: ``outcome`` is the reply of ``Algorithm.client_update``
         or the exception it raised, ``elapsed`` the client's seconds for it. The envelope, the small-cohort rule of a
-        plain answer, and on a protected phase its own value and weight checks and its encoding (its policy).
+        plain answer, and on a protected phase its own value checks (under DP), its weight check and its encoding
+        (its policy).
 
         :raises BroadcastRefused: the update refused the broadcast's form (sent as it is, by :meth:`handle`).
         :raises Exception: the update's error on an unprotected phase (sent as it is, by :meth:`handle`).
@@ -193,7 +160,9 @@ class ClientEndpoint:
             if small:
                 return Response(fault=small, error=PermissionError(small), seconds=seconds)
             return Response(message=reply, seconds=seconds)  # the server screens what it can read
-        fault = value_fault(reply)  # protected: the client checks its own reply; once encoded, no one can
+        # under DP the client checks its own reply (once encoded, no one can); under secure aggregation alone its
+        # encoding carries any value, NaN and ±inf included, clipped and counted (ClientEncoder): no value refuses
+        fault = value_fault(reply) if request_protection.noised(down.phase, aggregation) else None
         if fault is not None:
             return self._data_fault(fault, seconds)
         size = self.client.num_data

@@ -15,32 +15,36 @@ Every runtime hands a protected stage to the party's :class:`ClientEncoder` (thr
    range of n (:class:`~.wire.FixedPoint`), or distributed DP's message
    (:meth:`~.distributed_dp.DistributedDP.encode_counted`).
 
-**The range is the client's, and data never makes it refuse.** Fixed-point bits come from the client's policy, the
-range from them and the number of members of the cohort it masks over (``⌊(2^63 − 1)/n⌋`` codes: n such codes never
-wrap modulo 2^64), never from a cohort size the server claims. A value beyond the range is clipped to it (saturated)
-and counted; the count is one more entry of the masked payload (:data:`~.wire.SATURATED_KEY`), so the server learns
-the cohort's total only, and warns on it. A request's ``fractional_bits`` must name the client's own f: more bits
-would shrink the client's range (a saturation threshold of the server's choosing), fewer would coarsen the rounding,
-whose errors ``Σ_k e_k`` (``|e_k| ≤ 2^{-f-1}``) are all a fixed-point sum carries beyond the exact one; either is
-refused for the request's own value. Under DP the range holds the clipped payload (checked on public numbers:
-``C``, ``B C``, distributed DP's ``Δ̃ + T``), so nothing that depends on the data is ever saturated there: the
+**The range is the client's, and data never makes it refuse.** Fixed-point bits come from the client's policy, the range
+from them and the number of members of the cohort it masks over (``⌊(2^63 − 1)/n⌋`` codes: n such codes never wrap
+modulo 2^64), never from a cohort size the server claims. A value beyond the range is clipped to it (saturated) and
+counted; the count is one more entry of the masked payload (:data:`~.wire.SATURATED_KEY`), so the server learns the
+cohort's total only, and warns on it. Without DP a non-finite entry is one of them (NaN encoded as 0, ±inf clipped to
+±R, each counted), so no value of the payload makes the client refuse. A request's ``fractional_bits`` must name the
+client's own f: more bits would shrink the client's range (a saturation threshold of the server's choosing), fewer would
+coarsen the rounding, whose errors ``Σ_k e_k`` (``|e_k| ≤ 2^{-f-1}``) are all a fixed-point sum carries beyond the exact
+one; either is refused for the request's own value. Under DP the range holds the clipped payload (checked on public
+numbers: ``C``, ``B C``, distributed DP's ``Δ̃ + T``), so nothing that depends on the data is ever saturated there: the
 clipping is DP's, inside its sensitivity, and the count depends only on public weights (central DP) or on truncated
-noise (distributed DP). A non-finite value under DP is encoded as 0 before the clip (not counted: the count would
-be a release outside the accounting).
+noise (distributed DP). Under DP a non-finite reply is refused by the party's endpoint instead (:data:`DATA_FAULT`, one
+bit per run: a count of non-finite entries would be a release outside the accounting); a caller of
+:meth:`~ClientEncoder.prepare` without that check gets them encoded as 0 before the clip, not counted.
 
 A client masks answers to **one broadcast over one cohort**: whatever round or purpose the server names, a broadcast
 (its phase and content, :func:`~.wire.broadcast_digest`) it has answered before is answered again only for the same
 cohort, unmasked with the same drop-outs, and never under distributed DP. So a server cannot sum one answer over two
 cohorts (or two sets of survivors) and difference them, nor average fresh distributed-DP noise away by asking again. Its
 answers to one phase and purpose come in increasing rounds (one ``"final"`` answer per phase), so the number of releases
-it makes is bounded by its algorithm's schedule. Every refusal of this encoder depends on what the server already knows
-(the request, the cohort, the payload's layout, the party's budget and past answers), never on a value. The party's
-endpoint still stops a reply its own checks fail or an update that raised (a refusal that may depend on the data:
-:data:`DATA_FAULT`, :data:`UPDATE_FAULT`), so both rules are also kept *before* the update is computed: each protected
-exchange is claimed (:meth:`~ClientEncoder.claim`: increasing rounds per phase and purpose, whatever the broadcast), and
-a broadcast is encoded under **one request** (protection, cohort size, aggregation and the runtime's context:
-:func:`~.wire.request_view`). Such a refusal is in the same words whichever check, and the client then refuses every
-later protected exchange of the run (:meth:`ClientEncoder.stop`): one such bit per client and run.
+it makes is bounded by its algorithm's schedule, which it checks itself (:meth:`~ClientEncoder.refusal`: its own
+algorithm's exchanges, at most its policy's ``max_rounds``, before its policy's own refusals). Every refusal of this
+encoder depends on what the server already knows (the request, the cohort, the payload's layout, the party's budget and
+past answers), never on a value. The party's
+endpoint still stops a reply its own checks fail (under DP) or an update that raised (a refusal that may depend on the
+data: :data:`DATA_FAULT`, :data:`UPDATE_FAULT`), so both rules are also kept *before* the update is computed: each
+protected exchange is claimed (:meth:`~ClientEncoder.claim`: increasing rounds per phase and purpose, whatever the
+broadcast), and a broadcast is encoded under **one request** (protection, cohort size, aggregation and the runtime's
+context: :func:`~.wire.request_view`). Such a refusal is in the same words whichever check, and the client then refuses
+every later protected exchange of the run (:meth:`ClientEncoder.stop`): one such bit per client and run.
 
 Under a DP budget (``ClientPolicy.budget``) the client also keeps its own zCDP ledger (:mod:`.budget`): before it
 encodes a distributed-DP answer it reserves the answer's ρ in the ledger (a file shared by the party's runs, locked,
@@ -58,7 +62,7 @@ import hashlib
 import io
 import json
 import logging
-from typing import Any, Dict, Mapping, NamedTuple, Optional, Tuple, cast
+from typing import TYPE_CHECKING, Any, Dict, Mapping, NamedTuple, Optional, Tuple, cast
 
 import numpy as np
 
@@ -71,6 +75,10 @@ from .policy import ClientPolicy
 from .request import Protection
 from .secagg import SecAggClient
 from .wire import METRIC_PREFIX, SATURATED_KEY, WEIGHT_KEY, FixedPoint, code_limit, count_code
+
+if TYPE_CHECKING:
+    from ..protocol.algorithm import Algorithm
+    from ..protocol.transport import Request
 
 __all__ = [
     "ClientEncoder",
@@ -176,6 +184,50 @@ class ClientEncoder:
         self.ledger = open_ledger(policy.ledger, policy.budget)
 
     # --- the update ----------------------------------------------------------------------------------
+    def refusal(
+        self,
+        request: Protection,
+        phase: str,
+        aggregation: str,
+        update: Optional[Tuple["Algorithm[Any]", "Request"]] = None,
+    ) -> str:
+        """Why this client refuses to answer ``phase`` under ``request``, or ``""`` when it may: its schedule and its
+        policy, decided here only (:meth:`~gpflow_fed.federated.engine.endpoint.ClientEndpoint.admit` asks before the
+        update is computed, :meth:`prepare` again before anything is encoded).
+
+        :param request: the protection the server asks for.
+        :param aggregation: the phase's aggregation, as the client's own algorithm has it.
+        :param update: the client's algorithm and the server's update request (its endpoint's check): first whether the
+            request is one of its own algorithm's exchanges. The client reads a phase's aggregation from its own
+            algorithm (a server that relabels a sum as ``"collect"`` would get the payload in plain), and answers only
+            its algorithm's phases: ``phases(round)`` for ``0 ≤ round < rounds`` in training, ``final_phases()`` for
+            ``0 ≤ round ≤ rounds`` in a final or evaluation exchange, where ``rounds`` is at most its own policy's
+            ``max_rounds`` (a Flower party builds its algorithm from the run config the server writes; its cap is its
+            own). Then its policy's refusal (:meth:`~.policy.ClientPolicy.refusal`).
+        """
+        if update is not None:
+            algorithm, asked = update
+            down, cap, named = asked.message, self.policy.max_rounds, asked.config.get("aggregation")
+            rounds = algorithm.rounds if cap is None else min(algorithm.rounds, cap)
+            if named != aggregation:
+                return (
+                    f"phase {down.phase!r}: the server asked for aggregation {named!r}, but this client's algorithm "
+                    f"aggregates it as {aggregation!r}; refused (nothing of the payload was sent)"
+                )
+            if asked.purpose == "train":
+                scheduled = 0 <= down.round < rounds and down.phase in algorithm.phases(down.round)
+            else:
+                scheduled = asked.purpose in ("final", "evaluate") and 0 <= down.round <= rounds
+                scheduled = scheduled and down.phase in algorithm.final_phases()
+            if not scheduled:
+                return (
+                    f"phase {down.phase!r} of round {down.round} ({asked.purpose!r}) is not an exchange of this "
+                    f"client's algorithm ({algorithm.rounds} rounds"
+                    + ("" if cap is None else f", at most {cap} by its own policy")
+                    + "); refused"
+                )
+        return self.policy.refusal(request, phase, aggregation)
+
     def claim(self, purpose: str, round: int, phase: str) -> None:
         """Record a protected update's exchange *before* anything that depends on the client's data is checked
         (its reply's faults, its encoding's range): a refusal is an answer too, so a server gets one per exchange of
@@ -232,7 +284,7 @@ class ClientEncoder:
         :raises EncoderRefusal: the request is below the client's policy, or names other ``fractional_bits`` than
             the client's (module docstring): reasons in the request, never in the payload's values.
         """
-        refusal = self.policy.refusal(request, message.phase, aggregation)
+        refusal = self.refusal(request, message.phase, aggregation)
         if refusal:
             raise EncoderRefusal(refusal)
         if request.secure is not None:
@@ -270,7 +322,8 @@ class ClientEncoder:
                 "coarsen its rounding); refused"
             )
         if aggregation == "mean":
-            arrays = {k: weight * v for k, v in arrays.items()}
+            with np.errstate(over="ignore", invalid="ignore"):  # ±inf, or beyond float64: saturated when encoded
+                arrays = {k: weight * v for k, v in arrays.items()}
         arrays[WEIGHT_KEY] = np.array([weight], dtype=np.float64)
         arrays.update({METRIC_PREFIX + k: np.array([weight * v], dtype=np.float64) for k, v in metrics.items()})
         kept = Message(message.sender, message.round, message.phase, arrays, weight=0.0)

@@ -32,8 +32,9 @@ Cost (measured on this project's 2-core machine, ``python -m timeit``, cryptogra
 per run and verifies K signatures at setup: ≈ 0.17 s at K = 1,000; per exchange it signs one survivor set and
 verifies at most ``q`` signatures (≈ 0.1 s at K = 1,000). Verifications are cached per process on the exact
 (public key, message, signature) bytes (:func:`verify`), so an in-process run of K parties pays K verifications,
-not K². A roster is checked once however many parties share it (:func:`check_roster` returns the read-only
-roster it made as it is), so :meth:`PartyIdentity.federation` of K parties takes time linear in K, not quadratic.
+not K². A roster is checked and hashed once however many parties share it (:func:`check_roster` returns the
+read-only roster it made as it is, its :func:`roster_digest` computed then), so :meth:`PartyIdentity.federation` of K
+parties and their protocol clients take time linear in K, not quadratic.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ __all__ = [
     "ADVERTISE_TAG",
     "CONSISTENCY_TAG",
     "PUBLIC_KEY_BYTES",
+    "ROSTER_TAG",
     "SIGNATURE_BYTES",
     "PartyIdentity",
     "advertise_message",
@@ -69,6 +71,7 @@ __all__ = [
     "quorum",
     "read_roster",
     "read_signing_key",
+    "roster_digest",
     "roster_line",
     "verify",
     "write_federation",
@@ -79,6 +82,8 @@ __all__ = [
 ADVERTISE_TAG = b"gpflow-fed/secure-aggregation/advertise/v1"
 #: the protocol tag every consistency-round signature starts with (:func:`consistency_message`)
 CONSISTENCY_TAG = b"gpflow-fed/secure-aggregation/consistency/v1"
+#: the tag a roster's digest starts with (:func:`roster_digest`)
+ROSTER_TAG = b"gpflow-fed/roster/v1"
 #: raw Ed25519 public keys and signatures
 PUBLIC_KEY_BYTES, SIGNATURE_BYTES = 32, 64
 _MEMBERS_DOMAIN = b"gpflow-fed/secure-aggregation/members/v1"
@@ -187,15 +192,30 @@ class _CheckedRoster(Dict[str, bytes]):
     check) and refuses every change (``TypeError``), so it is still the roster that was checked when
     :func:`check_roster` meets it again and returns it as it is. A ``dict`` for its readers (``SecAggClient`` keeps
     one); ``dict``'s own methods called on it directly (``dict.__setitem__(roster, …)``) are outside this, as
-    ``object.__setattr__`` is for a frozen dataclass."""
+    ``object.__setattr__`` is for a frozen dataclass. Its :attr:`digest` is computed once, when it is made."""
 
-    __slots__ = ()
+    __slots__ = ("_digest",)
+    _digest: str
 
     def __init__(self, roster: Any, where: str) -> None:
         super().__init__(_checked_entries(roster, where))
+        parts = [length_prefixed(ROSTER_TAG)]
+        parts += [length_prefixed(c.encode("utf-8")) + length_prefixed(k) for c, k in sorted(self.items())]
+        object.__setattr__(self, "_digest", hashlib.sha256(b"".join(parts)).hexdigest())
+
+    @property
+    def digest(self) -> str:
+        """:func:`roster_digest` of this roster (computed when it was made)."""
+        return self._digest
 
     def _refuse(self) -> NoReturn:
         raise TypeError("a checked roster is read-only; change a copy (dict(roster)), which is checked again")
+
+    def __setattr__(self, name: str, value: Any) -> NoReturn:
+        self._refuse()
+
+    def __delattr__(self, name: str) -> NoReturn:
+        self._refuse()
 
     def __setitem__(self, key: str, value: bytes) -> NoReturn:
         self._refuse()
@@ -231,7 +251,7 @@ class _CheckedRoster(Dict[str, bytes]):
         return _CheckedRoster, (dict(self), "roster")  # unpickled: checked again
 
 
-def check_roster(roster: Any, where: str = "roster") -> Dict[str, bytes]:
+def check_roster(roster: Any, where: str = "roster") -> _CheckedRoster:
     """A roster, checked: a mapping of party ids, each already in :func:`~gpflow_fed.validation.party_name`'s normal
     form and no two look-alikes (:func:`~gpflow_fed.validation.party_key`), to distinct raw 32-byte Ed25519 public
     keys that parse.
@@ -247,6 +267,18 @@ def check_roster(roster: Any, where: str = "roster") -> Dict[str, bytes]:
     if type(roster) is _CheckedRoster:  # exactly: a subclass could skip the checks in its constructor
         return roster
     return _CheckedRoster(roster, where)
+
+
+def roster_digest(roster: Any) -> str:
+    """SHA-256 of a roster, in hex: of ``length_prefixed(ROSTER_TAG)`` followed, for each party id in sorted order, by
+    ``length_prefixed(id in UTF-8) + length_prefixed(its 32-byte public key)``
+    (:func:`~.masking.length_prefixed`). What a protocol client's state records, so a restore must give the same
+    roster. Computed once per checked roster (:func:`check_roster`; a roster it returned is not hashed again), so K
+    protocol clients that share one roster hash it once between them, not K times.
+
+    :raises TypeError, ValueError: as :func:`check_roster`, for a roster not checked yet.
+    """
+    return check_roster(roster).digest
 
 
 def _checked_entries(roster: Any, where: str) -> Dict[str, bytes]:

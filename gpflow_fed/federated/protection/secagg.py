@@ -147,6 +147,7 @@ from .identity import (
     consistency_message,
     members_digest,
     quorum,
+    roster_digest,
     verify,
 )
 from .masking import (
@@ -448,7 +449,8 @@ class SecAggClient:
                 raise ValueError("SecAggClient: a roster needs this party's identity (its signing key) to sign with")
             if self._signers.get(client_id) != identity.public_key().public_bytes_raw():
                 raise ValueError(f"SecAggClient: the roster does not hold {client_id!r} with this party's public key")
-        self._roster_hash = self._roster_digest()
+        #: the roster's digest ("" without one): computed once per checked roster, shared by the clients that hold it
+        self._roster_hash = "" if self._signers is None else roster_digest(self._signers)
         self._s_sk, self._c_sk, self._b = (secrets.token_bytes(32) for _ in range(3))
         self._run_id: Optional[bytes] = None
         self._roster: Dict[str, Tuple[bytes, bytes]] = {}  # id -> (s_pk, c_pk), as seen at setup
@@ -480,14 +482,6 @@ class SecAggClient:
     def authenticated(self) -> bool:
         """Whether this client checks every party's keys against its own roster (False: unauthenticated mode)."""
         return self._signers is not None
-
-    def _roster_digest(self) -> str:
-        """SHA-256 of the roster (hex; "" without one): what the state records, so a restore must give it again."""
-        if self._signers is None:
-            return ""
-        parts = [length_prefixed(b"gpflow-fed/roster/v1")]
-        parts += [length_prefixed(c.encode()) + length_prefixed(k) for c, k in sorted(self._signers.items())]
-        return hashlib.sha256(b"".join(parts)).hexdigest()
 
     def __reduce__(self) -> NoReturn:
         raise TypeError("SecAggClient holds secrets: keep it with to_state() in the client's memory, never pickle it")
@@ -942,7 +936,7 @@ class SecAggClient:
             "signed": {k.hex(): v.hex() for k, v in self._signed.items()},
             "views": {k.hex(): v.hex() for k, v in self._views.items()},
             "excluded": {c: v.hex() for c, v in self._excluded.items()},
-            "roster_digest": self._roster_digest(),
+            "roster_digest": self._roster_hash,  # so a restore must give the same roster
         }
         return {
             "format": _STATE_FORMAT,
@@ -977,7 +971,7 @@ class SecAggClient:
                 roster=roster,
                 max_colluders=record["max_colluders"],
             )
-            if client._roster_digest() != record.get("roster_digest", ""):
+            if client._roster_hash != record.get("roster_digest", ""):
                 raise ValueError("the state was saved under another roster (or with/without one); give the same")
             secret = state["secrets"]
             client._s_sk, client._c_sk, client._b = secret[:32], secret[32:64], secret[64:]

@@ -128,7 +128,6 @@ def test_dp_alone_runs_fsgp_on_flower(dataset):  # noqa: F811
     "kind, reason",
     [
         ("raise", "answers no protected exchange again in this run"),  # one generic refusal, then none
-        ("nan", "answers no protected exchange again in this run"),
         ("shape", "payload shapes differ"),
     ],
 )

@@ -5,9 +5,25 @@ own machine). This module builds their argument lists, for :mod:`gpflow_fed.fede
 (which starts them on loopback for tests and demos) and for ``gpflow-fed flower party``/``server``, which start
 them for real — quickly, since nothing here imports TensorFlow.
 
-A SuperNode's node config is what its party alone decides: its data file, its index, its own protection policy
-(``secure-aggregation``, ``min-cohort``, ``protect-small-cohorts``; see
-:class:`~gpflow_fed.federated.ClientPolicy`) and its state folder.
+A SuperNode's node config is what its party alone decides: its data file, its index, its state folder, its identity
+(:mod:`gpflow_fed.federated.runtimes.flower.client_app` lists every key the ClientApp reads) and its own protection
+policy. These are every policy key
+(:meth:`~gpflow_fed.federated.protection.policy.ClientPolicy.from_node_config`, which parses each strictly; what each
+means: :class:`~gpflow_fed.federated.ClientPolicy`), with the ``gpflow-fed flower party`` option that writes it:
+
+* ``secure-aggregation`` (true; ``--no-secure-aggregation`` writes false): never send a sum in plain;
+* ``min-cohort`` (2; ``--min-cohort``): the fewest cohort members it masks with;
+* ``fractional-bits`` (32): its fixed-point resolution ``2^-f``;
+* ``protect-small-cohorts`` (true; the party command writes true): refuse a sum that determines a cohort's rows;
+* ``masking-degree`` (0: the protocol's): the least masking and share-holder degree it accepts;
+* ``min-noise-multiplier`` (0: none): the least distributed-DP noise it adds itself;
+* ``honest-clients`` (0: any): the most honest clients it assumes under distributed DP;
+* ``max-rounds`` (1000; ``--max-rounds``): the most training rounds it answers;
+* ``max-colluders`` (absent: the protocol's c; ``--max-colluders``): its collusion bound, which sets its quorum in
+  the consistency round;
+* ``dp-budget-epsilon`` (none; ``--dp-budget``): the ε its distributed-DP answers may spend, across runs;
+* ``dp-budget-delta`` (none; ``--dp-budget``): the δ of that budget (both or neither);
+* ``dp-ledger`` (required with a budget; ``--dp-ledger``): its DP ledger file (``gpflow-fed flower ledger create``).
 """
 
 from __future__ import annotations
