@@ -3,7 +3,11 @@
 For each K: an FSGP run (FedAvg, every client every round, P = 3 local Adam steps, M = 20, N_k = 10 points each of
 FSGP synthetic 1) with ``R`` rounds, on each of the runtime's two paths, side by side in one invocation. With
 ``--algorithm fgp``: an FGP run instead (FedAvg over the clients' exact-GP likelihoods, the same P = 3, the final
-``experts`` phase after the rounds); ``--points-max``: client sizes drawn uniformly from ``--points … --points-max``:
+``experts`` phase after the rounds); with ``--algorithm fedbnr``: a FedBNR run (phase 1 FedAvg, the same P = 3, a URK of
+m = ``--inducing`` Fourier samples, then phase 2's statistics); with ``--algorithm pvi``: a synchronous PVI run (DPO
+factors, q(Z) and q(log β) learned, M = ``--inducing``, 30 local Adam steps a round with a patience above that cap, so
+every client takes all 30, damping 1 − 1/K); ``--points-max``: client sizes drawn uniformly from
+``--points … --points-max``:
 
 * ``batched``: ``LocalRuntime()``'s default, every cohort's local training as one compiled computation
   (``Algorithm.client_updates``);
@@ -32,7 +36,7 @@ The script needs only ``run``, ``LocalRuntime`` and ``client_seed``, so a "befor
 with ``--paths per-client`` (a runtime without the ``batched`` option runs its only path).
 
 Usage: ``python benchmarks/scale_overhead.py [--clients 1000 10000] [--rounds 4] [--paths batched per-client]
-[--per-client-rounds 3] [--per-client-max 10000] [--algorithm fsgp|fgp] [--points 10] [--points-max 0]
+[--per-client-rounds 3] [--per-client-max 10000] [--algorithm fsgp|fgp|fedbnr|pvi] [--points 10] [--points-max 0]
 [--secure] [--batch-memory BYTES] [--json PATH]``.
 """
 
@@ -81,9 +85,9 @@ def stamped(algorithm: str, per_client: bool) -> Any:
     """FSGP (or FGP) that notes when round 0 starts (its first ``select_clients``) and times its training updates per
     round: ``client_updates`` (the batch) or, for the per-client path, each ``client_update`` (an algorithm whose
     ``client_update`` is replaced is asked per client, which that path is anyway)."""
-    from gpflow_fed.federated.algorithms import FGP, FSGP
+    from gpflow_fed.federated.algorithms import FGP, FSGP, PVI, FedBNR
 
-    base: Any = {"fsgp": FSGP, "fgp": FGP}[algorithm]
+    base: Any = {"fsgp": FSGP, "fgp": FGP, "fedbnr": FedBNR, "pvi": PVI}[algorithm]
 
     class StampedFSGP(base):  # type: ignore[misc, valid-type]
         started: List[float] = []
@@ -102,7 +106,7 @@ def stamped(algorithm: str, per_client: bool) -> Any:
             try:
                 return call()
             finally:
-                if broadcast.phase == "train":
+                if broadcast.phase in ("train", "kernel"):  # FedBNR's phase 1 is "kernel"
                     key = int(broadcast.round)
                     StampedFSGP.updates[key] = StampedFSGP.updates.get(key, 0.0) + time.perf_counter() - t
 
@@ -135,6 +139,14 @@ def measure(K: int, path: str, rounds: int, args: argparse.Namespace) -> Dict[st
     Stamped = stamped(args.algorithm, per_client=path == "per-client")
     if args.algorithm == "fgp":
         algorithm = Stamped(gpflow.kernels.SquaredExponential(), 0.1, rounds=rounds, local_steps=3)
+    elif args.algorithm == "fedbnr":
+        from gpflow_fed.kernels import URK
+
+        algorithm = Stamped(URK(1, num_samples=args.inducing, seed=args.seed), 0.1, rounds=rounds, local_steps=3)
+    elif args.algorithm == "pvi":
+        kernel, likelihood = gpflow.kernels.SquaredExponential(), gpflow.likelihoods.Gaussian(0.1)
+        options_pvi: Dict[str, Any] = dict(damping=1 - 1 / K, local_steps=30, patience=50, num_predict_samples=10)
+        algorithm = Stamped(kernel, Z, likelihood, "dpo", "synchronous", rounds, **options_pvi)
     else:
         algorithm = Stamped(gpflow.kernels.SquaredExponential(), Z, 0.1, rounds=rounds, local_steps=3)
     options: Dict[str, Any] = {}
@@ -213,7 +225,12 @@ def main(argv: Any = None) -> int:
     parser.add_argument(
         "--batch-memory", type=int, default=0, help="LocalRuntime(batch_memory=…) in bytes (0: its default)"
     )
-    parser.add_argument("--algorithm", choices=("fsgp", "fgp"), default="fsgp", help="FSGP (M = --inducing) or FGP")
+    parser.add_argument(
+        "--algorithm",
+        choices=("fsgp", "fgp", "fedbnr", "pvi"),
+        default="fsgp",
+        help="FSGP (M = --inducing), FGP, FedBNR (m = --inducing) or PVI (M = --inducing)",
+    )
     parser.add_argument("--points", type=int, default=10)
     parser.add_argument(
         "--points-max", type=int, default=0, help="client sizes uniform in --points … --points-max (0: all --points)"

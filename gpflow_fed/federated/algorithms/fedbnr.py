@@ -26,7 +26,7 @@ sizes L×L, L×P, P and 1 — none depends on N_c, and no row of Φ_c, X_c or y_
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Dict, Final, Mapping, Optional, Tuple, cast
+from typing import Any, Callable, Dict, Final, List, Mapping, Optional, Sequence, Tuple, Union, cast
 
 import gpflow
 import numpy as np
@@ -49,6 +49,7 @@ from ...training.adam import AdamState, CompiledAdam, SharedWorker
 from ..protocol.messages import Message
 from ...training.state import SharedState
 from .distillation import distillation_loss
+from .fedbnr_batched import BatchedBLRWorker
 
 __all__ = ["FedBNR", "FedBNRState", "fedbnr_shared_state", "negative_log_marginal_likelihood_per_point"]
 
@@ -144,12 +145,13 @@ def negative_log_marginal_likelihood_per_point(
 class _Worker:
     """A BLR shared by every client (or the server's distillation model) and its compiled Adam loop; for the
     clients' worker also phase 2's statistics and the distillation target's Gram on its kernel, compiled on first
-    use."""
+    use, and phase 1's training of a whole cohort (None where it cannot be batched, e.g. a kernel with a network)."""
 
     model: BayesianLinearRegression
     trainer: CompiledAdam
     statistics: Optional[Callable[..., Dict[str, tf.Tensor]]] = None
     gram: Optional[Callable[[tf.Tensor], tf.Tensor]] = None
+    batched: Optional[BatchedBLRWorker] = None
 
 
 class FedBNR(Algorithm[FedBNRState]):
@@ -174,7 +176,13 @@ class FedBNR(Algorithm[FedBNRState]):
     Simulation: the clients' steps run on one shared worker model whose compiled Adam loop takes the client's
     data as arguments (traced once, not per client or round); each client keeps its own Adam state in
     ``client.state["adam"]`` (see :mod:`~gpflow_fed.training.adam`). Client updates therefore run one
-    at a time, serialised by the worker's lock (threaded runtimes stay correct).
+    at a time, serialised by the worker's lock (threaded runtimes stay correct). Phase 1 also has a batched form
+    (:meth:`batched`, :meth:`client_updates`): ``LocalRuntime`` (``batched=True``, its default) trains a ``"kernel"``
+    cohort of at least ``min_batch`` clients in one compiled call per form (primal or dual), size bucket and memory
+    chunk (:class:`~gpflow_fed.federated.algorithms.fedbnr_batched.BatchedBLRWorker`: padded rows masked out of the
+    evidence exactly, each client's Adam state stacked), with the same replies to round-off and every per-client
+    protection applied to each client's reply by the runtime; ``LocalRuntime(batched=False)`` keeps one call a client,
+    and so do a kernel with a ``tf_keras`` network and ``compile=False``.
     """
 
     name = "fedbnr"
@@ -272,7 +280,13 @@ class FedBNR(Algorithm[FedBNRState]):
     def _client_worker(self) -> _Worker:
         model = self._model((np.zeros((1, self.kernel.input_dim)), np.zeros((1, 1))))  # its data are the clients'
         loss = lambda X, Y: negative_log_marginal_likelihood_per_point(model, X, Y)  # noqa: E731
-        return _Worker(model, CompiledAdam(model.trainable_variables, loss, self.learning_rate, compile=self.compile))
+        trainer = CompiledAdam(model.trainable_variables, loss, self.learning_rate, compile=self.compile)
+        batched: Optional[BatchedBLRWorker]
+        try:
+            batched = BatchedBLRWorker(model, trainer, self.local_steps, self.shared)
+        except ValueError:  # e.g. a kernel with a tf_keras network: the per-client path only
+            batched = None
+        return _Worker(model, trainer, batched=batched)
 
     def _distillation_worker(self) -> _Worker:
         model = self._model(self.distillation_data)  # type: ignore[arg-type]  # given for aggregation="kd"
@@ -335,6 +349,75 @@ class FedBNR(Algorithm[FedBNRState]):
                 w_c = tf.linalg.matmul(tf.constant(broadcast["a_inverse"]), phi_t_y) / model.likelihood.variance
                 return self.reply(client, broadcast, {"w_mean": w_c.numpy()})
             raise ValueError(f"unknown FedBNR phase {broadcast.phase!r}")
+
+    def batched(self, phase: str) -> bool:
+        """``"kernel"`` has a batched form (:class:`~.fedbnr_batched.BatchedBLRWorker`: every client's local steps in
+        one compiled call per form, size bucket and memory chunk) where the trained variables are GPflow Parameters only
+        (a kernel without a ``tf_keras`` network) and the loops are compiled; phase 2's exchanges (one statistic a
+        client) do not, nor does a subclass that replaces :meth:`client_update` (its own update is asked per client).
+        The clients' worker is built here if needed (a runtime asks before the clients' first update sets them up)."""
+        if phase != KERNEL_PHASE or not self.compile or type(self).client_update is not FedBNR.client_update:
+            return False
+        return self._worker.get().batched is not None
+
+    def client_updates(
+        self, clients: Sequence[Client], broadcast: Message, memory_budget: int
+    ) -> List[Union[Message, Exception]]:
+        """:meth:`client_update` of every client of a ``"kernel"`` cohort at once
+        (:class:`~.fedbnr_batched.BatchedBLRWorker`), each with its own data and Adam state: per client, the reply (or
+        the error) :meth:`client_update` gives, to round-off. The broadcast is checked as the per-client path checks it
+        (by assigning it to the worker: keys, shapes, finite values), each client's Adam state as ``CompiledAdam.fit``
+        does.
+
+        A client whose batched result is not finite is recomputed on its own (:meth:`client_update`), so it gets the
+        per-client answer: ``tf.vectorized_map`` drops TensorFlow Probability's custom softplus gradient, so an
+        unconstrained value above log(float64 max) ≈ 709.8 gets a NaN gradient in the batch where the per-client step is
+        finite (as for :meth:`FGP.client_updates <gpflow_fed.federated.algorithms.FGP.client_updates>`). Another phase:
+        client by client."""
+        if broadcast.phase != KERNEL_PHASE or not self.batched(KERNEL_PHASE):
+            return super().client_updates(clients, broadcast, memory_budget)
+        out: List[Any] = [None] * len(clients)
+        with self._worker.use() as worker:  # the per-client path's lock: tracing reads the worker's parameters
+            assert worker.batched is not None
+            try:
+                self.shared.assign(worker.model, dict(broadcast.arrays))  # what the per-client update refuses
+            except Exception as exc:  # noqa: BLE001 - every client's update fails with it, as client_update's would
+                return [exc] * len(clients)
+            values = np.concatenate([np.ravel(v.numpy()) for v in worker.trainer.variables])
+            good: List[int] = []
+            data: List[Tuple[np.ndarray, np.ndarray]] = []
+            for k, client in enumerate(clients):
+                try:
+                    X, Y = client.state["tensors"]
+                    worker.trainer.check(client.state["adam"])  # as CompiledAdam.fit checks it
+                    data.append((X.numpy(), Y.numpy()))
+                    good.append(k)
+                except Exception as exc:  # noqa: BLE001 - this client's update fails, as client_update's would
+                    out[k] = exc
+            trained = worker.batched.train(data, values, [clients[k].state["adam"] for k in good], memory_budget)
+        for k, (new_values, adam, loss) in zip(good, trained):
+            client = clients[k]
+            try:
+                if all(np.all(np.isfinite(v)) for v in new_values.values()) and np.isfinite(loss):
+                    client.state["adam"] = adam
+                    metrics = {"neg_log_marginal_likelihood_per_point": loss}
+                    out[k] = self.reply(client, broadcast, new_values, weight=client.num_data, metrics=metrics)
+                else:  # recomputed on its own: the per-client path's answer (see above)
+                    out[k] = self.client_update(client, broadcast)
+            except Exception as exc:  # noqa: BLE001 - this client's update fails, as client_update's would
+                out[k] = exc
+        return out
+
+    def tracing_counts(self) -> Dict[str, int]:
+        """How many times phase 1's local training was traced, per client (``"kernel"``) and batched (``"batched"``,
+        at most one trace per form, primal and dual): 0 before the run's first update on that path."""
+        worker = self._worker.built
+        if worker is None:
+            return {"kernel": 0, "batched": 0}
+        return {
+            "kernel": worker.trainer.tracing_count(),
+            "batched": 0 if worker.batched is None else worker.batched.tracing_count(),
+        }
 
     def server_update(self, state: FedBNRState, aggregate: Aggregate) -> FedBNRState:
         if aggregate.phase == KERNEL_PHASE:

@@ -32,17 +32,18 @@ from __future__ import annotations
 import copy
 import warnings
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, cast
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union, cast
 
 import gpflow
 import numpy as np
 
-from ...protocol.algorithm import Aggregate, Algorithm, FederationInfo
+from ...protocol.algorithm import TRAIN_PHASE, Aggregate, Algorithm, FederationInfo
 from ...protocol.client import Client
 from ...protocol.messages import Message
 from ....inducing_variables import S_FLOOR, GaussianInducingPoints, NaturalFactor, PseudoObservations
 from ....models.dpo_svgp import FederatedDPOSVGP
 from ....posteriors import LogNormalHyperparameters
+from .batched import BatchedLocalProblem, LocalFit, LocalJob, LocalPlan
 from .factors import NaturalGaussian, pack_lower, unpack_lower
 from .local import LocalProblem, initial_log_beta, num_hyperparameters, stack_sets
 
@@ -82,6 +83,14 @@ class PVIState:
     rejected: int = 0
     client_ids: Tuple[str, ...] = ()
     client_sizes: Dict[str, int] = field(default_factory=dict)
+
+
+def _factor_shapes(factor: Any) -> Optional[Dict[str, Tuple[int, ...]]]:
+    """The shapes of a client's own DPO factor ``V, m, log_s`` (None for anything else)."""
+    try:
+        return {name: tuple(np.shape(factor[name])) for name in ("V", "m", "log_s")}
+    except Exception:  # noqa: BLE001 - not a DPO factor: the per-client path refuses it
+        return None
 
 
 def _inducing_init(inducing_variable: Any) -> tuple:
@@ -137,6 +146,15 @@ class PVI(Algorithm[PVIState]):
         prior and q⁰ only starts the first client's optimiser, whose cavity is then the prior).
     :param on_client_update: called with a :class:`ClientUpdate` after every client update (a diagnostics hook;
         it runs where the client update runs).
+
+    **Batched local steps.** With DPO factors, q(Z) learned or Z fixed, a Gaussian likelihood and no
+    ``on_client_update`` hook, the local optimisation has a batched form (:meth:`batched`, :meth:`client_updates`):
+    ``LocalRuntime`` (``batched=True``, its default) fits a cohort of at least ``min_batch`` clients (the synchronous
+    schedule; the sequential one asks one client a round) in one compiled computation per size bucket and memory chunk
+    (:class:`~.batched.BatchedLocalProblem`: padded rows and pseudo-points masked out exactly, each client's Adam
+    state, noise stream and early stopping its own), with the same replies to round-off; the messages, policy and
+    ledger stay per client. A client whose batched fit fails, and every conjugate client, is computed on its own;
+    ``LocalRuntime(batched=False)`` keeps one call a client.
     """
 
     name = "pvi"
@@ -231,6 +249,8 @@ class PVI(Algorithm[PVIState]):
         self.initial_factors = initial_factors
         self.on_client_update = on_client_update
         self._workers: Dict[int, LocalProblem] = {}
+        #: the batched local step of this run (:meth:`client_updates`), built on its first use
+        self._batched: Optional[BatchedLocalProblem] = None
 
     # --- configuration -------------------------------------------------------------------------------
     def num_pseudo(self, num_data: int) -> int:
@@ -431,12 +451,111 @@ class PVI(Algorithm[PVIState]):
         return self._workers[key]
 
     def client_update(self, client: Client, broadcast: Message) -> Message:
+        plan = self._local_plan(client, broadcast)
+        st = client.state
+        problem = self.local_problem(st["num_pseudo"])
+        problem.load(client.data, st["factor"], seed=client.seed, counter=st["counter"], jitter=st["jitter"])
+        problem.set_q(plan.start_Z, plan.start_rho)
+        problem.set_cavity(plan.cavZ, plan.cavR, plan.others)
+        # local optimisation
+        steps, free_energy = 0, float("nan")
+        if self._conjugate(client.num_data):
+            factor = self._conjugate_factor(client, problem)
+        else:
+            which = "all" if self.learn_inducing == "distribution" else "factor"
+            free_energy, steps = problem.fit(which, self.local_steps, self.patience)
+            if self.learn_inducing == "fedavg":
+                free_energy, joint = problem.fit("joint", self.fedavg_steps, self.fedavg_steps + 1)
+                steps += joint
+            factor = problem.own_factor_arrays()
+        fitted = LocalFit(
+            factor=factor,
+            snapshot=problem.snapshot(),
+            counter=int(problem.counter.numpy()),
+            jitter=float(problem.jitter.numpy()),
+            q_Z=problem.q_Z_moments(),
+            q_rho=problem.q_rho_moments(),
+            free_energy=free_energy,
+            steps=steps,
+        )
+        return self._local_reply(client, broadcast, plan, fitted, problem)
+
+    def batched(self, phase: str) -> bool:
+        """The ``train`` phase's local optimisation has a batched form (:class:`~.batched.BatchedLocalProblem`) for DPO
+        factors with q(Z) learned (``"distribution"``) or Z fixed, a Gaussian likelihood, no ``on_client_update`` hook
+        (it receives the per-client worker) and PVI's own :meth:`client_update` (a subclass that replaces it is asked
+        per client)."""
+        return (
+            phase == TRAIN_PHASE
+            and self.parameterisation == "dpo"
+            and self.learn_inducing in ("distribution", "fixed")
+            and isinstance(self.likelihood, gpflow.likelihoods.Gaussian)
+            and self.on_client_update is None
+            and type(self).client_update is PVI.client_update
+        )
+
+    def client_updates(
+        self, clients: Sequence[Client], broadcast: Message, memory_budget: int
+    ) -> List[Union[Message, Exception]]:
+        """:meth:`client_update` of every client of a ``train`` cohort, the local optimisations together
+        (:class:`~.batched.BatchedLocalProblem`): per client, the reply (or the error) :meth:`client_update` gives, to
+        round-off. Each client's plan (cavities, pending factors) and reply are :meth:`client_update`'s own; a conjugate
+        client, one whose own factor is not of its M_k's shape, and one whose batched fit failed (a Cholesky error or a
+        non-finite free energy, which the per-client fit retries with more jitter) are computed by
+        :meth:`client_update` alone, so they get the per-client answer, a failure included."""
+        if not self.batched(broadcast.phase):
+            return super().client_updates(clients, broadcast, memory_budget)
+        out: List[Optional[Union[Message, Exception]]] = [None] * len(clients)
+        jobs: List[LocalJob] = []
+        members: List[int] = []
+        D = self.Z0.shape[1]
+        for k, client in enumerate(clients):
+            if self._conjugate(client.num_data):
+                continue
+            try:
+                plan = self._local_plan(client, broadcast)
+            except Exception as exc:  # noqa: BLE001 - this client's update fails, as client_update's would
+                out[k] = exc
+                continue
+            st = client.state
+            if _factor_shapes(st["factor"]) == {"V": (st["num_pseudo"], D), "m": (st["num_pseudo"], 1),
+                                                "log_s": (st["num_pseudo"],)}:  # fmt: skip
+                jobs.append(LocalJob(client.data, st["factor"], client.seed, st["counter"], st["jitter"], plan))
+                members.append(k)
+            # else client_update's load refuses it, below
+        fits = self._batched_problem(jobs[0]).fit(jobs, memory_budget) if jobs else []
+        for k, job, fitted in zip(members, jobs, fits):
+            if fitted is None:
+                continue
+            try:
+                out[k] = self._local_reply(clients[k], broadcast, job.plan, fitted, None)
+            except Exception as exc:  # noqa: BLE001 - this client's update fails, as client_update's would
+                out[k] = exc
+        for k, client in enumerate(clients):
+            if out[k] is None:  # computed on its own: the per-client path's answer, a failure included
+                try:
+                    out[k] = self.client_update(client, broadcast)
+                except Exception as exc:  # noqa: BLE001 - this client's update fails, as client_update's would
+                    out[k] = exc
+        return cast(List[Union[Message, Exception]], out)
+
+    def _batched_problem(self, job: LocalJob) -> BatchedLocalProblem:
+        """The run's batched local step, built on its first use from a per-client worker (its maths and Adam)."""
+        if self._batched is None:
+            template = self.local_problem(len(job.factor["m"]))
+            which = "all" if self.learn_inducing == "distribution" else "factor"
+            self._batched = BatchedLocalProblem(template, which, self.local_steps, self.patience)
+        return self._batched
+
+    def _local_plan(self, client: Client, broadcast: Message) -> LocalPlan:
+        """What client k's local optimisation starts from: its own factor (drawn on its first update), the pending
+        factors the server accepted (applied once), the cavities ``q / t_k`` over Z, log β and u (paper eq. 7) and the
+        start of q(Z), q(log β). Applying the pending factors and drawing the first factor are the only changes to the
+        client's state, each done once, so calling it again for the same broadcast gives the same plan."""
         st = client.state
         idx = st["index"]
         if st["factor"] is None:
             st["factor"] = self._init_factor(client)
-        problem = self.local_problem(st["num_pseudo"])
-        problem.load(client.data, st["factor"], seed=client.seed, counter=st["counter"], jitter=st["jitter"])
         versions = broadcast["versions"]
         pending = st["pending"]
         if pending is not None and versions[idx] == pending["version"]:
@@ -448,12 +567,13 @@ class PVI(Algorithm[PVIState]):
         qrho = NaturalGaussian(broadcast["qrho_nu"], broadcast["qrho_lam"]) if "qrho_nu" in broadcast.arrays else None
         first = int(np.sum(versions)) == 0
         cavZ = cavR = None
+        start_rho: Optional[Tuple[np.ndarray, np.ndarray]] = None
         if qZ is not None:
             cavZ, n = (qZ - st["tZ"]).clipped()
             clipped += n
-            problem.set_q(((self.Z0, self.Z0_var) if first else qZ.moments()), None)
+            start_Z: Tuple[np.ndarray, Optional[np.ndarray]] = (self.Z0, self.Z0_var) if first else qZ.moments()
         else:
-            problem.set_q((broadcast["Z"], None), None)
+            start_Z = (broadcast["Z"], None)
         if qrho is not None:
             cavR, n = (qrho - st["trho"]).clipped()
             clipped += n
@@ -461,7 +581,7 @@ class PVI(Algorithm[PVIState]):
                 initial_log_beta(self.kernel, self.likelihood, self.Z0.shape[1]),
                 np.full(qrho.nu.shape, self.init_rho_var),
             )
-            problem.set_q(None, start if first else qrho.moments())
+            start_rho = start if first else qrho.moments()
         # cavity over u: every other client's factor
         if self.parameterisation == "dpo":
             sizes = broadcast["sizes"]
@@ -475,32 +595,33 @@ class PVI(Algorithm[PVIState]):
                 "eta": broadcast["eta"] - st["t_eta"],
                 "Lam": unpack_lower(broadcast["Lam"], self.Z0.shape[0]) - st["t_Lam"],
             }
-        problem.set_cavity(cavZ, cavR, others)
-        # local optimisation
-        steps, free_energy = 0, float("nan")
-        if self._conjugate(client.num_data):
-            factor = self._conjugate_factor(client, problem)
-        else:
-            which = "all" if self.learn_inducing == "distribution" else "factor"
-            free_energy, steps = problem.fit(which, self.local_steps, self.patience)
-            if self.learn_inducing == "fedavg":
-                free_energy, joint = problem.fit("joint", self.fedavg_steps, self.fedavg_steps + 1)
-                steps += joint
-            factor = problem.own_factor_arrays()
-        st.update(factor=problem.snapshot(), counter=int(problem.counter.numpy()), jitter=float(problem.jitter.numpy()))
-        st["q_moments"] = {"Z": problem.q_Z_moments(), "rho": problem.q_rho_moments()}
+        return LocalPlan(versions, qZ, qrho, cavZ, cavR, start_Z, start_rho, others, clipped)
+
+    def _local_reply(
+        self, client: Client, broadcast: Message, plan: LocalPlan, fitted: LocalFit, problem: Optional[LocalProblem]
+    ) -> Message:
+        """Client k's reply from its fitted local problem: the new factors by division (Δ = q_new − q in natural
+        parameters; DPO: the new pseudo-set itself), kept pending until the server's versions show it accepted them.
+
+        :param problem: the per-client worker that fitted it (given to ``on_client_update``; None on the batched path,
+            which :meth:`batched` declines when the hook is set)."""
+        st = client.state
+        idx = st["index"]
+        st.update(factor=fitted.snapshot, counter=fitted.counter, jitter=fitted.jitter)
+        st["q_moments"] = {"Z": fitted.q_Z, "rho": fitted.q_rho}
         arrays: Dict[str, np.ndarray] = {}
-        new_state: Dict[str, Any] = {"version": int(versions[idx]) + 1}
-        if qZ is not None:
-            delta = NaturalGaussian.from_moments(*problem.q_Z_moments()) - qZ
+        new_state: Dict[str, Any] = {"version": int(plan.versions[idx]) + 1}
+        if plan.qZ is not None:
+            delta = NaturalGaussian.from_moments(*fitted.q_Z) - plan.qZ
             arrays.update(dZ_nu=delta.nu, dZ_lam=delta.lam)
             new_state["tZ"] = st["tZ"] + delta.scale(self.rho_step)
         if self.learn_inducing == "fedavg":
-            arrays["Z"] = problem.q_Z.Z_mean.numpy()
-        if qrho is not None:
-            delta = NaturalGaussian.from_moments(*problem.q_rho_moments()) - qrho
+            arrays["Z"] = fitted.q_Z[0]
+        if plan.qrho is not None:
+            delta = NaturalGaussian.from_moments(*fitted.q_rho) - plan.qrho
             arrays.update(drho_nu=delta.nu, drho_lam=delta.lam)
             new_state["trho"] = st["trho"] + delta.scale(self.rho_step)
+        factor = fitted.factor
         if self.parameterisation == "dpo":
             arrays.update(factor)
         else:
@@ -508,10 +629,10 @@ class PVI(Algorithm[PVIState]):
             arrays.update(d_eta=d_eta, d_Lam=pack_lower(0.5 * (d_Lam + d_Lam.T)))
             new_state.update(t_eta=st["t_eta"] + self.rho_step * d_eta, t_Lam=st["t_Lam"] + self.rho_step * d_Lam)
         st["pending"] = new_state
-        metrics = {"local_steps": float(steps), "cavity_clipped": float(clipped)}
-        if np.isfinite(free_energy):  # not computed by the conjugate solver
-            metrics["free_energy"] = free_energy
-        if self.on_client_update is not None:
+        metrics = {"local_steps": float(fitted.steps), "cavity_clipped": float(plan.clipped)}
+        if np.isfinite(fitted.free_energy):  # not computed by the conjugate solver
+            metrics["free_energy"] = fitted.free_energy
+        if self.on_client_update is not None and problem is not None:
             self.on_client_update(ClientUpdate(client.id, problem, dict(new_state), metrics))
         return self.reply(client, broadcast, arrays, weight=float(client.num_data), metrics=metrics)
 
