@@ -23,11 +23,14 @@ def _data(K=4, N=25, seed=0):
     return FederatedDataset(clients=clients)
 
 
+# noise std z·c = 0.05: far below the magnitudes' one-hot threshold ½ and the clipped summed count (≈ 2.5), so the
+# moments come out right whatever the OS noise; at z = 2 the noised count was ≤ 0 in a few % of runs (the test is
+# about the accounting, which does not depend on z)
 @pytest.mark.parametrize(
     "dp, accountant_class",
     [
-        (DistributedDP(noise_multiplier=2.0, clip_norm=1.0, honest_clients=4), DistributedPrivacyAccountant),
-        (DifferentialPrivacy(noise_multiplier=2.0, clip_norm=1.0), PrivacyAccountant),
+        (DistributedDP(noise_multiplier=0.05, clip_norm=1.0, honest_clients=4), DistributedPrivacyAccountant),
+        (DifferentialPrivacy(noise_multiplier=0.05, clip_norm=1.0), PrivacyAccountant),
     ],
     ids=["distributed", "central"],
 )
