@@ -174,6 +174,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="write a release whose Σ is zero or leaves a protected record unchanged (it is not privacy-aware)",
     )
     confirm.add_argument(
+        "--confirm-new-audience",
+        action="store_true",
+        help="release records released before although the earlier release already breaks this release's floor (a "
+        "higher tolerance, a new sensitive input): its audience must not hold the earlier release",
+    )
+    confirm.add_argument(
         "--confirm-public",
         action="store_true",
         help="publish --mean / --variance although they lie within 0.1 sd (of what the release noise leaves "
@@ -325,10 +331,17 @@ def _is_number(cell: str) -> bool:
 
 
 def _check_header(path: Path, header: List[str]) -> None:
-    """Refuse empty and duplicate column names (which one would be meant?) and names a spreadsheet would run as
-    formulas."""
+    """Refuse empty and duplicate column names (which one would be meant?), names with control characters (echoed
+    in errors and in ``released.csv``'s header, an ANSI sequence would drive the terminal) and names a spreadsheet
+    would run as formulas."""
     if any(not h for h in header):
         raise ValueError(f"{path}: column {header.index('') + 1} of the header has no name; name every column")
+    control = [j + 1 for j, h in enumerate(header) if any(unicodedata.category(c).startswith("C") for c in h)]
+    if control:
+        raise ValueError(
+            f"{path}: the names of columns {control} of the header hold control or format characters (not shown); "
+            "rename them"
+        )
     duplicates = sorted({h for h in header if header.count(h) > 1})
     if duplicates:
         raise ValueError(f"{path} has duplicate column names {duplicates}; rename them so that each is unique")
@@ -536,6 +549,7 @@ def _release(
         "later_release": int(result.earlier is not None),
         "refit_check_steps": int(result.refit_check.steps),
         "refit_check_added_trace": float(result.refit_check.added_trace),
+        "refit_check_noise_variance": float(result.refit_check.noise_variance),
     }
     certificate = result.certificate  # of the design θ's Σ (the θ range and the refit check add to it)
     if certificate is not None:
@@ -581,6 +595,7 @@ def _release(
         else f"it held after {steps} post-processing noise step(s) added to W (tr {result.refit_check.added_trace:.4g})"
     )
     theta = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in refitted.items())
+    theta += f", σ²={result.refit_check.noise_variance:.4g}"
     print(f"θ range: {result.theta_range}; the floor checked under the θ refitted on the released W ({theta}): {added}")
     if result.earlier is not None:
         print(
@@ -633,6 +648,7 @@ def _call_release(
         ledger=True if args.ledger is None else args.ledger,
         confirm_unprotected=args.confirm_unprotected,
         confirm_public=args.confirm_public,
+        confirm_new_audience=args.confirm_new_audience,
         theta_range=(
             "design"
             if args.design_theta_only

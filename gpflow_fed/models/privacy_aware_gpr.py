@@ -19,7 +19,7 @@ import hashlib
 import json
 import warnings
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Union, cast
 
@@ -35,7 +35,7 @@ from numpy.typing import ArrayLike
 from ..release.linalg import as_inputs
 from ..release.design import Floor, ReleaseDesign
 from ..release.lowrank import LowRankCovariance
-from ..release.ledger import ReleaseLedger, resolve_ledger
+from ..release.ledger import EarlierRelease, ReleaseLedger, resolve_ledger
 from ..release.linalg import kernel_diag, numerically_positive, psd_factor
 from ..release.obfuscation import (
     Covariance,
@@ -585,21 +585,36 @@ class RefitCheck:
 
     :param steps: post-processing noise steps added to W (0: the floor held under the first refit).
     :param theta: the kernel hyperparameters refitted on the published W by maximum likelihood, by GPflow path (the
-        variances stay the design's, see :func:`_refitted`), under which the floor was last checked.
-    :param variance: ``[t]`` ``Var[T | W]`` of each protected target under that θ.
+        kernel variances stay the design's, see :func:`_refitted`), under which the floor was last checked.
+    :param variance: ``[t]`` ``Var[T | W]`` of each protected target under that θ and σ².
     :param added_trace: the trace of the covariance of the noise the steps added (0 when none).
+    :param noise_variance: σ² of V refitted on the published W with θ (the design's σ² is the release's public
+        value; the data's own noise may be smaller, see :func:`_refitted`).
     """
 
     steps: int
     theta: Dict[str, np.ndarray]
     variance: np.ndarray
     added_trace: float
+    noise_variance: float
+
+
+#: σ² refitted by :func:`_refitted` is at least this fraction of the kernel's largest prior variance: below it,
+#: ``K_θ + V + Σ`` is numerically singular for a smooth kernel (GPflow's jitter scale), and a posterior variance
+#: moves by about this much of the prior between that σ² and 0.
+NOISE_REFIT_FLOOR = 1e-6
 
 
 def _refitted(model: PrivacyAwareGPR, maxiter: int) -> PrivacyAwareGPR:
-    r"""A copy of ``model`` with θ refitted by maximum likelihood on its W, ``log N(W; c1, K_θ + V + Σ)``, Σ and σ²
-    fixed, as the attacker of finding 4 does: every kernel parameter (whatever the owner's trainable flags) and the
-    constant mean, from the design θ, except the parameters named ``variance``, which keep their design values.
+    r"""A copy of ``model`` with θ and σ² refitted by maximum likelihood on its W, ``log N(W; c1, K_θ + σ²I + Σ)``,
+    Σ fixed, as the attacker of finding 4 does: every kernel parameter (whatever the owner's trainable flags), the
+    constant mean and σ² (from the design's, bounded below by :data:`NOISE_REFIT_FLOOR` times the largest prior
+    variance), except the kernel parameters named ``variance``, which keep their design values.
+
+    Why σ² is refitted: a design σ² above the data's own noise counts noise the records do not have (a record
+    ``Y_s = f(s) + ε_s`` is as predictable as f(s) when ε is small), and in the directions outside the range of Σ,
+    W is ``f + ε`` itself, so an attacker estimates the data's σ² from W (a fresh attacker recovered a record to
+    3e-4 ξ with true σ² 1e-6 and design σ² 0.05, before the check refitted it).
 
     Why the variance stays: the tolerance ξ is stated on the design's scale, and the variance fitted on one sample
     path is too noisy to hold an absolute ξ against (for data drawn from the design θ itself it often falls below
@@ -611,6 +626,11 @@ def _refitted(model: PrivacyAwareGPR, maxiter: int) -> PrivacyAwareGPR:
     for path, parameter in gpflow.utilities.parameter_dict(fitted.kernel).items():
         gpflow.set_trainable(parameter, path.split(".")[-1] != "variance")
     gpflow.set_trainable(fitted.mean_function, True)
+    lowest = NOISE_REFIT_FLOOR * float(np.max(kernel_diag(fitted.kernel, fitted.data[0].numpy())))
+    start = max(float(fitted.likelihood.variance.numpy()), 2.0 * lowest)
+    fitted.likelihood.variance = gpflow.Parameter(
+        start, transform=gpflow.utilities.positive(lower=lowest), dtype=gpflow.default_float()
+    )
     # converged to round-off (not L-BFGS-B's default ftol 2e-9): W's that agree to round-off give θ̂'s that do, so
     # the check's noise is a function of W (tests/security/test_release_attack.py compares the files)
     options = dict(maxiter=int(maxiter), ftol=REFIT_CHECK_FTOL, gtol=REFIT_CHECK_GTOL)
@@ -680,10 +700,11 @@ def _refit_check(
 ) -> "tuple[np.ndarray, Covariance, RefitCheck]":
     r"""Check the floor under the θ refitted on W; where it fails, add noise to W (post-processing), on a schedule.
 
-    Step k = 0, 1, …: ``θ̂_k`` is refitted on ``W_k`` (:func:`_refitted`, ``W_0 = W``, ``Σ_0 = Σ``). If every floor
-    the release claims holds under ``θ̂_k`` (each ``Var[Tₐ | W_k] ≥ ξₐ``, and the strong margin when claimed), the
-    check ends. Otherwise ``Σ*_k = solve(θ̂_k, Σ_k)``, the minimum-trace covariance that, added to ``Σ_k``, meets the
-    floor under ``θ̂_k`` (eq. 8/10/11 with ``K + V → K_θ̂ + V + Σ_k``, as for a later release), and
+    Step k = 0, 1, …: ``θ̂_k`` and ``σ̂²_k`` are refitted on ``W_k`` (:func:`_refitted`, ``W_0 = W``, ``Σ_0 = Σ``).
+    If every floor the release claims holds under them (each ``Var[Tₐ | W_k] ≥ ξₐ``, and the strong margin when
+    claimed), the check ends. Otherwise ``Σ*_k = solve(θ̂_k, σ̂²_k, Σ_k)``, the minimum-trace covariance that, added
+    to ``Σ_k``, meets the floor under them (eq. 8/10/11 with ``K + V → K_θ̂ + σ̂²I + Σ_k``, as for a later release),
+    and
     ``W_{k+1} = W_k + Δ_k``, ``Δ_k ~ N(0, c_k Σ*_k)`` from OS randomness (:func:`~gpflow_fed.release.obfuscate`),
     ``Σ_{k+1} = Σ_k + c_k Σ*_k``, ``c_k =`` :func:`refit_check_scale` ``(k)``; at most :data:`REFIT_CHECK_STEPS`
     steps. The noise is in the refitted θ's directions, not the design's.
@@ -703,17 +724,19 @@ def _refit_check(
     while True:
         model = _released_model(design.X, W, design.kernel, Sigma, design.noise_variance)
         fitted = _refitted(model, REFIT_CHECK_MAXITER)
-        floor = design.floor(fitted.kernel)
+        sigma2 = float(f"{float(fitted.likelihood.variance.numpy()):.{REFIT_CHECK_DIGITS}g}")
+        at = replace(design, noise_variance=sigma2)
+        floor = at.floor(fitted.kernel)
         variance, short, margin = _short(fitted, floor)
         if not short.size and margin >= 0.0:
             theta = {k: v.numpy() for k, v in gpflow.utilities.parameter_dict(fitted.kernel).items()}
-            return W, Sigma, RefitCheck(step, theta, variance, added)
+            return W, Sigma, RefitCheck(step, theta, variance, added, sigma2)
         hopeless = np.flatnonzero(floor.prior <= floor.xi)
         i = int(hopeless[0]) if hopeless.size else int(np.argmin(variance - floor.xi))
         if hopeless.size or step == REFIT_CHECK_STEPS:
             raise ValueError(_refit_refusal(fitted, floor, i, variance[i], step, margin))
         try:
-            star = np.asarray(design.solve(_rounded(fitted.kernel), np.asarray(Sigma)))
+            star = np.asarray(at.solve(_rounded(fitted.kernel), np.asarray(Sigma)))
         except ValueError as exc:
             raise ValueError(f"{_refit_refusal(fitted, floor, i, variance[i], step, margin)} ({exc})") from None
         delta = _step_covariance(star, refit_check_scale(step), float(np.max(floor.prior)))
@@ -743,7 +766,8 @@ def _refit_refusal(fitted: PrivacyAwareGPR, floor: Floor, i: int, variance: floa
         else f"the strong margin λ_min(Cov[T | W] − Ξ) is {margin:.3g} < 0"
     )
     text = (
-        f"refused: under the θ refitted on the released W by maximum likelihood ({_theta_text(fitted.kernel)}), the "
+        f"refused: under the θ refitted on the released W by maximum likelihood ({_theta_text(fitted.kernel)}, "
+        f"σ² = {float(fitted.likelihood.variance.numpy()):.4g}), the "
         f"floor fails at sensitive input {int(floor.targets.source[i])} (x = {point}, {where}): {what}, after "
         f"{steps} post-processing noise step(s) (at most {REFIT_CHECK_STEPS})"
     )
@@ -752,7 +776,10 @@ def _refit_refusal(fitted: PrivacyAwareGPR, floor: Floor, i: int, variance: floa
             f"; the refitted θ's prior variance there, {floor.prior[i]:.6g}, is at or below the tolerance: no noise "
             "can help"
         )
-    return text + ". Nothing was released: lower the tolerance, or widen theta_range (CLI --lengthscale-range)"
+    return text + (
+        ". Nothing was released: lower the tolerance, widen theta_range (CLI --lengthscale-range), or give the "
+        "data's own noise variance (a design σ² above it counts noise the records do not have)"
+    )
 
 
 #: Region grids have at least this many points per (smallest) lengthscale of the design kernel.
@@ -858,6 +885,38 @@ def _public_statistics(
     return found
 
 
+def _check_earlier_floor(
+    X: np.ndarray, previous: EarlierRelease, kernel: gpflow.kernels.Kernel, noise_variance: float, floor: Floor
+) -> None:
+    r"""Refuse a later release whose floor the earlier release of the same records already breaks.
+
+    ``W₂ = W₁ + Δ`` tells its holders nothing beyond W₁, so whoever holds W₁ predicts each protected target with
+    ``Var[T | W₁]`` (Σ₁ alone, under the design θ), however much noise Δ adds. A later release with a higher
+    tolerance, or protecting a sensitive input the earlier one did not (a fresh attacker: MSE 0.04 ξ there from W₁),
+    would promise a floor that holders of W₁ do not meet. Computed from W₁, Σ₁ and the public design only.
+
+    :raises ValueError: some ``Var[Tₐ | W₁] < ξₐ`` (or the strong margin < 0), naming the input.
+    """
+    earlier = _released_model(X, previous.W, kernel, previous.factor @ previous.factor.T, noise_variance)
+    with _singular("the earlier release's floor"):
+        variance, short, margin = _short(earlier, floor)
+    if not short.size and margin >= 0.0:
+        return
+    i = int(short[np.argmin(variance[short] - floor.xi[short])]) if short.size else int(np.argmin(variance))
+    what = (
+        f"Var = {variance[i]:.6g} < tolerance {floor.xi[i]:.6g}"
+        if short.size
+        else f"the strong margin λ_min(Cov[T | W₁] − Ξ) is {margin:.3g} < 0"
+    )
+    raise ValueError(
+        f"these records were released before ({previous.entry}), and holders of that release already predict "
+        f"sensitive input {int(floor.targets.source[i])} beyond this release's floor ({what}): a later release is "
+        "computed from the earlier one and cannot take back what it revealed. Release with a tolerance the earlier "
+        "release meets (W₁ is then republished), or confirm that this release's audience does not hold the earlier "
+        "one (confirm_new_audience=True, CLI --confirm-new-audience): its floor then holds against them only"
+    )
+
+
 _DEFAULT = object()
 
 
@@ -885,6 +944,7 @@ def release(
     theta_range: ThetaRange = DEFAULT_RANGE,
     theta_points: int = 3,
     refit_check: bool = True,
+    confirm_new_audience: bool = False,
 ) -> PrivacyRelease:
     r"""The owner's release (§3.2): design Σ (eq. 8/10/11) from **public** hyperparameters, obfuscate (§4.1),
     build the released model.
@@ -921,10 +981,12 @@ def release(
     unchanged (``confirm_unprotected=True``); a ``mean`` or kernel variance within ``PUBLIC_STAT_TOL`` sd of the raw
     Y's own mean / sample variance (``confirm_public=True``; see :func:`_public_statistics`).
 
-    Later releases (DESIGN.md §5, principle 6): the rows are looked up in the owner's private ledger
-    (:mod:`~gpflow_fed.release.ledger`); rows released before give ``W = W₁ + Δ`` with Δ's covariance solved with
-    Σ₁ fixed (Δ = 0 republishes W₁ when Σ₁ already meets the floor), and the release is recorded before it is
-    returned.
+    Later releases (DESIGN.md §5, principle 6): the records are looked up in the owner's private ledger
+    (:mod:`~gpflow_fed.release.ledger`, by recorded value); records released before give ``W = W₁ + Δ`` with Δ's
+    covariance solved with Σ₁ fixed (Δ = 0 republishes W₁ when Σ₁ already meets the floor), and the release is
+    recorded before it is returned. Holders of W₁ know everything W tells, so a release whose floor W₁ already
+    breaks (a higher tolerance, a new sensitive input) is refused unless ``confirm_new_audience=True``
+    (:func:`_check_earlier_floor`).
 
     :param data: raw ``(X [N, D], Y [N, 1])``; Y is used for W only.
     :param sensitive: ``[γ, D]`` sensitive inputs, or a :class:`~gpflow_fed.release.Region` (interval, box,
@@ -975,6 +1037,8 @@ def release(
         minimum trace). A kernel tolerance ``αK`` of ``kernel`` follows each θ (``αK_θ``); any other tolerance stays
         as designed (:mod:`~gpflow_fed.release.design`). ``None`` is refused (name ``"design"``).
     :param theta_points: grid values per axis of ``theta_range`` (≥ 2).
+    :param confirm_new_audience: release records released before even though the earlier release already breaks
+        this release's floor (its audience must not hold the earlier release: the floor holds against them only).
     :param refit_check: check the floor under the θ refitted on W and add post-processing noise where it fails
         (step 3, :func:`_refit_check`); False turns the check off (simulations and tests only, like
         ``ledger=None``).
@@ -1044,7 +1108,7 @@ def release(
         S = region.discretise(density)
         if protect == "records":  # every record inside the region is a sensitive input
             S = with_records(S, X, region)
-    hashes = store.row_hashes(X, Y) if store is not None else None
+    hashes = store.row_hashes(Y) if store is not None else None
     previous = store.find(hashes) if store is not None and hashes is not None else None
     Sigma1 = None if previous is None else previous.factor @ previous.factor.T
 
@@ -1062,6 +1126,10 @@ def release(
         low_rank=low_rank,
         solver=solver,
     )
+    targets = design.targets
+    floor = design.floor(kernel)
+    if previous is not None and not confirm_new_audience:
+        _check_earlier_floor(X, previous, kernel, sigma2, floor)
     Sigma = design.solve(kernel, Sigma1)
     certificate = getattr(Sigma, "certificate", None)
     grid = theta_grid(kernel, theta_range, theta_points)
@@ -1074,8 +1142,6 @@ def release(
             except ValueError as exc:
                 raise ValueError(f"under θ = {name} of theta_range: {exc}") from None
         Sigma = 0.5 * (total + total.T)
-    targets = design.targets
-    floor = design.floor(kernel)
     xi = floor.xi
     if previous is not None:  # W₂ = W₁ + Δ: the released noise is Z₁ + Δ, Σ = Σ₁ + Σ_Δ
         delta = _noise_factor(Sigma)

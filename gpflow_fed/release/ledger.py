@@ -3,9 +3,13 @@ r"""The owner's private record of what it released: every later release is compu
 DESIGN.md §5, principle 6. Σ is low rank and its range depends on the design, so two releases of the same rows with
 independent noise, ``W₁ = Y + L₁ω₁`` and ``W₂ = Y + L₂ω₂``, give ``W₁ − W₂ = L₁ω₁ − L₂ω₂``: solved for both noise
 vectors, Y comes back exactly. So the owner's side keeps, in a private folder (0700, files 0600, through
-:mod:`gpflow_fed.private_files`), one entry per release: a keyed hash of each released row (HMAC-SHA256 of the row's
-inputs, its recorded value and its occurrence number among identical rows, under a 256-bit key from the OS stored in
-the folder), the released W and the factor of its Σ. A new release looks its rows up first:
+:mod:`gpflow_fed.private_files`), one entry per release: a keyed hash of each released record (HMAC-SHA256 of its
+recorded value and its occurrence number among equal values, under a 256-bit key from the OS stored in the folder),
+the released W and the factor of its Σ. A record is its recorded value (what the release protects), not its inputs:
+a fresh attacker released the same Y twice, once with a constant column added to X, and got Y back to 1e-14 while
+the hashes covered the inputs. Matching equal values is always sound: ``W₁`` of a record with the same value is a
+release of this record with noise of covariance Σ₁, so ``W₂ = W₁ + Δ`` leaks nothing beyond W₁. A new release looks
+its records up first:
 
 * no row released before: a fresh release (recorded);
 * every row inside one earlier release (any order, any subset): ``W₂ = W₁ + Δ`` with ``Δ ~ N(0, Σ_Δ)`` and
@@ -15,10 +19,12 @@ the folder), the released W and the factor of its Σ. A new release looks its ro
 * rows of several releases, or old rows mixed with new ones: refused (the joint protection of old and new rows is
   not computed).
 
-Keyed hashes make the ledger useless to anyone without the key (rows cannot be confirmed by hashing guesses), and a
-reordered or thinned copy of the data hashes to the same rows. What it does not do: it cannot see releases made
-elsewhere (another machine, another ledger folder, ``ledger=None``), nor data changed by rounding (a changed value
-is a new row).
+Keyed hashes make the ledger useless to anyone without the key (values cannot be confirmed by hashing guesses), and
+a reordered or thinned copy of the data, or one with changed or added inputs, hashes to the same records. Unrelated
+data that shares values with an earlier release (a target of a few integers) is matched too: a release wholly inside
+an earlier one is chained (sound, as above), one partly inside is refused; keep the releases of unrelated data in
+their own ledger folder. What it does not do: it cannot see releases made elsewhere (another machine, another ledger
+folder, ``ledger=None``), nor data changed by rounding (a changed value is a new record).
 """
 
 from __future__ import annotations
@@ -97,14 +103,14 @@ class ReleaseLedger:
             raise ValueError(f"the release ledger's key {path} is damaged ({len(key)} bytes); restore it")
         return key
 
-    @check_shapes("X: [N, D]", "Y: [N, 1]", "return: [N]")
-    def row_hashes(self, X: np.ndarray, Y: np.ndarray) -> np.ndarray:
-        """HMAC-SHA256 of each row (inputs, recorded value, occurrence number among identical rows), hex."""
+    @check_shapes("Y: [N, 1]", "return: [N]")
+    def row_hashes(self, Y: np.ndarray) -> np.ndarray:
+        """HMAC-SHA256 of each record (its recorded value and occurrence number among equal values), hex."""
         key = self._key()
         seen: Dict[bytes, int] = {}
         out = []
-        for x, y in zip(np.asarray(X, dtype="<f8"), np.asarray(Y, dtype="<f8")):
-            row = b"x" + x.tobytes() + b"y" + y.tobytes()
+        for y in np.asarray(Y, dtype="<f8"):
+            row = b"y" + (y + 0.0).tobytes()  # + 0.0: −0.0 and 0.0 are the same value
             count = seen.get(row, 0)
             seen[row] = count + 1
             out.append(hmac.new(key, row + b"#" + str(count).encode(), hashlib.sha256).hexdigest())
@@ -142,7 +148,8 @@ class ReleaseLedger:
             f"{len(shared)} of the {len(wanted)} rows were released before (release ledger {self.folder}), but no "
             "single earlier release holds them all: a later release of the same data is computed from the earlier "
             "one (W₂ = W₁ + Δ), so release the rows of one earlier release (any order, any subset), or only rows "
-            "never released"
+            "never released; records are matched by their recorded values, so keep unrelated data that shares values "
+            "with an earlier release in its own ledger folder (ledger=, CLI --ledger)"
         )
 
     @check_shapes("hashes: [N]", "W: [N, 1]", "factor: [N, R]")

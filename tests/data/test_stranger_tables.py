@@ -107,3 +107,22 @@ def test_a_field_beyond_the_csv_modules_limit_is_one_line_with_exit_2(tmp_path, 
     assert main([*privacy, "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert "not a CSV this command reads" in err and err.count("\n") == 1 and "7777" not in err
+
+
+def test_a_header_with_an_ansi_sequence_is_refused_without_echo(tmp_path, capsys):
+    """A column name holding an ANSI control sequence was echoed raw in the privacy command's errors (found by a
+    fresh attacker): now refused naming its column number, exit 2, the sequence not printed. Control: the same
+    table with a plain name gets past the header."""
+    rows = ["age,\x1b[2Jlos", *(f"{i},{i % 7}" for i in range(12))]
+    bad = tmp_path / "ansi.csv"
+    bad.write_text("\n".join(rows) + "\n")
+    privacy = ["privacy", "--csv", str(bad), "--sensitive", "3", "--alpha", "0.5", "--header", "yes"]
+    privacy += ["--lengthscale", "5", "--variance", "1", "--noise-variance", "0.01", "--out", str(tmp_path / "o")]
+    assert main([*privacy, "--target", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "columns [2]" in err and "control or format characters" in err and "\x1b" not in err
+    plain = tmp_path / "plain.csv"
+    plain.write_text(bad.read_text().replace("\x1b[2J", ""))
+    main([*[str(plain) if a == str(bad) else a for a in privacy], "--target", "nope"])
+    err = capsys.readouterr().err
+    assert "control" not in err and "'nope' not in" in err

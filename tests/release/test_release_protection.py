@@ -89,11 +89,12 @@ def test_a_release_that_leaves_y_unchanged_is_refused_unless_confirmed(tmp_path,
         release((X, Y), S, ProportionalKernel(k, 0.2), **kwargs)
     out = release((X, Y), S, ProportionalKernel(k, 0.2), confirm_unprotected=True, **kwargs)
     assert out.unchanged_rows == N and np.array_equal(out.W, Y)
-    # the CLI: refused (exit 2, one line), then written with the owner's confirmation and labelled so
+    # the CLI: refused (exit 2, one line), then written with the owner's confirmation and labelled so (a design σ²
+    # below the data's 0.3, so that the check under the θ and σ² refitted on W = Y, always on in the CLI, adds nothing)
     path = tmp_path / "data.csv"
     np.savetxt(path, np.concatenate([X, Y], axis=1), delimiter=",", header="t,y", comments="")
-    argv = ["privacy", "--csv", str(path), "--target", "y", "--sensitive", f"{X[J, 0]!r}", "--alpha", "0.2"]
-    argv += ["--lengthscale", "0.02", "--variance", "1", "--noise-variance", "0.3", "--protect", "latent"]
+    argv = ["privacy", "--csv", str(path), "--target", "y", "--sensitive", f"{X[J, 0]!r}", "--alpha", "0.1"]
+    argv += ["--lengthscale", "0.02", "--variance", "1", "--noise-variance", "0.2", "--protect", "latent"]
     argv += ["--design-theta-only"]
     argv += ["--ledger", str(tmp_path / "ledger")]
     assert main([*argv, "--out", str(tmp_path / "a")]) == 2
@@ -158,7 +159,10 @@ def test_a_second_release_is_the_first_plus_delta(tmp_path):
     ledger = tmp_path / "ledger"
     kwargs = dict(kernel=k, noise_variance=0.01)
     first = release((X, Y), S, ProportionalKernel(k, 0.3), ledger=ledger, **kwargs)
-    second = release((X, Y), S, ProportionalKernel(k, 0.6), ledger=ledger, **kwargs)
+    # a higher tolerance: holders of W₁ already predict the record beyond it, so refused unless the owner confirms
+    with pytest.raises(ValueError, match=r"already predict sensitive input 0 beyond this release's floor \(Var = 0\."):
+        release((X, Y), S, ProportionalKernel(k, 0.6), ledger=ledger, **kwargs)
+    second = release((X, Y), S, ProportionalKernel(k, 0.6), ledger=ledger, confirm_new_audience=True, **kwargs)
     assert first.earlier is None and second.earlier is not None
     # Σ₁ and Δ have their numerical rank (round-off eigenvalues dropped): Σ₂ = Σ₁ + Σ_Δ adds directions to Σ₁'s
     assert second.rank > first.rank >= 1
@@ -191,14 +195,53 @@ def test_a_second_release_is_the_first_plus_delta(tmp_path):
     assert np.max(np.abs(_two_release_attack(a, b) - Y[:, 0])) < 1e-6
 
 
-def test_row_hashes_are_keyed_and_follow_rows(tmp_path):
+def test_row_hashes_are_keyed_and_follow_records(tmp_path):
     ledger = ReleaseLedger(tmp_path / "l")
     Y = np.arange(N, dtype=float)[:, None]
-    h = ledger.row_hashes(X, Y)
-    assert len(set(h.tolist())) == N and np.array_equal(ledger.row_hashes(X[::-1], Y[::-1]), h[::-1])
-    assert not np.array_equal(ReleaseLedger(tmp_path / "other").row_hashes(X, Y), h)  # another key
-    twice = ledger.row_hashes(np.zeros((2, 1)), np.zeros((2, 1)))
-    assert twice[0] != twice[1]  # identical rows stay distinct records
+    h = ledger.row_hashes(Y)
+    assert len(set(h.tolist())) == N and np.array_equal(ledger.row_hashes(Y[::-1]), h[::-1])
+    assert not np.array_equal(ReleaseLedger(tmp_path / "other").row_hashes(Y), h)  # another key
+    twice = ledger.row_hashes(np.array([[0.0], [-0.0]]))
+    assert twice[0] != twice[1] and twice[0] == h[0]  # equal values stay distinct records; −0.0 is 0.0
+
+
+def test_a_changed_feature_does_not_make_new_records(tmp_path):
+    """A fresh attacker's finding: the ledger hashed X with Y, so the same Y released again with a constant column
+    added to X was "new" data with fresh noise, and the two releases gave Y back to 1e-14. Records are their
+    recorded values now: the second release is computed from the first (the joint solve gives back W₁)."""
+    k = gpflow.kernels.SquaredExponential(lengthscales=0.1)
+    k2 = gpflow.kernels.SquaredExponential(lengthscales=[0.1, 1.0])
+    Y = _draws(k, 0.01, 1, seed=13)
+    X2, S2 = np.concatenate([X, np.ones((N, 1))], axis=1), np.array([[X[J, 0], 1.0]])
+    kwargs = dict(noise_variance=0.01, theta_range="design", refit_check=False, confirm_public=True)
+    ledger = tmp_path / "ledger"
+    first = release((X, Y), S, ProportionalKernel(k, 0.3), kernel=k, ledger=ledger, **kwargs)
+    second = release((X2, Y), S2, ProportionalKernel(k2, 0.2), kernel=k2, ledger=ledger, **kwargs)
+    assert second.earlier is not None
+    noise = np.sqrt(np.mean(np.diag(np.asarray(first.Sigma))))
+    np.testing.assert_allclose(_two_release_attack(first, second), first.W[:, 0], rtol=0, atol=1e-8 * noise)
+    # control: without a shared ledger the same pair gives Y back
+    a = release((X, Y), S, ProportionalKernel(k, 0.3), kernel=k, ledger=None, **kwargs)
+    b = release((X2, Y), S2, ProportionalKernel(k2, 0.2), kernel=k2, ledger=None, **kwargs)
+    assert np.max(np.abs(_two_release_attack(a, b) - Y[:, 0])) < 1e-6
+
+
+def test_a_later_release_protecting_a_new_input_is_refused_unless_confirmed(tmp_path):
+    """A fresh attacker's finding: a second release of the same rows protecting a new sensitive input promised a
+    floor there that the first release's W already broke (MSE 0.04 ξ). Now refused, naming the input, unless the
+    owner confirms a new audience; control: the input the first release protected, at its tolerance, republishes."""
+    k = gpflow.kernels.SquaredExponential(lengthscales=0.1)
+    Y = _draws(k, 0.01, 1, seed=14)
+    kwargs = dict(kernel=k, noise_variance=0.01, theta_range="design", refit_check=False, confirm_public=True)
+    ledger = tmp_path / "ledger"
+    first = release((X, Y), S, ProportionalKernel(k, 0.5), ledger=ledger, **kwargs)
+    again = release((X, Y), S, ProportionalKernel(k, 0.5), ledger=ledger, **kwargs)
+    np.testing.assert_array_equal(again.W, first.W)
+    new = X[[5]]
+    with pytest.raises(ValueError, match=r"already predict sensitive input 0 beyond this release's floor"):
+        release((X, Y), new, ProportionalKernel(k, 0.5), ledger=ledger, **kwargs)
+    confirmed = release((X, Y), new, ProportionalKernel(k, 0.5), ledger=ledger, confirm_new_audience=True, **kwargs)
+    assert confirmed.earlier is not None and confirmed.variance[0] >= 0.5 * (1 - 1e-6)
 
 
 def test_the_cli_second_release_is_computed_from_the_first(tmp_path, capsys):
@@ -209,7 +252,9 @@ def test_the_cli_second_release_is_computed_from_the_first(tmp_path, capsys):
     argv = ["privacy", "--csv", str(path), "--target", "y", "--sensitive", "0.5", "--lengthscale", "0.1"]
     argv += ["--variance", "1", "--noise-variance", "0.01", "--ledger", str(tmp_path / "ledger")]
     assert main([*argv, "--alpha", "0.3", "--out", str(tmp_path / "one")]) == 0
-    assert main([*argv, "--alpha", "0.6", "--out", str(tmp_path / "two")]) == 0
+    assert main([*argv, "--alpha", "0.6", "--out", str(tmp_path / "two")]) == 2  # W₁ breaks the higher floor
+    assert "--confirm-new-audience" in capsys.readouterr().err and not (tmp_path / "two").exists()
+    assert main([*argv, "--alpha", "0.6", "--confirm-new-audience", "--out", str(tmp_path / "two")]) == 0
     assert "a later release of rows released before" in capsys.readouterr().out
     one, two = (PrivacyAwareGPR.load(tmp_path / d / "model.npz") for d in ("one", "two"))
     W1, W2 = one.data[1].numpy()[:, 0], two.data[1].numpy()[:, 0]
@@ -404,13 +449,43 @@ def test_the_refit_check_adds_noise_as_post_processing(monkeypatch):
     assert np.all(one.refit_check.variance >= 0.5 * (1 - 1e-6))
 
 
+def test_the_refit_check_refits_the_noise_variance():
+    """A fresh attacker's finding: a design σ² above the data's own noise (design 0.05, data 1e-6) counted noise the
+    records do not have, and fitting σ², θ and the mean on W alone it predicted the record to 3e-4 ξ. The check
+    refits σ² too: under the attacker's fit (lengthscale, σ², mean; the kernel variance as the check keeps it) the
+    record's posterior variance is at least ξ. Control: without the check it is far below."""
+    k = _se(0.2)
+    Y = _draws(k, 1e-6, 1, seed=15)
+    kwargs = dict(kernel=k, noise_variance=0.05, ledger=None, theta_range="design", confirm_public=True)
+
+    def attacker(out, kernel_variance=False):
+        model = PrivacyAwareGPR((X, out.W), _se(0.2), out.Sigma, gpflow.mean_functions.Constant(), 0.05)
+        model.likelihood.variance = gpflow.Parameter(0.05, transform=gpflow.utilities.positive(lower=1e-9))
+        gpflow.set_trainable(model.kernel.variance, kernel_variance)
+        gpflow.optimizers.Scipy().minimize(model.training_loss, model.trainable_variables, compile=False)
+        variance = float(model.protected_covariance(S, np.array([J])).numpy()[0, 0])
+        return variance, float(model.likelihood.variance.numpy())
+
+    out = release((X, Y), S, ProportionalKernel(k, 0.5), insecure_noise_seed=3, **kwargs)
+    variance, noise_variance = attacker(out)
+    assert noise_variance < 1e-3 and out.refit_check.noise_variance < 1e-3  # both find the data's small noise
+    assert out.refit_check.steps >= 1 and variance >= 0.9 * 0.5
+    control = release((X, Y), S, ProportionalKernel(k, 0.5), insecure_noise_seed=3, refit_check=False, **kwargs)
+    assert attacker(control)[0] < 0.1 * 0.5
+    # beyond the check's model (threat model, "does not guarantee"): the kernel variance refitted as well
+    beyond = attacker(out, kernel_variance=True)[0]
+    print(f"Var[Y_s | W] / ξ: {variance / 0.5:.3g} (check's model), {beyond / 0.5:.3g} (kernel variance refitted too),")
+    print(f"{attacker(control)[0] / 0.5:.2g} (without the check)")
+
+
 def test_the_refit_check_refuses_at_its_cap_naming_the_point(monkeypatch):
     from gpflow_fed.models import privacy_aware_gpr
 
     monkeypatch.setattr(privacy_aware_gpr, "REFIT_CHECK_STEPS", 0)
     Y = _draws(_se(0.5), 1e-2, 1, seed=2)
     refused = (
-        r"under the θ refitted on the released W by maximum likelihood \(variance=1, lengthscales=0\.\d+\), the floor "
+        r"under the θ refitted on the released W by maximum likelihood \(variance=1, lengthscales=0\.\d+, σ² = "
+        r"0\.0\d+\), the floor "
         r"fails at sensitive input 0 \(x = \[0\.51\d+\], the record in row 20\): Var = 0\.\d+ < tolerance 0\.5, "
         r"after 0 post-processing noise step\(s\) \(at most 0\)\. Nothing was released"
     )
