@@ -895,11 +895,32 @@ def _check_earlier_floor(
     tolerance, or protecting a sensitive input the earlier one did not (a fresh attacker: MSE 0.04 ξ there from W₁),
     would promise a floor that holders of W₁ do not meet. Computed from W₁, Σ₁ and the public design only.
 
+    Its holders have the **whole** earlier release as published (a fresh attacker dropped a row from the second
+    release, and reordered rows of equal value, so that the rows repeated hid the earlier release's own noise-free
+    row), so the floor is checked twice: on the rows repeated (each target as this release defines it, with the
+    strong margin when claimed), and on the whole earlier release ``(X₁, W₁, Σ₁)`` under the design θ, where a
+    record is the earlier row of its value and inputs or, where its inputs changed, any earlier row of its value (the
+    smallest variance counts), and ``f(s)`` is at s. An earlier
+    release with inputs of another dimension cannot be checked there, and is refused too.
+
     :raises ValueError: some ``Var[Tₐ | W₁] < ξₐ`` (or the strong margin < 0), naming the input.
     """
     earlier = _released_model(X, previous.W, kernel, previous.factor @ previous.factor.T, noise_variance)
     with _singular("the earlier release's floor"):
         variance, short, margin = _short(earlier, floor)
+    if previous.released is not None and not short.size and margin >= 0.0:
+        X1, W1, L1 = previous.released
+        if X1.shape[1] != X.shape[1]:
+            raise ValueError(
+                f"these records were released before ({previous.entry}) with inputs of {X1.shape[1]} column(s), "
+                f"and this release has {X.shape[1]}: the floor its holders have at this release's sensitive inputs "
+                "cannot be computed. Confirm that this release's audience does not hold the earlier one "
+                "(confirm_new_audience=True, CLI --confirm-new-audience)"
+            )
+        whole = _released_model(X1, W1, kernel, L1 @ L1.T, noise_variance)
+        variance = _whole_release_variance(whole, X, floor, previous.same_value)
+        scale = float(np.max(kernel_diag(kernel, X1)))
+        short = np.flatnonzero(variance < floor.xi - FLOOR_RTOL * scale)
     if not short.size and margin >= 0.0:
         return
     i = int(short[np.argmin(variance[short] - floor.xi[short])]) if short.size else int(np.argmin(variance))
@@ -915,6 +936,33 @@ def _check_earlier_floor(
         "release meets (W₁ is then republished), or confirm that this release's audience does not hold the earlier "
         "one (confirm_new_audience=True, CLI --confirm-new-audience): its floor then holds against them only"
     )
+
+
+def _whole_release_variance(
+    whole: PrivacyAwareGPR, X: np.ndarray, floor: Floor, same_value: "tuple[np.ndarray, ...]"
+) -> np.ndarray:
+    """``[t]`` each target's variance given the whole earlier release (``whole``): a record, at the earlier row of
+    its value and its inputs (this release's ``X``), else the smallest over the earlier rows of its value; ``f(s)``,
+    at s."""
+    X1 = whole.data[0].numpy()
+    points, records, owner = [], [], []
+    for a, (point, row) in enumerate(zip(floor.targets.points, floor.targets.records)):
+        rows = same_value[row] if row >= 0 and same_value else np.empty(0, dtype=int)
+        same_inputs = rows[[bool(np.array_equal(X1[i], X[row])) for i in rows]] if rows.size else rows
+        rows = same_inputs if same_inputs.size else rows
+        for i in rows:
+            points.append(X1[i])
+            records.append(int(i))
+            owner.append(a)
+        if row < 0 or not rows.size:
+            points.append(point)
+            records.append(-1)
+            owner.append(a)
+    with _singular("the earlier release's floor"):
+        cov = whole.protected_covariance(np.asarray(points), np.asarray(records)).numpy()
+    variance = np.full(floor.xi.shape, np.inf)
+    np.minimum.at(variance, np.asarray(owner), np.diag(cov))
+    return variance
 
 
 _DEFAULT = object()
@@ -1109,7 +1157,7 @@ def release(
         if protect == "records":  # every record inside the region is a sensitive input
             S = with_records(S, X, region)
     hashes = store.row_hashes(Y) if store is not None else None
-    previous = store.find(hashes) if store is not None and hashes is not None else None
+    previous = store.find(hashes, Y) if store is not None and hashes is not None else None
     Sigma1 = None if previous is None else previous.factor @ previous.factor.T
 
     design = ReleaseDesign(
@@ -1194,7 +1242,7 @@ def release(
         log_likelihood = float(model.maximum_log_likelihood_objective().numpy())
     factor = model.noise_factor.numpy()
     if store is not None and hashes is not None:
-        store.record(hashes, W, factor)
+        store.record(hashes, X, W, factor)
     return PrivacyRelease(
         model=model,
         Sigma=Sigma,

@@ -70,11 +70,17 @@ class EarlierRelease:
     :param entry: the ledger entry's name.
     :param W: ``[N, 1]`` the earlier released values of these rows.
     :param factor: ``[N, r]`` L₁ with ``Σ₁ = L₁L₁ᵀ`` restricted to these rows.
+    :param released: the whole earlier release as published, ``(X₁ [N₁, D₁], W₁ [N₁, 1], L₁ [N₁, r])`` (None for an
+        entry written before the ledger kept X₁): its holders have every row, not only the ones repeated.
+    :param same_value: per row of the new release, the rows of the earlier release with the same recorded value
+        (any of them may be this record: equal values are matched by occurrence, not by identity).
     """
 
     entry: str
     W: np.ndarray
     factor: np.ndarray
+    released: Optional[Tuple[np.ndarray, np.ndarray, np.ndarray]] = None
+    same_value: Tuple[np.ndarray, ...] = ()
 
 
 class ReleaseLedger:
@@ -110,11 +116,27 @@ class ReleaseLedger:
         seen: Dict[bytes, int] = {}
         out = []
         for y in np.asarray(Y, dtype="<f8"):
-            row = b"y" + (y + 0.0).tobytes()  # + 0.0: −0.0 and 0.0 are the same value
+            row = _value(y)
             count = seen.get(row, 0)
             seen[row] = count + 1
-            out.append(hmac.new(key, row + b"#" + str(count).encode(), hashlib.sha256).hexdigest())
+            out.append(_digest(key, row, count))
         return np.asarray(out, dtype="S64")
+
+    def _same_value(self, Y: np.ndarray, index: Dict[bytes, int]) -> Tuple[np.ndarray, ...]:
+        """Per value of ``Y`` (``[N, 1]``), the rows of an entry (its hash → row ``index``) with that value."""
+        key = self._key()
+        rows: Dict[bytes, np.ndarray] = {}
+        out = []
+        for y in np.asarray(Y, dtype="<f8"):
+            value = _value(y)
+            if value not in rows:
+                found, count = [], 0
+                while (h := _digest(key, value, count).encode()) in index:
+                    found.append(index[h])
+                    count += 1
+                rows[value] = np.asarray(found, dtype=int)
+            out.append(rows[value])
+        return tuple(out)
 
     def _entries(self) -> List[Tuple[str, Dict[str, np.ndarray]]]:
         if not private_files.check_folder(str(self.folder), "the release ledger"):
@@ -124,13 +146,16 @@ class ReleaseLedger:
             if not (name.startswith(ENTRY_PREFIX) and name.endswith(".npz")):
                 continue
             with np.load(self.folder / name, allow_pickle=False) as data:
-                entries.append((name, {k: data[k] for k in ("hashes", "W", "factor")}))
+                entries.append((name, {k: data[k] for k in ("hashes", "W", "factor", "X") if k in data.files}))
         return entries
 
-    def find(self, hashes: np.ndarray) -> Optional[EarlierRelease]:
+    def find(self, hashes: np.ndarray, Y: Optional[np.ndarray] = None) -> Optional[EarlierRelease]:
         """The earlier release holding every one of ``hashes`` (the latest such), None if none is shared.
 
-        :raises ValueError: some rows were released before and some were not, or no single release holds them all.
+        :param hashes: :meth:`row_hashes` of the new release's ``Y``.
+        :param Y: ``[N, 1]`` those values, to list the earlier rows of equal value (``EarlierRelease.same_value``).
+        :raises ValueError: some rows were released before and some were not, or no single release holds them all
+            (the message counts nothing: which values were released before is what the ledger keeps private).
         """
         entries = self._entries()
         wanted = set(hashes.tolist())
@@ -143,28 +168,41 @@ class ReleaseLedger:
             index = {h: i for i, h in enumerate(data["hashes"].tolist())}
             if wanted <= set(index):
                 rows = np.asarray([index[h] for h in hashes.tolist()], dtype=int)
-                return EarlierRelease(name, data["W"][rows], data["factor"][rows])
+                released = (data["X"], data["W"], data["factor"]) if "X" in data else None
+                same = self._same_value(Y, index) if Y is not None else ()
+                return EarlierRelease(name, data["W"][rows], data["factor"][rows], released, same)
         raise ValueError(
-            f"{len(shared)} of the {len(wanted)} rows were released before (release ledger {self.folder}), but no "
-            "single earlier release holds them all: a later release of the same data is computed from the earlier "
+            f"some of these rows were released before (release ledger {self.folder}), but no single earlier release "
+            "holds them all: a later release of the same data is computed from the earlier "
             "one (W₂ = W₁ + Δ), so release the rows of one earlier release (any order, any subset), or only rows "
             "never released; records are matched by their recorded values, so keep unrelated data that shares values "
             "with an earlier release in its own ledger folder (ledger=, CLI --ledger)"
         )
 
-    @check_shapes("hashes: [N]", "W: [N, 1]", "factor: [N, R]")
-    def record(self, hashes: np.ndarray, W: np.ndarray, factor: np.ndarray) -> str:
-        """Record a release (before it is written or returned); returns the entry's name."""
+    @check_shapes("hashes: [N]", "X: [N, D]", "W: [N, 1]", "factor: [N, R]")
+    def record(self, hashes: np.ndarray, X: np.ndarray, W: np.ndarray, factor: np.ndarray) -> str:
+        """Record a release (before it is written or returned), with its public X; returns the entry's name."""
         self._key()
         name = f"{ENTRY_PREFIX}{time.time_ns():020d}-{secrets.token_hex(4)}.npz"
         with private_files.new_file(str(self.folder / name), "wb") as fh:
             np.savez(
                 fh,
                 hashes=np.asarray(hashes, dtype="S64"),
+                X=np.asarray(X, dtype=gpflow.default_float()),
                 W=np.asarray(W, dtype=gpflow.default_float()),
                 factor=np.asarray(factor, dtype=gpflow.default_float()),
             )
         return name
+
+
+def _value(y: np.ndarray) -> bytes:
+    """A recorded value's bytes (``+ 0.0``: −0.0 and 0.0 are the same value)."""
+    return b"y" + (np.asarray(y, dtype="<f8") + 0.0).tobytes()
+
+
+def _digest(key: bytes, value: bytes, count: int) -> str:
+    """The keyed hash of the ``count``-th occurrence of ``value`` (hex)."""
+    return hmac.new(key, value + b"#" + str(count).encode(), hashlib.sha256).hexdigest()
 
 
 def resolve_ledger(ledger: Union[str, Path, ReleaseLedger, None, bool]) -> Optional[ReleaseLedger]:

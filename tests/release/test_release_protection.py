@@ -177,9 +177,10 @@ def test_a_second_release_is_the_first_plus_delta(tmp_path):
     order = np.concatenate([order, [J]]) if J not in order else order
     third = release((X[order], Y[order]), X[[J]], ProportionalKernel(k, 0.2), ledger=ledger, **kwargs)
     np.testing.assert_array_equal(third.W, second.W[order])
-    # old rows mixed with new ones: refused
+    # old rows mixed with new ones: refused, counting nothing (a count told an attacker how many of its candidate
+    # values were in Y)
     X_new = np.concatenate([X, [[1.5]]])
-    with pytest.raises(ValueError, match="rows were released before"):
+    with pytest.raises(ValueError, match=r"^some of these rows were released before \(release ledger"):
         release((X_new, np.concatenate([Y, [[0.0]]])), S, ProportionalKernel(k, 0.3), ledger=ledger, **kwargs)
     # the ledger is private and holds keyed hashes, W and Σ's factor, never Y
     assert stat.S_IMODE(os.stat(ledger).st_mode) == 0o700
@@ -187,7 +188,7 @@ def test_a_second_release_is_the_first_plus_delta(tmp_path):
         assert stat.S_IMODE(os.stat(ledger / name).st_mode) == 0o600
         if name.endswith(".npz"):
             with np.load(ledger / name) as data:
-                assert sorted(data.files) == ["W", "factor", "hashes"]
+                assert sorted(data.files) == ["W", "X", "factor", "hashes"]
                 assert not np.isin(Y[:, 0], data["W"]).any()
     # control: without the ledger (ledger=None, tests only) two releases give Y back exactly
     a = release((X, Y), S, ProportionalKernel(k, 0.3), ledger=None, **kwargs)
@@ -216,7 +217,13 @@ def test_a_changed_feature_does_not_make_new_records(tmp_path):
     kwargs = dict(noise_variance=0.01, theta_range="design", refit_check=False, confirm_public=True)
     ledger = tmp_path / "ledger"
     first = release((X, Y), S, ProportionalKernel(k, 0.3), kernel=k, ledger=ledger, **kwargs)
-    second = release((X2, Y), S2, ProportionalKernel(k2, 0.2), kernel=k2, ledger=ledger, **kwargs)
+    # inputs of another dimension: the floor the first release's holders have cannot be computed, so refused unless
+    # the owner confirms a new audience
+    with pytest.raises(ValueError, match=r"inputs of 1 column\(s\), and this release has 2"):
+        release((X2, Y), S2, ProportionalKernel(k2, 0.2), kernel=k2, ledger=ledger, **kwargs)
+    second = release(
+        (X2, Y), S2, ProportionalKernel(k2, 0.2), kernel=k2, ledger=ledger, confirm_new_audience=True, **kwargs
+    )
     assert second.earlier is not None
     noise = np.sqrt(np.mean(np.diag(np.asarray(first.Sigma))))
     np.testing.assert_allclose(_two_release_attack(first, second), first.W[:, 0], rtol=0, atol=1e-8 * noise)
@@ -242,6 +249,34 @@ def test_a_later_release_protecting_a_new_input_is_refused_unless_confirmed(tmp_
         release((X, Y), new, ProportionalKernel(k, 0.5), ledger=ledger, **kwargs)
     confirmed = release((X, Y), new, ProportionalKernel(k, 0.5), ledger=ledger, confirm_new_audience=True, **kwargs)
     assert confirmed.earlier is not None and confirmed.variance[0] >= 0.5 * (1 - 1e-6)
+
+
+def _rounded_draws(seed):
+    """Data of lengthscale 0.01 (nearly independent rows, so a release leaves most rows unchanged), one decimal."""
+    return np.round(_draws(gpflow.kernels.SquaredExponential(lengthscales=0.01), 0.01, 1, seed=seed), 1)
+
+
+def test_the_earlier_floor_is_checked_on_the_whole_earlier_release(tmp_path):
+    """A fresh attacker's findings: the check of a later release looked at the earlier release's rows it repeats
+    only. (1) Row 10 dropped from the second release, which protects f(x₁₀): the first release left row 10
+    unchanged, so its holders have Var[f(x₁₀) | W₁] ≈ σ²; accepted before (the attacker's MSE 0.036 ξ). (2) Rows
+    reversed, so that an equal value's occurrence maps the first release's noisy row 20 onto x₃₀, and the second
+    release protects the record at x₃₀, which the first left unchanged (error 0). Both refused now; control: the
+    first release's own sensitive record, repeated in the same order, republishes."""
+    k = gpflow.kernels.SquaredExponential(lengthscales=0.01)
+    Y = _rounded_draws(16)
+    Y[30] = Y[J]
+    kwargs = dict(kernel=k, noise_variance=0.01, theta_range="design", refit_check=False, confirm_public=True)
+    ledger = tmp_path / "ledger"
+    first = release((X, Y), S, ProportionalKernel(k, 0.5), ledger=ledger, **kwargs)
+    assert np.all(np.diag(np.asarray(first.Sigma))[[10, 30]] <= 1e-12)  # rows 10 and 30 released unchanged
+    keep = np.delete(np.arange(N), 10)
+    with pytest.raises(ValueError, match=r"already predict sensitive input 0 beyond this release's floor"):
+        release((X[keep], Y[keep]), X[[10]], ProportionalKernel(k, 0.5), ledger=ledger, **kwargs)
+    with pytest.raises(ValueError, match=r"already predict sensitive input 0 beyond this release's floor"):
+        release((X[::-1], Y[::-1]), X[[30]], ProportionalKernel(k, 0.5), ledger=ledger, **kwargs)
+    again = release((X, Y), S, ProportionalKernel(k, 0.5), ledger=ledger, **kwargs)
+    np.testing.assert_array_equal(again.W, first.W)
 
 
 def test_the_cli_second_release_is_computed_from_the_first(tmp_path, capsys):
