@@ -23,6 +23,9 @@ round. Here every client of a cohort is a slice of one computation instead:
   stacked step counts and moments (Kingma & Ba 2015, Algorithm 1, in ``tf_keras``' own operation order), so each
   client's update is the one its private optimizer takes, and its :class:`~gpflow_fed.training.adam.AdamState` is
   stacked before and split after (checkpoints keep saving it per client).
+* **The training loop** every batched worker runs (:class:`StackedTraining`): the broadcast tiled to ``[B, ·]``, P
+  stacked Adam steps on the sum of the clients' own losses, and per chunk of :func:`memory_chunks` the stacking of the
+  clients' data and Adam states and the split of the results per client; a worker supplies only its loss.
 
 The batch only replaces the local computation: in a federated run, each client's policy, encoding and ledger entries
 are applied to its own slice of the output as before (``gpflow_fed.federated.runtimes.local.LocalRuntime``).
@@ -32,7 +35,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Any, Callable, Final, Iterator, List, Sequence, Tuple
+from typing import Any, Callable, Final, Iterator, List, Optional, Sequence, Tuple
 
 import gpflow
 import numpy as np
@@ -41,7 +44,7 @@ from check_shapes import check_shapes
 from gpflow.keras import tf_keras
 
 from ..validation import integer
-from .adam import AdamState
+from .adam import AdamState, CompiledAdam
 
 __all__ = [
     "stack_adam_states",
@@ -51,13 +54,16 @@ __all__ = [
     "PADDING_RATIO",
     "Bucket",
     "StackedAdam",
+    "StackedTraining",
     "chunked",
     "clients_per_chunk",
+    "memory_chunks",
     "padding_overhead",
     "parameters_at",
     "per_client",
     "size_buckets",
     "stack_padded",
+    "trained_parameters",
 ]
 
 #: the default bucketing ratio: a client is padded to at most 1.25 N_k rows (≤ 20 % of a bucket's rows are padding)
@@ -277,3 +283,183 @@ def unstack_adam_state(
     """One client's :class:`~gpflow_fed.training.adam.AdamState` from its row of a stacked batch (copies, so the
     batch's arrays can go)."""
     return AdamState(np.array(iterations, copy=True), tuple(split_flat(np.array(moments, copy=True), offsets)))
+
+
+def memory_chunks(
+    sizes: Sequence[int], memory_budget: int, bytes_per_client: Callable[[int], int], ratio: float = PADDING_RATIO
+) -> List[Bucket]:
+    """The size buckets of ``sizes`` (:func:`size_buckets`), each in consecutive chunks of at most ``memory_budget``
+    bytes (``bytes_per_client(L)`` a client at the bucket's padded length L; at least one client a chunk)."""
+    out: List[Bucket] = []
+    for bucket in size_buckets(sizes, ratio):
+        out.extend(chunked(bucket, clients_per_chunk(memory_budget, bytes_per_client(bucket.length))))
+    return out
+
+
+def trained_parameters(module: tf.Module, variables: Sequence[tf.Variable]) -> Optional[List[gpflow.Parameter]]:
+    """The trainable GPflow ``Parameter``\\ s of ``module`` whose unconstrained variables are ``variables``, in their
+    order; None if one of ``variables`` is not such a variable (e.g. a ``tf_keras`` layer's weight) or comes twice."""
+    by_variable = {id(p.unconstrained_variable): p for p in module.trainable_parameters}
+    if not all(id(v) in by_variable for v in variables) or len({id(v) for v in variables}) != len(variables):
+        return None
+    return [by_variable[id(v)] for v in variables]
+
+
+class StackedTraining:
+    """The batched form of ``CompiledAdam.fit`` for one per-client worker: P ``tf_keras`` Adam steps of every client of
+    a chunk from the broadcast, on its own loss, with its own Adam state (:class:`StackedAdam`).
+
+    The workers (FSGP's, FGP's, FedBNR's) differ only in their loss and in how they bucket; this is the rest. Values
+    travel flat: the broadcast is one ``[|w|]`` row, each client's result one row of ``[B, |w|]``, in ``value_order``;
+    Adam moments are ``[B, S]`` rows in the trainer's order (m and v of each variable in turn).
+
+    :param trainer: the per-client worker's Adam (its variables, optimizer and state layout).
+    :param parameters: the GPflow ``Parameter``\\ s whose unconstrained variables are ``trainer.variables``, in that
+        order (:func:`trained_parameters`): each client's loss reads them at its own values (:func:`per_client`).
+    :param local_steps: P ≥ 1, the steps every client takes.
+    :param value_order: for each flat value, the position of its variable in ``trainer.variables`` (default: the
+        trainer's order; FSGP's wire order otherwise).
+    :raises ValueError: an Adam state layout other than ``tf_keras``' (the step count, then m and v of each variable in
+        turn), or a ``value_order`` that is not a permutation of the trainer's variables.
+    """
+
+    def __init__(
+        self,
+        trainer: CompiledAdam,
+        parameters: Sequence[gpflow.Parameter],
+        local_steps: int,
+        value_order: Optional[Sequence[int]] = None,
+    ) -> None:
+        variables = trainer.variables
+        slots = trainer.slots[1:]
+        expected = [(prefix, tuple(v.shape)) for v in variables for prefix in ("m/", "v/")]
+        if [(s.name[:2], tuple(s.shape)) for s in slots] != expected:
+            raise ValueError("the Adam state is not tf_keras' layout (m and v of each variable in turn)")
+        order = list(range(len(variables))) if value_order is None else [int(i) for i in value_order]
+        if sorted(order) != list(range(len(variables))):
+            raise ValueError(f"value_order {order} is not a permutation of the {len(variables)} trained variables")
+        self.parameters, self.local_steps = list(parameters), int(local_steps)
+        self.adam = StackedAdam(trainer.optimizer)
+        #: flat position j holds trainer variable ``value_order[j]``; ``_from_flat[i]``: the flat position of variable i
+        self.value_order = order
+        self._from_flat = [order.index(i) for i in range(len(variables))]
+        self.value_shapes = [tuple(variables[i].shape) for i in order]
+        self.moment_shapes = [tuple(s.shape) for s in slots]
+        self.value_offsets, self.moment_offsets = flat_offsets(self.value_shapes), flat_offsets(self.moment_shapes)
+        self.value_size = int(sum(int(np.prod(s)) for s in self.value_shapes))
+        self.moment_size = int(sum(int(np.prod(s)) for s in self.moment_shapes))
+
+    def signature(self, input_dim: int, output_dim: Optional[int]) -> List[tf.TensorSpec]:
+        """The input signature of a compiled ``fit`` call: ``X [B, L, D]``, ``Y [B, L, P]`` (``None``: a free P),
+        the row mask ``[B, L]``, the flat broadcast ``[|w|]``, step counts ``[B]`` and moments ``[B, S]``."""
+        dtype = gpflow.default_float()
+        return [
+            tf.TensorSpec([None, None, input_dim], dtype),
+            tf.TensorSpec([None, None, output_dim], dtype),
+            tf.TensorSpec([None, None], dtype),
+            tf.TensorSpec([self.value_size], dtype),
+            tf.TensorSpec([None], tf.int64),
+            tf.TensorSpec([None, self.moment_size], dtype),
+        ]
+
+    def stacked_values(self, values: tf.Tensor, batch: tf.Tensor) -> List[tf.Tensor]:
+        """The flat broadcast ``values``, one copy per client (``[B, ·]`` each), in the trainer's order."""
+        parts = tf.split(values, [int(np.prod(s)) for s in self.value_shapes])
+        flat = [tf.tile(tf.reshape(p, [1, *s]), [batch] + [1] * len(s)) for p, s in zip(parts, self.value_shapes)]
+        return [flat[j] for j in self._from_flat]
+
+    def flat_values(self, stacked: Sequence[tf.Tensor]) -> tf.Tensor:
+        """``[B, |w|]`` in ``value_order`` from trainer-ordered ``[B, ·]`` values (or their gradients)."""
+        batch = tf.shape(stacked[0])[0]
+        return tf.concat([tf.reshape(stacked[i], [batch, -1]) for i in self.value_order], axis=1)
+
+    def fit(
+        self,
+        loss: Callable[..., tf.Tensor],
+        data: Sequence[tf.Tensor],
+        values: tf.Tensor,
+        iterations: tf.Tensor,
+        moments: tf.Tensor,
+    ) -> Tuple[List[tf.Tensor], tf.Tensor, tf.Tensor, tf.Tensor]:
+        """``local_steps`` Adam steps of every client (traced inside a worker's compiled call).
+
+        Each step minimises ``Σ_k loss(data_k)`` at client k's values; client k's loss depends on its own slice only
+        (:func:`per_client`), so the gradient of the sum is each client's own gradient.
+
+        :param loss: one client's loss of its rows of ``data`` (``X``, ``Y``, mask), with :attr:`parameters` at its
+            values.
+        :param data: ``[B, L, ·]`` tensors, the clients along the leading axis.
+        :param values: the flat broadcast ``[|w|]``; every client starts from it.
+        :param iterations: ``[B]`` Adam step counts; ``moments``: ``[B, S]``.
+        :return: the new values (trainer order, ``[B, ·]`` each), the new moments ``[B, S]``, step counts ``[B]`` and
+            each client's loss before its last step ``[B]``.
+        """
+        batch = tf.shape(data[0])[0]
+        variables = self.stacked_values(values, batch)
+        sizes = [int(np.prod(s)) for s in self.moment_shapes]
+        slots = [
+            tf.reshape(part, [batch, *shape])
+            for part, shape in zip(tf.split(moments, sizes, axis=1), self.moment_shapes)
+        ]
+        first, second = slots[0::2], slots[1::2]
+
+        def body(
+            i: tf.Tensor, it: tf.Tensor, ws: List[tf.Tensor], ms: List[tf.Tensor], vs: List[tf.Tensor], _: tf.Tensor
+        ) -> Any:
+            with tf.GradientTape(watch_accessed_variables=False) as tape:
+                tape.watch(ws)
+                losses = per_client(loss, self.parameters, ws, data)
+                total = tf.reduce_sum(losses)  # client k's loss depends on its own slice only
+            grads = tape.gradient(total, ws)
+            it, ws, ms, vs = self.adam.step(it, ws, grads, ms, vs)
+            return i + 1, it, ws, ms, vs, losses
+
+        start = (tf.constant(0), iterations, variables, first, second, tf.zeros([batch], values.dtype))
+        _, iterations, variables, first, second, last = tf.while_loop(lambda i, *_: i < self.local_steps, body, start)
+        new_moments = tf.concat([tf.reshape(s, [batch, -1]) for pair in zip(first, second) for s in pair], axis=1)
+        return variables, new_moments, iterations, last
+
+    def compiled(self, loss: Callable[..., tf.Tensor], input_dim: int, output_dim: Optional[int]) -> Any:
+        """The compiled batched training of ``loss`` (:meth:`fit`, traced once: free batch size and padded length):
+        ``(X, Y, mask, values, iterations, moments) ↦ (values [B, |w|] in value_order, moments [B, S], step counts
+        [B], each client's loss before its last step [B])``, the call :meth:`train` takes.
+
+        :param loss: one client's loss of its rows (``X``, ``Y``, mask), with :attr:`parameters` at its values.
+        :param input_dim: D; ``output_dim``: P (``None``: free).
+        """
+
+        def call(
+            X: tf.Tensor, Y: tf.Tensor, mask: tf.Tensor, values: tf.Tensor, iterations: tf.Tensor, moments: tf.Tensor
+        ) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
+            variables, new_moments, iterations, last = self.fit(loss, (X, Y, mask), values, iterations, moments)
+            return self.flat_values(variables), new_moments, iterations, last
+
+        return tf.function(call, input_signature=self.signature(input_dim, output_dim), autograph=False)
+
+    def train(
+        self,
+        function: Callable[..., Sequence[tf.Tensor]],
+        chunks: Sequence[Bucket],
+        data: Sequence[Tuple[np.ndarray, np.ndarray]],
+        values: np.ndarray,
+        states: Sequence[AdamState],
+    ) -> List[Any]:
+        """``function(X, Y, mask, values, iterations, moments)`` (a worker's compiled call, returning ``[B, |w|]``
+        values, ``[B, S]`` moments, ``[B]`` step counts and a ``[B]`` scalar per client) on each chunk's stacked,
+        padded data and Adam states, split per client.
+
+        :param chunks: the cohort's chunks; their members are positions in ``data`` and ``states``.
+        :return: per client, in order: ``(its new values in value_order and shapes, its new AdamState, its scalar)``
+            (None for a client in no chunk).
+        """
+        out: List[Any] = [None] * len(data)
+        for chunk in chunks:
+            iterations, moments = stack_adam_states([states[k] for k in chunk.members], len(self.moment_shapes))
+            X, mask = stack_padded([data[k][0] for k in chunk.members], chunk.length)
+            Y, _ = stack_padded([data[k][1] for k in chunk.members], chunk.length)
+            outputs = function(X, Y, mask, values, iterations, moments)
+            new_values, new_moments, new_iterations, scalars = (t.numpy() for t in outputs)
+            for i, k in enumerate(chunk.members):
+                state = unstack_adam_state(new_iterations[i], new_moments[i], self.moment_offsets)
+                out[k] = (split_flat(new_values[i].copy(), self.value_offsets), state, float(scalars[i]))
+        return out

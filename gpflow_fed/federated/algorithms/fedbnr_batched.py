@@ -42,20 +42,7 @@ from check_shapes import check_shapes
 
 from ...models.bayesian_linear_regression import BayesianLinearRegression, blr_log_marginal_likelihood
 from ...training.adam import AdamState, CompiledAdam
-from ...training.batched import (
-    PADDING_RATIO,
-    Bucket,
-    StackedAdam,
-    chunked,
-    clients_per_chunk,
-    flat_offsets,
-    per_client,
-    size_buckets,
-    split_flat,
-    stack_adam_states,
-    stack_padded,
-    unstack_adam_state,
-)
+from ...training.batched import PADDING_RATIO, Bucket, StackedTraining, memory_chunks, trained_parameters
 from ...training.state import SharedState, resolve_path
 
 __all__ = ["BYTES_PER_CLIENT_FACTOR", "BatchedBLRWorker", "masked_negative_log_marginal_likelihood_per_point"]
@@ -158,8 +145,8 @@ class BatchedBLRWorker:
     ) -> None:
         self.model, self.local_steps = model, int(local_steps)
         variables = trainer.variables
-        by_variable = {id(p.unconstrained_variable): p for p in model.trainable_parameters}
-        if not all(id(v) in by_variable for v in variables) or len({id(v) for v in variables}) != len(variables):
+        parameters = trained_parameters(model, variables)
+        if parameters is None:
             raise ValueError(
                 "the batched FedBNR worker trains GPflow Parameters only, not a tf_keras network's weights"
             )
@@ -167,7 +154,7 @@ class BatchedBLRWorker:
         if any(v.dtype != dtype for v in variables):
             raise ValueError(f"the batched FedBNR worker trains {np.dtype(dtype).name} variables only")
         #: the trained Parameters, in the trainer's (and its Adam state's) order
-        self.parameters: List[gpflow.Parameter] = [by_variable[id(v)] for v in variables]
+        self.parameters: List[gpflow.Parameter] = parameters
         position = {id(v): i for i, v in enumerate(variables)}
         keys: Dict[str, int] = {}
         for key, path in shared.paths.items():
@@ -180,31 +167,13 @@ class BatchedBLRWorker:
             raise ValueError("the wire keys are not exactly the trained Parameters")
         #: wire key → the position of its variable in the trainer's order (wire order)
         self.keys = keys
-        slots = trainer.slots[1:]
-        expected = [(prefix, tuple(v.shape)) for v in variables for prefix in ("m/", "v/")]
-        if [(s.name[:2], tuple(s.shape)) for s in slots] != expected:
-            raise ValueError("the Adam state is not tf_keras' layout (m and v of each variable in turn)")
-        self.adam = StackedAdam(trainer.optimizer)
-        self._value_shapes = [tuple(v.shape) for v in variables]
-        self._moment_shapes = [tuple(s.shape) for s in slots]
-        self._value_offsets = flat_offsets(self._value_shapes)
-        self._moment_offsets = flat_offsets(self._moment_shapes)
-        self._value_size = int(sum(int(np.prod(s)) for s in self._value_shapes))
-        self._moment_size = int(sum(int(np.prod(s)) for s in self._moment_shapes))
+        self.training = StackedTraining(trainer, parameters, self.local_steps)
         self.input_dim = int(model.kernel.input_dim)
         #: L, the kernel's number of features: a client with N_c < L is trained in the dual form
         self.num_features = int(model.kernel.num_features)
         self._omega_size = int(np.prod(model.kernel.omega().shape))
-        signature = [
-            tf.TensorSpec([None, None, self.input_dim], dtype),
-            tf.TensorSpec([None, None, None], dtype),
-            tf.TensorSpec([None, None], dtype),
-            tf.TensorSpec([self._value_size], dtype),
-            tf.TensorSpec([None], tf.int64),
-            tf.TensorSpec([None, self._moment_size], dtype),
-        ]
         self.functions: Dict[bool, Any] = {
-            dual: tf.function(functools.partial(self._train, dual=dual), input_signature=signature, autograph=False)
+            dual: self.training.compiled(functools.partial(self._loss, dual=dual), self.input_dim, None)
             for dual in (False, True)
         }
 
@@ -217,7 +186,7 @@ class BatchedBLRWorker:
         Lp, L = int(length), self.num_features
         square = Lp * Lp if dual else L * L
         size = Lp * (self.input_dim + int(output_dim) + L) + square + self._omega_size
-        return BYTES_PER_CLIENT_FACTOR * 8 * (size + self._value_size + self._moment_size)
+        return BYTES_PER_CLIENT_FACTOR * 8 * (size + self.training.value_size + self.training.moment_size)
 
     def chunks(self, sizes: Sequence[int], output_dim: int, memory_budget: int) -> List[Tuple[Bucket, bool]]:
         """``(chunk, dual)`` of the clients of ``sizes``: split by form (dual for ``N_c < L``), each part in size
@@ -228,53 +197,15 @@ class BatchedBLRWorker:
             part = [k for k, n in enumerate(sizes) if (int(n) < self.num_features) == dual]
             if not part:
                 continue
-            for bucket in size_buckets([sizes[k] for k in part], PADDING_RATIO):
-                members = Bucket(tuple(part[i] for i in bucket.members), bucket.length)
-                per_chunk = clients_per_chunk(memory_budget, self.bytes_per_client(bucket.length, output_dim, dual))
-                out.extend((chunk, dual) for chunk in chunked(members, per_chunk))
+            bytes_each = functools.partial(self.bytes_per_client, output_dim=output_dim, dual=dual)
+            chunks = memory_chunks([sizes[k] for k in part], memory_budget, bytes_each, PADDING_RATIO)
+            out.extend((Bucket(tuple(part[i] for i in chunk.members), chunk.length), dual) for chunk in chunks)
         return out
 
-    # --- the compiled body --------------------------------------------------------------------------------
-    def _train(
-        self,
-        X: tf.Tensor,
-        Y: tf.Tensor,
-        mask: tf.Tensor,
-        values: tf.Tensor,
-        iterations: tf.Tensor,
-        moments: tf.Tensor,
-        dual: bool,
-    ) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
-        batch = tf.shape(X)[0]
-        parts = tf.split(values, [int(np.prod(s)) for s in self._value_shapes])
-        variables = [tf.tile(tf.reshape(p, [1, *s]), [batch] + [1] * len(s)) for p, s in zip(parts, self._value_shapes)]
-        slots = [
-            tf.reshape(part, [batch, *shape])
-            for part, shape in zip(
-                tf.split(moments, [int(np.prod(s)) for s in self._moment_shapes], axis=1), self._moment_shapes
-            )
-        ]
-        first, second = slots[0::2], slots[1::2]
-
-        def loss(X: tf.Tensor, Y: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
-            return masked_negative_log_marginal_likelihood_per_point(self.model, X, Y, mask, dual)
-
-        def body(
-            i: tf.Tensor, it: tf.Tensor, ws: List[tf.Tensor], ms: List[tf.Tensor], vs: List[tf.Tensor], _: tf.Tensor
-        ) -> Any:
-            with tf.GradientTape(watch_accessed_variables=False) as tape:
-                tape.watch(ws)
-                losses = per_client(loss, self.parameters, ws, (X, Y, mask))
-                total = tf.reduce_sum(losses)  # client k's loss depends on its own slice only
-            grads = tape.gradient(total, ws)
-            it, ws, ms, vs = self.adam.step(it, ws, grads, ms, vs)
-            return i + 1, it, ws, ms, vs, losses
-
-        start = (tf.constant(0), iterations, variables, first, second, tf.zeros([batch], values.dtype))
-        _, iterations, variables, first, second, last = tf.while_loop(lambda i, *_: i < self.local_steps, body, start)
-        new_values = tf.concat([tf.reshape(w, [batch, -1]) for w in variables], axis=1)
-        new_moments = tf.concat([tf.reshape(s, [batch, -1]) for pair in zip(first, second) for s in pair], axis=1)
-        return new_values, new_moments, iterations, last
+    # --- the loss (the compiled loop: StackedTraining.compiled) --------------------------------------------
+    def _loss(self, X: tf.Tensor, Y: tf.Tensor, mask: tf.Tensor, dual: bool) -> tf.Tensor:
+        """One client's ``−log p(y_c | X_c) / N_c`` at the substituted parameters, in the primal or the dual form."""
+        return masked_negative_log_marginal_likelihood_per_point(self.model, X, Y, mask, dual)
 
     # --- the public call ----------------------------------------------------------------------------------
     @check_shapes("values: [V]")
@@ -299,8 +230,9 @@ class BatchedBLRWorker:
         :raises ValueError: ``values`` of another length than the trained variables', or clients with different output
             counts.
         """
-        if int(np.shape(values)[0]) != self._value_size:
-            raise ValueError(f"expected {self._value_size} shared values, got {np.shape(values)[0]}")
+        size = self.training.value_size
+        if int(np.shape(values)[0]) != size:
+            raise ValueError(f"expected {size} shared values, got {np.shape(values)[0]}")
         outputs_of = {int(np.shape(Y)[1]) for _, Y in data}
         if len(outputs_of) > 1:
             raise ValueError(f"the cohort's clients have different output counts {sorted(outputs_of)}")
@@ -309,16 +241,13 @@ class BatchedBLRWorker:
         if not data:
             return out
         sizes = [int(np.shape(d[1])[0]) for d in data]
-        for chunk, dual in self.chunks(sizes, outputs_of.pop(), memory_budget):
-            iterations, moments = stack_adam_states([states[k] for k in chunk.members], len(self._moment_shapes))
-            X, mask = stack_padded([data[k][0] for k in chunk.members], chunk.length)
-            Y, _ = stack_padded([data[k][1] for k in chunk.members], chunk.length)
-            result = self.functions[dual](X, Y, mask, values, iterations, moments)
-            new_values, new_moments, new_iterations, losses = (t.numpy() for t in result)
-            for i, k in enumerate(chunk.members):
-                state = unstack_adam_state(new_iterations[i], new_moments[i], self._moment_offsets)
-                own = split_flat(new_values[i].copy(), self._value_offsets)
-                out[k] = ({key: own[p] for key, p in self.keys.items()}, state, float(losses[i]))
+        chunks = self.chunks(sizes, outputs_of.pop(), memory_budget)
+        for dual in (True, False):  # the order of self.chunks: the dual form's chunks first
+            form = [chunk for chunk, in_dual in chunks if in_dual == dual]
+            for k, trained in enumerate(self.training.train(self.functions[dual], form, data, values, states)):
+                if trained is not None:
+                    own, state, loss = trained
+                    out[k] = ({key: own[p] for key, p in self.keys.items()}, state, loss)
         return out
 
     def tracing_count(self) -> int:

@@ -30,20 +30,7 @@ from check_shapes import check_shapes
 from gpflow.utilities.model_utils import add_likelihood_noise_cov
 
 from ...training.adam import AdamState, CompiledAdam
-from ...training.batched import (
-    PADDING_RATIO,
-    Bucket,
-    StackedAdam,
-    chunked,
-    clients_per_chunk,
-    flat_offsets,
-    per_client,
-    size_buckets,
-    split_flat,
-    stack_adam_states,
-    stack_padded,
-    unstack_adam_state,
-)
+from ...training.batched import PADDING_RATIO, Bucket, StackedTraining, memory_chunks, trained_parameters
 
 __all__ = ["BYTES_PER_CLIENT_FACTOR", "BatchedGPRWorker", "masked_gpr_log_marginal_likelihood"]
 
@@ -123,36 +110,16 @@ class BatchedGPRWorker:
 
     def __init__(self, model: gpflow.models.GPR, trainer: CompiledAdam, local_steps: int) -> None:
         self.model, self.local_steps = model, int(local_steps)
-        variables = trainer.variables
-        by_variable = {id(p.unconstrained_variable): p for p in model.trainable_parameters}
-        if not all(id(v) in by_variable for v in variables) or len({id(v) for v in variables}) != len(variables):
+        parameters = trained_parameters(model, trainer.variables)
+        if parameters is None:
             raise ValueError("the batched FGP worker trains the GPR's trainable GPflow Parameters only")
         #: the trained Parameters, in the trainer's (and its Adam state's) order
-        self.parameters: List[gpflow.Parameter] = [by_variable[id(v)] for v in variables]
+        self.parameters: List[gpflow.Parameter] = parameters
         self._prior_parameters = list(model.trainable_parameters)  # the order of GPR.log_prior_density
-        slots = trainer.slots[1:]
-        expected = [(prefix, tuple(v.shape)) for v in variables for prefix in ("m/", "v/")]
-        if [(s.name[:2], tuple(s.shape)) for s in slots] != expected:
-            raise ValueError("the Adam state is not tf_keras' layout (m and v of each variable in turn)")
-        self.adam = StackedAdam(trainer.optimizer)
-        self._value_shapes = [tuple(v.shape) for v in variables]
-        self._moment_shapes = [tuple(s.shape) for s in slots]
-        self._value_offsets = flat_offsets(self._value_shapes)
-        self._moment_offsets = flat_offsets(self._moment_shapes)
-        self._value_size = int(sum(int(np.prod(s)) for s in self._value_shapes))
-        self._moment_size = int(sum(int(np.prod(s)) for s in self._moment_shapes))
+        self.training = StackedTraining(trainer, parameters, self.local_steps)
         X, Y = model.data
         self.input_dim, self.output_dim = int(X.shape[1]), int(Y.shape[1])
-        dtype = gpflow.default_float()
-        signature = [
-            tf.TensorSpec([None, None, self.input_dim], dtype),
-            tf.TensorSpec([None, None, self.output_dim], dtype),
-            tf.TensorSpec([None, None], dtype),
-            tf.TensorSpec([self._value_size], dtype),
-            tf.TensorSpec([None], tf.int64),
-            tf.TensorSpec([None, self._moment_size], dtype),
-        ]
-        self.function: Any = tf.function(self._train, input_signature=signature, autograph=False)
+        self.function: Any = self.training.compiled(self._loss, self.input_dim, self.output_dim)
 
     # --- memory -------------------------------------------------------------------------------------------
     def bytes_per_client(self, length: int) -> int:
@@ -160,54 +127,20 @@ class BatchedGPRWorker:
         ``BYTES_PER_CLIENT_FACTOR · 8 · (L² + L (D + P) + |w| + |m| + |v|)`` bytes (the ``L²`` term: the covariance,
         its Cholesky factor and their gradients)."""
         L = int(length)
-        size = L * L + L * (self.input_dim + self.output_dim) + self._value_size + self._moment_size
+        size = L * L + L * (self.input_dim + self.output_dim) + self.training.value_size + self.training.moment_size
         return BYTES_PER_CLIENT_FACTOR * 8 * size
 
     def chunks(self, sizes: Sequence[int], memory_budget: int) -> List[Bucket]:
         """The size buckets of ``sizes`` (ratio ``PADDING_RATIO``), each in chunks of at most ``memory_budget`` bytes
         (:meth:`bytes_per_client`; at least one client a chunk)."""
-        out: List[Bucket] = []
-        for bucket in size_buckets(sizes, PADDING_RATIO):
-            out.extend(chunked(bucket, clients_per_chunk(memory_budget, self.bytes_per_client(bucket.length))))
-        return out
+        return memory_chunks(sizes, memory_budget, self.bytes_per_client, PADDING_RATIO)
 
-    # --- the compiled body --------------------------------------------------------------------------------
+    # --- the loss (the compiled loop: StackedTraining.compiled) --------------------------------------------
     def _loss(self, X: tf.Tensor, Y: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
         """One client's ``training_loss() / N_k`` at the substituted parameters (what ``per_point_loss`` gives)."""
         prior = tf.add_n([p.log_prior_density() for p in self._prior_parameters])
         num_data = tf.reduce_sum(mask)
         return -(masked_gpr_log_marginal_likelihood(self.model, X, Y, mask) + prior) / num_data
-
-    def _train(
-        self, X: tf.Tensor, Y: tf.Tensor, mask: tf.Tensor, values: tf.Tensor, iterations: tf.Tensor, moments: tf.Tensor
-    ) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
-        batch = tf.shape(X)[0]
-        parts = tf.split(values, [int(np.prod(s)) for s in self._value_shapes])
-        variables = [tf.tile(tf.reshape(p, [1, *s]), [batch] + [1] * len(s)) for p, s in zip(parts, self._value_shapes)]
-        slots = [
-            tf.reshape(part, [batch, *shape])
-            for part, shape in zip(
-                tf.split(moments, [int(np.prod(s)) for s in self._moment_shapes], axis=1), self._moment_shapes
-            )
-        ]
-        first, second = slots[0::2], slots[1::2]
-
-        def body(
-            i: tf.Tensor, it: tf.Tensor, ws: List[tf.Tensor], ms: List[tf.Tensor], vs: List[tf.Tensor], _: tf.Tensor
-        ) -> Any:
-            with tf.GradientTape(watch_accessed_variables=False) as tape:
-                tape.watch(ws)
-                losses = per_client(self._loss, self.parameters, ws, (X, Y, mask))
-                total = tf.reduce_sum(losses)  # client k's loss depends on its own slice only
-            grads = tape.gradient(total, ws)
-            it, ws, ms, vs = self.adam.step(it, ws, grads, ms, vs)
-            return i + 1, it, ws, ms, vs, losses
-
-        start = (tf.constant(0), iterations, variables, first, second, tf.zeros([batch], values.dtype))
-        _, iterations, variables, first, second, last = tf.while_loop(lambda i, *_: i < self.local_steps, body, start)
-        new_values = tf.concat([tf.reshape(w, [batch, -1]) for w in variables], axis=1)
-        new_moments = tf.concat([tf.reshape(s, [batch, -1]) for pair in zip(first, second) for s in pair], axis=1)
-        return new_values, new_moments, iterations, last
 
     # --- the public call ----------------------------------------------------------------------------------
 
@@ -232,20 +165,12 @@ class BatchedGPRWorker:
             ``FGP.client_updates`` recomputes every non-finite client on its own.
         :raises ValueError: ``values`` of another length than the trained variables'.
         """
-        if int(np.shape(values)[0]) != self._value_size:
-            raise ValueError(f"expected {self._value_size} shared values, got {np.shape(values)[0]}")
+        size = self.training.value_size
+        if int(np.shape(values)[0]) != size:
+            raise ValueError(f"expected {size} shared values, got {np.shape(values)[0]}")
         values = np.asarray(values, gpflow.default_float())
-        out: List[Any] = [None] * len(data)
-        for chunk in self.chunks([len(d[1]) for d in data], memory_budget):
-            iterations, moments = stack_adam_states([states[k] for k in chunk.members], len(self._moment_shapes))
-            X, mask = stack_padded([data[k][0] for k in chunk.members], chunk.length)
-            Y, _ = stack_padded([data[k][1] for k in chunk.members], chunk.length)
-            outputs = self.function(X, Y, mask, values, iterations, moments)
-            new_values, new_moments, new_iterations, losses = (t.numpy() for t in outputs)
-            for i, k in enumerate(chunk.members):
-                state = unstack_adam_state(new_iterations[i], new_moments[i], self._moment_offsets)
-                out[k] = (split_flat(new_values[i].copy(), self._value_offsets), state, float(losses[i]))
-        return out
+        chunks = self.chunks([len(d[1]) for d in data], memory_budget)
+        return self.training.train(self.function, chunks, data, values, states)
 
     def tracing_count(self) -> int:
         """How many times the batched training was traced (1 once used, whatever the cohorts and sizes)."""

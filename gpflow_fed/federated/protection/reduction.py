@@ -82,8 +82,9 @@ class ExchangeContext:
 def reduce_messages(messages: Sequence[Message], aggregation: str) -> Aggregate:
     """Reduce client messages of one phase by the given aggregation (``sum``, ``mean`` or ``collect``).
 
-    :raises ValueError: for an unknown aggregation, no messages, or messages with different array names
-        or shapes (a malformed payload is reported with its sender).
+    :raises ValueError: for an unknown aggregation, no messages, or messages with different array names, or
+        with different shapes for ``sum``/``mean`` (``collect`` keeps each message as it is: its shapes may be the
+        client's own, checked by ``Algorithm.check_reply``); a malformed payload is reported with its sender.
     """
     if aggregation not in AGGREGATIONS:
         raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
@@ -94,7 +95,7 @@ def reduce_messages(messages: Sequence[Message], aggregation: str) -> Aggregate:
     for m in messages[1:]:
         if tuple(m.arrays) != names:
             raise ValueError(f"message from {m.sender} has arrays {tuple(m.arrays)}, expected {names}")
-        for n in names:
+        for n in names if aggregation != "collect" else ():  # collected messages are read one by one
             if m.arrays[n].shape != first.arrays[n].shape:
                 raise ValueError(
                     f"message from {m.sender}: array {n!r} has shape {m.arrays[n].shape}, "

@@ -298,3 +298,55 @@ def test_failures_past_the_largest_jitter_halve_the_learning_rate_for_this_updat
     )  # jitter 1e-6 → 1e-2 (5 tries), then two halvings
     problem.load((problem.X.numpy(), problem.Y.numpy()), problem.snapshot(), seed=0, counter=0, jitter=1e-6)
     assert float(problem.optimizer.learning_rate.numpy()) == pytest.approx(lr, rel=1e-6)
+
+
+def test_a_synchronous_run_with_unequal_pseudo_sets_keeps_each_clients_own_shapes():
+    """Clients of N_k = 6, 8, 12 points hold pseudo-sets of M_k = 3, 4 and 6 (``pseudo_fraction=0.5``): their replies
+    differ in shape, which the server expects (``reply_spec`` leaves M_k free, ``check_reply`` holds each client to its
+    own), so two synchronous rounds under LocalRuntime's default protection accept every reply; without a declared spec
+    the three layouts have no strict majority and the round fails."""
+    rng = np.random.default_rng(3)
+    clients = []
+    for n in (6, 8, 12):
+        X = rng.uniform(-2, 2, (n, 1))
+        clients.append((X, np.sin(3 * X) + 0.1 * rng.standard_normal((n, 1))))
+    kernel, lik = gpflow.kernels.SquaredExponential(lengthscales=0.5), gpflow.likelihoods.Gaussian(0.05)
+    alg = PVI(kernel, Z, lik, schedule="synchronous", rounds=2, damping=0.5, pseudo_fraction=0.5, local_steps=10,
+              patience=3, num_predict_samples=4)  # fmt: skip
+    result = run(alg, FederatedDataset(clients, test=clients[0]), runtime=LocalRuntime())
+    assert [h["clients"] for h in result.history] == [3, 3]
+    assert result.state.versions.tolist() == [2, 2, 2] and result.state.rejected == 0
+    for cid, M_k in zip(result.state.client_ids, (3, 4, 6)):
+        own = result.state.sets[cid]
+        assert (own["V"].shape, own["m"].shape, own["s"].shape) == ((M_k, 1), (M_k, 1), (M_k,))
+
+
+def test_reply_spec_and_check_reply_hold_each_client_to_its_own_pseudo_set():
+    """The spec names every array with M_k free; a pseudo-set of another size than the sender's registered N_k gives
+    is refused, and a CPO reply (no per-client size) is held to [M, 1] and the packed [M(M+1)/2]."""
+    from gpflow_fed.federated.protocol.algorithm import FederationInfo
+    from gpflow_fed.federated.protocol.faults import spec_faults
+    from gpflow_fed.federated.protocol.messages import Message
+
+    kernel, lik = gpflow.kernels.SquaredExponential(), gpflow.likelihoods.Gaussian(0.05)
+    alg = PVI(kernel, Z, lik, schedule="synchronous", pseudo_fraction=0.5)
+    state = alg.initial_state(FederationInfo(("a", "b"), {"a": 8, "b": 12}, 1, 1, 0))
+    spec = alg.reply_spec(state, 0, "train")
+    assert spec == {"dZ_nu": (6, 1), "dZ_lam": (6, 1), "drho_nu": (3,), "drho_lam": (3,),
+                    "V": (None, 1), "m": (None, 1), "s": (None,)}  # fmt: skip
+
+    def reply(sender, M_k, **extra):
+        arrays = {"dZ_nu": np.zeros((6, 1)), "dZ_lam": np.zeros((6, 1)), "drho_nu": np.zeros(3),
+                  "drho_lam": np.zeros(3), "V": np.zeros((M_k, 1)), "m": np.zeros((M_k, 1)),
+                  "s": np.ones(M_k)}  # fmt: skip
+        arrays.update(extra)
+        return Message(sender, 0, "train", arrays, weight=8.0)
+
+    assert spec_faults([reply("a", 4), reply("b", 6)], spec) == {}
+    assert set(spec_faults([reply("a", 4), reply("b", 6, s=np.ones((6, 1)))], spec)) == {"b"}
+    assert alg.check_reply(state, "train", reply("a", 4), 8) is None
+    assert "M_k = 4" in alg.check_reply(state, "train", reply("a", 6), 8)
+    assert alg.check_reply(state, "train", reply("a", 4, s=np.ones(5)), 8) is not None
+    cpo = PVI(kernel, Z, lik, "cpo", learn_inducing="fixed", learn_hyperparameters=False)
+    cpo_state = cpo.initial_state(FederationInfo(("a",), {"a": 8}, 1, 1, 0))
+    assert cpo.reply_spec(cpo_state, 0, "train") == {"d_eta": (6, 1), "d_Lam": (21,)}

@@ -2,8 +2,9 @@
 
 Eight clients of unequal sizes (6 … 18 points: four size buckets, four clients padded), D = 1, M = 4, DPO factors
 with q(Z) and q(log β) learned. The one-step test caps M_k at 5 (own pseudo-sets of 4 and 5 points in one bucket,
-cavities of different sizes); the runs cap it at 4, as synchronous PVI refuses a round whose replies' shapes differ
-without a strict majority (PVI declares no ``reply_spec``).
+cavities of different sizes); the whole run under the default protection caps it at 8 (pseudo-sets of 4, 5, 7 and 8
+points: replies of four shapes, none of them a strict majority, which ``PVI.reply_spec`` expects); the other runs cap
+it at 4.
 """
 
 import copy
@@ -228,8 +229,10 @@ def test_a_whole_run_with_secure_aggregation_on_batched_equals_per_client():
     """Two synchronous rounds of the eight clients with early stopping under LocalRuntime's default protection
     (secure aggregation on, which leaves PVI's "collect" exchange plain) and every client's own policy: the server's
     q(Z), q(log β) and every pseudo-set to RUN_RTOL (the tolerance and why: the module constant), the same steps taken,
-    and the same ledger, entry by entry. The batched step served every round; the per-client run never built it."""
-    batched, single = _both({}, runtime=dict(client_policy=ClientPolicy()))
+    and the same ledger, entry by entry. The batched step served every round; the per-client run never built it.
+    The clients' pseudo-sets differ in size (M_k = 4, 5, 7, 8: no layout of the replies is a strict majority)."""
+    batched, single = _both(dict(max_pseudo=8), runtime=dict(client_policy=ClientPolicy()))
+    assert sorted(len(s["m"]) for s in batched.state.sets.values()) == [4, 4, 5, 7, 8, 8, 8, 8]
     _assert_same_state(batched, single, RUN_RTOL)
     assert batched.ledger.entries == single.ledger.entries
     assert not [e for e in batched.ledger.entries if "secagg" in e.phase]  # a "collect" exchange stays plain

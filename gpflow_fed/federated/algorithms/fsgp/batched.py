@@ -23,16 +23,11 @@ from ....training.adam import AdamState, CompiledAdam
 from ....training.batched import (
     PADDING_RATIO,
     Bucket,
-    StackedAdam,
-    chunked,
-    clients_per_chunk,
-    flat_offsets,
+    StackedTraining,
+    memory_chunks,
     per_client,
-    size_buckets,
     split_flat,
-    stack_adam_states,
     stack_padded,
-    unstack_adam_state,
 )
 from .statistics import ADJOINT_NAMES, SGPRStatistics
 
@@ -158,40 +153,22 @@ class BatchedSGPRWorker:
         self.parameters: List[gpflow.Parameter] = [by_variable[id(v)] for v in variables]
         self._prior_parameters = list(model.trainable_parameters)  # the order of SGPR.log_prior_density
         position = {id(v): i for i, v in enumerate(variables)}
-        self._trainer_of_shared = [position[id(v)] for v in shared]
-        self._shared_of_trainer = [self._trainer_of_shared.index(i) for i in range(len(variables))]
-        slots = trainer.slots[1:]
-        expected = [(prefix, tuple(v.shape)) for v in variables for prefix in ("m/", "v/")]
-        if [(s.name[:2], tuple(s.shape)) for s in slots] != expected:
-            raise ValueError("the Adam state is not tf_keras' layout (m and v of each variable in turn)")
-        self.adam = StackedAdam(trainer.optimizer)
-        self._value_shapes = [tuple(v.shape) for v in shared]
-        self._moment_shapes = [tuple(s.shape) for s in slots]
-        self._value_offsets, self._moment_offsets = (
-            flat_offsets(self._value_shapes),
-            flat_offsets(self._moment_shapes),
-        )
+        #: the Adam loop, with values in wire order (the trainer position of each shared variable)
+        self.training = StackedTraining(trainer, self.parameters, self.local_steps, [position[id(v)] for v in shared])
         dtype = gpflow.default_float()
         D = int(model.inducing_variable.Z.shape[1])
         P = int(model.data[1].shape[1])
         M = int(model.inducing_variable.Z.shape[0])
         self.input_dim, self.output_dim, self.num_inducing = D, P, M
-        self._value_size = int(sum(int(np.prod(s)) for s in self._value_shapes))
-        self._moment_size = int(sum(int(np.prod(s)) for s in self._moment_shapes))
-        data = [
-            tf.TensorSpec([None, None, D], dtype),
-            tf.TensorSpec([None, None, P], dtype),
-            tf.TensorSpec([None, None], dtype),
-        ]
-        values = tf.TensorSpec([self._value_size], dtype)
-        adam = [tf.TensorSpec([None], tf.int64), tf.TensorSpec([None, self._moment_size], dtype)]
+        train = self.training.signature(D, P)  # data, values, then Adam's step counts and moments
+        data, values = train[:3], train[3]
         adjoints = {
             "kuf_kfu": tf.TensorSpec([M, M], dtype),
             "kuf_y": tf.TensorSpec([M, P], dtype),
             "trace_kff": tf.TensorSpec([], dtype),
         }
         self.functions: Dict[str, Any] = {
-            "train": tf.function(self._train, input_signature=data + [values] + adam, autograph=False),
+            "train": tf.function(self._train, input_signature=train, autograph=False),
             "statistics": tf.function(self._statistics, input_signature=data + [values], autograph=False),
             "gradient": tf.function(self._vjp, input_signature=data + [values, adjoints], autograph=False),
         }
@@ -201,20 +178,10 @@ class BatchedSGPRWorker:
         """The working set of one client in a batched call with padded length L:
         ``BYTES_PER_CLIENT_FACTOR · 8 · (M² + M L + L (D + P) + |w|)`` bytes."""
         M, L = self.num_inducing, int(length)
-        return BYTES_PER_CLIENT_FACTOR * 8 * (M * M + M * L + L * (self.input_dim + self.output_dim) + self._value_size)
+        size = M * M + M * L + L * (self.input_dim + self.output_dim) + self.training.value_size
+        return BYTES_PER_CLIENT_FACTOR * 8 * size
 
     # --- the compiled bodies ----------------------------------------------------------------------------
-    def _stacked(self, values: tf.Tensor, batch: tf.Tensor) -> List[tf.Tensor]:
-        """The broadcast values, one copy per client (``[B, ·]``), in the trainer's order."""
-        parts = tf.split(values, [int(np.prod(s)) for s in self._value_shapes])
-        shared = [tf.tile(tf.reshape(p, [1, *s]), [batch] + [1] * len(s)) for p, s in zip(parts, self._value_shapes)]
-        return [shared[j] for j in self._shared_of_trainer]
-
-    def _flat_values(self, stacked: Sequence[tf.Tensor]) -> tf.Tensor:
-        """``[B, |w|]`` in wire order from the trainer-ordered ``[B, ·]`` values."""
-        batch = tf.shape(stacked[0])[0]
-        return tf.concat([tf.reshape(stacked[i], [batch, -1]) for i in self._trainer_of_shared], axis=1)
-
     def _loss(self, X: tf.Tensor, Y: tf.Tensor, mask: tf.Tensor) -> tf.Tensor:
         """One client's ``training_loss() / N_k`` (``-(ELBO_k + log prior) / N_k``) at the substituted parameters."""
         prior = tf.add_n([p.log_prior_density() for p in self._prior_parameters])
@@ -226,32 +193,12 @@ class BatchedSGPRWorker:
     def _train(
         self, X: tf.Tensor, Y: tf.Tensor, mask: tf.Tensor, values: tf.Tensor, iterations: tf.Tensor, moments: tf.Tensor
     ) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
-        batch = tf.shape(X)[0]
-        variables = self._stacked(values, batch)
-        slots = [
-            tf.reshape(part, [batch, *shape])
-            for part, shape in zip(
-                tf.split(moments, [int(np.prod(s)) for s in self._moment_shapes], axis=1), self._moment_shapes
-            )
-        ]
-        first, second = slots[0::2], slots[1::2]
-
-        def body(i: tf.Tensor, it: tf.Tensor, ws: List[tf.Tensor], ms: List[tf.Tensor], vs: List[tf.Tensor]) -> Any:
-            with tf.GradientTape(watch_accessed_variables=False) as tape:
-                tape.watch(ws)
-                total = tf.reduce_sum(per_client(self._loss, self.parameters, ws, (X, Y, mask)))
-            grads = tape.gradient(total, ws)
-            it, ws, ms, vs = self.adam.step(it, ws, grads, ms, vs)
-            return i + 1, it, ws, ms, vs
-
-        start = (tf.constant(0), iterations, variables, first, second)
-        _, iterations, variables, first, second = tf.while_loop(lambda i, *_: i < self.local_steps, body, start)
+        variables, new_moments, iterations, _ = self.training.fit(self._loss, (X, Y, mask), values, iterations, moments)
         bound = per_client(self._bound, self.parameters, variables, (X, Y, mask))
-        new_moments = tf.concat([tf.reshape(s, [batch, -1]) for pair in zip(first, second) for s in pair], axis=1)
-        return self._flat_values(variables), new_moments, iterations, bound
+        return self.training.flat_values(variables), new_moments, iterations, bound
 
     def _statistics(self, X: tf.Tensor, Y: tf.Tensor, mask: tf.Tensor, values: tf.Tensor) -> SGPRStatistics:
-        variables = self._stacked(values, tf.shape(X)[0])
+        variables = self.training.stacked_values(values, tf.shape(X)[0])
         model = self.model
         return per_client(
             lambda x, y, m: masked_sgpr_statistics(model.kernel, model.inducing_variable, x, y, m, self.whiten),
@@ -263,7 +210,7 @@ class BatchedSGPRWorker:
     def _vjp(
         self, X: tf.Tensor, Y: tf.Tensor, mask: tf.Tensor, values: tf.Tensor, adjoints: Mapping[str, tf.Tensor]
     ) -> tf.Tensor:
-        variables = self._stacked(values, tf.shape(X)[0])
+        variables = self.training.stacked_values(values, tf.shape(X)[0])
         model = self.model
         with tf.GradientTape(watch_accessed_variables=False) as tape:
             tape.watch(variables)
@@ -276,15 +223,12 @@ class BatchedSGPRWorker:
             # Σ_s ⟨∂F/∂s, s_k⟩: its gradient is the per-client vector-Jacobian product (statistics_vjp)
             target = tf.add_n([tf.reduce_sum(getattr(stats, name) * adjoints[name]) for name in ADJOINT_NAMES])
         grads = tape.gradient(target, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
-        return self._flat_values(grads)
+        return self.training.flat_values(grads)
 
     # --- the public calls ---------------------------------------------------------------------------------
     def _chunks(self, sizes: Sequence[int], memory_budget: int) -> List[Bucket]:
         """The size buckets of ``sizes``, each in chunks of at most ``memory_budget`` bytes (at least one client)."""
-        out: List[Bucket] = []
-        for bucket in size_buckets(sizes, PADDING_RATIO):
-            out.extend(chunked(bucket, clients_per_chunk(memory_budget, self.bytes_per_client(bucket.length))))
-        return out
+        return memory_chunks(sizes, memory_budget, self.bytes_per_client, PADDING_RATIO)
 
     def _data(self, data: Sequence[Tuple[np.ndarray, np.ndarray]], chunk: Bucket) -> List[Any]:
         """The chunk's stacked, padded ``X``, ``Y`` and row mask."""
@@ -307,19 +251,13 @@ class BatchedSGPRWorker:
         :param memory_budget: bytes one compiled call may use (a larger bucket goes in chunks).
         :return: per client, what ``SGPRClientWorker.train`` returns: the new w, the new Adam state and ``F_k``.
         """
-        out: List[Any] = [None] * len(data)
-        for chunk in self._chunks([len(d[1]) for d in data], memory_budget):
-            iterations, moments = stack_adam_states([states[k] for k in chunk.members], len(self._moment_shapes))
+
+        def locked(*inputs: Any) -> Any:
             with self.lock:
-                new_values, new_moments, new_iterations, bounds = self.functions["train"](
-                    *self._data(data, chunk), values, iterations, moments
-                )
-            new_values, new_moments = new_values.numpy(), new_moments.numpy()
-            new_iterations, bounds = new_iterations.numpy(), bounds.numpy()
-            for i, k in enumerate(chunk.members):
-                state = unstack_adam_state(new_iterations[i], new_moments[i], self._moment_offsets)
-                out[k] = (split_flat(new_values[i], self._value_offsets), state, float(bounds[i]))
-        return out
+                return self.functions["train"](*inputs)
+
+        chunks = self._chunks([len(d[1]) for d in data], memory_budget)
+        return self.training.train(locked, chunks, data, values, states)
 
     @check_shapes("values: [V]")
     def statistics(
@@ -352,7 +290,7 @@ class BatchedSGPRWorker:
                 )
             grads = grads.numpy()
             for i, k in enumerate(chunk.members):
-                out[k] = split_flat(grads[i], self._value_offsets)
+                out[k] = split_flat(grads[i], self.training.value_offsets)
         return out
 
     def tracing_counts(self) -> Dict[str, int]:

@@ -37,7 +37,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import gpflow
 import numpy as np
 
-from ...protocol.algorithm import TRAIN_PHASE, Aggregate, Algorithm, FederationInfo
+from ...protocol.algorithm import TRAIN_PHASE, Aggregate, Algorithm, FederationInfo, ReplySpec
 from ...protocol.client import Client
 from ...protocol.messages import Message
 from ....inducing_variables import S_FLOOR, GaussianInducingPoints, NaturalFactor, PseudoObservations
@@ -276,6 +276,38 @@ class PVI(Algorithm[PVIState]):
 
     def aggregation(self, phase: str) -> str:
         return "collect"
+
+    def reply_spec(self, state: PVIState, round: int, phase: str) -> ReplySpec:
+        """What every reply holds (module table), shaped by the broadcast of ``state``: ``dZ_nu, dZ_lam [M, D]``
+        where q(Z) is learned, ``Z [M, D]`` for ``"fedavg"``, ``drho_nu, drho_lam [H]`` where q(log β) is learned;
+        DPO: the pseudo-set ``V [M_k, D], m [M_k, 1], s [M_k]``, CPO: ``d_eta [M, 1], d_Lam [M(M+1)/2]``.
+
+        M_k depends on the sender (``min(⌊pseudo_fraction·N_k⌋, max_pseudo)`` of its registered N_k), so the spec
+        leaves it free (``None``) and :meth:`check_reply` holds each client to its own M_k."""
+        M, D = self.Z0.shape
+        spec: Dict[str, Tuple[Optional[int], ...]] = {}
+        if state.qZ is not None:
+            spec.update(dZ_nu=(M, D), dZ_lam=(M, D))
+        if self.learn_inducing == "fedavg":
+            spec["Z"] = (M, D)
+        if state.qrho is not None:
+            H = int(state.qrho.nu.shape[0])
+            spec.update(drho_nu=(H,), drho_lam=(H,))
+        if self.parameterisation == "dpo":
+            spec.update(V=(None, D), m=(None, 1), s=(None,))
+        else:
+            spec.update(d_eta=(M, 1), d_Lam=(M * (M + 1) // 2,))
+        return spec
+
+    def check_reply(self, state: PVIState, phase: str, message: Message, num_data: int) -> Optional[str]:
+        """DPO: the pseudo-set ``V, m, s`` has the M_k rows of the sender's registered ``num_data`` (:meth:`num_pseudo`;
+        :meth:`reply_spec` leaves M_k free); CPO replies have no per-client size."""
+        if self.parameterisation != "dpo":
+            return None
+        expected = self.num_pseudo(num_data)
+        if any(np.shape(message.arrays[name])[0] != expected for name in ("V", "m", "s")):
+            return f"its pseudo-set is not the M_k = {expected} points of its {num_data} registered data points"
+        return None
 
     def copy_state(self, state: PVIState) -> PVIState:
         return copy.deepcopy(state)
