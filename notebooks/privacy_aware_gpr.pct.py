@@ -110,6 +110,10 @@ print(f"uniform solution: tr = {np.trace(uniform_privacy_covariance(k, X, 0.5)):
 # sensitive inputs, so W fixes the raw outputs up to that many numbers, and the stationarity equations of a fit on
 # them give those numbers back. Here the variance is fitted on public data instead — the same satellite's next
 # three orbits (t + 3) — and the released mean is estimated from W.
+#
+# Every release is recorded in the owner's private ledger, and a later release of the same records is computed
+# from the earlier one (a higher tolerance than the earlier release meets is refused). The two panels are
+# *alternative* first releases, so each gets a ledger of its own.
 
 # %%
 data = satellite_data("r")
@@ -121,7 +125,8 @@ for ax, alpha in zip(axes, [0.1, 0.5]):
     kern = gpflow.kernels.SquaredExponential(lengthscales=0.05)  # exp(−200 t²)
     gpflow.set_trainable(kern.lengthscales, False)
     out = release((data.X, data.Y), data.sensitive, ProportionalKernel(kern, alpha), kernel=kern,
-                  noise_variance=0.0, public_data=(X_later, later))  # OS-random noise: no seed governs it
+                  noise_variance=0.0, public_data=(X_later, later),  # OS-random noise: no seed governs it
+                  ledger=os.path.join("release-ledgers", f"alpha-{alpha}"))
     mean, var = out.model.predict_f(tt)
     m, sd = mean.numpy()[:, 0], np.sqrt(np.maximum(var.numpy()[:, 0], 0))
     ax.plot(data.X[:, 0], data.Y[:, 0], "k-", lw=1, label="true r")
