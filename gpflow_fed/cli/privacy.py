@@ -405,11 +405,15 @@ def _read_csv(
     if not path.is_file():
         raise ValueError(f"CSV file {path} not found")
     try:
-        with open(path, newline="") as fh:
+        # UTF-8, with or without the byte-order mark spreadsheets write (it would be a format character of the
+        # first column's name)
+        with open(path, newline="", encoding="utf-8-sig") as fh:
             reader = csv.reader(fh)
             numbered = [(reader.line_num, r) for r in reader if any(c.strip() for c in r)]
     except csv.Error as exc:  # e.g. a field beyond the csv module's limit: no value of the file in the message
         raise ValueError(f"{path} is not a CSV this command reads ({exc})") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not UTF-8 text: save the CSV as UTF-8") from None
     if not numbered:
         raise ValueError(f"{path} is empty")
     first_row = numbered[0][1]

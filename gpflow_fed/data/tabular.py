@@ -70,11 +70,14 @@ def read_table(source: Table, keep_spaces: Sequence[str] = ()) -> Dict[str, np.n
         if not path.is_file():
             raise ValueError(f"CSV file {path} not found")
         try:
-            with open(path, newline="") as fh:
+            # UTF-8, with or without the byte-order mark spreadsheets write
+            with open(path, newline="", encoding="utf-8-sig") as fh:
                 reader = csv.reader(fh)
                 rows = [row for row in reader if any(cell.strip() for cell in row)]
         except csv.Error as exc:  # e.g. a field beyond the csv module's limit: no value of the file in the message
             raise ValueError(f"{path} is not a readable CSV ({exc})") from None
+        except UnicodeDecodeError:
+            raise ValueError(f"{path} is not UTF-8 text: save the CSV as UTF-8") from None
         if len(rows) < 2:
             raise ValueError(f"{path} needs a header row and at least one data row")
         header = [h.strip() for h in rows[0]]

@@ -126,3 +126,33 @@ def test_a_header_with_an_ansi_sequence_is_refused_without_echo(tmp_path, capsys
     main([*[str(plain) if a == str(bad) else a for a in privacy], "--target", "nope"])
     err = capsys.readouterr().err
     assert "control" not in err and "'nope' not in" in err
+
+
+def test_a_utf8_byte_order_mark_is_read_and_other_encodings_are_one_line(tmp_path, capsys):
+    """A spreadsheet's UTF-8 export starts with a byte-order mark, which became a format character of the first
+    column's name (refused as one, found by a fresh attacker); UTF-16 gave an error without the file's name."""
+    rows = ["los,age", *(f"{i % 7},{i}" for i in range(12))]
+    marked = tmp_path / "bom.csv"
+    marked.write_bytes("\ufeff".encode() + "\n".join(rows).encode() + b"\n")
+    privacy = ["privacy", "--sensitive", "3", "--alpha", "0.5", "--target", "los", "--header", "yes"]
+    privacy += ["--lengthscale", "5", "--variance", "1", "--noise-variance", "0.01", "--out", str(tmp_path / "o")]
+    main([*privacy, "--csv", str(marked), "--features", "nope"])
+    err = capsys.readouterr().err
+    assert "'nope' not in" in err and "control" not in err  # the header was read: los and age
+    wide = tmp_path / "utf16.csv"
+    wide.write_bytes("\n".join(rows).encode("utf-16"))
+    assert main([*privacy, "--csv", str(wide)]) == 2
+    err = capsys.readouterr().err
+    assert f"{wide} is not UTF-8 text" in err and err.count("\n") == 1
+
+
+def test_tables_read_a_byte_order_mark_and_name_a_non_utf8_file(tmp_path):
+    from gpflow_fed.data.tabular import read_table
+
+    marked = tmp_path / "bom.csv"
+    marked.write_bytes("\ufeffhospital,los\nA,1\nB,2\n".encode())
+    assert sorted(read_table(str(marked))) == ["hospital", "los"]
+    wide = tmp_path / "utf16.csv"
+    wide.write_bytes("hospital,los\nA,1\n".encode("utf-16"))
+    with pytest.raises(ValueError, match=f"{wide} is not UTF-8 text"):
+        read_table(str(wide))
