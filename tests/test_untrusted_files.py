@@ -171,8 +171,26 @@ def _privacy_file_with_constant(tmp_path, N=8):
         ({"X": np.linspace(0, 1, 8)[:, None] + 0j}, "must be float arrays"),
         ({"noise_variance": np.array("0.01")}, "must be float arrays"),
         ({"noise_variance": np.array([1e-3, 1e-3])}, "must be float arrays"),
+        (
+            {
+                "spec": '{"kernel": {"class": "SquaredExponential", "variance": 1.0, "lengthscales": [0.3, 0.3, 0.3]}, '
+                '"mean_function": "Constant"}',
+                "param.kernel.lengthscales": np.full(3, 0.3),
+            },
+            r"lengthscales \{'.kernel.lengthscales': 3\} do not fit X's 1 column",
+        ),  # fmt: skip
+        ({"noise_factor": np.full((8, 1), 1e300)}, r"entries beyond ±1e\+150"),
     ],
-    ids=["400-digit variance", "infinite variance", "2-D mean", "complex X", "text noise variance", "two variances"],
+    ids=[
+        "400-digit variance",
+        "infinite variance",
+        "2-D mean",
+        "complex X",
+        "text noise variance",
+        "two variances",
+        "3 lengthscales on 1 column",  # the second fresh attacker: loaded silently as another kernel
+        "overflowing noise factor",  # the second fresh attacker: loaded, and every prediction was NaN
+    ],
 )
 def test_a_strangers_values_are_one_value_error_naming_the_file(tmp_path, replace, match):
     """Values a fresh attacker put in a privacy model file (2026-12-02): each was another exception (OverflowError,

@@ -77,6 +77,10 @@ def _covariance_from_factor(L: np.ndarray) -> LowRankCovariance:
     return LowRankCovariance(s[keep] ** 2, U[:, keep])
 
 
+#: A stored noise factor's entries lie within ±this, so that ``Σ = LLᵀ`` is finite in float64.
+MAX_FACTOR_ENTRY = 1e150
+
+
 def _stored_factor(L: np.ndarray) -> LowRankCovariance:
     """A covariance whose :meth:`~LowRankCovariance.factor` is the stored ``L`` itself (:meth:`PrivacyAwareGPR.load`).
 
@@ -88,6 +92,8 @@ def _stored_factor(L: np.ndarray) -> LowRankCovariance:
     L = np.asarray(L)
     if L.ndim != 2 or L.dtype.kind != "f" or not np.all(np.isfinite(L)):
         raise ValueError(f"noise_factor must be a finite [N, r] float array, got dtype {L.dtype.str} shape {L.shape}")
+    if L.size and float(np.max(np.abs(L))) > MAX_FACTOR_ENTRY:  # Σ = LLᵀ would overflow: NaN predictions
+        raise ValueError(f"noise_factor has entries beyond ±{MAX_FACTOR_ENTRY:g} (Σ = LLᵀ would not be finite)")
     return LowRankCovariance(np.ones(L.shape[1]), L)
 
 
@@ -312,6 +318,10 @@ class PrivacyAwareGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
             gpflow.utilities.multiple_assign(model, saved)
         except (ValueError, tf.errors.InvalidArgumentError) as exc:  # e.g. a lengthscale outside its support
             raise ValueError(f"{path}: parameter values outside their support ({exc})") from exc
+        columns = int(arrays["X"].shape[1])
+        ard = {k: np.size(v) for k, v in saved.items() if k.endswith("lengthscales") and np.size(v) not in (1, columns)}
+        if ard:  # broadcast against X's columns, they would define another kernel without an error
+            raise ValueError(f"{path}: lengthscales {ard} do not fit X's {columns} column(s) (1 or {columns} each)")
         return model
 
 
