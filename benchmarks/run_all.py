@@ -228,13 +228,12 @@ PROFILES: Dict[str, Dict[str, Invocations]] = {
         "full": [
             [
                 "--clients",
-                "100",
-                "300",
                 "1000",
-                "--all-pairs-up-to",
-                "300",
                 "--rounds",
                 "3",
+                "--repeats",
+                "4",
+                "--unauthenticated",
                 "--out",
                 "benchmarks/results/secure_round.json",
             ],
