@@ -5,13 +5,14 @@ Import the fixture into a ``conftest.py`` or a test module (``from tests.once im
 
 import fcntl
 import json
+import os
 from typing import Any, Callable
 
 import pytest
 
 
 @pytest.fixture(scope="session")
-def computed_once(tmp_path_factory, worker_id) -> Callable[[str, Callable[[], Any]], Any]:
+def computed_once(tmp_path_factory) -> Callable[[str, Callable[[], Any]], Any]:
     """``computed_once(key, compute)``: ``compute()`` (a JSON-able value) run once per test session, not once per
     module and xdist worker: a module-scoped fixture is set up again on every worker that runs one of the module's
     tests, so an expensive one ran twice under ``-n 2``.
@@ -21,7 +22,10 @@ def computed_once(tmp_path_factory, worker_id) -> Callable[[str, Callable[[], An
     test may modify what it gets. A ``compute`` may ask for other keys, never for its own.
     """
     base = tmp_path_factory.getbasetemp()
-    root = (base if worker_id == "master" else base.parent) / "computed-once"
+    # an xdist worker's temporary folder is one of the run's; without xdist (``-p no:xdist``, where its
+    # ``worker_id`` fixture does not exist) the process is the whole session
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    root = (base.parent if worker else base) / "computed-once"
     root.mkdir(exist_ok=True)
 
     def once(key: str, compute: Callable[[], Any]) -> Any:

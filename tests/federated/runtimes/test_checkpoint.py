@@ -145,7 +145,7 @@ def test_fsgp_resume_is_identical(fsgp_data, tmp_path, mode, fraction):
 
 
 @pytest.mark.parametrize(
-    "job, stop", [("fedbnr_fedavg", 0), ("fedbnr_kd", 1), ("pvi_dpo", 1), ("pvi_cpo", 0), ("recycle", 0)]
+    "job, stop", [("fedbnr_fedavg", 0), ("fedbnr_kd", 1), ("pvi_dpo", 0), ("pvi_cpo", 0), ("recycle", 0)]
 )
 def test_every_algorithm_resumes_to_the_uninterrupted_run(tmp_path, job, stop):
     """FedBNR (FedAvg, KD), PVI (DPO, CPO) and Recycle: server state, client state (Adam moments, factors,
