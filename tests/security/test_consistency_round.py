@@ -499,3 +499,80 @@ def test_the_collusion_bound_survives_a_save_and_restore():
     # the policy decides, never the saved state: the same state under the default policy takes the default c
     default = ClientEncoder.from_state("a", ClientPolicy(), encoder.to_state(), party)
     assert default._secagg is not None and default._secagg.max_colluders is None
+
+
+# --- the lie across two exchanges (a fresh attacker, 2026-12-02) ---------------------------------------------------
+def _cross_exchange_lie(net, victim):
+    """Exchange 1 over the victim and clients that are not its share holders: the victim's masked input arrives, a
+    quorum signs the set without it and only its masking neighbours are shown the unmask (they give their pads with
+    it). Exchange 2 (a later round) over the victim and its holders, none shown exchange 1's unmask: all are asked to
+    mask and the set with the victim is signed by whoever signs; its holders are asked for shares of its b. Returns
+    the victim's exchange-1 codes as the server rebuilds them (None when it lacks a piece) and the refusals."""
+    holders = set(net.server.holders[victim])
+    first = net.exchange(0, cohort=[c for c in net.ids if c not in holders])
+    base, graph = _fields(net, first), _graph(first)
+    net.draw(first)
+    codes = net.codes[victim].copy()
+    asked = {
+        c: {**base, "size": net.size, "s_pk": {p: net.server.roster[p][0] for p in graph[c]}} for c in first.cohort
+    }
+    y = net.send("masked_input", asked)[victim]["masked"]
+    survivors = frozenset(first.cohort) - {victim}
+    shown = {c: {**base, "survivors": members_bitmap(net.ids, survivors)} for c in survivors}
+    signatures = {c: a["signature"] for c, a in net.send("consistency", shown).items() if a is not None}
+    common = {**base, "dropped": members_bitmap(net.ids, [victim]), "seed": False, "b_shares": []}
+    common.update(_certificate(signatures, net.ids))
+    answers = net.send("unmask", {c: {**common, "pads": [victim]} for c in graph[victim]})
+    pads = {c: a["pads"][victim] for c, a in answers.items() if a is not None}
+    net.refusals.clear()
+    second = net.exchange(1, cohort=sorted(holders | {victim}))
+    base2, graph2 = _fields(net, second), _graph(second)
+    net.draw(second)
+    asked = {
+        c: {**base2, "size": net.size, "s_pk": {p: net.server.roster[p][0] for p in graph2[c]}} for c in second.cohort
+    }
+    net.send("masked_input", asked)
+    refusals = {"masked_input": dict(net.refusals)}
+    everyone = frozenset(second.cohort)
+    shown = {c: {**base2, "survivors": members_bitmap(net.ids, everyone)} for c in everyone}
+    signatures = {c: a["signature"] for c, a in net.send("consistency", shown).items() if a is not None}
+    common = {**base2, "dropped": members_bitmap(net.ids, []), "seed": False, "pads": [], "b_shares": [victim]}
+    common.update(_certificate(signatures, net.ids))
+    net.refusals.clear()
+    answers = net.send("unmask", {c: dict(common) for c in holders})
+    shares = [(net.server.holders[victim].index(c) + 1, a["b_shares"][victim]) for c, a in answers.items() if a]
+    refusals["unmask"] = dict(net.refusals)
+    if len(shares) < net.server.threshold or set(pads) != set(graph[victim]):
+        return codes, None, refusals
+    value = y - keystream(self_mask_seed(combine_shares(shares, net.server.threshold), first, victim), net.size)
+    for peer, pad in pads.items():
+        value = value - keystream(pad, net.size) if victim < peer else value + keystream(pad, net.size)
+    return codes, value, refusals
+
+
+def test_a_drop_out_lie_across_two_exchanges_does_not_rebuild_b(monkeypatch):
+    """The attack (K = 30, rosters, no colluders) gave the victim's exchange-1 input to 1e-10: each exchange's
+    consistency round held, but b serves the whole run and only the clients shown exchange 1's unmask excluded the
+    victim. Now the victim, never shown a certified set naming itself for exchange 1, masks in no later exchange,
+    and a holder gives a share of b only when its owner signed the exchange's set: no share, no input. Control:
+    with both rules bypassed (the victim's exchange 1 marked settled, any owner taken as a signer) the lie gives
+    the codes exactly."""
+    net = Net(30, authenticated=True)
+    net.setup()
+    victim = net.ids[0]
+    codes, value, refusals = _cross_exchange_lie(net, victim)
+    assert value is None
+    assert "never showed it a certified survivor set naming itself" in refusals["masked_input"][victim]
+    assert all("signed this exchange's survivor set" in refusals["unmask"][h] for h in net.server.holders[victim])
+    control = Net(30, authenticated=True)
+    control.setup()
+    monkeypatch.setattr(SecAggClient, "_signed_by", lambda self, owner, request, exchange, survivors: True)
+    real_mask = SecAggClient.masked_input
+
+    def settled_first(self, request, codes, view=b""):
+        self._settled |= set(self._answered)
+        return real_mask(self, request, codes, view)
+
+    monkeypatch.setattr(SecAggClient, "masked_input", settled_first)
+    codes, value, _ = _cross_exchange_lie(control, control.ids[0])
+    np.testing.assert_array_equal(value, codes)
