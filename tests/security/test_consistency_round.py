@@ -224,12 +224,17 @@ def test_control_the_drop_out_lie_unmasks_a_victim_without_rosters(reveal):
 @pytest.mark.parametrize("reveal", ["holders", "seed"])
 def test_limit_the_lie_succeeds_with_one_colluder_more_than_the_bound(reveal):
     """The bound is an assumption: with c + 1 = 6 colluders (the server holds their signing keys and secrets) each
-    set gets 11 signatures (6 colluders and 5 honest clients), and the victim falls even with rosters."""
+    set gets 11 signatures (6 colluders and 5 honest clients), and the victim falls even with rosters when it is
+    told it survived (its own seed). Told to its holders, the lie now fails: with a roster no holder gives a share
+    of b, and the colluding holders alone are fewer than the threshold."""
     c = default_colluders(16, 6)
     assert c == 5 and quorum(16, c) == 11
     net, exchange, victim, dropped, survived, colluding = _setting(True, reveal, colluders=c + 1)
     assert net.server.threshold == 6 and len(dropped) == len(survived & set(exchange.cohort)) == 5
     value, refusals = lie(net, exchange, victim, dropped, survived, reveal, colluders=colluding)
+    if reveal == "holders":
+        assert value is None and refusals and all("no share of anyone's b" in r for r in refusals.values())
+        return
     assert not refusals
     np.testing.assert_array_equal(value, net.codes[victim])
 
@@ -393,14 +398,14 @@ def test_quorum_arithmetic():
 
 
 # --- the honest protocol with rosters --------------------------------------------------------------------------
-def test_honest_rounds_with_rosters_sum_exactly_with_drop_outs_restarts_and_a_rebuilt_b():
+def test_honest_rounds_with_rosters_sum_exactly_with_drop_outs_and_restarts_and_abort_without_a_seed():
     net = Net(20, authenticated=True)
     net.restart = True  # every message to a client restored from its state
     net.setup()
     assert net.server.authenticated
-    net.offline = {"masked_input": {net.ids[0], net.ids[1]}, "unmask": {net.ids[7]}}
+    net.offline = {"masked_input": {net.ids[0], net.ids[1]}}
     result = net.secure_sum(net.exchange(0))
-    assert result.recovered == (net.ids[7],) and set(result.dropped) == {net.ids[0], net.ids[1]}
+    assert not result.recovered and set(result.dropped) == {net.ids[0], net.ids[1]}
     np.testing.assert_array_equal(result.total, net.plain(result.survivors))
     assert {stage for stage, _, _ in net.view} >= {"consistency"} and not net.refusals
     # a survivor that does not sign is still a survivor, as long as a quorum signs
@@ -409,6 +414,10 @@ def test_honest_rounds_with_rosters_sum_exactly_with_drop_outs_restarts_and_a_re
     result = net.secure_sum(nxt)
     assert net.ids[10] in result.survivors and not net.refusals
     np.testing.assert_array_equal(result.total, net.plain(result.survivors))
+    # a survivor that does not unmask: with rosters its b is not rebuilt, so the sum is aborted (availability)
+    net.offline = {"unmask": {net.ids[7]}}
+    with pytest.raises(SecAggAborted, match=rf"\['{net.ids[7]}'\] did not unmask, and with a roster no self-mask"):
+        net.secure_sum(net.exchange(2, cohort=net.server.eligible))
 
 
 def test_the_server_aborts_below_the_quorum_and_the_unauthenticated_mode_skips_the_round():
@@ -470,7 +479,10 @@ def _encoded_round(policy, restart):
         message = Message(c, 0, "p", {"y": np.array([float(k)])}, weight=1.0)
         layout = encoders[c].prepare(message, Protection(), "sum", 16, "train")
     size = sum(int(a.size) for a in layout.arrays.values())
-    drive(server.secure_sum_stages(Exchange(server.run_id, "train", 0, "p", tuple(ids)), size), send)
+    try:
+        drive(server.secure_sum_stages(Exchange(server.run_id, "train", 0, "p", tuple(ids)), size), send)
+    except SecAggAborted as aborted:  # a survivor that reveals nothing: with rosters its b is not rebuilt
+        refusals[("sum", "server")] = str(aborted)
     return refusals
 
 
@@ -482,8 +494,9 @@ def test_a_partys_own_collusion_bound_decides_its_quorum_whatever_the_request_cl
     refusals = _encoded_round(ClientPolicy(max_colluders=12), restart)
     assert quorum(16, 12) == 15 and quorum(16, default_colluders(16, 5)) == 11
     me = "client_00"
-    assert set(refusals) == {("unmask", me)}  # it signed (15 survivors meet its quorum), and reveals nothing
+    assert set(refusals) == {("unmask", me), ("sum", "server")}  # it signed (15 survivors meet its quorum), and
     assert "13 valid signature(s)" in refusals[("unmask", me)] and "its quorum is 15 of 16" in refusals[("unmask", me)]
+    assert f"['{me}'] did not unmask" in refusals[("sum", "server")]  # reveals nothing: the sum is aborted
     # control: under the default bound the same party reveals with the same 13 signatures
     assert _encoded_round(ClientPolicy(), restart) == {}
 
@@ -550,29 +563,19 @@ def _cross_exchange_lie(net, victim):
     return codes, value, refusals
 
 
-def test_a_drop_out_lie_across_two_exchanges_does_not_rebuild_b(monkeypatch):
-    """The attack (K = 30, rosters, no colluders) gave the victim's exchange-1 input to 1e-10: each exchange's
-    consistency round held, but b serves the whole run and only the clients shown exchange 1's unmask excluded the
-    victim. Now the victim, never shown a certified set naming itself for exchange 1, masks in no later exchange,
-    and a holder gives a share of b only when its owner signed the exchange's set: no share, no input. Control:
-    with both rules bypassed (the victim's exchange 1 marked settled, any owner taken as a signer) the lie gives
-    the codes exactly."""
+def test_a_drop_out_lie_across_two_exchanges_does_not_rebuild_b():
+    """Two fresh attackers (K = 20–40, rosters, no colluders) gave a victim's input to 1e-10 across two exchanges:
+    pads with it revealed in one (it declared dropped there) and its b rebuilt from its holders' shares in the other,
+    in either order; each exchange's consistency round held, but b serves the whole run. Now, with a roster, no
+    holder gives a share of anyone's b. Control: without a roster (semi-honest server only) the lie gives the codes
+    exactly."""
     net = Net(30, authenticated=True)
     net.setup()
     victim = net.ids[0]
     codes, value, refusals = _cross_exchange_lie(net, victim)
     assert value is None
-    assert "never showed it a certified survivor set naming itself" in refusals["masked_input"][victim]
-    assert all("signed this exchange's survivor set" in refusals["unmask"][h] for h in net.server.holders[victim])
-    control = Net(30, authenticated=True)
+    assert all("no share of anyone's b" in refusals["unmask"][h] for h in net.server.holders[victim])
+    control = Net(30)
     control.setup()
-    monkeypatch.setattr(SecAggClient, "_signed_by", lambda self, owner, request, exchange, survivors: True)
-    real_mask = SecAggClient.masked_input
-
-    def settled_first(self, request, codes, view=b""):
-        self._settled |= set(self._answered)
-        return real_mask(self, request, codes, view)
-
-    monkeypatch.setattr(SecAggClient, "masked_input", settled_first)
     codes, value, _ = _cross_exchange_lie(control, control.ids[0])
     np.testing.assert_array_equal(value, codes)

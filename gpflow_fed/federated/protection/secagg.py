@@ -98,13 +98,11 @@ smaller than their ``min_cohort``. What is revealed is bound to one exchange, so
 masked. A dropped client whose late ``y_j`` arrived keeps its self-mask: a server that follows the protocol
 never rebuilds ``b_j`` (``j`` is excluded), and the clients shown ``j``'s drop-out refuse shares of it.
 
-**Across exchanges** (with a roster). ``b`` serves the whole run, so a party that masked in an exchange and was not
-then shown a certified survivor set naming itself (it may have been declared dropped there, its pads revealed)
-masks in no later exchange of the run, and a holder gives a share of ``b_j`` only when ``j``'s own signature of
-the exchange's set is in the certificate: ``b_j`` is rebuilt only in an exchange ``j`` joined after every earlier
-one showed it a survivor (a fresh attacker's lie across two exchanges rebuilt ``b`` otherwise). The price is
-availability: such a party sits out the rest of the run, and a survivor that did not sign and then fails to unmask
-aborts the sum.
+**Across exchanges** (with a roster). ``b`` serves the whole run, so a ``b`` rebuilt in one exchange and pads with
+its owner revealed in another, before or after, unmask that exchange's input (two fresh attackers did it both
+ways, with no colluders). So with a roster no holder gives a share of anyone's ``b``: a survivor that fails to
+unmask aborts the sum (availability, not privacy); drop-outs before the masked input are recovered from pads as
+before. Without a roster (semi-honest server) ``b`` is rebuilt as described above.
 
 **What is not protected.** (1) Without a roster: a server that substitutes public keys at setup reads the shares and
 can unmask everyone (with a roster, refused at ``share``; keys changed after setup are refused either way). (2)
@@ -136,21 +134,7 @@ import json
 import secrets
 from dataclasses import dataclass
 from collections.abc import Mapping
-from typing import (
-    Any,
-    Callable,
-    Dict,
-    FrozenSet,
-    Generator,
-    Iterable,
-    List,
-    NoReturn,
-    Optional,
-    Sequence,
-    Set,
-    Tuple,
-    cast,
-)
+from typing import Any, Callable, Dict, FrozenSet, Generator, Iterable, List, NoReturn, Optional, Sequence, Tuple, cast
 
 import numpy as np
 from cryptography.hazmat.primitives import hashes
@@ -482,8 +466,6 @@ class SecAggClient:
         self._answered: Dict[bytes, bytes] = {}  # slot -> view of the exchange answered there
         self._masked_views: Dict[bytes, bytes] = {}  # slot -> the caller's view of the request it masked for
         self._signed: Dict[bytes, bytes] = {}  # slot -> digest of the one survivor set it signed or revealed under
-        #: slots it masked in and was then shown a certified survivor set naming itself (with a roster)
-        self._settled: Set[bytes] = set()
         self._views: Dict[bytes, bytes] = {}  # exchange digest -> view shown at unmask
         self._excluded: Dict[str, bytes] = {}  # client -> digest of the exchange where it dropped or b was given
         self._restore_keys()
@@ -714,14 +696,6 @@ class SecAggClient:
         if len(exchange.cohort) < self.min_cohort:
             raise self._refuse(f"a cohort of {len(exchange.cohort)} is below its min_cohort = {self.min_cohort}")
         self._check_excluded(exchange, allow_here=False)
-        if self._signers is not None and set(self._answered) - self._settled:
-            # its b is per run: had it been declared dropped in that exchange (its pads with its neighbours
-            # revealed), a later exchange's rebuilt b would unmask that exchange's input
-            raise self._refuse(
-                "an earlier exchange it masked in never showed it a certified survivor set naming itself (it may "
-                "have been declared dropped there, and its self-mask seed b serves the whole run): it masks in no "
-                "later exchange of this run"
-            )
         if self._get(request, "size", is_int, "an int") != codes.size:
             raise self._refuse(f"the server expects {request['size']} codes, the caller gave {codes.size}")
         offered = self._get(request, "s_pk", lambda v: isinstance(v, Mapping), "a mapping")
@@ -906,14 +880,14 @@ class SecAggClient:
         for peer in pads:
             if peer not in graph.get(me, ()) or (me in dropped) == (peer in dropped):
                 raise self._refuse(f"a pad with {peer!r} is given only to remove a neighbour pair with one end dropped")
+        if b_shares and self._signers is not None:
+            raise self._refuse(
+                "with a roster no share of anyone's b is given: b serves the whole run, so a b rebuilt in one exchange "
+                "and pads revealed in another (before or after) would unmask an input"
+            )
         for owner in b_shares:
             if owner not in survivors or owner == me or owner not in self._held:
                 raise self._refuse(f"a share of {owner!r}'s b is given only for another listed survivor it holds")
-            if self._signers is not None and not self._signed_by(owner, request, exchange, frozenset(survivors)):
-                raise self._refuse(
-                    f"a share of {owner!r}'s b is given only when {owner!r} signed this exchange's survivor set (so it "
-                    "masked here after every earlier exchange of the run showed it a survivor)"
-                )
         try:
             pad_seeds = {p: self._keys.pad_seed(me, p, self._roster[p][0], exchange) for p in pads}
         except ValueError as error:
@@ -928,21 +902,7 @@ class SecAggClient:
         }
         if want_seed:
             answer["seed"] = self_mask_seed(self._b, exchange, me)
-        if me in survivors and answered is not None:
-            self._settled.add(_slot(exchange))
         return answer
-
-    def _signed_by(self, owner: str, request: Mapping[str, Any], exchange: Exchange, survivors: FrozenSet[str]) -> bool:
-        """Whether the unmask's certificate holds ``owner``'s own valid signature of ``survivors`` (verified against
-        this client's roster; the certificate itself was checked by :meth:`_check_certificate`)."""
-        assert self._signers is not None
-        signers = list(_members_of(self._order, request.get("signers")))
-        if owner not in signers:
-            return False
-        k = signers.index(owner)
-        signature = cast(bytes, request["signatures"])[k * SIGNATURE_BYTES : (k + 1) * SIGNATURE_BYTES]
-        found = certified_signers(self._signers, [(owner, signature)], {owner}, self._message(exchange, survivors), 1)
-        return owner in found
 
     def respond(
         self, stage: str, request: Mapping[str, Any], codes: Optional[np.ndarray] = None, view: bytes = b""
@@ -985,7 +945,6 @@ class SecAggClient:
             "answered": {k.hex(): v.hex() for k, v in self._answered.items()},
             "masked_views": {k.hex(): v.hex() for k, v in self._masked_views.items()},
             "signed": {k.hex(): v.hex() for k, v in self._signed.items()},
-            "settled": sorted(k.hex() for k in self._settled),
             "views": {k.hex(): v.hex() for k, v in self._views.items()},
             "excluded": {c: v.hex() for c, v in self._excluded.items()},
             "roster_digest": self._roster_hash,  # so a restore must give the same roster
@@ -1034,7 +993,6 @@ class SecAggClient:
             client._answered = {bytes.fromhex(k): bytes.fromhex(v) for k, v in record["answered"].items()}
             client._masked_views = {bytes.fromhex(k): bytes.fromhex(v) for k, v in record["masked_views"].items()}
             client._signed = {bytes.fromhex(k): bytes.fromhex(v) for k, v in record["signed"].items()}
-            client._settled = {bytes.fromhex(k) for k in record["settled"]}
             client._views = {bytes.fromhex(k): bytes.fromhex(v) for k, v in record["views"].items()}
             client._excluded = {c: bytes.fromhex(v) for c, v in record["excluded"].items()}
             client._restore_keys()
@@ -1379,6 +1337,11 @@ class SecAggServer:
                 "unmasking); the sum cannot be recovered"
             )
         late = [c for c in survivors if c not in seeds]
+        if late and self.authenticated:
+            raise SecAggAborted(
+                f"secure aggregation: survivor(s) {late[:3]} did not unmask, and with a roster no self-mask seed b is "
+                "rebuilt (its holders refuse): the sum cannot be recovered"
+            )
         if late:
             requests = {}
             for i in late:
