@@ -915,7 +915,7 @@ def _check_earlier_floor(
 
     :raises ValueError: some ``Var[Tₐ | W₁] < ξₐ`` (or the strong margin < 0), naming the input.
     """
-    earlier = _released_model(X, previous.W, kernel, previous.factor @ previous.factor.T, noise_variance)
+    earlier = _released_model(X, previous.W, kernel, _covariance_from_factor(previous.factor), noise_variance)
     with _singular("the earlier release's floor"):
         variance, short, margin = _short(earlier, floor)
     if previous.released is not None and not short.size and margin >= 0.0:
@@ -927,7 +927,7 @@ def _check_earlier_floor(
                 "cannot be computed. Confirm that this release's audience does not hold the earlier one "
                 "(confirm_new_audience=True, CLI --confirm-new-audience)"
             )
-        whole = _released_model(X1, W1, kernel, L1 @ L1.T, noise_variance)
+        whole = _released_model(X1, W1, kernel, _covariance_from_factor(L1), noise_variance)
         variance = _whole_release_variance(whole, X, floor, previous.same_value)
         scale = float(np.max(kernel_diag(kernel, X1)))
         short = np.flatnonzero(variance < floor.xi - FLOOR_RTOL * scale)
