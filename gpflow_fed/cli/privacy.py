@@ -95,10 +95,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     data.add_argument(
         "--features", nargs="+", default=None, metavar="COL", help="input columns (default: every column but --target)"
     )
-    # deprecated forms (one release): a positional CSV, --x a,b and --y COL
-    p.add_argument("legacy_csv", nargs="?", type=Path, default=None, help=argparse.SUPPRESS)
-    p.add_argument("--x", dest="x_columns", default=None, help=argparse.SUPPRESS)
-    p.add_argument("--y", dest="y_column", default=None, help=argparse.SUPPRESS)
     what = p.add_argument_group("what to protect (required: one of --sensitive/--interval, one of --tolerance/--alpha)")
     what.add_argument("--sensitive", type=_floats, default=None, help="sensitive points (1-D inputs), e.g. 0.4,0.6")
     what.add_argument(
@@ -216,34 +212,12 @@ def _warn(message: str) -> None:
     print(f"gpflow-fed privacy: warning: {message}", file=sys.stderr)
 
 
-def _legacy_forms(args: argparse.Namespace) -> None:
-    """Map the deprecated positional CSV, ``--x a,b`` and ``--y COL`` onto ``--csv``, ``--features``, ``--target``."""
-    for old, new, value in (
-        ("a positional CSV", "--csv FILE", args.legacy_csv),
-        ("--x", "--features COL [COL ...]", args.x_columns),
-        ("--y", "--target COL", args.y_column),
-    ):
-        if value is not None:
-            _warn(f"{old} is deprecated and will be removed in the next release; use {new}")
-    if args.legacy_csv is not None and args.csv is not None:
-        raise ValueError("give the CSV once: --csv FILE (the positional form is deprecated)")
-    if args.x_columns is not None and args.features is not None or args.y_column is not None and args.target:
-        raise ValueError("give --features/--target, not both them and the deprecated --x/--y")
-    if args.legacy_csv is not None:
-        args.csv = args.legacy_csv
-        args.legacy_target_default = args.y_column is None  # the old form defaulted to the last column
-    if args.x_columns is not None:
-        args.features = [c for c in args.x_columns.split(",") if c.strip()] or None
-    if args.y_column is not None:
-        args.target = args.y_column
-
-
 def _missing(args: argparse.Namespace) -> List[str]:
     """Every required option that is absent, as the usage names it."""
     missing = []
     if args.csv is None:
         missing.append("--csv FILE")
-    if args.target is None and not getattr(args, "legacy_target_default", False):
+    if args.target is None:
         missing.append("--target COL")
     if args.sensitive is None and args.interval is None:
         missing.append("--sensitive S[,S...] or --interval LOW:HIGH")
@@ -287,7 +261,6 @@ def check(args: argparse.Namespace) -> None:
 
     from ..validation import public_inputs_on_released
 
-    _legacy_forms(args)
     missing = _missing(args)
     if missing:
         raise ValueError(f"missing required options: {'; '.join(missing)}")
@@ -392,13 +365,13 @@ def _first_row_is_header(path: Path, first_row: List[str], header: str) -> bool:
 
 
 def _read_csv(
-    path: Path, features: Optional[List[str]], target: Optional[str], header_choice: str = "auto"
+    path: Path, features: Optional[List[str]], target: str, header_choice: str = "auto"
 ) -> "tuple[np.ndarray, np.ndarray, list]":
     """Features, target and column names ``features + [target]`` from a CSV with or without a header row.
 
     ``header_choice`` (``--header``): whether the first row names the columns (:func:`_first_row_is_header`);
     without a header, columns are named by their 1-based position (``--target 2``). Every value must be a finite
-    number. ``target=None`` (the deprecated positional form only) means the last column.
+    number.
     """
     import numpy as np
 
@@ -423,7 +396,7 @@ def _read_csv(
     data = numbered[1:] if has_header else numbered
     if len(data) < 2:
         raise ValueError(f"{path} needs at least 2 data rows, got {len(data)}")
-    y_name = target or header[-1]
+    y_name = target
     x_names = list(features) if features else [h for h in header if h != y_name]
     for name in x_names + [y_name]:
         if name not in header:

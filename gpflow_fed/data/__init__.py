@@ -30,7 +30,6 @@ _NAMES = {
     "sorted_chunk_partition": "partition",
     "spatial_partition": "partition",
     "split_indices": "partition",
-    "train_test_split": "partition",
     "RealDataset": "real",
     "available_datasets": "real",
     "load_dataset": "real",

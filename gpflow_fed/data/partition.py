@@ -38,7 +38,6 @@ __all__ = [
     "spatial_partition",
     "split_indices",
     "holdout_split",
-    "train_test_split",
 ]
 
 Partition = List[np.ndarray]
@@ -272,21 +271,6 @@ def holdout_split(
     X_arr, Y_arr = validate_regression_data(X, Y, "holdout_split")
     train, test = split_indices(X_arr.shape[0], test_fraction, seed=seed)
     return X_arr[train], Y_arr[train], X_arr[test], Y_arr[test]
-
-
-def train_test_split(
-    X: np.ndarray, Y: np.ndarray, *, test_fraction: float, seed: int = 0
-) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Deprecated alias of :func:`holdout_split` (it shares scikit-learn's name but not its return order)."""
-    import warnings
-
-    warnings.warn(
-        "gpflow_fed.data.train_test_split is deprecated (scikit-learn's function of that name returns "
-        "another order); use holdout_split, which returns (X_train, Y_train, X_test, Y_test)",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    return holdout_split(X, Y, test_fraction=test_fraction, seed=seed)
 
 
 def _iid(X: np.ndarray, Y: np.ndarray, num_clients: int, seed: int) -> Partition:

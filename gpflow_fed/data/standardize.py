@@ -116,33 +116,6 @@ class Standardizer:
     def _scale(self, A: np.ndarray, mean: np.ndarray, std: np.ndarray, name: str) -> np.ndarray:
         return (self._checked(A, mean, name) - mean) / std
 
-    # --- deprecated names (one release) ---------------------------------------------------------------
-    def transform_X(self, X: np.ndarray) -> np.ndarray:
-        """Deprecated: use ``transform(X)``."""
-        _deprecated("transform_X(X)", "transform(X)")
-        return self.transform(X)
-
-    def transform_Y(self, Y: np.ndarray) -> np.ndarray:
-        """Deprecated: use ``transform(X, Y)[1]``."""
-        _deprecated("transform_Y(Y)", "transform(X, Y)")
-        return self._scale(Y, self.Y_mean, self.Y_std, "Y")
-
-    def inverse_mean(self, mean: np.ndarray) -> np.ndarray:
-        """Deprecated: use ``inverse_transform(mean)``."""
-        _deprecated("inverse_mean(mean)", "inverse_transform(mean)")
-        return self.inverse_transform(mean)
-
-    def inverse_variance(self, var: np.ndarray) -> np.ndarray:
-        """Deprecated: use ``inverse_transform(mean, var)[1]``."""
-        _deprecated("inverse_variance(var)", "inverse_transform(mean, var)")
-        return self.Y_std**2 * self._checked(var, self.Y_mean, "var")
-
-
-def _deprecated(old: str, new: str) -> None:
-    import warnings
-
-    warnings.warn(f"Standardizer.{old} is deprecated; use Standardizer.{new}", DeprecationWarning, stacklevel=3)
-
 
 def agreed_standardizer(clients: Sequence[Tuple[np.ndarray, np.ndarray]]) -> "Standardizer":
     """The :class:`Standardizer` every party uses, from each client's ``(N_k, m_k, S_k)`` of ``[X_k, Y_k]``

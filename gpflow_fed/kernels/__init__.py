@@ -10,7 +10,7 @@ from .feature_maps import (
     PolynomialFeatureMap,
     make_feature_map,
 )
-from .urk import URK, UnifyingRandomKernel
+from .urk import URK
 
 __all__ = [
     "CallableFeatureMap",
@@ -20,7 +20,6 @@ __all__ = [
     "FourierFeatureMap",
     "PolynomialFeatureMap",
     "URK",
-    "UnifyingRandomKernel",
     "deep_urk",
     "distribution_shifter",
     "make_feature_map",

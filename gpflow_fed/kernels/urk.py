@@ -14,7 +14,7 @@ from gpflow.utilities import positive
 from ..validation import integer
 from .feature_maps import FeatureMap, make_feature_map
 
-__all__ = ["URK", "UnifyingRandomKernel"]
+__all__ = ["URK"]
 
 SCALINGS = ("m-1", "m")
 
@@ -186,7 +186,3 @@ class URK(gpflow.kernels.Kernel):
     @inherit_check_shapes
     def K_diag(self, X: tf.Tensor) -> tf.Tensor:
         return tf.reduce_sum(tf.square(self._features(X)), axis=-1)
-
-
-UnifyingRandomKernel = URK
-"""Descriptive alias of :class:`URK`."""

@@ -427,11 +427,7 @@ def fit_hyperparameters(
     else:
         likelihood = _fixed_gaussian(noise_variance)
     gpr = gpflow.models.GPR((X, Y), kernel, mean_function=mean, likelihood=likelihood)
-    # Eager evaluation: tracing the loss into a graph costs more than the whole L-BFGS run at the sizes this
-    # closed-form release handles (each evaluation is dominated by one O(N³) Cholesky either way).
-    gpflow.optimizers.Scipy().minimize(
-        gpr.training_loss, gpr.trainable_variables, options=dict(maxiter=int(maxiter)), compile=False
-    )
+    gpflow.optimizers.Scipy().minimize(gpr.training_loss, gpr.trainable_variables, options=dict(maxiter=int(maxiter)))
     return gpr, float(gpr.likelihood.variance.numpy())
 
 
@@ -527,7 +523,7 @@ def _refit(model: PrivacyAwareGPR, floor: Floor, maxiter: int, fixed_mean: bool)
     kernel_params = model.kernel.trainable_parameters
     start = [p.unconstrained_variable.numpy() for p in kernel_params]
     gpflow.optimizers.Scipy().minimize(
-        model.training_loss, model.trainable_variables, options=dict(maxiter=int(maxiter)), compile=False
+        model.training_loss, model.trainable_variables, options=dict(maxiter=int(maxiter))
     )
     if _holds(model, floor):
         return
@@ -644,7 +640,7 @@ def _refitted(model: PrivacyAwareGPR, maxiter: int) -> PrivacyAwareGPR:
     # converged to round-off (not L-BFGS-B's default ftol 2e-9): W's that agree to round-off give θ̂'s that do, so
     # the check's noise is a function of W (tests/security/test_release_attack.py compares the files)
     options = dict(maxiter=int(maxiter), ftol=REFIT_CHECK_FTOL, gtol=REFIT_CHECK_GTOL)
-    gpflow.optimizers.Scipy().minimize(fitted.training_loss, fitted.trainable_variables, options=options, compile=False)
+    gpflow.optimizers.Scipy().minimize(fitted.training_loss, fitted.trainable_variables, options=options)
     return fitted
 
 
@@ -975,9 +971,6 @@ def _whole_release_variance(
     return variance
 
 
-_DEFAULT = object()
-
-
 def release(
     data: "tuple[np.ndarray, np.ndarray]",
     sensitive: Union[np.ndarray, Region],
@@ -994,7 +987,6 @@ def release(
     solver: Optional[str] = None,
     maxiter: int = 1000,
     insecure_noise_seed: Optional[int] = None,
-    fit: Any = _DEFAULT,
     protect: str = "records",
     ledger: Union[str, Path, ReleaseLedger, None, bool] = True,
     confirm_unprotected: bool = False,
@@ -1075,9 +1067,6 @@ def release(
     :param insecure_noise_seed: leave None: the synthetic noise (§4.1) comes from the OS, so the release cannot
         be de-noised by regenerating it; an int makes W reproducible for tests only (see
         :func:`~gpflow_fed.release.obfuscate`).
-    :param fit: deprecated. ``fit=False`` is now the only behaviour (with ``noise_variance=None`` meaning 0, as
-        before); ``fit=True`` fitted the hyperparameters on the raw Y, which let anyone holding the release
-        recover Y, and is refused.
     :param protect: ``"records"`` (default) or ``"latent"`` (the paper's floor on f, by name).
     :param ledger: the owner's private release ledger: True (default: :func:`~gpflow_fed.release.ledger.
         default_ledger_folder`), a folder or a :class:`~gpflow_fed.release.ledger.ReleaseLedger`; None turns it off
@@ -1100,25 +1089,11 @@ def release(
     :param refit_check: check the floor under the θ refitted on W and add post-processing noise where it fails
         (step 3, :func:`_refit_check`); False turns the check off (simulations and tests only, like
         ``ledger=None``).
-    :raises ValueError: bad data, a missing public design input, ``fit=True`` or any of the tolerance errors
+    :raises ValueError: bad data, a missing public design input or any of the tolerance errors
         (all before any fitting); the refusals above; rows shared with several earlier releases; a grid θ whose
         prior variance is at or below the tolerance (no noise can help there); a kernel without lengthscales under
         the default range; the refit check's refusal (step 3).
     """
-    if fit is not _DEFAULT:
-        if fit:
-            raise ValueError(
-                "release(fit=True) fitted the hyperparameters and mean on the raw Y; with a low-rank Σ their "
-                "stationarity equations give Y back from the release. Pass public values (kernel=, "
-                "noise_variance=, mean=), public_data= (public or disjoint data to fit on) and/or refit=True "
-                "(refit on the released W)"
-            )
-        warnings.warn(
-            "release(fit=False) is deprecated: hyperparameters are never fitted on the raw Y now; drop fit=",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        noise_variance = 0.0 if noise_variance is None and public_data is None else noise_variance
     check_method(method)
     check_protect(protect)
     theta_range = check_theta_range(theta_range)

@@ -17,8 +17,8 @@ from gpflow_fed.data import (
     size_imbalance,
     sorted_chunk_partition,
     spatial_partition,
+    holdout_split,
     split_indices,
-    train_test_split,
 )
 
 
@@ -157,10 +157,10 @@ def test_spatial_partition_is_a_converged_k_means(seed):
     assert np.all(np.diff(centres[:, 0]) >= 0)  # clients ordered by the first coordinate of their centre
 
 
-def test_train_test_split_and_split_indices():
+def test_holdout_split_and_split_indices():
     X = np.arange(20.0)[:, None]
     Y = 2 * X
-    X_tr, Y_tr, X_te, Y_te = train_test_split(X, Y, test_fraction=0.25, seed=3)
+    X_tr, Y_tr, X_te, Y_te = holdout_split(X, Y, test_fraction=0.25, seed=3)
     assert X_tr.shape == (15, 1) and X_te.shape == (5, 1)
     np.testing.assert_array_equal(np.sort(np.concatenate([X_tr, X_te])[:, 0]), X[:, 0])
     np.testing.assert_array_equal(Y_te, 2 * X_te)

@@ -43,8 +43,9 @@ def test_standardized_dataset_and_inverse_maps():
     np.testing.assert_allclose(Y.std(axis=0), 1.0, rtol=1e-13)
     X0, Y0 = data.pooled()
     np.testing.assert_allclose(scaled.test[0], (data.test[0] - X0.mean(0)) / X0.std(0), rtol=1e-12)
-    np.testing.assert_allclose(scaler.inverse_mean(scaled.test[1]), data.test[1], rtol=1e-12)
-    np.testing.assert_allclose(scaler.inverse_variance(np.ones((6, 1))), np.full((6, 1), Y0.var()), rtol=1e-12)
+    mean, var = scaler.inverse_transform(scaled.test[1], np.ones((6, 1)))
+    np.testing.assert_allclose(mean, data.test[1], rtol=1e-12)
+    np.testing.assert_allclose(var, np.full((6, 1), Y0.var()), rtol=1e-12)
 
 
 def test_constant_column_is_left_unscaled():
@@ -55,13 +56,7 @@ def test_constant_column_is_left_unscaled():
         combine_moments([])
 
 
-def test_transform_and_inverse_transform_with_deprecated_aliases():
-    import warnings
-
-    import pytest
-
-    from gpflow_fed.data import Standardizer
-
+def test_transform_and_inverse_transform():
     scaler = Standardizer(
         X_mean=np.array([1.0, 2.0]), X_std=np.array([2.0, 4.0]), Y_mean=np.array([10.0]), Y_std=np.array([3.0])
     )
@@ -74,28 +69,16 @@ def test_transform_and_inverse_transform_with_deprecated_aliases():
     np.testing.assert_allclose(var, [[4.5]])
     with pytest.raises(ValueError, match=r"X must have shape \[N, 2\]"):
         scaler.transform(np.ones((3, 1)))
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        np.testing.assert_allclose(scaler.transform_X(X), X_s)
-        np.testing.assert_allclose(scaler.inverse_mean(Y_s), Y)
-    assert [w.category for w in caught] == [DeprecationWarning] * 2 and "use Standardizer.transform(X)" in str(
-        caught[0].message
-    )
 
 
-def test_holdout_split_and_its_deprecated_alias():
-    import pytest
-
-    from gpflow_fed.data import holdout_split, train_test_split
+def test_holdout_split_keeps_pairs_together():
+    from gpflow_fed.data import holdout_split
 
     X, Y = np.arange(20.0).reshape(10, 2), np.arange(10.0)[:, None]
     X_tr, Y_tr, X_te, Y_te = holdout_split(X, Y, test_fraction=0.3, seed=1)
     assert X_tr.shape == (7, 2) and Y_te.shape == (3, 1)
     np.testing.assert_allclose(X_tr[:, 0] / 2, Y_tr[:, 0])  # pairs stay together
-    with pytest.deprecated_call():
-        old = train_test_split(X, Y, test_fraction=0.3, seed=1)
-    for a, b in zip(old, (X_tr, Y_tr, X_te, Y_te)):
-        np.testing.assert_array_equal(a, b)
+    np.testing.assert_allclose(X_te[:, 0] / 2, Y_te[:, 0])
 
 
 def test_from_data_is_the_column_statistics_of_arrays_in_one_place():

@@ -95,7 +95,6 @@ def test_release_rejects_bad_input_before_fitting():
         # the released data again at another precision, or nudged: still the released outputs
         (dict(sensitive=[[0.5]], tolerance=0.1, public_data=(X + 1e-9, np.round(Y, 9))), "on inputs of the data"),
         (dict(sensitive=[[0.5]], tolerance=0.1, public_data=(X[:, [0, 0]], Y)), "X's 1 columns"),
-        (dict(sensitive=[[0.5]], tolerance=0.1, fit=True), "fitted the hyperparameters and mean on the raw Y"),
     ]:
         with pytest.raises(ValueError, match=match):
             release((X, Y), kernel=k, **kwargs)
@@ -122,17 +121,6 @@ def test_the_release_publishes_no_statistic_of_the_raw_y():
         (X, Y), [[0.5]], ProportionalKernel(k, 0.5), kernel=k, noise_variance=1e-3, mean=3.0, confirm_public=True
     )
     assert float(fixed.model.mean_function.c.numpy()[0]) == 3.0
-
-
-def test_fit_false_is_deprecated_and_means_the_default():
-    X = np.linspace(0, 1, 15)[:, None]
-    Y = np.sin(6 * X)
-    k = gpflow.kernels.SquaredExponential(lengthscales=0.2)
-    new = release((X, Y), [[0.5]], 0.3, kernel=k, noise_variance=0.0, insecure_noise_seed=1)
-    with pytest.warns(DeprecationWarning, match="fit=False"):
-        old = release((X, Y), [[0.5]], 0.3, kernel=k, fit=False, insecure_noise_seed=1)  # σ² None meant 0
-    np.testing.assert_array_equal(old.W, new.W)
-    np.testing.assert_allclose(old.model.mean_function.c.numpy(), new.model.mean_function.c.numpy())
 
 
 def test_public_data_fit_and_refit_on_w():

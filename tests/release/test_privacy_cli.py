@@ -1,4 +1,4 @@
-"""``gpflow-fed privacy`` on tiny CSVs: options, validation before TensorFlow, refusals, deprecated forms."""
+"""``gpflow-fed privacy`` on tiny CSVs: options, validation before TensorFlow, refusals, removed forms."""
 
 import csv
 import os
@@ -118,14 +118,12 @@ def test_every_missing_option_at_once_and_before_tensorflow(tmp_path):
 
 
 def test_a_target_that_is_also_a_feature_is_refused(tmp_path, capsys):
-    """``--x y --y y`` used to publish the raw target as the released input column."""
+    """A target among the features used to publish the raw target as a released input column."""
     path = _table(tmp_path / "data.csv")
     out = tmp_path / "out"
     common = ["--sensitive", "0.5", "--alpha", "0.5", *DESIGN, "--out", str(out)]
-    assert main(["privacy", str(path), "--x", "y", "--y", "y", *common]) == 2
-    assert "is also a feature; features are released verbatim" in capsys.readouterr().err
     assert main(["privacy", "--csv", str(path), "--features", "t", "y", "--target", "y", *common]) == 2
-    assert "is also a feature" in _one_error_line(capsys)
+    assert "is also a feature; features are released verbatim" in _one_error_line(capsys)
     assert not out.exists()
 
 
@@ -146,18 +144,15 @@ def test_duplicate_headers_are_refused_by_name(tmp_path, capsys):
     assert "duplicate column names ['y']" in _one_error_line(capsys)
 
 
-def test_deprecated_forms_still_work_with_a_warning(tmp_path, capsys):
+def test_the_removed_positional_csv_and_x_y_forms_are_refused(tmp_path, capsys):
+    """The positional CSV, ``--x a,b`` and ``--y COL`` are gone: a usage error naming them, nothing written."""
     path = _table(tmp_path / "data.csv")
-    common = ["--sensitive", "0.5", "--alpha", "0.5", *DESIGN, "--no-progress"]
-    assert main(["privacy", str(path), "--x", "t", "--y", "y", *common, "--out", str(tmp_path / "a")]) == 0
+    argv = ["privacy", str(path), "--x", "t", "--y", "y", "--sensitive", "0.5", "--alpha", "0.5", *DESIGN]
+    with pytest.raises(SystemExit) as exc:
+        main([*argv, "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
-    for old, new in (("a positional CSV", "--csv FILE"), ("--x", "--features"), ("--y", "--target COL")):
-        assert f"warning: {old} is deprecated" in err and new in err
-    assert main(["privacy", str(path), *common, "--out", str(tmp_path / "b")]) == 0  # target: the last column
-    assert np.loadtxt(tmp_path / "b" / "released.csv", delimiter=",", skiprows=1).shape == (15, 2)
-    capsys.readouterr()
-    assert main(["privacy", str(path), "--csv", str(path), "--target", "y", *common]) == 2
-    assert "give the CSV once" in capsys.readouterr().err
+    assert exc.value.code == 2 and f"unrecognized arguments: {path} --x t --y y" in err, err
+    assert not (tmp_path / "out").exists()
 
 
 def test_releases_take_no_standardisation(tmp_path, capsys):

@@ -22,9 +22,9 @@ def test_federated_dataset_rejects_complex_inputs_and_outputs():
 def test_privacy_release_rejects_complex_inputs_and_outputs():
     k = gpflow.kernels.SquaredExponential(lengthscales=0.3)
     with pytest.raises(TypeError, match=r"X is complex"):
-        release((X + 1j, Y), [[0.5]], 0.1, kernel=k, fit=False)
+        release((X + 1j, Y), [[0.5]], 0.1, kernel=k, noise_variance=0.0)
     with pytest.raises(TypeError, match=r"Y is complex"):
-        release((X, Y + 1j), [[0.5]], 0.1, kernel=k, fit=False)
+        release((X, Y + 1j), [[0.5]], 0.1, kernel=k, noise_variance=0.0)
     with pytest.raises(TypeError, match=r"sensitive inputs is complex"):
         synthetic_noise_covariance(k, X, [[0.5 + 0.1j]], 0.1)
     Sigma = synthetic_noise_covariance(k, X, [[0.5]], 0.1)

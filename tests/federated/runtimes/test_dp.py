@@ -108,6 +108,34 @@ def test_one_release_matches_the_analytic_gaussian_mechanism():
     assert expected < rdp.epsilon() < 2 * expected  # RDP is a valid but looser upper bound
 
 
+def test_rdp_composition_is_dp_accountings_own_to_the_last_bit_and_each_curve_is_computed_once():
+    import dp_accounting
+
+    from gpflow_fed.federated.protection import dp as dp_module
+
+    z = 0.83
+    dp = DifferentialPrivacy(z, 1.0, delta=1e-6, accountant="rdp")
+    releases = [(20, 5, 1)] * 3 + [(20, 20, 2)] * 2 + [(20, 5, 1)] * 2
+    ours, reference = (
+        PrivacyAccountant(dp),
+        dp_accounting.rdp.RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE),
+    )
+    dp_module._release_rdp.cache_clear()
+    for release in releases:
+        ours.record(*release)
+        reference.compose(dp_module.release_event(z, *release))
+        assert ours.epsilon() == reference.get_epsilon(1e-6)
+    assert dp_module._release_rdp.cache_info().misses == 2  # one curve per distinct release, not per round
+    restored, counted = (
+        PrivacyAccountant(dp),
+        dp_accounting.rdp.RdpAccountant(neighboring_relation=dp_accounting.NeighboringRelation.REPLACE_ONE),
+    )
+    restored.restore(releases)
+    counted.compose(dp_module.release_event(z, 20, 5, 1), 5)
+    counted.compose(dp_module.release_event(z, 20, 20, 2), 2)
+    assert restored.epsilon() == counted.get_epsilon(1e-6)
+
+
 def test_pld_rejects_sampling_and_bad_settings_are_named():
     with pytest.raises(ValueError, match="accountant='rdp'"):
         PrivacyAccountant(DifferentialPrivacy(1.0, 1.0, accountant="pld")).record(10, 3, 1)
