@@ -9,7 +9,7 @@ import pytest
 from gpflow_fed.federated import ClientPolicy, DifferentialPrivacy, DistributedDP, Message, Protection
 from gpflow_fed.federated.protection.encoder import ClientEncoder, EncoderRefusal
 from gpflow_fed.federated.protection.reduction import ExchangeContext
-from gpflow_fed.federated.protection.secagg import SecAggAborted, SecAggServer
+from gpflow_fed.federated.protection.secagg import SecAggAborted, SecAggServer, default_degree, neighbour_floor
 from gpflow_fed.randomness import new_run_id
 from tests.federated.protection.secagg_helpers import drive
 
@@ -54,20 +54,31 @@ def _exchange_with_fake_dropouts(protection, answering):
 
 
 def test_fake_dropouts_under_distributed_dp_are_refused():
-    # three survivors: connected in any masking graph of degree 8 over 10 (each party misses one other at most), so
-    # the deviating server itself would unmask them; the parties refuse
-    outcome, refusals = _exchange_with_fake_dropouts(_ddp(honest=K), answering={"c0", "c1", "c2"})
+    # seven survivors: connected in any masking graph of degree 8 over 10 (each party misses one other at most), and
+    # each keeps at least h = 5 of its 8 neighbours (three dropped), so the deviating server itself would unmask them;
+    # the parties refuse
+    outcome, refusals = _exchange_with_fake_dropouts(_ddp(honest=K), answering={f"c{k}" for k in range(7)})
     assert isinstance(outcome, SecAggAborted)
     assert refusals and all("below the 10 honest clients" in why for why in refusals.values())
+    # three survivors keep at most 2 of their 8 neighbours: the server's neighbour rule stops before the unmask
+    outcome, refusals = _exchange_with_fake_dropouts(_ddp(honest=K), answering={"c0", "c1", "c2"})
+    assert isinstance(outcome, SecAggAborted) and "below h = 5" in str(outcome) and not refusals
 
 
 def test_control_enough_survivors_for_the_requests_honest_count():
+    """9 of 10 survive; the honest survivors are counted with c = min(10 − H, h − 1) colluders among them (the
+    noise's own assumption, and the masking's bound h − 1 = 4 at d = 8): H = 5 holds (9 − 4), H = 6 is one short,
+    and so is H = 9, which counting survivors alone accepted (one of the 9 may be the colluder the noise allows)."""
     nine = {f"c{k}" for k in range(9)}
-    outcome, refusals = _exchange_with_fake_dropouts(_ddp(honest=9), answering=nine)
+    degree = default_degree(10)
+    assert neighbour_floor(degree) - 1 == 4
+    outcome, refusals = _exchange_with_fake_dropouts(_ddp(honest=5), answering=nine)
     assert not isinstance(outcome, SecAggAborted), refusals
     assert set(outcome.survivors) == nine
-    outcome, refusals = _exchange_with_fake_dropouts(_ddp(honest=10), answering=nine)  # one short: refused
-    assert isinstance(outcome, SecAggAborted) and "below the 10 honest clients" in next(iter(refusals.values()))
+    for honest in (6, 9):
+        outcome, refusals = _exchange_with_fake_dropouts(_ddp(honest=honest), answering=nine)  # short: refused
+        assert isinstance(outcome, SecAggAborted)
+        assert f"below the {honest} honest clients" in next(iter(refusals.values()))
 
 
 def _answered(encoder, protection, round_):

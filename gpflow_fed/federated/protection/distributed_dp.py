@@ -6,7 +6,8 @@ random rotation and modular clipping (the sum here lives in ``Z_{2^64}``, the ri
 :mod:`~gpflow_fed.federated.protection.masking`, and every message is kept within the range of a 64-bit sum
 instead). Client ``k`` with payload ``x_k ∈ R^d`` (all arrays of a phase, flattened) sends, under secure aggregation,
 
-1. **clip**: ``x̄_k = x_k · min(1, c / ‖x_k‖₂)`` (:func:`~gpflow_fed.federated.protection.dp.clip_payload`);
+1. **clip**: ``x̄_k = x_k · min(1, c' / ‖x_k‖₂)`` (:func:`~gpflow_fed.federated.protection.dp.clip_payload`),
+   ``c' = c (1 − 2^-36)`` so that float round-off never takes ‖x̄_k‖₂ past c (``_CLIP_MARGIN``);
 2. **scale**: ``v_k = x̄_k / γ``, γ the granularity of the integer grid (``‖v_k‖₂ ≤ c/γ``);
 3. **conditional randomized rounding** (KLS21 §4, their Algorithm 1's rounding step): each coordinate is
    rounded to ``⌊v⌋ + Bernoulli(v − ⌊v⌋)`` (unbiased), and the whole vector is rounded again until
@@ -15,7 +16,9 @@ instead). Client ``k`` with payload ``x_k ∈ R^d`` (all arrays of a phase, flat
 
    (:func:`rounded_norm_bound`). The first term holds for every rounding (each coordinate moves by < 1);
    the second holds for one randomized rounding with probability ≥ 1 − β (KLS21's bound on the rounded
-   norm), so the loop ends after at most ``1/(1 − β)`` tries on average. The condition is checked exactly, in
+   norm), so the loop ends after at most ``1/(1 − β)`` tries on average; β ≤ 0.99 (:data:`MAX_BETA`: β is the
+   server's choice, and 10,000 failed tries, which depend on the payload, then have probability < 3e-44; the
+   encoder answers one anyway with its generic data refusal and stops). The condition is checked exactly, in
    integers, so ``‖ṽ_k‖₂ ≤ Δ̃`` holds **always**, whatever the payload: that, not the clipping, is the
    sensitivity the accounting uses. The conditioning pulls ṽ slightly towards 0 (by well under one grid step
    per coordinate; tested), negligible next to the noise;
@@ -113,6 +116,7 @@ from .dp import clip_payload
 from .wire import code_limit
 
 __all__ = [
+    "MAX_BETA",
     "DistributedDP",
     "DistributedPrivacyAccountant",
     "NoiseSource",
@@ -132,6 +136,20 @@ MAX_GRID_STEPS = 2.0**52
 DEFAULT_GRID_STEPS = 2.0**30
 _WORDS_PER_BLOCK = 4096
 _SAFETY = 1e-12  # relative margin for float round-off in bounds (always in the conservative direction)
+#: the largest β a client accepts (a request's ``ddp-beta`` above it is refused as malformed): a try of conditional
+#: rounding fails with probability ≤ β (KLS21's bound, (R)), so one encoding's :data:`ROUNDING_TRIES` fail with
+#: probability ≤ 0.99^10000 = e^{-100.5} < 3e-44, whatever the payload. Nearer 1 a server could pick β so that a
+#: payload it targets fails (an oracle on the data); β's term in (R) is ``√(2 log(1/β)) (c/γ + √d/2)``, ≥ 0.14 (c/γ)
+#: here, a relative change of Δ̃² below 2e-10 at the default granularity.
+MAX_BETA = 0.99
+#: tries of conditional rounding before :func:`conditional_round` gives up (``RuntimeError``)
+ROUNDING_TRIES = 10_000
+#: the rounding clips to ``c (1 − 2^-36)``: the float round-off of the clip and the scaling (a few 2^-53 relative)
+#: never takes ‖v‖ past c/γ, and ``‖v‖² ≤ (c/γ)² (1 − 2^-35)`` stays below the ``Δ̃² (1 − 10^-12)`` the loop
+#: compares with even at c/γ = 2^52, where β's term of (R) is smaller than 10^-12 Δ̃² (so (R)'s bound on a try's
+#: failure holds at every granularity, up to float round-off; the payload moves by < 1.5e-11 c, below a default
+#: grid step, 2^-30 c)
+_CLIP_MARGIN = 2.0**-36
 
 
 # --- randomness ---------------------------------------------------------------------------------------
@@ -319,7 +337,9 @@ def _squared_norm(values: np.ndarray) -> int:
     return sum(v * v for v in values.tolist())
 
 
-def conditional_round(values: np.ndarray, bound_squared: int, rng: NoiseSource, max_tries: int = 10_000) -> np.ndarray:
+def conditional_round(
+    values: np.ndarray, bound_squared: int, rng: NoiseSource, max_tries: int = ROUNDING_TRIES
+) -> np.ndarray:
     """Randomized rounding of ``values`` repeated until ``‖ṽ‖₂² ≤ bound_squared`` (KLS21 §4), as ``int64``.
 
     Each try rounds every coordinate to ``⌊v⌋ + Bernoulli(v − ⌊v⌋)`` (unbiased); the condition is exact in
@@ -359,9 +379,10 @@ class DistributedDP:
     :param granularity: γ > 0, the integer grid's step in payload units; None: ``c / 2^30``. ``2^-f`` puts the
         messages on :class:`~gpflow_fed.federated.protection.masking.SecureAggregation`'s fixed-point grid with
         ``fractional_bits = f``. ``c/γ`` must be ≤ 2^52.
-    :param beta: β ∈ [0, 1) of conditional rounding (R): a larger β gives a smaller Δ̃ and more retries
-        (≤ 1/(1 − β) tries on average); 0 uses the deterministic bound ``c/γ + √d``. Default ``e^{-1/2}``
-        (KLS21's choice).
+    :param beta: β ∈ [0, :data:`MAX_BETA`] of conditional rounding (R): a larger β gives a smaller Δ̃ and more
+        retries (≤ 1/(1 − β) tries on average); 0 uses the deterministic bound ``c/γ + √d``. Default ``e^{-1/2}``
+        (KLS21's choice). At most 0.99, so that the rounding's failure (which depends on the payload) has
+        probability below 3e-44 (:data:`MAX_BETA`): β comes from the server's request.
     :raises ValueError: a setting out of range. :raises TypeError: a setting of the wrong type.
     """
 
@@ -383,8 +404,8 @@ class DistributedDP:
         if self.granularity is not None:
             object.__setattr__(self, "granularity", positive_float(self.granularity, "DistributedDP: granularity"))
         beta = self.beta
-        if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0 <= beta < 1:
-            raise ValueError(f"DistributedDP: beta must be a number in [0, 1), got {beta!r}")
+        if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0 <= beta <= MAX_BETA:
+            raise ValueError(f"DistributedDP: beta must be a number in [0, {MAX_BETA}], got {beta!r}")
         object.__setattr__(self, "beta", float(beta))
         if not self.grid_norm <= MAX_GRID_STEPS:
             raise ValueError(
@@ -492,7 +513,7 @@ class DistributedDP:
         rng = NoiseSource() if rng is None else rng
         if not isinstance(rng, NoiseSource):
             raise TypeError(f"DistributedDP.encode: rng must be a NoiseSource, got {type(rng).__name__}")
-        clipped, _ = clip_payload({"x": values.ravel()}, self.clip_norm)
+        clipped, _ = clip_payload({"x": values.ravel()}, self.clip_norm * (1.0 - _CLIP_MARGIN))
         rounded = conditional_round(clipped["x"] / self.step, self._bound_squared(d), rng)
         noise = discrete_gaussian(self.share_variance(d), d, rng)
         tail = self.tail_bound(d)

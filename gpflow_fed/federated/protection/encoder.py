@@ -33,7 +33,11 @@ bit per run: a count of non-finite entries would be a release outside the accoun
 A client masks answers to **one broadcast over one cohort**: whatever round or purpose the server names, a broadcast
 (its phase and content, :func:`~.wire.broadcast_digest`) it has answered before is answered again only for the same
 cohort, unmasked with the same drop-outs, and never under distributed DP. So a server cannot sum one answer over two
-cohorts (or two sets of survivors) and difference them, nor average fresh distributed-DP noise away by asking again. Its
+cohorts (or two sets of survivors) and difference them, nor average fresh distributed-DP noise away by asking again.
+The cohort and the drop-outs are recorded as the :func:`~.identity.members_digest` of their party ids, never as the
+request's bitmap, which indexes the roster of one setup: a new ``advertise`` (another run id: a Flower run's second
+job, say) makes a new protocol client with fresh keys, and the record holds across it (a server that re-ran setup
+with the roster "everyone but k" would otherwise get the same bitmap for a different cohort in every round). Its
 answers to one phase and purpose come in increasing rounds (one ``"final"`` answer per phase), so the number of releases
 it makes is bounded by its algorithm's schedule, which it checks itself (:meth:`~ClientEncoder.refusal`: its own
 algorithm's exchanges, at most its policy's ``max_rounds``, before its policy's own refusals). Every refusal of this
@@ -44,7 +48,9 @@ data: :data:`DATA_FAULT`, :data:`UPDATE_FAULT`), so both rules are also kept *be
 protected exchange is claimed (:meth:`~ClientEncoder.claim`: increasing rounds per phase and purpose, whatever the
 broadcast), and a broadcast is encoded under **one request** (protection, cohort size, aggregation and the runtime's
 context: :func:`~.wire.request_view`). Such a refusal is in the same words whichever check, and the client then refuses
-every later protected exchange of the run (:meth:`ClientEncoder.stop`): one such bit per client and run.
+every later protected exchange of the run (:meth:`ClientEncoder.stop`): one such bit per client and run. An error
+while encoding the kept payload at ``masked_input`` (distributed DP's rounding, say) is answered the same way: the
+words of :data:`DATA_FAULT`, the payload dropped, then the stop.
 
 Under a DP budget (``ClientPolicy.budget``) the client also keeps its own zCDP ledger (:mod:`.budget`): before it
 encodes a distributed-DP answer it reserves the answer's ρ in the ledger (a file shared by the party's runs, locked,
@@ -58,11 +64,10 @@ return; nothing else.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import logging
-from typing import TYPE_CHECKING, Any, Dict, Mapping, NamedTuple, Optional, Tuple, cast
+from typing import TYPE_CHECKING, Any, Dict, FrozenSet, Mapping, NamedTuple, Optional, Tuple, cast
 
 import numpy as np
 
@@ -70,7 +75,7 @@ from ..protocol.messages import Message
 from .budget import LedgerRefusal, MemoryLedger, Spend, open_ledger
 from .distributed_dp import NoiseSource, release_rho
 from .dp import DifferentialPrivacy, clip_payload
-from .identity import PartyIdentity
+from .identity import PartyIdentity, members_digest
 from .policy import ClientPolicy
 from .request import Protection
 from .secagg import SecAggClient
@@ -101,9 +106,13 @@ DATA_FAULT = (
 )
 
 
-def _digest(value: Any) -> bytes:
-    """SHA-256 of a request's bitmap (b"" for a value that is not bytes: the protocol refuses it)."""
-    return hashlib.sha256(value).digest() if isinstance(value, bytes) else b""
+#: the rounds a protocol request may name: a 64-bit signed integer (what the protocol's digests encode)
+_ROUND_RANGE = (-(2**63), 2**63)
+
+
+def _without_dropped(request: Mapping[str, Any]) -> Dict[str, Any]:
+    """``request`` without its ``"dropped"`` field: the exchange alone, whose cohort the protocol client decodes."""
+    return {k: v for k, v in request.items() if k != "dropped"}
 
 
 class EncoderRefusal(ValueError):
@@ -153,9 +162,11 @@ class ClientEncoder:
         self._run_id: Optional[bytes] = None
         self._secagg: Optional[SecAggClient] = None
         self._prepared: Dict[Tuple[str, int, str], _Kept] = {}
-        #: per broadcast (:func:`~.wire.broadcast_digest`) this client has sent a masked input for: SHA-256 digests of
-        #: the cohort's bitmap and of the drop-outs' bitmap of its unmasking (b"" before it), 96 bytes per answer
-        #: however large K; per exchange, its broadcast; per (purpose, phase), the last round answered
+        #: per broadcast (:func:`~.wire.broadcast_digest`) this client has sent a masked input for: the
+        #: :func:`~.identity.members_digest` of the cohort's party ids and of the drop-outs' ids of its unmasking (b""
+        #: before it), 96 bytes per answer however large K. Ids, never bitmaps: a bitmap indexes the roster of one
+        #: setup, so after another setup (another roster) the same bytes name other parties, and the record holds
+        #: across the setups of the run. Per exchange, its broadcast; per (purpose, phase), the last round answered
         self._answered: Dict[bytes, Tuple[bytes, bytes]] = {}
         self._broadcasts: Dict[Tuple[str, int, str], bytes] = {}
         #: per exchange prepared or last masked, the client's :func:`~.wire.request_view` (bound into its pads)
@@ -237,11 +248,7 @@ class ClientEncoder:
         :raises EncoderRefusal: an exchange that does not follow the last one claimed, or any exchange after
             :meth:`stop`.
         """
-        if self.stopped:
-            raise EncoderRefusal(
-                f"secure aggregation: {self.client_id!r} refuses: an earlier protected update or reply of this run "
-                "failed, and it answers no protected exchange again in this run"
-            )
+        self._check_not_stopped()
         last = self._claimed.get((purpose, phase))
         if last is not None and (purpose == "final" or round <= last):
             raise EncoderRefusal(
@@ -256,6 +263,14 @@ class ClientEncoder:
         (scaling FSGP's adjoints, shrinking the fixed-point range) learns one bit per client and run, not one per
         exchange (module docstring)."""
         self.stopped = True
+
+    def _check_not_stopped(self) -> None:
+        """Refuse once :meth:`stop` was called (the same words whatever stopped it)."""
+        if self.stopped:
+            raise EncoderRefusal(
+                f"secure aggregation: {self.client_id!r} refuses: an earlier protected update or reply of this run "
+                "failed, and it answers no protected exchange again in this run"
+            )
 
     def prepare(
         self,
@@ -360,7 +375,8 @@ class ClientEncoder:
         truncated).
 
         :raises EncoderRefusal: a range too small for what the request's DP may send, for ``members``: public
-            numbers only (the request, the layout, the cohort), never a value.
+            numbers only (the request, the layout, the cohort), never a value. Anything else it raises may depend on
+            the payload (:meth:`_encode_guarded`).
         """
         request, arrays, phase = kept.request, kept.message.arrays, kept.message.phase
         names = sorted(arrays)
@@ -370,10 +386,11 @@ class ClientEncoder:
             flat = np.concatenate([np.asarray(arrays[n], dtype=np.float64).ravel() for n in names])
             try:
                 distributed.check_range(flat.size, members)
-                with np.errstate(over="ignore"):  # a norm beyond float64 clips the payload to 0
-                    message, saturated = distributed.encode_counted(flat, members, rng=self._noise)
             except ValueError as exc:  # the settings, the layout and the cohort: nothing of the payload's values
                 raise EncoderRefusal(f"secure aggregation: {self.client_id!r} refuses: {exc}") from None
+            with np.errstate(over="ignore"):  # a norm beyond float64 clips the payload to 0
+                # whatever this raises may depend on the payload: :meth:`_encode_guarded` answers it with DATA_FAULT
+                message, saturated = distributed.encode_counted(flat, members, rng=self._noise)
             offset = 0
             for n in names:
                 size = int(np.size(arrays[n]))
@@ -490,6 +507,8 @@ class ClientEncoder:
         if stage == "advertise":
             run_id = request.get("run_id") if isinstance(request, Mapping) else None
             if self._secagg is None or run_id != self._run_id:
+                # a new setup (another run id): fresh keys, and this encoder's records kept (by party ids, so they
+                # hold whichever roster the new setup has: one cohort and one drop-out set per broadcast)
                 self._secagg = SecAggClient(
                     self.client_id,
                     min_cohort=self.policy.min_cohort,
@@ -502,34 +521,71 @@ class ClientEncoder:
             raise EncoderRefusal(f"secure aggregation: {self.client_id!r} has no setup for this run")
         codes = None
         key: Optional[Tuple[Any, Any, Any]] = None  # the request's values: wrong types find nothing
+        pin: Optional[Tuple[bytes, bytes]] = None
+        if stage in ("masked_input", "consistency", "unmask"):
+            self._check_round(request)
         if stage in ("masked_input", "unmask"):
             self._check_groups(request)
         if stage == "unmask":
-            self._check_dropouts(request)
+            pin = self._check_dropouts(request)
             self._check_survivors(request)
         if stage == "masked_input":
+            self._check_not_stopped()
             key = (request.get("purpose"), request.get("round"), request.get("phase"))
             kept = self._prepared.get(key)
             if kept is None:
                 raise EncoderRefusal(
                     f"secure aggregation: {self.client_id!r} prepared no payload for round {key[1]}, phase {key[2]!r}"
                 )
-            members = sum(len(group) for group in self._secagg.survivor_groups(request))  # the cohort it verifies
+            cohort_ids = self._cohort_ids(request)  # the cohort it verifies (never fewer: drop-outs named here)
+            members = len(cohort_ids)
             self._check_members(key, members)
             distributed = kept.request.distributed is not None
-            cohort = _digest(request.get("cohort"))
+            cohort = members_digest(cohort_ids)
             self._check_once((str(key[0]), int(key[1]), str(key[2])), kept.broadcast, cohort, distributed)
-            codes = self._encode(kept, members)
+            codes = self._encode_guarded(key, kept, members)
         asked: Any = (request.get("purpose"), request.get("round"), request.get("phase"))  # wrong types find nothing
         view = self._request_views.get(asked, b"") if stage in ("masked_input", "unmask") else b""
         answer = self._secagg.respond(stage, request, codes, view)
         if key is not None:
             broadcast = self._prepared.pop(key).broadcast
-            self._answered.setdefault(broadcast, (_digest(request.get("cohort")), b""))
+            self._answered.setdefault(broadcast, (cohort, b""))
             self._broadcasts = {(str(key[0]), int(key[1]), str(key[2])): broadcast}  # one exchange at a time
             self._request_views = {(str(key[0]), int(key[1]), str(key[2])): view}
             self._last_round[(str(key[0]), str(key[2]))] = int(key[1])
+        if pin is not None:  # pinned once the protocol client has checked the unmask and answered it
+            broadcast, shown = pin
+            self._answered[broadcast] = (self._answered[broadcast][0], shown)
         return answer
+
+    def _check_round(self, request: Mapping[str, Any]) -> None:
+        """A protocol request's round is a 64-bit signed integer (what the protocol's digests encode): another is
+        refused like any malformed request (the request's value only)."""
+        round = request.get("round") if isinstance(request, Mapping) else None
+        if isinstance(round, int) and not _ROUND_RANGE[0] <= round < _ROUND_RANGE[1]:
+            raise EncoderRefusal(
+                f"secure aggregation: {self.client_id!r} refuses: round {round} is outside the 64-bit signed range"
+            )
+
+    def _cohort_ids(self, request: Mapping[str, Any]) -> FrozenSet[str]:
+        """The party ids of the cohort a request names, as the protocol client decodes its bitmap over the roster of
+        the current setup (checked against the run; a ``"dropped"`` field is not part of the cohort)."""
+        assert self._secagg is not None
+        return frozenset().union(*self._secagg.survivor_groups(_without_dropped(request)))
+
+    def _encode_guarded(self, key: Tuple[Any, Any, Any], kept: _Kept, members: int) -> np.ndarray:
+        """:meth:`_encode`, where anything but a refusal on public numbers (:class:`EncoderRefusal`) is a failure that
+        may depend on the client's data (distributed DP's rounding, say): the client drops the kept payload, stops
+        (:meth:`stop`: one bit per run) and refuses in the words of :data:`DATA_FAULT`; details go to its log only."""
+        try:
+            return self._encode(kept, members)
+        except EncoderRefusal:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a data-dependent failure: one generic refusal, then stop
+            LOG.warning("client %s: encoding raised %s: %s", self.client_id, type(exc).__name__, exc)
+            self._prepared.pop(key, None)
+            self.stop()
+            raise EncoderRefusal(DATA_FAULT) from None
 
     def _credentials(self) -> Dict[str, Any]:
         """The protocol client's ``identity`` and ``roster`` (none in the unauthenticated mode)."""
@@ -537,22 +593,25 @@ class ClientEncoder:
             return {}
         return {"identity": self.identity.signing_key, "roster": self.identity.roster}
 
-    def _check_dropouts(self, request: Mapping[str, Any]) -> None:
-        """A broadcast answered again is unmasked with the drop-outs of its first unmasking (module docstring)."""
+    def _check_dropouts(self, request: Mapping[str, Any]) -> Optional[Tuple[bytes, bytes]]:
+        """A broadcast answered again is unmasked with the drop-outs of its first unmasking (module docstring), as
+        party ids (the roster may differ between setups). Returns what to pin once the protocol client has answered
+        (the broadcast and the drop-outs' :func:`~.identity.members_digest`), or None for an exchange not masked."""
         key: Tuple[Any, Any, Any] = (request.get("purpose"), request.get("round"), request.get("phase"))
         broadcast = self._broadcasts.get(key)  # the request's values: wrong types find nothing
-        if broadcast is None:
-            return
-        cohort, dropped = self._answered[broadcast]
+        if broadcast is None or self._secagg is None:
+            return None
+        dropped = self._answered[broadcast][1]
         if not isinstance(request.get("dropped"), bytes):
             raise EncoderRefusal("secure aggregation: an unmask request without its drop-outs")
-        shown = _digest(request.get("dropped"))
+        survivors = frozenset().union(*self._secagg.survivor_groups(request))
+        shown = members_digest(self._cohort_ids(request) - survivors)
         if dropped and shown != dropped:
             raise EncoderRefusal(
                 f"secure aggregation: {self.client_id!r} refuses: this broadcast was unmasked before with other "
                 "drop-outs"
             )
-        self._answered[broadcast] = (cohort, shown)
+        return broadcast, shown
 
     def _check_members(self, key: Tuple[Any, Any, Any], members: int) -> None:
         """The cohort a client masks over fits its request: at most the cohort size the request named (fault
@@ -568,18 +627,27 @@ class ClientEncoder:
             )
 
     def _check_survivors(self, request: Mapping[str, Any]) -> None:
-        """Under distributed DP a sum is unmasked only over at least the honest-client count the noise shares
-        assume: with fewer survivors it carries less noise than the accountant reports (a server that declares live
-        clients dropped would get a sum noised for 2 clients, not 10)."""
+        """Under distributed DP a sum is unmasked only if every group of honest survivors whose sum the server can
+        learn holds at least the honest-client count the noise shares assume: with fewer it carries less noise than
+        the accountant reports (a server that declares live clients dropped would get a sum noised for 2 clients, not
+        10). Counting survivors is not enough: the drop-outs and colluding survivors can cut the masking graph, so the
+        count is :meth:`~.secagg.SecAggClient.honest_floor` with ``c`` colluders, the smaller of two bounds the client
+        accepted: the cohort's ``m − H`` non-honest members under the noise's own assumption (``H`` honest clients,
+        capped by its policy) and the policy's ``max_colluders`` (None: the ``h − 1`` the masking withstands; issue 43,
+        S1)."""
         key: Tuple[Any, Any, Any] = (request.get("purpose"), request.get("round"), request.get("phase"))
         needed = self._honest.get(key)  # the request's values: wrong types find nothing
         if needed is None or self._secagg is None:
             return
-        survivors = sum(len(group) for group in self._secagg.survivor_groups(request))
-        if survivors < needed:
+        outside = max(len(self._cohort_ids(request)) - int(needed), 0)
+        # the floor falls as c grows, so the floor at the smaller bound is the larger floor
+        floor = max(
+            self._secagg.honest_floor(request, self.policy.max_colluders), self._secagg.honest_floor(request, outside)
+        )
+        if floor < needed:
             raise EncoderRefusal(
-                f"secure aggregation: {self.client_id!r} refuses: unmasking a sum over {survivors} survivor(s), below "
-                f"the {needed} honest clients its distributed-DP noise assumes"
+                f"secure aggregation: {self.client_id!r} refuses: unmasking could reveal the sum of a group of "
+                f"{floor} honest survivor(s), below the {needed} honest clients its distributed-DP noise assumes"
             )
 
     def _check_groups(self, request: Mapping[str, Any]) -> None:

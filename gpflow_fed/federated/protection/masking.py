@@ -34,7 +34,9 @@ What it guarantees, and against whom:
   colluders who are *all* of one client's neighbours can unmask it. The vertex order is a public hash of the
   run id and the cohort: colluders alone cannot choose whom they surround, but a server that colludes with
   them draws the run id and picks the cohort, so it can grind both until they surround a victim; against
-  such a server the guarantee is the ``d``-connectivity above (fewer than ``d`` colluders in the cohort).
+  such a server the guarantee is the ``d``-connectivity above (fewer than ``d`` colluders in the cohort). With the
+  drop-out recovery of :mod:`.secagg` a server can also declare a victim's honest neighbours dropped, and the
+  bound there is ``h = ⌊d/2⌋ + 1`` colluders (its neighbour rule).
 * Replays: ``s_ij`` depends on the whole exchange tag (run id, purpose, round, phase, cohort), so a message
   masked for one exchange does not cancel in another; :func:`check_exchange` rejects stale headers up
   front. A replay with a forged header is not detected by the server, but it makes the total meaningless
@@ -116,7 +118,8 @@ class SecureAggregation:
         plain encoding, and the total of a small cohort says much about each member.
     :param degree: d, each client's number of neighbours in the masking graph (≥ 2, so that the graph is
         connected). ``None``: ``2 ⌈log₂ K⌉`` (as SecAgg+, Bell et al. 2020), which is all pairs for
-        K ≤ 7 and K = 9. Fewer than ``d`` colluding clients cannot unmask anyone; see :func:`masking_graph`.
+        K ≤ 7 and K = 9. Fewer than ``d`` colluding clients cannot unmask anyone (with the drop-out recovery of
+        :mod:`.secagg`, fewer than ``⌊d/2⌋ + 1``); see :func:`masking_graph`.
     :raises ValueError: a setting out of range.
     :raises TypeError: a setting that is not an ``int``.
     """

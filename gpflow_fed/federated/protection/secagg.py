@@ -42,22 +42,22 @@ the pad seed of :meth:`~.masking.MaskingKeys.pad_seed` (X25519, HKDF bound to th
 carries the exchange digest, so a masked input replayed from another exchange is refused.
 
 **Consistency round, per exchange, with a roster** (stage ``consistency``; the ConsistencyCheck of Bonawitz et al.'s
-protocol against an active server). Survivors ``S`` are those whose masked input arrived. The server shows each of
-them ``S``; a survivor signs (Ed25519, its long-term key, :func:`~.identity.consistency_message`: protocol tag, run
-id, exchange digest, cohort, ``S``, its id) **at most one survivor set per exchange** (kept in its saved state, so a
-restart cannot make it sign twice), only a set naming itself, for the exchange it masked in, and
-only if ``|S|`` meets its own floors: its share threshold ``t``, ``min_cohort`` for every survivor group, and the
-quorum below. The unmask then carries the signatures, and every client, before revealing anything, verifies
-against **its own roster** that a quorum ``q = min(n, ⌊(n + c)/2⌋ + 1)`` of distinct members of ``S`` signed
-``S = U \\ D`` (the unmask's own drop-outs), and that ``S`` is the set it signed, if it signed one; it reveals
-under that set only. Two quorums share ``2q − n ≥ c + 1`` members, so with at most ``c`` members of the cohort
-colluding with the server an honest one signed both, and it signs one set: no party ``j`` is a survivor to one
-honest client (its seed, its ``b`` shares) and dropped to another (pads with ``j``). ``c`` is the client's
-``max_colluders`` (default :func:`default_colluders`, ``max(⌊n/3⌋, t − 1)``; the request may raise it, never lower
-it). Without a roster the round is skipped: a client without one cannot tell a party's signature from one the
-server made (a semi-honest server only). Cost per client and exchange: one signature and at most ``q``
-verifications (≈ 160 µs each, cached per process: an in-process run verifies each signature once), and 64 bytes per
-survivor that signed in its unmask request (the server relays every signature; ``⌈K/8⌉`` more for the signers).
+protocol against an active server). Survivors ``S`` are those whose masked input arrived. The server shows each of them
+``S``; a survivor signs (Ed25519, its long-term key, :func:`~.identity.consistency_message`: protocol tag, run id,
+exchange digest, cohort, ``S``, its id) **at most one survivor set per exchange** (kept in its saved state, so a restart
+cannot make it sign twice), only a set naming itself, for the exchange it masked in, and only if ``|S|`` meets its own
+floors: its share threshold ``t``, ``min_cohort`` for every survivor group, the quorum below, and the neighbour rule
+(below: ``h = ⌊d/2⌋ + 1`` of its own masking neighbours survive). The unmask then carries the signatures, and every
+client, before revealing anything, verifies against **its own roster** that a quorum ``q = min(n, ⌊(n + c)/2⌋ + 1)`` of
+distinct members of ``S`` signed ``S = U \\ D`` (the unmask's own drop-outs), and that ``S`` is the set it signed, if it
+signed one; it reveals under that set only. Two quorums share ``2q − n ≥ c + 1`` members, so with at most ``c`` members
+of the cohort colluding with the server an honest one signed both, and it signs one set: no party ``j`` is a survivor to
+one honest client (its seed, its ``b`` shares) and dropped to another (pads with ``j``). ``c`` is the client's
+``max_colluders`` (default :func:`default_colluders`, ``max(⌊n/3⌋, t − 1)``; the request may raise it, never lower it).
+Without a roster the round is skipped: a client without one cannot tell a party's signature from one the server made (a
+semi-honest server only). Cost per client and exchange: one signature and at most ``q`` verifications (≈ 160 µs each,
+cached per process: an in-process run verifies each signature once), and 64 bytes per survivor that signed in its unmask
+request (the server relays every signature; ``⌈K/8⌉`` more for the signers).
 
 **Unmask** (stage ``unmask``). Survivors ``S`` are those whose masked input arrived; ``D = U \\ S``. The server
 asks each survivor for its exchange's self-mask seed ``HKDF(b_i, tag(e) ‖ i)`` and the pad seed ``s_ij(e)``
@@ -68,9 +68,37 @@ An honest client answers the unmask of one exchange under one view only (the sam
 self-mask seed only if it sent a masked input for this very exchange and is listed as a survivor, a pad seed
 only for a neighbour pair with exactly one end dropped, a share of ``b_j`` only for a listed survivor ``j``
 (never for a dropped one), and nothing at all unless every connected component of ``N_e`` restricted to ``S``
-has at least its ``min_cohort`` members. A client listed as dropped, or whose ``b`` was rebuilt, is excluded for
+has at least its ``min_cohort`` members and, if it is a survivor, at least ``h`` of its own neighbours survive (a
+``b`` share: at least ``h`` of ``j``'s). A client listed as dropped, or whose ``b`` was rebuilt, is excluded for
 the rest of the run by the server and by every client shown that unmask request: a dropped client's input may
 still reach the server late, and all its pads for that exchange are revealed, so its ``b`` must never be rebuilt.
+
+**Neighbour rule, per exchange** (issue 43, S1). A survivor signs a survivor set and reveals anything at the unmask only
+if at least ``h = ⌊d/2⌋ + 1`` (:func:`neighbour_floor`) of its own ``d`` masking neighbours in the exchange's graph
+survive (``d`` the graph's degree, checked against the client's floor); without a roster a holder gives a share of
+``b_j`` only under the same condition for ``j``; the server aborts first, naming the client. (A client listed as dropped
+still gives its pads with surviving neighbours: its own input keeps its self-mask, whose ``b`` is never rebuilt for a
+dropped client.) Why: a survivor ``v``'s input falls out exactly when the server holds ``seed_v(e)`` and every pad of
+``v``. It has the pads with the dropped (``v`` gives them) and with colluders (their keys), and no pad between two
+honest survivors (no party gives one), so every surviving neighbour of ``v`` must collude: ``h`` colluders among ``v``'s
+neighbours. Without the rule one colluder sufficed (the other ``d − 1`` neighbours declared dropped). A server can grind
+run ids and cohorts until ``h`` colluders neighbour a victim and declare the other ``d − h`` dropped, so ``h`` suffice:
+the bound is tight. In general it learns the sum of each connected component of ``N_e`` over the honest survivors
+``S \\ C``; each member of such a group keeps ``≥ h`` surviving neighbours, all in the group or colluders, so a group
+holds ``≥ h + 1 − c`` honest members, and all ``|S| − c`` of them when ``|D| + c < d`` (``d``-connectivity;
+:func:`honest_group_floor`). The rule needs every honest client to see one ``D`` (the consistency round, against at most
+``c`` colluders), so the claim for inputs is: fewer than ``min(h, c + 1)`` colluders in a cohort learn no single input,
+whatever the server grinds. With the defaults (``d = default_degree(n) ≤ d_s``, so ``h ≤ t ≤ c + 1``) that is fewer than
+``h``: 4, 5, 6, 8, 11 for n = 8, 16, 32, 100, 1000, while the consistency round's default ``c`` is 3, 5, 10, 33, 333:
+``c`` colluders cannot show honest clients different survivor sets, but from ``h`` on they can isolate a victim. That
+``c`` isolate nobody would take ``d ≥ 2c + 1`` (7, 11, 21, 67, 667): a degree ``O(n)``, which gives up the sparse graph,
+so the default degree stays; a party that assumes ``c ≥ h`` colluders sets its own ``masking_degree ≥ 2c + 1`` (the
+server must then ask for it). The price is availability: real drop-outs of more than ``d − h`` of one survivor's
+neighbours abort the sum. With a random fraction of a cohort dropped at the default degree, share of exchanges aborted:
+10 %: 0 for n ≤ 100, 0.007 for n = 1000; 20 %: 0 (n = 16), 0.12 (32), 0.24 (100), 0.57 (1000); 30 %: over 0.9. Under
+distributed DP a group's sum carries its members' noise shares only: the check against the honest-client count the noise
+assumes is :func:`honest_group_floor` (:meth:`SecAggClient.honest_floor`), not ``|S| − c``, which the drop-outs and
+colluders can split.
 
 Why the masking key is not Shamir-shared (unlike the single-exchange protocols): with one sharing per run,
 rebuilding ``s_sk_j`` of a client that drops in exchange 2 gives every pad ``j`` used in exchange 1, where the
@@ -115,12 +143,14 @@ of ``n`` leave it the sum of the ``n − s`` honest clients, so ``min_cohort`` b
 server that supplies sybils (with a roster a party not on it is refused; parties on it that collude with the server
 are (5)). (5) Clients that collude with the server: fewer than ``t`` holders learn nothing about a ``b``; the
 colluders' pads are known, so the server learns the sums of the honest survivors' groups once the colluders are
-removed from the graph (the Harary graph is ``d``-connected: fewer than ``d`` colluders leave it connected, whatever
-the vertex order), which the clients' group check cannot see. The graphs' vertex orders are public hashes of the run
+removed from the graph (the Harary graph is ``d``-connected: fewer than ``d`` colluders and drop-outs together leave
+it connected, whatever the vertex order; beyond that, groups of ``≥ h + 1 − c``: :func:`honest_group_floor`), which
+the clients' group check cannot see. The graphs' vertex orders are public hashes of the run
 id (which the server draws) and the members (whom it picks), so a server can grind them (new run ids before the
 setup, other cohorts for an exchange) until its colluders surround a victim: the guarantees hold against fewer than
-``t`` colluders among all parties (no victim's ``b``) and fewer than ``d`` in a cohort (no victim's pads), whatever
-it grinds, and beyond that only as likely as the graph is unlucky. (6) Traffic: who answered, and when.
+``t`` colluders among all parties (no victim's ``b``) and fewer than ``h = ⌊d/2⌋ + 1`` in a cohort (no victim's pads:
+the server declares a victim's other neighbours dropped, see the neighbour rule; fewer than ``d`` without drop-outs),
+whatever it grinds, and beyond that only as likely as the graph is unlucky. (6) Traffic: who answered, and when.
 
 Randomness that protects comes from the OS (:func:`secrets.token_bytes`, pycryptodome's and ``cryptography``'s
 generators); there is no seed for tests.
@@ -190,8 +220,10 @@ __all__ = [
     "default_colluders",
     "default_degree",
     "holder_graph",
+    "honest_group_floor",
     "members_bitmap",
     "members_of",
+    "neighbour_floor",
     "payload_bytes",
     "self_mask_seed",
 ]
@@ -272,6 +304,59 @@ def _members_digest(members: FrozenSet[str]) -> bytes:
 #: signers, signatures, quorum) -> the valid signers; a deterministic function of exactly these, so the K in-process
 #: parties of a simulation check one certificate once between them (as :func:`~.identity.verify` caches one signature)
 _CERTIFIED: Dict[Tuple[Any, ...], FrozenSet[str]] = {}
+
+
+def neighbour_floor(degree: int) -> int:
+    """``h = ⌊d/2⌋ + 1``: the fewest of its ``d`` masking neighbours that must survive an exchange before a survivor
+    signs its survivor set or reveals anything at its unmask (module docstring, *Neighbour rule*: a server must then
+    control ``h`` of a victim's neighbours to leave it alone with them).
+
+    :raises ValueError: ``degree`` not an int ≥ 1.
+    """
+    if not is_int(degree) or degree < 1:
+        raise ValueError(f"neighbour_floor: degree must be an int ≥ 1, got {degree!r}")
+    return int(degree) // 2 + 1
+
+
+def honest_group_floor(survivors: int, dropped: int, degree: int, colluders: int) -> int:
+    """The fewest honest survivors in any group whose sum a server controlling at most ``colluders`` members of the
+    cohort can learn from one exchange (``survivors`` = ``|S|``, ``dropped`` = ``|D|``, ``degree`` = the graph's
+    ``d``), when every survivor keeps the neighbour rule (``h = ⌊d/2⌋ + 1`` surviving neighbours) and the survivor
+    set is consistent (at most the consistency round's ``c`` colluders).
+
+    The server learns the sum of each connected component of the masking graph restricted to the honest survivors
+    ``S \\ C`` (the pads between two honest survivors stay secret; a dropped client keeps its self-mask). If
+    ``|D| + c < d`` that graph is connected (the Harary graph is ``d``-connected), so the one group holds
+    ``|S| − c``; otherwise each member ``v`` of a group ``G`` has ``≥ h`` surviving neighbours, all in ``G`` or
+    colluders, so ``|G| − 1 + c ≥ h`` and ``|G| ≥ h + 1 − c`` (at least 1: with ``c ≥ h`` a victim can be alone).
+    Under distributed DP a sum carries the noise shares of its group only: compare this with the honest-client count
+    the shares assume (``survivors − c ≥ honest_clients`` alone is not enough when the drop-outs and colluders can
+    cut the graph).
+
+    :raises ValueError: a count that is not an int ≥ 0, or ``degree < 1``.
+    """
+    for name, value in (("survivors", survivors), ("dropped", dropped), ("colluders", colluders)):
+        if not is_int(value) or value < 0:
+            raise ValueError(f"honest_group_floor: {name} must be an int ≥ 0, got {value!r}")
+    if not is_int(degree) or degree < 1:
+        raise ValueError(f"honest_group_floor: degree must be an int ≥ 1, got {degree!r}")
+    honest = max(int(survivors) - int(colluders), 0)
+    if int(dropped) + int(colluders) < int(degree):
+        return honest
+    return min(honest, max(1, neighbour_floor(degree) + 1 - int(colluders)))
+
+
+@functools.lru_cache(maxsize=32)
+def _short_of_neighbours(exchange: Exchange, degree: int, dropped: FrozenSet[str]) -> Tuple[Tuple[str, int, int], ...]:
+    """The survivors that keep fewer than :func:`neighbour_floor` of their masking neighbours:
+    ``(id, surviving neighbours, d)`` each, in id order (``O(K d)``)."""
+    graph = _graph(exchange, degree)
+    short = []
+    for c in sorted(exchange.members - dropped):
+        alive = sum(p not in dropped for p in graph[c])
+        if alive < neighbour_floor(len(graph[c])):
+            short.append((c, alive, len(graph[c])))
+    return tuple(short)
 
 
 @functools.lru_cache(maxsize=32)
@@ -521,6 +606,26 @@ class SecAggClient:
             return [frozenset(exchange.members)]
         return components(graph, exchange.members - dropped)
 
+    def honest_floor(self, request: Mapping[str, Any], colluders: Optional[int] = None) -> int:
+        """For an ``unmask`` request: :func:`honest_group_floor` of its survivors, drop-outs and graph degree with
+        ``colluders`` cohort members assumed to side with the server, i.e. the fewest honest survivors in a group whose
+        sum unmasking can reveal (what distributed DP must compare with the honest-client count its noise assumes).
+        ``None``: ``h − 1`` for the graph's ``h = ⌊d/2⌋ + 1``, the most colluders the masking claims to withstand.
+
+        :raises SecAggRefused: a malformed request, or one without ``"dropped"``.
+        :raises ValueError: ``colluders`` not an int ≥ 0.
+        """
+        exchange, _, graph = self._exchange(request)
+        try:
+            dropped = set(_members_of(self._order, request.get("dropped")))
+        except (TypeError, ValueError) as error:
+            raise self._refuse(f"malformed request ({error})") from None
+        if not dropped <= exchange.members:
+            raise self._refuse("'dropped' names clients outside the cohort")
+        degree = len(graph[exchange.cohort[0]])  # the graph is regular
+        c = neighbour_floor(degree) - 1 if colluders is None else colluders
+        return honest_group_floor(len(exchange.members) - len(dropped), len(dropped), degree, c)
+
     def _exchange(
         self, request: Mapping[str, Any], view: bytes = b""
     ) -> Tuple[Exchange, int, Mapping[str, Tuple[str, ...]]]:
@@ -559,6 +664,22 @@ class SecAggClient:
         )
         if barred:
             raise self._refuse(f"{barred[:3]} dropped out or had b rebuilt earlier in this run and are excluded")
+
+    def _check_neighbours(
+        self, graph: Mapping[str, Tuple[str, ...]], survivors: FrozenSet[str], owner: Optional[str] = None
+    ) -> None:
+        """The neighbour rule (module docstring): refuse unless at least ``h = ⌊d/2⌋ + 1`` of the masking neighbours of
+        this client (or of ``owner``, whose ``b`` share is asked) in this exchange's graph are among ``survivors``."""
+        who = self.client_id if owner is None else owner
+        neighbours = graph.get(who, ())
+        alive = sum(p in survivors for p in neighbours)
+        need = neighbour_floor(max(len(neighbours), 1))
+        if alive < need:
+            whose = "its own" if owner is None else f"{owner!r}'s"
+            raise self._refuse(
+                f"only {alive} of {whose} {len(neighbours)} masking neighbours survive, below h = {need} (⌊d/2⌋ + 1; "
+                f"more than d − h = {len(neighbours) - need} dropped): the few that survive could all be colluders"
+            )
 
     # -- setup --
     def advertise(self, request: Mapping[str, Any]) -> Dict[str, Any]:
@@ -779,7 +900,7 @@ class SecAggClient:
         slot = _slot(probe)
         if slot not in self._masked_views:
             raise self._refuse("it sent no masked input for this exchange, so it signs no survivor set")
-        exchange, degree, _ = self._exchange(request, self._masked_views[slot])
+        exchange, degree, graph = self._exchange(request, self._masked_views[slot])
         if self._answered.get(slot) != _view(exchange, degree):
             raise self._refuse("it masked for another cohort or degree in this round and phase")
         try:
@@ -792,6 +913,7 @@ class SecAggClient:
             raise self._refuse("it sent its masked input, so it signs no survivor set without itself")
         self._check_excluded(exchange, allow_here=True)
         self._survivor_floor(exchange, degree, survivors, request)
+        self._check_neighbours(graph, survivors)
         chosen = _members_digest(survivors)
         if self._signed.setdefault(slot, chosen) != chosen:
             raise self._refuse("it signed another survivor set for this exchange (one set per exchange)")
@@ -870,6 +992,8 @@ class SecAggClient:
                 f"unmasking would reveal the sum of a group of {smallest} survivor(s), below its min_cohort = "
                 f"{self.min_cohort}"
             )
+        if self.client_id in survivors:
+            self._check_neighbours(graph, frozenset(survivors))
         self._check_certificate(request, exchange, degree, frozenset(survivors))
         me = self.client_id
         if want_seed:
@@ -888,6 +1012,7 @@ class SecAggClient:
         for owner in b_shares:
             if owner not in survivors or owner == me or owner not in self._held:
                 raise self._refuse(f"a share of {owner!r}'s b is given only for another listed survivor it holds")
+            self._check_neighbours(graph, frozenset(survivors), owner)
         try:
             pad_seeds = {p: self._keys.pad_seed(me, p, self._roster[p][0], exchange) for p in pads}
         except ValueError as error:
@@ -1296,6 +1421,14 @@ class SecAggServer:
             raise SecAggAborted(
                 f"secure aggregation: the drop-outs split the survivors into a group of {smallest}, below "
                 f"min_survivors = {self.min_survivors}; its sum would be revealed, so nothing is unmasked"
+            )
+        short = _short_of_neighbours(exchange, d, frozenset(dropped))
+        if short:
+            who, alive, deg = short[0]
+            raise SecAggAborted(
+                f"secure aggregation: survivor {who!r} keeps {alive} of its {deg} masking neighbours, below "
+                f"h = {neighbour_floor(deg)} (⌊d/2⌋ + 1): more than d − h of them dropped out, so it reveals nothing "
+                f"({len(short)} survivor(s) so placed); nothing is unmasked"
             )
         for j, why in dropped.items():
             self.excluded[j] = f"dropped out of {exchange.purpose!r} round {exchange.round} ({why})"

@@ -16,6 +16,7 @@ from gpflow_fed.federated.protection.secagg import (
     holder_graph,
     members_bitmap,
     members_of,
+    neighbour_floor,
     payload_bytes,
 )
 from gpflow_fed.federated.protection.shamir import ciphertext_bytes
@@ -55,12 +56,29 @@ def test_exact_sum_without_drop_outs(K):
     assert not net.server.excluded
 
 
+def spread_drop_outs(net, exchange, count):
+    """``count`` clients to drop, drawn one by one so that every survivor keeps ``h = ⌊d/2⌋ + 1`` of its masking
+    neighbours (the neighbour rule; more drop-outs around one client abort the sum, tested in
+    ``tests/security/test_neighbour_survival.py``)."""
+    graph = graph_of(net, exchange)
+    for _ in range(100):
+        gone = set()
+        for c in net.rng.permutation(list(exchange.cohort)):
+            trial = gone | {str(c)}
+            left = [s for s in exchange.cohort if s not in trial]
+            if all(sum(p not in trial for p in graph[s]) >= neighbour_floor(len(graph[s])) for s in left):
+                gone = trial
+            if len(gone) == count:
+                return gone
+    raise AssertionError(f"no {count} drop-outs keep every survivor's neighbours")
+
+
 @pytest.mark.parametrize("fraction", [0.1, 0.3])
 def test_exact_sum_of_the_survivors_with_drop_outs_after_masked_input(fraction):
     net = Net(30)
     net.setup()
     exchange = net.exchange(0)
-    gone = set(net.rng.choice(net.ids, int(fraction * 30), replace=False))
+    gone = spread_drop_outs(net, exchange, int(fraction * 30))
     net.offline = {"masked_input": gone, "unmask": gone}
     result = net.secure_sum(exchange)
     assert set(result.dropped) == gone and set(result.survivors) == set(net.ids) - gone
