@@ -20,6 +20,11 @@ An attacker can fit the lengthscale on W itself, so Σ is solved over a public r
 within ×2 of the design's; ``--lengthscale-range LO:HI`` replaces it, ``--design-theta-only`` turns it off), and
 before anything is written the floor is checked under the lengthscale refitted on W: where it fails, noise is added
 to W (post-processing, at most 4 steps), else nothing is written and the command names the point.
+
+A target recorded on a grid (a CSV with 2 decimals) would be given back exactly by enumerating grid values, so W also
+gets full-rank noise of the target's recording resolution (detected from the target, or ``--resolution R``; the
+resolution is published, a fact about how the target is recorded); ``--resolution 0`` turns it off only with
+``--confirm-no-resolution``.
 """
 
 from __future__ import annotations
@@ -156,6 +161,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="public data, or rows not in the release, with the same columns: fit the kernel (and σ² unless "
         "--noise-variance is given) on it by maximum likelihood",
     )
+    what.add_argument(
+        "--resolution",
+        type=float,
+        default=None,
+        metavar="R",
+        help="the target's recording resolution (e.g. 0.01 for 2 decimals, 0.3334 for thirds): W gets noise "
+        "of sd R in every row, so that the grid does not give the target back (default: detected from the target's "
+        "decimals; a value below the detected one is raised to it; 0 needs --confirm-no-resolution)",
+    )
     post = p.add_argument_group("post-processing of the released W")
     post.add_argument("--mean", type=float, default=None, help="the released constant mean (default: estimated from W)")
     post.add_argument(
@@ -170,6 +184,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="write a release whose Σ is zero or leaves a protected record unchanged (it is not privacy-aware)",
     )
     confirm.add_argument(
+        "--confirm-no-resolution",
+        action="store_true",
+        help="write a release with --resolution 0 (no resolution noise): a target recorded on a grid is then given "
+        "back exactly by enumerating grid values",
+    )
+    confirm.add_argument(
         "--confirm-new-audience",
         action="store_true",
         help="release records released before although the earlier release already breaks this release's floor (a "
@@ -178,8 +198,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     confirm.add_argument(
         "--confirm-public",
         action="store_true",
-        help="publish --mean / --variance although they lie within 0.1 sd (of what the release noise leaves "
-        "unknown) of the target's own mean / sample variance",
+        help="publish --mean although, taken as the target's own mean, it would let a reader predict a protected "
+        "target below the tolerance, or --variance although it lies within 0.1 sd (of what the release noise "
+        "leaves unknown) of the target's own sample variance",
     )
     confirm.add_argument(
         "--ledger",
@@ -249,6 +270,7 @@ def _check_numbers(args: argparse.Namespace) -> None:
             "> 0 (LO)",
         ),
         ("--mean", args.mean, lambda v: True, "finite"),
+        ("--resolution", args.resolution, lambda v: v >= 0, "≥ 0"),
         ("--maxiter", args.maxiter, lambda v: v >= 1, "at least 1"),
     ]
     for name, value, ok, rule in checks:
@@ -527,6 +549,7 @@ def _release(
         "refit_check_steps": int(result.refit_check.steps),
         "refit_check_added_trace": float(result.refit_check.added_trace),
         "refit_check_noise_variance": float(result.refit_check.noise_variance),
+        "resolution": float(result.resolution),
     }
     certificate = result.certificate  # of the design θ's Σ (the θ range and the refit check add to it)
     if certificate is not None:
@@ -574,6 +597,14 @@ def _release(
     theta = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in refitted.items())
     theta += f", σ²={result.refit_check.noise_variance:.4g}"
     print(f"θ range: {result.theta_range}; the floor checked under the θ refitted on the released W ({theta}): {added}")
+    if result.resolution > 0:
+        how = "declared" if result.resolution_declared else "detected"
+        print(
+            f"resolution noise: sd {result.resolution:.6g} in every row ({how} recording resolution of the target, "
+            "published); the model's noise variance is σ² + resolution²"
+        )
+    elif args.resolution == 0:
+        print("no resolution noise (--resolution 0, confirmed): a target recorded on a grid is not protected")
     if result.earlier is not None:
         print(
             f"a later release of rows released before ({result.earlier}): W = W₁ + Δ, computed from the earlier "
@@ -626,6 +657,8 @@ def _call_release(
         confirm_unprotected=args.confirm_unprotected,
         confirm_public=args.confirm_public,
         confirm_new_audience=args.confirm_new_audience,
+        resolution=args.resolution,
+        confirm_no_resolution=args.confirm_no_resolution,
         theta_range=(
             "design"
             if args.design_theta_only

@@ -47,6 +47,7 @@ from ..release.obfuscation import (
     release_inputs,
 )
 from ..release.regions import Region, check_region, with_records
+from ..release.resolution import check_resolution, recording_resolution, resolution_noise
 from ..release.theta import DEFAULT_RANGE, ThetaRange, check_theta_range, describe_theta_range, theta_grid
 from ..release.tolerance import Tolerance
 from ..validation import public_inputs_on_released
@@ -105,7 +106,11 @@ class PrivacyAwareGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
     :param Sigma: ``[N, N]`` PSD synthetic-noise covariance (dense or :class:`LowRankCovariance`); stored as a
         factor ``L`` (``Σ = LLᵀ``, ``[N, r]``), a non-trainable parameter.
     :param mean_function: m (GPflow's zero mean if None).
-    :param noise_variance: σ² ≥ 0 of the intrinsic noise V (0 for deterministic simulators); fixed.
+    :param noise_variance: the Gaussian noise variance of W beside Σ, ``σ² + τ²`` ≥ 0 (σ² of the intrinsic noise V,
+        0 for deterministic simulators; τ² of the resolution noise); fixed.
+    :param resolution: τ ≥ 0, the sd of the full-rank noise ``τη`` a release adds for a target recorded on a grid
+        (:mod:`~gpflow_fed.release.resolution`); part of W's noise but not of a record ``Y_j = f(x_j) + ε_j``, whose
+        noise variance is ``noise_variance − τ²`` (:meth:`protected_covariance`).
     """
 
     @check_shapes("data[0]: [N, D]", "data[1]: [N, 1]")
@@ -116,6 +121,7 @@ class PrivacyAwareGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
         Sigma: Covariance,
         mean_function: Optional[gpflow.mean_functions.MeanFunction] = None,
         noise_variance: float = 0.0,
+        resolution: float = 0.0,
     ) -> None:
         X: np.ndarray = np.asarray(data[0], dtype=gpflow.default_float())
         W: np.ndarray = np.asarray(data[1], dtype=gpflow.default_float())
@@ -123,12 +129,18 @@ class PrivacyAwareGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
             raise ValueError("PrivacyAwareGPR: X and W must be finite")
         if not (np.isfinite(noise_variance) and noise_variance >= 0):
             raise ValueError(f"noise_variance must be finite and ≥ 0, got {noise_variance}")
+        if not (np.isfinite(resolution) and 0 <= resolution <= np.sqrt(noise_variance)):  # never squares 1e200
+            raise ValueError(
+                f"resolution must be finite, ≥ 0 and its square within noise_variance {noise_variance} (σ² + τ²), "
+                f"got {resolution}"
+            )
         L = _noise_factor(Sigma)
         if L.shape[0] != X.shape[0]:
             raise ValueError(f"Sigma is {L.shape[0]}×{L.shape[0]} but X has {X.shape[0]} rows")
         super().__init__(kernel, _fixed_gaussian(noise_variance), mean_function, num_latent_gps=1)
         self.data = (tf.constant(X), tf.constant(W))
         self.noise_factor = gpflow.Parameter(L, trainable=False, dtype=gpflow.default_float(), name="noise_factor")
+        self.resolution = float(resolution)
 
     @property
     def Sigma(self) -> LowRankCovariance:
@@ -183,7 +195,8 @@ class PrivacyAwareGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
         r"""``Cov[T | X, W]`` of the protected targets under the current θ (eq. 4 with ``K_XS → C_XT``).
 
         Target a is the record ``Y_j = f(x_j) + ε_j`` of row ``j = records[a]`` (``Cov[Y_j, W] = K_{x_j X} + σ²e_jᵀ``,
-        prior ``K(x_j, x_j) + σ²``), or ``f(points[a])`` when ``records[a] = −1``.
+        prior ``K(x_j, x_j) + σ²``), or ``f(points[a])`` when ``records[a] = −1``. σ² is the noise variance less the
+        resolution noise's τ² (``τη`` is in W, not in the record).
         """
         X = self.data[0]
         pts = tf.convert_to_tensor(points, dtype=gpflow.default_float())
@@ -193,7 +206,7 @@ class PrivacyAwareGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
         for a, j in enumerate(rec):
             if j >= 0:
                 onehot[j, a] = 1.0
-        s2 = self.likelihood.variance
+        s2 = self.likelihood.variance - self.resolution**2
         C = self.kernel(X, pts) + s2 * tf.constant(onehot, dtype=gpflow.default_float())
         P = self.kernel(pts) + s2 * tf.constant(same.astype(float), dtype=gpflow.default_float())
         A = tf.linalg.triangular_solve(self._observation_cholesky(), C, lower=True)
@@ -202,7 +215,8 @@ class PrivacyAwareGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
     def save(self, path: Union[str, Path]) -> Path:
         """Write the released model to an ``.npz`` of numbers and JSON only (no pickled code, no raw Y).
 
-        The file holds X, W, Σ's factor, σ², every kernel and mean-function parameter value under its GPflow
+        The file holds X, W, Σ's factor, W's Gaussian noise variance σ² + τ² (``noise_variance``), the resolution τ
+        (``resolution``; a file without it has τ = 0), every kernel and mean-function parameter value under its GPflow
         path (``.kernel.variance``, ...), and a JSON description of the kernel and mean function where
         :func:`~gpflow_fed.models.serialization.kernel_spec` can describe them (stationary kernels; ``Zero`` or
         ``Constant`` means). Other kernels are saved by value only: pass a kernel of the same structure to
@@ -222,6 +236,7 @@ class PrivacyAwareGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
                 W=W,
                 noise_factor=self.noise_factor.numpy(),
                 noise_variance=np.array(float(self.likelihood.variance.numpy())),
+                resolution=np.array(self.resolution),
                 **arrays,
             )
         return path
@@ -288,12 +303,14 @@ class PrivacyAwareGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
             else:
                 raise ValueError(f"{path} holds a {mean_name} mean: pass mean_function= one of that class")
         saved = {key[len("param") :]: value for key, value in arrays.items() if key.startswith("param.")}
-        floats = ("X", "W", "noise_factor", "noise_variance")
+        floats: "tuple[str, ...]" = ("X", "W", "noise_factor", "noise_variance")
+        if "resolution" in arrays:  # written since the resolution noise (files before it have τ = 0)
+            floats += ("resolution",)
         not_float = [name for name in floats if arrays[name].dtype.kind != "f"]  # never cast (complex, text, ints)
-        if not_float or arrays["noise_variance"].size != 1:
+        if not_float or arrays["noise_variance"].size != 1 or arrays.get("resolution", np.zeros(())).size != 1:
             raise ValueError(
-                f"{path}: corrupt arrays: {', '.join(floats)} must be float arrays (noise_variance one value); "
-                f"got {', '.join(f'{n}: {arrays[n].dtype.str} {arrays[n].shape}' for n in floats)}"
+                f"{path}: corrupt arrays: {', '.join(floats)} must be float arrays (noise_variance, resolution one "
+                f"value); got {', '.join(f'{n}: {arrays[n].dtype.str} {arrays[n].shape}' for n in floats)}"
             )
         try:
             model = PrivacyAwareGPR(
@@ -302,6 +319,7 @@ class PrivacyAwareGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
                 _stored_factor(arrays["noise_factor"]),
                 mean_function,
                 float(arrays["noise_variance"]),
+                float(arrays.get("resolution", np.zeros(()))),
             )
         except (ValueError, TypeError, CheckShapesError, np.linalg.LinAlgError, tf.errors.InvalidArgumentError) as exc:
             raise ValueError(f"{path}: inconsistent or corrupt arrays ({type(exc).__name__}: {exc})") from exc
@@ -350,7 +368,7 @@ class PrivacyRelease:
     :param Sigma: Σ.
     :param W: ``[N, 1]`` the obfuscated outputs.
     :param sensitive: ``[γ, D]`` the sensitive inputs.
-    :param noise_variance: σ² used for V.
+    :param noise_variance: σ² used for V (the released model's Gaussian noise variance is σ² + τ²).
     :param log_marginal_likelihood: ``log N(W; m(X), K_XX + V + Σ)`` of the released model — the likelihood of
         the *released* W (before the fix that introduced ``public_data``, this was the raw-data GPR's optimum, a
         statistic of the raw Y that must not be published).
@@ -367,6 +385,9 @@ class PrivacyRelease:
     :param refit_check: the check of the floor under the θ refitted on the released W (None when turned off).
     :param certificate: the weak method's certificate (:class:`~gpflow_fed.release.weak.WeakCertificate`) of the
         design θ's Σ, before the θ range and the refit check added to it (None for the other methods).
+    :param resolution: τ, the sd of the full-rank noise ``τη`` added to W (the target's recording resolution,
+        detected from Y or declared; published: a fact about how the target is recorded); 0 when none was added.
+    :param resolution_declared: whether τ was declared (``resolution=``) rather than detected.
     """
 
     model: PrivacyAwareGPR
@@ -385,6 +406,8 @@ class PrivacyRelease:
     theta_range: str = ""
     refit_check: Optional["RefitCheck"] = None
     certificate: Optional[Any] = None
+    resolution: float = 0.0
+    resolution_declared: bool = False
 
 
 def _check_tolerance_shape(tolerance: Tolerance, gamma: int) -> None:
@@ -633,9 +656,11 @@ def _refitted(model: PrivacyAwareGPR, maxiter: int) -> PrivacyAwareGPR:
         gpflow.set_trainable(parameter, path.split(".")[-1] != "variance")
     gpflow.set_trainable(fitted.mean_function, True)
     lowest = NOISE_REFIT_FLOOR * float(np.max(kernel_diag(fitted.kernel, fitted.data[0].numpy())))
-    start = max(float(fitted.likelihood.variance.numpy()), 2.0 * lowest)
+    # W's noise is σ² + τ² with the resolution τ public: the attacker fits σ² (the records' own noise) above τ²
+    tau2 = fitted.resolution**2
+    start = max(float(fitted.likelihood.variance.numpy()), tau2 + 2.0 * lowest)
     fitted.likelihood.variance = gpflow.Parameter(
-        start, transform=gpflow.utilities.positive(lower=lowest), dtype=gpflow.default_float()
+        start, transform=gpflow.utilities.positive(lower=tau2 + lowest), dtype=gpflow.default_float()
     )
     # converged to round-off (not L-BFGS-B's default ftol 2e-9): W's that agree to round-off give θ̂'s that do, so
     # the check's noise is a function of W (tests/security/test_release_attack.py compares the files)
@@ -691,18 +716,33 @@ def _step_covariance(star: np.ndarray, scale: float, floor: float) -> LowRankCov
 
 
 def _released_model(
-    X: np.ndarray, W: np.ndarray, kernel: gpflow.kernels.Kernel, Sigma: Covariance, noise_variance: float
+    X: np.ndarray,
+    W: np.ndarray,
+    kernel: gpflow.kernels.Kernel,
+    Sigma: Covariance,
+    noise_variance: float,
+    resolution: float = 0.0,
 ) -> PrivacyAwareGPR:
-    """The model of ``(X, W)`` with a copy of ``kernel`` and the maximum-likelihood constant given W."""
+    """The model of ``(X, W)`` with a copy of ``kernel`` and the maximum-likelihood constant given W (σ² of the records,
+    plus τ² of the resolution noise in W)."""
     model = PrivacyAwareGPR(
-        (X, W), gpflow.utilities.deepcopy(kernel), Sigma, gpflow.mean_functions.Constant(np.zeros(1)), noise_variance
+        (X, W),
+        gpflow.utilities.deepcopy(kernel),
+        Sigma,
+        gpflow.mean_functions.Constant(np.zeros(1)),
+        noise_variance + resolution**2,
+        resolution=resolution,
     )
     model.mean_function.c.assign(_gls_mean(model))
     return model
 
 
 def _refit_check(
-    W: np.ndarray, Sigma: Covariance, design: ReleaseDesign, insecure_noise_seed: Optional[int] = None
+    W: np.ndarray,
+    Sigma: Covariance,
+    design: ReleaseDesign,
+    insecure_noise_seed: Optional[int] = None,
+    resolution: float = 0.0,
 ) -> "tuple[np.ndarray, Covariance, RefitCheck]":
     r"""Check the floor under the θ refitted on W; where it fails, add noise to W (post-processing), on a schedule.
 
@@ -713,7 +753,9 @@ def _refit_check(
     and
     ``W_{k+1} = W_k + Δ_k``, ``Δ_k ~ N(0, c_k Σ*_k)`` from OS randomness (:func:`~gpflow_fed.release.obfuscate`),
     ``Σ_{k+1} = Σ_k + c_k Σ*_k``, ``c_k =`` :func:`refit_check_scale` ``(k)``; at most :data:`REFIT_CHECK_STEPS`
-    steps. The noise is in the refitted θ's directions, not the design's.
+    steps. The noise is in the refitted θ's directions, not the design's. W's resolution noise ``τη`` (``resolution``
+    τ, public) is in every model the check fits (noise ``σ̂² + τ²``), and σ̂², the records' own noise, is refitted
+    above τ²; ``Σ*_k`` is solved with V = σ̂²I alone (τ² not counted: more noise, never less).
 
     **Post-processing**: Y is not an argument. ``Δ_k``'s covariance is a function of ``W_k``, X, ``Σ_k``, σ² and the
     public design, and ``Δ_k`` is drawn independently of everything else, so ``W' − W`` is independent of Y given
@@ -728,9 +770,9 @@ def _refit_check(
     added = 0.0
     step = 0
     while True:
-        model = _released_model(design.X, W, design.kernel, Sigma, design.noise_variance)
+        model = _released_model(design.X, W, design.kernel, Sigma, design.noise_variance, resolution)
         fitted = _refitted(model, REFIT_CHECK_MAXITER)
-        sigma2 = float(f"{float(fitted.likelihood.variance.numpy()):.{REFIT_CHECK_DIGITS}g}")
+        sigma2 = float(f"{float(fitted.likelihood.variance.numpy()) - resolution**2:.{REFIT_CHECK_DIGITS}g}")
         at = replace(design, noise_variance=sigma2)
         floor = at.floor(fitted.kernel)
         variance, short, margin = _short(fitted, floor)
@@ -773,7 +815,7 @@ def _refit_refusal(fitted: PrivacyAwareGPR, floor: Floor, i: int, variance: floa
     )
     text = (
         f"refused: under the θ refitted on the released W by maximum likelihood ({_theta_text(fitted.kernel)}, "
-        f"σ² = {float(fitted.likelihood.variance.numpy()):.4g}), the "
+        f"σ² = {float(fitted.likelihood.variance.numpy()) - fitted.resolution**2:.4g}), the "
         f"floor fails at sensitive input {int(floor.targets.source[i])} (x = {point}, {where}): {what}, after "
         f"{steps} post-processing noise step(s) (at most {REFIT_CHECK_STEPS})"
     )
@@ -843,9 +885,9 @@ DELTA_RTOL = 1e-9
 #: A row whose noise variance ``Σ_jj`` is at most this fraction of ``K(x_j, x_j)`` is released unchanged (its noise
 #: sd is below 1e-6 of the prior sd).
 UNCHANGED_RTOL = 1e-12
-#: A public statistic within this many standard deviations (of what the release noise leaves unknown about the
-#: same statistic of the raw Y) of the raw Y's own value is refused unless confirmed.
-PUBLIC_STAT_TOL = 0.1
+#: A kernel variance within this many sd (of what the release noise leaves unknown about the raw Y's sample
+#: variance) of that sample variance is refused unless confirmed (:func:`_public_statistics`).
+PUBLIC_VARIANCE_TOL = 0.1
 
 
 def _unchanged(Sigma: Covariance, prior: np.ndarray) -> np.ndarray:
@@ -855,37 +897,84 @@ def _unchanged(Sigma: Covariance, prior: np.ndarray) -> np.ndarray:
 
 
 def _public_statistics(
-    Y: np.ndarray, Sigma: Covariance, mean: Optional[float], kernel_variance: Optional[float]
+    Y: np.ndarray,
+    Sigma: Covariance,
+    mean: Optional[float],
+    kernel_variance: Optional[float],
+    *,
+    X: np.ndarray,
+    kernel: gpflow.kernels.Kernel,
+    noise_variance: float,
+    floor: Floor,
 ) -> List[str]:
-    r"""The public values given beside W that lie within ``PUBLIC_STAT_TOL`` sd of the raw Y's own statistic.
+    r"""The public values given beside W that are facts about Y the floor does not allow.
 
-    ``W − Y = Lω`` lies in range(Σ) (rank r), so each independent fact about Y fixes one combination of ω. A
-    published ``m`` fixes ``(Lᵀ1)ᵀω = 1ᵀW − N·mean(Y)`` to within ``N|m − mean(Y)|``; relative to that combination's
-    prior sd ``‖Lᵀ1‖`` the fact is informative iff ``|m − mean(Y)| ≪ sd_mean = √(1ᵀΣ1)/N``. Likewise a kernel
-    variance v against ``var(Y)`` (ddof 0 or 1), whose gradient in ω is ``−(2/N)LᵀPY`` (P centres), so
-    ``sd_var = (2/N)√((PY)ᵀΣ(PY))``. Computed by the owner (it uses Y); the messages name no statistic of Y.
+    ``W − Y = Lω`` with ``Σ = LLᵀ`` (rank r) and ``ω ~ N(0, I_r)``, so each independent fact about Y fixes one
+    combination of ω, and r of them give Y back.
+
+    **The mean** m is one fact ``m = aᵀY + e``, ``a = 1/N`` (every entry), with e of size ``g = |m − mean(Y)|``.
+    Whoever holds W and m knows ``s = aᵀW − m = bᵀω − e``, ``b = Lᵀa``, which does not depend on Y. With e taken as
+    ``N(0, g²)`` independent of ω, Gaussian conditioning gives ``ω | s ~ N(μ(s), I − b(bᵀb + g²)⁻¹bᵀ)``, and
+    ``W' = W − Lμ(s) = Y + L(ω − μ(s))``, whose noise ``L(ω − μ(s))`` is independent of s and of Y: (W, m) tells
+    about Y exactly what W' tells, a release with noise covariance
+
+    ``Σ' = Σ − Σa(aᵀΣa + g²)⁻¹aᵀΣ = L'L'ᵀ``,  ``L' = L·M^{1/2}``,  ``M = I_r − b(bᵀb + g²)⁻¹bᵀ``
+
+    (a rank-one downdate of L; ``M^{1/2}`` from M's eigenpairs, so ``g = 0``, the exact mean, removes b's direction,
+    and ``g → ∞`` gives ``Σ' → Σ``). m is flagged when the floor fails under Σ' where it holds under Σ
+    (:func:`_short` on the model of X with Σ', the design θ and σ²: some ``Var[Tₐ | W'] < ξₐ`` beyond ``FLOOR_RTOL``,
+    or the strong margin < 0 when claimed). Σ is the one solved before the check under the refitted θ, whose noise
+    (added later) is not counted: more flags, never fewer. The floor has slack where the θ range adds noise. On a
+    fresh attacker's set-up (N = 40 on [0, 1], ℓ = 0.2, σ² = 0.01, the record at x₂₀, ξ = 0.5 K, the default θ range,
+    rank Σ = 3) the record's variance is 1.165 ξ from W alone and, with m at ``g = h·√(aᵀΣa)``, 0.365 ξ at h = 0,
+    0.434 ξ at 0.2, 0.662 ξ at 0.5 and 0.927 ξ at 1 (flagged), 1.129 ξ at 3 and 1.161 ξ at 10 (not flagged). Where
+    the floor has no slack (``theta_range="design", refit_check=False``: 1.000 ξ from W) every informative mean fails
+    it (0.951 ξ at h = 3, 0.999 ξ at 30) and is flagged.
+
+    **The kernel variance** v against the sample variance ``var_d(Y) = YᵀPY/(N − d)`` (P centres, ddof d = 0, 1) is
+    the same kind of fact, linearised at Y (``a = 2PY/(N − d)``), but v is also the design prior's own parameter, which
+    the floor already assumes known: a v from other knowledge lies within a few ``√(aᵀΣa)`` of var(Y) on data that
+    follow the prior, and the downdate, which counts v as a measurement, flags it (3 of 7 data sets drawn from the
+    design prior with v = 1: 0.549–0.917 ξ). So v is flagged only within ``PUBLIC_VARIANCE_TOL`` of that sd, as
+    before (``sd_var = (2/N)√((PY)ᵀΣ(PY))``): var(Y) passed as v, not a rounded var(Y).
+
+    Computed by the owner (it uses Y); the messages name no statistic of Y.
     """
     L = _noise_factor(Sigma)
     N = Y.shape[0]
+    values = Y[:, 0]
     found = []
-    if mean is not None:
-        sd = float(np.linalg.norm(L.T @ np.ones(N))) / N
-        if abs(float(mean) - float(np.mean(Y))) <= PUBLIC_STAT_TOL * sd:
+    if mean is not None and L.shape[1]:
+
+        def shortfalls(factor: np.ndarray) -> "tuple[set[int], bool]":
+            """The targets below their floor with noise factor ``factor``, and whether the strong margin fails."""
+            model = PrivacyAwareGPR(
+                (X, np.zeros((N, 1))), kernel, _covariance_from_factor(factor), None, noise_variance
+            )
+            with _singular("the check of the public mean"):
+                _, short, margin = _short(model, floor)
+            return set(short.tolist()), margin < 0.0
+
+        b = L.T @ np.full(N, 1.0 / N)
+        gap = abs(float(mean) - float(np.mean(values)))
+        M = np.eye(L.shape[1]) - np.outer(b, b) / max(float(b @ b) + gap**2, np.finfo(float).tiny)
+        lam, Q = np.linalg.eigh(0.5 * (M + M.T))
+        base_short, base_margin = shortfalls(L)  # Σ meets the floor unless the owner confirmed an unprotected release
+        short, margin = shortfalls(L @ (Q * np.sqrt(np.clip(lam, 0.0, None))[None, :]))
+        if short - base_short or (margin and not base_margin):
             found.append(
-                f"mean={float(mean):g} is within {PUBLIC_STAT_TOL} sd of the released target's own mean (sd of what "
-                "the release noise leaves unknown about it): published beside W it is one more fact about Y, and "
-                f"rank Σ = {L.shape[1]} such facts give Y back"
+                f"mean={float(mean):g} published beside W is one more fact about Y, close enough to the released "
+                f"target's own mean that the floor fails with it; rank Σ = {L.shape[1]} such facts give Y back"
             )
     if kernel_variance is not None:
-        r = Y[:, 0] - np.mean(Y)
-        sd = 2.0 / N * float(np.linalg.norm(L.T @ r))
+        sd = 2.0 / N * float(np.linalg.norm(L.T @ (values - np.mean(values))))
         for ddof in (0, 1):
-            if abs(float(kernel_variance) - float(np.var(Y, ddof=ddof))) <= PUBLIC_STAT_TOL * sd:
+            if abs(float(kernel_variance) - float(np.var(values, ddof=ddof))) <= PUBLIC_VARIANCE_TOL * sd:
                 found.append(
-                    f"the kernel variance {float(kernel_variance):g} is within {PUBLIC_STAT_TOL} sd of the target's "
-                    f"own sample variance (ddof={ddof}): var(Y) is a natural guess for it, but published beside W "
-                    f"it is one more (quadratic) fact about Y, and rank Σ = {L.shape[1]} such facts give Y back; "
-                    "use a value from other knowledge"
+                    f"the kernel variance {float(kernel_variance):g} is within {PUBLIC_VARIANCE_TOL} sd of the "
+                    f"target's own sample variance (ddof={ddof}): var(Y) is a natural guess for it, but published "
+                    f"beside W it is one more (quadratic) fact about Y, and rank Σ = {L.shape[1]} such facts give Y "
+                    "back; use a value from other knowledge"
                 )
                 break
     return found
@@ -995,6 +1084,8 @@ def release(
     theta_points: int = 3,
     refit_check: bool = True,
     confirm_new_audience: bool = False,
+    resolution: Optional[float] = None,
+    confirm_no_resolution: bool = False,
 ) -> PrivacyRelease:
     r"""The owner's release (§3.2): design Σ (eq. 8/10/11) from **public** hyperparameters, obfuscate (§4.1),
     build the released model.
@@ -1022,21 +1113,41 @@ def release(
        checked to be ≥ ξ (``result.variance``), and for ``method="strong"`` the strong margin
        ``λ_min(Cov[T | W] − Ξ_T) ≥ 0``.
 
+    **Resolution noise** (issue 44, a target recorded on a grid): ``W − Lω − Y = 0`` in every direction outside
+    range(Σ), so a target recorded to Δ (2 decimals: 0.01) is given back exactly by enumerating the grid values of
+    rank Σ pivot rows and keeping the ω that puts every row on the grid. Step 2 therefore adds independent full-rank
+    noise ``τη``, ``η ~ N(0, I_N)`` from OS randomness (:func:`~gpflow_fed.release.resolution.resolution_noise`), with
+    τ = Δ the target's recording resolution: a Gaussian of sd Δ wrapped on the grid's spacing Δ is uniform to a
+    relative ripple ``2·exp(−2π²) ≈ 5.4e-9`` per row, so the grid no longer tells candidate ω apart
+    (:mod:`~gpflow_fed.release.resolution`; the attack is tested in ``tests/release/test_resolution.py``). Δ is
+    detected from Y (:func:`~gpflow_fed.release.resolution.recording_resolution`: decimal grids, half-steps,
+    integers, ``1.8·C + 32``; full-precision data give Δ = 0 and nothing is added) or declared (``resolution=``, for
+    a grid the detection misses, e.g. thirds; a declared Δ below the detected one is raised to it). τ is published
+    (``result.resolution``, ``model.npz``), a fact about how the target is recorded, and the released model's
+    Gaussian noise variance is ``σ² + τ²`` (``τη`` is in W, not in the records: :class:`PrivacyAwareGPR`). Σ is
+    designed, and every floor checked, with τη not counted as protection beyond that noise variance of W (the floor
+    is met by Σ alone under σ²; the refit check fits σ² above τ²). A later release ``W₁ + Δ`` adds fresh ``τη`` with
+    Δ (the earlier release's resolution noise is in W₁ but not counted); a republished W₁ (Δ = 0) is W₁ unchanged,
+    with τ = 0.
+
     Which quantity is protected (``protect``): by default the **records** — at a sensitive input that is a training
     input, ``Var[Y_j | W] ≥ ξ`` for the recorded value ``Y_j = f(x_j) + ε_j`` (feasible iff ``ξ < K(s, s) + σ²``);
     at a sensitive input without a record, ``Var[f(s) | W] ≥ ξ``. ``protect="latent"`` is the paper's floor on f.
     For a region, every training input inside it is a sensitive input too.
 
     Refusals (``ValueError``) unless the owner confirms: a Σ that is zero or leaves a protected record's row
-    unchanged (``confirm_unprotected=True``); a ``mean`` or kernel variance within ``PUBLIC_STAT_TOL`` sd of the raw
-    Y's own mean / sample variance (``confirm_public=True``; see :func:`_public_statistics`).
+    unchanged (``confirm_unprotected=True``); a ``mean`` or kernel variance close enough to the raw Y's own mean /
+    sample variance that, taken as one more fact about Y, it breaks the floor (``confirm_public=True``; see
+    :func:`_public_statistics`).
 
     Later releases (DESIGN.md §5, principle 6): the records are looked up in the owner's private ledger
     (:mod:`~gpflow_fed.release.ledger`, by recorded value); records released before give ``W = W₁ + Δ`` with Δ's
     covariance solved with Σ₁ fixed (Δ = 0 republishes W₁ when Σ₁ already meets the floor), and the release is
     recorded before it is returned. Holders of W₁ know everything W tells, so a release whose floor W₁ already
     breaks (a higher tolerance, a new sensitive input) is refused unless ``confirm_new_audience=True``
-    (:func:`_check_earlier_floor`).
+    (:func:`_check_earlier_floor`). So is a target that is an affine map ``aY₁ + b`` (a unit change) of an earlier
+    release's rows, none of whose values were released before (:meth:`~gpflow_fed.release.ledger.ReleaseLedger.
+    check_unit_change`): publish ``aW₁ + b`` instead.
 
     :param data: raw ``(X [N, D], Y [N, 1])``; Y is used for W only.
     :param sensitive: ``[γ, D]`` sensitive inputs, or a :class:`~gpflow_fed.release.Region` (interval, box,
@@ -1089,6 +1200,11 @@ def release(
     :param refit_check: check the floor under the θ refitted on W and add post-processing noise where it fails
         (step 3, :func:`_refit_check`); False turns the check off (simulations and tests only, like
         ``ledger=None``).
+    :param resolution: the target's recording resolution Δ (τ of the resolution noise, above): None (default)
+        detects it from Y; a number > 0 declares it (raised to the detected one if below it); 0 adds no resolution
+        noise and is refused unless ``confirm_no_resolution=True``.
+    :param confirm_no_resolution: release without resolution noise (``resolution=0``): a target on a grid is then
+        given back exactly by enumerating grid values (tests and full-precision data only).
     :raises ValueError: bad data, a missing public design input or any of the tolerance errors
         (all before any fitting); the refusals above; rows shared with several earlier releases; a grid θ whose
         prior variance is at or below the tolerance (no noise can help there); a kernel without lengthscales under
@@ -1113,6 +1229,16 @@ def release(
     else:
         X, S = release_inputs(data[0], sensitive)
     Y = _outputs(data[1], X.shape[0], "Y")
+    declared = check_resolution(resolution)
+    detected = recording_resolution(Y)
+    if declared == 0.0 and not confirm_no_resolution:
+        raise ValueError(
+            f"resolution=0 adds no resolution noise: a target recorded on a grid (detected spacing {detected:g}; 0: "
+            "none found) is then given back exactly by enumerating the grid values of a few rows (issue 44); omit "
+            "resolution to detect it, declare the spacing, or confirm with confirm_no_resolution=True (CLI: "
+            "--confirm-no-resolution)"
+        )
+    tau = detected if declared is None else 0.0 if declared == 0.0 else max(declared, detected)
     if noise_variance is not None and not (np.isfinite(noise_variance) and noise_variance >= 0):
         raise ValueError(f"noise_variance must be None or a number ≥ 0, got {noise_variance}")
     if mean is not None and not np.isfinite(mean):
@@ -1143,6 +1269,9 @@ def release(
             S = with_records(S, X, region)
     hashes = store.row_hashes(Y) if store is not None else None
     previous = store.find(hashes, Y) if store is not None and hashes is not None else None
+    affine = store.affine_hashes(Y) if store is not None else None
+    if store is not None and affine is not None and previous is None and not confirm_new_audience:
+        store.check_unit_change(affine)  # a·Y + b of an earlier release's rows: refused (ledger module docstring)
     Sigma1 = None if previous is None else previous.factor @ previous.factor.T
 
     design = ReleaseDesign(
@@ -1181,11 +1310,15 @@ def release(
         # Σ_Δ = (A − K − V − Σ₁)⁺ is zero up to rounding when Σ₁ already meets the floor: then W₁ is republished
         delta = delta[:, np.sum(delta**2, axis=0) > DELTA_RTOL * float(np.max(kernel_diag(kernel, X)))]
         W = previous.W.copy()
-        if delta.shape[1]:
+        if delta.shape[1]:  # fresh resolution noise with Δ (W₁'s own, if any, is not counted)
             W = obfuscate(W, delta @ delta.T, insecure_noise_seed=insecure_noise_seed)
+            W = W + resolution_noise(W.shape[0], tau, insecure_noise_seed)
+        else:
+            tau = 0.0  # W₁ republished unchanged
         Sigma = _covariance_from_factor(np.concatenate([previous.factor, delta], axis=1))
     else:
         W = obfuscate(Y, Sigma, insecure_noise_seed=insecure_noise_seed)
+        W = W + resolution_noise(W.shape[0], tau, insecure_noise_seed)
     unchanged = _unchanged(Sigma, kernel_diag(kernel, X))
     records = targets.records[targets.records >= 0]
     if not confirm_unprotected and (unchanged.all() or unchanged[records].any()):
@@ -1199,7 +1332,9 @@ def release(
             "protect='records', or confirm with confirm_unprotected=True (CLI: --confirm-unprotected)"
         )
     if not confirm_public:
-        found = _public_statistics(Y, Sigma, mean, given_variance)
+        found = _public_statistics(
+            Y, Sigma, mean, given_variance, X=X, kernel=kernel, noise_variance=sigma2, floor=floor
+        )
         if found:
             raise ValueError(
                 "; ".join(found)
@@ -1209,10 +1344,12 @@ def release(
     checked = None
     if refit_check:
         with _singular("the check under the θ refitted on W"):
-            W, Sigma, checked = _refit_check(W, Sigma, design, insecure_noise_seed)
+            W, Sigma, checked = _refit_check(W, Sigma, design, insecure_noise_seed, tau)
         unchanged = _unchanged(Sigma, kernel_diag(kernel, X))
     constant = gpflow.mean_functions.Constant(np.zeros(1) if mean is None else np.array([float(mean)]))
-    model = PrivacyAwareGPR((X, W), gpflow.utilities.deepcopy(kernel), Sigma, constant, noise_variance=sigma2)
+    model = PrivacyAwareGPR(
+        (X, W), gpflow.utilities.deepcopy(kernel), Sigma, constant, noise_variance=sigma2 + tau**2, resolution=tau
+    )
     with _singular("the released model"):
         if mean is None:
             constant.c.assign(_gls_mean(model))
@@ -1227,7 +1364,7 @@ def release(
         log_likelihood = float(model.maximum_log_likelihood_objective().numpy())
     factor = model.noise_factor.numpy()
     if store is not None and hashes is not None:
-        store.record(hashes, X, W, factor)
+        store.record(hashes, X, W, factor, affine)
     return PrivacyRelease(
         model=model,
         Sigma=Sigma,
@@ -1245,4 +1382,6 @@ def release(
         theta_range=describe_theta_range(theta_range, theta_points),
         refit_check=checked,
         certificate=certificate,
+        resolution=tau,
+        resolution_declared=declared is not None,
     )

@@ -25,6 +25,7 @@ from .regions import (
     region_noise_covariance,
     uniform_privacy_covariance,
 )
+from .resolution import recording_resolution, resolution_noise
 from .sdp import SDPInfo, solve_privacy_sdp
 from .tolerance import ProportionalKernel, check_tolerance_kernel, gaussian_tolerance_kernel, resolve_tolerance
 from .weak import CertifiedCovariance, WeakCertificate, solve_weak_krylov
@@ -53,8 +54,10 @@ __all__ = [
     "prior_variance",
     "protected_covariance",
     "protected_targets",
+    "recording_resolution",
     "refine_region",
     "region_noise_covariance",
+    "resolution_noise",
     "resolve_tolerance",
     "solve_privacy_sdp",
     "synthetic_noise_covariance",

@@ -25,6 +25,23 @@ data that shares values with an earlier release (a target of a few integers) is 
 an earlier one is chained (sound, as above), one partly inside is refused; keep the releases of unrelated data in
 their own ledger folder. What it does not do: it cannot see releases made elsewhere (another machine, another ledger
 folder, ``ledger=None``), nor data changed by rounding (a changed value is a new record).
+
+**Unit changes.** A target in other units, ``Y₂ = a·Y + b`` (a ≠ 0, either sign: ``Y + 5``, ``1.8Y + 32``), has none of
+Y's values, yet two releases ``W₁ = Y + L₁ω₁`` and ``W₂ = aY + b + L₂ω₂`` with noise in other directions give Y back
+exactly: ``W₂ − aW₁ − b = L₂ω₂ − aL₁ω₁`` is solved for ``(a, b, ω₁, ω₂)`` (a fresh attacker: Y to 1e-12). So each entry
+also keeps keyed hashes of the release's **standardised** target ``z = (Y − mean)/sd`` (sd with ddof 0), which an affine
+map leaves unchanged up to its sign: ``z(aY + b) = sign(a)·z(Y)``. The values are rounded to the grid ``AFFINE_QUANTUM``
+(absolute, on z) and sorted, so that neither the row order nor repeated values matter, and hashed with the release's N
+(:meth:`ReleaseLedger.affine_hashes`): four hashes, for z and −z each on the grid and on the grid shifted by half a step
+(a value that rounding in ``aY + b`` moves across one grid's boundary is not near the other's; both fail only if two
+values cross, one on each grid). A new release none of whose values were released before is refused when its hashes meet
+an entry's (:meth:`ReleaseLedger.check_unit_change`), unless the owner confirms a new audience; the release to publish
+is the earlier one transformed (``a·W₁ + b`` with noise factor ``a·L₁``: post-processing of W₁). Only the **same row
+set** is matched: a subset or superset of the rows with a transformed target standardises differently and is new data;
+so is a transformed target rounded afterwards (its z moves by the rounding, beyond the grid), and so are the releases of
+entries written before these hashes were kept (they load; they are not checked). A target of the same row count whose
+values are, up to an affine map, a permutation of an earlier release's (two unrelated 0/1 targets with as many ones) is
+matched too: refused unless confirmed (availability, not privacy).
 """
 
 from __future__ import annotations
@@ -50,8 +67,15 @@ __all__ = ["LEDGER_ENV", "EarlierRelease", "ReleaseLedger", "default_ledger_fold
 #: environment variable naming the default ledger folder
 LEDGER_ENV = "GPFLOW_FED_PRIVACY_LEDGER"
 KEY_NAME = "key"
+#: The arrays an entry is read for. Entries written before the ledger kept X₁ lack ``X``; entries written before the
+#: unit-change hashes lack ``affine`` (they load, and are not matched by a unit change).
+ENTRY_ARRAYS = ("hashes", "W", "factor", "X", "affine")
 KEY_BYTES = 32
 ENTRY_PREFIX = "release-"
+#: The grid (absolute, on standardised values ``z = (Y − mean)/sd``) to which the unit-change hashes round: coarse
+#: against float64 rounding in ``aY + b`` (about 1e-16 of ``|mean|/sd``), fine against real data (two continuous
+#: targets would have to agree in every standardised value to 1e-6).
+AFFINE_QUANTUM = 1e-6
 
 
 def default_ledger_folder() -> Path:
@@ -122,6 +146,52 @@ class ReleaseLedger:
             out.append(_digest(key, row, count))
         return np.asarray(out, dtype="S64")
 
+    @check_shapes("Y: [N, 1]", "return: [M]")
+    def affine_hashes(self, Y: np.ndarray) -> np.ndarray:
+        r"""Keyed hashes of ``Y`` up to an affine map ``aY + b`` (a ≠ 0) and the row order, hex; none if Y is constant.
+
+        ``z = (Y − mean(Y))/sd(Y)`` (ddof 0) satisfies ``z(aY + b) = sign(a)·z(Y)``. For ``s = ±1`` and two grids of
+        step q = ``AFFINE_QUANTUM`` (``round(s·z/q)`` and ``floor(s·z/q)``, whose boundaries lie half a step apart),
+        the sorted integer codes are hashed (HMAC-SHA256 under the ledger's key) with N and the grid's name: four
+        hashes, equal for ``aY + b`` in any row order except where rounding in ``aY + b`` moves a value across a
+        boundary of the grid (then the other grid's hash still agrees, its boundaries being half a step away, unless
+        another value crosses one of those: about ``(N·1e-16·|mean|/(sd·q))²``).
+        """
+        values = np.asarray(Y, dtype="<f8")[:, 0]
+        sd = float(np.std(values)) if values.size > 1 else 0.0
+        if not sd > 0.0 or not np.isfinite(sd):
+            return np.asarray([], dtype="S64")
+        key = self._key()
+        z = (values - float(np.mean(values))) / sd
+        out = []
+        for sign in (1.0, -1.0):
+            for grid, snap in ((b"round", np.rint), (b"floor", np.floor)):
+                codes = np.sort(snap(sign * z / AFFINE_QUANTUM)).astype("<i8")
+                text = b"affine-" + grid + b"-" + str(values.size).encode() + b":" + codes.tobytes()
+                out.append(hmac.new(key, text, hashlib.sha256).hexdigest())
+        return np.asarray(out, dtype="S64")
+
+    def check_unit_change(self, affine: np.ndarray) -> None:
+        """Refuse a release whose target is an affine map of an earlier release's (the same rows, any order).
+
+        Call it for a release none of whose recorded values were released before (:meth:`find` returned None).
+
+        :param affine: :meth:`affine_hashes` of the new release's Y.
+        :raises ValueError: an entry's unit-change hashes meet these (the message names the entry, nothing of Y).
+        """
+        wanted = set(np.asarray(affine, dtype="S64").tolist())
+        if not wanted:
+            return
+        for name, data in reversed(self._entries()):
+            if "affine" in data and wanted & set(data["affine"].tolist()):
+                raise ValueError(
+                    f"this target looks like a unit change (a·Y + b, a ≠ 0) of an earlier release ({name}, release "
+                    f"ledger {self.folder}) of the same rows: a second release of the same records with independent "
+                    "noise gives them back exactly. Publish the earlier release transformed instead (a·W₁ + b with "
+                    "noise factor a·L₁, post-processing of W₁), or confirm that this release's audience does not "
+                    "hold the earlier one (confirm_new_audience=True, CLI --confirm-new-audience)"
+                )
+
     def _same_value(self, Y: np.ndarray, index: Dict[bytes, int]) -> Tuple[np.ndarray, ...]:
         """Per value of ``Y`` (``[N, 1]``), the rows of an entry (its hash → row ``index``) with that value."""
         key = self._key()
@@ -146,7 +216,7 @@ class ReleaseLedger:
             if not (name.startswith(ENTRY_PREFIX) and name.endswith(".npz")):
                 continue
             with np.load(self.folder / name, allow_pickle=False) as data:
-                entries.append((name, {k: data[k] for k in ("hashes", "W", "factor", "X") if k in data.files}))
+                entries.append((name, {k: data[k] for k in ENTRY_ARRAYS if k in data.files}))
         return entries
 
     def find(self, hashes: np.ndarray, Y: Optional[np.ndarray] = None) -> Optional[EarlierRelease]:
@@ -180,8 +250,16 @@ class ReleaseLedger:
         )
 
     @check_shapes("hashes: [N]", "X: [N, D]", "W: [N, 1]", "factor: [N, R]")
-    def record(self, hashes: np.ndarray, X: np.ndarray, W: np.ndarray, factor: np.ndarray) -> str:
-        """Record a release (before it is written or returned), with its public X; returns the entry's name."""
+    def record(
+        self,
+        hashes: np.ndarray,
+        X: np.ndarray,
+        W: np.ndarray,
+        factor: np.ndarray,
+        affine: Optional[np.ndarray] = None,
+    ) -> str:
+        """Record a release (before it is written or returned), with its public X and the :meth:`affine_hashes` of
+        its target (None: not kept, the release is then not matched by a unit change); returns the entry's name."""
         self._key()
         name = f"{ENTRY_PREFIX}{time.time_ns():020d}-{secrets.token_hex(4)}.npz"
         with private_files.new_file(str(self.folder / name), "wb") as fh:
@@ -191,6 +269,7 @@ class ReleaseLedger:
                 X=np.asarray(X, dtype=gpflow.default_float()),
                 W=np.asarray(W, dtype=gpflow.default_float()),
                 factor=np.asarray(factor, dtype=gpflow.default_float()),
+                affine=np.asarray([] if affine is None else affine, dtype="S64"),
             )
         return name
 

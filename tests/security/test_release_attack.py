@@ -399,7 +399,7 @@ def test_every_number_the_cli_publishes_is_a_function_of_w(tmp_path, monkeypatch
             dict(np.load(tmp_path / f"out{seed}" / "model.npz")),
         )
     (json3, csv3, npz3), (json4, csv4, npz4) = outputs[3], outputs[4]
-    assert json3.keys() == json4.keys() and len(json3) == 5
+    assert json3.keys() == json4.keys() and len(json3) == 6  # with "resolution" (0 here: full-precision tables)
     np.testing.assert_allclose([json3[k] for k in json3], [json4[k] for k in json3], rtol=1e-8)
     np.testing.assert_allclose(csv3, csv4, rtol=1e-12, atol=1e-12)
     for key, value in npz3.items():

@@ -1,0 +1,232 @@
+"""Issue 44, "A target recorded on a coarse grid": the resolution noise τη and the recording resolution.
+
+W = Y + Lω leaves W − Y in range(Σ) of rank r, so a target recorded to 2 decimals is given back exactly by
+enumerating the grid values of r pivot rows and keeping the ω that puts every row on the grid (the fresh attacker's
+lattice attack, played here on a small case). The release now adds full-rank noise of sd τ = Δ, the recording
+resolution (detected from Y or declared), and publishes W's noise variance as σ² + τ².
+"""
+
+import json
+
+import gpflow
+import numpy as np
+import pytest
+import scipy.linalg as sl
+
+from gpflow_fed.cli import main
+from gpflow_fed.models import PrivacyAwareGPR
+from gpflow_fed.models.privacy_aware_gpr import release
+from gpflow_fed.release import ProportionalKernel, protected_covariance, recording_resolution, resolution_noise
+
+N = 25
+X = np.linspace(0.0, 1.0, N)[:, None]
+J = N // 2
+S = X[[J]]
+GRID = 0.01  # the target is recorded to 2 decimals
+SIGMA2 = 1e-3
+
+
+def _kernel():
+    return gpflow.kernels.SquaredExponential(lengthscales=0.2, variance=0.05)
+
+
+def _rounded_target(seed=3):
+    """Y drawn from the design prior (sd ≈ 0.22) and recorded to 2 decimals."""
+    K = _kernel()(X).numpy() + SIGMA2 * np.eye(N)
+    return np.round(np.linalg.cholesky(K) @ np.random.default_rng(seed).standard_normal((N, 1)), 2)
+
+
+def _lattice_attack(W, L, kernel, s2, q, nsd=4.0, tol=1e-5):
+    """The fresh attacker's enumeration from what a release publishes (X, W, L, the design θ) and the grid q.
+
+    The posterior window of each of the r pivot rows (pivoted QR of Lᵀ) is enumerated on the grid; each candidate n
+    fixes ω = L_sel⁻¹(W_sel − qn), and is kept if every other row ``(W_j − L_jω)/q`` is an integer to ``tol``.
+    Also returns the candidate nearest the grid (the smallest sum of squared distances of the other rows to it).
+    """
+    r = L.shape[1]
+    P = kernel(X).numpy() + s2 * np.eye(N)
+    G = P @ np.linalg.inv(P + L @ L.T)
+    mu, Vy = G @ W, P - G @ P
+    _, _, piv = sl.qr(L.T, pivoting=True)
+    sel, rest = piv[:r], np.setdiff1d(np.arange(N), piv[:r])
+    Minv = np.linalg.inv(L[sel])
+    sd = np.sqrt(np.maximum(np.diag(Vy)[sel], 0.0))
+    grids = [np.arange(np.floor((m - nsd * s) / q), np.ceil((m + nsd * s) / q) + 1) for m, s in zip(mu[sel], sd)]
+    a = (W[rest] - L[rest] @ Minv @ W[sel]) / q
+    b = L[rest] @ Minv  # row j off the grid by frac(a_j + b_j·n)
+    others = np.stack(np.meshgrid(*grids[1:], indexing="ij"), axis=-1).reshape(-1, r - 1) if r > 1 else np.zeros((1, 0))
+    hits, best, best_distance = [], None, np.inf
+    for first in grids[0]:
+        n = np.concatenate([np.full((others.shape[0], 1), first), others], axis=1)
+        v = a[None, :] + n @ b.T
+        off = np.abs(v - np.round(v))
+        hits += [n[i] for i in np.flatnonzero(np.all(off < tol, axis=1))]
+        distance = np.sum(off**2, axis=1)
+        i = int(np.argmin(distance))
+        if distance[i] < best_distance:
+            best, best_distance = n[i], float(distance[i])
+    recover = lambda n: W - L @ (Minv @ (W[sel] - q * n))  # noqa: E731
+    return [recover(n) for n in hits], recover(best), int(np.prod([g.size for g in grids]))
+
+
+def test_the_lattice_attack_recovers_y_without_the_resolution_noise_and_not_with_it():
+    """The release with the default θ range (rank 3, as the attacker found; the refit check, off here for time, adds
+    noise in other directions only) of a 2-decimal target: with resolution=0 (confirmed, the control: the release as
+    before the fix) the enumeration of 1.4 million candidates finds exactly one, Y itself; with the default (τ = 0.01
+    detected) it finds none, and the candidate nearest the grid is not Y."""
+    k, Y = _kernel(), _rounded_target()
+    kwargs = dict(kernel=k, noise_variance=SIGMA2, ledger=None, insecure_noise_seed=5, confirm_public=True)
+    kwargs.update(refit_check=False)
+    tolerance = ProportionalKernel(k, 0.5)
+    with pytest.raises(ValueError, match=r"resolution=0 adds no resolution noise.*detected spacing 0.01"):
+        release((X, Y), S, tolerance, resolution=0.0, **kwargs)
+    off = release((X, Y), S, tolerance, resolution=0.0, confirm_no_resolution=True, **kwargs)
+    assert off.resolution == 0.0 and off.rank == 3
+    hits, _, candidates = _lattice_attack(off.W[:, 0], off.model.noise_factor.numpy(), k, SIGMA2, GRID)
+    assert candidates > 10**5 and len(hits) == 1
+    np.testing.assert_allclose(hits[0], Y[:, 0], rtol=0, atol=1e-9)  # all of Y, exactly
+    on = release((X, Y), S, tolerance, **kwargs)
+    assert on.resolution == GRID and not on.resolution_declared and on.rank == 3
+    hits, nearest, _ = _lattice_attack(on.W[:, 0], on.model.noise_factor.numpy(), k, SIGMA2, GRID)
+    assert hits == []
+    assert np.max(np.abs(nearest - Y[:, 0])) > GRID  # the grid no longer selects the true Y
+    assert on.variance[0] >= 0.5 * 0.05 * (1 - 1e-6)  # the floor the release claims (ξ = αK(s, s))
+
+
+@pytest.mark.parametrize(
+    "values, step",
+    [
+        (np.round(np.random.default_rng(0).standard_normal(30), 2), 0.01),  # 2 decimals
+        (np.round(2 * np.random.default_rng(1).standard_normal(30)) / 2, 0.5),  # half-steps
+        (1.8 * np.round(20 + 5 * np.random.default_rng(2).standard_normal(30), 1) + 32, 0.18),  # °F from °C to 0.1
+        (np.round(10 * np.random.default_rng(3).standard_normal(30)), 1.0),  # integers
+        (10 * np.round(10 * np.random.default_rng(4).standard_normal(30)), 10.0),  # multiples of 10
+        (1e5 + np.round(np.random.default_rng(5).standard_normal(30), 3), 0.001),  # large offset, 3 decimals
+        (np.random.default_rng(6).standard_normal(30), 0.0),  # full precision: no grid
+        (np.round(3 * np.random.default_rng(7).standard_normal(30)) / 3, 0.0),  # thirds: missed (declare them)
+        (np.full(30, 0.25), 0.0),  # constant: no spacing
+    ],
+)
+def test_the_recording_resolution_is_detected(values, step):
+    assert recording_resolution(values) == pytest.approx(step, rel=1e-12, abs=0.0)
+    assert recording_resolution(values[:, None]) == recording_resolution(values)
+
+
+def test_recording_resolution_and_resolution_errors():
+    with pytest.raises(ValueError, match="non-empty finite"):
+        recording_resolution(np.array([0.1, np.nan]))
+    k, Y = _kernel(), _rounded_target()
+    for bad in (-0.01, np.inf, 1e200, "0.01"):
+        with pytest.raises(ValueError, match=r"resolution must be None \(detected from Y\)"):
+            release((X, Y), S, 0.02, kernel=k, noise_variance=SIGMA2, ledger=None, resolution=bad)
+
+
+def test_the_resolution_noise_stream():
+    """OS randomness by default; a seed gives a reproducible stream apart from ω's stream of the same seed."""
+    assert not np.array_equal(resolution_noise(N, 1.0), resolution_noise(N, 1.0))
+    a, b = resolution_noise(N, 2.0, 7), resolution_noise(N, 2.0, 7)
+    np.testing.assert_array_equal(a, b)
+    omega = np.random.Generator(np.random.PCG64(np.random.SeedSequence(7))).standard_normal((N, 1))
+    assert not np.allclose(a / 2.0, omega)
+    assert resolution_noise(N, 0.0).shape == (N, 1) and not np.any(resolution_noise(N, 0.0))
+
+
+def test_the_published_noise_variance_is_sigma2_plus_tau2(tmp_path):
+    """The released model's Gaussian noise variance (in the model and in model.npz) is σ² + τ², and τ is saved; a
+    record's posterior is computed with σ² alone (τη is in W, not in the record): the numpy oracle with noise
+    covariance Σ + τ²I and V = σ²I agrees. W − Y leaves range(Σ) by about τ per remaining direction."""
+    k, Y = _kernel(), _rounded_target()
+    tau = 0.05  # declared, above the detected 0.01
+    out = release(
+        (X, Y), S, ProportionalKernel(k, 0.5), kernel=k, noise_variance=SIGMA2, ledger=None, resolution=tau,
+        theta_range="design", refit_check=False, insecure_noise_seed=1, confirm_public=True,
+    )  # fmt: skip
+    assert out.resolution == tau and out.resolution_declared and out.noise_variance == SIGMA2
+    assert float(out.model.likelihood.variance.numpy()) == pytest.approx(SIGMA2 + tau**2, rel=1e-12)
+    L = out.model.noise_factor.numpy()
+    oracle = protected_covariance(k, X, out.targets, L @ L.T + tau**2 * np.eye(N), SIGMA2)
+    np.testing.assert_allclose(out.variance, np.diag(oracle), rtol=1e-8)
+    Q, _ = np.linalg.qr(L)
+    outside = (out.W - Y)[:, 0] - Q @ (Q.T @ (out.W - Y)[:, 0])
+    assert 0.5 * tau < np.linalg.norm(outside) / np.sqrt(N - L.shape[1]) < 2 * tau
+    path = out.model.save(tmp_path / "model.npz")
+    with np.load(path) as f:
+        assert float(f["noise_variance"]) == pytest.approx(SIGMA2 + tau**2, rel=1e-12)
+        assert float(f["resolution"]) == tau
+        old = {name: f[name] for name in f.files if name != "resolution"}
+    loaded = PrivacyAwareGPR.load(path)
+    assert loaded.resolution == tau
+    records = out.targets.records
+    np.testing.assert_allclose(
+        loaded.protected_covariance(out.targets.points, records).numpy(),
+        out.model.protected_covariance(out.targets.points, records).numpy(),
+        rtol=1e-12,
+    )
+    # a file written before the resolution noise (no "resolution" member) loads with τ = 0
+    np.savez(tmp_path / "old.npz", **old)
+    assert PrivacyAwareGPR.load(tmp_path / "old.npz").resolution == 0.0
+    for crafted in (np.array(1e200), np.array(0.5), np.array(-0.01), np.array([0.01, 0.01]), np.array(1)):
+        np.savez(tmp_path / "crafted.npz", **old, resolution=crafted)  # τ² beyond σ² + τ², negative, not one float
+        with pytest.raises(ValueError, match="crafted.npz: (inconsistent or )?corrupt arrays"):
+            PrivacyAwareGPR.load(tmp_path / "crafted.npz")
+    with pytest.raises(ValueError, match="resolution must be finite"):
+        PrivacyAwareGPR((X, out.W), k, L @ L.T, noise_variance=1e-4, resolution=0.05)  # τ² above σ² + τ²
+
+
+def test_the_refit_check_fits_the_records_noise_above_tau2():
+    """The attacker knows τ (published): the check fits the records' own σ² with W's noise σ² + τ², so the large
+    resolution noise is not taken for noise of the records (which would count noise they do not have)."""
+    k = _kernel()
+    Y = np.linalg.cholesky(k(X).numpy() + SIGMA2 * np.eye(N)) @ np.random.default_rng(8).standard_normal((N, 1))
+    assert recording_resolution(Y) == 0.0
+    kwargs = dict(kernel=k, noise_variance=SIGMA2, ledger=None, confirm_public=True, insecure_noise_seed=0)
+    out = release((X, Y), S, ProportionalKernel(k, 0.5), resolution=0.1, **kwargs)
+    assert out.resolution == 0.1
+    # the records' σ̂² (0.0017 here; 5e-8 to 0.0055 over 6 seeds), not W's σ² + τ² ≥ τ² = 0.01
+    assert out.refit_check.noise_variance < 0.7 * 0.1**2
+
+
+def test_a_later_release_adds_fresh_resolution_noise_and_a_republished_one_none(tmp_path):
+    """W₂ = W₁ + Δ + τη₂ when Δ ≠ 0 (W₁'s own τη₁ not counted); Δ = 0 republishes W₁ unchanged with τ = 0."""
+    k, Y = _kernel(), _rounded_target()
+    kwargs = dict(kernel=k, noise_variance=SIGMA2, ledger=tmp_path / "l", theta_range="design", refit_check=False)
+    kwargs.update(confirm_public=True)
+    first = release((X, Y), S, ProportionalKernel(k, 0.3), **kwargs)
+    second = release((X, Y), S, ProportionalKernel(k, 0.6), confirm_new_audience=True, **kwargs)
+    assert first.resolution == second.resolution == GRID and second.earlier is not None
+    L2 = second.model.noise_factor.numpy()
+    Q, _ = np.linalg.qr(L2)  # range(Σ₂) holds range(Σ₁) and Δ's: what is left is τη₁ + τη₂
+    step = (second.W - first.W)[:, 0]
+    assert np.linalg.norm(step - Q @ (Q.T @ step)) > 0.5 * GRID * np.sqrt(N - L2.shape[1])
+    again = release((X, Y), S, ProportionalKernel(k, 0.3), **kwargs)
+    assert again.resolution == 0.0
+    np.testing.assert_array_equal(again.W, second.W)
+
+
+def test_the_cli_resolution_option(tmp_path, capsys):
+    path = tmp_path / "data.csv"
+    np.savetxt(
+        path, np.concatenate([X, _rounded_target()], axis=1), delimiter=",", header="t,y", comments="", fmt="%.2f"
+    )
+    argv = ["privacy", "--csv", str(path), "--target", "y", "--sensitive", str(X[J, 0]), "--alpha", "0.5"]
+    argv += ["--lengthscale", "0.2", "--variance", "0.05", "--noise-variance", str(SIGMA2), "--design-theta-only"]
+    argv += ["--ledger", str(tmp_path / "ledger"), "--confirm-public"]
+    assert main([*argv, "--out", str(tmp_path / "a")]) == 0
+    assert "resolution noise: sd 0.01 in every row (detected" in capsys.readouterr().out
+    with np.load(tmp_path / "a" / "model.npz") as f:
+        assert float(f["resolution"]) == GRID and float(f["noise_variance"]) == pytest.approx(SIGMA2 + GRID**2)
+        assert _lattice_attack(f["W"][:, 0], f["noise_factor"], _kernel(), SIGMA2, GRID)[0] == []
+    assert main([*argv, "--resolution", "0", "--out", str(tmp_path / "b")]) == 2
+    assert "--confirm-no-resolution" in capsys.readouterr().err and not (tmp_path / "b").exists()
+    assert main([*argv, "--resolution", "-1", "--out", str(tmp_path / "b")]) == 2
+    assert "--resolution must be a finite number ≥ 0, got -1" in capsys.readouterr().err
+    ledger = ["--ledger", str(tmp_path / "other")]  # a fresh ledger: not a later release of the first
+    assert main([*argv, *ledger, "--resolution", "0", "--confirm-no-resolution", "--out", str(tmp_path / "b")]) == 0
+    assert "no resolution noise (--resolution 0, confirmed)" in capsys.readouterr().out
+    with np.load(tmp_path / "b" / "model.npz") as f:  # the control: the attack through the CLI's file, Y exactly
+        assert float(f["resolution"]) == 0.0
+        hits = _lattice_attack(f["W"][:, 0], f["noise_factor"], _kernel(), SIGMA2, GRID)[0]
+    assert len(hits) == 1 and np.max(np.abs(hits[0] - _rounded_target()[:, 0])) < 1e-9
+    ledger = ["--ledger", str(tmp_path / "third")]
+    assert main([*argv, *ledger, "--resolution", "0.04", "--json", "--out", str(tmp_path / "c")]) == 0
+    assert json.loads(capsys.readouterr().out)["resolution"] == 0.04
