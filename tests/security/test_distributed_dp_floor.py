@@ -66,9 +66,10 @@ def test_fake_dropouts_under_distributed_dp_are_refused():
 
 
 def test_control_enough_survivors_for_the_requests_honest_count():
-    """9 of 10 survive; the honest survivors are counted with c = min(10 − H, h − 1) colluders among them (the
-    noise's own assumption, and the masking's bound h − 1 = 4 at d = 8): H = 5 holds (9 − 4), H = 6 is one short,
-    and so is H = 9, which counting survivors alone accepted (one of the 9 may be the colluder the noise allows)."""
+    """9 of 10 survive; the honest survivors are counted with the party's own c = h − 1 = 4 colluders among them (the
+    masking's bound at d = 8; the request's H does not lower it under the default policy): H = 5 holds (9 − 4),
+    H = 6 is one short, and so is H = 9, which counting survivors alone accepted (and which assumes more honest
+    clients than the party does: refused before the count)."""
     nine = {f"c{k}" for k in range(9)}
     degree = default_degree(10)
     assert neighbour_floor(degree) - 1 == 4

@@ -78,7 +78,7 @@ from .dp import DifferentialPrivacy, clip_payload
 from .identity import PartyIdentity, members_digest
 from .policy import ClientPolicy
 from .request import Protection
-from .secagg import SecAggClient
+from .secagg import SecAggClient, is_round
 from .wire import METRIC_PREFIX, SATURATED_KEY, WEIGHT_KEY, FixedPoint, code_limit, count_code
 
 if TYPE_CHECKING:
@@ -104,10 +104,6 @@ DATA_FAULT = (
     "its reply to a protected phase failed the client's own checks (a value NaN or inf, or beyond ±1e150: which is "
     "not said); it answers no protected exchange again in this run"
 )
-
-
-#: the rounds a protocol request may name: a 64-bit signed integer (what the protocol's digests encode)
-_ROUND_RANGE = (-(2**63), 2**63)
 
 
 def _without_dropped(request: Mapping[str, Any]) -> Dict[str, Any]:
@@ -559,12 +555,15 @@ class ClientEncoder:
         return answer
 
     def _check_round(self, request: Mapping[str, Any]) -> None:
-        """A protocol request's round is a 64-bit signed integer (what the protocol's digests encode): another is
-        refused like any malformed request (the request's value only)."""
+        """A protocol request's round is a plain Python ``int`` in ``[0, 2^63 − 1]`` (:func:`~.secagg.is_round`: the
+        non-negative 64-bit signed range the protocol's digests encode; the wire carries Python ints): any other
+        value or type (a bool, a numpy integer, a negative or wider int) is refused like any malformed request, on
+        the request's value only, before a digest could raise ``OverflowError`` (issue 43)."""
         round = request.get("round") if isinstance(request, Mapping) else None
-        if isinstance(round, int) and not _ROUND_RANGE[0] <= round < _ROUND_RANGE[1]:
+        if not is_round(round):
             raise EncoderRefusal(
-                f"secure aggregation: {self.client_id!r} refuses: round {round} is outside the 64-bit signed range"
+                f"secure aggregation: {self.client_id!r} refuses: round {repr(round)[:40]} is not a plain int ≥ 0, "
+                "or is outside the 64-bit signed range"
             )
 
     def _cohort_ids(self, request: Mapping[str, Any]) -> FrozenSet[str]:
@@ -628,27 +627,45 @@ class ClientEncoder:
 
     def _check_survivors(self, request: Mapping[str, Any]) -> None:
         """Under distributed DP a sum is unmasked only if every group of honest survivors whose sum the server can
-        learn holds at least the honest-client count the noise shares assume: with fewer it carries less noise than
-        the accountant reports (a server that declares live clients dropped would get a sum noised for 2 clients, not
-        10). Counting survivors is not enough: the drop-outs and colluding survivors can cut the masking graph, so the
-        count is :meth:`~.secagg.SecAggClient.honest_floor` with ``c`` colluders, the smaller of two bounds the client
-        accepted: the cohort's ``m − H`` non-honest members under the noise's own assumption (``H`` honest clients,
-        capped by its policy) and the policy's ``max_colluders`` (None: the ``h − 1`` the masking withstands; issue 43,
-        S1)."""
+        learn holds at least the honest-client count ``H`` the noise shares assume: with fewer it carries less noise
+        than the accountant reports (a server that declares live clients dropped would get a sum noised for 2 clients,
+        not 10). Counting survivors is not enough: the drop-outs and colluding survivors can cut the masking graph, so
+        the count is :meth:`~.secagg.SecAggClient.honest_floor` with ``c`` colluders (issue 43, S1), and ``c`` is the
+        client's own (:meth:`_colluders`), never lowered by the server's word: a request whose ``H`` exceeds the
+        ``m − c`` honest members the client assumes of a cohort of ``m`` is refused."""
         key: Tuple[Any, Any, Any] = (request.get("purpose"), request.get("round"), request.get("phase"))
         needed = self._honest.get(key)  # the request's values: wrong types find nothing
         if needed is None or self._secagg is None:
             return
-        outside = max(len(self._cohort_ids(request)) - int(needed), 0)
-        # the floor falls as c grows, so the floor at the smaller bound is the larger floor
-        floor = max(
-            self._secagg.honest_floor(request, self.policy.max_colluders), self._secagg.honest_floor(request, outside)
-        )
+        members = len(self._cohort_ids(request))
+        c = self._colluders(request, members, int(needed))
+        if needed > members - c:
+            raise EncoderRefusal(  # the floor check below would refuse too (floor ≤ m − c): said for what it is
+                f"secure aggregation: {self.client_id!r} refuses: with the {c} colluders it assumes itself, at most "
+                f"{members - c} of the cohort of {members} are honest, below the {needed} honest clients its "
+                "distributed-DP noise assumes (the request assumes more than the client does)"
+            )
+        floor = self._secagg.honest_floor(request, c)
         if floor < needed:
             raise EncoderRefusal(
                 f"secure aggregation: {self.client_id!r} refuses: unmasking could reveal the sum of a group of "
                 f"{floor} honest survivor(s), below the {needed} honest clients its distributed-DP noise assumes"
             )
+
+    def _colluders(self, request: Mapping[str, Any], members: int, needed: int) -> int:
+        """``c``, the cohort members the client assumes side with the server when it checks an unmasking under
+        distributed DP, from its own policy only (issue 43): its ``max_colluders`` (None: the ``h − 1`` the masking
+        withstands, :meth:`~.secagg.SecAggClient.masking_colluders`), lowered to the request's ``m − H`` only when
+        its policy caps ``H`` itself (``honest_clients``, checked in :meth:`refusal`), so never below its own
+        ``m − honest_clients``. With ``honest_clients=None`` (any) the server's ``H`` does not lower ``c``: a request
+        for ``H = m`` would otherwise make ``c = 0`` and the check vacuous."""
+        assert self._secagg is not None
+        own = self.policy.max_colluders
+        if own is None:
+            own = self._secagg.masking_colluders(request)
+        if self.policy.honest_clients is None:
+            return int(own)
+        return min(int(own), max(members - needed, 0))
 
     def _check_groups(self, request: Mapping[str, Any]) -> None:
         """The small-cohort rule: every group whose sum the server would learn holds enough data."""

@@ -22,7 +22,10 @@ The party being protected enforces its own protection. A :class:`ClientPolicy` l
   not required); a request without distributed DP (central DP's noise is the server's), or with less noise, is
   refused;
 * ``honest_clients``: the most honest clients it assumes under distributed DP (None: any); a request that assumes more
-  (so that each client adds less noise) is refused;
+  (so that each client adds less noise) is refused. Before it unmasks a distributed-DP sum over a cohort of m it
+  assumes c colluders of its own: ``max_colluders`` (None: the ``h − 1`` its masking graph withstands), lowered to
+  the request's ``m − H`` only down to its own ``m − honest_clients``; with None the request's H never lowers c, and a
+  request with ``H > m − c`` is refused;
 * ``max_rounds``: the most training rounds it answers (None: its algorithm's own); a Flower party's comes from its
   node config (``max-rounds``, default :data:`DEFAULT_MAX_ROUNDS`), never from the run config the server writes, so a
   server cannot ask for 100,000 releases by writing ``rounds = 100000``;

@@ -210,6 +210,7 @@ from .shamir import (
 )
 
 __all__ = [
+    "ROUND_LIMIT",
     "SecAggAborted",
     "SecAggClient",
     "SecAggRefused",
@@ -221,6 +222,7 @@ __all__ = [
     "default_degree",
     "holder_graph",
     "honest_group_floor",
+    "is_round",
     "members_bitmap",
     "members_of",
     "neighbour_floor",
@@ -254,6 +256,18 @@ class SecAggAborted(RuntimeError):
 def default_degree(count: int) -> int:
     """``min(2⌈log₂ n⌉, n − 1)``, the degree of both graphs unless the server asks for another (≥ 2 members)."""
     return SecureAggregation().masking_degree(count)
+
+
+#: the rounds a protocol request may name: ``[0, ROUND_LIMIT)``, the non-negative half of the 64-bit signed range the
+#: protocol's digests encode (rounds are 0-based)
+ROUND_LIMIT = 2**63
+
+
+def is_round(value: object) -> bool:
+    """Whether ``value`` is a round a protocol request may name: a plain Python ``int`` (not a bool, not a numpy
+    integer: the wire carries Python ints) in ``[0, 2^63 − 1]``. Any other is refused where the request is parsed,
+    so no ``OverflowError`` or ``TypeError`` of the digests reaches the server."""
+    return type(value) is int and 0 <= value < ROUND_LIMIT
 
 
 def default_colluders(cohort_size: int, threshold: int) -> int:
@@ -626,6 +640,15 @@ class SecAggClient:
         c = neighbour_floor(degree) - 1 if colluders is None else colluders
         return honest_group_floor(len(exchange.members) - len(dropped), len(dropped), degree, c)
 
+    def masking_colluders(self, request: Mapping[str, Any]) -> int:
+        """``h − 1`` for the graph of the exchange a request names (``h = ⌊d/2⌋ + 1``, :func:`neighbour_floor`): the
+        most colluders the masking claims to withstand, which :meth:`honest_floor` assumes for ``colluders=None``.
+
+        :raises SecAggRefused: a malformed request.
+        """
+        exchange, _, graph = self._exchange(request)
+        return neighbour_floor(len(graph[exchange.cohort[0]])) - 1
+
     def _exchange(
         self, request: Mapping[str, Any], view: bytes = b""
     ) -> Tuple[Exchange, int, Mapping[str, Tuple[str, ...]]]:
@@ -635,6 +658,7 @@ class SecAggClient:
             raise self._refuse("setup is not complete (no roster)")
         if self._get(request, "run_id", lambda v: isinstance(v, bytes), "bytes") != self._run_id:
             raise self._refuse("the request is for another run")
+        self._get(request, "round", is_round, "an int in [0, 2^63 − 1]")  # before any digest encodes it
         try:
             cohort = _members_of(self._order, request.get("cohort"))
             exchange = _exchange_of(
