@@ -167,8 +167,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         metavar="R",
         help="the target's recording resolution (e.g. 0.01 for 2 decimals, 0.3334 for thirds): W gets noise "
-        "of sd R in every row, so that the grid does not give the target back (default: detected from the target's "
-        "decimals; a value below the detected one is raised to it; 0 needs --confirm-no-resolution)",
+        "of sd R in every row, so that the grid does not give the target back (default: the coarsest decimal grid "
+        "a group of the target's values shares; a value below the detected one is raised to it; 0 needs "
+        "--confirm-no-resolution)",
     )
     post = p.add_argument_group("post-processing of the released W")
     post.add_argument("--mean", type=float, default=None, help="the released constant mean (default: estimated from W)")

@@ -1060,6 +1060,16 @@ def _whole_release_variance(
     return variance
 
 
+def _resolution(Y: np.ndarray, W0: np.ndarray, declared: Optional[float]) -> float:
+    """τ of the resolution noise: 0 if declared 0 (confirmed), else the larger of the declared value and
+    :func:`~gpflow_fed.release.resolution.recording_resolution` of Y at the magnitude ``10·max|W₀|`` (W₀ the release
+    before the resolution noise: the floor is post-processing of W₀, not a function of Y)."""
+    if declared == 0.0:
+        return 0.0
+    detected = recording_resolution(Y, magnitude=10.0 * float(np.max(np.abs(W0))))
+    return detected if declared is None else max(declared, detected)
+
+
 def release(
     data: "tuple[np.ndarray, np.ndarray]",
     sensitive: Union[np.ndarray, Region],
@@ -1120,9 +1130,11 @@ def release(
     τ = Δ the target's recording resolution: a Gaussian of sd Δ wrapped on the grid's spacing Δ is uniform to a
     relative ripple ``2·exp(−2π²) ≈ 5.4e-9`` per row, so the grid no longer tells candidate ω apart
     (:mod:`~gpflow_fed.release.resolution`; the attack is tested in ``tests/release/test_resolution.py``). Δ is
-    detected from Y (:func:`~gpflow_fed.release.resolution.recording_resolution`: decimal grids, half-steps,
-    integers, ``1.8·C + 32``; full-precision data give Δ = 0 and nothing is added) or declared (``resolution=``, for
-    a grid the detection misses, e.g. thirds; a declared Δ below the detected one is raised to it). τ is published
+    detected from Y (:func:`~gpflow_fed.release.resolution.recording_resolution`: the coarsest grid a group of
+    records shares beyond chance — decimal grids, half-steps, integers, ``1.8·C + 32``, at any offset, with off-grid
+    records or a subset on a coarser grid — and at least the precision floor, 1e-11 for data of magnitude 1) or
+    declared (``resolution=``, for a grid the detection misses, e.g. thirds among finer records; a declared Δ below
+    the detected one is raised to it). τ is published
     (``result.resolution``, ``model.npz``), a fact about how the target is recorded, and the released model's
     Gaussian noise variance is ``σ² + τ²`` (``τη`` is in W, not in the records: :class:`PrivacyAwareGPR`). Σ is
     designed, and every floor checked, with τη not counted as protection beyond that noise variance of W (the floor
@@ -1230,15 +1242,13 @@ def release(
         X, S = release_inputs(data[0], sensitive)
     Y = _outputs(data[1], X.shape[0], "Y")
     declared = check_resolution(resolution)
-    detected = recording_resolution(Y)
     if declared == 0.0 and not confirm_no_resolution:
         raise ValueError(
-            f"resolution=0 adds no resolution noise: a target recorded on a grid (detected spacing {detected:g}; 0: "
-            "none found) is then given back exactly by enumerating the grid values of a few rows (issue 44); omit "
-            "resolution to detect it, declare the spacing, or confirm with confirm_no_resolution=True (CLI: "
-            "--confirm-no-resolution)"
+            f"resolution=0 adds no resolution noise: a target recorded on a grid (detected spacing "
+            f"{recording_resolution(Y):g}, at least the precision floor) is then given back exactly by enumerating "
+            "the grid values of a few rows (issue 44); omit resolution to detect it, declare the spacing, or "
+            "confirm with confirm_no_resolution=True (CLI: --confirm-no-resolution)"
         )
-    tau = detected if declared is None else 0.0 if declared == 0.0 else max(declared, detected)
     if noise_variance is not None and not (np.isfinite(noise_variance) and noise_variance >= 0):
         raise ValueError(f"noise_variance must be None or a number ≥ 0, got {noise_variance}")
     if mean is not None and not np.isfinite(mean):
@@ -1310,14 +1320,15 @@ def release(
         # Σ_Δ = (A − K − V − Σ₁)⁺ is zero up to rounding when Σ₁ already meets the floor: then W₁ is republished
         delta = delta[:, np.sum(delta**2, axis=0) > DELTA_RTOL * float(np.max(kernel_diag(kernel, X)))]
         W = previous.W.copy()
+        tau = 0.0  # W₁ republished unchanged, unless Δ ≠ 0
         if delta.shape[1]:  # fresh resolution noise with Δ (W₁'s own, if any, is not counted)
             W = obfuscate(W, delta @ delta.T, insecure_noise_seed=insecure_noise_seed)
+            tau = _resolution(Y, W, declared)
             W = W + resolution_noise(W.shape[0], tau, insecure_noise_seed)
-        else:
-            tau = 0.0  # W₁ republished unchanged
         Sigma = _covariance_from_factor(np.concatenate([previous.factor, delta], axis=1))
     else:
         W = obfuscate(Y, Sigma, insecure_noise_seed=insecure_noise_seed)
+        tau = _resolution(Y, W, declared)
         W = W + resolution_noise(W.shape[0], tau, insecure_noise_seed)
     unchanged = _unchanged(Sigma, kernel_diag(kernel, X))
     records = targets.records[targets.records >= 0]

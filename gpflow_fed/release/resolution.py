@@ -14,79 +14,188 @@ that precision, and the grid no longer selects candidates (measured: the attack 
 candidate, ``tests/release/test_resolution.py``). τ = Δ/2 would leave a ripple of 2·exp(−π²/2) ≈ 1.4e-2 per row,
 which over N rows accumulates into a likelihood that can still rank candidates.
 
-What :func:`recording_resolution` finds: the largest Δ such that every ``Y_i − min(Y)`` is an integer multiple of Δ to
-round-off, through the decimal digits: for k = 0, 1, …, :data:`MAX_DECIMALS` decimals, the differences times 10^k are
-integers (to :data:`ROUNDOFF_ULPS` units in the last place of the data's magnitude) and Δ is their gcd over 10^k. So
-decimal grids (0.01), half-steps (0.5), integer data (1, or 10 for multiples of 10) and affine images of a decimal
-grid (``1.8·C + 32`` with C to 0.1: Δ = 0.18) are found; full-precision floats give no grid (Δ = 0). A grid that is
-not a decimal fraction (thirds, 1/7) is not found: declare it (``release(resolution=...)``).
+What :func:`recording_resolution` finds (τ, issue 44's third attacker broke a first version that asked every record
+to share one grid: an offset of 1e9, one off-grid record, or one record with more decimals gave τ = 0 or a τ far
+below the records' grid, and the lattice attack gave Y back):
+
+* **The precision floor** (:func:`precision_floor`): the finest decimal step ``10^-k`` that can be told from round-off
+  at the data's magnitude (``ROUNDOFF_ULPS`` ulps of ``max|Y|`` are at most ``MAX_ROUNDOFF_FRACTION`` of a step;
+  the release computes it from ``10·max|W₀|``, ``W₀ = Y + Lω`` before the resolution noise, so that it publishes
+  nothing of Y beyond W₀).
+  Whether Y lies on a finer grid (a float64 value is on the grid of its own ulps) cannot be tested, so τ is never
+  below the floor: 1e-11 for data of magnitude 1 (far below any noise a release designs), 0.01 near 1e9.
+  Full-precision records get the floor (1e-10 for 5,000 standard normal draws, magnitude ≈ 4).
+* **Grids shared by groups of records**: for each level ``10^-k`` from about twice Y's standard deviation down to the
+  floor, the records whose differences are multiples of ``10^-k`` form groups; a group's spacing is ``g·10^-k`` (g
+  the gcd of its grid counts). A group counts when it holds at least :data:`MIN_GROUP_ROWS` records and as large a
+  group is unlikely (below :data:`CHANCE_PROBABILITY`) under the structure already found at finer levels (the
+  records uniform on their nearest counting ancestor's grid, or continuous). τ is the largest spacing that counts.
+  So one off-grid record, a minority recorded with more decimals, or records recorded as integers among 2-decimal
+  ones no longer hide the grid: the lattice attack needs only r + 1 records on a known grid, the rest it treats as
+  unknowns.
+
+Found: decimal grids (0.01), half-steps (0.5), integers (1, or 10 for multiples of 10), affine images of a decimal
+grid (``1.8·C + 32`` with C to 0.1: 0.18), any of these at a large offset, and a subset of records on a coarser grid
+than the rest. A grid that is not a decimal fraction (thirds, 1/7) is found only as a coarser decimal one when it
+exists (thirds with integer parts: 1) or not at all: declare it (``release(resolution=...)``). A grid shared by a few
+records *by chance* is not knowledge an attacker has and is not counted; a grid an attacker knows from elsewhere
+that the data do not show (a protocol saying "site B rounds to integers" for a handful of records among many) must
+be declared.
 """
 
 from __future__ import annotations
 
 import math
 from functools import reduce
-from typing import Optional
+from typing import List, Optional, Tuple
 
 import gpflow
 import numpy as np
+from scipy.stats import poisson
 
 from .. import randomness
 
 __all__ = [
-    "MAX_DECIMALS",
+    "CHANCE_PROBABILITY",
     "MAX_RESOLUTION",
+    "MAX_ROUNDOFF_FRACTION",
+    "MIN_GROUP_ROWS",
     "RESOLUTION_TEST_ENTROPY",
     "ROUNDOFF_ULPS",
     "check_resolution",
+    "precision_floor",
     "recording_resolution",
     "resolution_noise",
 ]
 
-#: Decimal digits tried by :func:`recording_resolution` (0, 1, …, 12).
-MAX_DECIMALS = 12
-#: A difference times 10^k is an integer when within this many float64 ulps of the data's magnitude (times 10^k).
-ROUNDOFF_ULPS = 64
-#: The round-off allowance must stay below this fraction of one grid step, else k decimals cannot be told apart from
-#: noise at that magnitude and are not tried (a full-precision value passes with probability about twice this).
+#: A difference of two records times 10^k is an integer when within this many float64 ulps of the data's magnitude
+#: (times 10^k): a value read from text is within ½ ulp, one computed by an affine map (``1.8·C + 32``) within ≈ 2.
+ROUNDOFF_ULPS = 16
+#: The round-off allowance must stay below this fraction of one grid step, else 10^-k cannot be told apart from
+#: round-off at the data's magnitude (part of the precision floor, module docstring).
 MAX_ROUNDOFF_FRACTION = 1e-3
+#: The fewest records a grid group needs to count (two records' difference is always a multiple of itself).
+MIN_GROUP_ROWS = 3
+#: A group counts when a group as large arises by chance with probability below this (Poisson bound, docstring).
+CHANCE_PROBABILITY = 1e-6
 #: A resolution above this is refused (τ² must be a finite float64, as a noise factor's entries, ±1e150).
 MAX_RESOLUTION = 1e150
 #: Entropy of the test-only stream of the resolution noise (``insecure_noise_seed`` given), apart from ω's stream.
 RESOLUTION_TEST_ENTROPY = 0x5EED_D1C3
 
 
-def recording_resolution(Y: np.ndarray) -> float:
-    r"""The largest Δ such that every ``Y_i − min(Y)`` is an integer multiple of Δ to round-off (0: no such grid).
+def _allowance(k: int, magnitude: float) -> float:
+    """The round-off allowance at level ``10^-k``, as a fraction of one step."""
+    return ROUNDOFF_ULPS * float(np.finfo(np.float64).eps) * 10.0**k * magnitude
 
-    For ``k = 0 … MAX_DECIMALS``: ``n_i = round(10^k (Y_i − min Y))`` must match ``10^k (Y_i − min Y)`` within
-    ``ROUNDOFF_ULPS · ε · 10^k · max|Y|`` (ε the float64 machine epsilon), a margin tried only while it stays below
-    ``MAX_ROUNDOFF_FRACTION``; the first k that fits gives ``Δ = gcd(n) / 10^k``. Y constant (every difference 0)
-    gives 0: there is no spacing to find.
+
+def _finest_level(magnitude: float) -> int:
+    """The largest k whose allowance is at most :data:`MAX_ROUNDOFF_FRACTION` of a step."""
+    return math.floor(math.log10(MAX_ROUNDOFF_FRACTION / _allowance(0, magnitude)))
+
+
+def precision_floor(magnitude: float) -> float:
+    r"""``10^-k`` for the finest decimal level k that :func:`recording_resolution` can test at a magnitude: the largest
+    k whose round-off allowance ``ROUNDOFF_ULPS · ε · 10^k · magnitude`` is at most :data:`MAX_ROUNDOFF_FRACTION` of a
+    step (ε the float64 machine epsilon): 1e-11 at magnitude 1, 0.01 at 1e9; 0 at magnitude 0.
+
+    :param magnitude: ``max|Y|``, or the release's public stand-in for it (:func:`recording_resolution`).
+    """
+    if not (math.isfinite(magnitude) and magnitude >= 0):
+        raise ValueError(f"magnitude must be a finite number ≥ 0, got {magnitude}")
+    return 0.0 if magnitude == 0.0 else 10.0 ** (-_finest_level(magnitude))
+
+
+def _residue_groups(scaled: np.ndarray, allowance: float) -> List[np.ndarray]:
+    """Index arrays of the records whose scaled values agree modulo 1 to ``2·allowance`` (single linkage on the circle
+    of residues ``scaled − round(scaled)``), the largest first."""
+    residues = scaled - np.round(scaled)
+    order = np.argsort(residues, kind="stable")
+    groups = np.split(order, np.flatnonzero(np.diff(residues[order]) > 2 * allowance) + 1)
+    if len(groups) > 1 and residues[order[0]] + 1.0 - residues[order[-1]] <= 2 * allowance:
+        groups = [np.concatenate([groups[-1], groups[0]]), *groups[1:-1]]  # the circle closes
+    return sorted(groups, key=len, reverse=True)
+
+
+def _group_step(counts: np.ndarray) -> int:
+    """The gcd of a group's grid counts relative to its first member (0: all equal)."""
+    first = int(counts[0])
+    return reduce(math.gcd, (abs(int(c) - first) for c in counts[1:]), 0)
+
+
+def _chance_size(rows: int, classes: float) -> int:
+    """The smallest n such that, of ``rows`` records spread uniformly over ``classes`` classes, some class holding n
+    or more has probability at most :data:`CHANCE_PROBABILITY` (union bound over the classes, Poisson counts)."""
+    lam = rows / classes
+    guess = float(poisson.isf(CHANCE_PROBABILITY / classes, lam))  # NaN below scipy's range: start at the minimum
+    n = max(MIN_GROUP_ROWS, int(guess) - 1 if math.isfinite(guess) else 0)
+    while classes * float(poisson.sf(n - 1, lam)) > CHANCE_PROBABILITY:
+        n += 1
+    return n
+
+
+def recording_resolution(Y: np.ndarray, min_rows: int = MIN_GROUP_ROWS, magnitude: Optional[float] = None) -> float:
+    r"""The resolution τ a release of Y adds: the coarsest grid spacing a group of records shares beyond chance, and
+    at least :func:`precision_floor` (module docstring).
+
+    For each decimal level ``Δ = 10^-k`` from about twice Y's standard deviation down to the precision floor, the
+    records are grouped by ``10^k (Y_i − min Y)`` modulo 1, to the round-off allowance (single linkage): a group of n
+    records lies on the grid ``a + gΔ``, g the gcd of its members' grid counts. Levels are read from the finest: a
+    group *counts* when ``n ≥ min_rows`` and as large a group is unlikely by chance (:func:`_chance_size`) under the
+    structure already found: if its nearest ancestor group (the group at a finer level holding it) that counts lies
+    on ``a' + s`` with m members, those m records fill the c classes of ``s`` modulo Δ (c the denominator of s/Δ);
+    with no such ancestor the N records are continuous, in ``1 / (2·allowance)`` windows. τ is the largest ``gΔ`` that
+    counts. So 2-decimal records are 0.01 whatever their integer parts share, a subset recorded as integers among
+    finer records is 1, and full-precision records get the floor.
 
     :param Y: ``[N]`` or ``[N, 1]`` finite outputs.
-    :raises ValueError: Y is empty or not finite.
+    :param min_rows: the fewest records a group needs (≥ 3: two records' difference is a multiple of itself).
+    :param magnitude: the scale of the round-off allowance and of the floor; None: ``max|Y|``. The release passes
+        ``10·max|W₀|`` (``W₀ = Y + Lω``, the release before the resolution noise), so that the floor, which τ is for
+        full-precision data, is post-processing of W₀ and not a function of Y (it would publish Y's order of
+        magnitude); Y's round-off is within it unless Lω shrinks every large record tenfold.
+    :raises ValueError: Y is empty or not finite, min_rows < 3, or magnitude is not a finite number ≥ 0.
     """
     values = np.asarray(Y, dtype=np.float64).reshape(-1)
     if values.size == 0 or not np.all(np.isfinite(values)):
         raise ValueError(
             f"Y must be a non-empty finite array to find its recording resolution, got shape {values.shape}"
         )
+    if isinstance(min_rows, bool) or not isinstance(min_rows, (int, np.integer)) or min_rows < MIN_GROUP_ROWS:
+        raise ValueError(f"min_rows must be an integer ≥ {MIN_GROUP_ROWS}, got {min_rows!r}")
+    magnitude = float(np.max(np.abs(values))) if magnitude is None else float(magnitude)
+    floor = precision_floor(magnitude)
+    spread = float(np.std(values))
+    if floor == 0.0 or spread == 0.0:
+        return floor
+    N = values.size
     diffs = values - float(np.min(values))
-    if not np.any(diffs > 0):
-        return 0.0
-    magnitude = float(np.max(np.abs(values)))
-    for k in range(MAX_DECIMALS + 1):
-        scale = 10.0**k
-        allowance = ROUNDOFF_ULPS * np.finfo(np.float64).eps * scale * magnitude
-        if allowance > MAX_ROUNDOFF_FRACTION:
-            break
-        scaled = diffs * scale
+    finest = _finest_level(magnitude)
+    tau = floor
+    # per record, the nearest counting ancestor at the finer level: (members m, gcd g, level k) or None
+    ancestor: List[Optional[Tuple[int, int, int]]] = [None] * N
+    for k in range(finest, min(finest, math.ceil(-math.log10(2.0 * spread))) - 1, -1):
+        allowance = _allowance(k, magnitude)
+        scaled = diffs * 10.0**k
         counts = np.round(scaled)
-        if np.all(np.abs(scaled - counts) <= allowance):
-            step = reduce(math.gcd, (int(c) for c in counts), 0)
-            return step / scale
-    return 0.0
+        below: List[Optional[Tuple[int, int, int]]] = [None] * N
+        for group in _residue_groups(scaled, allowance):
+            if group.size < min_rows:
+                break  # the rest are smaller (largest first) and have no counting ancestor either
+            g = _group_step(counts[group])
+            found = ancestor[int(group[0])]  # one group at the finer level holds all of this one's members
+            if found is None:  # continuous records: N of them in 1 / (2·allowance) windows
+                pool, classes = N, 1.0 / (2.0 * allowance)
+            else:  # the ancestor's m records on s = g'·10^-k' fill s modulo 10^-k: denominator of g'/10^(k'−k)
+                scale = 10 ** (found[2] - k)
+                pool, classes = found[0], float(scale // math.gcd(found[1], scale)) if found[1] else 1.0
+            counted = g > 0 and classes > 1.0 and group.size >= _chance_size(pool, classes)
+            if counted:
+                tau = max(tau, g / 10**k if k > 0 else float(g * 10 ** (-k)))  # exact decimals: 18/100
+            for i in group:
+                below[int(i)] = (int(group.size), g, k) if counted else found
+        ancestor = below
+    return tau
 
 
 def check_resolution(resolution: Optional[float]) -> Optional[float]:

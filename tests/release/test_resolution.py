@@ -17,6 +17,7 @@ from gpflow_fed.cli import main
 from gpflow_fed.models import PrivacyAwareGPR
 from gpflow_fed.models.privacy_aware_gpr import release
 from gpflow_fed.release import ProportionalKernel, protected_covariance, recording_resolution, resolution_noise
+from gpflow_fed.release.resolution import precision_floor
 
 N = 25
 X = np.linspace(0.0, 1.0, N)[:, None]
@@ -36,19 +37,28 @@ def _rounded_target(seed=3):
     return np.round(np.linalg.cholesky(K) @ np.random.default_rng(seed).standard_normal((N, 1)), 2)
 
 
-def _lattice_attack(W, L, kernel, s2, q, nsd=4.0, tol=1e-5):
+def _with(values, rows, value):
+    """``values`` with ``rows`` set to ``value`` (a number), rounded to integers ("round") or to tens ("tens")."""
+    out = values.copy()
+    out[rows] = np.round(out[rows]) if value == "round" else 10 * np.round(out[rows] / 10) if value == "tens" else value
+    return out
+
+
+def _lattice_attack(W, L, kernel, s2, q, nsd=4.0, tol=1e-5, skip=()):
     """The fresh attacker's enumeration from what a release publishes (X, W, L, the design θ) and the grid q.
 
     The posterior window of each of the r pivot rows (pivoted QR of Lᵀ) is enumerated on the grid; each candidate n
     fixes ω = L_sel⁻¹(W_sel − qn), and is kept if every other row ``(W_j − L_jω)/q`` is an integer to ``tol``.
     Also returns the candidate nearest the grid (the smallest sum of squared distances of the other rows to it).
+    Rows in ``skip`` (the attacker knows they are off the grid) are unknowns: neither pivots nor checked.
     """
     r = L.shape[1]
     P = kernel(X).numpy() + s2 * np.eye(N)
     G = P @ np.linalg.inv(P + L @ L.T)
     mu, Vy = G @ W, P - G @ P
-    _, _, piv = sl.qr(L.T, pivoting=True)
-    sel, rest = piv[:r], np.setdiff1d(np.arange(N), piv[:r])
+    keep = np.setdiff1d(np.arange(N), skip)
+    _, _, piv = sl.qr(L[keep].T, pivoting=True)
+    sel, rest = keep[piv[:r]], np.setdiff1d(keep, keep[piv[:r]])
     Minv = np.linalg.inv(L[sel])
     sd = np.sqrt(np.maximum(np.diag(Vy)[sel], 0.0))
     grids = [np.arange(np.floor((m - nsd * s) / q), np.ceil((m + nsd * s) / q) + 1) for m, s in zip(mu[sel], sd)]
@@ -102,14 +112,55 @@ def test_the_lattice_attack_recovers_y_without_the_resolution_noise_and_not_with
         (np.round(10 * np.random.default_rng(3).standard_normal(30)), 1.0),  # integers
         (10 * np.round(10 * np.random.default_rng(4).standard_normal(30)), 10.0),  # multiples of 10
         (1e5 + np.round(np.random.default_rng(5).standard_normal(30), 3), 0.001),  # large offset, 3 decimals
-        (np.random.default_rng(6).standard_normal(30), 0.0),  # full precision: no grid
-        (np.round(3 * np.random.default_rng(7).standard_normal(30)) / 3, 0.0),  # thirds: missed (declare them)
-        (np.full(30, 0.25), 0.0),  # constant: no spacing
+        (np.random.default_rng(6).standard_normal(30), 1e-11),  # full precision: the precision floor
+        (np.round(3 * np.random.default_rng(7).standard_normal(30)) / 3, 1.0),  # thirds: the coarser integer grid
+        (np.full(30, 0.25), 1e-12),  # constant: no spacing, the floor
+        (np.zeros(30), 0.0),  # all zero: no magnitude
+        # the third fresh attacker's three cases (each gave τ = 0 or 0.001 before, and Y back by LLL)
+        (1e9 + np.round(np.random.default_rng(8).standard_normal(40), 2), 0.01),  # an offset of 1e9
+        (_with(np.round(np.random.default_rng(9).standard_normal(40), 2), 5, 0.123456789), 0.01),  # one off-grid row
+        (_with(np.round(np.random.default_rng(10).standard_normal(40), 1), 5, 0.123), 0.1),  # one row 3 decimals
+        # a subset recorded as integers among 2-decimal records, and 30 multiples of 10 among them (10 of 1,000 are
+        # within chance: the threat model says such a handful must be declared)
+        (_with(np.round(10 * np.random.default_rng(11).standard_normal(1000), 2), slice(0, 300), "round"), 1.0),
+        (_with(np.round(10 * np.random.default_rng(12).standard_normal(1000), 2), slice(0, 30), "tens"), 10.0),
+        # chance is not a grid: 1-decimal records whose integer parts share classes, with a small spread
+        (np.round(0.1 * np.random.default_rng(13).standard_normal(1000), 1), 0.1),
+        (np.round(10 * np.random.default_rng(14).standard_normal(1000), 1), 0.1),
     ],
 )
 def test_the_recording_resolution_is_detected(values, step):
     assert recording_resolution(values) == pytest.approx(step, rel=1e-12, abs=0.0)
     assert recording_resolution(values[:, None]) == recording_resolution(values)
+    assert recording_resolution(values) >= precision_floor(float(np.max(np.abs(values))))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_full_precision_records_get_the_precision_floor(seed):
+    """5,000 standard normal draws: no group of chance counts (the floor, 1e-10 at magnitude ≈ 4); and the floor."""
+    values = np.random.default_rng(100 + seed).standard_normal(5000)
+    assert recording_resolution(values) == precision_floor(float(np.max(np.abs(values)))) == 1e-10
+    assert precision_floor(1e9) == 0.01 and precision_floor(1.0) == 1e-11 and precision_floor(0.0) == 0.0
+    assert recording_resolution(values, magnitude=1e9) == 0.01  # the release's stand-in for max|Y|
+
+
+def test_an_off_grid_record_does_not_hide_the_grid_from_the_lattice_attack():
+    """The third fresh attacker: one full-precision record among 2-decimal ones made the first detection give τ = 0,
+    and the attack that treats that record as one more unknown gave every other record back exactly. Now τ = 0.01
+    (control: the same release with resolution=0 confirmed, the old τ, still falls)."""
+    k, Y = _kernel(), _rounded_target()
+    Y[2, 0] += 0.001234567  # off the grid, not a pivot's neighbour
+    kwargs = dict(kernel=k, noise_variance=SIGMA2, ledger=None, insecure_noise_seed=5, confirm_public=True)
+    kwargs.update(refit_check=False, theta_range="design")
+    tolerance = ProportionalKernel(k, 0.5)
+    off = release((X, Y), S, tolerance, resolution=0.0, confirm_no_resolution=True, **kwargs)
+    hits, _, _ = _lattice_attack(off.W[:, 0], off.model.noise_factor.numpy(), k, SIGMA2, GRID, skip=[2])
+    assert len(hits) == 1
+    np.testing.assert_allclose(np.delete(hits[0], 2), np.delete(Y[:, 0], 2), rtol=0, atol=1e-9)
+    on = release((X, Y), S, tolerance, **kwargs)
+    assert on.resolution == GRID
+    hits, nearest, _ = _lattice_attack(on.W[:, 0], on.model.noise_factor.numpy(), k, SIGMA2, GRID, skip=[2])
+    assert hits == [] and np.max(np.abs(np.delete(nearest - Y[:, 0], 2))) > GRID
 
 
 def test_recording_resolution_and_resolution_errors():
@@ -178,7 +229,7 @@ def test_the_refit_check_fits_the_records_noise_above_tau2():
     resolution noise is not taken for noise of the records (which would count noise they do not have)."""
     k = _kernel()
     Y = np.linalg.cholesky(k(X).numpy() + SIGMA2 * np.eye(N)) @ np.random.default_rng(8).standard_normal((N, 1))
-    assert recording_resolution(Y) == 0.0
+    assert recording_resolution(Y) == precision_floor(float(np.max(np.abs(Y)))) < 1e-10
     kwargs = dict(kernel=k, noise_variance=SIGMA2, ledger=None, confirm_public=True, insecure_noise_seed=0)
     out = release((X, Y), S, ProportionalKernel(k, 0.5), resolution=0.1, **kwargs)
     assert out.resolution == 0.1

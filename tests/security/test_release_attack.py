@@ -32,7 +32,7 @@ from scipy.optimize import least_squares
 import gpflow_fed.randomness as randomness
 from gpflow_fed.cli import main
 from gpflow_fed.models import PrivacyAwareGPR, fit_hyperparameters, release
-from gpflow_fed.release import ProportionalKernel, obfuscate, synthetic_noise_covariance
+from gpflow_fed.release import ProportionalKernel, obfuscate, resolution_noise, synthetic_noise_covariance
 
 GUESSES = range(1000)
 ALPHA = 0.5
@@ -305,12 +305,14 @@ def test_the_stationarity_attack_on_one_fixed_dataset_at_scale():
 
 def _same_w_other_y(X, Y, S, how, method="strong"):
     """Two releases that publish the same W from different raw outputs: Y with noise seed 3, and
-    ``Y' = Y + Z₃ − Z₄`` with seed 4 (so ``W' = Y' + Z₄ = W``); Y' differs from Y by the noise scale."""
+    ``Y' = Y + Z₃ − Z₄`` with seed 4 (so ``W' = Y' + Z₄ = W``), Z the noise Lω plus the resolution noise τη (τ the
+    precision floor here, the same for both); Y' differs from Y by the noise scale."""
     first = _new_release(X, Y, S, how, seed=3, method=method)
     zero = np.zeros_like(Y)
     # Σ of the first draw (the refit check may add noise to W after it, post-processing); it does not depend on Y
     Sigma = _new_release(X, Y, S, how, seed=3, method=method, refit_check=False, ledger=None).Sigma
     Y_other = Y + obfuscate(zero, Sigma, insecure_noise_seed=3) - obfuscate(zero, Sigma, insecure_noise_seed=4)
+    Y_other += resolution_noise(len(Y), first.resolution, 3) - resolution_noise(len(Y), first.resolution, 4)
     second = _new_release(X, Y_other, S, how, seed=4, method=method)
     return first, second, Y_other
 
