@@ -4,7 +4,9 @@
     one party: checks its table (before TensorFlow), keeps its rows privately for its SuperNode (a 0600 file in a
     0700 folder) and runs that ``flower-supernode``, with its own protection policy in its node config (secure
     aggregation required unless ``--no-secure-aggregation``; ``--min-cohort``, ``--max-rounds``, ``--max-colluders``,
-    ``--dp-budget``; every policy node key is listed in ``gpflow_fed.federated.runtimes.flower.commands``). Its rows
+    ``--dp-budget``; every policy node key is listed in ``gpflow_fed.federated.runtimes.flower.commands``) and its name
+    (``--name``, default the CSV file's stem: the label the server's log and result show; its id stays ``client_K``,
+    checked by :func:`gpflow_fed.validation.party_name`). Its rows
     never leave it: it answers the server's requests (the column moments, then the training) with sums that are masked
     under secure aggregation. It stops by itself once the server's SuperLink has not answered for ``--linger`` seconds
     (the run is over; ``--stay`` keeps serving); Ctrl-C (or ``kill``) stops it and every process its SuperNode started.
@@ -152,6 +154,9 @@ def _check_party(args: argparse.Namespace) -> None:
                 f"--dp-ledger {args.dp_ledger}: no ledger there; create it once with "
                 f"`gpflow-fed flower ledger create {args.dp_ledger}`"
             )
+    name_problem = _check_name(args)
+    if name_problem:
+        problems.append(name_problem)
     args.identity = _identity_settings(args)
     try:  # the same check the party's ClientApp makes, before its SuperNode starts
         from ..federated.protection.identity import node_identity
@@ -172,6 +177,41 @@ def _check_party(args: argparse.Namespace) -> None:
             )
     if problems:
         raise ValueError("; ".join(problems))
+
+
+def _check_name(args: argparse.Namespace) -> str:
+    """Set ``args.party_name``: ``--name`` (default: the stem of ``--csv``, ``hospital_a`` for ``hospital_a.csv``) in
+    :func:`~gpflow_fed.validation.party_name`'s normal form, which travels in the node config as ``party-name``.
+
+    It is only the label the server's log and result show for this party; its protocol id stays ``client_K``.
+
+    :return: the problem, in one line naming ``--name`` ("" when there is none; ``args.party_name`` is then set).
+    """
+    import tomllib
+
+    from ..federated.runtimes.flower.commands import node_config
+    from ..validation import party_name
+
+    args.party_name = None
+    given = getattr(args, "name", None)
+    where = "--name" if given is not None else f"--name (by default the stem of --csv {args.csv})"
+    raw = given if given is not None else os.path.splitext(os.path.basename(str(args.csv)))[0]
+    hint = "" if given is not None else "; give one with --name NAME"
+    try:
+        name = party_name(raw, where)
+    except ValueError as exc:  # its message names `where`, in one line
+        return f"{exc}{hint}"
+    try:  # Flower reads a node config value as TOML, quoted with no escapes: it must come back as it went
+        carried = tomllib.loads(node_config({"party-name": name})) == {"party-name": name}
+    except ValueError:  # both quotes (node_config), or an escape TOML refuses (a character beyond U+FFFF)
+        carried = False
+    if not carried:
+        return (
+            f"{where}: the party name {ascii(name)} cannot go in a Flower node config (both quotes, or a character "
+            f"beyond U+FFFF){hint}"
+        )
+    args.party_name = name
+    return ""
 
 
 def _identity_settings(args: argparse.Namespace) -> Dict[str, Any]:
@@ -235,6 +275,7 @@ def party_command(args: argparse.Namespace) -> Tuple[List[str], str]:
         ),
         "features": ",".join(table.features),
         "target": table.target,
+        **({} if getattr(args, "party_name", None) is None else {"party-name": args.party_name}),
         **(getattr(args, "identity", None) or _identity_settings(args)),
     }
     command = supernode_command(args.superlink, args.port, data, args.client_index, root, policy)
@@ -494,6 +535,13 @@ def register(subparsers: Any) -> None:
         "--client-index", type=non_negative_int, required=True, help="this party's index k in 0 … K-1 (each once)"
     )
     party.add_argument("--superlink", required=True, metavar="HOST:PORT", help="the server's SuperLink")
+    party.add_argument(
+        "--name",
+        default=None,
+        metavar="NAME",
+        help="this party's name in the server's log and result (default: the CSV file's name without its extension); "
+        "its protocol id stays client_K",
+    )
     party.add_argument(
         "--max-rounds",
         type=positive_int,

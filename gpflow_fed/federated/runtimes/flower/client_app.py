@@ -8,6 +8,8 @@ one is a ``ValueError`` naming its key):
 * ``client-index``: k ∈ {0, …, K-1}: the client ``"client_k"``, seeded as ``make_clients`` seeds it;
 * ``state-dir`` (optional): its private model-state folder between messages (default ``$XDG_CACHE_HOME/gpflow_fed``);
 * ``features`` and ``target`` (optional): its column names (comma-separated features), reported by ``describe``;
+* ``party-name`` (optional): the label the server shows for this party, reported by ``describe`` when
+  :func:`~gpflow_fed.validation.party_name` accepts it (its protocol id stays ``client_k``);
 * ``signing-key``: its Ed25519 key file (``gpflow-fed flower keygen``), checked with ``roster`` at setup;
 * ``roster``: the roster file agreed out of band (one ``<id> <hex public key>`` line per party);
 * ``no-roster`` (default false): ``true`` opts out of ``signing-key`` and ``roster`` (a semi-honest server only);
@@ -66,7 +68,7 @@ from flwr.app import ConfigRecord, Context, RecordDict
 from flwr.app import Message as FlowerMessage
 from flwr.clientapp import ClientApp
 
-from ....validation import integer
+from ....validation import integer, party_name
 from ...protocol.algorithm import Algorithm, FederationInfo
 from ...protocol.client import Client
 from ...engine.endpoint import ClientEndpoint, fault_response, protocol_response
@@ -138,7 +140,9 @@ def _read_data(path: str) -> Tuple[np.ndarray, np.ndarray]:
 
 def describe_reply(context: Context) -> RecordDict:
     """The party's public description: ``client-index``, ``num-data`` N_k, ``input-dim`` D, ``output-dim`` P and,
-    when its node config names them, its ``features`` and ``target`` column names (no data).
+    when its node config names them, its ``features`` and ``target`` column names (no data) and its ``party-name``
+    (in :func:`~gpflow_fed.validation.party_name`'s normal form; a name it refuses is left out, never an error: it is
+    only a label).
 
     Only the shapes are read here (no TensorFlow: ``describe`` is a message of its own, in a ClientApp process of
     its own); the values are checked (:func:`load_client_data`) before the party's first update uses them.
@@ -163,6 +167,11 @@ def describe_reply(context: Context) -> RecordDict:
     for key in ("features", "target"):
         if key in context.node_config:
             described[key] = str(context.node_config[key])
+    if "party-name" in context.node_config:
+        try:
+            described["party-name"] = party_name(context.node_config["party-name"], "node config party-name")
+        except (TypeError, ValueError):  # a label only: a bad one is left out, the party still answers
+            pass
     return RecordDict({DESCRIBE: ConfigRecord(described)})
 
 

@@ -19,8 +19,9 @@ moments, which every request of the second job carries (:func:`.records.job_to_c
 the returned model is a :class:`~gpflow_fed.models.StandardizedModel` (raw inputs in, the target's units out).
 
 The ServerApp reports its progress in its log (Flower's logger, which ``flwr run --stream`` and the SuperLink's
-output show): the parties it found, the agreed moments' exchange, one line per round (its number, clients, seconds)
-and where it saved the model.
+output show): the parties it found (by the names they give themselves, :func:`party_labels`, with their protocol ids
+``client_k``), the agreed moments' exchange, one line per round (its number, clients, seconds) and where it saved the
+model.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from flwr.app import Context, MessageType, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
-from ....validation import integer
+from ....validation import integer, party_key, party_name
 from ...protocol.algorithm import Algorithm, FederationInfo
 from ...engine.loop import run_rounds, set_up_run
 from ...engine.options import RunOptions
@@ -58,6 +59,7 @@ __all__ = [
     "TableJob",
     "app",
     "options_from_config",
+    "party_labels",
     "save_error",
     "save_result",
 ]
@@ -147,6 +149,8 @@ class FlowerServer:
         self._reported = 0
         #: the parties' column names, when their node configs give them: ``(features, target)``
         self.columns: Optional[Tuple[str, str]] = None
+        #: the last run's party names, ``{protocol id: name}`` (:func:`party_labels`; the id where a party gives none)
+        self.party_names: Dict[str, str] = {}
 
     # --- the federation ------------------------------------------------------------------------------
     def _nodes(self, grid: Grid) -> List[int]:
@@ -163,7 +167,9 @@ class FlowerServer:
             time.sleep(0.5)
 
     def discover(self, grid: Grid) -> Tuple[FederationInfo, Dict[str, int]]:
-        """Ask every SuperNode to describe itself: the :class:`FederationInfo` and ``{client id: node id}``.
+        """Ask every SuperNode to describe itself: the :class:`FederationInfo` and ``{client id: node id}``; the names
+        the parties give themselves go to :attr:`party_names` (:func:`party_labels`; one report line on the names it
+        could not use).
 
         :raises ValueError: missing, repeated or out-of-range client indices, or parties with different D or P.
         """
@@ -175,6 +181,7 @@ class FlowerServer:
         self.exchanges = {"describe": {"messages": len(messages), "stages": 1, "seconds": seconds}}
         described: Dict[int, Tuple[int, int, int, int]] = {}
         columns: Dict[int, Tuple[str, str]] = {}
+        claimed: Dict[int, Any] = {}  # the names the nodes give, as they came (checked by party_labels)
         for reply in replies:
             if reply.has_error():
                 raise ValueError(
@@ -189,6 +196,8 @@ class FlowerServer:
             )
             if "features" in cfg or "target" in cfg:
                 columns[int(reply.metadata.src_node_id)] = (str(cfg.get("features", "")), str(cfg.get("target", "")))
+            if "party-name" in cfg:
+                claimed[int(reply.metadata.src_node_id)] = cfg["party-name"]
         silent = sorted(set(nodes) - set(described))
         if silent:
             raise ValueError(f"SuperNode(s) {silent} did not answer 'describe' within {self.timeout} s")
@@ -214,6 +223,9 @@ class FlowerServer:
                 )
             self.columns = next(iter(named.values()))
         ids = tuple(f"client_{described[n][0]}" for n in order)
+        self.party_names, refused = party_labels({c: claimed.get(n) for c, n in zip(ids, order)})
+        if refused:
+            self.report(refused)
         info = FederationInfo(
             client_ids=ids,
             client_sizes={c: described[n][1] for c, n in zip(ids, order)},
@@ -246,7 +258,7 @@ class FlowerServer:
         columns = "" if self.columns is None else f"; features {self.columns[0]} -> target {self.columns[1]}"
         self.report(
             f"{info.num_clients} parties, {info.num_data} rows: "
-            + ", ".join(f"{c} ({info.client_sizes[c]})" for c in info.client_ids)
+            + ", ".join(_party_entry(c, self.party_names.get(c, c), info.client_sizes[c]) for c in info.client_ids)
             + columns
         )
         shape = FederationShape(tuple(info.client_sizes[c] for c in info.client_ids), info.input_dim, info.output_dim)
@@ -332,6 +344,54 @@ class FlowerServer:
         return reporting
 
 
+def party_labels(claimed: Mapping[str, Any]) -> Tuple[Dict[str, str], str]:
+    """The parties' names, from what their ``describe`` replies claim: ``{protocol id: name}`` for every party, and
+    one log line on the names it could not use (``""`` when none).
+
+    A name is only a label for logs and results: protocol ids (``client_k``) stay what rosters, secure aggregation and
+    identities use. A node's message is never trusted, so each claimed name goes through
+    :func:`~gpflow_fed.validation.party_name` again; a party is shown by its protocol id when it claims none (None),
+    claims something that is not text or that ``party_name`` refuses, claims the name (or a look-alike,
+    :func:`~gpflow_fed.validation.party_key`) another party also claims (every such party: neither is told apart), or
+    claims another party's protocol id.
+
+    :param claimed: ``{protocol id: the name its reply carried, or None}``, in the parties' order.
+    """
+    names = {client: client for client in claimed}
+    problems: List[str] = []
+    valid: Dict[str, str] = {}
+    for client, raw in claimed.items():
+        if raw is None:
+            continue
+        if not isinstance(raw, str):
+            problems.append(f"{client}'s party-name is not text ({type(raw).__name__})")
+            continue
+        try:
+            valid[client] = party_name(raw, f"{client}'s party-name")
+        except ValueError as exc:  # names the code point of a refused character, never prints it
+            problems.append(str(exc))
+    holders: Dict[str, List[str]] = {}
+    for client, name in valid.items():
+        holders.setdefault(party_key(name), []).append(client)
+    ids = {party_key(client): client for client in claimed}
+    for key, clients in holders.items():
+        name = valid[clients[0]]
+        if len(clients) > 1:
+            problems.append(f"{' and '.join(clients)} claim the same name {name!r} (or look-alikes)")
+        elif ids.get(key, clients[0]) != clients[0]:
+            problems.append(f"{clients[0]} claims the name {name!r}, another party's id")
+        else:
+            names[clients[0]] = name
+    if not problems:
+        return names, ""
+    return names, "party names refused, those parties shown by their protocol ids: " + "; ".join(problems)
+
+
+def _party_entry(client: str, name: str, rows: int) -> str:
+    """A party in the server's log: ``Africa (client_0, 624)``, or ``client_0 (624)`` when it has no name of its own."""
+    return f"{client} ({rows})" if name == client else f"{name} ({client}, {rows})"
+
+
 def stage_times(transport: GridTransport) -> Dict[str, Any]:
     """A job's exchanges: Flower ``messages`` sent, ``stages`` (exchanges), their ``seconds`` in all and, per stage
     kind (``update``, ``advertise``, … ``unmask``), ``by_stage``: ``[exchanges, seconds]``."""
@@ -368,13 +428,15 @@ def save_result(
     directory: str,
     predict_at: Optional[np.ndarray] = None,
     exchanges: Optional[Mapping[str, Mapping[str, Any]]] = None,
+    party_names: Optional[Mapping[str, str]] = None,
 ) -> None:
     """Write a Flower run's result where the caller can read it (the ServerApp runs in its own process).
 
     Files: ``parameters.npz`` (``gpflow.utilities.read_values`` of the model), ``predictions.npz``
     (``mean``, ``var`` of ``predict_f`` at ``predict_at``, if given) and ``result.json`` (history, metrics,
-    ledger entries, seconds, and ``exchanges``: the Flower messages, stages and seconds of each exchange kind, from
-    :attr:`FlowerServer.exchanges`, :func:`stage_times`), the last written last, so its presence means the run finished.
+    ledger entries, seconds, ``exchanges``: the Flower messages, stages and seconds of each exchange kind, from
+    :attr:`FlowerServer.exchanges`, :func:`stage_times`, and ``party_names``: ``{protocol id: name}``, from
+    :attr:`FlowerServer.party_names`), the last written last, so its presence means the run finished.
     """
     os.makedirs(directory, exist_ok=True)
     values = {k: np.asarray(v) for k, v in gpflow.utilities.read_values(result.model).items()}
@@ -388,6 +450,7 @@ def save_result(
         "ledger": [asdict(e) for e in result.ledger.entries],
         "seconds": result.seconds,
         "exchanges": {k: dict(v) for k, v in (exchanges or {}).items()},
+        "party_names": dict(party_names or {}),
     }
     tmp = os.path.join(directory, "result.json.tmp")
     with open(tmp, "w") as f:
@@ -471,7 +534,7 @@ def make_server_app(job: Optional[TableJob] = None, save: Optional[SaveModel] = 
                 save_error(exc, output)
             raise
         if output:
-            save_result(result, output, None if test is None else test[0], server.exchanges)
+            save_result(result, output, None if test is None else test[0], server.exchanges, server.party_names)
 
     return server_app
 
