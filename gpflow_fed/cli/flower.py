@@ -170,13 +170,28 @@ def _check_party(args: argparse.Namespace) -> None:
         problems.append(f"--csv {args.csv}: {exc}")
     else:  # the names travel in the node config: comma-separated, quoted
         names = [*args.table.features, args.table.target]
-        odd = [n for n in names if "," in n or "\n" in n or ("'" in n and '"' in n)]
+        odd = [n for n in names if "," in n or "\n" in n or not _carried(n)]
         if odd:
             problems.append(
-                f"column names {odd} cannot go in a Flower node config (a comma, a line break, or both quotes)"
+                f"column names {[ascii(n) for n in odd]} cannot go in a Flower node config (a comma, a line break, "
+                "both quotes, or a character beyond U+FFFF)"
             )
     if problems:
         raise ValueError("; ".join(problems))
+
+
+def _carried(value: str) -> bool:
+    """Whether a text value survives a Flower node config: Flower reads it as TOML, quoted with no escapes, so it must
+    come back as it went (both quotes are refused by ``node_config``; a character beyond U+FFFF is written as an
+    escape TOML refuses)."""
+    import tomllib
+
+    from ..federated.runtimes.flower.commands import node_config
+
+    try:
+        return tomllib.loads(node_config({"value": value})) == {"value": value}
+    except ValueError:
+        return False
 
 
 def _check_name(args: argparse.Namespace) -> str:
@@ -187,9 +202,6 @@ def _check_name(args: argparse.Namespace) -> str:
 
     :return: the problem, in one line naming ``--name`` ("" when there is none; ``args.party_name`` is then set).
     """
-    import tomllib
-
-    from ..federated.runtimes.flower.commands import node_config
     from ..validation import party_name
 
     args.party_name = None
@@ -201,11 +213,7 @@ def _check_name(args: argparse.Namespace) -> str:
         name = party_name(raw, where)
     except ValueError as exc:  # its message names `where`, in one line
         return f"{exc}{hint}"
-    try:  # Flower reads a node config value as TOML, quoted with no escapes: it must come back as it went
-        carried = tomllib.loads(node_config({"party-name": name})) == {"party-name": name}
-    except ValueError:  # both quotes (node_config), or an escape TOML refuses (a character beyond U+FFFF)
-        carried = False
-    if not carried:
+    if not _carried(name):
         return (
             f"{where}: the party name {ascii(name)} cannot go in a Flower node config (both quotes, or a character "
             f"beyond U+FFFF){hint}"

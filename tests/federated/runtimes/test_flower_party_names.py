@@ -74,6 +74,18 @@ def test_a_bad_name_is_one_line_naming_name_and_exit_status_2(tmp_path, capsys, 
     assert "\x1b" not in err
 
 
+def test_a_column_name_flower_cannot_carry_is_one_line(tmp_path, capsys):
+    """The same round trip guards the column names (they travel as ``features``/``target``): a character beyond
+    U+FFFF made the SuperNode fail to parse its node config at start-up; now one line, exit 2, before it starts."""
+    table = tmp_path / "t.csv"
+    table.write_text("age,\U0001f3e5 stay\n40,3\n41,4\n", encoding="utf-8")
+    argv = ["flower", "party", "--csv", str(table), "--target", "\U0001f3e5 stay", "--client-index", "0"]
+    argv += ["--superlink", "127.0.0.1:9100", "--no-roster", "--state-dir", str(tmp_path / "state")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "cannot go in a Flower node config" in err and "\\U0001f3e5" in err and len(err.strip().splitlines()) == 1
+
+
 def test_a_bad_default_name_says_to_give_one(tmp_path):
     args = build_parser().parse_args(_party_args(tmp_path, "\u200bward.csv"))  # a zero-width space in the file name
     with pytest.raises(ValueError, match=r"--name \(by default the stem of --csv .*U\+200B.*give one with --name"):
