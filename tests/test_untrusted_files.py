@@ -168,6 +168,7 @@ def _privacy_file_with_constant(tmp_path, N=8):
             "corrupt kernel description",
         ),  # fmt: skip
         ({"param.mean_function.c": np.zeros((2, 2))}, "corrupt Constant mean"),
+        ({"param.mean_function.c": np.array([np.nan])}, "corrupt Constant mean: a finite float"),
         ({"X": np.linspace(0, 1, 8)[:, None] + 0j}, "must be float arrays"),
         ({"noise_variance": np.array("0.01")}, "must be float arrays"),
         ({"noise_variance": np.array([1e-3, 1e-3])}, "must be float arrays"),
@@ -185,6 +186,7 @@ def _privacy_file_with_constant(tmp_path, N=8):
         "400-digit variance",
         "infinite variance",
         "2-D mean",
+        "NaN mean",  # the fourth fresh attacker: TensorFlow's InvalidArgumentError, not a ValueError
         "complex X",
         "text noise variance",
         "two variances",

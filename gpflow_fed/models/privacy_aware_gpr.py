@@ -294,10 +294,10 @@ class PrivacyAwareGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
                     )
                 # the saved value fixes c's shape (a scalar Constant(0.0) or the default [1])
                 c = arrays["param.mean_function.c"]
-                if c.dtype.kind != "f" or c.ndim > 1 or c.size > 1:
+                if c.dtype.kind != "f" or c.ndim > 1 or c.size > 1 or not np.all(np.isfinite(c)):
                     raise ValueError(
-                        f"{path}: corrupt Constant mean: a float scalar or [1] array, got dtype {c.dtype.str} shape "
-                        f"{c.shape}"
+                        f"{path}: corrupt Constant mean: a finite float scalar or [1] array, got dtype {c.dtype.str} "
+                        f"shape {c.shape}"
                     )
                 mean_function = gpflow.mean_functions.Constant(c)
             else:
@@ -1060,13 +1060,23 @@ def _whole_release_variance(
     return variance
 
 
-def _resolution(Y: np.ndarray, W0: np.ndarray, declared: Optional[float]) -> float:
+def _resolution(
+    Y: np.ndarray, W0: np.ndarray, noise_variances: np.ndarray, declared: Optional[float], protected: np.ndarray
+) -> float:
     """τ of the resolution noise: 0 if declared 0 (confirmed), else the larger of the declared value and
-    :func:`~gpflow_fed.release.resolution.recording_resolution` of Y at the magnitude ``10·max|W₀|`` (W₀ the release
-    before the resolution noise: the floor is post-processing of W₀, not a function of Y)."""
+    :func:`~gpflow_fed.release.resolution.recording_resolution` of Y at the magnitude
+    ``max_j(|W₀_j| + 6·√Σ_jj)`` (W₀ the release before the resolution noise, ``noise_variances`` the diagonal of its
+    noise covariance Σ: post-processing of W₀ and Σ, not a function of Y, and above ``max|Y|`` but for a 6-sd draw of
+    the noise), found on the rows that are
+    not protected records (``protected``: their indices) while they are at least half of Y: τ is published, and
+    computed with a protected record it told whether that record's value is on a coarser grid (a fresh attacker: τ
+    0.05 or 0.1 as a 5-cent price was a multiple of 0.05 or not)."""
     if declared == 0.0:
         return 0.0
-    detected = recording_resolution(Y, magnitude=10.0 * float(np.max(np.abs(W0))))
+    others = np.setdiff1d(np.arange(Y.shape[0]), protected)
+    rows = Y[others] if 2 * others.size >= Y.shape[0] else Y
+    magnitude = float(np.max(np.abs(W0[:, 0]) + 6.0 * np.sqrt(np.maximum(noise_variances, 0.0))))
+    detected = recording_resolution(rows, magnitude=magnitude)
     return detected if declared is None else max(declared, detected)
 
 
@@ -1244,10 +1254,9 @@ def release(
     declared = check_resolution(resolution)
     if declared == 0.0 and not confirm_no_resolution:
         raise ValueError(
-            f"resolution=0 adds no resolution noise: a target recorded on a grid (detected spacing "
-            f"{recording_resolution(Y):g}, at least the precision floor) is then given back exactly by enumerating "
-            "the grid values of a few rows (issue 44); omit resolution to detect it, declare the spacing, or "
-            "confirm with confirm_no_resolution=True (CLI: --confirm-no-resolution)"
+            "resolution=0 adds no resolution noise: a target recorded on a grid is then given back exactly by "
+            "enumerating the grid values of a few rows (issue 44); omit resolution to detect it, declare the "
+            "spacing, or confirm with confirm_no_resolution=True (CLI: --confirm-no-resolution)"
         )
     if noise_variance is not None and not (np.isfinite(noise_variance) and noise_variance >= 0):
         raise ValueError(f"noise_variance must be None or a number ≥ 0, got {noise_variance}")
@@ -1282,6 +1291,8 @@ def release(
     affine = store.affine_hashes(Y) if store is not None else None
     if store is not None and affine is not None and previous is None and not confirm_new_audience:
         store.check_unit_change(affine)  # a·Y + b of an earlier release's rows: refused (ledger module docstring)
+    if store is not None and previous is None and not confirm_new_audience:
+        store.check_same_inputs(X)  # another target on inputs released before: refused (log Y of the same rows)
     Sigma1 = None if previous is None else previous.factor @ previous.factor.T
 
     design = ReleaseDesign(
@@ -1323,12 +1334,14 @@ def release(
         tau = 0.0  # W₁ republished unchanged, unless Δ ≠ 0
         if delta.shape[1]:  # fresh resolution noise with Δ (W₁'s own, if any, is not counted)
             W = obfuscate(W, delta @ delta.T, insecure_noise_seed=insecure_noise_seed)
-            tau = _resolution(Y, W, declared)
+            variances = np.sum(previous.factor**2, axis=1) + np.sum(delta**2, axis=1)
+            tau = _resolution(Y, W, variances, declared, targets.records[targets.records >= 0])
             W = W + resolution_noise(W.shape[0], tau, insecure_noise_seed)
         Sigma = _covariance_from_factor(np.concatenate([previous.factor, delta], axis=1))
     else:
         W = obfuscate(Y, Sigma, insecure_noise_seed=insecure_noise_seed)
-        tau = _resolution(Y, W, declared)
+        variances = Sigma.diagonal() if isinstance(Sigma, LowRankCovariance) else np.diag(np.asarray(Sigma))
+        tau = _resolution(Y, W, variances, declared, targets.records[targets.records >= 0])
         W = W + resolution_noise(W.shape[0], tau, insecure_noise_seed)
     unchanged = _unchanged(Sigma, kernel_diag(kernel, X))
     records = targets.records[targets.records >= 0]

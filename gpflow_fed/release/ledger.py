@@ -192,6 +192,33 @@ class ReleaseLedger:
                     "hold the earlier one (confirm_new_audience=True, CLI --confirm-new-audience)"
                 )
 
+    @check_shapes("X: [N, D]")
+    def check_same_inputs(self, X: np.ndarray) -> None:
+        """Refuse a release some of whose input rows an earlier release (of another target) published.
+
+        Call it for a release none of whose recorded values were released before and that is no unit change
+        (:meth:`find` returned None, :meth:`check_unit_change` passed). The ledger matches records by their values, so
+        a non-linear function of an earlier target (``log Y``) on the same inputs was a new release: the fourth fresh
+        attacker solved ``log(W₁ − L₁ω₁) = W₂ − L₂ω₂`` for the six unknowns and had the record to 1e-9. The inputs X
+        are public in both releases, so they tell the two apart from an unrelated table without telling anything of Y.
+
+        :param X: ``[N, D]`` the new release's inputs.
+        :raises ValueError: an entry's X shares a row with X (the message names the entry).
+        """
+        rows = {_row(x) for x in np.asarray(X, dtype="<f8")}
+        for name, data in reversed(self._entries()):
+            if "X" not in data or data["X"].shape[1:] != np.shape(X)[1:]:
+                continue
+            if rows & {_row(x) for x in np.asarray(data["X"], dtype="<f8")}:
+                raise ValueError(
+                    f"this release's inputs repeat rows of an earlier release ({name}, release ledger {self.folder}) "
+                    "of another target: if this target is a function of that one (log Y, a unit change, a "
+                    "transformed column), the two releases give the records back; publish a function of the earlier "
+                    "release instead (post-processing of W₁), or confirm that the targets are unrelated or that this "
+                    "release's audience does not hold the earlier one (confirm_new_audience=True, CLI "
+                    "--confirm-new-audience)"
+                )
+
     def _same_value(self, Y: np.ndarray, index: Dict[bytes, int]) -> Tuple[np.ndarray, ...]:
         """Per value of ``Y`` (``[N, 1]``), the rows of an entry (its hash → row ``index``) with that value."""
         key = self._key()
@@ -277,6 +304,11 @@ class ReleaseLedger:
 def _value(y: np.ndarray) -> bytes:
     """A recorded value's bytes (``+ 0.0``: −0.0 and 0.0 are the same value)."""
     return b"y" + (np.asarray(y, dtype="<f8") + 0.0).tobytes()
+
+
+def _row(x: np.ndarray) -> bytes:
+    """An input row's bytes (``+ 0.0``: −0.0 and 0.0 are the same input)."""
+    return (np.asarray(x, dtype="<f8") + 0.0).tobytes()
 
 
 def _digest(key: bytes, value: bytes, count: int) -> str:

@@ -20,8 +20,10 @@ below the records' grid, and the lattice attack gave Y back):
 
 * **The precision floor** (:func:`precision_floor`): the finest decimal step ``10^-k`` that can be told from round-off
   at the data's magnitude (``ROUNDOFF_ULPS`` ulps of ``max|Y|`` are at most ``MAX_ROUNDOFF_FRACTION`` of a step;
-  the release computes it from ``10·max|W₀|``, ``W₀ = Y + Lω`` before the resolution noise, so that it publishes
-  nothing of Y beyond W₀).
+  the release computes it from ``max_j(|W₀_j| + 6·√Σ_jj)``, ``W₀ = Y + Lω`` before the resolution noise, so that
+  it publishes nothing of Y beyond W₀ and Σ). A target stored as float32 (at least 3 values exactly float32 that are
+  not short decimals) has float32's round-off (:func:`storage_roundoff`): its binary grid and a decimal grid passed
+  through float32 are then covered (a fresh attacker's lattice attack gave a float32 target back bit-exactly).
   Whether Y lies on a finer grid (a float64 value is on the grid of its own ulps) cannot be tested, so τ is never
   below the floor: 1e-11 for data of magnitude 1 (far below any noise a release designs), 0.01 near 1e9.
   Full-precision records get the floor (1e-10 for 5,000 standard normal draws, magnitude ≈ 4).
@@ -57,13 +59,17 @@ from .. import randomness
 
 __all__ = [
     "CHANCE_PROBABILITY",
+    "FLOAT32_ULPS",
+    "FLOAT64_ROUNDOFF",
     "MAX_RESOLUTION",
     "MAX_ROUNDOFF_FRACTION",
     "MIN_GROUP_ROWS",
     "RESOLUTION_TEST_ENTROPY",
+    "SHORT_DECIMALS",
     "ROUNDOFF_ULPS",
     "check_resolution",
     "precision_floor",
+    "storage_roundoff",
     "recording_resolution",
     "resolution_noise",
 ]
@@ -71,6 +77,11 @@ __all__ = [
 #: A difference of two records times 10^k is an integer when within this many float64 ulps of the data's magnitude
 #: (times 10^k): a value read from text is within ½ ulp, one computed by an affine map (``1.8·C + 32``) within ≈ 2.
 ROUNDOFF_ULPS = 16
+#: The same for a target stored as float32 (or passed through it): each value is within ½ float32 ulp of what was
+#: recorded, a difference within 1 (:func:`storage_roundoff`).
+FLOAT32_ULPS = 2
+#: Values equal to themselves rounded to this many decimals are short decimals (20.25), float32 by coincidence.
+SHORT_DECIMALS = 6
 #: The round-off allowance must stay below this fraction of one grid step, else 10^-k cannot be told apart from
 #: round-off at the data's magnitude (part of the precision floor, module docstring).
 MAX_ROUNDOFF_FRACTION = 1e-3
@@ -84,26 +95,53 @@ MAX_RESOLUTION = 1e150
 RESOLUTION_TEST_ENTROPY = 0x5EED_D1C3
 
 
-def _allowance(k: int, magnitude: float) -> float:
+def storage_roundoff(Y: np.ndarray, min_rows: int = 3) -> float:
+    r"""The relative round-off u of the target's storage: ``FLOAT32_ULPS · ε₃₂`` if at least ``min_rows`` values are
+    exactly float32 without being short decimals (``round(v, SHORT_DECIMALS) ≠ v``: ``float32(20.13)``, a float32
+    reading; a float64 value is float32 by chance with probability 2⁻²⁹), else ``ROUNDOFF_ULPS · ε₆₄``.
+
+    A float32 target is on a binary grid (2⁻²⁰ near 20) and a 2-decimal one passed through float32 is off its decimal
+    grid by up to ½ float32 ulp: with float64's round-off the detection saw neither, τ was the floor, and a fresh
+    attacker's lattice attack gave every row back bit-exactly from ``model.npz`` (issue 44).
+
+    :param Y: ``[N]`` or ``[N, 1]`` finite outputs.
+    :param min_rows: how many float32 values make the storage float32.
+    """
+    values = np.asarray(Y, dtype=np.float64).reshape(-1)
+    with np.errstate(over="ignore"):  # beyond float32's range: inf, not equal
+        single = values.astype(np.float32).astype(np.float64) == values
+    short = np.round(values, SHORT_DECIMALS) == values
+    if np.count_nonzero(single & ~short) >= min_rows:
+        return FLOAT32_ULPS * float(np.finfo(np.float32).eps)
+    return ROUNDOFF_ULPS * float(np.finfo(np.float64).eps)
+
+
+#: float64's relative round-off allowance (:func:`storage_roundoff` of a float64 target)
+FLOAT64_ROUNDOFF = ROUNDOFF_ULPS * float(np.finfo(np.float64).eps)
+
+
+def _allowance(k: int, magnitude: float, roundoff: float) -> float:
     """The round-off allowance at level ``10^-k``, as a fraction of one step."""
-    return ROUNDOFF_ULPS * float(np.finfo(np.float64).eps) * 10.0**k * magnitude
+    return roundoff * 10.0**k * magnitude
 
 
-def _finest_level(magnitude: float) -> int:
+def _finest_level(magnitude: float, roundoff: float) -> int:
     """The largest k whose allowance is at most :data:`MAX_ROUNDOFF_FRACTION` of a step."""
-    return math.floor(math.log10(MAX_ROUNDOFF_FRACTION / _allowance(0, magnitude)))
+    return math.floor(math.log10(MAX_ROUNDOFF_FRACTION / _allowance(0, magnitude, roundoff)))
 
 
-def precision_floor(magnitude: float) -> float:
+def precision_floor(magnitude: float, roundoff: float = FLOAT64_ROUNDOFF) -> float:
     r"""``10^-k`` for the finest decimal level k that :func:`recording_resolution` can test at a magnitude: the largest
-    k whose round-off allowance ``ROUNDOFF_ULPS · ε · 10^k · magnitude`` is at most :data:`MAX_ROUNDOFF_FRACTION` of a
-    step (ε the float64 machine epsilon): 1e-11 at magnitude 1, 0.01 at 1e9; 0 at magnitude 0.
+    k whose round-off allowance ``u · 10^k · magnitude`` is at most :data:`MAX_ROUNDOFF_FRACTION` of a step: with
+    float64's ``u = ROUNDOFF_ULPS · ε₆₄`` 1e-11 at magnitude 1, 0.01 at 1e9; with float32's (:func:`storage_roundoff`)
+    1e-3 at magnitude 1, 0.01 at 20; 0 at magnitude 0.
 
     :param magnitude: ``max|Y|``, or the release's public stand-in for it (:func:`recording_resolution`).
+    :param roundoff: u, the storage's relative round-off (:func:`storage_roundoff`).
     """
     if not (math.isfinite(magnitude) and magnitude >= 0):
         raise ValueError(f"magnitude must be a finite number ≥ 0, got {magnitude}")
-    return 0.0 if magnitude == 0.0 else 10.0 ** (-_finest_level(magnitude))
+    return 0.0 if magnitude == 0.0 else 10.0 ** (-_finest_level(magnitude, roundoff))
 
 
 def _residue_groups(scaled: np.ndarray, allowance: float) -> List[np.ndarray]:
@@ -151,9 +189,9 @@ def recording_resolution(Y: np.ndarray, min_rows: int = MIN_GROUP_ROWS, magnitud
     :param Y: ``[N]`` or ``[N, 1]`` finite outputs.
     :param min_rows: the fewest records a group needs (≥ 3: two records' difference is a multiple of itself).
     :param magnitude: the scale of the round-off allowance and of the floor; None: ``max|Y|``. The release passes
-        ``10·max|W₀|`` (``W₀ = Y + Lω``, the release before the resolution noise), so that the floor, which τ is for
-        full-precision data, is post-processing of W₀ and not a function of Y (it would publish Y's order of
-        magnitude); Y's round-off is within it unless Lω shrinks every large record tenfold.
+        ``max_j(|W₀_j| + 6·√Σ_jj)`` (``W₀ = Y + Lω``, the release before the resolution noise), so that the floor,
+        which τ is for full-precision data, is post-processing of W₀ and Σ, not a function of Y (it would publish Y's
+        order of magnitude); it exceeds ``max|Y|`` unless the noise draws 6 sd.
     :raises ValueError: Y is empty or not finite, min_rows < 3, or magnitude is not a finite number ≥ 0.
     """
     values = np.asarray(Y, dtype=np.float64).reshape(-1)
@@ -164,18 +202,19 @@ def recording_resolution(Y: np.ndarray, min_rows: int = MIN_GROUP_ROWS, magnitud
     if isinstance(min_rows, bool) or not isinstance(min_rows, (int, np.integer)) or min_rows < MIN_GROUP_ROWS:
         raise ValueError(f"min_rows must be an integer ≥ {MIN_GROUP_ROWS}, got {min_rows!r}")
     magnitude = float(np.max(np.abs(values))) if magnitude is None else float(magnitude)
-    floor = precision_floor(magnitude)
+    roundoff = storage_roundoff(values, min_rows)
+    floor = precision_floor(magnitude, roundoff)
     spread = float(np.std(values))
     if floor == 0.0 or spread == 0.0:
         return floor
     N = values.size
     diffs = values - float(np.min(values))
-    finest = _finest_level(magnitude)
+    finest = _finest_level(magnitude, roundoff)
     tau = floor
     # per record, the nearest counting ancestor at the finer level: (members m, gcd g, level k) or None
     ancestor: List[Optional[Tuple[int, int, int]]] = [None] * N
     for k in range(finest, min(finest, math.ceil(-math.log10(2.0 * spread))) - 1, -1):
-        allowance = _allowance(k, magnitude)
+        allowance = _allowance(k, magnitude, roundoff)
         scaled = diffs * 10.0**k
         counts = np.round(scaled)
         below: List[Optional[Tuple[int, int, int]]] = [None] * N

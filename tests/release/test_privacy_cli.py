@@ -176,7 +176,8 @@ def test_noise_variance_zero_is_one_line_not_a_traceback(tmp_path, capsys):
         assert main(["privacy", "--csv", str(path), *common, "--method", method, "--out", str(out)]) == 0
         assert (out.parent / f"{method}_owner" / "privacy-raw-vs-released.png").is_file()
     capsys.readouterr()
-    assert main(["privacy", "--csv", str(repeated), *common, "--out", str(tmp_path / "b")]) == 2
+    other = ["--ledger", str(tmp_path / "other")]  # another table at some of the same inputs
+    assert main(["privacy", "--csv", str(repeated), *common, *other, "--out", str(tmp_path / "b")]) == 2
     assert "numerically singular" in _one_error_line(capsys)
 
 

@@ -74,11 +74,48 @@ def test_a_unit_change_of_an_earlier_release_is_refused_unless_confirmed(tmp_pat
     second = _scaled_release(Y, 1.8, 32.0, 0.6, ledger, confirm_new_audience=True, **FAST)
     Yhat = _unit_change_attack(W1, L1, second.W[:, 0], second.model.noise_factor.numpy())
     assert np.max(np.abs(Yhat - Y[:, 0])) < 1e-6
-    # controls: a genuinely different target at the same inputs is a fresh release; Y itself is chained to W₁
-    other = _scaled_release(_draw(0.1, seed=22), 1.8, 32.0, 0.6, ledger, **FAST)
-    assert other.earlier is None
+    # controls: a genuinely different target at the same inputs is no unit change (its inputs repeat the first
+    # release's: refused for that, test_another_target_on_inputs_released_before_is_refused_unless_confirmed); Y itself
+    # is chained to W₁
+    with pytest.raises(ValueError, match="inputs repeat rows of an earlier release"):
+        _scaled_release(_draw(0.1, seed=22), 1.8, 32.0, 0.6, ledger, **FAST)
     again = _scaled_release(Y, 1.0, 0.0, 0.3, ledger, **FAST)
     assert again.earlier is not None and np.array_equal(again.W, first.W)
+
+
+def _log_attack(W1, L1, W2, L2):
+    """The fourth fresh attacker's solve when ``W₂`` releases ``log Y`` after ``W₁`` released Y: the r₁ + r₂ noise
+    coordinates with ``log(W₁ − L₁ω₁) = W₂ − L₂ω₂`` in every row (Gauss–Newton from ω = 0); Y = W₁ − L₁ω₁."""
+    r1 = L1.shape[1]
+    omega = np.zeros(r1 + L2.shape[1])
+    for _ in range(50):
+        y = W1 - L1 @ omega[:r1]
+        residual = np.log(y) - (W2 - L2 @ omega[r1:])
+        jacobian = np.concatenate([-L1 / y[:, None], L2], axis=1)
+        omega -= np.linalg.lstsq(jacobian, residual, rcond=None)[0]
+    return W1 - L1 @ omega[:r1]
+
+
+def test_another_target_on_inputs_released_before_is_refused_unless_confirmed(tmp_path):
+    """The fourth fresh attacker: log Y after Y on the same rows was a new release (the ledger matched values and
+    their affine images only), and solving log(W₁ − L₁ω₁) = W₂ − L₂ω₂ gave the record to 1e-9. A release whose
+    inputs repeat an earlier release's rows is now refused unless confirmed (control: confirmed, the solve gives Y
+    back); a table at other inputs is a fresh release."""
+    Y = 5.0 + _draw(0.1, seed=23)  # positive: log Y is defined
+    ledger = tmp_path / "ledger"
+    first = _scaled_release(Y, 1.0, 0.0, 0.3, ledger, **FAST)
+    k = gpflow.kernels.SquaredExponential(lengthscales=0.1, variance=0.01)
+    logged = dict(kernel=k, noise_variance=1e-4, ledger=ledger, **FAST)
+    with pytest.raises(ValueError, match="inputs repeat rows of an earlier release"):
+        release((X, np.log(Y)), X[[3]], ProportionalKernel(k, 0.5), **logged)
+    second = release((X, np.log(Y)), X[[3]], ProportionalKernel(k, 0.5), confirm_new_audience=True, **logged)
+    Yhat = _log_attack(
+        first.W[:, 0], first.model.noise_factor.numpy(), second.W[:, 0], second.model.noise_factor.numpy()
+    )
+    assert np.max(np.abs(Yhat - Y[:, 0])) < 1e-4  # the confirmation is the owner's word: both releases give Y back
+    other = np.log(5.0 + _draw(0.1, seed=24))
+    shifted = release((X + 2.0, other), X[[3]] + 2.0, ProportionalKernel(k, 0.5), **logged)
+    assert shifted.earlier is None  # another table at other inputs: a fresh release
 
 
 def test_without_the_unit_change_hashes_two_releases_give_y_back(tmp_path):

@@ -17,7 +17,7 @@ from gpflow_fed.cli import main
 from gpflow_fed.models import PrivacyAwareGPR
 from gpflow_fed.models.privacy_aware_gpr import release
 from gpflow_fed.release import ProportionalKernel, protected_covariance, recording_resolution, resolution_noise
-from gpflow_fed.release.resolution import precision_floor
+from gpflow_fed.release.resolution import FLOAT32_ULPS, FLOAT64_ROUNDOFF, precision_floor, storage_roundoff
 
 N = 25
 X = np.linspace(0.0, 1.0, N)[:, None]
@@ -88,7 +88,9 @@ def test_the_lattice_attack_recovers_y_without_the_resolution_noise_and_not_with
     kwargs = dict(kernel=k, noise_variance=SIGMA2, ledger=None, insecure_noise_seed=5, confirm_public=True)
     kwargs.update(refit_check=False)
     tolerance = ProportionalKernel(k, 0.5)
-    with pytest.raises(ValueError, match=r"resolution=0 adds no resolution noise.*detected spacing 0.01"):
+    with pytest.raises(
+        ValueError, match=r"resolution=0 adds no resolution noise: a target recorded on a grid is then given back"
+    ):
         release((X, Y), S, tolerance, resolution=0.0, **kwargs)
     off = release((X, Y), S, tolerance, resolution=0.0, confirm_no_resolution=True, **kwargs)
     assert off.resolution == 0.0 and off.rank == 3
@@ -133,6 +135,43 @@ def test_the_recording_resolution_is_detected(values, step):
     assert recording_resolution(values) == pytest.approx(step, rel=1e-12, abs=0.0)
     assert recording_resolution(values[:, None]) == recording_resolution(values)
     assert recording_resolution(values) >= precision_floor(float(np.max(np.abs(values))))
+
+
+@pytest.mark.parametrize(
+    "values, grid",
+    [
+        ((20 + np.random.default_rng(20).standard_normal(40)).astype(np.float32), 2.0**-19),  # float32 near 20
+        (np.round(20 + np.random.default_rng(21).standard_normal(40), 2).astype(np.float32), 0.01),  # 2 dec via f32
+        (np.round(np.random.default_rng(22).standard_normal(40), 2).astype(np.float32), 0.01),
+    ],
+)
+def test_a_float32_target_gets_float32_round_off(values, grid):
+    """The fourth fresh attacker: a target stored as float32 is on a binary grid (2⁻¹⁹ at 16–32), and a 2-decimal one
+    passed through float32 is off its decimal grid by up to ½ float32 ulp; with float64's round-off both gave τ = the
+    floor (1e-9) and LLL on model.npz gave every row back bit-exactly. Now the storage's round-off is float32's and
+    τ ≥ the grid (the floor at float32's precision, 0.01 near 20; the decimal grid found)."""
+    values = values.astype(np.float64)
+    assert storage_roundoff(values) == FLOAT32_ULPS * np.finfo(np.float32).eps
+    assert recording_resolution(values) >= grid
+    assert storage_roundoff(np.round(values, 2)) == FLOAT64_ROUNDOFF  # float64 decimals: float64's round-off
+    assert storage_roundoff(np.array([20.25, 0.5, 1.75, 3.0])) == FLOAT64_ROUNDOFF  # short decimals are float32 too
+
+
+def test_the_published_resolution_does_not_depend_on_a_protected_record():
+    """τ is published: computed with the sensitive record, it said whether that record's value was on a coarser grid
+    (the fourth fresh attacker: 5-cent prices gave τ = 0.05 if the record was a multiple of 0.05, else 0.1 — one
+    bit). It is now found on the other rows."""
+    k = _kernel()
+    Y = 0.05 * np.round(_rounded_target() / 0.05)  # 5-cent prices
+    kwargs = dict(kernel=k, noise_variance=SIGMA2, ledger=None, confirm_public=True, refit_check=False)
+    kwargs.update(theta_range="design")
+    taus = []
+    for value in (0.35, 0.37):  # the record a multiple of 0.05, or not
+        Y[J, 0] = value
+        taus.append(release((X, Y), S, ProportionalKernel(k, 0.5), **kwargs).resolution)
+    assert taus[0] == taus[1] == pytest.approx(0.05, rel=1e-12)
+    with_record = [recording_resolution(np.where(np.arange(N)[:, None] == J, v, Y)) for v in (0.35, 0.37)]
+    assert with_record[0] != with_record[1]  # the control: with the record, τ told the two apart
 
 
 @pytest.mark.parametrize("seed", range(5))

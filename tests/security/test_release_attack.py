@@ -313,7 +313,7 @@ def _same_w_other_y(X, Y, S, how, method="strong"):
     Sigma = _new_release(X, Y, S, how, seed=3, method=method, refit_check=False, ledger=None).Sigma
     Y_other = Y + obfuscate(zero, Sigma, insecure_noise_seed=3) - obfuscate(zero, Sigma, insecure_noise_seed=4)
     Y_other += resolution_noise(len(Y), first.resolution, 3) - resolution_noise(len(Y), first.resolution, 4)
-    second = _new_release(X, Y_other, S, how, seed=4, method=method)
+    second = _new_release(X, Y_other, S, how, seed=4, method=method, ledger=None)  # another owner's table
     return first, second, Y_other
 
 
@@ -393,6 +393,7 @@ def test_every_number_the_cli_publishes_is_a_function_of_w(tmp_path, monkeypatch
         monkeypatch.setattr(randomness, "protective_rng", seeded)
         argv = ["privacy", "--csv", str(tmp_path / f"d{seed}.csv"), "--target", "y", "--sensitive", "0.5"]
         argv += ["--alpha", str(ALPHA), *CLI_DESIGN, "--json", "--out", str(tmp_path / f"out{seed}")]
+        argv += ["--ledger", str(tmp_path / f"ledger{seed}")]  # two owners' tables at the same inputs
         assert main(argv) == 0
         printed = json.loads(capsys.readouterr().out)
         outputs[seed] = (
