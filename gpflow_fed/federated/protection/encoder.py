@@ -30,17 +30,24 @@ noise (distributed DP). Under DP a non-finite reply is refused by the party's en
 bit per run: a count of non-finite entries would be a release outside the accounting); a caller of
 :meth:`~ClientEncoder.prepare` without that check gets them encoded as 0 before the clip, not counted.
 
-A client masks answers to **one broadcast over one cohort**: whatever round or purpose the server names, a broadcast
-(its phase and content, :func:`~.wire.broadcast_digest`) it has answered before is answered again only for the same
-cohort, unmasked with the same drop-outs, and never under distributed DP. So a server cannot sum one answer over two
-cohorts (or two sets of survivors) and difference them, nor average fresh distributed-DP noise away by asking again.
-The cohort and the drop-outs are recorded as the :func:`~.identity.members_digest` of their party ids, never as the
+A client masks answers to **one broadcast over one cohort and one masking graph**: whatever round or purpose the
+server names, a broadcast (its phase and content, :func:`~.wire.broadcast_digest`) it has answered before is answered
+again only for the same cohort, over the same masking graph, unmasked with the same drop-outs, and never under
+distributed DP. So a server cannot sum one answer over two cohorts (or two sets of survivors, or two graphs whose
+groups of survivors differ) and difference them, nor average fresh distributed-DP noise away by asking again. The
+cohort and the drop-outs are recorded as the :func:`~.identity.members_digest` of their party ids, never as the
 request's bitmap, which indexes the roster of one setup: a new ``advertise`` (another run id: a Flower run's second
 job, say) makes a new protocol client with fresh keys, and the record holds across it (a server that re-ran setup
-with the roster "everyone but k" would otherwise get the same bitmap for a different cohort in every round). Its
-answers to one phase and purpose come in increasing rounds (one ``"final"`` answer per phase), so the number of releases
-it makes is bounded by its algorithm's schedule, which it checks itself (:meth:`~ClientEncoder.refusal`: its own
-algorithm's exchanges, at most its policy's ``max_rounds``, before its policy's own refusals). Every refusal of this
+with the roster "everyone but k" would otherwise get the same bitmap for a different cohort in every round). The
+graph is recorded as the digest of its edges, which the setup's run id, the cohort and the degree determine: a new
+setup draws a new Harary order, so the same broadcast is not answered again under another run id or degree (save
+where both graphs join every pair, ``d ≥ K − 1``), and a retry within one setup is. Otherwise a server that re-ran
+setup, grinding run ids until the honest survivors split into groups, learnt other groups' sums from each setup and
+solved for every input, with no more colluders than the ``h − 1`` the masking withstands (issue 43, sixth round). An
+``advertise`` the new protocol client refuses (a malformed run id) leaves the current setup as it was. Its answers to
+one phase and purpose come in increasing rounds (one ``"final"`` answer per phase), so the number of releases it makes
+is bounded by its algorithm's schedule, which it checks itself (:meth:`~ClientEncoder.refusal`: its own algorithm's
+exchanges, at most its policy's ``max_rounds``, before its policy's own refusals). Every refusal of this
 encoder depends on what the server already knows (the request, the cohort, the payload's layout, the party's budget and
 past answers), never on a value. The party's
 endpoint still stops a reply its own checks fail (under DP) or an update that raised (a refusal that may depend on the
@@ -64,6 +71,7 @@ return; nothing else.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import logging
@@ -76,6 +84,7 @@ from .budget import LedgerRefusal, MemoryLedger, Spend, open_ledger
 from .distributed_dp import NoiseSource, release_rho
 from .dp import DifferentialPrivacy, clip_payload
 from .identity import PartyIdentity, members_digest
+from .masking import Exchange, length_prefixed, masking_graph
 from .policy import ClientPolicy
 from .request import Protection
 from .secagg import SecAggClient, is_round
@@ -106,9 +115,29 @@ DATA_FAULT = (
 )
 
 
+#: the domain of :func:`_graph_digest`
+_GRAPH_RECORD_DOMAIN = b"gpflow-fed/encoder/masking-graph/v1"
+
+
 def _without_dropped(request: Mapping[str, Any]) -> Dict[str, Any]:
     """``request`` without its ``"dropped"`` field: the exchange alone, whose cohort the protocol client decodes."""
     return {k: v for k, v in request.items() if k != "dropped"}
+
+
+def _graph_digest(request: Mapping[str, Any], cohort: FrozenSet[str], view: bytes) -> bytes:
+    """SHA-256 of the masking graph a ``masked_input`` request masks over (:func:`~.masking.masking_graph` of the
+    exchange it names, with its degree): its edges, sorted, each end length-prefixed, after a domain tag. The graph is
+    determined by the setup's run id, the cohort's ids and the degree, so another setup (a new ``advertise``) or
+    another degree gives another graph, save where both join every pair (``d ≥ K − 1``). Called once the protocol
+    client has parsed the request (:meth:`ClientEncoder._cohort_ids`): its fields have their types."""
+    exchange = Exchange(
+        request["run_id"], request["purpose"], int(request["round"]), request["phase"], tuple(sorted(cohort)), view
+    )
+    graph = masking_graph(exchange, int(request["degree"]))
+    edges = sorted((a, b) for a, neighbours in graph.items() for b in neighbours if a < b)
+    parts = [length_prefixed(_GRAPH_RECORD_DOMAIN)]
+    parts.extend(length_prefixed(a.encode("utf-8")) + length_prefixed(b.encode("utf-8")) for a, b in edges)
+    return hashlib.sha256(b"".join(parts)).digest()
 
 
 class EncoderRefusal(ValueError):
@@ -160,10 +189,15 @@ class ClientEncoder:
         self._prepared: Dict[Tuple[str, int, str], _Kept] = {}
         #: per broadcast (:func:`~.wire.broadcast_digest`) this client has sent a masked input for: the
         #: :func:`~.identity.members_digest` of the cohort's party ids and of the drop-outs' ids of its unmasking (b""
-        #: before it), 96 bytes per answer however large K. Ids, never bitmaps: a bitmap indexes the roster of one
-        #: setup, so after another setup (another roster) the same bytes name other parties, and the record holds
-        #: across the setups of the run. Per exchange, its broadcast; per (purpose, phase), the last round answered
+        #: before it), with :attr:`_graphs` 128 bytes per answer however large K. Ids, never bitmaps: a bitmap indexes
+        #: the roster of one setup, so after another setup (another roster) the same bytes name other parties, and
+        #: the record holds across the setups of the run. Per exchange, its broadcast; per (purpose, phase), the last
+        #: round answered
         self._answered: Dict[bytes, Tuple[bytes, bytes]] = {}
+        #: per broadcast masked, the :func:`_graph_digest` of the masking graph it was masked over (the setup's run id,
+        #: the cohort and the degree): a repeat over another graph, whose groups of survivors differ, is refused
+        #: (issue 43, sixth round); absent in a state saved before it: no record, the next masking records it
+        self._graphs: Dict[bytes, bytes] = {}
         self._broadcasts: Dict[Tuple[str, int, str], bytes] = {}
         #: per exchange prepared or last masked, the client's :func:`~.wire.request_view` (bound into its pads)
         self._request_views: Dict[Tuple[str, int, str], bytes] = {}
@@ -469,15 +503,25 @@ class ClientEncoder:
                 "request (protection, cohort size, aggregation or context); refused"
             )
 
-    def _check_once(self, key: Tuple[str, int, str], broadcast: bytes, cohort: Any, distributed: bool) -> None:
-        """One cohort per broadcast, no repeat under distributed DP, increasing rounds per (purpose, phase) (module
-        docstring)."""
+    def _check_once(
+        self, key: Tuple[str, int, str], broadcast: bytes, cohort: Any, graph: bytes, distributed: bool
+    ) -> None:
+        """One cohort and one masking graph per broadcast, no repeat under distributed DP, increasing rounds per
+        (purpose, phase) (module docstring). The graph is pinned as well as the cohort and the drop-outs: each new
+        setup draws a new Harary order, so a server that re-ran setup and asked the same broadcast again would learn
+        the sums of other groups of survivors each time, and solve for every input from a few of them (issue 43,
+        sixth round). The words are the same whichever of the cohort or the graph differs."""
         purpose, round, phase = key
         before = self._answered.get(broadcast)
-        if before is not None and (distributed or before[0] != cohort):
+        pinned = self._graphs.get(broadcast, graph)  # a state saved without the record: none
+        if before is not None and (distributed or before[0] != cohort or pinned != graph):
             raise EncoderRefusal(
                 f"secure aggregation: {self.client_id!r} has masked an answer to this broadcast of phase {phase!r} "
-                + ("already (distributed DP: one release per broadcast)" if distributed else "for another cohort")
+                + (
+                    "already (distributed DP: one release per broadcast)"
+                    if distributed
+                    else "for another cohort or masking graph (another setup or degree)"
+                )
                 + "; refused"
             )
         last = self._last_round.get((purpose, phase))
@@ -504,15 +548,19 @@ class ClientEncoder:
             run_id = request.get("run_id") if isinstance(request, Mapping) else None
             if self._secagg is None or run_id != self._run_id:
                 # a new setup (another run id): fresh keys, and this encoder's records kept (by party ids, so they
-                # hold whichever roster the new setup has: one cohort and one drop-out set per broadcast)
-                self._secagg = SecAggClient(
+                # hold whichever roster the new setup has: one cohort, one graph and one drop-out set per broadcast).
+                # The new protocol client answers the advertise first: a refused one (a malformed run id) leaves the
+                # current setup, its keys, shares and signed sets, as they were
+                fresh = SecAggClient(
                     self.client_id,
                     min_cohort=self.policy.min_cohort,
                     min_degree=self.policy.masking_degree,
                     max_colluders=self.policy.max_colluders,
                     **self._credentials(),
                 )
-                self._run_id = run_id if isinstance(run_id, bytes) else None
+                advertised = fresh.respond(stage, request)
+                self._secagg, self._run_id = fresh, cast(bytes, run_id)  # the protocol client checked it: bytes
+                return advertised
         if self._secagg is None:
             raise EncoderRefusal(f"secure aggregation: {self.client_id!r} has no setup for this run")
         codes = None
@@ -538,7 +586,8 @@ class ClientEncoder:
             self._check_members(key, members)
             distributed = kept.request.distributed is not None
             cohort = members_digest(cohort_ids)
-            self._check_once((str(key[0]), int(key[1]), str(key[2])), kept.broadcast, cohort, distributed)
+            graph = _graph_digest(request, cohort_ids, self._request_views.get(key, b""))  # the view masked under
+            self._check_once((str(key[0]), int(key[1]), str(key[2])), kept.broadcast, cohort, graph, distributed)
             codes = self._encode_guarded(key, kept, members)
         asked: Any = (request.get("purpose"), request.get("round"), request.get("phase"))  # wrong types find nothing
         view = self._request_views.get(asked, b"") if stage in ("masked_input", "unmask") else b""
@@ -546,6 +595,7 @@ class ClientEncoder:
         if key is not None:
             broadcast = self._prepared.pop(key).broadcast
             self._answered.setdefault(broadcast, (cohort, b""))
+            self._graphs.setdefault(broadcast, graph)
             self._broadcasts = {(str(key[0]), int(key[1]), str(key[2])): broadcast}  # one exchange at a time
             self._request_views = {(str(key[0]), int(key[1]), str(key[2])): view}
             self._last_round[(str(key[0]), str(key[2]))] = int(key[1])
@@ -692,6 +742,7 @@ class ClientEncoder:
             "sizes": {cid: int(n) for cid, n in self.sizes.items()},
             "min_data": [[k[0], int(k[1]), k[2], v] for k, v in self._min_data.items()],
             "answered": [[d.hex(), c.hex(), x.hex()] for d, (c, x) in self._answered.items()],
+            "graphs": [[d.hex(), g.hex()] for d, g in self._graphs.items()],
             "broadcasts": [[k[0], int(k[1]), k[2], d.hex()] for k, d in self._broadcasts.items()],
             "request_views": [[k[0], int(k[1]), k[2], v.hex()] for k, v in self._request_views.items()],
             "last_round": [[p, f, int(r)] for (p, f), r in self._last_round.items()],
@@ -745,6 +796,8 @@ class ClientEncoder:
             encoder._answered = {
                 bytes.fromhex(d): (bytes.fromhex(c), bytes.fromhex(x)) for d, c, x in header.get("answered", [])
             }
+            # a state saved before the graph record holds none: the next masking of a broadcast records it
+            encoder._graphs = {bytes.fromhex(d): bytes.fromhex(g) for d, g in header.get("graphs", [])}
             encoder._broadcasts = {
                 (str(p), int(r), str(f)): bytes.fromhex(d) for p, r, f, d in header.get("broadcasts", [])
             }
