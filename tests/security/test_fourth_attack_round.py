@@ -51,11 +51,12 @@ class Parties:
             self.encoders[c] = ClientEncoder.from_state(c, self.policy, state, self.identities[c])
         return self.encoders[c].respond(stage, request)
 
-    def setup(self, members):
-        """A setup over ``members`` only (the server's choice of roster), with a fresh run id."""
-        run_id = os.urandom(32)
+    def setup(self, members, run_id=None, degree=None):
+        """A setup over ``members`` only (the server's choice of roster), with a fresh run id unless given (a server
+        grinding run ids) and the default masking degree unless given."""
+        run_id = os.urandom(32) if run_id is None else run_id
         adv = {c: self.ask(c, "advertise", {"run_id": run_id}) for c in members}
-        d = default_degree(len(members))
+        d = default_degree(len(members)) if degree is None else degree
         request = {
             "run_id": run_id,
             "s_pk": {c: adv[c]["s_pk"] for c in members},

@@ -71,19 +71,7 @@ def _grind(avoid=frozenset()):
 
 def _setup(parties, run_id):
     """A setup over all of :data:`IDS` under the server's (ground) ``run_id``."""
-    adv = {c: parties.ask(c, "advertise", {"run_id": run_id}) for c in IDS}
-    request = {
-        "run_id": run_id,
-        "s_pk": {c: adv[c]["s_pk"] for c in IDS},
-        "c_pk": {c: adv[c]["c_pk"] for c in IDS},
-        "degree": DEGREE,
-        "threshold": DEGREE // 2 + 1,
-        "signatures": {c: adv[c]["signature"] for c in IDS},
-    }
-    cts = {c: parties.ask(c, "share", request)["ciphertexts"] for c in IDS}
-    for h in IDS:
-        parties.ask(h, "store", {"run_id": run_id, "ciphertexts": {i: cts[i][h] for i in IDS if h in cts[i]}})
-    return adv
+    return parties.setup(IDS, run_id, DEGREE)[1]
 
 
 def _fields(run_id, rnd, degree=DEGREE):
