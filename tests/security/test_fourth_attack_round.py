@@ -70,9 +70,11 @@ class Parties:
             self.ask(h, "store", {"run_id": run_id, "ciphertexts": {i: cts[i][h] for i in members if h in cts[i]}})
         return run_id, adv
 
-    def prepare(self, members, values, rnd, protection):
-        """Each member prepares its answer to one broadcast (the same in every round: the server repeats it)."""
-        digest = broadcast_digest(Message("server", rnd, "p", {"theta": np.zeros(1)}))
+    def prepare(self, members, values, rnd, protection, theta=None):
+        """Each member prepares its answer to one broadcast (the same in every round: the server repeats it; its
+        ``theta``, float64 zeros unless given)."""
+        theta = np.zeros(1) if theta is None else theta
+        digest = broadcast_digest(Message("server", rnd, "p", {"theta": theta}))
         view = request_view(digest, protection.to_config(), len(members), "sum", b"")
         for c in members:
             self.encoders[c].claim("train", rnd, "p")
@@ -105,12 +107,12 @@ class Parties:
         signers = sorted(signatures)
         return {"signers": members_bitmap(members, signers), "signatures": b"".join(signatures[c] for c in signers)}
 
-    def secure_sum(self, members, values, rnd, protection=None):
+    def secure_sum(self, members, values, rnd, protection=None, theta=None):
         """One fixed-point sum over a setup whose roster is ``members``, its cohort all of them: the decoded sum of
-        the members' ``"g"``."""
+        the members' ``"g"`` (the broadcast's ``theta`` as :meth:`prepare`)."""
         protection = protection or Protection()
         run_id, adv = self.setup(members)
-        view = self.prepare(members, values, rnd, protection)
+        view = self.prepare(members, values, rnd, protection, theta)
         masked, fields = self.masked(run_id, adv, members, members, rnd, view, P + 2)
         certificate = self.certificate(members, fields, members)
         unmask = {**fields, "dropped": members_bitmap(members, []), **certificate, "seed": True, "pads": []}

@@ -237,15 +237,40 @@ def unpack(structure: Any, arrays: Mapping[str, np.ndarray]) -> Dict[str, Any]:
     return message
 
 
+def _canonical_floats(array: np.ndarray) -> np.ndarray:
+    """Native float64 values, −0.0 as 0.0 and every NaN as one NaN (an array, also for a 0-d one)."""
+    values = np.asarray(array, dtype=np.float64)
+    return np.where(np.isnan(values), np.nan, values + 0.0)
+
+
+def _canonical(value: Any) -> np.ndarray:
+    """An array as its values, not its encoding: floats as native float64 (float32, float16 and big-endian values
+    exactly), complex as native complex128, with −0.0 as 0.0 and every NaN as one NaN; integers as native int64 where
+    they fit; anything else as it is, C-ordered. A fresh attacker sent one broadcast as float64, then as float32 or
+    ``'>f8'`` (the same values, other bytes) and had it answered twice (issue 43, seventh round)."""
+    array = np.asarray(value)
+    if array.dtype.kind == "f":
+        array = _canonical_floats(array)
+    elif array.dtype.kind == "c":
+        array = _canonical_floats(array.real) + 1j * _canonical_floats(array.imag)
+    elif array.dtype.kind in "iu":
+        if not array.size or (int(array.min()) >= -(2**63) and int(array.max()) <= 2**63 - 1):
+            array = array.astype(np.int64)
+    if array.dtype.byteorder not in ("=", "|"):  # any other kind (text, another integer): native byte order
+        array = array.astype(array.dtype.newbyteorder("="))
+    return np.ascontiguousarray(array)
+
+
 def broadcast_digest(message: Message) -> bytes:
-    """SHA-256 of a broadcast's phase and content (names, dtypes, shapes, bytes), without its round or sender: what
-    a client answers once under masking (module docstring). Every field is length-prefixed and the arrays are
-    counted, so two different broadcasts never share the encoding (a name holding ``\\0`` cannot shift the
-    boundary between one array and the next)."""
+    """SHA-256 of a broadcast's phase and content (names, dtypes, shapes, values), without its round or sender: what
+    a client answers once under masking (module docstring). The arrays are hashed by value (:func:`_canonical`: the
+    same values in another float width, byte order or sign of zero are the same broadcast). Every field is
+    length-prefixed and the arrays are counted, so two different broadcasts never share the encoding (a name holding
+    ``\\0`` cannot shift the boundary between one array and the next)."""
     digest = hashlib.sha256(length_prefixed(b"gpflow-fed/broadcast") + length_prefixed(message.phase.encode("utf-8")))
     digest.update(len(message.arrays).to_bytes(8, "big"))
     for name in sorted(message.arrays):
-        value = np.ascontiguousarray(message.arrays[name])
+        value = _canonical(message.arrays[name])
         for part in (name.encode("utf-8"), value.dtype.str.encode("ascii"), repr(value.shape).encode("ascii")):
             digest.update(length_prefixed(part))
         digest.update(length_prefixed(value.tobytes()))
