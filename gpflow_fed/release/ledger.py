@@ -202,14 +202,21 @@ class ReleaseLedger:
         attacker solved ``log(W₁ − L₁ω₁) = W₂ − L₂ω₂`` for the six unknowns and had the record to 1e-9. The inputs X
         are public in both releases, so they tell the two apart from an unrelated table without telling anything of Y.
 
+        Rows are matched as they are and, against a changed export of the same inputs (a fifth fresh attacker: a
+        constant column added, X in other units, X re-exported with a jitter of 1e-12), by :func:`_input_columns`:
+        each non-constant column standardised and rounded, columns paired by their values (up to sign), rows
+        compared on the paired columns.
+
         :param X: ``[N, D]`` the new release's inputs.
         :raises ValueError: an entry's X shares a row with X (the message names the entry).
         """
         rows = {_row(x) for x in np.asarray(X, dtype="<f8")}
+        columns = _input_columns(X)
         for name, data in reversed(self._entries()):
-            if "X" not in data or data["X"].shape[1:] != np.shape(X)[1:]:
+            if "X" not in data:
                 continue
-            if rows & {_row(x) for x in np.asarray(data["X"], dtype="<f8")}:
+            same = data["X"].shape[1:] == np.shape(X)[1:] and rows & {_row(x) for x in np.asarray(data["X"], "<f8")}
+            if same or _shared_rows(columns, _input_columns(data["X"])):
                 raise ValueError(
                     f"this release's inputs repeat rows of an earlier release ({name}, release ledger {self.folder}) "
                     "of another target: if this target is a function of that one (log Y, a unit change, a "
@@ -304,6 +311,39 @@ class ReleaseLedger:
 def _value(y: np.ndarray) -> bytes:
     """A recorded value's bytes (``+ 0.0``: −0.0 and 0.0 are the same value)."""
     return b"y" + (np.asarray(y, dtype="<f8") + 0.0).tobytes()
+
+
+def _input_columns(X: np.ndarray) -> List[np.ndarray]:
+    """X's non-constant columns, each standardised over its rows and rounded to :data:`AFFINE_QUANTUM` (integers): the
+    same for an affine change of a column's units and for a re-export that moves values by far less than that."""
+    values = np.asarray(X, dtype=np.float64)
+    out = []
+    for column in values.T:
+        sd = float(np.std(column))
+        if sd > 0 and np.isfinite(sd):
+            out.append(np.round((column - np.mean(column)) / sd / AFFINE_QUANTUM))
+    return out
+
+
+def _shared_rows(new: List[np.ndarray], old: List[np.ndarray]) -> bool:
+    """Whether two releases' :func:`_input_columns` pair up (each new column with an old one of the same sorted values,
+    up to sign) and then share a row on the paired columns."""
+    pairs = []
+    for column in new:
+        for j, earlier in enumerate(old):
+            if column.shape == earlier.shape:
+                for sign in (1.0, -1.0):
+                    if np.array_equal(np.sort(sign * column), np.sort(earlier)):
+                        pairs.append((sign * column, j))
+                        break
+                else:
+                    continue
+                break
+    if not pairs:
+        return False
+    keys = {tuple(row) for row in np.stack([c for c, _ in pairs], axis=1).tolist()}
+    earlier_keys = {tuple(row) for row in np.stack([old[j] for _, j in pairs], axis=1).tolist()}
+    return bool(keys & earlier_keys)
 
 
 def _row(x: np.ndarray) -> bytes:

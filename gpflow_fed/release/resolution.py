@@ -36,6 +36,10 @@ below the records' grid, and the lattice attack gave Y back):
   ones no longer hide the grid: the lattice attack needs only r + 1 records on a known grid, the rest it treats as
   unknowns.
 
+Where no decimal grid counts, the same is done at binary levels ``2^-k`` (a float32 reading shifted or scaled in
+float64, ``C + 273.15``: no value is float32, but the differences are on its grid; a fifth fresh attacker's LLL gave
+such a target back bit-exactly when only decimal levels were read).
+
 Found: decimal grids (0.01), half-steps (0.5), integers (1, or 10 for multiples of 10), affine images of a decimal
 grid (``1.8·C + 32`` with C to 0.1: 0.18), any of these at a large offset, and a subset of records on a coarser grid
 than the rest. A grid that is not a decimal fraction (thirds, 1/7) is found only as a coarser decimal one when it
@@ -49,7 +53,7 @@ from __future__ import annotations
 
 import math
 from functools import reduce
-from typing import List, Optional, Tuple
+from typing import List, Optional
 
 import gpflow
 import numpy as np
@@ -207,33 +211,47 @@ def recording_resolution(Y: np.ndarray, min_rows: int = MIN_GROUP_ROWS, magnitud
     spread = float(np.std(values))
     if floor == 0.0 or spread == 0.0:
         return floor
-    N = values.size
     diffs = values - float(np.min(values))
-    finest = _finest_level(magnitude, roundoff)
-    tau = floor
-    # per record, the nearest counting ancestor at the finer level: (members m, gcd g, level k) or None
-    ancestor: List[Optional[Tuple[int, int, int]]] = [None] * N
-    for k in range(finest, min(finest, math.ceil(-math.log10(2.0 * spread))) - 1, -1):
-        allowance = _allowance(k, magnitude, roundoff)
-        scaled = diffs * 10.0**k
+    decimal = _grid_resolution(diffs, magnitude, roundoff, spread, min_rows, 10)
+    if decimal == 0.0:  # no decimal grid: a binary one (a float32 reading shifted in float64, 273.15 + C)
+        return max(floor, _grid_resolution(diffs, magnitude, roundoff, spread, min_rows, 2))
+    return max(floor, decimal)
+
+
+def _grid_resolution(
+    diffs: np.ndarray, magnitude: float, roundoff: float, spread: float, min_rows: int, base: int
+) -> float:
+    """The largest spacing ``g·base^-k`` a group of records shares beyond chance, over the levels ``base^-k`` from
+    about twice the spread down to the finest the round-off allows (:func:`recording_resolution`; 0: none)."""
+    N = diffs.size
+    log = math.log10 if base == 10 else math.log2
+    finest = math.floor(log(MAX_ROUNDOFF_FRACTION / (roundoff * magnitude)))
+    tau = 0.0
+    # per record, its nearest counting ancestor at the finer levels: members m (0: none), gcd g and level k
+    members, steps, levels = np.zeros(N, np.int64), np.zeros(N, np.int64), np.zeros(N, np.int64)
+    for k in range(finest, min(finest, math.ceil(-log(2.0 * spread))) - 1, -1):
+        allowance = roundoff * float(base) ** k * magnitude
+        scaled = diffs * float(base) ** k
         counts = np.round(scaled)
-        below: List[Optional[Tuple[int, int, int]]] = [None] * N
+        below = (np.zeros(N, np.int64), np.zeros(N, np.int64), np.zeros(N, np.int64))
         for group in _residue_groups(scaled, allowance):
             if group.size < min_rows:
                 break  # the rest are smaller (largest first) and have no counting ancestor either
             g = _group_step(counts[group])
-            found = ancestor[int(group[0])]  # one group at the finer level holds all of this one's members
-            if found is None:  # continuous records: N of them in 1 / (2·allowance) windows
+            first = int(group[0])  # one group at the finer level holds all of this one's members
+            if not members[first]:  # continuous records: N of them in 1 / (2·allowance) windows
                 pool, classes = N, 1.0 / (2.0 * allowance)
-            else:  # the ancestor's m records on s = g'·10^-k' fill s modulo 10^-k: denominator of g'/10^(k'−k)
-                scale = 10 ** (found[2] - k)
-                pool, classes = found[0], float(scale // math.gcd(found[1], scale)) if found[1] else 1.0
+            else:  # the ancestor's m records on s = g'·b^-k' fill s modulo b^-k: denominator of g'/b^(k'−k)
+                scale = base ** (int(levels[first]) - k)
+                step = int(steps[first])
+                pool, classes = int(members[first]), float(scale // math.gcd(step, scale)) if step else 1.0
             counted = g > 0 and classes > 1.0 and group.size >= _chance_size(pool, classes)
             if counted:
-                tau = max(tau, g / 10**k if k > 0 else float(g * 10 ** (-k)))  # exact decimals: 18/100
-            for i in group:
-                below[int(i)] = (int(group.size), g, k) if counted else found
-        ancestor = below
+                tau = max(tau, g / base**k if k > 0 else float(g * base ** (-k)))  # exact decimals: 18/100
+            found = (group.size, g, k) if counted else (members[first], steps[first], levels[first])
+            for array, value in zip(below, found):
+                array[group] = value
+        members, steps, levels = below
     return tau
 
 

@@ -14,6 +14,7 @@ import pytest
 
 from gpflow_fed.cli import main
 from gpflow_fed.models import PrivacyAwareGPR
+from gpflow_fed.models import privacy_aware_gpr as pag
 from gpflow_fed.models.privacy_aware_gpr import release
 from gpflow_fed.release import ProportionalKernel
 from gpflow_fed.release.ledger import ReleaseLedger
@@ -106,16 +107,19 @@ def test_another_target_on_inputs_released_before_is_refused_unless_confirmed(tm
     first = _scaled_release(Y, 1.0, 0.0, 0.3, ledger, **FAST)
     k = gpflow.kernels.SquaredExponential(lengthscales=0.1, variance=0.01)
     logged = dict(kernel=k, noise_variance=1e-4, ledger=ledger, **FAST)
-    with pytest.raises(ValueError, match="inputs repeat rows of an earlier release"):
-        release((X, np.log(Y)), X[[3]], ProportionalKernel(k, 0.5), **logged)
+    # the same inputs, and (a fifth fresh attacker) a constant column added, other units, a re-export's jitter
+    for inputs in (X, np.concatenate([X, np.ones_like(X)], axis=1), 1000.0 * X, X + 1e-12):
+        with pytest.raises(ValueError, match="inputs repeat rows of an earlier release"):
+            release((inputs, np.log(Y)), inputs[[3]], ProportionalKernel(k, 0.5), **logged)
     second = release((X, np.log(Y)), X[[3]], ProportionalKernel(k, 0.5), confirm_new_audience=True, **logged)
     Yhat = _log_attack(
         first.W[:, 0], first.model.noise_factor.numpy(), second.W[:, 0], second.model.noise_factor.numpy()
     )
     assert np.max(np.abs(Yhat - Y[:, 0])) < 1e-4  # the confirmation is the owner's word: both releases give Y back
     other = np.log(5.0 + _draw(0.1, seed=24))
-    shifted = release((X + 2.0, other), X[[3]] + 2.0, ProportionalKernel(k, 0.5), **logged)
-    assert shifted.earlier is None  # another table at other inputs: a fresh release
+    elsewhere = X**2 + 2.0  # not an affine image of X
+    fresh = release((elsewhere, other), elsewhere[[3]], ProportionalKernel(k, 0.5), **logged)
+    assert fresh.earlier is None  # another table at other inputs: a fresh release
 
 
 def test_without_the_unit_change_hashes_two_releases_give_y_back(tmp_path):
@@ -230,5 +234,23 @@ def test_a_mean_that_breaks_the_floor_is_refused_and_a_far_one_is_not():
         with pytest.raises(ValueError, match="close enough to the released target's own mean that the floor fails"):
             release((X, Y), S, H, mean=float(np.mean(Y)) + h * sd, **kwargs)
     assert _record_variance_given_mean(plain, Y, 3.0 * sd) > 0.5  # 1.129 ξ
-    far = release((X, Y), S, H, mean=float(np.mean(Y)) - 3.0 * sd, **kwargs)
-    assert far.model.mean_function.c.numpy()[0] == pytest.approx(float(np.mean(Y)) - 3.0 * sd)
+    # decided from W (MEAN_SLACK_SDS = 4 sd of mean(W) − mean(Y) taken off): a mean 12 sd away is not flagged
+    far = release((X, Y), S, H, mean=float(np.mean(Y)) - 12.0 * sd, **kwargs)
+    assert far.model.mean_function.c.numpy()[0] == pytest.approx(float(np.mean(Y)) - 12.0 * sd)
+
+
+def test_the_public_mean_flag_is_no_oracle_for_the_targets_mean():
+    """A fifth fresh attacker bisected the accept/refuse boundary of the mean check, which was symmetric about
+    mean(Y), to mean(Y) within 7.9e-9 in 45 calls (the record's variance then 0.267 ξ). The flag is now a function of
+    W, m and Σ: given W, every target gives the same answer for every m (control: the exact mean is still flagged)."""
+    k = gpflow.kernels.SquaredExponential(lengthscales=0.2)
+    Y = _draw(0.2, seed=900)
+    tolerance = ProportionalKernel(k, 0.5)
+    out = release((X, Y), S, tolerance, kernel=k, noise_variance=0.01, ledger=None, refit_check=False)
+    design = pag.ReleaseDesign(k, X, S, tolerance, 0.01, pag.protected_targets(X, S, "records"))
+    check = dict(X=X, kernel=k, noise_variance=0.01, floor=design.floor(k))
+    sd = float(np.linalg.norm(out.model.noise_factor.numpy().T @ np.ones(N))) / N
+    for m in float(np.mean(out.W)) + sd * np.array([-20.0, -6.0, -2.0, 0.0, 2.0, 6.0, 20.0]):
+        flags = {bool(pag._public_statistics(Y + shift, out.W, out.Sigma, m, None, **check)) for shift in (0, 0.3, -5)}
+        assert len(flags) == 1  # the same for every target behind this W
+    assert pag._public_statistics(Y, out.W, out.Sigma, float(np.mean(Y)), None, **check)  # the exact mean: flagged

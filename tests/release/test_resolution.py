@@ -174,6 +174,17 @@ def test_the_published_resolution_does_not_depend_on_a_protected_record():
     assert with_record[0] != with_record[1]  # the control: with the record, τ told the two apart
 
 
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("unit", ["kelvin", "fahrenheit"])
+def test_a_float32_reading_converted_in_float64_is_found(seed, unit):
+    """A fifth fresh attacker: a float32 sensor's °C converted in float64 (+ 273.15, or × 1.8 + 32) is no float32
+    value, and no decimal grid, so τ was the float64 floor (1e-8) and LLL gave every row back bit-exactly. The
+    differences are on the float32 grid (2⁻¹⁹ near 20 °C), times 1.8: the binary levels find it (τ ≥ that grid)."""
+    celsius = (20 + np.random.default_rng(30 + seed).standard_normal(40)).astype(np.float32).astype(np.float64)
+    values = celsius + 273.15 if unit == "kelvin" else 1.8 * celsius + 32
+    assert recording_resolution(values) >= (1.0 if unit == "kelvin" else 1.8) * 2.0**-19
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_full_precision_records_get_the_precision_floor(seed):
     """5,000 standard normal draws: no group of chance counts (the floor, 1e-10 at magnitude ≈ 4); and the floor."""
