@@ -262,6 +262,12 @@ class FedBNR(Algorithm[FedBNRState]):
     def final_phases(self) -> Tuple[str, ...]:
         return (SCATTER_PHASE,) if self.protocol == "statistics" else (SCATTER_PHASE, WEIGHTS_PHASE)
 
+    def ignores(self, phase: str) -> Tuple[str, ...]:
+        """``"scatter"``'s statistics ``ΦᵀΦ, Φᵀy, yᵀy, N`` read the kernel's features only, not σ² or λ²: a broadcast
+        moved in those alone is the same question (a fresh attacker moved σ² by 1e-9, asked again without one client
+        and had its statistics to 1e-10 from the difference; issue 43). The other phases read what they receive."""
+        return tuple(k for k in self.shared.keys if not k.startswith("kernel.")) if phase == SCATTER_PHASE else ()
+
     def aggregation(self, phase: str) -> str:
         if phase == KERNEL_PHASE:
             return "collect" if self.aggregation_method == "kd" else "mean"
@@ -337,7 +343,11 @@ class FedBNR(Algorithm[FedBNRState]):
                     metrics={"neg_log_marginal_likelihood_per_point": float(losses[-1])},
                 )
             if broadcast.phase == SCATTER_PHASE:
-                self.shared.assign(model, dict(broadcast.arrays))
+                own = self.shared.read(model)  # wire keys (a network's weights one array each)
+                if set(broadcast.arrays) != set(own) - set(self.ignores(SCATTER_PHASE)):  # else a "new" broadcast
+                    raise BroadcastRefused("FedBNR: the 'scatter' broadcast carries arrays other than the kernel's")
+                # σ² and λ² are the party's own copy's (the statistics never touch them)
+                self.shared.assign(model, {**own, **broadcast.arrays})
                 stats = {k: v.numpy() for k, v in self._statistics(X, Y).items()}
                 if self.protocol == "two_step":
                     del stats["phi_t_y"]
