@@ -14,6 +14,7 @@ from gpflow_fed.federated.engine.endpoint import ClientEndpoint
 from gpflow_fed.federated.protection.encoder import ClientEncoder
 from gpflow_fed.federated.protocol.messages import SERVER
 from gpflow_fed.federated.protocol.algorithm import BroadcastRefused
+from gpflow_fed.federated.protection.wire import broadcast_digest
 from gpflow_fed.federated.protocol.transport import UPDATE, Request
 from gpflow_fed.kernels import URK
 
@@ -84,9 +85,26 @@ def test_the_update_receives_only_what_its_phase_reads(kind):
 
 
 def test_the_other_phases_read_every_value():
-    assert _party("fsgp")[0].algorithm.ignores("gradient") == ()  # the gradient reads every value (and adjoints)
+    fsgp = _party("fsgp")[0].algorithm
+    assert fsgp.ignores("train") == ()
     fedbnr = _party("fedbnr")[0].algorithm
     assert fedbnr.ignores("kernel") == fedbnr.ignores("weights") == ()
+
+
+def test_fsgp_gradient_ignores_the_noise_variance():
+    """FSGP's ``gradient`` is the statistics' vector–Jacobian product: its σ² entry is 0 whatever σ² is, so a
+    broadcast moved in σ² alone is the same question (a tenth fresh attacker moved it by 1e-9 and had one client's
+    gradient to 9.7e-11 from two sums; issue 43): read without σ², keyed without it."""
+    endpoint, arrays = _party("fsgp")
+    algorithm = endpoint.algorithm
+    assert algorithm.ignores("gradient") == ("likelihood.variance",)
+    adjoints = {"adjoint/a": np.ones((2, 2))}
+    moved = {**arrays, "likelihood.variance": arrays["likelihood.variance"] + 1e-9}
+    read = [
+        algorithm.read_broadcast(Message(SERVER, 0, "gradient", {**a, **adjoints}, weight=0.0)) for a in (arrays, moved)
+    ]
+    assert "likelihood.variance" not in read[0].arrays
+    assert broadcast_digest(read[0]) == broadcast_digest(read[1])
 
 
 def test_a_fedbnr_update_given_an_unread_array_refuses_it():

@@ -324,8 +324,10 @@ class FSGP(Algorithm[FSGPState]):
 
     def ignores(self, phase: str) -> Tuple[str, ...]:
         """The statistics (``"statistics"``, ``"predict"``) read the kernel and Z, not the noise variance (FSGP
-        eq. 12: C = k(Z, X)); the other phases read every shared value (and ``"gradient"`` its adjoints)."""
-        return NOT_READ_BY_STATISTICS if phase in (STATISTICS_PHASE, PREDICT_PHASE) else ()
+        eq. 12: C = k(Z, X)), and so does ``"gradient"``, their vector–Jacobian product ``(∂S_k/∂w)ᵀ ∂F/∂S`` (its
+        entry for σ² is 0 whatever σ² is: a fresh attacker moved σ² by 1e-9 and had one client's gradient to 1e-10
+        from the difference of two sums; issue 43); ``"train"`` reads every shared value."""
+        return NOT_READ_BY_STATISTICS if phase in (STATISTICS_PHASE, PREDICT_PHASE, GRADIENT_PHASE) else ()
 
     def reply_spec(self, state: FSGPState, round: int, phase: str) -> ReplySpec:
         """Parameters (``"train"``, ``"gradient"``) shaped as the broadcast; statistics with M and P."""
