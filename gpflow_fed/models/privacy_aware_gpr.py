@@ -1081,10 +1081,9 @@ def _resolution(
     :func:`~gpflow_fed.release.resolution.recording_resolution` of Y at the magnitude
     ``max_j(|W₀_j| + 6·√Σ_jj)`` (W₀ the release before the resolution noise, ``noise_variances`` the diagonal of its
     noise covariance Σ: post-processing of W₀ and Σ, not a function of Y, and above ``max|Y|`` but for a 6-sd draw of
-    the noise), found on the rows that are
-    not protected records (``protected``: their indices) while they are at least half of Y: τ is published, and
-    computed with a protected record it told whether that record's value is on a coarser grid (a fresh attacker: τ
-    0.05 or 0.1 as a 5-cent price was a multiple of 0.05 or not)."""
+    the noise), found on the rows that are not protected records (``protected``: their indices) while they are at
+    least half of Y: τ is published, and computed with a protected record it told whether that record's value is on
+    a coarser grid (a fresh attacker: τ 0.05 or 0.1 as a 5-cent price was a multiple of 0.05 or not)."""
     if declared == 0.0:
         return 0.0
     others = np.setdiff1d(np.arange(Y.shape[0]), protected)

@@ -210,12 +210,12 @@ class ReleaseLedger:
         :param X: ``[N, D]`` the new release's inputs.
         :raises ValueError: an entry's X shares a row with X (the message names the entry).
         """
-        rows = {_row(x) for x in np.asarray(X, dtype="<f8")}
+        rows = {_value(x) for x in np.asarray(X, dtype="<f8")}  # a row's bytes, −0.0 as 0.0
         columns = _input_columns(X)
         for name, data in reversed(self._entries()):
             if "X" not in data:
                 continue
-            same = data["X"].shape[1:] == np.shape(X)[1:] and rows & {_row(x) for x in np.asarray(data["X"], "<f8")}
+            same = data["X"].shape[1:] == np.shape(X)[1:] and rows & {_value(x) for x in np.asarray(data["X"], "<f8")}
             if same or _shared_rows(columns, _input_columns(data["X"])):
                 raise ValueError(
                     f"this release's inputs repeat rows of an earlier release ({name}, release ledger {self.folder}) "
@@ -328,27 +328,18 @@ def _input_columns(X: np.ndarray) -> List[np.ndarray]:
 def _shared_rows(new: List[np.ndarray], old: List[np.ndarray]) -> bool:
     """Whether two releases' :func:`_input_columns` pair up (each new column with an old one of the same sorted values,
     up to sign) and then share a row on the paired columns."""
+    by_values = {np.sort(earlier).tobytes(): j for j, earlier in enumerate(old)}
     pairs = []
     for column in new:
-        for j, earlier in enumerate(old):
-            if column.shape == earlier.shape:
-                for sign in (1.0, -1.0):
-                    if np.array_equal(np.sort(sign * column), np.sort(earlier)):
-                        pairs.append((sign * column, j))
-                        break
-                else:
-                    continue
-                break
+        signed = (sign * column for sign in (1.0, -1.0))  # the first orientation that pairs (a symmetric one: +)
+        found = next(((c, by_values[np.sort(c).tobytes()]) for c in signed if np.sort(c).tobytes() in by_values), None)
+        if found is not None:
+            pairs.append(found)
     if not pairs:
         return False
     keys = {tuple(row) for row in np.stack([c for c, _ in pairs], axis=1).tolist()}
     earlier_keys = {tuple(row) for row in np.stack([old[j] for _, j in pairs], axis=1).tolist()}
     return bool(keys & earlier_keys)
-
-
-def _row(x: np.ndarray) -> bytes:
-    """An input row's bytes (``+ 0.0``: −0.0 and 0.0 are the same input)."""
-    return (np.asarray(x, dtype="<f8") + 0.0).tobytes()
 
 
 def _digest(key: bytes, value: bytes, count: int) -> str:

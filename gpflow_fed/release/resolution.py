@@ -53,7 +53,7 @@ from __future__ import annotations
 
 import math
 from functools import reduce
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 import gpflow
 import numpy as np
@@ -99,7 +99,7 @@ MAX_RESOLUTION = 1e150
 RESOLUTION_TEST_ENTROPY = 0x5EED_D1C3
 
 
-def storage_roundoff(Y: np.ndarray, min_rows: int = 3) -> float:
+def storage_roundoff(Y: np.ndarray, min_rows: int = MIN_GROUP_ROWS) -> float:
     r"""The relative round-off u of the target's storage: ``FLOAT32_ULPS · ε₃₂`` if at least ``min_rows`` values are
     exactly float32 without being short decimals (``round(v, SHORT_DECIMALS) ≠ v``: ``float32(20.13)``, a float32
     reading; a float64 value is float32 by chance with probability 2⁻²⁹), else ``ROUNDOFF_ULPS · ε₆₄``.
@@ -124,14 +124,15 @@ def storage_roundoff(Y: np.ndarray, min_rows: int = 3) -> float:
 FLOAT64_ROUNDOFF = ROUNDOFF_ULPS * float(np.finfo(np.float64).eps)
 
 
-def _allowance(k: int, magnitude: float, roundoff: float) -> float:
-    """The round-off allowance at level ``10^-k``, as a fraction of one step."""
-    return roundoff * 10.0**k * magnitude
+def _log(base: int) -> Callable[[float], float]:
+    """The logarithm to ``base`` (10 or 2), exact at powers of it."""
+    return math.log10 if base == 10 else math.log2
 
 
-def _finest_level(magnitude: float, roundoff: float) -> int:
-    """The largest k whose allowance is at most :data:`MAX_ROUNDOFF_FRACTION` of a step."""
-    return math.floor(math.log10(MAX_ROUNDOFF_FRACTION / _allowance(0, magnitude, roundoff)))
+def _finest_level(magnitude: float, roundoff: float, base: int = 10) -> int:
+    """The largest k whose round-off allowance ``u · base^k · magnitude`` is at most :data:`MAX_ROUNDOFF_FRACTION`
+    of a step ``base^-k``."""
+    return math.floor(_log(base)(MAX_ROUNDOFF_FRACTION / (roundoff * magnitude)))
 
 
 def precision_floor(magnitude: float, roundoff: float = FLOAT64_ROUNDOFF) -> float:
@@ -224,12 +225,11 @@ def _grid_resolution(
     """The largest spacing ``g·base^-k`` a group of records shares beyond chance, over the levels ``base^-k`` from
     about twice the spread down to the finest the round-off allows (:func:`recording_resolution`; 0: none)."""
     N = diffs.size
-    log = math.log10 if base == 10 else math.log2
-    finest = math.floor(log(MAX_ROUNDOFF_FRACTION / (roundoff * magnitude)))
+    finest = _finest_level(magnitude, roundoff, base)
     tau = 0.0
     # per record, its nearest counting ancestor at the finer levels: members m (0: none), gcd g and level k
     members, steps, levels = np.zeros(N, np.int64), np.zeros(N, np.int64), np.zeros(N, np.int64)
-    for k in range(finest, min(finest, math.ceil(-log(2.0 * spread))) - 1, -1):
+    for k in range(finest, min(finest, math.ceil(-_log(base)(2.0 * spread))) - 1, -1):
         allowance = roundoff * float(base) ** k * magnitude
         scaled = diffs * float(base) ** k
         counts = np.round(scaled)
