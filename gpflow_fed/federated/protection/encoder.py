@@ -31,9 +31,10 @@ bit per run: a count of non-finite entries would be a release outside the accoun
 :meth:`~ClientEncoder.prepare` without that check gets them encoded as 0 before the clip, not counted.
 
 A client masks answers to **one broadcast over one cohort and one masking graph**: whatever round or purpose the
-server names, a broadcast (its phase and content, :func:`~.wire.broadcast_digest`) it has answered before is answered
-again only for the same cohort, over the same masking graph, unmasked with the same drop-outs, and never under
-distributed DP. So a server cannot sum one answer over two cohorts (or two sets of survivors, or two graphs whose
+server names, a broadcast (what its phase computes, ``Algorithm.computation``, and its content:
+:func:`~.wire.broadcast_digest`) it has answered before is answered again only for the same cohort, over the same
+masking graph, unmasked with the same drop-outs, and never under distributed DP. So a server cannot sum one answer
+over two cohorts (or two sets of survivors, or two graphs whose
 groups of survivors differ) and difference them, nor average fresh distributed-DP noise away by asking again. The
 cohort and the drop-outs are recorded as the :func:`~.identity.members_digest` of their party ids, never as the
 request's bitmap, which indexes the roster of one setup: a new ``advertise`` (another run id: a Flower run's second
@@ -71,6 +72,7 @@ return; nothing else.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -117,6 +119,8 @@ DATA_FAULT = (
 
 #: the domain of :func:`_graph_digest`
 _GRAPH_RECORD_DOMAIN = b"gpflow-fed/encoder/masking-graph/v1"
+#: the purpose and phase of the exchange :func:`_graph_record` draws the graph of (the graph reads neither)
+_GRAPH_RECORD_PURPOSE = "masking-graph"
 
 
 def _without_dropped(request: Mapping[str, Any]) -> Dict[str, Any]:
@@ -129,11 +133,17 @@ def _graph_digest(request: Mapping[str, Any], cohort: FrozenSet[str], view: byte
     exchange it names, with its degree): its edges, sorted, each end length-prefixed, after a domain tag. The graph is
     determined by the setup's run id, the cohort's ids and the degree, so another setup (a new ``advertise``) or
     another degree gives another graph, save where both join every pair (``d ≥ K − 1``). Called once the protocol
-    client has parsed the request (:meth:`ClientEncoder._cohort_ids`): its fields have their types."""
-    exchange = Exchange(
-        request["run_id"], request["purpose"], int(request["round"]), request["phase"], tuple(sorted(cohort)), view
-    )
-    graph = masking_graph(exchange, int(request["degree"]))
+    client has parsed the request (:meth:`ClientEncoder._cohort_ids`): its fields have their types. ``view`` does not
+    enter the graph."""
+    return _graph_record(request["run_id"], cohort, int(request["degree"]))
+
+
+@functools.lru_cache(maxsize=32)
+def _graph_record(run_id: bytes, cohort: FrozenSet[str], degree: int) -> bytes:
+    """:func:`_graph_digest`'s value, a public function of public values computed once per process: the K clients of
+    a simulation share it (each computing it, ``O(K d)``, made a round at K = 1,000 ``O(K² d)``)."""
+    exchange = Exchange(run_id, _GRAPH_RECORD_PURPOSE, 0, _GRAPH_RECORD_PURPOSE, tuple(sorted(cohort)))
+    graph = masking_graph(exchange, degree)
     edges = sorted((a, b) for a, neighbours in graph.items() for b in neighbours if a < b)
     parts = [length_prefixed(_GRAPH_RECORD_DOMAIN)]
     parts.extend(length_prefixed(a.encode("utf-8")) + length_prefixed(b.encode("utf-8")) for a, b in edges)
