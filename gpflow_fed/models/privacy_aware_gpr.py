@@ -127,6 +127,11 @@ class PrivacyAwareGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
         W: np.ndarray = np.asarray(data[1], dtype=gpflow.default_float())
         if not (np.all(np.isfinite(X)) and np.all(np.isfinite(W))):
             raise ValueError("PrivacyAwareGPR: X and W must be finite")
+        if 0 in X.shape:  # no columns: it would load and fail at the first prediction; no rows: a release of nothing
+            raise ValueError(
+                f"PrivacyAwareGPR: X has no {'columns' if X.shape[1:] == (0,) else 'rows'} "
+                f"(shape {X.shape}); a release needs at least one row and one input column"
+            )
         if not (np.isfinite(noise_variance) and noise_variance >= 0):
             raise ValueError(f"noise_variance must be finite and ≥ 0, got {noise_variance}")
         if not (np.isfinite(resolution) and 0 <= resolution <= np.sqrt(noise_variance)):  # never squares 1e200
@@ -263,6 +268,9 @@ class PrivacyAwareGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
             SAVE_FORMAT,
             ("spec", "X", "W", "noise_factor", "noise_variance"),
         )
+        # every float field in float64 before any check (a float128 1e4000 is finite until cast, then inf)
+        with np.errstate(over="ignore", under="ignore"):
+            arrays = {k: v.astype(np.float64) if v.dtype.kind == "f" else v for k, v in arrays.items()}
         try:
             spec = parse_json(str(arrays["spec"]), f"{path}: model description")
             kernel_description, mean_name = spec["kernel"], str(spec["mean_function"])
@@ -301,7 +309,7 @@ class PrivacyAwareGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
                     )
                 mean_function = gpflow.mean_functions.Constant(c)
             else:
-                raise ValueError(f"{path} holds a {mean_name} mean: pass mean_function= one of that class")
+                raise ValueError(f"{path} holds a {mean_name!r} mean: pass mean_function= one of that class")
         saved = {key[len("param") :]: value for key, value in arrays.items() if key.startswith("param.")}
         floats: "tuple[str, ...]" = ("X", "W", "noise_factor", "noise_variance")
         if "resolution" in arrays:  # written since the resolution noise (files before it have τ = 0)

@@ -33,7 +33,7 @@ from .obfuscation import (
     target_blocks,
     target_tolerance,
 )
-from .regions import Region, pivoted_region_factor, region_noise_covariance
+from .regions import Region, check_region_size, pivoted_region_factor, region_noise_covariance
 from .tolerance import ProportionalKernel, Tolerance, resolve_tolerance
 from .weak import KrylovError
 
@@ -99,6 +99,11 @@ class ReleaseDesign:
     density: Optional[float] = None
     low_rank: Optional[bool] = None
     solver: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        """Refuse a region's grid too large to design on (its kernel matrices are γ×γ), before any is built."""
+        if self.region is not None and self.density is not None:
+            check_region_size(self.region.grid_size(self.density), self.density)
 
     def follows(self, at: gpflow.kernels.Kernel) -> bool:
         """Whether the tolerance at ``at``'s θ is the design's own form there (the design, or ``αK_θ``)."""

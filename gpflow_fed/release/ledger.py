@@ -185,7 +185,7 @@ class ReleaseLedger:
         for name, data in reversed(self._entries()):
             if "affine" in data and wanted & set(data["affine"].tolist()):
                 raise ValueError(
-                    f"this target looks like a unit change (a·Y + b, a ≠ 0) of an earlier release ({name}, release "
+                    f"this target looks like a unit change (a·Y + b, a ≠ 0) of an earlier release ({name!r}, release "
                     f"ledger {self.folder}) of the same rows: a second release of the same records with independent "
                     "noise gives them back exactly. Publish the earlier release transformed instead (a·W₁ + b with "
                     "noise factor a·L₁, post-processing of W₁), or confirm that this release's audience does not "
@@ -218,7 +218,7 @@ class ReleaseLedger:
             same = data["X"].shape[1:] == np.shape(X)[1:] and rows & {_value(x) for x in np.asarray(data["X"], "<f8")}
             if same or _shared_rows(columns, _input_columns(data["X"])):
                 raise ValueError(
-                    f"this release's inputs repeat rows of an earlier release ({name}, release ledger {self.folder}) "
+                    f"this release's inputs repeat rows of an earlier release ({name!r}, release ledger {self.folder}) "
                     "of another target: if this target is a function of that one (log Y, a unit change, a "
                     "transformed column), the two releases give the records back; publish a function of the earlier "
                     "release instead (post-processing of W₁), or confirm that the targets are unrelated or that this "

@@ -32,10 +32,36 @@ def as_inputs(value: object, what: str) -> np.ndarray:
         raise ValueError(f"{what} must have shape [N, D], got shape {array.shape}")
     if array.shape[0] == 0:
         raise ValueError(f"{what} is empty; pass at least one point")
+    if array.shape[1] == 0:
+        raise ValueError(f"{what} has no columns (shape {array.shape}); pass at least one input column")
     array = array.astype(gpflow.default_float())
     if not np.all(np.isfinite(array)):
         raise ValueError(f"{what} contains NaN or inf values")
     return array
+
+
+#: Two inputs are the same point when every coordinate agrees to this fraction of its column's spread ...
+SAME_INPUT_RTOL = 1e-9
+#: ... plus this many units in the last place of the column's largest magnitude (a value converted twice).
+SAME_INPUT_ULPS = 64
+
+
+def column_tolerance(X: np.ndarray) -> np.ndarray:
+    r"""``[D]`` how far apart two inputs may lie in each column and still be the same point (float rounding).
+
+    Column j's tolerance is ``SAME_INPUT_RTOL·(max X_j − min X_j) + SAME_INPUT_ULPS·ulp(max |X_j|)``: its own
+    scale, never another column's. Issue 44: one tolerance ``1e-9·max|X|`` over all columns let a column of
+    magnitude 1e7 beside one in [0, 1] match a region's grid points 0.01 apart to a record (their f neither
+    designed for nor checked). The spread, not the magnitude, sets the scale because stationary kernels see
+    differences: a column offset far from zero (timestamps near 1.7e9 s) would otherwise match points 1.7 s apart.
+    The ulp term covers a value read or converted twice (0.1 + 0.2 against 0.3, a unit change) in a column that is
+    constant or offset; a value read twice from the same text is the same float and matches exactly.
+    """
+    Xa: np.ndarray = np.asarray(X, dtype=gpflow.default_float())
+    if Xa.shape[0] == 0:
+        return np.zeros(Xa.shape[1:], dtype=Xa.dtype)
+    spread = np.max(Xa, axis=0) - np.min(Xa, axis=0)
+    return np.asarray(SAME_INPUT_RTOL * spread + SAME_INPUT_ULPS * np.spacing(np.max(np.abs(Xa), axis=0)))
 
 
 def kernel_matrix(kernel: gpflow.kernels.Kernel, A: np.ndarray, B: Optional[np.ndarray] = None) -> np.ndarray:

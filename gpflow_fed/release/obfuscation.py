@@ -38,7 +38,15 @@ from check_shapes import check_shapes
 from scipy.linalg import cholesky, solve_triangular
 
 from .. import randomness
-from .linalg import as_inputs, kernel_diag, kernel_matrix, noise_vector, psd_check, psd_factor
+from .linalg import (
+    as_inputs,
+    column_tolerance,
+    kernel_diag,
+    kernel_matrix,
+    noise_vector,
+    psd_check,
+    psd_factor,
+)
 from .lowrank import CERTIFY_TOL, LowRankCovariance, krylov_positive_part
 from .sdp import solve_privacy_sdp
 from .weak import solve_weak_krylov
@@ -48,8 +56,6 @@ Covariance = Union[np.ndarray, LowRankCovariance]
 METHODS = ("strong", "weak", "diagonal")
 #: ``protect=`` values: the records at the sensitive inputs (default) or the paper's latent f (eq. 5).
 PROTECT = ("records", "latent")
-#: A training input within this relative distance of a sensitive input (per coordinate) is a record there.
-RECORD_RTOL = 1e-9
 #: ``solver=`` values for the SDP methods: the certified Krylov reduction (weak only) or the dense cvxpy SDP.
 SOLVERS = ("krylov", "dense", "CLARABEL", "SCS")
 #: Automatic low-rank rule: use block Krylov when N ≥ this, γ ≤ N / 5 and min V > 0 (so the O(N k²)
@@ -109,16 +115,24 @@ class Targets:
 def protected_targets(X: np.ndarray, S: np.ndarray, protect: str = "records") -> Targets:
     """The targets T for sensitive inputs S.
 
-    With ``"records"`` each training row equal to a sensitive input (to ``RECORD_RTOL``, relative to the inputs'
-    scale) is a record to protect (every one of them, if the input is repeated), placed at its own row's input;
-    other sensitive inputs (and all of them with ``"latent"``) protect ``f(s)``.
+    With ``"records"`` each training row equal to a sensitive input in every column (to
+    :func:`~gpflow_fed.release.linalg.column_tolerance`, each column at its own scale) is a record to protect
+    (every one of them, if the input is repeated), placed at its own row's input; other sensitive inputs (and all of
+    them with ``"latent"``) protect ``f(s)``. Rows are looked up through X's first column sorted, so a region's
+    dense grid costs ``O((γ + N) log N)`` plus the few candidate rows.
     """
     check_protect(protect)
     points, records, source = [], [], []
+    tol = column_tolerance(X)
+    order = np.argsort(X[:, 0], kind="stable")
+    first = X[order, 0]
+    lo = np.searchsorted(first, S[:, 0] - 2 * tol[0], side="left")  # a wider window: the test below decides
+    hi = np.searchsorted(first, S[:, 0] + 2 * tol[0], side="right")
     for i, s in enumerate(S):
-        if protect == "records":  # equal up to float rounding (a value read twice from text, say)
-            close = np.isclose(X, s[None, :], rtol=RECORD_RTOL, atol=RECORD_RTOL * float(np.max(np.abs(X))))
-            rows = np.flatnonzero(np.all(close, axis=1))
+        if protect == "records":  # equal up to float rounding (a value read twice from text, say), per column
+            candidates = np.sort(order[lo[i] : hi[i]])
+            close = np.all(np.abs(X[candidates] - s[None, :]) <= tol[None, :], axis=1)
+            rows = candidates[close]
         else:
             rows = np.zeros(0, dtype=int)
         for j in rows if rows.size else [-1]:

@@ -37,14 +37,46 @@ import gpflow
 import numpy as np
 from scipy.linalg import solve_triangular
 
-from .linalg import as_inputs, kernel_matrix, noise_vector, psd_factor
+from .linalg import as_inputs, column_tolerance, kernel_matrix, noise_vector, psd_factor
 from .lowrank import LowRankCovariance
 from .obfuscation import Covariance, positive_part_of_difference
 from .tolerance import ProportionalKernel, check_tolerance_kernel
 
 
+#: The most grid points a region's design takes: the design's kernel matrices are M×M
+#: float64 (0.8 GB each at the cap, several at once), so a region many lengthscales wide is refused up front.
+MAX_REGION_POINTS = 10_000
+#: The most points any discretisation returns (the release checks its floor on a grid 4× denser per axis).
+MAX_GRID_POINTS = 1_000_000
+
+
+def _too_many(count: int, density: float, cap: int, what: str) -> ValueError:
+    """The refusal of a grid of ``count`` points above ``cap``, naming how to shrink it."""
+    gib = float(count) ** 2 * 8 / 2**30
+    return ValueError(
+        f"the sensitive region's {what} at density {density:g} has {count:,} points, above the {cap:,} a release "
+        f"handles (a dense kernel matrix of that grid is {gib:.3g} GiB): narrow the region to where protection is "
+        "needed, or lower the grid density (density=, CLI --density; the default is 4 points per lengthscale and at "
+        "least 20 per unit; the floor is then checked on a grid 4 times denser)"
+    )
+
+
+def check_region_size(count: int, density: float) -> None:
+    """Refuse a design grid of more than :data:`MAX_REGION_POINTS` points (before any kernel matrix is built; the
+    records inside the region are not counted: they are the data's own sensitive inputs, as named points are).
+
+    :raises ValueError: naming the grid's size and how to shrink it.
+    """
+    if count > MAX_REGION_POINTS:
+        raise _too_many(count, density, MAX_REGION_POINTS, "grid")
+
+
 class Region(abc.ABC):
     """A compact sensitive region that can be discretised on a grid."""
+
+    def grid_size(self, density: float) -> int:
+        """How many points :meth:`discretise` returns at ``density`` (subclasses compute it without the grid)."""
+        return int(self.discretise(density).shape[0])
 
     @property
     @abc.abstractmethod
@@ -81,17 +113,34 @@ class Box(Region):
     def input_dim(self) -> int:
         return int(self.lower.shape[0])
 
+    def _counts(self, density: float) -> List[int]:
+        if not (np.isfinite(density) and density > 0):
+            raise ValueError(f"density must be a positive number of points per unit length, got {density}")
+        counts = []
+        for lo, hi in zip(self.lower, self.upper):
+            width = float(density) * (float(hi) - float(lo))  # inf for a box wider than float64's range
+            if hi == lo:
+                counts.append(1)
+            else:
+                counts.append(int(math.ceil(round(width, 9))) + 1 if math.isfinite(width) else MAX_GRID_POINTS + 1)
+        return counts
+
+    def grid_size(self, density: float) -> int:
+        """``∏ (⌈density·width⌉ + 1)``, computed in Python integers before any grid is built."""
+        return math.prod(self._counts(density))
+
     def discretise(self, density: float) -> np.ndarray:
         """A tensor grid with ``⌈density·width⌉ + 1`` points per side (one for a zero-width side).
 
         Doubling an integer density on an integer-width box gives nested grids (Theorem 3's monotonicity).
+
+        :raises ValueError: a density that is not positive, or a grid of more than :data:`MAX_GRID_POINTS` points
+            (its size is computed first; nothing is allocated).
         """
-        if not (np.isfinite(density) and density > 0):
-            raise ValueError(f"density must be a positive number of points per unit length, got {density}")
-        axes = []
-        for lo, hi in zip(self.lower, self.upper):
-            count = 1 if hi == lo else int(math.ceil(round(density * (hi - lo), 9))) + 1
-            axes.append(np.linspace(lo, hi, count))
+        counts = self._counts(density)
+        if math.prod(counts) > MAX_GRID_POINTS:
+            raise _too_many(math.prod(counts), density, MAX_GRID_POINTS, "grid")
+        axes = [np.linspace(lo, hi, count) for lo, hi, count in zip(self.lower, self.upper, counts)]
         mesh = np.meshgrid(*axes, indexing="ij")
         return np.stack([m.reshape(-1) for m in mesh], axis=1)
 
@@ -128,10 +177,31 @@ class RegionUnion(Region):
     def contains(self, points: np.ndarray) -> np.ndarray:
         return np.asarray(np.any([r.contains(points) for r in self.regions], axis=0))
 
+    def grid_size(self, density: float) -> int:
+        """The parts' grid sizes summed (an upper bound: points shared by two parts are merged)."""
+        return sum(r.grid_size(density) for r in self.regions)
+
     def discretise(self, density: float) -> np.ndarray:
-        points = np.concatenate([r.discretise(density) for r in self.regions], axis=0)
-        _, index = np.unique(np.round(points, 12), axis=0, return_index=True)
-        return points[np.sort(index)]
+        if self.grid_size(density) > MAX_GRID_POINTS:
+            raise _too_many(self.grid_size(density), density, MAX_GRID_POINTS, "grid")
+        return unique_points(np.concatenate([r.discretise(density) for r in self.regions], axis=0))
+
+
+def unique_points(points: np.ndarray) -> np.ndarray:
+    """``points`` without repeats, the first of each kept in order; rows equal to
+    :func:`~gpflow_fed.release.linalg.column_tolerance` of ``points`` in every column are one point.
+
+    Each column is rounded to its own quantum (before issue 44 every column was rounded to 12 decimals, which
+    merged distinct points of a column on a scale of 1e-12 and none of a column of magnitude 1e7 that differed by
+    rounding). Two points only merge when they lie within that tolerance in every column (points near a bin's edge
+    may stay apart: a duplicate point costs a pivot, never protection).
+    """
+    P: np.ndarray = np.asarray(points, dtype=gpflow.default_float())
+    if P.shape[0] == 0:
+        return P
+    quantum = column_tolerance(P)  # > 0: it holds ulps of the column's largest magnitude (P/quantum stays finite)
+    _, index = np.unique(np.round(P / np.where(quantum > 0, quantum, 1.0)[None, :]), axis=0, return_index=True)
+    return P[np.sort(index)]
 
 
 def check_region(region: Region, X: np.ndarray, tolerance: object) -> None:
@@ -156,9 +226,22 @@ def check_region(region: Region, X: np.ndarray, tolerance: object) -> None:
 
 def with_records(grid: np.ndarray, X: np.ndarray, region: Region) -> np.ndarray:
     """``grid`` and every training input inside ``region`` that is not already a grid point (each record inside
-    a region is a sensitive input; a grid point on a training input already stands for its records)."""
+    a region is a sensitive input; a grid point on a training input already stands for its records).
+
+    "On" is :func:`~gpflow_fed.release.obfuscation.protected_targets`' match: within X's
+    :func:`~gpflow_fed.release.linalg.column_tolerance` in every column (each column at its own scale).
+    """
     inside = X[region.contains(X)]
-    new = [x for x in inside if not np.any(np.all(grid == x[None, :], axis=1))]
+    tol = column_tolerance(X)
+    order = np.argsort(grid[:, 0], kind="stable")
+    first = grid[order, 0]
+    lo = np.searchsorted(first, inside[:, 0] - 2 * tol[0], side="left")
+    hi = np.searchsorted(first, inside[:, 0] + 2 * tol[0], side="right")
+    new = [
+        x
+        for x, a, b in zip(inside, lo, hi)
+        if not np.any(np.all(np.abs(grid[order[a:b]] - x[None, :]) <= tol[None, :], axis=1))
+    ]
     if not new:
         return grid
     _, first = np.unique(np.asarray(new), axis=0, return_index=True)
@@ -289,6 +372,7 @@ def region_noise_covariance(
     if method not in ("strong", "weak"):
         raise ValueError(f"a region supports method='strong' or 'weak', got {method!r}")
     Xa = _prepare(kernel, X, region, tolerance, density)
+    check_region_size(region.grid_size(density), density)
     S = region.discretise(density)
     if protect == "records":
         S = with_records(S, Xa, region)
@@ -352,10 +436,9 @@ def refine_region(
     for level in range(int(max_refinements) + 1):
         d = float(density) * 2**level
         # The previous pivots go first (and stay in S even if the grids are not nested): S'ₙ ⊆ S'ₙ₊₁.
+        check_region_size(region.grid_size(d), d)
         grid = region.discretise(d)
-        points = np.concatenate([previous, grid], axis=0)
-        _, first = np.unique(np.round(points, 12), axis=0, return_index=True)
-        S = points[np.sort(first)]
+        S = unique_points(np.concatenate([previous, grid], axis=0))
         Sigma, previous = _region_sigma(kernel, Xa, S, tolerance, noise_variance, low_rank, forced=previous.shape[0])
         trace = Sigma.trace() if isinstance(Sigma, LowRankCovariance) else float(np.trace(Sigma))
         densities.append(d)

@@ -16,7 +16,15 @@ import pytest
 from gpflow_fed.cli import main
 from gpflow_fed.models import PrivacyAwareGPR
 from gpflow_fed.models.privacy_aware_gpr import release
-from gpflow_fed.release import Interval, ProportionalKernel, obfuscate, synthetic_noise_covariance, verify_privacy
+from gpflow_fed.release import (
+    Box,
+    Interval,
+    ProportionalKernel,
+    RegionUnion,
+    obfuscate,
+    synthetic_noise_covariance,
+    verify_privacy,
+)
 from gpflow_fed.release.ledger import ReleaseLedger
 from gpflow_fed.release.linalg import kernel_matrix
 
@@ -628,3 +636,66 @@ def test_a_sensitive_input_read_with_rounding_still_names_the_record():
     assert protected_targets(X, X[[J]] + 1e-3, "records").records.tolist() == [-1]  # control: another input
     Sigma = synthetic_noise_covariance(k, X, X[[J]] * (1 + 1e-12), 0.6, noise_variance=0.1)
     assert verify_privacy(k, X, X[[J]], 0.6, Sigma, noise_variance=0.1).weak_margin >= -1e-8
+
+
+# ---- a fresh attacker, 2026-12-03: records matched to region points by the largest input's scale -------------------
+
+
+def test_records_are_matched_to_sensitive_points_per_column():
+    """A record matched a point within ``1e-9·max|X|`` over all columns: beside a column of magnitude 1e7, grid points
+    0.01 apart in the [0, 1] column counted as records (their f neither designed for nor checked). Each column is now
+    matched at its own scale (1e-9 of its spread plus 64 ulps): the spread, not the magnitude, since a column offset
+    far from zero (timestamps near 1.7e9 s) would match points 1.7 s apart at 1e-9 of its magnitude."""
+    from gpflow_fed.release import protected_targets
+
+    x1 = np.arange(0.0, 1.0001, 0.02)
+    points = [[0.3, 0.0], [0.31, 0.0], [0.305, 0.0]]
+    for big in (1e7, 1.0):  # 1.0: the control, where the old match was already right
+        X2 = np.c_[x1, np.full(x1.size, big)]
+        grid = np.asarray(points) + [0.0, big]
+        assert protected_targets(X2, grid, "records").records.tolist() == [15, -1, -1]  # was [15, 15, 16, 15] at 1e7
+        converted = np.array([[0.3 * (1 + 1e-12), big * (1 + 1e-15)]])  # a value converted twice: still its record
+        assert protected_targets(X2, converted, "records").records.tolist() == [15]
+    stamps = 1.7e9 + np.arange(50.0)[:, None]  # records one second apart
+    assert protected_targets(stamps, stamps[[3]] + 0.5, "records").records.tolist() == [-1]  # was [3, 4]
+    assert protected_targets(stamps, stamps[[3]], "records").records.tolist() == [3]
+
+
+def test_region_points_are_merged_and_joined_to_records_per_column():
+    """The other comparisons of points: a union's grids were merged on 12 decimals in every column (distinct points
+    of a column on a 1e-13 scale became one), and a record inside a region joined the grid unless a grid point
+    equalled it bit for bit (one converted twice became a second sensitive point for the same record)."""
+    from gpflow_fed.release.regions import with_records
+
+    union = RegionUnion(Interval(0.0, 1e-12), Interval(2e-12, 3e-12))
+    assert union.discretise(1e13).shape[0] == 22  # was 4
+    grid = Interval(0.0, 1.0).discretise(10.0)
+    Xr = np.array([[0.3 * (1 + 1e-15)], [0.35]])  # a grid point converted twice, and a record between grid points
+    assert with_records(grid, Xr, Interval(0.0, 1.0)).shape[0] == grid.shape[0] + 1  # was + 2
+
+
+def test_a_region_beside_a_large_column_keeps_its_floor_between_the_records():
+    """The attacker's release (a column of 1e7 beside one in [0, 1], records 0.02 apart, a region between them,
+    ℓ = 0.05 there, σ² = 0.01, the design θ): the worst f in the region was 0.989 ξ (a record's neighbourhood of grid
+    points 0.01 wide had become that record); with the match per column it is ≥ ξ as with that column at 1."""
+    big = 1e7
+    x1 = np.arange(0.0, 1.0001, 0.02)
+    X2 = np.c_[x1, np.full(x1.size, big)]
+    k = gpflow.kernels.SquaredExponential(lengthscales=[0.05, 1e6])
+    Y = np.random.default_rng(1).normal(size=(x1.size, 1))
+    region = Box([0.3, big], [0.5, big])
+    out = release(
+        (X2, Y),
+        region,
+        ProportionalKernel(k, 0.5),
+        kernel=k,
+        noise_variance=0.01,
+        ledger=None,
+        theta_range="design",
+        refit_check=False,
+    )
+    assert out.targets.num_records == 11  # the records 0.30, 0.32, …, 0.50 (it counted grid points as records)
+    xs = np.c_[np.linspace(0.3, 0.5, 2001), np.full(2001, big)]
+    _, var = out.model.predict_f(xs)
+    xi = 0.5 * out.model.kernel(xs, full_cov=False).numpy()
+    assert float(np.min(var.numpy()[:, 0] / xi)) >= 1 - 1e-6
