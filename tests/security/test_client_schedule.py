@@ -75,8 +75,11 @@ class Server:
         config["protection"] = (protection or Protection()).to_config()
         # what an honest server binds into the masking (PhaseOwner): the request as it sent it
         sent = Protection.from_config(config["protection"]).to_config()
-        # the view of what each client answers: the arrays its phase reads (as the phase owner binds it)
-        self.view = request_view(broadcast_digest(self.algorithm.read_broadcast(down)), sent, len(cohort), aggregation)
+        # the view of what each client answers: the arrays its phase reads and what it computes (as the phase owner
+        # binds it)
+        read = self.algorithm.read_broadcast(down)
+        digest = broadcast_digest(read, computation=self.algorithm.computation(phase))
+        self.view = request_view(digest, sent, len(cohort), aggregation)
         return {c: self.endpoints[c].handle(Request(UPDATE, down, purpose, config)) for c in cohort}
 
     def masked_sum(self, cohort, round, phase="statistics", purpose="train", protection=None):

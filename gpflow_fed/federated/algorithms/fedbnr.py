@@ -16,14 +16,22 @@ sends its statistics; the server sums them (eqs. 3.5–3.6), so the returned
 * ``protocol="statistics"`` (one exchange, phase ``"scatter"``): ``phi_t_phi = Φ_cᵀΦ_c [L, L]``,
   ``phi_t_y = Φ_cᵀy_c [L, P]``, ``y_t_y [P]``, ``num_data []``;
 * ``protocol="two_step"`` (the thesis' Algorithm 1): ``"scatter"`` sends ``phi_t_phi``, ``y_t_y``,
-  ``num_data``; the server broadcasts ``A⁻¹``; ``"weights"`` sends ``w_c = σ⁻²A⁻¹Φ_cᵀy_c [L, P]`` and the
-  server sums ``w̄ = Σ_c w_c``.
+  ``num_data``; the server broadcasts ``A⁻¹``; ``"weights"`` sends ``w_c = A⁻¹Φ_cᵀy_c [L, P]`` and the
+  server sums ``w̄ = Σ_c w_c``, whose ``σ⁻²w̄`` is the thesis' mean weights: σ² is the server's, applied by the server
+  (the clients' own copies of σ² differ after phase 1's local training; dividing by them gave another model than the
+  one-step protocol's). ``w_c`` is linear in the server's ``A⁻¹``, so a client answers ``"weights"`` once per state of
+  its features (kernel values and data: those of its last ``"scatter"`` answer): a second ``A⁻¹`` for the same
+  features is refused, the same one again is a retry. Otherwise a server that asked ``I`` over a cohort and ``2I``
+  over the cohort without one client had that client's ``Φ_cᵀy_c`` from the difference of the two sums (issue 43,
+  eleventh round).
 
 What leaves a client: its kernel/hyperparameter values (phase 1, the same sizes as the model), then arrays of
 sizes L×L, L×P, P and 1 — none depends on N_c, and no row of Φ_c, X_c or y_c is sent.
 """
 
 from __future__ import annotations
+
+import hashlib
 
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, Final, List, Mapping, Optional, Sequence, Tuple, Union, cast
@@ -61,6 +69,23 @@ KERNEL_PHASE: Final[str] = "kernel"
 #: Phase 2's exchanges (final): the summed statistics, then (two-step protocol) the summed weights.
 SCATTER_PHASE: Final[str] = "scatter"
 WEIGHTS_PHASE: Final[str] = "weights"
+#: ``client.state`` key (two-step protocol): the shared values (wire key → array) of the client's last ``"scatter"``
+#: answer, which its ``"weights"`` answer computes with (plain arrays: saved by checkpoints and a Flower party's state)
+SCATTER_VALUES: Final[str] = "fedbnr_scatter_values"
+#: ``client.state`` key (two-step protocol): per state of the client's features (hex digest of its kernel values and
+#: its data), the hex digest of the ``A⁻¹`` its ``"weights"`` answer was computed with
+WEIGHTS_ANSWERED: Final[str] = "fedbnr_weights_answered"
+
+
+def _values_digest(arrays: Mapping[str, Any]) -> str:
+    """Hex SHA-256 of named arrays by value (names, shapes and float64 values, −0.0 as 0.0): a record key, not a
+    secret (the one-``"weights"``-answer record)."""
+    digest = hashlib.sha256()
+    for name in sorted(arrays):
+        value = np.ascontiguousarray(np.asarray(arrays[name], dtype=np.float64) + 0.0)
+        for part in (name.encode("utf-8"), repr(value.shape).encode("ascii"), value.tobytes()):
+            digest.update(len(part).to_bytes(8, "big") + part)
+    return digest.hexdigest()
 
 
 def _keras_paths(kernel: gpflow.kernels.Kernel) -> Dict[str, str]:
@@ -351,14 +376,46 @@ class FedBNR(Algorithm[FedBNRState]):
                 stats = {k: v.numpy() for k, v in self._statistics(X, Y).items()}
                 if self.protocol == "two_step":
                     del stats["phi_t_y"]
+                    # the values its "weights" answer computes with (a Flower party rebuilds its worker per message)
+                    client.state[SCATTER_VALUES] = {k: np.array(v) for k, v in self.shared.read(model).items()}
                 return self.reply(client, broadcast, stats)
             if broadcast.phase == WEIGHTS_PHASE:
                 if set(broadcast.arrays) != {"a_inverse"}:  # an ignored array would make a "new" broadcast for free
                     raise BroadcastRefused("FedBNR: the 'weights' broadcast carries arrays other than 'a_inverse'")
+                values = self._weights_values(client, model)
+                self._check_weights_once(client, broadcast, values)
+                self.shared.assign(model, values)
                 phi_t_y = tf.linalg.matmul(model.kernel.features(X), Y, transpose_a=True)
-                w_c = tf.linalg.matmul(tf.constant(broadcast["a_inverse"]), phi_t_y) / model.likelihood.variance
+                w_c = tf.linalg.matmul(tf.constant(broadcast["a_inverse"]), phi_t_y)  # σ⁻² is the server's
                 return self.reply(client, broadcast, {"w_mean": w_c.numpy()})
             raise ValueError(f"unknown FedBNR phase {broadcast.phase!r}")
+
+    def _weights_values(self, client: Client, model: BayesianLinearRegression) -> Dict[str, np.ndarray]:
+        """The shared values a ``"weights"`` answer computes with: those of the client's last ``"scatter"`` answer (its
+        record, which a Flower party that rebuilt its worker still holds), else its worker's own."""
+        kept = client.state.get(SCATTER_VALUES)
+        return dict(kept) if kept is not None else self.shared.read(model)
+
+    def _check_weights_once(self, client: Client, broadcast: Message, values: Mapping[str, np.ndarray]) -> None:
+        """One ``"weights"`` answer per state of the client's features (module docstring), recorded before the answer
+        is computed: ``w_c = A⁻¹Φ_cᵀy_c`` is linear in the ``A⁻¹`` it is asked with, so two of them for the same
+        features, over a cohort and over the cohort without one client, give that client's ``Φ_cᵀy_c``. The features
+        are keyed by the kernel values the answer computes with (``values``, :meth:`_weights_values`) and the client's
+        data. The same ``A⁻¹`` again is a retry, answered. The refusal depends only on what the server asked before,
+        never on the data.
+
+        :raises BroadcastRefused: another ``A⁻¹`` for the same features.
+        """
+        X, Y = client.state["tensors"]
+        features = {k: v for k, v in values.items() if k.startswith("kernel.")}
+        features.update({"data/X": X.numpy(), "data/Y": Y.numpy()})
+        asked = _values_digest({"a_inverse": broadcast["a_inverse"]})
+        answered = client.state.setdefault(WEIGHTS_ANSWERED, {})
+        if answered.setdefault(_values_digest(features), asked) != asked:
+            raise BroadcastRefused(
+                "FedBNR: this client answered 'weights' for the same features (kernel values and data) with another "
+                "A⁻¹ already (the answer is linear in it: one per kernel state); refused"
+            )
 
     def batched(self, phase: str) -> bool:
         """``"kernel"`` has a batched form (:class:`~.fedbnr_batched.BatchedBLRWorker`: every client's local steps in
@@ -449,12 +506,10 @@ class FedBNR(Algorithm[FedBNRState]):
                 a_inverse = tf.linalg.cholesky_solve(chol_A, eye).numpy()
             return replace(state, statistics=stats, a_inverse=a_inverse)
         if aggregate.phase == WEIGHTS_PHASE:
-            # Φᵀy = σ² A w̄ (eq. 3.6), so the model below is the same BLR as with the one-step protocol.
-            model = self._server_model(state.values, None)
-            noise = float(model.likelihood.variance.numpy())
+            # Φᵀy = A w̄ (the thesis' weights σ⁻²w̄, eq. 3.6), so the model is the same BLR as the one-step protocol's
             A = np.linalg.inv(cast(np.ndarray, state.a_inverse))  # set in the two-step scatter phase
             stats = dict(state.statistics or {})
-            stats["phi_t_y"] = noise * A @ np.asarray(aggregate["w_mean"])
+            stats["phi_t_y"] = A @ np.asarray(aggregate["w_mean"])
             return replace(state, statistics=stats)
         raise ValueError(f"unknown FedBNR phase {aggregate.phase!r}")
 

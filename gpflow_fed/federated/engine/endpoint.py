@@ -171,7 +171,9 @@ class ClientEndpoint:
             return Response(fault=fault, error=ValueError(fault), seconds=seconds)
         min_data = algorithm.min_cohort_data(down.phase)
         try:
-            digest, cohort_size = broadcast_digest(down), int(config["cohort_size"])
+            # keyed by what the phase computes, not its name (as the server's exchange keys its view)
+            digest = broadcast_digest(down, computation=algorithm.computation(down.phase))
+            cohort_size = int(config["cohort_size"])
             prepared = self.encoder.prepare(
                 reply,
                 request_protection,

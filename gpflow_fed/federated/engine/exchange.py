@@ -105,7 +105,8 @@ class PhaseOwner:
             # the request as the server sent it, bound into the masking as each client binds its own view
             sent = Protection.from_config(config["protection"]).to_config()
             read = algorithm.read_broadcast(down)  # what each client answers is keyed by what its phase reads
-            view = request_view(broadcast_digest(read), sent, len(cohort), aggregation, self.transport.context)
+            digest = broadcast_digest(read, computation=algorithm.computation(phase))  # and computes (as it keys it)
+            view = request_view(digest, sent, len(cohort), aggregation, self.transport.context)
             aggregate, dropped = self._masked_sum(context, responses[good[0]].layout or {}, view)
             excluded.update(dropped)
             reason = None if aggregate.noised else algorithm.check_sum(state, aggregate)

@@ -100,7 +100,8 @@ def final_phases(
     purpose: str = "final",
     excluded: Optional[Dict[str, str]] = None,
 ) -> Any:
-    """Run ``Algorithm.final_phases()`` with every client in ``ids`` (a later phase with those aggregated).
+    """Run ``Algorithm.final_phases()`` (for purpose ``"evaluate"``: ``Algorithm.evaluation_phases()``) with every
+    client in ``ids`` (a later phase with those aggregated).
 
     :param round: the round number the final messages carry (``algorithm.rounds`` after the last round).
     :param purpose: ``"final"``, or ``"evaluate"`` for a mid-training evaluation on a copy of the state.
@@ -109,12 +110,19 @@ def final_phases(
     :return: the server state from which ``Algorithm.result`` builds the returned model.
     """
     selected: Sequence[str] = ids
-    for phase in owner.algorithm.final_phases():
+    for phase in _closing_phases(owner.algorithm, purpose):
         state, aggregate, dropped = owner.run(state, round, phase, selected, purpose)
         selected = list(aggregate.senders)
         if excluded is not None:
             excluded.update(dropped)
     return state
+
+
+def _closing_phases(algorithm: Algorithm, purpose: str) -> Tuple[str, ...]:
+    """The phases :func:`final_phases` runs for ``purpose``: ``Algorithm.evaluation_phases()`` for a mid-training
+    evaluation (an algorithm that would otherwise ask a computation of the next round twice evaluates from its state),
+    ``Algorithm.final_phases()`` otherwise."""
+    return algorithm.evaluation_phases() if purpose == "evaluate" else algorithm.final_phases()
 
 
 def record_releases(
@@ -256,7 +264,7 @@ def _rounds(
     def finalize(state: Any, round: int, purpose: str) -> Tuple[Any, Dict[str, str]]:
         excluded: Dict[str, str] = {}
         state = final_phases(owner, state, round, ids, purpose, excluded)
-        record_releases(accountant, reducer, algorithm, algorithm.final_phases(), len(ids), len(ids))
+        record_releases(accountant, reducer, algorithm, _closing_phases(algorithm, purpose), len(ids), len(ids))
         return state, excluded
 
     def save(round: int, state: Any, final: bool = False) -> None:
@@ -272,7 +280,9 @@ def _rounds(
         save_checkpoint(directory, round, run_record, algorithm, clients, _ready(endpoints, ids))  # type: ignore[arg-type]  # called only with a directory
 
     rounds = range(first_round, algorithm.rounds)
-    evaluated: Optional[Tuple[int, Any]] = None  # the last evaluation: (its round, the state after its final phases)
+    # the last evaluation that ran the final phases: (its round, the state after them); an evaluation that ran other
+    # phases (Algorithm.evaluation_phases) is not the final release and is never reused as it
+    evaluated: Optional[Tuple[int, Any]] = None
     last = algorithm.rounds  # the round number of the final messages: fewer if ``Algorithm.stop_early`` ends training
     for r in tqdm(rounds, desc=algorithm.name, disable=not options.progress, leave=False):
         state, entry, sample_size = train_round(owner, state, r, ids, sampling_rng)
@@ -283,13 +293,14 @@ def _rounds(
             evaluated_state, dropped = finalize(
                 algorithm.copy_state(state), algorithm.rounds if final_now else r, purpose
             )
-            evaluated = (r, evaluated_state)
+            if final_now or algorithm.evaluation_phases() == algorithm.final_phases():
+                evaluated = (r, evaluated_state)
             if dropped:  # clients the final (or evaluation) phases excluded, recorded as a round's exclusions are
                 entry[f"{purpose}_excluded"] = dropped
             saturated = reducer.saturation(purpose, algorithm.rounds if final_now else r)
             if saturated:  # entries the evaluation's masked sums saturated, recorded as a round's are
                 entry[f"{purpose}_saturated"] = saturated
-            entry.update(evaluate_model(algorithm.result(evaluated[1]), test))
+            entry.update(evaluate_model(algorithm.result(evaluated_state), test))
         if accountant is not None:
             entry["epsilon"] = accountant.epsilon()
         history.append(entry)

@@ -19,7 +19,8 @@ class RunOptions:
     :param progress: show a tqdm progress bar over rounds.
     :param keep_payloads: keep every message in the ledger (for privacy audits and tests).
     :param eval_every: evaluate test metrics every this many rounds (0: only at the end). Evaluation runs the
-        algorithm's final phases on a copy of the state; its messages are recorded with purpose ``"evaluate"``.
+        algorithm's ``evaluation_phases()`` (by default its final phases) on a copy of the state; its messages are
+        recorded with purpose ``"evaluate"``.
     :param faults: how faulty clients are treated (:class:`~gpflow_fed.federated.FaultPolicy`); by default the
         first fault stops the run with an error naming the client.
     :param checkpoint_dir: write a checkpoint to this folder after every ``checkpoint_every`` rounds (and after the

@@ -595,7 +595,7 @@ class ClientEncoder:
             members = len(cohort_ids)
             self._check_members(key, members)
             distributed = kept.request.distributed is not None
-            cohort = members_digest(cohort_ids)
+            cohort = members_digest(cohort_ids)  # cached per process: a public value of a public set
             graph = _graph_digest(request, cohort_ids, self._request_views.get(key, b""))  # the view masked under
             self._check_once((str(key[0]), int(key[1]), str(key[2])), kept.broadcast, cohort, graph, distributed)
             codes = self._encode_guarded(key, kept, members)

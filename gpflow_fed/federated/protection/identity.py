@@ -99,7 +99,13 @@ def advertise_message(run_id: bytes, client_id: str, s_pk: bytes, c_pk: bytes) -
 
 def members_digest(members: Iterable[str]) -> bytes:
     """SHA-256 of a set of party ids (sorted, each length-prefixed, after a domain tag): how a signature names a
-    cohort or a survivor set in 32 bytes whatever its size."""
+    cohort or a survivor set in 32 bytes whatever its size. A public value of a public set, computed once per process
+    for each set (the K clients of a simulation share it: each computing it made a round ``O(K²)``)."""
+    return _members_digest(frozenset(members))
+
+
+@functools.lru_cache(maxsize=64)
+def _members_digest(members: FrozenSet[str]) -> bytes:
     parts = [length_prefixed(_MEMBERS_DOMAIN), *(length_prefixed(c.encode("utf-8")) for c in sorted(members))]
     return hashlib.sha256(b"".join(parts)).digest()
 

@@ -308,12 +308,6 @@ def _holders(run_id: bytes, roster: Tuple[str, ...], degree: int) -> Mapping[str
     return _graph(_exchange_of(run_id, _SETUP_PURPOSE, 0, _SETUP_PHASE, tuple(sorted(roster))), degree)
 
 
-@functools.lru_cache(maxsize=64)
-def _members_digest(members: FrozenSet[str]) -> bytes:
-    """:func:`~.identity.members_digest` of a cohort or survivor set, computed once per process."""
-    return members_digest(members)
-
-
 #: certificates already checked in this process: (roster digest, run id, exchange digest, survivor-set digest,
 #: signers, signatures, quorum) -> the valid signers; a deterministic function of exactly these, so the K in-process
 #: parties of a simulation check one certificate once between them (as :func:`~.identity.verify` caches one signature)
@@ -374,9 +368,19 @@ def _short_of_neighbours(exchange: Exchange, degree: int, dropped: FrozenSet[str
 
 
 @functools.lru_cache(maxsize=32)
+def _survivor_components(exchange: Exchange, degree: int, dropped: FrozenSet[str]) -> Tuple[FrozenSet[str], ...]:
+    """:func:`components` of the exchange's masking graph over its survivors (members not in ``dropped``), computed
+    once per process: a public function of public values (the exchange, its degree and the drop-outs a request
+    names), which each of K in-process clients would otherwise recompute in ``O(K d)`` at every unmask. Keyed on
+    the whole exchange (cohort, round, phase, view) and the drop-out set, so another cohort or drop-out set is
+    never served from another's entry; a tuple of frozensets, so no caller can change a cached value."""
+    return tuple(components(_graph(exchange, degree), exchange.members - dropped))
+
+
+@functools.lru_cache(maxsize=32)
 def _smallest_group(exchange: Exchange, degree: int, dropped: FrozenSet[str]) -> int:
     """The fewest members of a connected component of the survivors (0 if none survive)."""
-    groups = components(_graph(exchange, degree), exchange.members - dropped)
+    groups = _survivor_components(exchange, degree, dropped)
     return min((len(g) for g in groups), default=0)
 
 
@@ -611,14 +615,14 @@ class SecAggClient:
 
         :raises SecAggRefused: a malformed request.
         """
-        exchange, _, graph = self._exchange(request)
+        exchange, degree, _ = self._exchange(request)
         try:
-            dropped = set(_members_of(self._order, request.get("dropped"))) if "dropped" in request else set()
+            dropped = frozenset(_members_of(self._order, request.get("dropped"))) if "dropped" in request else None
         except (TypeError, ValueError) as error:
             raise self._refuse(f"malformed request ({error})") from None
-        if "dropped" not in request:
+        if dropped is None:
             return [frozenset(exchange.members)]
-        return components(graph, exchange.members - dropped)
+        return list(_survivor_components(exchange, degree, dropped))
 
     def honest_floor(self, request: Mapping[str, Any], colluders: Optional[int] = None) -> int:
         """For an ``unmask`` request: :func:`honest_group_floor` of its survivors, drop-outs and graph degree with
@@ -900,8 +904,8 @@ class SecAggClient:
 
     def _message(self, exchange: Exchange, survivors: FrozenSet[str]) -> Callable[[str], bytes]:
         """``signer -> the consistency message`` for ``survivors`` of ``exchange`` (:mod:`.identity`)."""
-        run_id, cohort = cast(bytes, self._run_id), _members_digest(exchange.members)
-        chosen = _members_digest(survivors)
+        run_id, cohort = cast(bytes, self._run_id), members_digest(exchange.members)
+        chosen = members_digest(survivors)
         return lambda signer: consistency_message(run_id, exchange.digest, cohort, chosen, signer)
 
     def consistency(self, request: Mapping[str, Any]) -> Dict[str, Any]:
@@ -938,7 +942,7 @@ class SecAggClient:
         self._check_excluded(exchange, allow_here=True)
         self._survivor_floor(exchange, degree, survivors, request)
         self._check_neighbours(graph, survivors)
-        chosen = _members_digest(survivors)
+        chosen = members_digest(survivors)
         if self._signed.setdefault(slot, chosen) != chosen:
             raise self._refuse("it signed another survivor set for this exchange (one set per exchange)")
         signature = self._identity.sign(self._message(exchange, survivors)(self.client_id))
@@ -960,7 +964,7 @@ class SecAggClient:
                 raise ValueError(f"{len(signers)} signatures of {SIGNATURE_BYTES} bytes")
         except (TypeError, ValueError) as error:
             raise self._refuse(f"the unmask carries no well-formed survivor-set signatures ({error})") from None
-        chosen, slot = _members_digest(survivors), _slot(exchange)
+        chosen, slot = members_digest(survivors), _slot(exchange)
         if self._signed.get(slot, chosen) != chosen:
             raise self._refuse("it signed another survivor set for this exchange; it reveals under that one only")
         needed = self._survivor_floor(exchange, degree, survivors, request)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -261,13 +261,21 @@ def _canonical(value: Any) -> np.ndarray:
     return np.ascontiguousarray(array)
 
 
-def broadcast_digest(message: Message) -> bytes:
+def broadcast_digest(message: Message, computation: Optional[str] = None) -> bytes:
     """SHA-256 of a broadcast's phase and content (names, dtypes, shapes, values), without its round or sender: what
     a client answers once under masking (module docstring). The arrays are hashed by value (:func:`_canonical`: the
     same values in another float width, byte order or sign of zero are the same broadcast). Every field is
     length-prefixed and the arrays are counted, so two different broadcasts never share the encoding (a name holding
-    ``\\0`` cannot shift the boundary between one array and the next)."""
-    digest = hashlib.sha256(length_prefixed(b"gpflow-fed/broadcast") + length_prefixed(message.phase.encode("utf-8")))
+    ``\\0`` cannot shift the boundary between one array and the next).
+
+    :param computation: what the phase's update computes (``Algorithm.computation(message.phase)``), hashed instead
+        of the phase's name: two phases that compute the same thing are one question (FSGP's ``"predict"`` and
+        ``"statistics"``: a server asked the same parameters under both names, over a cohort and over the cohort
+        without one client, and had that client's statistics from the difference; issue 43, eleventh round). The
+        client's endpoint and the server's exchange both pass it, so their request views match. None: the phase.
+    """
+    computed = message.phase if computation is None else computation
+    digest = hashlib.sha256(length_prefixed(b"gpflow-fed/broadcast") + length_prefixed(computed.encode("utf-8")))
     digest.update(len(message.arrays).to_bytes(8, "big"))
     for name in sorted(message.arrays):
         value = _canonical(message.arrays[name])

@@ -151,6 +151,18 @@ class Algorithm(abc.ABC, Generic[StateT]):
         """Exchanges with every client after the last round, to build the returned model."""
         return ()
 
+    def evaluation_phases(self) -> Tuple[str, ...]:
+        """Exchanges with every client for a mid-training evaluation (``RunOptions.eval_every``, purpose
+        ``"evaluate"``), run on a copy of the state before :meth:`result` builds the model to evaluate; default
+        :meth:`final_phases`.
+
+        An algorithm whose final phases compute what a training phase of the next round asks again (the same
+        :meth:`computation` at the same parameters) returns fewer, and evaluates from what its state already holds:
+        an honest server never asks one computation twice (a client masks an answer to one broadcast over one
+        cohort, and under distributed DP only once). FSGP's exact mode returns ``()``.
+        """
+        return self.final_phases()
+
     def stop_early(self, history: Sequence[Mapping[str, Any]]) -> bool:
         """Whether to end training after the rounds of ``history`` (their entries, oldest first), before
         ``rounds``; the final phases still run. Default: never (algorithms with a stopping rule override it)."""
@@ -209,6 +221,16 @@ class Algorithm(abc.ABC, Generic[StateT]):
         not expect.
         """
         return ()
+
+    def computation(self, phase: str) -> str:
+        """The name of what ``phase``'s :meth:`client_update` computes from the arrays it reads (default: ``phase``).
+
+        Two phases that compute the same function of the broadcast they read share a name: what a client answers
+        once under masking is keyed by it, not by the phase (``protection.wire.broadcast_digest``), so a server
+        cannot ask one question under two phase names, over a cohort and over the cohort without one client, and
+        difference the two sums (FSGP's ``"predict"`` computes its ``"statistics"``; issue 43, eleventh round).
+        """
+        return phase
 
     def read_broadcast(self, broadcast: Message) -> Message:
         """``broadcast`` without the arrays its phase :meth:`ignores` (itself when it ignores none)."""

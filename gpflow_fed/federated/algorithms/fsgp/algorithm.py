@@ -46,7 +46,11 @@ class FSGPState:
     """The FSGP server state (only sums and averages; never a client's data).
 
     :param params: the shared parameters (θ, σ, Z) as unconstrained values under stable wire keys.
-    :param statistics: the summed statistics of the final ``"predict"`` phase (``None`` before it).
+    :param statistics: the summed statistics the returned model is built from: the final ``"predict"`` phase's, or
+        in exact mode, before it, the last ``"statistics"`` phase's (``None`` before either).
+    :param statistics_params: the parameters ``statistics`` were computed at, when not ``params`` (exact mode: the
+        ``"statistics"`` phase of round r is at θ_r, and its ``"gradient"`` phase then steps ``params`` to θ_{r+1});
+        ``None``: at ``params``.
     :param adjoints: exact mode, between the ``"statistics"`` and ``"gradient"`` phases: ``∂(−F)/∂S``.
     :param direct_gradient: exact mode: ``∂(−F)/∂params`` at fixed statistics S (through Kuu and σ).
     :param bound: the latest global bound ``F = ELBO/N`` known to the server (exact mode and after the
@@ -59,6 +63,7 @@ class FSGPState:
 
     params: Mapping[str, np.ndarray]
     statistics: Optional[Mapping[str, np.ndarray]] = None
+    statistics_params: Optional[Mapping[str, np.ndarray]] = None
     adjoints: Optional[Mapping[str, np.ndarray]] = None
     direct_gradient: Optional[Mapping[str, np.ndarray]] = None
     bound: float = float("nan")
@@ -318,6 +323,19 @@ class FSGP(Algorithm[FSGPState]):
 
     def final_phases(self) -> Tuple[str, ...]:
         return (PREDICT_PHASE,)
+
+    def evaluation_phases(self) -> Tuple[str, ...]:
+        """FedAvg: ``"predict"`` at the current parameters. Exact mode: none. A mid-training evaluation after round r
+        would ask ``"predict"`` at θ_{r+1}, which round r+1's ``"statistics"`` asks again (the same computation,
+        :meth:`computation`: refused under secure aggregation over another masking graph, always under distributed
+        DP). The model is built instead from the statistics round r summed at θ_r (:meth:`result`), so a
+        mid-training evaluation in exact mode reports the model at θ_r, one server step behind the state."""
+        return () if self.mode == "exact" else (PREDICT_PHASE,)
+
+    def computation(self, phase: str) -> str:
+        """``"predict"`` computes the clients' ``"statistics"`` (one function of the parameters they read), so both are
+        one question to a client that answers a broadcast once; every other phase is its own."""
+        return STATISTICS_PHASE if phase == PREDICT_PHASE else phase
 
     def aggregation(self, phase: str) -> str:
         return "mean" if phase == TRAIN_PHASE else "sum"
@@ -678,7 +696,7 @@ class FSGP(Algorithm[FSGPState]):
             # (check_reply, check_sum), only symmetrization and round-off
             stats["kuf_kfu"] = project_to_psd(stats["kuf_kfu"])
             bound, _, _ = self._objective(state, stats)
-            return replace(state, statistics=stats, bound=bound)
+            return replace(state, statistics=stats, statistics_params=None, bound=bound)
         if phase == STATISTICS_PHASE:
             stats = {k: np.array(aggregate[k]) for k in STATISTIC_NAMES}
             if aggregate.noised:  # post-processing, free under DP
@@ -694,7 +712,16 @@ class FSGP(Algorithm[FSGPState]):
                 raise FloatingPointError(
                     f"FSGP exact mode, round {aggregate.round}: the global bound is not finite: {cause}"
                 )
-            return replace(state, adjoints=adjoints, direct_gradient=direct, bound=bound)
+            # kept with the parameters they were computed at: a mid-training evaluation builds its model from them
+            # (evaluation_phases), instead of asking the clients the same statistics again
+            return replace(
+                state,
+                statistics=stats,
+                statistics_params=dict(state.params),
+                adjoints=adjoints,
+                direct_gradient=direct,
+                bound=bound,
+            )
         if phase == GRADIENT_PHASE:
             assert self._server_model is not None and self._shared is not None and state.direct_gradient is not None
             assert self._server_adam is not None and state.server_adam is not None
@@ -731,11 +758,15 @@ class FSGP(Algorithm[FSGPState]):
         return replace(state)
 
     def result(self, state: FSGPState) -> AggregatedSGPR:
-        """:class:`~gpflow_fed.models.AggregatedSGPR` at the final w with the summed statistics."""
+        """:class:`~gpflow_fed.models.AggregatedSGPR` with the summed statistics at the parameters they were computed
+        at: the final w after the final ``"predict"`` phase; in exact mode before it (a mid-training evaluation,
+        :meth:`evaluation_phases`), the last ``"statistics"`` phase's θ_r, one server step behind ``state.params``."""
         if state.statistics is None:
             raise ValueError("FSGP.result needs the statistics of the final 'predict' phase")
         assert self._shared is not None
-        stats = state.statistics
+        stats = dict(state.statistics)
+        if state.statistics_params is not None:  # a training phase's sum: symmetric PSD as the final phase makes it
+            stats["kuf_kfu"] = project_to_psd(stats["kuf_kfu"])
         model = AggregatedSGPR(
             gpflow.utilities.deepcopy(self.kernel),
             gpflow.utilities.deepcopy(self.inducing_variable),
@@ -747,5 +778,5 @@ class FSGP(Algorithm[FSGPState]):
             trace_kff=stats["trace_kff"],
             whitened=self.whiten,
         )
-        self._shared.assign(model, state.params)
+        self._shared.assign(model, state.params if state.statistics_params is None else state.statistics_params)
         return model
