@@ -37,12 +37,16 @@ __version__ = "0.1.0"
 
 #: ``TF_CPP_MIN_LOG_LEVEL`` set at import when the user has not set it (see the module docstring).
 TF_LOG_LEVEL = "2"
-#: TensorFlow's start-up lines that carry no news, dropped while it is imported and probes its devices.
+#: TensorFlow's start-up lines that carry no news, dropped while it is imported and probes its devices; with them
+#: the oneDNN build's once-a-process notice that an op type falls back to Eigen (logged at ERROR level, though the
+#: op runs), which the command line spends at start-up (:func:`gpflow_fed.cli.quiet_tensorflow`).
 START_UP_NOISE = re.compile(
     r"^(WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
     r"|I\d{4} .*\] oneDNN custom operations are on"
     r"|I\d{4} .*cpu_feature_guard\.cc:\d+\] This TensorFlow binary is optimized"
-    r"|To enable the following instructions: .* rebuild TensorFlow with the appropriate compiler flags\.)"
+    r"|To enable the following instructions: .* rebuild TensorFlow with the appropriate compiler flags\."
+    r"|E\d{4} .*util\.cc:\d+\] oneDNN supports DT_\w+ only on platforms with AVX-512\. Falling back to the default "
+    r"Eigen-based implementation)"
 )
 #: TensorFlow's CUDA lines, dropped on a machine with no NVIDIA device, where they say only that there is no GPU.
 CUDA_NOISE = re.compile(r"^[IWE]\d{4} .*\b(cuda\w*|cudart_stub|gpu_device)\.cc:\d+\] ")

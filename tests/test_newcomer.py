@@ -24,6 +24,9 @@ pytestmark = pytest.mark.xdist_group("test_newcomer")
 
 ROOT = Path(__file__).resolve().parents[1]
 NOISE = re.compile(r"warning|retracing|traceback|deprecat", re.IGNORECASE)
+#: a line of TensorFlow's C++ log (absl), wherever it starts (after a progress bar, too):
+#: ``E0000 00:00:1796293443.046392   20130 util.cc:131] …``
+TENSORFLOW_LOG = re.compile(r"\b[IWEF]\d{4} \d\d:\d\d:[\d.]+ +\d+ [\w.]+:\d+\] ")
 
 
 def _hospitals_csv(path: Path) -> Path:
@@ -150,6 +153,9 @@ def test_warnings_are_exactly_the_expected_ones(walkthrough):
         for line, pattern in zip(noisy, expected):
             assert re.search(pattern, line), (section, line)
     assert "absl::InitializeLog" not in everything and "cuda" not in everything.lower()
+    # no line of TensorFlow's C++ log either (issue 45: PVI's int32 ops drew oneDNN's ERROR-level fallback notice)
+    tensorflow_logs = [line for line in everything.splitlines() if TENSORFLOW_LOG.search(line)]
+    assert tensorflow_logs == [], tensorflow_logs
 
 
 def test_fsgp_table_events_and_plot(walkthrough):

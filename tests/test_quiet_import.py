@@ -50,6 +50,8 @@ def test_the_filter_drops_known_start_up_lines_only():
         "I0000 00:00:1.5 7809 port.cc:153] oneDNN custom operations are on. You may see slightly different ...\n"
         "E0000 00:00:1.5 7809 cuda_platform.cc:52] failed call to cuInit: INTERNAL: CUDA error\n"
         "I0000 00:00:1.5 7809 cudart_stub.cc:31] Could not find cuda drivers on your machine, GPU will not be used.\n"
+        "E0000 00:00:1.5 7809 util.cc:131] oneDNN supports DT_INT32 only on platforms with AVX-512. Falling back to "
+        "the default Eigen-based implementation if present.\n"
         "E0000 00:00:1.5 7809 op_kernel.cc:1] a real error\n"
         "Traceback (most recent call last):\n"
     )
@@ -97,3 +99,21 @@ def test_no_packaging_or_flower_deprecation_warnings(tmp_path):
     finally:
         TaskIdentity._task_id, TaskIdentity._run_id, TaskIdentity._node_id = previous
     assert (meta.run_id, meta.dst_node_id, meta.group_id, meta.message_type) == (5, 1001, "train/0/update/0", "train")
+
+
+def test_the_command_line_spends_the_one_dnn_fallback_notice_at_start_up():
+    """TensorFlow's oneDNN build prints, once a process, ``E… util.cc] oneDNN supports DT_INT32 only on platforms
+    with AVX-512. Falling back to the default Eigen-based implementation`` at the first op of a type oneDNN does not
+    take (PVI's int32 shape arithmetic: in ``gpflow-fed pvi``'s stderr, mid-run); the command line's start-up
+    (:func:`gpflow_fed.cli.quiet_tensorflow`) spends that notice under its filter, and a real error still shows."""
+    code = (
+        "from gpflow_fed.cli import quiet_tensorflow\n"
+        "import tensorflow as tf\n"
+        "quiet_tensorflow()\n"
+        "f = tf.function(lambda n: tf.transpose(tf.reshape(tf.range(n * 2), [2, -1])), autograph=False)\n"
+        "print(f(tf.constant(2)).shape)\n"
+        "tf.gather(tf.constant([1.0]), [5])  # out of range: a real error\n"
+    )
+    done = _session(code)
+    assert "oneDNN supports" not in done.stderr, done.stderr
+    assert "(2, 2)" in done.stdout and done.returncode != 0 and "InvalidArgumentError" in done.stderr, done.stderr

@@ -29,13 +29,42 @@ def quiet_tensorflow() -> None:
     :mod:`gpflow_fed`). The devices are listed here, under the same filter, in case TensorFlow was imported before
     the package (a caller of :func:`main` that imported it first). Errors and TensorFlow's Python-side warnings
     (e.g. retracing) still show; ``GPFLOW_FED_TF_LOGS=1`` keeps everything.
+
+    Under the same filter it also spends TensorFlow's oneDNN fallback notice (:func:`_spend_one_dnn_notice`), which
+    would otherwise come mid-run (in ``gpflow-fed pvi``'s output); Python sessions keep it, as running an op at
+    import would fix TensorFlow's device configuration before the user's code could change it.
     """
     import tensorflow as tf
 
     from .. import filtered_stderr
 
     if os.environ.get("GPFLOW_FED_TF_LOGS") != "1":
-        filtered_stderr(tf.config.list_physical_devices)
+
+        def start_up() -> None:
+            tf.config.list_physical_devices()
+            _spend_one_dnn_notice()
+
+        filtered_stderr(start_up)
+
+
+def _spend_one_dnn_notice() -> None:
+    """Run one eager int32 transpose, so that a oneDNN build of TensorFlow writes now its once-a-process ERROR-level
+    notice ``oneDNN supports DT_INT32 only on platforms with AVX-512. Falling back to the default Eigen-based
+    implementation`` (one flag for every data type: a later op of another unsupported type writes nothing either).
+    The notice is no error: the op runs, on Eigen. Nothing is run when oneDNN is off (``TF_ENABLE_ONEDNN_OPTS=0``,
+    or a build without it)."""
+    import tensorflow as tf
+
+    if os.environ.get("TF_ENABLE_ONEDNN_OPTS", "").strip().lower() in ("0", "false"):
+        return
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+
+        if not _pywrap_util_port.IsMklEnabled():
+            return
+    except (ImportError, AttributeError):  # pragma: no cover - a TensorFlow without the probe: run the op anyway
+        pass
+    tf.transpose(tf.reshape(tf.range(4), [2, 2]))
 
 
 _ROLE = re.compile(r":[a-z:]+:`(?:([^`<]*?)\s*<[^`>]*>|~?([^`]*))`")

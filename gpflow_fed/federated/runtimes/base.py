@@ -28,7 +28,7 @@ from ..protection.identity import PartyIdentity
 from ..protection.policy import ClientPolicy
 from ..protection.reduction import Reducer
 from ..protection.request import Protection
-from ..engine.result import FederatedResult
+from ..engine.result import FederatedResult, party_labels
 from ..protocol.transport import Request, Response, Transport
 
 __all__ = ["InProcessRuntime", "Runtime", "client_seed", "make_clients", "sampling_rng"]
@@ -173,7 +173,7 @@ class InProcessRuntime(Runtime, Transport):
             for c in clients
         }
         self.prepare(setup.algorithm, dataset, setup.reducer)
-        return run_rounds(
+        result = run_rounds(
             setup,
             self,
             seeded_sampling=seeded,
@@ -182,6 +182,9 @@ class InProcessRuntime(Runtime, Transport):
             monitor=monitor,
             start=start,
         )
+        # the names a deployment's server would show (the same rules): a table's party column, or the ids
+        result.party_names = party_labels({c: str(n) for c, n in zip(info.client_ids, dataset.names)})[0]
+        return result
 
     def send(self, requests: Mapping[str, Request]) -> Dict[str, Response]:  # pragma: no cover - abstract
         raise NotImplementedError

@@ -151,7 +151,7 @@ def test_the_server_log_and_names_show_each_party_by_its_name(task_identity):
 
 
 def test_the_server_checks_every_name_again_and_says_which_it_refused(task_identity):
-    from gpflow_fed.federated.runtimes.flower.server_app import party_labels
+    from gpflow_fed.federated.engine.result import party_labels
 
     parties = [
         (10, "Africa"),

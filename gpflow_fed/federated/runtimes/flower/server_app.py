@@ -39,12 +39,12 @@ from flwr.app import Context, MessageType, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid, ServerApp
 
-from ....validation import integer, party_key, party_name
+from ....validation import integer
 from ...protocol.algorithm import Algorithm, FederationInfo
 from ...engine.loop import run_rounds, set_up_run
 from ...engine.options import RunOptions
 from ...protection.request import Protection
-from ...engine.result import FederatedResult
+from ...engine.result import FederatedResult, party_labels
 from ....data.standardize import Standardizer
 from ..base import sampling_rng
 from .app_config import TABLE_APP
@@ -59,7 +59,6 @@ __all__ = [
     "TableJob",
     "app",
     "options_from_config",
-    "party_labels",
     "save_error",
     "save_result",
 ]
@@ -301,9 +300,11 @@ class FlowerServer:
         )
         self._reported = 0  # the job's stages already in a progress line
         try:
-            return run_rounds(
+            result = run_rounds(
                 setup, transport, seeded_sampling=sampling_rng(self.seed), test=test, monitor=monitor, start=start
             )
+            result.party_names = dict(self.party_names)
+            return result
         finally:
             self.exchanges[job] = stage_times(transport)
             self.transports[job] = transport
@@ -342,49 +343,6 @@ class FlowerServer:
                 monitor(r, history=history, algorithm=algorithm, **kwargs)
 
         return reporting
-
-
-def party_labels(claimed: Mapping[str, Any]) -> Tuple[Dict[str, str], str]:
-    """The parties' names, from what their ``describe`` replies claim: ``{protocol id: name}`` for every party, and
-    one log line on the names it could not use (``""`` when none).
-
-    A name is only a label for logs and results: protocol ids (``client_k``) stay what rosters, secure aggregation and
-    identities use. A node's message is never trusted, so each claimed name goes through
-    :func:`~gpflow_fed.validation.party_name` again; a party is shown by its protocol id when it claims none (None),
-    claims something that is not text or that ``party_name`` refuses, claims the name (or a look-alike,
-    :func:`~gpflow_fed.validation.party_key`) another party also claims (every such party: neither is told apart), or
-    claims another party's protocol id.
-
-    :param claimed: ``{protocol id: the name its reply carried, or None}``, in the parties' order.
-    """
-    names = {client: client for client in claimed}
-    problems: List[str] = []
-    valid: Dict[str, str] = {}
-    for client, raw in claimed.items():
-        if raw is None:
-            continue
-        if not isinstance(raw, str):
-            problems.append(f"{client}'s party-name is not text ({type(raw).__name__})")
-            continue
-        try:
-            valid[client] = party_name(raw, f"{client}'s party-name")
-        except ValueError as exc:  # names the code point of a refused character, never prints it
-            problems.append(str(exc))
-    holders: Dict[str, List[str]] = {}
-    for client, name in valid.items():
-        holders.setdefault(party_key(name), []).append(client)
-    ids = {party_key(client): client for client in claimed}
-    for key, clients in holders.items():
-        name = valid[clients[0]]
-        if len(clients) > 1:
-            problems.append(f"{' and '.join(clients)} claim the same name {name!r} (or look-alikes)")
-        elif ids.get(key, clients[0]) != clients[0]:
-            problems.append(f"{clients[0]} claims the name {name!r}, another party's id")
-        else:
-            names[clients[0]] = name
-    if not problems:
-        return names, ""
-    return names, "party names refused, those parties shown by their protocol ids: " + "; ".join(problems)
 
 
 def _party_entry(client: str, name: str, rows: int) -> str:
