@@ -26,6 +26,9 @@ Reported:
   round);
 * ``cpu_round_s``: each round's CPU time of the process (all its threads; less sensitive than wall time to other
   processes on a shared machine), ``steady_round_cpu_s`` the median of rounds 1 … R−1;
+* ``python_round_s``: each round's CPU time of the main thread alone (the run's Python, and what TensorFlow does in
+  that thread; not its worker threads), ``steady_round_python_s`` the median of rounds 1 … R−1: the per-client
+  Python of a round, measured apart from the batched computation's threads and from other processes' load;
 * ``update_s``: of each round, the time inside the algorithm's client update (``client_updates`` for the batch, the
   sum of ``client_update`` per client); ``other_us_per_client``: the rest of the steady round per client, in µs (the
   per-client Python of a round: request, policy, encoding, ledger, screening, reduction);
@@ -89,15 +92,17 @@ def stamped(algorithm: str, per_client: bool) -> Any:
 
     base: Any = {"fsgp": FSGP, "fgp": FGP, "fedbnr": FedBNR, "pvi": PVI}[algorithm]
 
-    class StampedFSGP(base):  # type: ignore[misc, valid-type]
+    class StampedFSGP(base):  # type: ignore[misc]
         started: List[float] = []
         updates: Dict[int, float] = {}
         cpu: Dict[int, float] = {}  # the process's CPU time when each round starts
+        thread: Dict[int, float] = {}  # the main thread's CPU time when each round starts
 
         def select_clients(self, round, client_ids, rng):  # type: ignore[no-untyped-def]
             if round == 0:
                 StampedFSGP.started.append(time.perf_counter())
             StampedFSGP.cpu[int(round)] = time.process_time()
+            StampedFSGP.thread[int(round)] = time.thread_time()
             return super().select_clients(round, client_ids, rng)
 
         @staticmethod
@@ -160,15 +165,21 @@ def measure(K: int, path: str, rounds: int, args: argparse.Namespace) -> Dict[st
     rss0 = peak_rss_mb()
     t0 = time.perf_counter()
     ends: Dict[int, float] = {}
+    thread_ends: Dict[int, float] = {}
+
+    def monitor(r: int, **_: Any) -> None:  # after each round, in the main thread
+        ends[r], thread_ends[r] = time.process_time(), time.thread_time()
+
     result = run(
         algorithm,
         dataset,
         runtime=LocalRuntime(protection=Protection(secure_aggregation=args.secure), **options),
         seed=args.seed,
-        monitor=lambda r, **_: ends.__setitem__(r, time.process_time()),  # after each round
+        monitor=monitor,
     )
     round_s = [h["seconds"] for h in result.history]
     cpu_s = [ends[r] - Stamped.cpu[r] for r in range(len(round_s))]
+    python_s = [thread_ends[r] - Stamped.thread[r] for r in range(len(round_s))]
     updates = [Stamped.updates.get(r, 0.0) for r in range(len(round_s))]
     setup = Stamped.started[0] - t0
     steady = float(np.median(round_s[1:]))
@@ -185,6 +196,8 @@ def measure(K: int, path: str, rounds: int, args: argparse.Namespace) -> Dict[st
         "round_s": round_s,
         "cpu_round_s": cpu_s,
         "steady_round_cpu_s": float(np.median(cpu_s[1:])),
+        "python_round_s": python_s,
+        "steady_round_python_s": float(np.median(python_s[1:])),
         "update_s": updates,
         "other_us_per_client": other / K * 1e6,
         "fixed_s": setup + round_s[0] - steady,
@@ -246,10 +259,10 @@ def main(argv: Any = None) -> int:
         parser.error("--rounds and --per-client-rounds must be at least 2 (round 0 is reported apart)")
     rows: List[Dict[str, Any]] = []
     print(
-        "| K | path | secure | rounds | set-up (s) | round 0 (s) | steady round (s) | its CPU (s) | update (s) "
-        "| other (µs/client) | fixed cost (s) | MB per client | speed-up | load |"
+        "| K | path | secure | rounds | set-up (s) | round 0 (s) | steady round (s) | its CPU (s) | main thread (s) "
+        "| update (s) | other (µs/client) | fixed cost (s) | MB per client | speed-up | load |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for K in args.clients:
         steady: Dict[str, float] = {}
         for path in args.paths:
@@ -269,6 +282,7 @@ def main(argv: Any = None) -> int:
             print(
                 f"| {K} | {path} | {row['secure']} | {len(row['round_s'])} | {row['setup_s']:.2f} | "
                 f"{row['first_round_s']:.2f} | {row['steady_round_s']:.2f} | {row['steady_round_cpu_s']:.2f} | "
+                f"{row['steady_round_python_s']:.2f} | "
                 f"{update:.2f} | "
                 f"{row['other_us_per_client']:.0f} | {row['fixed_s']:.2f} | {row['rss_mb_per_client']:.3f} | "
                 f"{speedup} | {row['load_average']:.1f} |",

@@ -26,17 +26,44 @@ from ....training.batched import (
     StackedTraining,
     memory_chunks,
     per_client,
-    split_flat,
     stack_padded,
 )
 from .statistics import ADJOINT_NAMES, SGPRStatistics
 
-__all__ = ["BYTES_PER_CLIENT_FACTOR", "BatchedSGPRWorker", "masked_sgpr_elbo", "masked_sgpr_statistics"]
+__all__ = [
+    "BYTES_PER_CLIENT_FACTOR",
+    "BatchedSGPRWorker",
+    "masked_sgpr_elbo",
+    "masked_sgpr_statistics",
+]
 
 #: bytes per client of one batched training call ≈ this × 8 × (M² + M L + L (D + P) + |w|), L the bucket's padded
 #: length: the peak resident memory one call of B = 2,000 to 8,000 clients added here was 38–42 KB a client at M = 20,
 #: L = 10, D = P = 1 (a factor 7.4–8.1) and 156–158 KB at M = 40, L = 30 (6.7–6.8)
 BYTES_PER_CLIENT_FACTOR: Final[int] = 8
+
+
+def _split_rows(block: np.ndarray, offsets: Sequence[Tuple[int, int, Tuple[int, ...]]]) -> List[List[np.ndarray]]:
+    """Per row of ``block`` (``[B, S]``, the clients along the leading axis), the arrays of its flat row at ``offsets``
+    (:func:`~gpflow_fed.training.batched.flat_offsets`), as :func:`~gpflow_fed.training.batched.split_flat` gives
+    them for one row; one slice and reshape per array for the whole block, not per client (views of ``block``).
+    """
+    B = int(block.shape[0])
+    columns = [block[:, start:stop].reshape((B,) + tuple(shape)) for start, stop, shape in offsets]
+    return [[column[i, ...] for column in columns] for i in range(B)]
+
+
+def _stack_states(
+    states: Sequence[AdamState], offsets: Sequence[Tuple[int, int, Tuple[int, ...]]]
+) -> Tuple[np.ndarray, np.ndarray]:
+    """``(iterations [B], moments [B, S])`` of B clients' Adam states (moments of the shapes ``offsets`` lays out,
+    :func:`~gpflow_fed.training.batched.flat_offsets`), as :func:`~gpflow_fed.training.batched.stack_adam_states`
+    stacks them, one ``np.array`` per moment written into one preallocated block."""
+    B, size = len(states), (offsets[-1][1] if offsets else 0)
+    moments: np.ndarray = np.empty((B, size), gpflow.default_float())
+    for j, (start, stop, _) in enumerate(offsets):
+        moments[:, start:stop] = np.array([state.moments[j] for state in states]).reshape(B, stop - start)
+    return np.array([state.iterations for state in states], np.int64), moments
 
 
 @check_shapes("X: [N, D]", "Y: [N, P]", "mask: [N]", "return: []")
@@ -249,15 +276,27 @@ class BatchedSGPRWorker:
         :param data: each client's ``(X_k, Y_k)``.
         :param states: each client's :class:`AdamState` (checked by the caller).
         :param memory_budget: bytes one compiled call may use (a larger bucket goes in chunks).
-        :return: per client, what ``SGPRClientWorker.train`` returns: the new w, the new Adam state and ``F_k``.
+        :return: per client, what ``SGPRClientWorker.train`` returns: the new w, the new Adam state and ``F_k``
+            (each client's arrays are views of its row of the chunk's one copy of the outputs, as rows never overlap).
         """
-
-        def locked(*inputs: Any) -> Any:
+        training = self.training
+        out: List[Any] = [None] * len(data)
+        for chunk in self._chunks([len(d[1]) for d in data], memory_budget):
+            iterations, moments = _stack_states([states[k] for k in chunk.members], training.moment_offsets)
             with self.lock:
-                return self.functions["train"](*inputs)
-
-        chunks = self._chunks([len(d[1]) for d in data], memory_budget)
-        return self.training.train(locked, chunks, data, values, states)
+                outputs = self.functions["train"](*self._data(data, chunk), values, iterations, moments)
+            new_values, new_moments, new_iterations, bounds = (t.numpy() for t in outputs)
+            # one copy of the chunk's outputs (so no client's arrays alias TensorFlow's buffers), then each client's
+            # arrays as views of its own row: what StackedTraining.train gives, without its per-client copies
+            new_values, new_moments, new_iterations = (
+                np.array(a, copy=True) for a in (new_values, new_moments, new_iterations)
+            )
+            value_rows = _split_rows(new_values, training.value_offsets)
+            moment_rows = _split_rows(new_moments, training.moment_offsets)
+            for i, k in enumerate(chunk.members):
+                state = AdamState(new_iterations[i, ...], tuple(moment_rows[i]))
+                out[k] = (value_rows[i], state, float(bounds[i]))
+        return out
 
     @check_shapes("values: [V]")
     def statistics(
@@ -269,8 +308,9 @@ class BatchedSGPRWorker:
             with self.lock:
                 stats = self.functions["statistics"](*self._data(data, chunk), values)
             arrays = {name: value.numpy() for name, value in stats._asdict().items()}
-            for i, k in enumerate(chunk.members):
-                out[k] = {name: value[i] for name, value in arrays.items()}
+            names, columns = list(arrays), [list(a) for a in arrays.values()]  # a[i] per client, in one pass
+            for k, row in zip(chunk.members, zip(*columns)):
+                out[k] = dict(zip(names, row))
         return out
 
     @check_shapes("values: [V]")
@@ -288,9 +328,8 @@ class BatchedSGPRWorker:
                 grads = self.functions["gradient"](
                     *self._data(data, chunk), values, {k: adjoints[k] for k in ADJOINT_NAMES}
                 )
-            grads = grads.numpy()
-            for i, k in enumerate(chunk.members):
-                out[k] = split_flat(grads[i], self.training.value_offsets)
+            for k, row in zip(chunk.members, _split_rows(grads.numpy(), self.training.value_offsets)):
+                out[k] = row
         return out
 
     def tracing_counts(self) -> Dict[str, int]:
