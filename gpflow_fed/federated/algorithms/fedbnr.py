@@ -31,8 +31,6 @@ sizes L×L, L×P, P and 1 — none depends on N_c, and no row of Φ_c, X_c or y_
 
 from __future__ import annotations
 
-import hashlib
-
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Dict, Final, List, Mapping, Optional, Sequence, Tuple, Union, cast
 
@@ -54,6 +52,7 @@ from ...validation import integer, non_negative_float, positive_float
 from ..protocol.algorithm import Aggregate, Algorithm, BroadcastRefused, FederationInfo
 from ..protocol.client import Client
 from ...training.adam import AdamState, CompiledAdam, SharedWorker
+from ..protocol.fingerprint import values_digest
 from ..protocol.messages import Message
 from ...training.state import SharedState
 from .distillation import distillation_loss
@@ -75,17 +74,6 @@ SCATTER_VALUES: Final[str] = "fedbnr_scatter_values"
 #: ``client.state`` key (two-step protocol): per state of the client's features (hex digest of its kernel values and
 #: its data), the hex digest of the ``A⁻¹`` its ``"weights"`` answer was computed with
 WEIGHTS_ANSWERED: Final[str] = "fedbnr_weights_answered"
-
-
-def _values_digest(arrays: Mapping[str, Any]) -> str:
-    """Hex SHA-256 of named arrays by value (names, shapes and float64 values, −0.0 as 0.0): a record key, not a
-    secret (the one-``"weights"``-answer record)."""
-    digest = hashlib.sha256()
-    for name in sorted(arrays):
-        value = np.ascontiguousarray(np.asarray(arrays[name], dtype=np.float64) + 0.0)
-        for part in (name.encode("utf-8"), repr(value.shape).encode("ascii"), value.tobytes()):
-            digest.update(len(part).to_bytes(8, "big") + part)
-    return digest.hexdigest()
 
 
 def _keras_paths(kernel: gpflow.kernels.Kernel) -> Dict[str, str]:
@@ -409,9 +397,9 @@ class FedBNR(Algorithm[FedBNRState]):
         X, Y = client.state["tensors"]
         features = {k: v for k, v in values.items() if k.startswith("kernel.")}
         features.update({"data/X": X.numpy(), "data/Y": Y.numpy()})
-        asked = _values_digest({"a_inverse": broadcast["a_inverse"]})
+        asked = values_digest({"a_inverse": broadcast["a_inverse"]})
         answered = client.state.setdefault(WEIGHTS_ANSWERED, {})
-        if answered.setdefault(_values_digest(features), asked) != asked:
+        if answered.setdefault(values_digest(features), asked) != asked:
             raise BroadcastRefused(
                 "FedBNR: this client answered 'weights' for the same features (kernel values and data) with another "
                 "A⁻¹ already (the answer is linear in it: one per kernel state); refused"

@@ -20,7 +20,7 @@ from typing import Any, Dict, List, Mapping, Tuple
 
 import numpy as np
 
-__all__ = ["data_digest", "describe_settings", "is_trackable", "settings_differences"]
+__all__ = ["data_digest", "describe_settings", "is_trackable", "settings_differences", "values_digest"]
 
 _MAX_DEPTH = 8
 
@@ -28,6 +28,17 @@ _MAX_DEPTH = 8
 def _array(value: Any) -> str:
     a = np.asarray(value)
     return f"array{list(a.shape)}:{a.dtype.str}:{hashlib.sha256(a.tobytes(order='C')).hexdigest()}"
+
+
+def values_digest(arrays: Mapping[str, Any]) -> str:
+    """Hex SHA-256 of named arrays by value (names, shapes and float64 values, −0.0 as 0.0, each length-prefixed): a
+    record key, not a secret (a client's record of what it answered once, e.g. FedBNR's ``"weights"``)."""
+    digest = hashlib.sha256()
+    for name in sorted(arrays):
+        value = np.ascontiguousarray(np.asarray(arrays[name], dtype=np.float64) + 0.0)
+        for part in (name.encode("utf-8"), repr(value.shape).encode("ascii"), value.tobytes()):
+            digest.update(len(part).to_bytes(8, "big") + part)
+    return digest.hexdigest()
 
 
 def _name(obj: Any) -> str:

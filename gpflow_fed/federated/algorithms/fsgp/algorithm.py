@@ -19,6 +19,7 @@ from ..postprocess import project_to_psd
 from ....validation import integer, positive_float
 from ...protocol.algorithm import TRAIN_PHASE, Aggregate, Algorithm, BroadcastRefused, FederationInfo, ReplySpec
 from ...protocol.client import Client
+from ...protocol.fingerprint import values_digest
 from ...protocol.messages import Message
 from ....training.adam import AdamState
 from ....training.state import SharedState, resolve_path
@@ -39,6 +40,9 @@ NOT_READ_BY_STATISTICS: Final[Tuple[str, ...]] = ("likelihood.variance",)
 GRADIENT_PHASE: Final[str] = "gradient"
 #: The final exchange (both modes): the statistics at the final parameters, for the returned model.
 PREDICT_PHASE: Final[str] = "predict"
+#: ``client.state`` key (exact mode): per parameters (hex digest), the hex digest of the adjoints its ``"gradient"``
+#: answer was computed with (:meth:`FSGP._check_gradient_once`)
+GRADIENT_ANSWERED: Final[str] = "fsgp_gradient_answered"
 
 
 @dataclass(frozen=True)
@@ -557,6 +561,7 @@ class FSGP(Algorithm[FSGPState]):
         if broadcast.phase in (STATISTICS_PHASE, PREDICT_PHASE):
             return self.reply(client, broadcast, self._worker.statistics(data.X, data.Y, values), weight)
         if broadcast.phase == GRADIENT_PHASE:
+            self._check_gradient_once(client, broadcast)
             adjoints = {k: broadcast[f"adjoint/{k}"] for k in ADJOINT_NAMES}
             grads = self._worker.vjp(data.X, data.Y, values, adjoints)
             return self.reply(client, broadcast, dict(zip(self._shared.keys, grads)), weight)
@@ -595,6 +600,27 @@ class FSGP(Algorithm[FSGPState]):
             and type(self).client_update is FSGP.client_update
             and phase in (TRAIN_PHASE, STATISTICS_PHASE, PREDICT_PHASE, GRADIENT_PHASE)
         )
+
+    def _check_gradient_once(self, client: Client, broadcast: Message) -> None:
+        """One ``"gradient"`` answer per parameters: the answer ``(∂S_k/∂w)ᵀ a`` is exactly linear in the adjoints
+        ``a`` the server sends, so the adjoints ``a`` over a cohort and ``2a`` over the cohort without one client, at
+        the same parameters, gave that client's gradient to 1e-10 (issue 43, a twelfth attack round, as FedBNR's
+        ``"weights"`` in ``A⁻¹``). The client records, in its own ``client.state`` (kept by checkpoints and a Flower
+        party), the adjoints it answered per parameters; another for the same parameters is refused (a refusal that
+        depends only on what the server asked before), the same again is a retry. An honest exact-mode round asks the
+        gradient once, at the parameters of its ``"statistics"``.
+
+        :raises BroadcastRefused: other adjoints for parameters answered before.
+        """
+        params = {k: v for k, v in broadcast.arrays.items() if not k.startswith("adjoint/")}
+        adjoints = {k: v for k, v in broadcast.arrays.items() if k.startswith("adjoint/")}
+        answered = client.state.setdefault(GRADIENT_ANSWERED, {})
+        asked = values_digest(adjoints)
+        if answered.setdefault(values_digest(params), asked) != asked:
+            raise BroadcastRefused(
+                "FSGP: this client answered 'gradient' at these parameters with other adjoints already (the answer is "
+                "linear in them: one per parameters); refused"
+            )
 
     def client_updates(
         self, clients: Sequence[Client], broadcast: Message, memory_budget: int
@@ -638,15 +664,25 @@ class FSGP(Algorithm[FSGPState]):
             stats = batched.statistics(data, values, memory_budget)
             return [self.reply(c, broadcast, s, float(c.num_data)) for c, s in zip(clients, stats)]
         if phase == GRADIENT_PHASE:
+            asked: List[int] = []
+            for k, client in enumerate(clients):
+                try:
+                    self._check_gradient_once(client, broadcast)
+                    asked.append(k)
+                except BroadcastRefused as exc:  # as client_update refuses it
+                    out[k] = exc
             adjoints = {k: broadcast[f"adjoint/{k}"] for k in ADJOINT_NAMES}
-            grads = batched.vjp(data, values, adjoints, memory_budget)
+            grads = batched.vjp([data[k] for k in asked], values, adjoints, memory_budget) if asked else []
             keys = self._shared.keys
-            return [
-                self.reply(c, broadcast, dict(zip(keys, g)), float(c.num_data))
-                if all(np.all(np.isfinite(v)) for v in g)
-                else self._alone(c, broadcast)  # the per-client answer (see above)
-                for c, g in zip(clients, grads)
-            ]
+            for k, g in zip(asked, grads):
+                c = clients[k]
+                finite = all(np.all(np.isfinite(v)) for v in g)
+                out[k] = (
+                    self.reply(c, broadcast, dict(zip(keys, g)), float(c.num_data))
+                    if finite
+                    else self._alone(c, broadcast)
+                )
+            return out
         return [ValueError(f"FSGP: unknown phase {phase!r}")] * len(clients)
 
     def _objective(self, state: FSGPState, stats: Mapping[str, np.ndarray]) -> Tuple[float, Dict, Dict]:
