@@ -48,17 +48,6 @@ from tests.federated.protection.secagg_helpers import Net, drive
 
 
 # --- a server that lies about one victim ------------------------------------------------------------------------
-def _fields(net, exchange):
-    return {
-        "run_id": net.run_id,
-        "purpose": exchange.purpose,
-        "round": exchange.round,
-        "phase": exchange.phase,
-        "cohort": members_bitmap(net.ids, exchange.cohort),
-        "degree": default_degree(len(exchange.cohort)),
-    }
-
-
 def _graph(exchange):
     return masking_graph(exchange, default_degree(len(exchange.cohort)))
 
@@ -96,7 +85,7 @@ def lie(net, exchange, victim, told_dropped, told_survived, reveal, colluders=()
     roster). Returns the victim's codes as the server rebuilds them, or None when it lacks a piece; and the honest
     clients' refusals at the unmask.
     """
-    base = _fields(net, exchange)
+    base = net.fields(exchange)
     graph = _graph(exchange)
     net.draw(exchange)
     asked = {
@@ -250,7 +239,7 @@ def _masked(K=16, **kwargs):
     net.setup()
     exchange = net.exchange(0)
     net.draw(exchange)
-    base = _fields(net, exchange)
+    base = net.fields(exchange)
     graph = _graph(exchange)
     asked = {
         c: {**base, "size": net.size, "s_pk": {p: net.server.roster[p][0] for p in graph[c]}} for c in exchange.cohort
@@ -323,7 +312,7 @@ def test_survivors_fewer_than_the_share_threshold_are_refused():
     assert net.server.threshold == 6 and quorum(8, 0) == 5
     exchange = net.exchange(0)
     net.draw(exchange)
-    base = _fields(net, exchange)
+    base = net.fields(exchange)
     graph = _graph(exchange)
     for c in net.ids:
         net.clients[c].masked_input(
@@ -527,7 +516,7 @@ def _cross_exchange_lie(net, victim):
     the victim's exchange-1 codes as the server rebuilds them (None when it lacks a piece) and the refusals."""
     holders = set(net.server.holders[victim])
     first = net.exchange(0, cohort=[c for c in net.ids if c not in holders])
-    base, graph = _fields(net, first), _graph(first)
+    base, graph = net.fields(first), _graph(first)
     net.draw(first)
     codes = net.codes[victim].copy()
     asked = {
@@ -543,7 +532,7 @@ def _cross_exchange_lie(net, victim):
     pads = {c: a["pads"][victim] for c, a in answers.items() if a is not None}
     net.refusals.clear()
     second = net.exchange(1, cohort=sorted(holders | {victim}))
-    base2, graph2 = _fields(net, second), _graph(second)
+    base2, graph2 = net.fields(second), _graph(second)
     net.draw(second)
     asked = {
         c: {**base2, "size": net.size, "s_pk": {p: net.server.roster[p][0] for p in graph2[c]}} for c in second.cohort

@@ -29,17 +29,6 @@ from tests.federated.protection.secagg_helpers import Net
 K = 16
 
 
-def _fields(net, exchange):
-    return {
-        "run_id": net.run_id,
-        "purpose": exchange.purpose,
-        "round": exchange.round,
-        "phase": exchange.phase,
-        "cohort": members_bitmap(net.ids, exchange.cohort),
-        "degree": default_degree(len(exchange.cohort)),
-    }
-
-
 def _masking_key(net, client):
     """What the server knows of a colluding client: its masking key."""
     return MaskingKeys.from_private_bytes(net.clients[client].to_state()["secrets"][:32])
@@ -57,7 +46,7 @@ def _attack(colluding):
     colluders = set(graph[victim][:colluding])
     dropped = set(graph[victim]) - colluders
     survivors = frozenset(exchange.cohort) - dropped
-    base = _fields(net, exchange)
+    base = net.fields(exchange)
     net.draw(exchange)
     asked = {
         c: {**base, "size": net.size, "s_pk": {p: net.server.roster[p][0] for p in graph[c]}} for c in exchange.cohort
@@ -134,10 +123,10 @@ def test_more_than_d_minus_h_real_drop_outs_abort_with_the_reason():
     with pytest.raises(SecAggAborted, match=r"keeps 4 of its 8 masking neighbours, below h = 5 \(⌊d/2⌋ \+ 1\)"):
         net.secure_sum(exchange)
     survivors = frozenset(exchange.cohort) - gone
-    asked = {**_fields(net, exchange), "survivors": members_bitmap(net.ids, survivors)}
+    asked = {**net.fields(exchange), "survivors": members_bitmap(net.ids, survivors)}
     assert net.send("consistency", {victim: asked})[victim] is None
     assert "only 4 of its own 8 masking neighbours survive, below h = 5" in net.refusals[victim]
-    unmask = {**_fields(net, exchange), "dropped": members_bitmap(net.ids, gone), "seed": True, "pads": sorted(gone)}
+    unmask = {**net.fields(exchange), "dropped": members_bitmap(net.ids, gone), "seed": True, "pads": sorted(gone)}
     unmask.update({"signers": members_bitmap(net.ids, []), "signatures": b""})
     assert net.send("unmask", {victim: unmask})[victim] is None
     assert "only 4 of its own 8 masking neighbours survive" in net.refusals[victim]
@@ -151,7 +140,7 @@ def test_without_a_roster_no_b_share_of_a_survivor_short_of_neighbours():
     exchange = net.exchange(0)
     graph = masking_graph(exchange, default_degree(K))
     victim = exchange.cohort[0]
-    base = _fields(net, exchange)
+    base = net.fields(exchange)
     net.draw(exchange)
     asked = {
         c: {**base, "size": net.size, "s_pk": {p: net.server.roster[p][0] for p in graph[c]}} for c in exchange.cohort
@@ -218,7 +207,7 @@ def test_distributed_dp_attack_a5_the_honest_floor_sees_the_isolated_victim():
     graph = masking_graph(exchange, default_degree(32))
     victim = exchange.cohort[0]
     dropped = set(graph[victim][1:])
-    request = {**_fields(net, exchange), "dropped": members_bitmap(net.ids, dropped)}
+    request = {**net.fields(exchange), "dropped": members_bitmap(net.ids, dropped)}
     c = neighbour_floor(default_degree(32)) - 1
     assert net.clients[victim].honest_floor(request, c) == 2 < 16 <= 32 - len(dropped)
     request["dropped"] = members_bitmap(net.ids, [])

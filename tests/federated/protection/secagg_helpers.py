@@ -7,7 +7,15 @@ import numpy as np
 
 from gpflow_fed.federated.protection.identity import PartyIdentity
 from gpflow_fed.federated.protection.masking import Exchange
-from gpflow_fed.federated.protection.secagg import SecAggClient, SecAggRefused, SecAggServer, SecureSum, Stages
+from gpflow_fed.federated.protection.secagg import (
+    SecAggClient,
+    SecAggRefused,
+    SecAggServer,
+    SecureSum,
+    Stages,
+    default_degree,
+    members_bitmap,
+)
 from gpflow_fed.randomness import new_run_id
 
 
@@ -88,6 +96,17 @@ class Net:
         return Exchange(
             self.run_id, "train", round, phase, tuple(cohort if cohort is not None else self.server.eligible)
         )
+
+    def fields(self, exchange: Exchange) -> Dict[str, Any]:
+        """The fields every request of ``exchange`` carries (run, purpose, round, phase, cohort bitmap, degree)."""
+        return {
+            "run_id": self.run_id,
+            "purpose": exchange.purpose,
+            "round": exchange.round,
+            "phase": exchange.phase,
+            "cohort": members_bitmap(self.ids, exchange.cohort),
+            "degree": default_degree(len(exchange.cohort)),
+        }
 
     def draw(self, exchange: Exchange) -> None:
         self.codes = {c: random_codes(self.rng, self.size) for c in exchange.cohort}

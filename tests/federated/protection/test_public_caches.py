@@ -27,15 +27,7 @@ K = 16
 def _request(net: Net, cohort: Any, dropped: Any) -> Dict[str, Any]:
     """An unmask-shaped request over ``cohort`` with ``dropped`` named as drop-outs."""
     exchange = net.exchange(0, cohort=list(cohort))
-    return {
-        "run_id": net.run_id,
-        "purpose": exchange.purpose,
-        "round": exchange.round,
-        "phase": exchange.phase,
-        "cohort": members_bitmap(net.ids, exchange.cohort),
-        "degree": default_degree(len(exchange.cohort)),
-        "dropped": members_bitmap(net.ids, dropped),
-    }
+    return {**net.fields(exchange), "dropped": members_bitmap(net.ids, dropped)}
 
 
 def _uncached(net: Net, cohort: Any, dropped: Any) -> set:
