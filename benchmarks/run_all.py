@@ -232,7 +232,7 @@ PROFILES: Dict[str, Dict[str, Invocations]] = {
                 "--rounds",
                 "3",
                 "--repeats",
-                "4",
+                "2",
                 "--unauthenticated",
                 "--out",
                 "benchmarks/results/secure_round.json",
