@@ -64,6 +64,28 @@ def column_tolerance(X: np.ndarray) -> np.ndarray:
     return np.asarray(SAME_INPUT_RTOL * spread + SAME_INPUT_ULPS * np.spacing(np.max(np.abs(Xa), axis=0)))
 
 
+def same_inputs(A: np.ndarray, s: np.ndarray) -> np.ndarray:
+    r"""``[N]`` whether each row of ``A`` is the point ``s`` up to float rounding: in every column
+    ``|a_j − s_j| ≤ SAME_INPUT_ULPS·(ulp(max(|a_j|, |s_j|)) + ulp(1))``, the rounding of the two values alone (a value
+    read or converted twice), never a scale taken from other rows or columns. A point this misses by more than
+    rounding protects ``f(s)``, whose floor also bounds the nearby record's: a miss is never the weaker protection.
+    Issue 44: a tolerance of 1e-9 of a column's spread let one far row
+    (x = 1e8) widen it to 0.1, so records 0.09 from a sensitive point with none were matched to it and f there was
+    neither designed for nor checked (0.35 ξ); before that, 1e-9·max|X| over all columns did the same across columns.
+    """
+    A, s = np.asarray(A, dtype=np.float64), np.asarray(s, dtype=np.float64)
+    scale = np.maximum(np.abs(A), np.abs(s)[None, :])
+    tolerance = SAME_INPUT_ULPS * (np.spacing(scale) + np.spacing(1.0))
+    return np.asarray(np.all(np.abs(A - s[None, :]) <= tolerance, axis=1))
+
+
+def input_window(values: np.ndarray) -> np.ndarray:
+    """A half-width around each of ``values`` that holds every value :func:`same_inputs` may match to it (a search
+    window on one sorted column; the test itself decides)."""
+    values = np.asarray(values, dtype=np.float64)
+    return np.asarray(4 * SAME_INPUT_ULPS * (np.spacing(np.abs(values)) + np.spacing(1.0)))
+
+
 def kernel_matrix(kernel: gpflow.kernels.Kernel, A: np.ndarray, B: Optional[np.ndarray] = None) -> np.ndarray:
     """The Gram matrix ``k(A, B)`` as numpy, evaluated in row blocks so that large N fits in memory.
 

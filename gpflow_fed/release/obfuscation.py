@@ -40,12 +40,13 @@ from scipy.linalg import cholesky, solve_triangular
 from .. import randomness
 from .linalg import (
     as_inputs,
-    column_tolerance,
+    input_window,
     kernel_diag,
     kernel_matrix,
     noise_vector,
     psd_check,
     psd_factor,
+    same_inputs,
 )
 from .lowrank import CERTIFY_TOL, LowRankCovariance, krylov_positive_part
 from .sdp import solve_privacy_sdp
@@ -115,24 +116,23 @@ class Targets:
 def protected_targets(X: np.ndarray, S: np.ndarray, protect: str = "records") -> Targets:
     """The targets T for sensitive inputs S.
 
-    With ``"records"`` each training row equal to a sensitive input in every column (to
-    :func:`~gpflow_fed.release.linalg.column_tolerance`, each column at its own scale) is a record to protect
-    (every one of them, if the input is repeated), placed at its own row's input; other sensitive inputs (and all of
-    them with ``"latent"``) protect ``f(s)``. Rows are looked up through X's first column sorted, so a region's
+    With ``"records"`` each training row equal to a sensitive input up to float rounding in every column
+    (:func:`~gpflow_fed.release.linalg.same_inputs`: the values' own ulps, no scale from other rows) is a record to
+    protect (every one of them, if the input is repeated), placed at its own row's input; other sensitive inputs (and
+    all of them with ``"latent"``) protect ``f(s)``. Rows are looked up through X's first column sorted, so a region's
     dense grid costs ``O((γ + N) log N)`` plus the few candidate rows.
     """
     check_protect(protect)
     points, records, source = [], [], []
-    tol = column_tolerance(X)
     order = np.argsort(X[:, 0], kind="stable")
     first = X[order, 0]
-    lo = np.searchsorted(first, S[:, 0] - 2 * tol[0], side="left")  # a wider window: the test below decides
-    hi = np.searchsorted(first, S[:, 0] + 2 * tol[0], side="right")
+    window = input_window(S[:, 0])  # a wider window: the test below decides
+    lo = np.searchsorted(first, S[:, 0] - window, side="left")
+    hi = np.searchsorted(first, S[:, 0] + window, side="right")
     for i, s in enumerate(S):
         if protect == "records":  # equal up to float rounding (a value read twice from text, say), per column
             candidates = np.sort(order[lo[i] : hi[i]])
-            close = np.all(np.abs(X[candidates] - s[None, :]) <= tol[None, :], axis=1)
-            rows = candidates[close]
+            rows = candidates[same_inputs(X[candidates], s)]
         else:
             rows = np.zeros(0, dtype=int)
         for j in rows if rows.size else [-1]:

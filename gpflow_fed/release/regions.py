@@ -37,7 +37,7 @@ import gpflow
 import numpy as np
 from scipy.linalg import solve_triangular
 
-from .linalg import as_inputs, column_tolerance, kernel_matrix, noise_vector, psd_factor
+from .linalg import as_inputs, column_tolerance, input_window, kernel_matrix, noise_vector, psd_factor, same_inputs
 from .lowrank import LowRankCovariance
 from .obfuscation import Covariance, positive_part_of_difference
 from .tolerance import ProportionalKernel, check_tolerance_kernel
@@ -52,10 +52,12 @@ MAX_GRID_POINTS = 1_000_000
 
 def _too_many(count: int, density: float, cap: int, what: str) -> ValueError:
     """The refusal of a grid of ``count`` points above ``cap``, naming how to shrink it."""
-    gib = float(count) ** 2 * 8 / 2**30
+    digits = math.log10(count)  # exact for Python ints of any size (float() or str() of a huge one would raise)
+    points = f"{count:,}" if count < 10**15 else f"about 1e{digits:.0f}"
+    size = f"{count * count * 8 / 2**30:.3g} GiB" if count < 10**150 else f"about 1e{2 * digits - 9.1:.0f} GiB"
     return ValueError(
-        f"the sensitive region's {what} at density {density:g} has {count:,} points, above the {cap:,} a release "
-        f"handles (a dense kernel matrix of that grid is {gib:.3g} GiB): narrow the region to where protection is "
+        f"the sensitive region's {what} at density {density:g} has {points} points, above the {cap:,} a release "
+        f"handles (a dense kernel matrix of that grid is {size}): narrow the region to where protection is "
         "needed, or lower the grid density (density=, CLI --density; the default is 4 points per lengthscale and at "
         "least 20 per unit; the floor is then checked on a grid 4 times denser)"
     )
@@ -229,19 +231,15 @@ def with_records(grid: np.ndarray, X: np.ndarray, region: Region) -> np.ndarray:
     a region is a sensitive input; a grid point on a training input already stands for its records).
 
     "On" is :func:`~gpflow_fed.release.obfuscation.protected_targets`' match: within X's
-    :func:`~gpflow_fed.release.linalg.column_tolerance` in every column (each column at its own scale).
+    :func:`~gpflow_fed.release.linalg.same_inputs` (float rounding in every column).
     """
     inside = X[region.contains(X)]
-    tol = column_tolerance(X)
     order = np.argsort(grid[:, 0], kind="stable")
     first = grid[order, 0]
-    lo = np.searchsorted(first, inside[:, 0] - 2 * tol[0], side="left")
-    hi = np.searchsorted(first, inside[:, 0] + 2 * tol[0], side="right")
-    new = [
-        x
-        for x, a, b in zip(inside, lo, hi)
-        if not np.any(np.all(np.abs(grid[order[a:b]] - x[None, :]) <= tol[None, :], axis=1))
-    ]
+    window = input_window(inside[:, 0])
+    lo = np.searchsorted(first, inside[:, 0] - window, side="left")
+    hi = np.searchsorted(first, inside[:, 0] + window, side="right")
+    new = [x for x, a, b in zip(inside, lo, hi) if not np.any(same_inputs(grid[order[a:b]], x))]
     if not new:
         return grid
     _, first = np.unique(np.asarray(new), axis=0, return_index=True)

@@ -177,6 +177,10 @@ def _chance_size(rows: int, classes: float) -> int:
     return n
 
 
+#: the largest |Y| a release takes: beyond it a target's variance (a sum of squares) overflows float64
+MAX_MAGNITUDE: float = 1e150
+
+
 def recording_resolution(Y: np.ndarray, min_rows: int = MIN_GROUP_ROWS, magnitude: Optional[float] = None) -> float:
     r"""The resolution τ a release of Y adds: the coarsest grid spacing a group of records shares beyond chance, and
     at least :func:`precision_floor` (module docstring).
@@ -206,7 +210,13 @@ def recording_resolution(Y: np.ndarray, min_rows: int = MIN_GROUP_ROWS, magnitud
         )
     if isinstance(min_rows, bool) or not isinstance(min_rows, (int, np.integer)) or min_rows < MIN_GROUP_ROWS:
         raise ValueError(f"min_rows must be an integer ≥ {MIN_GROUP_ROWS}, got {min_rows!r}")
-    magnitude = float(np.max(np.abs(values))) if magnitude is None else float(magnitude)
+    largest = float(np.max(np.abs(values)))
+    if largest > MAX_MAGNITUDE:  # its squares (a variance, a Gram matrix) overflow float64
+        raise ValueError(
+            f"Y holds values up to {largest:.3g}, beyond the ±{MAX_MAGNITUDE:g} a release computes with (their squares "
+            "overflow); rescale the target (a unit change) before releasing it"
+        )
+    magnitude = largest if magnitude is None else float(magnitude)
     roundoff = storage_roundoff(values, min_rows)
     floor = precision_floor(magnitude, roundoff)
     spread = float(np.std(values))

@@ -631,7 +631,7 @@ def test_a_sensitive_input_read_with_rounding_still_names_the_record():
     k = gpflow.kernels.SquaredExponential(lengthscales=0.1)
     from gpflow_fed.release import protected_targets
 
-    targets = protected_targets(X, X[[J]] * (1 + 1e-12), "records")
+    targets = protected_targets(X, X[[J]] * (1 + 4e-16), "records")
     assert targets.records.tolist() == [J] and np.array_equal(targets.points, X[[J]])
     assert protected_targets(X, X[[J]] + 1e-3, "records").records.tolist() == [-1]  # control: another input
     Sigma = synthetic_noise_covariance(k, X, X[[J]] * (1 + 1e-12), 0.6, noise_variance=0.1)
@@ -644,8 +644,8 @@ def test_a_sensitive_input_read_with_rounding_still_names_the_record():
 def test_records_are_matched_to_sensitive_points_per_column():
     """A record matched a point within ``1e-9·max|X|`` over all columns: beside a column of magnitude 1e7, grid points
     0.01 apart in the [0, 1] column counted as records (their f neither designed for nor checked). Each column is now
-    matched at its own scale (1e-9 of its spread plus 64 ulps): the spread, not the magnitude, since a column offset
-    far from zero (timestamps near 1.7e9 s) would match points 1.7 s apart at 1e-9 of its magnitude."""
+    matched by the values' own rounding (64 ulps), not a scale from other rows or columns: a column offset far from
+    zero (timestamps near 1.7e9 s) would match points 1.7 s apart at 1e-9 of its magnitude."""
     from gpflow_fed.release import protected_targets
 
     x1 = np.arange(0.0, 1.0001, 0.02)
@@ -654,7 +654,7 @@ def test_records_are_matched_to_sensitive_points_per_column():
         X2 = np.c_[x1, np.full(x1.size, big)]
         grid = np.asarray(points) + [0.0, big]
         assert protected_targets(X2, grid, "records").records.tolist() == [15, -1, -1]  # was [15, 15, 16, 15] at 1e7
-        converted = np.array([[0.3 * (1 + 1e-12), big * (1 + 1e-15)]])  # a value converted twice: still its record
+        converted = np.array([[0.3 * (1 + 4e-16), big * (1 + 4e-16)]])  # a value converted twice: still its record
         assert protected_targets(X2, converted, "records").records.tolist() == [15]
     stamps = 1.7e9 + np.arange(50.0)[:, None]  # records one second apart
     assert protected_targets(stamps, stamps[[3]] + 0.5, "records").records.tolist() == [-1]  # was [3, 4]
@@ -699,3 +699,15 @@ def test_a_region_beside_a_large_column_keeps_its_floor_between_the_records():
     _, var = out.model.predict_f(xs)
     xi = 0.5 * out.model.kernel(xs, full_cov=False).numpy()
     assert float(np.min(var.numpy()[:, 0] / xi)) >= 1 - 1e-6
+
+
+def test_a_far_row_does_not_widen_the_match_of_records_to_a_sensitive_point():
+    """A thirteenth fresh attacker (issue 44): with one row at x = 1e8, a tolerance of 1e-9 of the column's spread
+    (0.1) matched 14 records up to 0.094 from a sensitive point that has none, and f there was neither designed for
+    nor checked (0.35 ξ from model.npz). Records match by the two values' own rounding: none here, and a value that
+    differs from s by rounding (0.1 + 0.2 against 0.3) is the record there; 1e-12 or 1e-6 away is not."""
+    from gpflow_fed.release import protected_targets
+
+    X = np.concatenate([np.linspace(0.0, 0.4, 9), [0.5, 0.3 + 1e-12, 0.3 + 1e-6, 1e8]])[:, None]
+    assert protected_targets(X, np.array([[0.45]]), "records").records.tolist() == [-1]
+    assert protected_targets(X, np.array([[0.1 + 0.2]]), "records").records.tolist() == [6]

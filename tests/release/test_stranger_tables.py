@@ -146,3 +146,20 @@ def test_x_without_rows_is_refused_at_load(tmp_path):
     """A file with no rows would load and predict the prior (a fresh attacker's X_empty.npz)."""
     with pytest.raises(ValueError, match="no rows"):
         PrivacyAwareGPR.load(_saved(tmp_path, X=np.zeros((0, 1)), W=np.zeros((0, 1))))
+
+
+def test_a_target_beyond_the_magnitude_a_release_computes_with_is_one_value_error():
+    """A thirteenth fresh attacker: |Y| ≥ 1e154 made np.std overflow and the CLI end in an OverflowError traceback."""
+    from gpflow_fed.release.resolution import MAX_MAGNITUDE, recording_resolution
+
+    Y = np.sin(np.linspace(0, 6, 30)) * 1e155
+    with pytest.raises(ValueError, match="rescale the target"):
+        recording_resolution(Y)
+    assert recording_resolution(Y * MAX_MAGNITUDE / 1e156) > 0  # just inside: computed
+
+
+def test_the_refusal_of_an_astronomical_grid_states_its_size_without_overflowing():
+    """The cap's own message squared the count as a float (an OverflowError past ~1e154 points)."""
+    for count, text in ((10**400, "about 1e400 points"), (10**5000, "about 1e5000 points"), (20_001, "20,001 points")):
+        with pytest.raises(ValueError, match=text):
+            check_region_size(count, 20.0)
