@@ -11,7 +11,7 @@
 * **FedBNR two-step weights**: ``w_c = A⁻¹Φ_cᵀy_c`` (σ⁻² is the server's) is exactly linear in the server's
   ``A⁻¹``; ``I`` over all 8 clients and ``2I`` over the 7 others gave the eighth client's ``Φ_cᵀy_c`` to 1e-10. A
   client now answers ``"weights"`` once per state of its features (the kernel values of its last ``"scatter"``
-  answer and its data), recorded in its own ``client.state`` (saved by checkpoints and a Flower party's state):
+  answer), recorded in its own ``client.state`` (saved by checkpoints and a Flower party's state):
   another ``A⁻¹`` for the same features is refused, the same again is a retry.
 
 The honest parties are the package's :class:`ClientEndpoint` and :class:`ClientEncoder` under the default policy
@@ -175,7 +175,7 @@ def test_fedbnr_weights_asked_with_a_scaled_a_inverse_over_the_others_is_refused
     state, _, _ = owner.run(algorithm.initial_state(owner.info), 0, "scatter", ids, "evaluate")
     M = state.a_inverse.shape[0]
     owner.run(dataclasses.replace(state, a_inverse=np.eye(M)), 0, "weights", ids, "evaluate")
-    with pytest.raises(REFUSED, match="another A⁻¹"):
+    with pytest.raises(REFUSED, match="answered 'weights' here already"):
         owner.run(dataclasses.replace(state, a_inverse=2 * np.eye(M)), 1, "weights", ids[:-1], "evaluate")
 
 
@@ -195,7 +195,7 @@ def test_fedbnr_weights_do_not_read_the_partys_noise_variance():
         endpoint.client.state[SCATTER_VALUES] = algorithm.shared.read(model)
     _, again, _ = owner.run(dataclasses.replace(state, a_inverse=np.eye(M)), 1, "weights", ids, "evaluate")
     np.testing.assert_allclose(again["w_mean"], first["w_mean"], rtol=0, atol=1e-9)
-    with pytest.raises(REFUSED, match="another A⁻¹"):
+    with pytest.raises(REFUSED, match="answered 'weights' here already"):
         owner.run(dataclasses.replace(state, a_inverse=2 * np.eye(M)), 2, "weights", ids[:-1], "evaluate")
 
 
@@ -241,7 +241,7 @@ def test_fedbnr_weights_record_survives_a_flower_party_restart(tmp_path):
         assert _restore_client(str(tmp_path / cid), fresh)
         assert fresh.state[WEIGHTS_ANSWERED] == old.state[WEIGHTS_ANSWERED]
         endpoint.client = fresh
-    with pytest.raises(REFUSED, match="another A⁻¹"):
+    with pytest.raises(REFUSED, match="answered 'weights' here already"):
         owner.run(dataclasses.replace(state, a_inverse=2 * np.eye(M)), 1, "weights", ids[:-1], "evaluate")
 
 

@@ -20,7 +20,7 @@ sends its statistics; the server sums them (eqs. 3.5–3.6), so the returned
   server sums ``w̄ = Σ_c w_c``, whose ``σ⁻²w̄`` is the thesis' mean weights: σ² is the server's, applied by the server
   (the clients' own copies of σ² differ after phase 1's local training; dividing by them gave another model than the
   one-step protocol's). ``w_c`` is linear in the server's ``A⁻¹``, so a client answers ``"weights"`` once per state of
-  its features (kernel values and data: those of its last ``"scatter"`` answer): a second ``A⁻¹`` for the same
+  its features (the kernel values of its last ``"scatter"`` answer): a second ``A⁻¹`` for the same
   features is refused, the same one again is a retry. Otherwise a server that asked ``I`` over a cohort and ``2I``
   over the cohort without one client had that client's ``Φ_cᵀy_c`` from the difference of the two sums (issue 43,
   eleventh round).
@@ -49,10 +49,9 @@ from ...models.bayesian_linear_regression import (
     blr_statistics,
 )
 from ...validation import integer, non_negative_float, positive_float
-from ..protocol.algorithm import Aggregate, Algorithm, BroadcastRefused, FederationInfo
+from ..protocol.algorithm import Aggregate, Algorithm, BroadcastRefused, FederationInfo, answer_once_per
 from ..protocol.client import Client
 from ...training.adam import AdamState, CompiledAdam, SharedWorker
-from ..protocol.fingerprint import values_digest
 from ..protocol.messages import Message
 from ...training.state import SharedState
 from .distillation import distillation_loss
@@ -71,8 +70,8 @@ WEIGHTS_PHASE: Final[str] = "weights"
 #: ``client.state`` key (two-step protocol): the shared values (wire key → array) of the client's last ``"scatter"``
 #: answer, which its ``"weights"`` answer computes with (plain arrays: saved by checkpoints and a Flower party's state)
 SCATTER_VALUES: Final[str] = "fedbnr_scatter_values"
-#: ``client.state`` key (two-step protocol): per state of the client's features (hex digest of its kernel values and
-#: its data), the hex digest of the ``A⁻¹`` its ``"weights"`` answer was computed with
+#: ``client.state`` key (two-step protocol): per kernel state (hex digest of its kernel values), the hex digest of the
+#: ``A⁻¹`` its ``"weights"`` answer was computed with
 WEIGHTS_ANSWERED: Final[str] = "fedbnr_weights_answered"
 
 
@@ -385,25 +384,11 @@ class FedBNR(Algorithm[FedBNRState]):
         return dict(kept) if kept is not None else self.shared.read(model)
 
     def _check_weights_once(self, client: Client, broadcast: Message, values: Mapping[str, np.ndarray]) -> None:
-        """One ``"weights"`` answer per state of the client's features (module docstring), recorded before the answer
-        is computed: ``w_c = A⁻¹Φ_cᵀy_c`` is linear in the ``A⁻¹`` it is asked with, so two of them for the same
-        features, over a cohort and over the cohort without one client, give that client's ``Φ_cᵀy_c``. The features
-        are keyed by the kernel values the answer computes with (``values``, :meth:`_weights_values`) and the client's
-        data. The same ``A⁻¹`` again is a retry, answered. The refusal depends only on what the server asked before,
-        never on the data.
-
-        :raises BroadcastRefused: another ``A⁻¹`` for the same features.
-        """
-        X, Y = client.state["tensors"]
-        features = {k: v for k, v in values.items() if k.startswith("kernel.")}
-        features.update({"data/X": X.numpy(), "data/Y": Y.numpy()})
-        asked = values_digest({"a_inverse": broadcast["a_inverse"]})
-        answered = client.state.setdefault(WEIGHTS_ANSWERED, {})
-        if answered.setdefault(values_digest(features), asked) != asked:
-            raise BroadcastRefused(
-                "FedBNR: this client answered 'weights' for the same features (kernel values and data) with another "
-                "A⁻¹ already (the answer is linear in it: one per kernel state); refused"
-            )
+        """One ``"weights"`` answer per kernel state (:func:`~gpflow_fed.federated.protocol.algorithm.answer_once_per`):
+        ``w_c = A⁻¹Φ_cᵀy_c`` is exactly linear in the ``A⁻¹`` it is asked with, and its features are those of the kernel
+        values it computes with (``values``, :meth:`_weights_values`) on the client's own data."""
+        kernel = {k: v for k, v in values.items() if k.startswith("kernel.")}
+        answer_once_per(client, WEIGHTS_ANSWERED, kernel, {"a_inverse": broadcast["a_inverse"]}, "'weights' here")
 
     def batched(self, phase: str) -> bool:
         """``"kernel"`` has a batched form (:class:`~.fedbnr_batched.BatchedBLRWorker`: every client's local steps in

@@ -23,6 +23,7 @@ import numpy as np
 
 from ...validation import integer
 from .client import Client
+from .fingerprint import values_digest
 from .messages import Message
 from .sampling import sample_clients, validate_client_fraction
 
@@ -92,6 +93,28 @@ class BroadcastRefused(ValueError):
     before it reads the client's data: the client sends this reason as it is. Any other exception an update raises on a
     protected phase may depend on the data, so the client sends only that it failed, and stops answering protected
     exchanges for the run (:class:`~gpflow_fed.federated.engine.endpoint.ClientEndpoint`)."""
+
+
+def answer_once_per(
+    client: Client, record: str, fixed: Mapping[str, Any], linear: Mapping[str, Any], what: str
+) -> None:
+    """Refuse a second answer of a client's update that is exactly linear in arrays the server chooses (``linear``)
+    while everything else it depends on (``fixed``) is unchanged: asked with ``a`` over a cohort and ``2a`` over the
+    cohort without one client, the two sums give that client's answer (issue 43: FedBNR's ``"weights"`` in ``A⁻¹``,
+    FSGP's ``"gradient"`` in its adjoints). The client records, in its own ``client.state[record]`` (kept by
+    checkpoints and a Flower party's saved state), the digest of ``linear`` per digest of ``fixed``
+    (:func:`~.fingerprint.values_digest`); the same ``linear`` again is a retry, answered. The refusal depends only on
+    what the server asked before, never on the data.
+
+    :raises BroadcastRefused: other ``linear`` values for ``fixed`` answered before (``what`` names them).
+    """
+    answered = client.state.setdefault(record, {})
+    asked = values_digest(linear)
+    if answered.setdefault(values_digest(fixed), asked) != asked:
+        raise BroadcastRefused(
+            f"this client answered {what} already with other values (the answer is linear in them: one answer per "
+            "state of everything else it reads); refused"
+        )
 
 
 #: the server state of an algorithm (e.g. :class:`~gpflow_fed.federated.algorithms.FSGPState`)

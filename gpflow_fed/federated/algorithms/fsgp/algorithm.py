@@ -17,9 +17,16 @@ from gpflow.models.util import inducingpoint_wrapper
 from ....models.aggregated_sgpr import AggregatedSGPR, collapsed_sgpr_bound
 from ..postprocess import project_to_psd
 from ....validation import integer, positive_float
-from ...protocol.algorithm import TRAIN_PHASE, Aggregate, Algorithm, BroadcastRefused, FederationInfo, ReplySpec
+from ...protocol.algorithm import (
+    TRAIN_PHASE,
+    Aggregate,
+    Algorithm,
+    BroadcastRefused,
+    FederationInfo,
+    ReplySpec,
+    answer_once_per,
+)
 from ...protocol.client import Client
-from ...protocol.fingerprint import values_digest
 from ...protocol.messages import Message
 from ....training.adam import AdamState
 from ....training.state import SharedState, resolve_path
@@ -602,25 +609,13 @@ class FSGP(Algorithm[FSGPState]):
         )
 
     def _check_gradient_once(self, client: Client, broadcast: Message) -> None:
-        """One ``"gradient"`` answer per parameters: the answer ``(∂S_k/∂w)ᵀ a`` is exactly linear in the adjoints
-        ``a`` the server sends, so the adjoints ``a`` over a cohort and ``2a`` over the cohort without one client, at
-        the same parameters, gave that client's gradient to 1e-10 (issue 43, a twelfth attack round, as FedBNR's
-        ``"weights"`` in ``A⁻¹``). The client records, in its own ``client.state`` (kept by checkpoints and a Flower
-        party), the adjoints it answered per parameters; another for the same parameters is refused (a refusal that
-        depends only on what the server asked before), the same again is a retry. An honest exact-mode round asks the
-        gradient once, at the parameters of its ``"statistics"``.
-
-        :raises BroadcastRefused: other adjoints for parameters answered before.
-        """
+        """One ``"gradient"`` answer per parameters (:func:`~gpflow_fed.federated.protocol.algorithm.answer_once_per`):
+        ``(∂S_k/∂w)ᵀ a`` is exactly linear in the adjoints ``a`` the server sends (``a`` then ``2a`` at the same
+        parameters without one client gave its gradient to 3.7e-10; issue 43, twelfth round). An honest exact-mode
+        round asks the gradient once, at the parameters of its ``"statistics"``."""
         params = {k: v for k, v in broadcast.arrays.items() if not k.startswith("adjoint/")}
         adjoints = {k: v for k, v in broadcast.arrays.items() if k.startswith("adjoint/")}
-        answered = client.state.setdefault(GRADIENT_ANSWERED, {})
-        asked = values_digest(adjoints)
-        if answered.setdefault(values_digest(params), asked) != asked:
-            raise BroadcastRefused(
-                "FSGP: this client answered 'gradient' at these parameters with other adjoints already (the answer is "
-                "linear in them: one per parameters); refused"
-            )
+        answer_once_per(client, GRADIENT_ANSWERED, params, adjoints, "'gradient' at these parameters")
 
     def client_updates(
         self, clients: Sequence[Client], broadcast: Message, memory_budget: int
