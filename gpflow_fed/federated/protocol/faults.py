@@ -138,6 +138,63 @@ def value_fault(reply: Message) -> Optional[str]:
     return None
 
 
+#: the most bytes :func:`value_faults` stacks at once (one payload name of one chunk of a cohort's replies)
+STACK_BYTES = 16 * 2**20
+
+
+def value_faults(replies: Sequence[Message]) -> List[Optional[str]]:
+    """:func:`value_fault` of every reply, in order, with the per-reply Python of a large cohort made small.
+
+    Replies whose payloads have the same names, shapes and dtypes (a batched cohort's, typically all of them) are
+    checked together: each floating payload name's arrays are stacked (in chunks of at most :data:`STACK_BYTES`) and
+    one ``max |x|`` per reply flags any NaN, inf or value beyond :data:`OVERFLOW_BOUND` (one finiteness mask per chunk
+    for complex payloads); the metrics of all replies are checked as one array. A flagged reply, and one whose
+    payloads cannot be stacked, is then judged on its own by :func:`value_fault`, so every reason (which payload, which
+    words) is exactly the per-reply one, and an unflagged reply is one :func:`value_fault` would pass.
+    """
+    count = len(replies)
+    suspect = np.zeros(count, dtype=bool)
+    layouts: Dict[Tuple[Any, ...], List[int]] = {}  # (name, shape, dtype) of each payload, in order → the replies
+    for i, reply in enumerate(replies):
+        try:
+            layout = tuple((name, array.shape, array.dtype) for name, array in reply.arrays.items())
+        except AttributeError:  # not arrays: judged on its own
+            suspect[i] = True
+            continue
+        layouts.setdefault(layout, []).append(i)
+    for layout, members in layouts.items():
+        for name, shape, dtype in layout:
+            if dtype.kind not in "fc":  # integers and booleans are always finite and within range
+                continue
+            size = int(np.prod(shape, dtype=np.int64))
+            if size == 0:  # value_fault skips an empty payload
+                continue
+            rows = max(1, STACK_BYTES // (size * dtype.itemsize))
+            for start in range(0, len(members), rows):
+                chunk = members[start : start + rows]
+                stacked = np.stack([replies[i].arrays[name] for i in chunk]).reshape(len(chunk), size)
+                if dtype.kind == "c":
+                    bad = ~np.isfinite(stacked).all(axis=1)
+                else:  # NaN and inf fail ``<=`` as value_fault's ``not isfinite``, a finite value past the bound too
+                    bad = ~(np.abs(stacked).max(axis=1) <= OVERFLOW_BOUND)
+                if bad.any():
+                    suspect[np.asarray(chunk)[bad]] = True
+    sizes = [0 if suspect[i] else len(reply.metrics) for i, reply in enumerate(replies)]
+    total = sum(sizes)
+    if total:
+        try:
+            metrics = np.fromiter(
+                (v for i, reply in enumerate(replies) if sizes[i] for v in reply.metrics.values()), float, total
+            )
+        except (TypeError, ValueError):  # a metric that is not a real number: every reply with metrics on its own
+            suspect[np.asarray(sizes) > 0] = True
+        else:
+            bad = ~np.isfinite(metrics)
+            if bad.any():
+                suspect[np.repeat(np.arange(count), sizes)[bad]] = True
+    return [value_fault(replies[i]) if suspect[i] else None for i in range(count)]
+
+
 def weight_fault(reply: Message, expected: Optional[float], size: int) -> Optional[str]:
     """Why ``reply``'s weight is refused, or None.
 
@@ -165,41 +222,61 @@ def spec_faults(replies: Sequence[Any], spec: Optional[Mapping[str, Tuple[Option
     :raises RoundFailedError: no spec, replies that differ, and no strict majority: the server cannot tell the
         malformed replies from the honest ones, so it refuses to guess.
     """
-    # the aggregator's own entries of a prepared message (secure aggregation's weight and metrics) are its business
-    signatures = {
-        m.sender: {n: tuple(m.arrays[n].shape) for n in m.arrays if not n.startswith("secagg/")} for m in replies
+    # the aggregator's own entries of a prepared message (secure aggregation's weight and metrics) are its business;
+    # a signature is kept as its (name, shape) pairs in order, so the replies of one layout share one verdict
+    signatures: Dict[str, Tuple[Tuple[str, Tuple[int, ...]], ...]] = {
+        m.sender: tuple((n, tuple(a.shape)) for n, a in m.arrays.items() if not n.startswith("secagg/"))
+        for m in replies
     }
     if not signatures:
         return {}
     declared = spec is not None
     if spec is None:
-        keys = [tuple(sorted(sig.items())) for sig in signatures.values()]
-        counts = Counter(keys)
+        counts: Counter[Tuple[Tuple[str, Tuple[int, ...]], ...]] = Counter()
+        for signature, times in Counter(signatures.values()).items():  # sorted once per kind, not once per reply
+            counts[tuple(sorted(signature))] += times
         best, count = counts.most_common(1)[0]
-        if count * 2 <= len(keys) and len(counts) > 1:
+        if count * 2 <= len(signatures) and len(counts) > 1:
             raise RoundFailedError(
-                f"the replies' array shapes differ ({len(counts)} kinds among {len(keys)} clients) and no strict "
+                f"the replies' array shapes differ ({len(counts)} kinds among {len(signatures)} clients) and no strict "
                 "majority shows which are malformed; declare Algorithm.reply_spec so the server checks each reply "
                 "against its own expectation"
             )
         spec = dict(best)
     expected = _signature_text(spec)
-    faults = {}
+    verdicts: Dict[Tuple[Any, ...], Optional[str]] = {}  # (signature, dtypes) → the reason, or None
+    names = set(spec)
+    faults: Dict[str, str] = {}
     for m in replies:
-        sig = signatures[m.sender]
-        ok = set(sig) == set(spec) and all(
-            len(sig[n]) == len(spec[n]) and all(e is None or e == d for e, d in zip(spec[n], sig[n])) for n in spec
-        )
-        if not ok:
-            faults[m.sender] = (
-                f"payload shapes differ from the server's expectation ({expected}): sent {_signature_text(sig)}"
-            )
-        elif declared:
-            kinds = {n: np.asarray(m.arrays[n]).dtype for n in spec}
-            odd = {n: str(d) for n, d in kinds.items() if d.kind not in "biuf"}
-            if odd:
-                faults[m.sender] = f"payload dtypes {odd} are not real numbers, which the server expects"
+        signature = signatures[m.sender]
+        # the dtypes matter only to a reply with every declared name (the shapes' verdict comes first)
+        dtypes = tuple(np.asarray(m.arrays[n]).dtype for n in spec) if declared and names <= m.arrays.keys() else ()
+        key = (signature, dtypes)
+        if key not in verdicts:
+            verdicts[key] = _spec_fault(dict(signature), spec, expected, dict(zip(spec, dtypes)) if declared else None)
+        verdict = verdicts[key]
+        if verdict is not None:
+            faults[m.sender] = verdict
     return faults
+
+
+def _spec_fault(
+    sig: Mapping[str, Tuple[int, ...]],
+    spec: Mapping[str, Tuple[Optional[int], ...]],
+    expected: str,
+    kinds: Optional[Mapping[str, np.dtype]],
+) -> Optional[str]:
+    """:func:`spec_faults`' verdict on one signature: the shapes against ``spec``, then (a declared spec) the dtypes."""
+    ok = set(sig) == set(spec) and all(
+        len(sig[n]) == len(spec[n]) and all(e is None or e == d for e, d in zip(spec[n], sig[n])) for n in spec
+    )
+    if not ok:
+        return f"payload shapes differ from the server's expectation ({expected}): sent {_signature_text(sig)}"
+    if kinds is not None:
+        odd = {n: str(d) for n, d in kinds.items() if d.kind not in "biuf"}
+        if odd:
+            return f"payload dtypes {odd} are not real numbers, which the server expects"
+    return None
 
 
 def log_exclusions(round: int, phase: str, excluded: Mapping[str, str]) -> None:
@@ -238,7 +315,8 @@ def screen(
 
     Each client's :class:`~gpflow_fed.federated.protocol.transport.Response` is a fault if the transport or the
     client says so (it raised, refused, did not answer), if it came too late (``faults.timeout``, from the client's
-    own timing), if its message is malformed (:func:`reply_fault`) or claims another weight than the server expects
+    own timing), if its message is malformed (:func:`reply_fault`; the values of all the cohort's replies checked at
+    once, :func:`value_faults`) or claims another weight than the server expects
     (:func:`weight_fault`, for replies the server can read), or if its array names or shapes (or, for a protected
     reply, its layout) differ from ``spec`` (:func:`spec_faults`). Then ``on_error="raise"`` raises for the first
     faulty client in cohort order, and ``"exclude"`` logs every exclusion and checks ``min_clients``.
@@ -258,6 +336,11 @@ def screen(
     excluded: Dict[str, str] = {}
     errors: Dict[str, Optional[BaseException]] = {}
     readable: List[Any] = []
+    # first each response's own faults (transport, time-out, envelope), then the values of every reply that passed
+    # them at once (value_faults: the same reasons as reply_fault's, without a Python loop over a cohort's arrays)
+    early: Dict[str, Optional[str]] = {}
+    layouts: Dict[str, _Layout] = {}
+    answered: List[str] = []  # the clients whose message passed its envelope check, in cohort order
     for cid in cohort:
         response = responses[cid]
         fault = response.fault
@@ -265,9 +348,20 @@ def screen(
             if response.seconds > faults.timeout:
                 fault = f"timed out ({response.seconds:.3g} s > {faults.timeout} s)"
         if fault is None and response.layout is not None:
-            readable.append(_Layout(cid, {str(n): _shape_only(shape) for n, shape in response.layout.items()}))
+            layouts[cid] = _Layout(cid, {str(n): _shape_only(shape) for n, shape in response.layout.items()})
         elif fault is None:
-            fault = reply_fault(response.message, cid, down)
+            fault = envelope_fault(response.message, cid, down)
+            if fault is None:
+                answered.append(cid)
+        early[cid] = fault
+    values = dict(zip(answered, value_faults([responses[cid].message for cid in answered])))
+    for cid in cohort:
+        response = responses[cid]
+        fault = early[cid]
+        if cid in layouts:
+            readable.append(layouts[cid])
+        elif cid in values:
+            fault = values[cid]
             if fault is None and expected_weight is not None and sizes is not None:
                 fault = weight_fault(response.message, expected_weight.get(cid), sizes[cid])
             if fault is None:
