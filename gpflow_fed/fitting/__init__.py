@@ -14,12 +14,14 @@ model either way.
 
 This module imports no TensorFlow until :func:`fit` or :func:`algorithm` runs (the command line reads
 :data:`DEFAULTS` for its ``--help``), and :func:`fit` checks its arguments, the table and the parties before it
-imports TensorFlow: a missing value, a wrong column, a constant target or too few parties for the protection asked
-is a ``ValueError`` in a fraction of a second, naming the parameter to change.
+imports TensorFlow: a missing value, a wrong column, a constant target, too few parties for the protection asked or
+a count below 1 (``rounds=0``) is a ``ValueError``, an unknown setting or a value of the wrong kind a ``TypeError``,
+in a fraction of a second, naming the parameter to change.
 """
 
 from __future__ import annotations
 
+import inspect
 import sys
 from typing import Any, Optional, Sequence
 
@@ -81,20 +83,33 @@ def fit(
         ``test_rmse``, ``test_mae``, ``test_nlpd``, ``test_coverage_90`` (target units), their
         ``*_standardized`` forms, and ``baseline_rmse`` / ``baseline_nlpd`` of predicting the mean
         (:mod:`gpflow_fed.evaluation`). ``result.standardizer`` holds the agreed moments.
-    :raises ValueError: before anything is trained (and, for a table, before TensorFlow is imported): an unknown
-        method; table input without ``party_column`` and ``target``; a table error of
-        :func:`~gpflow_fed.data.split_table` (a missing or non-numeric value, a wrong column, a party with fewer than
-        2 rows, a target with the same value in every row or too small a relative spread,
-        :data:`~gpflow_fed.data.tabular.MIN_RELATIVE_STD`); fewer parties than the protection's masked sums need
+    :raises TypeError: before TensorFlow is imported: a setting ``method`` does not take (naming the closest known
+        name and the method's settings), or an argument or setting of the wrong kind (:mod:`.checks`:
+        :func:`~.checks.check_arguments`, :func:`~.checks.check_settings`).
+    :raises ValueError: before anything is trained (and, for a table, before TensorFlow is imported): an unknown method;
+        a count below 1 (``rounds``, ``local_steps``, ``num_inducing``…; FedBNR's ``rounds=0`` is its phase 2 alone), a
+        non-positive rate or variance, a ``client_fraction`` outside (0, 1], a ``seed`` below 0, a ``test_fraction``
+        outside [0, 1), a choice not among the method's, a ``kernel`` for PVI; table input without ``party_column`` and
+        ``target``; a table error of :func:`~gpflow_fed.data.split_table` (a missing or non-numeric value, a wrong
+        column, a party with fewer than 2 rows, a target with the same value in every row or too small a relative
+        spread, :data:`~gpflow_fed.data.tabular.MIN_RELATIVE_STD`); fewer parties than the protection's masked sums need
         (``SecureAggregation.min_cohort``, 2 by default), in all or per round (``client_fraction``); or FSGP's
         ``num_inducing`` not below the training rows (:mod:`.checks`). Each names the parameter to change.
     :warns OverconfidenceWarning: the held-out 90 % interval covers fewer than 70 % of the test points.
     """
     from ..data.tabular import check_target_spread, split_table
-    from .checks import check_inducing, check_parties, required_cohort
+    from .checks import check_arguments, check_inducing, check_parties, check_settings, required_cohort
 
-    if method not in METHODS:
+    if not isinstance(method, str) or method not in METHODS:
         raise ValueError(f"fit: method must be one of {METHODS}, got {method!r}")
+    try:
+        check_arguments(
+            method, features=features, test_fraction=test_fraction, kernel=kernel, runtime=runtime,
+            protection=protection, monitor=monitor, seed=seed,
+        )  # fmt: skip
+        check_settings(method, settings, "fit", _PARAMETERS)
+    except (TypeError, ValueError) as exc:  # ArgumentTypeError stays one: both a TypeError and a ValueError
+        raise type(exc)(f"fit: {exc}") from None
     dataset_module = sys.modules.get("gpflow_fed.data.dataset")  # a FederatedDataset exists only once it is loaded
     given = dataset_module is not None and isinstance(data, dataset_module.FederatedDataset)
     if given:
@@ -140,3 +155,7 @@ def fit(
         return algorithm(method, raw.input_dim, seed, kernel, **settings)
 
     return moments_then_train(run_job, training, raw.test, f"fit(method={method!r})", stacklevel=3)
+
+
+#: ``fit``'s own keywords, as an unknown setting's message lists them
+_PARAMETERS = tuple(name for name in inspect.signature(fit).parameters if name != "settings")

@@ -1,6 +1,7 @@
 """What :func:`gpflow_fed.fit` and the command line check about the parties before anything is trained (and before
 TensorFlow is imported): enough parties for the protection asked, every round, and enough rows for FSGP's
-statistics.
+statistics; and what ``fit`` checks of its own arguments and settings (:func:`check_arguments`,
+:func:`check_settings`): an unknown setting, a value of the wrong kind, a count below 1.
 
 A masked sum needs a cohort of at least ``SecureAggregation.min_cohort`` parties (2 by default; under distributed DP
 at least its ``honest_clients``), and a client refuses to mask for fewer (:mod:`gpflow_fed.federated.protection`).
@@ -14,10 +15,25 @@ This module imports neither TensorFlow nor GPflow.
 
 from __future__ import annotations
 
+import difflib
 import math
-from typing import Any, Mapping, Optional, Sequence, Tuple
+import sys
+from numbers import Real
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple
 
-__all__ = ["DEFAULT_MIN_COHORT", "PARAMETERS", "check_inducing", "check_parties", "required_cohort"]
+from ..validation import integer, positive_float, probability
+from .defaults import SETTINGS
+
+__all__ = [
+    "CHOICES",
+    "DEFAULT_MIN_COHORT",
+    "PARAMETERS",
+    "check_arguments",
+    "check_inducing",
+    "check_parties",
+    "check_settings",
+    "required_cohort",
+]
 
 #: ``SecureAggregation().min_cohort``, the default protection's minimum (a test checks they agree): importing
 #: :mod:`gpflow_fed.federated.protection` for it would load its DP accountants (≈ 1.6 s of SciPy) before any check
@@ -123,4 +139,139 @@ def check_inducing(num_inducing: Any, num_rows: int, secure: bool, spelling: Map
             f"{num_inducing} inducing points ({spelling['num_inducing']}) need more than {num_inducing} training "
             f"rows in all, and the parties hold {num_rows} (FSGP's statistics of no more rows than inducing points "
             f"would give the rows back); lower {spelling['num_inducing']} below {num_rows}"
+        )
+
+
+#: the settings that name one of a few choices, by method (the algorithms' ``MODES``, ``METHODS`` of PVI,
+#: ``AGGREGATIONS`` and ``PROTOCOLS``: a test checks they agree)
+CHOICES: Mapping[str, Mapping[str, Tuple[str, ...]]] = {
+    "fsgp": {"mode": ("fedavg", "exact")},
+    "pvi": {"variant": ("dpo", "cpo", "fixed", "fixed_dpo", "fedavg", "global")},
+    "fedbnr": {"aggregation": ("fedavg", "kd"), "protocol": ("statistics", "two_step")},
+}
+
+#: counts that must be at least 1 (``rounds`` too, but FedBNR's 0 rounds is its documented phase 2 alone)
+_COUNTS = (
+    "local_steps", "num_samples", "hidden", "kd_steps", "patience", "fedavg_steps", "max_pseudo", "num_predict_samples",
+)  # fmt: skip
+#: names a newcomer may try for a setting (the paper's letters, the constructors' argument)
+_ALIASES = {
+    **dict.fromkeys(("inducing", "inducing_points", "inducing_variable", "n_inducing", "M", "Z"), "num_inducing"),
+    **{"R": "rounds", "lr": "learning_rate"},
+}
+_POSITIVE = ("learning_rate", "noise_variance", "prior_variance", "init_noise", "jitter", "init_Z_var", "init_rho_var")
+
+
+def _unknown(name: str, method: str, caller: str, takes: Sequence[str]) -> TypeError:
+    others = [m for m, names in SETTINGS.items() if m != method and name in names]
+    if others:
+        return TypeError(
+            f"{name} is a setting of method {' and '.join(map(repr, others))}, not of {method!r}; drop {name}= or "
+            f"pick method={others[0]!r}"
+        )
+    close = [_ALIASES[name]] if _ALIASES.get(name) in SETTINGS[method] else []
+    close = close or difflib.get_close_matches(name, (*takes, *SETTINGS[method]), n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]}=?)" if close else ""
+    own = f"{', '.join(takes)} and, for method {method!r}, " if takes else f"for method {method!r} "
+    return TypeError(f"unknown keyword {name!r}{hint}; {caller} takes {own}the settings {', '.join(SETTINGS[method])}")
+
+
+def _scalar(value: Any) -> bool:
+    return isinstance(value, (bool, str, Real)) or (hasattr(value, "dtype") and getattr(value, "ndim", None) == 0)
+
+
+def check_settings(
+    method: str, settings: Mapping[str, Any], caller: str = "fit", takes: Sequence[str] = ()
+) -> Dict[str, Any]:
+    """Refuse a setting ``method`` does not take, of the wrong kind, or out of range, before TensorFlow is imported
+    (the algorithm's constructor checks the same, but only once the moments run has agreed the standardisation).
+
+    :param method: one of :data:`~gpflow_fed.fitting.METHODS`.
+    :param settings: ``fit``'s ``**settings``.
+    :param caller: / :param takes: how an unknown setting's message names the function and its own keywords.
+    :return: ``settings`` as given.
+    :raises TypeError: an unknown name (naming the closest known one and the method's settings), or a value of the
+        wrong kind (:class:`~gpflow_fed.validation.ArgumentTypeError`, also a ``ValueError``).
+    :raises ValueError: a count below 1 (``rounds``: below 0 for FedBNR, whose 0 rounds is phase 2 alone), a
+        non-positive rate or variance, a ``client_fraction`` outside (0, 1], a choice not among the method's.
+    """
+    for name in settings:
+        if name not in SETTINGS[method]:
+            raise _unknown(name, method, caller, takes)
+    for name, value in settings.items():
+        if name in _COUNTS:
+            integer(value, name, minimum=1)
+        elif name == "rounds":
+            integer(value, name, minimum=0 if method == "fedbnr" else 1)
+        elif name in _POSITIVE:
+            positive_float(value, name)
+        elif name == "client_fraction":
+            probability(value, name)
+        elif name in CHOICES[method] and value not in CHOICES[method][name]:
+            raise ValueError(f"{name} must be one of {CHOICES[method][name]} for method {method!r}, got {value!r}")
+    M = settings.get("num_inducing")
+    if M is not None and (method == "pvi" or _scalar(M)):
+        try:
+            integer(M, "num_inducing", minimum=1)
+        except ValueError as exc:  # ArgumentTypeError too
+            what = "" if method == "pvi" else " or, for fsgp, the [M, D] inducing inputs"
+            kind = type(M).__name__
+            raise type(exc)(f"num_inducing must be a positive integer (at least 1){what}; got {M!r} ({kind})") from None
+    return dict(settings)
+
+
+def _instance(value: Any, module: str, name: str) -> bool:
+    """``isinstance(value, module.name)`` without importing ``module`` (no instance exists before it is loaded)."""
+    loaded = sys.modules.get(module)
+    return loaded is not None and isinstance(value, getattr(loaded, name))
+
+
+def check_arguments(
+    method: str,
+    *,
+    features: Any = None,
+    test_fraction: Any = 0.2,
+    kernel: Any = None,
+    runtime: Any = None,
+    protection: Any = None,
+    monitor: Any = None,
+    seed: Any = 0,
+) -> None:
+    """Refuse ``fit``'s own arguments of the wrong kind, before TensorFlow is imported, each naming the parameter
+    and what it takes (the table's columns and ranges are :func:`~gpflow_fed.data.split_table`'s to check).
+
+    :raises TypeError: a single string for ``features``, a ``test_fraction`` or ``seed`` that is not a number, a
+        ``kernel``, ``runtime``, ``protection`` or ``monitor`` of the wrong kind
+        (:class:`~gpflow_fed.validation.ArgumentTypeError` for the numbers, also a ``ValueError``).
+    :raises ValueError: a negative ``seed``, a ``test_fraction`` outside [0, 1), a ``kernel`` for PVI.
+    """
+    integer(seed, "seed", minimum=0)
+    if isinstance(features, (str, bytes)):
+        raise TypeError(f"features must be a list of column names, got the string {features!r}; use features=[...]")
+    if isinstance(test_fraction, bool) or not isinstance(test_fraction, Real):
+        raise TypeError(
+            f"test_fraction must be a number in [0, 1), got {test_fraction!r} ({type(test_fraction).__name__})"
+        )
+    if not 0 <= float(test_fraction) < 1:
+        raise ValueError(f"test_fraction must be in [0, 1) (the held-out share of each party), got {test_fraction!r}")
+    if kernel is not None:
+        if method == "pvi":
+            raise ValueError("fit(method='pvi') uses PVI's own prior over kernel hyperparameters; drop kernel=")
+        wanted = ("gpflow_fed.kernels.urk", "URK") if method == "fedbnr" else ("gpflow.kernels", "Kernel")
+        if not _instance(kernel, *wanted):
+            kind = "a gpflow_fed.kernels.URK" if method == "fedbnr" else "a gpflow.kernels.Kernel"
+            raise TypeError(f"kernel must be None or {kind} for method {method!r}, got {type(kernel).__name__}")
+    if runtime is not None and not _instance(runtime, "gpflow_fed.federated.runtimes.base", "Runtime"):
+        raise TypeError(
+            f"runtime must be None (LocalRuntime) or a gpflow_fed.federated Runtime, got {type(runtime).__name__}"
+        )
+    if protection is not None and not _instance(protection, "gpflow_fed.federated.protection.request", "Protection"):
+        raise TypeError(
+            "protection must be None (secure aggregation) or a gpflow_fed.federated.Protection, got "
+            f"{type(protection).__name__}"
+        )
+    if monitor is not None and not callable(monitor):
+        raise TypeError(
+            f"monitor must be None or callable (monitor(round, **kwargs), e.g. a gpflow.monitor.Monitor), got "
+            f"{type(monitor).__name__}"
         )

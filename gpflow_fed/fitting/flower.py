@@ -23,6 +23,7 @@ from typing import Any, Callable, Dict, Mapping, NoReturn, Optional, Tuple
 
 import numpy as np
 
+from .checks import check_settings
 from .defaults import DEFAULTS, METHODS
 from .methods import algorithm
 from ..federated.protocol.algorithm import Algorithm, FederationInfo
@@ -68,7 +69,8 @@ class FitMethod(Algorithm[Any]):
     :param method: one of :data:`~gpflow_fed.fitting.METHODS`.
     :param seed: the run's seed (PVI's initial Z, FedBNR's random features).
     :param settings: overrides of ``DEFAULTS[method]``.
-    :raises ValueError: an unknown method or setting.
+    :raises ValueError: an unknown method or setting, or a setting out of range (a count below 1, ...:
+        :func:`.checks.check_settings`; a setting of the wrong kind is its ``ArgumentTypeError``, also a ``TypeError``).
     """
 
     def __init__(self, method: str, seed: int = 0, **settings: Any) -> None:
@@ -77,6 +79,10 @@ class FitMethod(Algorithm[Any]):
         unknown = sorted(set(settings) - set(DEFAULTS[method]))
         if unknown:
             raise ValueError(f"{method}: unknown settings {unknown}; known: {sorted(DEFAULTS[method])}")
+        try:
+            check_settings(method, settings)  # e.g. rounds=0 in a run config: refused here, not trained silently
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"{method}: {exc}") from None
         super().__init__(rounds=int({**DEFAULTS[method], **settings}["rounds"]))
         self.name = method
         self.method = method

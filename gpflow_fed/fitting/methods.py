@@ -14,6 +14,7 @@ from typing import Any, Dict, Tuple
 
 import numpy as np
 
+from .checks import check_settings
 from .defaults import DEFAULTS, METHODS
 
 __all__ = ["DEFAULTS", "METHODS", "algorithm", "composed_privacy", "in_user_units"]
@@ -30,11 +31,13 @@ def algorithm(method: str, input_dim: int, seed: int = 0, kernel: Any = None, **
     :param settings: ``num_inducing`` (M), ``rounds``, ``local_steps``, ``learning_rate``, ``noise_variance``
         and the algorithm's own keywords (FSGP: ``client_fraction``, ``mode``, ``stopping``…; PVI:
         ``variant`` = dpo/cpo/fixed/fedavg, ``patience``…; FedBNR: ``aggregation``, ``protocol``…).
-    :raises ValueError: an unknown method, or a kernel for PVI (it learns a distribution over the kernel's
-        hyperparameters).
+    :raises TypeError: a setting ``method`` does not take, or of the wrong kind (:func:`.checks.check_settings`).
+    :raises ValueError: an unknown method, a setting out of range (:func:`.checks.check_settings`), or a kernel for
+        PVI (it learns a distribution over the kernel's hyperparameters).
     """
     if method not in METHODS:
         raise ValueError(f"fit: method must be one of {METHODS}, got {method!r}")
+    check_settings(method, settings, "algorithm", ("method", "input_dim", "seed", "kernel"))
     options = {**DEFAULTS[method], **settings}
     if method == "fsgp":
         import gpflow
