@@ -36,11 +36,13 @@ from ..release.linalg import as_inputs
 from ..release.design import Floor, ReleaseDesign
 from ..release.lowrank import LowRankCovariance
 from ..release.ledger import EarlierRelease, ReleaseLedger, resolve_ledger
+from ..release.linalg import check_kernel_numerics, check_predictions
 from ..release.linalg import kernel_diag, numerically_positive, psd_factor
 from ..release.obfuscation import (
     Covariance,
     Targets,
     check_method,
+    check_near_records,
     check_protect,
     obfuscate,
     protected_targets,
@@ -180,8 +182,19 @@ class PrivacyAwareGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
         r"""Eq. (3) mean and eq. (4) (co)variance of f at ``Xnew`` given the released ``(X, W)``.
 
         :raises NotImplementedError: for ``full_output_cov=True`` (as ``gpflow.models.GPR``).
+        :raises ValueError: (run eagerly) a mean or variance that is not finite, or a variance below round-off of
+            the prior's ``k(x, x)`` (:func:`~gpflow_fed.release.linalg.check_predictions`; inputs of 1e300 once
+            predicted NaN).
         """
         assert_params_false(self.predict_f, full_output_cov=full_output_cov)
+        mean, cov, prior = self._posterior(Xnew, full_cov)
+        if tf.executing_eagerly():
+            var = tf.linalg.diag_part(cov) if full_cov else cov
+            check_predictions(mean.numpy(), var.numpy(), prior.numpy(), "at the inputs given")
+        return mean, (cov[None, :, :] if full_cov else cov[:, None])
+
+    def _posterior(self, Xnew: tf.Tensor, full_cov: bool = False) -> "tuple[tf.Tensor, tf.Tensor, tf.Tensor]":
+        """Unchecked eq. (3) mean ``[M, 1]``, eq. (4) covariance ``[M, M]`` or variance ``[M]``, prior ``k(x, x)``."""
         X, W = self.data
         Xnew = tf.convert_to_tensor(Xnew, dtype=gpflow.default_float())
         L = self._observation_cholesky()
@@ -189,11 +202,10 @@ class PrivacyAwareGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
         A = tf.linalg.triangular_solve(L, Kxs, lower=True)
         b = tf.linalg.triangular_solve(L, W - self.mean_function(X), lower=True)
         mean = self.mean_function(Xnew) + tf.matmul(A, b, transpose_a=True)
+        prior = self.kernel(Xnew, full_cov=False)
         if full_cov:
-            cov = self.kernel(Xnew) - tf.matmul(A, A, transpose_a=True)
-            return mean, cov[None, :, :]
-        var = self.kernel(Xnew, full_cov=False) - tf.reduce_sum(tf.square(A), axis=0)
-        return mean, var[:, None]
+            return mean, self.kernel(Xnew) - tf.matmul(A, A, transpose_a=True), prior
+        return mean, prior - tf.reduce_sum(tf.square(A), axis=0), prior
 
     @check_shapes("points: [T, D]", "records: [T]", "return: [T, T]")
     def protected_covariance(self, points: np.ndarray, records: np.ndarray) -> tf.Tensor:
@@ -259,8 +271,12 @@ class PrivacyAwareGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
         :param mean_function: likewise, for mean functions other than ``Zero`` and ``Constant``.
         :raises FileNotFoundError: ``path`` does not exist.
         :raises ValueError: naming the file: a file that is not a saved PrivacyAwareGPR (another kind of
-            file, truncated, bit-flipped, incomplete, pickled data), inconsistent arrays, or parameters that do
-            not fit the given kernel / mean function.
+            file, truncated, bit-flipped, incomplete, pickled data), inconsistent arrays, parameters that do
+            not fit the given kernel / mean function, parameters outside the range where float64 computes the
+            kernel finitely and well-conditioned (:func:`~gpflow_fed.release.linalg.check_kernel_numerics`:
+            ``‖x/ℓ‖ ≤ 1/√ε``, finite ``k(x, x)``, ``(tr K + tr Σ + Nσ²)/σ² ≤ 1/ε``), or a model whose
+            predictions at its own inputs X are not finite or have a negative variance beyond round-off (a crafted
+            file with X = 1e300 or ℓ = 1e-300 once predicted NaN, a kernel variance of 1e300 a negative variance).
         """
         arrays = read_npz(
             path,
@@ -348,6 +364,17 @@ class PrivacyAwareGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
         ard = {k: np.size(v) for k, v in saved.items() if k.endswith("lengthscales") and np.size(v) not in (1, columns)}
         if ard:  # broadcast against X's columns, they would define another kernel without an error
             raise ValueError(f"{path}: lengthscales {ard} do not fit X's {columns} column(s) (1 or {columns} each)")
+        try:
+            check_kernel_numerics(model.kernel, arrays["X"], arrays["noise_factor"], float(arrays["noise_variance"]))
+            mean, var, prior = model._posterior(arrays["X"])
+            check_predictions(mean.numpy(), var.numpy(), prior.numpy(), "at its own inputs X")
+        except tf.errors.InvalidArgumentError as exc:  # C = K + Σ + σ²I not positive definite in float64
+            raise ValueError(
+                f"{path}: the model's covariance K + Σ + σ²I of its inputs has no float64 Cholesky factor "
+                f"({type(exc).__name__})"
+            ) from exc
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}") from exc
         return model
 
 
@@ -1302,6 +1329,8 @@ def release(
         given_variance = float(kernel.variance.numpy())
     # given or fitted (checked above); a region has a kernel tolerance (check_region)
     sigma2 = float(cast(float, noise_variance))
+    if region is None and protect == "records":  # a point a hair off a record names the record (check_near_records)
+        check_near_records(kernel, X, S)
     if region is not None:
         density = region_density(kernel) if density is None else float(density)
         S = region.discretise(density)

@@ -68,7 +68,8 @@ def same_inputs(A: np.ndarray, s: np.ndarray) -> np.ndarray:
     r"""``[N]`` whether each row of ``A`` is the point ``s`` up to float rounding: in every column
     ``|a_j − s_j| ≤ SAME_INPUT_ULPS·(ulp(max(|a_j|, |s_j|)) + ulp(1))``, the rounding of the two values alone (a value
     read or converted twice), never a scale taken from other rows or columns. A point this misses by more than
-    rounding protects ``f(s)``, whose floor also bounds the nearby record's: a miss is never the weaker protection.
+    rounding protects ``f(s)`` alone, which does not bound the record beside it: a miss within a small fraction of a
+    lengthscale is refused (:func:`~gpflow_fed.release.obfuscation.check_near_records`).
     Issue 44: a tolerance of 1e-9 of a column's spread let one far row
     (x = 1e8) widen it to 0.1, so records 0.09 from a sensitive point with none were matched to it and f there was
     neither designed for nor checked (0.35 ξ); before that, 1e-9·max|X| over all columns did the same across columns.
@@ -174,3 +175,99 @@ def psd_check(A: np.ndarray, what: str, fix: str, *, strict: bool, rtol: float =
         kind = "positive definite" if strict else "positive semi-definite"
         raise ValueError(f"{what} is not {kind} (smallest eigenvalue {lam[0]:.3e}); {fix}")
     return float(lam[0])
+
+
+#: Round-off of float64 (``ε = 2.2e-16``).
+FLOAT64_EPS = float(np.finfo(np.float64).eps)
+
+#: The largest ``‖x/ℓ‖`` a stationary kernel's inputs may have: ``1/√ε ≈ 6.7e7`` (:func:`check_kernel_numerics`).
+MAX_SCALED_INPUT = 1.0 / np.sqrt(FLOAT64_EPS)
+
+#: The largest bound on the condition number of ``C = K + Σ + σ²I`` a model may have: ``1/ε ≈ 4.5e15``.
+MAX_CONDITION = 1.0 / FLOAT64_EPS
+
+#: A predictive variance below ``−PREDICTIVE_RTOL · k(x, x)`` is more than round-off (:func:`check_predictions`).
+PREDICTIVE_RTOL = 1e-6
+
+
+def _stationary_parts(kernel: gpflow.kernels.Kernel) -> "list[gpflow.kernels.Stationary]":
+    """The kernel itself and every kernel inside it (sums, products) that has lengthscales and sees the inputs.
+
+    A periodic kernel's base sees ``sin(π(x − x')/p)``, not ``x``: it is left out.
+    """
+    parts = [kernel, *getattr(kernel, "submodules", ())]
+    bases = {id(part.base_kernel) for part in parts if isinstance(part, gpflow.kernels.Periodic)}
+    return [part for part in parts if isinstance(part, gpflow.kernels.Stationary) and id(part) not in bases]
+
+
+def check_kernel_numerics(
+    kernel: gpflow.kernels.Kernel, X: np.ndarray, noise_factor: np.ndarray, noise_variance: float
+) -> None:
+    r"""Refuse a GP model whose float64 kernel computations at its inputs ``X`` are not finite or carry no digit.
+
+    The rule (applied to a model read from a file, :meth:`~gpflow_fed.models.PrivacyAwareGPR.load`):
+
+    * **Scaled inputs** ``‖x/ℓ‖ ≤ 1/√ε ≈ 6.7e7`` for every row and every stationary part of the kernel. A
+      stationary kernel is a function of ``r² = ‖x/ℓ‖² + ‖x'/ℓ‖² − 2 (x/ℓ)·(x'/ℓ)`` as GPflow computes it, whose
+      round-off is about ``ε ‖x/ℓ‖²``; beyond ``1/√ε`` that round-off exceeds 1, the scale on which the kernel
+      varies, so ``K`` is round-off (and past ``1e154`` the squares overflow: ``X = 1e300`` or ``ℓ = 1e-300``
+      predicted NaN).
+    * **Prior variances** ``k(x, x)`` finite and ≥ 0 at every row.
+    * **Conditioning** ``(tr K + tr Σ + Nσ²) / σ² ≤ 1/ε ≈ 4.5e15`` when ``σ² > 0``: the left side bounds the
+      condition number of ``C = K + Σ + σ²I`` (its largest eigenvalue is at most its trace, its smallest at least
+      σ²); beyond ``1/ε`` the Cholesky factor of C has no correct digit, and a predictive variance
+      ``k(x, x) − ‖L⁻¹k_x‖²`` is the difference of two numbers whose round-off exceeds it (a kernel variance of
+      1e300 beside σ² = 0.01 predicted −2.7e285). With ``σ² = 0`` (a deterministic simulator) C's conditioning is
+      K's own, which no bound on the parameters gives: :func:`check_predictions` at the model's own inputs decides.
+
+    :raises ValueError: naming the rule that fails.
+    """
+    X = np.asarray(X, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        for part in _stationary_parts(kernel):
+            scaled = np.asarray(part.scale(part.slice(X, None)[0]).numpy(), dtype=np.float64)
+            norms = np.sqrt(np.sum(np.square(scaled / MAX_SCALED_INPUT), axis=-1)) * MAX_SCALED_INPUT
+            largest = float(np.max(norms)) if norms.size else 0.0
+            if not largest <= MAX_SCALED_INPUT:
+                size = f"{largest:.3g}" if np.isfinite(largest) else "more than float64's range of"
+                raise ValueError(
+                    f"inputs of {size} lengthscales from the origin (‖x/ℓ‖ for {type(part).__name__}); float64 "
+                    f"computes a stationary kernel only within {MAX_SCALED_INPUT:.3g} (1/√ε: beyond it the round-off "
+                    "of the squared distance exceeds 1)"
+                )
+        diag = kernel_diag(kernel, X)
+        if not (np.all(np.isfinite(diag)) and np.all(diag >= 0)):
+            raise ValueError("the kernel's prior variances k(x, x) at the inputs are not all finite and ≥ 0")
+        if noise_variance > 0:
+            trace = float(np.sum(diag)) + float(np.sum(np.square(noise_factor))) + X.shape[0] * noise_variance
+            condition = trace / noise_variance
+            if not condition <= MAX_CONDITION:
+                raise ValueError(
+                    f"an ill-conditioned model: (tr K + tr Σ + Nσ²)/σ² = {condition:.3g} beyond 1/ε = "
+                    f"{MAX_CONDITION:.3g} (σ² = {noise_variance:.3g}): float64 predictions would carry no correct digit"
+                )
+
+
+def check_predictions(mean: np.ndarray, var: np.ndarray, prior: np.ndarray, where: str) -> None:
+    r"""Refuse predictions with a non-finite mean or variance, or a variance below ``−PREDICTIVE_RTOL · k(x, x)``.
+
+    ``prior`` is ``k(x, x)`` at the same points: a predictive variance ``k(x, x) − ‖L⁻¹k_x‖²`` is ≥ 0 in exact
+    arithmetic; a negative value beyond round-off of the prior's scale means the computation carried no digit.
+
+    :raises ValueError: naming the problem and ``where`` (e.g. "at its own inputs", "at the inputs given").
+    """
+    mean = np.asarray(mean, dtype=np.float64)
+    var = np.asarray(var, dtype=np.float64).reshape(-1)
+    prior = np.asarray(prior, dtype=np.float64).reshape(-1)
+    if not np.all(np.isfinite(mean)):
+        raise ValueError(f"the model predicts a non-finite mean {where} ({int(np.sum(~np.isfinite(mean)))} points)")
+    if not np.all(np.isfinite(var)):
+        raise ValueError(f"the model predicts a non-finite variance {where} ({int(np.sum(~np.isfinite(var)))} points)")
+    with np.errstate(over="ignore", invalid="ignore"):
+        floor = -PREDICTIVE_RTOL * np.broadcast_to(np.abs(prior), var.shape) if prior.size else np.zeros_like(var)
+        negative = var < floor
+    if np.any(negative):
+        raise ValueError(
+            f"the model predicts a negative variance {where} (smallest {float(np.min(var)):.3g} at "
+            f"{int(np.sum(negative))} points): its float64 computation carried no correct digit"
+        )

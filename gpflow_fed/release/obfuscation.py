@@ -142,6 +142,51 @@ def protected_targets(X: np.ndarray, S: np.ndarray, protect: str = "records") ->
     return Targets(np.asarray(points, dtype=S.dtype), np.asarray(records, dtype=int), np.asarray(source, dtype=int))
 
 
+#: a sensitive input within this many lengthscales of a record it does not equal up to rounding is refused
+#: (:func:`check_near_records`): there the kernel's correlation exceeds 1 − 5e-7, so the point and the record's input
+#: are one input to the model, and the user named the record
+NEAR_RECORD_LENGTHSCALES = 1e-3
+
+
+def _smallest_lengthscales(kernel: gpflow.kernels.Kernel, D: int) -> Optional[np.ndarray]:
+    """``[D]`` each column's smallest lengthscale over the kernel's stationary parts (sums, products), or None."""
+    parts = [kernel, *getattr(kernel, "submodules", ())]
+    scales = [
+        np.broadcast_to(np.asarray(p.lengthscales.numpy(), dtype=np.float64), (D,))
+        for p in parts
+        if isinstance(p, gpflow.kernels.Stationary)
+    ]
+    return np.min(np.stack(scales), axis=0) if scales else None
+
+
+@check_shapes("X: [N, D]", "S: [G, D]")
+def check_near_records(kernel: gpflow.kernels.Kernel, X: np.ndarray, S: np.ndarray) -> None:
+    """Refuse a sensitive input that misses a record by more than float rounding
+    (:func:`~gpflow_fed.release.linalg.same_inputs`) but lies within :data:`NEAR_RECORD_LENGTHSCALES` of its input in
+    every column (scaled by the kernel's smallest lengthscale there).
+
+    Such a point protects ``f(s)`` only, and the record beside it need not be protected at all: a row the design
+    leaves without synthetic noise is published as ``Y_j`` up to the resolution noise (issue 44, a fourteenth
+    attacker: ``--sensitive 0.512820513`` for the record at ``0.5128205128205128`` gave ``Var[Y_j | W] = 0.006 ξ``,
+    the CLI saying "safe to publish"). A kernel without lengthscales is not checked.
+
+    :raises ValueError: naming the sensitive input and the record's row and input.
+    """
+    ell = _smallest_lengthscales(kernel, X.shape[1])
+    if ell is None or X.shape[0] == 0:
+        return
+    for s in S:
+        near = np.max(np.abs(X - s[None, :]) / ell[None, :], axis=1) <= NEAR_RECORD_LENGTHSCALES
+        missed = np.flatnonzero(near & ~same_inputs(X, s))
+        if missed.size:
+            j = int(missed[0])
+            raise ValueError(
+                f"sensitive input {s.tolist()} is within {NEAR_RECORD_LENGTHSCALES:g} lengthscales of the record at "
+                f"row {j} ({X[j].tolist()}) but not equal to it: a point there protects f alone, not the recorded "
+                "value beside it; give the record's own input to protect it, or a point farther from it"
+            )
+
+
 def target_blocks(
     kernel: gpflow.kernels.Kernel, X: np.ndarray, targets: Targets, v: np.ndarray
 ) -> "tuple[np.ndarray, np.ndarray]":
@@ -474,8 +519,10 @@ def prior_variance(kernel: gpflow.kernels.Kernel, X: np.ndarray) -> np.ndarray:
 
 __all__ = [
     "METHODS",
+    "NEAR_RECORD_LENGTHSCALES",
     "PROTECT",
     "Targets",
+    "check_near_records",
     "protected_covariance",
     "protected_targets",
     "SOLVERS",
