@@ -61,6 +61,9 @@ class BadStatistics(FSGP):
     #: what the per-client check said of each bad reply (a class list: the runtime may run a copy of the algorithm)
     faults: List[Optional[str]] = []
 
+    def payload_bound(self, broadcast: Any, domain: Any) -> None:
+        return None  # a malicious client encodes what it likes: its own code states no bound
+
     def client_update(self, client: Any, broadcast: Any) -> Any:
         reply = super().client_update(client, broadcast)
         if client.id != "client_0" or broadcast.phase != "predict":

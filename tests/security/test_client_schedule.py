@@ -141,7 +141,9 @@ def test_one_broadcast_over_the_same_cohort_is_answered_again():
 def test_distributed_dp_releases_once_per_broadcast():
     """The same broadcast asked again under distributed DP (same cohort): refused, so the server cannot average the
     clients' fresh noise away."""
-    server = Server((20, 20, 20))
+    # parties with a DP floor of their own: their noise lets the clip bind (a party without one refuses a clip below
+    # its payload's public bound, test_payload_bounds.py)
+    server = Server((20, 20, 20), ClientPolicy(min_noise_multiplier=1.0))
     protection = Protection(differential_privacy=DistributedDP(noise_multiplier=1.0, clip_norm=10.0, honest_clients=2))
     server.masked_sum(["c0", "c1", "c2"], 0, protection=protection)
     with pytest.raises(SecAggAborted):

@@ -156,6 +156,9 @@ def test_a_masked_cohort_holding_at_most_m_points_is_refused():
 class LyingFSGP(FSGP):
     """client_1 sends statistics no data of its size can give."""
 
+    def payload_bound(self, broadcast, domain):
+        return None  # a malicious client encodes what it likes: its own code states no bound (the server's check)
+
     lie = "num_data"
 
     def client_update(self, client, broadcast):
@@ -203,6 +206,9 @@ def test_impossible_statistics_are_excluded_in_plain_and_refused_masked(lie):
 class ShiftingFSGP(FSGP):
     """client_1 shifts its FedAvg update by +50 (within the fixed-point range, beyond any Adam step)."""
 
+    def payload_bound(self, broadcast, domain):
+        return None  # a malicious client encodes what it likes: its own code states no bound (the server's check)
+
     def client_update(self, client, broadcast):
         reply = super().client_update(client, broadcast)
         if client.id != "client_1" or broadcast.phase != "train":
@@ -226,6 +232,9 @@ def test_a_poisoned_fedavg_update_is_excluded_in_plain_and_fails_the_masked_mean
 
 class OverflowingFSGP(FSGP):
     """client_2 answers with a finite but absurd update (1e300)."""
+
+    def payload_bound(self, broadcast, domain):
+        return None  # a malicious client encodes what it likes: its own code states no bound (the server's check)
 
     def client_update(self, client, broadcast):
         reply = super().client_update(client, broadcast)

@@ -35,6 +35,7 @@ from ...data.standardize import Standardizer
 from ...models.mean_predictor import MeanPredictor
 from ..protocol.algorithm import Aggregate, Algorithm, FederationInfo, ReplySpec
 from ..protocol.client import Client
+from ..protocol.domain import DataDomain
 from ..protocol.messages import Message
 
 __all__ = ["MAGNITUDES_PHASE", "MOMENTS_PHASE", "Moments", "MomentsState"]
@@ -115,6 +116,20 @@ class Moments(Algorithm[MomentsState]):
         S = A * scale
         arrays = {"count": np.array([float(A.shape[0])]), "sum": S.sum(axis=0), "sum_squares": (S**2).sum(axis=0)}
         return self.reply(client, broadcast, arrays, weight=float(A.shape[0]))
+
+    def payload_bound(self, broadcast: Message, domain: DataDomain) -> Optional[Mapping[str, float]]:
+        """Public bounds of a reply (``Algorithm.payload_bound``): the one-hot exponents ≤ 1; with N = ``domain.rows``
+        and ``m = max_j s_j A_j`` (``s`` the broadcast's scales, ``A`` the domain's column bounds), ``count`` ≤ N,
+        ``sum`` ≤ N m and ``sum_squares`` ≤ N m². A scale the server made large for a column is refused on these
+        numbers before anything is encoded, never clipped (issue 43: a clipped sum swept over the scale gave each
+        party's values)."""
+        if broadcast.phase == MAGNITUDES_PHASE:
+            return {"exponents": 1.0}
+        scale = _checked_scale(broadcast.arrays, len(domain.columns))
+        with np.errstate(over="ignore", invalid="ignore"):  # float64: beyond its range, inf (refused), not an error
+            largest = np.max(np.abs(scale) * domain.columns, initial=0.0)
+            N = np.float64(domain.rows)
+            return {"count": float(N), "sum": float(N * largest), "sum_squares": float(N * np.square(largest))}
 
     def check_reply(self, state: Any, phase: str, message: Message, num_data: int) -> Optional[str]:
         """One exponent per column (a one-hot row); a count equal to the registered N_k, non-negative sums of

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..protocol.algorithm import Algorithm, BroadcastRefused, FederationInfo
 from ..protocol.client import Client
+from ..protocol.domain import DataDomain
 from ..protocol.faults import envelope_fault, value_fault, weight_fault
 from ..protocol.messages import Message
 from ..protection.encoder import (
@@ -56,6 +57,14 @@ class ClientEndpoint:
         encoder.sizes = info.client_sizes  # public, read only and shared (a copy per client would cost O(K²))
         self.ready = False
         self._timed: set = set()
+        self._domain: Optional[DataDomain] = None
+
+    @property
+    def domain(self) -> DataDomain:
+        """The party's :class:`~gpflow_fed.federated.protocol.domain.DataDomain`, from its own data (once)."""
+        if self._domain is None:
+            self._domain = DataDomain.of(*self.client.data)
+        return self._domain
 
     def setup(self) -> None:
         """``Algorithm.setup_client`` once, before the client's first update (also on resume)."""
@@ -170,6 +179,9 @@ class ClientEndpoint:
         if fault is not None:
             return Response(fault=fault, error=ValueError(fault), seconds=seconds)
         min_data = algorithm.min_cohort_data(down.phase)
+        # the public bound of what a masked phase may encode, from the broadcast and the party's domain: nothing is
+        # clipped beyond it, and a DP clip binds only under noise the party trusts (ClientEncoder.prepare)
+        bound = algorithm.payload_bound(down, self.domain) if request_protection.secure is not None else None
         try:
             # keyed by what the phase computes, not its name (as the server's exchange keys its view)
             digest = broadcast_digest(down, computation=algorithm.computation(down.phase))
@@ -183,6 +195,7 @@ class ClientEndpoint:
                 min_data,
                 broadcast=digest,
                 view=request_view(digest, request_protection.to_config(), cohort_size, aggregation, self.context),
+                bound=bound,
             )
         except EncoderRefusal as exc:  # a request the client refuses (not its data)
             return Response(fault=str(exc), error=exc, seconds=seconds)

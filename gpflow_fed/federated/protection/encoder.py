@@ -23,12 +23,17 @@ cohort's total only, and warns on it. Without DP a non-finite entry is one of th
 ±R, each counted), so no value of the payload makes the client refuse. A request's ``fractional_bits`` must name the
 client's own f: more bits would shrink the client's range (a saturation threshold of the server's choosing), fewer would
 coarsen the rounding, whose errors ``Σ_k e_k`` (``|e_k| ≤ 2^{-f-1}``) are all a fixed-point sum carries beyond the exact
-one; either is refused for the request's own value. Under DP the range holds the clipped payload (checked on public
-numbers: ``C``, ``B C``, distributed DP's ``Δ̃ + T``), so nothing that depends on the data is ever saturated there: the
-clipping is DP's, inside its sensitivity, and the count depends only on public weights (central DP) or on truncated
-noise (distributed DP). Under DP a non-finite reply is refused by the party's endpoint instead (:data:`DATA_FAULT`, one
-bit per run: a count of non-finite entries would be a release outside the accounting); a caller of
-:meth:`~ClientEncoder.prepare` without that check gets them encoded as 0 before the clip, not counted.
+one; either is refused for the request's own value. A clipped sum swept over a scale the server broadcasts still gives
+each party's values (issue 43, the clip leak), so where the phase's algorithm bounds every entry of the reply from
+public numbers (``Algorithm.payload_bound``: the broadcast and the party's
+:class:`~gpflow_fed.federated.protocol.domain.DataDomain`, passed to :meth:`ClientEncoder.prepare`), nothing is clipped:
+a bound beyond the range of the members verified is refused when encoding, a value beyond its bound raises
+``ValueError`` (the endpoint's :data:`DATA_FAULT`), a metric without a bound is not sent. Under DP the range holds the
+clipped payload (checked on public numbers: ``C``, ``B C``, distributed DP's ``Δ̃ + T``), so nothing that depends on the
+data is ever saturated there: the clipping is DP's, inside its sensitivity, and the count depends only on public weights
+(central DP) or on truncated noise (distributed DP). Under DP a non-finite reply is refused by the party's endpoint
+instead (:data:`DATA_FAULT`, one bit per run: a count of non-finite entries would be a release outside the accounting);
+a caller of :meth:`~ClientEncoder.prepare` without that check gets them encoded as 0 before the clip, not counted.
 
 A client masks answers to **one broadcast over one cohort and one masking graph**: whatever round or purpose the
 server names, a broadcast (what its phase computes, ``Algorithm.computation``, and its content:
@@ -150,6 +155,40 @@ def _graph_record(run_id: bytes, cohort: FrozenSet[str], degree: int) -> bytes:
     return hashlib.sha256(b"".join(parts)).digest()
 
 
+def _within_bound(
+    arrays: Mapping[str, np.ndarray],
+    metrics: Mapping[str, float],
+    bound: Mapping[str, float],
+    scale: float,
+    weight: float,
+) -> float:
+    """The largest ``|entry|`` a bounded payload may encode, after checking every value against its bound: an array's
+    bound times ``scale`` (the weight of a ``"mean"``, 1 otherwise), a metric's times ``|weight|`` (every metric is
+    encoded weighted), and the weight entry itself.
+
+    :raises ValueError: a value not finite or beyond its bound (a relative 1e-9 of round-off allowed): the data left
+        the domain the bound was computed for, or the computation failed; the caller stops (module docstring).
+    :raises EncoderRefusal: a bound that is not finite (public numbers, before any value is read).
+    :raises RuntimeError: an array without a bound (the algorithm's ``payload_bound`` does not cover its reply).
+    """
+    missing = sorted(set(arrays) - set(bound))
+    if missing:
+        raise RuntimeError(f"the algorithm's payload bound names no bound for the reply's {missing}")
+    limit = abs(float(weight))
+    with np.errstate(over="ignore", invalid="ignore"):
+        entries = [*((n, a, float(bound[n]) * scale) for n, a in arrays.items()),
+                   *((n, v, float(bound[n]) * abs(float(weight))) for n, v in metrics.items())]  # fmt: skip
+    if not all(np.isfinite(allowed) for _, _, allowed in entries):  # before any value is looked at: public numbers
+        raise EncoderRefusal("no finite bound of its payload for this broadcast; refused")
+    for name, value, allowed in entries:
+        with np.errstate(invalid="ignore"):  # NaN compares False: refused too
+            within = bool(np.all(np.abs(np.asarray(value, np.float64)) <= allowed * (1.0 + 1e-9)))
+        if not within:
+            raise ValueError(f"a value of {name!r} is beyond the bound its algorithm states for this broadcast")
+        limit = max(limit, allowed)
+    return limit
+
+
 class EncoderRefusal(ValueError):
     """The client refuses a protected stage (its policy, a cohort it does not accept, a repeated exchange)."""
 
@@ -157,12 +196,14 @@ class EncoderRefusal(ValueError):
 class _Kept(NamedTuple):
     """What :meth:`ClientEncoder.prepare` keeps for an exchange until it masks: the payload in payload units
     (``float64``: the phase's arrays, clipped and weighted, with the weight and metric entries of a fixed-point sum),
-    the request it answers, the broadcast's digest and the phase's aggregation."""
+    the request it answers, the broadcast's digest, the phase's aggregation and, where its algorithm bounds the
+    payload from public numbers (``Algorithm.payload_bound``), the largest ``|entry|`` that bound allows."""
 
     message: Message
     request: Protection
     broadcast: bytes
     aggregation: str
+    limit: Optional[float] = None
 
 
 class ClientEncoder:
@@ -322,6 +363,7 @@ class ClientEncoder:
         min_data: Optional[int] = None,
         broadcast: bytes = b"",
         view: bytes = b"",
+        bound: Optional[Mapping[str, float]] = None,
     ) -> Message:
         """The client's protected answer to an update: clipped and weighted (DP), kept for masking (secure aggregation).
 
@@ -336,6 +378,12 @@ class ClientEncoder:
             (``Algorithm.min_cohort_data``); checked on the cohort and on every group unmasking reveals.
         :param broadcast: the :func:`~.wire.broadcast_digest` of the request this answers (one masked answer each).
         :param view: the :func:`~.wire.request_view` of the request this answers, bound into the pads of its masking.
+        :param bound: per name of the message's arrays and metrics, the largest ``|value|`` its algorithm allows for
+            the broadcast and the party's domain (``Algorithm.payload_bound``; public numbers only), or None. With a
+            bound and secure aggregation without DP, nothing is clipped: a metric without a bound is not sent, and the
+            encoding refuses a range below the bound (:meth:`_encode`).
+        :raises ValueError: a value beyond its bound, or not finite (the endpoint's :data:`DATA_FAULT`, then the
+            stop: a value no in-domain data give, so the same rule as an update that raised).
         :raises EncoderRefusal: the request is below the client's policy, or names other ``fractional_bits`` than
             the client's (module docstring): reasons in the request, never in the payload's values.
         """
@@ -352,6 +400,8 @@ class ClientEncoder:
         noised = request.noised(message.phase, aggregation)
         if request.dp is not None and noised:
             arrays = self._finite(arrays, message.phase)
+            if bound is not None:
+                self._check_clip_never_binds(arrays, bound, request, message.phase)
         distributed = request.distributed
         if distributed is not None and noised:
             self._honest[(purpose, message.round, message.phase)] = int(distributed.honest_clients)
@@ -376,13 +426,45 @@ class ClientEncoder:
                 f"fractional bits (its own policy); the request names {bits} (more would shrink its range, fewer "
                 "coarsen its rounding); refused"
             )
+        limit = None
+        if bound is not None and not noised:
+            metrics = {k: v for k, v in metrics.items() if k in bound}  # an unbounded metric is not sent
+            limit = _within_bound(arrays, metrics, bound, abs(weight) if aggregation == "mean" else 1.0, weight)
         if aggregation == "mean":
             with np.errstate(over="ignore", invalid="ignore"):  # ±inf, or beyond float64: saturated when encoded
                 arrays = {k: weight * v for k, v in arrays.items()}
         arrays[WEIGHT_KEY] = np.array([weight], dtype=np.float64)
         arrays.update({METRIC_PREFIX + k: np.array([weight * v], dtype=np.float64) for k, v in metrics.items()})
         kept = Message(message.sender, message.round, message.phase, arrays, weight=0.0)
-        return self._keep(_Kept(kept, request, broadcast, aggregation), purpose, view, cohort_size)
+        return self._keep(_Kept(kept, request, broadcast, aggregation, limit), purpose, view, cohort_size)
+
+    def _check_clip_never_binds(
+        self, arrays: Mapping[str, np.ndarray], bound: Mapping[str, float], request: Protection, phase: str
+    ) -> None:
+        """Under DP, a bounded payload (``Algorithm.payload_bound``) is clipped at the request's ``clip_norm`` only
+        under noise the client trusts (:mod:`.policy`: its own distributed-DP share at its floor > 0, or central DP's
+        with ``trust_server_noise``); otherwise the clip norm must be at least the payload's public L2 bound
+        ``√(Σ_name bound² · size)``, so the clip never binds. A clip that binds without such noise is the clip leak
+        again: a server sweeping ``clip_norm`` (or the payload's scale) reads each party's payload from the kinks of
+        the masked sums (issue 43, a thirteenth attacker: 2.4e-9 with noise multiplier 1e-300). Public numbers only.
+        """
+        distributed = request.distributed
+        if (self.policy.min_noise_multiplier > 0) if distributed is not None else self.policy.trust_server_noise:
+            return
+        dp = distributed if distributed is not None else request.dp
+        assert dp is not None
+        missing = sorted(set(arrays) - set(bound))
+        if missing:
+            raise RuntimeError(f"the algorithm's payload bound names no bound for the reply's {missing}")
+        with np.errstate(over="ignore", invalid="ignore"):
+            norm = float(np.sqrt(sum(float(bound[n]) ** 2 * np.size(a) for n, a in arrays.items())))
+        if not dp.clip_norm >= norm * (1.0 + 1e-9):  # a NaN bound refuses too
+            raise EncoderRefusal(
+                f"secure aggregation: {self.client_id!r} refuses: phase {phase!r} under a DP clip norm of "
+                f"{dp.clip_norm:.3g}, below the {norm:.3g} its payload may reach for this broadcast, with noise it "
+                "does not add itself at its own floor (a clip that binds would let the server read its payload; its "
+                "policy's min_noise_multiplier, or trust_server_noise for a server it trusts, allows it)"
+            )
 
     def _finite(self, arrays: Dict[str, np.ndarray], phase: str) -> Dict[str, np.ndarray]:
         """Under DP, a non-finite value is encoded as 0 before the clip (a change of the payload that the clip's
@@ -439,6 +521,7 @@ class ClientEncoder:
         else:
             fixed = FixedPoint(self.policy.fractional_bits, members)
             self._check_dp_range(kept, fixed)
+            self._check_bounded_range(kept, fixed)
             saturated = 0
             for n in names:
                 codes[n], count = fixed.encode(arrays[n])
@@ -465,6 +548,18 @@ class ClientEncoder:
                 f"secure aggregation: {self.client_id!r} refuses: over {fixed.members} members its fixed point "
                 f"({fixed.fractional_bits} fractional bits) holds |value| ≤ {fixed.range:.3g}, below the {bound:.3g} "
                 "a clipped DP payload may reach (a smaller cohort, or fewer fractional bits in its policy)"
+            )
+
+    def _check_bounded_range(self, kept: _Kept, fixed: FixedPoint) -> None:
+        """A payload its algorithm bounds (``Algorithm.payload_bound``) is encoded only within the range of the
+        members it is summed over, so no value is ever clipped: the refusal depends on the bound (the broadcast and
+        the party's domain) and the cohort, never on a value."""
+        if kept.limit is not None and fixed.range < kept.limit * (1.0 + 1e-9):
+            raise EncoderRefusal(
+                f"secure aggregation: {self.client_id!r} refuses: over {fixed.members} members its fixed point "
+                f"({fixed.fractional_bits} fractional bits) holds |value| ≤ {fixed.range:.3g}, below the "
+                f"{kept.limit:.3g} phase {kept.message.phase!r} may reach for this broadcast (a smaller scale in the "
+                "broadcast, a smaller cohort, or fewer fractional bits in its policy)"
             )
 
     def _check_noise(self, request: Protection, phase: str, aggregation: str) -> None:
@@ -772,6 +867,7 @@ class ClientEncoder:
                     "request": kept.request.to_config(),
                     "broadcast": kept.broadcast.hex(),
                     "aggregation": kept.aggregation,
+                    "limit": kept.limit,
                 }
                 for key, kept in self._prepared.items()
             ],
@@ -839,5 +935,8 @@ class ClientEncoder:
                 key = (str(kept["purpose"]), int(kept["round"]), str(kept["phase"]))
                 broadcast = bytes.fromhex(str(kept.get("broadcast", "")))
                 request = Protection.from_config(kept["request"])
-                encoder._prepared[key] = _Kept(message, request, broadcast, str(kept["aggregation"]))
+                limit = kept.get("limit")
+                encoder._prepared[key] = _Kept(
+                    message, request, broadcast, str(kept["aggregation"]), None if limit is None else float(limit)
+                )
         return encoder

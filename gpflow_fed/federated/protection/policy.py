@@ -29,6 +29,13 @@ The party being protected enforces its own protection. A :class:`ClientPolicy` l
 * ``max_rounds``: the most training rounds it answers (None: its algorithm's own); a Flower party's comes from its
   node config (``max-rounds``, default :data:`DEFAULT_MAX_ROUNDS`), never from the run config the server writes, so a
   server cannot ask for 100,000 releases by writing ``rounds = 100000``;
+* ``trust_server_noise``: whether a DP clip of a phase whose algorithm bounds its payload
+  (``Algorithm.payload_bound``) may bind under noise the client does not add itself. A clip swept by the server (its
+  ``clip_norm``, or the payload's scale through the broadcast) changes the masked sum's slope at each party's norm, so
+  without DP noise the party trusts it gives every party's payload (issue 43, a thirteenth attacker). By default
+  (False) a request's clip norm below the payload's public L2 bound is refused unless the client adds the noise itself
+  at its own floor (distributed DP with ``min_noise_multiplier > 0``); in-process runs (:meth:`ClientPolicy.matching`),
+  whose server is the user, trust central DP's noise;
 * ``budget``: an (ε, δ) the client's distributed-DP answers may spend in total, across exchanges **and runs** (None:
   no budget), kept in its own zCDP ledger (``ledger``: a file, :mod:`.budget`); under a budget it answers a
   ``"sum"``/``"mean"`` phase only under distributed DP, whose noise share it adds itself: central DP (the server adds
@@ -85,6 +92,8 @@ class ClientPolicy:
     :param max_colluders: c ≥ 0, the most cohort members the client assumes collude with the server, which sets the
         quorum of signers it needs in the consistency round (module docstring; None: the protocol's default,
         :func:`~gpflow_fed.federated.protection.secagg.default_colluders`). A request may raise it, never lower it.
+    :param trust_server_noise: let a DP clip bind a bounded payload under noise the client does not add itself
+        (module docstring; default False).
     :raises ValueError: ``min_cohort`` below 2, ``masking_degree`` below 2, a negative noise floor, ``honest_clients``
         below 1, a budget out of range, a ledger without a budget, a negative ``max_colluders``.
     :raises TypeError: settings of the wrong type.
@@ -101,10 +110,13 @@ class ClientPolicy:
     budget: Optional[Tuple[float, float]] = None
     ledger: Optional[str] = None
     max_colluders: Optional[int] = None
+    trust_server_noise: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.protect_small_cohorts, bool):
             raise TypeError("ClientPolicy: protect_small_cohorts must be a bool")
+        if not isinstance(self.trust_server_noise, bool):
+            raise TypeError("ClientPolicy: trust_server_noise must be a bool")
         if not isinstance(self.secure_aggregation, bool):
             raise TypeError(
                 f"ClientPolicy: secure_aggregation must be a bool, got {type(self.secure_aggregation).__name__}"
@@ -159,6 +171,7 @@ class ClientPolicy:
             masking_degree=secure.degree if secure is not None else None,
             min_noise_multiplier=protection.distributed.noise_multiplier if protection.distributed is not None else 0.0,
             honest_clients=protection.distributed.honest_clients if protection.distributed is not None else None,
+            trust_server_noise=protection.dp is not None and protection.distributed is None,
         )
 
     @classmethod
@@ -174,6 +187,7 @@ class ClientPolicy:
         * ``honest-clients`` (int, 0 for any; 0): :attr:`honest_clients`;
         * ``max-rounds`` (int ≥ 1, :data:`DEFAULT_MAX_ROUNDS`): :attr:`max_rounds`;
         * ``max-colluders`` (int ≥ 0; absent: the protocol's default c): :attr:`max_colluders`;
+        * ``trust-server-noise`` (bool, false): :attr:`trust_server_noise`;
         * ``dp-budget-epsilon`` and ``dp-budget-delta`` (numbers, both or neither; no budget): :attr:`budget`;
         * ``dp-ledger`` (a path, required with a budget, since a Flower ClientApp restarts for each message and its
           spend must outlive the run): :attr:`ledger`.
@@ -228,6 +242,7 @@ class ClientPolicy:
             budget=budget,
             ledger=ledger,
             max_colluders=None if colluders is None else parse_integer(colluders, "node config max-colluders", 0),
+            trust_server_noise=parse_boolean(config.get("trust-server-noise", False), "node config trust-server-noise"),
         )
 
     def to_node_config(self) -> Dict[str, Any]:
@@ -255,6 +270,7 @@ class ClientPolicy:
             "masking-degree": self.masking_degree or 0,
             "min-noise-multiplier": self.min_noise_multiplier,
             "honest-clients": self.honest_clients or 0,
+            "trust-server-noise": self.trust_server_noise,
         }
         if self.max_rounds is not None:
             config["max-rounds"] = self.max_rounds

@@ -23,6 +23,7 @@ import numpy as np
 
 from ...validation import integer
 from .client import Client
+from .domain import DataDomain
 from .fingerprint import values_digest
 from .messages import Message
 from .sampling import sample_clients, validate_client_fraction
@@ -266,6 +267,20 @@ class Algorithm(abc.ABC, Generic[StateT]):
     def min_cohort_data(self, phase: str) -> Optional[int]:
         """The least total data a cohort's sum of ``phase`` must hold for it not to determine the cohort's rows (a
         client's policy refuses smaller groups, plain or masked); None: no such bound. FSGP: ``M + 1``."""
+        return None
+
+    def payload_bound(self, broadcast: Message, domain: DataDomain) -> Optional[Mapping[str, float]]:
+        """Per name of a reply to ``broadcast`` (its arrays and metrics), the largest ``|value|`` it can hold for a
+        client whose data lie in ``domain``, from public numbers only: the broadcast and the domain (a refusal it
+        decides may reveal the domain's powers of two, nothing else of the data). Before weighting: a ``"mean"``
+        reply's bounds are multiplied by its weight. A metric without a bound is not sent under secure aggregation.
+
+        Under secure aggregation without DP a client encodes a phase with a bound only if every bound is within its
+        fixed-point range (else it refuses, on these numbers alone) and sends no value beyond it (a non-finite value
+        or one beyond its bound stops its protected answers, like an update that raised), so no value is ever
+        clipped. ``None`` (the default): no such bound, and a value beyond the range is clipped and counted, which
+        a server that scales the payload can read (docs/guides/threat-model.md: the clip leak).
+        """
         return None
 
     # --- the round -----------------------------------------------------------------------------------

@@ -27,11 +27,13 @@ from ...protocol.algorithm import (
     answer_once_per,
 )
 from ...protocol.client import Client
+from ...protocol.domain import DataDomain
+from ...protocol.fingerprint import values_digest
 from ...protocol.messages import Message
 from ....training.adam import AdamState
 from ....training.state import SharedState, resolve_path
 from ....training.stopping import Plateau
-from .checks import displacement_fault, statistics_fault
+from .checks import adam_displacement_bound, displacement_fault, statistics_fault
 from .statistics import ADJOINT_NAMES, STATISTIC_NAMES
 from .worker import SGPRClientWorker, initial_inducing_inputs
 from ..inducing_inputs import STANDARDISED_BOX, inducing_grid
@@ -293,6 +295,8 @@ class FSGP(Algorithm[FSGPState]):
         self._clients: List[str] = []
         self._sizes: Optional[Dict[str, int]] = None
         self._variance_at: Optional[Tuple[bytes, float]] = None  # (the parameters' bytes, σ_f² at them)
+        #: (a broadcast's key, what payload_bound reads of it): see _broadcast_extent
+        self._extent_at: Optional[Tuple[Any, Tuple[Dict[str, float], Tuple[float, ...]]]] = None
 
     # --- configuration -------------------------------------------------------------------------------
     @property
@@ -369,20 +373,93 @@ class FSGP(Algorithm[FSGPState]):
         """Every FSGP message is weighted by the client's registered N_k."""
         return float(num_data)
 
-    def _kernel_variance(self, state: FSGPState) -> Optional[float]:
-        """max_x k(x, x) at the state's hyperparameters: σ_f² of a stationary kernel (else None: no bound).
+    def _kernel_variance(self, params: Mapping[str, np.ndarray]) -> Optional[float]:
+        """max_x k(x, x) at the hyperparameters ``params`` (a state's, or a broadcast's): σ_f² of a stationary kernel
+        (else None: no bound).
 
         Every reply of a phase is checked against the same state, so the last answer is kept under the exact bytes
         of the parameters it was computed from (a new value of any parameter computes it again).
         """
         if not isinstance(self.kernel, gpflow.kernels.Stationary) or self._shared is None:
             return None
-        key = b"".join(np.ascontiguousarray(state.params[k]).tobytes() for k in self._shared.keys)
+        key = b"".join(np.ascontiguousarray(params[k]).tobytes() for k in self._shared.keys)
         if self._variance_at is None or self._variance_at[0] != key:
-            self._shared.assign(self._server_model, state.params)
+            self._shared.assign(self._server_model, params)
             variance = float(self._server_model.kernel.variance.numpy())  # type: ignore[union-attr]  # bound with _shared
             self._variance_at = (key, variance)
         return self._variance_at[1]
+
+    def payload_bound(self, broadcast: Message, domain: DataDomain) -> Optional[Mapping[str, float]]:
+        """Public bounds of a reply (``Algorithm.payload_bound``), with N = ``domain.rows``, P outputs, Ȳ_p =
+        ``domain.targets`` and σ_f² the stationary kernel's variance at the broadcast (``|k(z, x)| ≤ σ_f²``,
+        ``k(x, x) = σ_f²``):
+
+        * statistics (``"statistics"``, ``"predict"``; module :mod:`.checks`): ``C Cᵀ`` ≤ N σ_f⁴ (whitened: ≤ N σ_f²,
+          the Nyström bound ``‖L⁻¹ k(Z, x)‖² ≤ k(x, x)`` and Cauchy–Schwarz), ``C y`` ≤ N σ_f² max_p Ȳ_p (whitened:
+          ``√(N σ_f²) · √N max_p Ȳ_p``), ``‖y‖²`` ≤ N Σ_p Ȳ_p², ``tr K_ff`` ≤ N σ_f², ``N_k`` ≤ N;
+        * a FedAvg update (``"train"``): each value within ``max |broadcast value|`` plus the largest move of
+          ``local_steps`` Adam steps in the broadcast's round (:func:`~.checks.adam_displacement_bound`), whatever the
+          data; with σ² ∈ [σ²₋, σ²₊] and σ_f² ≤ v₊ over that box (positive transforms are increasing), its local
+          bound ``ELBO_k / N_k`` (a metric, FSGP eq. 9) within
+
+              P/2 (log 2π + max(|log σ²₋|, |log(σ²₊ + N v₊)|)) + (Σ_p Ȳ_p² + P v₊) / (2σ²₋)
+
+          (``log det(Q + σ² I) / N`` lies between ``log σ²`` and ``log(σ² + N v)`` as ``λ(Q) ≤ tr Q ≤ N v``;
+          ``y_pᵀ (Q + σ² I)⁻¹ y_p ≤ N Ȳ_p² / σ²``; ``0 ≤ tr(K − Q) ≤ N v``).
+
+        None for the exact mode's ``"gradient"`` (linear in the server's adjoints, no bound built), for a kernel that
+        is not ``gpflow.kernels.Stationary``, and unwhitened for inducing features other than ``InducingPoints``.
+        What depends on the broadcast alone is computed once per broadcast (:meth:`_broadcast_extent`).
+        """
+        extent = self._broadcast_extent(broadcast)
+        if extent is None:
+            return None
+        N, targets = float(domain.rows), np.asarray(domain.targets, np.float64)
+        P, squares = float(targets.size), float(np.sum(targets**2))
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            if broadcast.phase == TRAIN_PHASE:
+                bounds, (noise_low, noise_high, variance_high) = extent
+                log_det = max(abs(np.log(noise_low)), abs(np.log(noise_high + N * variance_high)))
+                local = 0.5 * P * (np.log(2 * np.pi) + log_det) + (squares + P * variance_high) / (2 * noise_low)
+                return {**bounds, "bound": float(local)}
+            (variance,) = extent[1]
+            largest = float(np.max(targets, initial=0.0))
+            cross = N * (variance if self.whiten else variance**2)
+            projected = N * (np.sqrt(variance) if self.whiten else variance) * largest
+            return {"kuf_kfu": cross, "kuf_y": projected, "y_squared_sum": N * squares, "trace_kff": N * variance,
+                    "num_data": N}  # fmt: skip
+
+    def _broadcast_extent(self, broadcast: Message) -> Optional[Tuple[Dict[str, float], Tuple[float, ...]]]:
+        """What :meth:`payload_bound` reads of a broadcast, kept under its phase, round and arrays' bytes (every client
+        of a cohort asks for the same one): for ``"train"`` each value's bound and ``(σ²₋, σ²₊, v₊)``, for the
+        statistics ``({}, (σ_f²,))``; None where there is no bound."""
+        stationary = isinstance(self.kernel, gpflow.kernels.Stationary)
+        statistics = broadcast.phase in (STATISTICS_PHASE, PREDICT_PHASE)
+        points = type(self.inducing_variable) is gpflow.inducing_variables.InducingPoints
+        if self._shared is None or not stationary or not (broadcast.phase == TRAIN_PHASE or statistics):
+            return None
+        if statistics and not (self.whiten or points):
+            return None
+        key = (broadcast.phase, broadcast.round, values_digest(broadcast.arrays))
+        if self._extent_at is not None and self._extent_at[0] == key:
+            return self._extent_at[1]
+        params = dict(zip(self._shared.keys, self._broadcast_values(broadcast)))
+        model = self._server_model
+        assert model is not None
+        if statistics:
+            extent: Tuple[Dict[str, float], Tuple[float, ...]] = ({}, (float(self._kernel_variance(params) or 0.0),))
+        else:
+            move = adam_displacement_bound(self.learning_rate, self.local_steps, broadcast.round)
+            held = self._shared.read(model)  # restored after: the party's own copy of what a phase ignores lives there
+            corners = []
+            for sign in (-1.0, 1.0):  # the box's corners give the positive transforms' extremes
+                self._shared.assign(model, {k: np.asarray(v, np.float64) + sign * move for k, v in params.items()})
+                corners.append((float(model.likelihood.variance.numpy()), float(model.kernel.variance.numpy())))
+            self._shared.assign(model, held)
+            bounds = {k: float(np.max(np.abs(v), initial=0.0)) + move for k, v in params.items()}
+            extent = (bounds, (corners[0][0], corners[1][0], corners[1][1]))
+        self._extent_at = (key, extent)
+        return extent
 
     def check_reply(self, state: FSGPState, phase: str, message: Message, num_data: int) -> Optional[str]:
         """Statistics consistent with N_k points (:func:`~.checks.statistics_fault`: count, PSD, trace and entry
@@ -391,7 +468,7 @@ class FSGP(Algorithm[FSGPState]):
         if phase == TRAIN_PHASE:
             return displacement_fault(message.arrays, state.params, self.learning_rate, self.local_steps, message.round)
         if phase in (STATISTICS_PHASE, PREDICT_PHASE):
-            variance = self._kernel_variance(state)
+            variance = self._kernel_variance(state.params)
             return statistics_fault(message.arrays, num_data, kernel_variance=variance, whitened=self.whiten)
         return None
 
@@ -415,7 +492,7 @@ class FSGP(Algorithm[FSGPState]):
         return statistics_fault(
             aggregate.arrays,
             expected,
-            kernel_variance=self._kernel_variance(state),
+            kernel_variance=self._kernel_variance(state.params),
             whitened=self.whiten,
             absolute_tolerance=1e-6 * len(aggregate.senders),
         )
@@ -485,6 +562,7 @@ class FSGP(Algorithm[FSGPState]):
         bound._clients = []
         bound._sizes = dict(info.client_sizes)
         bound._variance_at = None
+        bound._extent_at = None
         if bound.mode == "exact":
             bound._server_adam = ServerAdam(bound._unconstrained(bound._server_model), bound.learning_rate)
         return bound

@@ -22,6 +22,7 @@ one is a ``ValueError`` naming its key):
 * ``honest-clients`` (default 0: any): the most honest clients it assumes under distributed DP;
 * ``max-rounds`` (default ``DEFAULT_MAX_ROUNDS``, 1000): the most training rounds it answers;
 * ``max-colluders`` (default: the protocol's c): the collusion bound that sets its consistency-round quorum;
+* ``trust-server-noise`` (default false): let a DP clip bind its bounded payload under central DP's (server's) noise;
 * ``dp-budget-epsilon`` and ``dp-budget-delta`` (both or neither): the (ε, δ) its distributed-DP answers may spend;
 * ``dp-ledger``: its DP ledger file, required with a budget (``gpflow-fed flower ledger create``).
 

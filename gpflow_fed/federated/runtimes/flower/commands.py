@@ -21,6 +21,7 @@ means: :class:`~gpflow_fed.federated.ClientPolicy`), with the ``gpflow-fed flowe
 * ``max-rounds`` (1000; ``--max-rounds``): the most training rounds it answers;
 * ``max-colluders`` (absent: the protocol's c; ``--max-colluders``): its collusion bound, which sets its quorum in
   the consistency round;
+* ``trust-server-noise`` (false): let a DP clip bind its bounded payload under central DP's noise (the server's);
 * ``dp-budget-epsilon`` (none; ``--dp-budget``): the ε its distributed-DP answers may spend, across runs;
 * ``dp-budget-delta`` (none; ``--dp-budget``): the δ of that budget (both or neither);
 * ``dp-ledger`` (required with a budget; ``--dp-ledger``): its DP ledger file (``gpflow-fed flower ledger create``).
