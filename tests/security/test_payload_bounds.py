@@ -28,7 +28,7 @@ from gpflow_fed.federated.protection.encoder import ClientEncoder, EncoderRefusa
 from gpflow_fed.federated.protection.policy import ClientPolicy
 from gpflow_fed.federated.protection.reduction import FixedPointSaturationWarning
 from gpflow_fed.federated.protection.request import Protection
-from gpflow_fed.federated.protection.wire import METRIC_PREFIX, FixedPoint
+from gpflow_fed.federated.protection.wire import METRIC_PREFIX, FixedPoint, broadcast_digest
 from gpflow_fed.federated.protocol.domain import DataDomain, power_of_two_ceiling
 from gpflow_fed.federated.protocol.messages import Message
 from tests.security.test_eleventh_attack_round import K, N, REFUSED, _federation, _fsgp
@@ -220,3 +220,40 @@ def test_a_bound_beyond_float64_is_a_refusal_before_any_value_is_read():
             _one({"count": np.array([4.0]), "sum": np.array([value, 1.0]), "sum_squares": np.ones(2)}, bound)
         texts.add(str(caught.value))
     assert len(texts) == 1
+
+
+# --- a fifteenth attacker: one cache keyed by bytes, a mean checked against its weighted bound ------------------------
+def test_the_kernel_variance_cache_reads_values_not_bytes():
+    """The attack (``/tmp/attack43k/attack_dtype_cache.py``): a float64 broadcast filled a party's variance cache, then
+    the same bytes as int64 (other numbers: a variance of 100, not 0.69) hit it, so the bound was computed for the other
+    variance and a DP clip within it bound the real payload (each party's statistics to 1e-10). The cache is now keyed
+    by the float64 values."""
+    algorithm, owner, _, _ = _federation(_fsgp(), Protection())
+    state = algorithm.initial_state(owner.info)
+    as_float = dict(state.params, **{"kernel.variance": np.int64(100).view(np.float64)})
+    as_int = dict(state.params, **{"kernel.variance": np.int64(100)})
+    assert algorithm._kernel_variance(as_float) == pytest.approx(np.log(2.0), rel=1e-6)
+    assert algorithm._kernel_variance(as_int) == pytest.approx(100.0, rel=1e-9)
+
+
+def test_the_same_numbers_as_integers_are_the_same_broadcast():
+    """An update reads an integer broadcast as the same floats, so a server must not get it answered twice by sending
+    it once as floats and once as integers (the seventh round's float widths, for integers)."""
+    floats = Message("server", 0, "p", {"a": np.array([100.0, -3.0]), "b": np.array(1.0)})
+    ints = Message("server", 0, "p", {"a": np.array([100, -3]), "b": np.array(True)})
+    assert broadcast_digest(floats) == broadcast_digest(ints)
+    assert broadcast_digest(Message("server", 0, "p", {"a": np.array([2**60])})) != broadcast_digest(
+        Message("server", 0, "p", {"a": np.array([float(2**60)])})
+    )  # beyond 2^53 an integer stays one (its float would be another number)
+
+
+def test_a_weighted_payload_is_checked_against_its_bound_before_weighting():
+    """A ``"mean"`` reply's values were checked against bound × weight: with N_k = 20 an array 19× over its bound passed
+    and was encoded at 380 against a range checked for 40. Each value is now within its own bound, and only the
+    encoded limit is weighted."""
+    with pytest.raises(ValueError, match="beyond the bound"):
+        _one({"y": np.array([1.5])}, {"y": 1.0}, aggregation="mean")  # weight 2: 1.5 ≤ 2 passed before
+    with pytest.raises(ValueError, match="beyond the bound"):
+        _one({"y": np.array([1.0])}, {"y": 1.0, "loss": 3.0}, {"loss": 4.0})  # a metric over its bound
+    _, encoder = _one({"y": np.array([1.0])}, {"y": 1.0, "loss": 3.0}, {"loss": 3.0}, aggregation="mean")
+    assert next(iter(encoder._prepared.values())).limit == 6.0

@@ -162,30 +162,30 @@ def _within_bound(
     scale: float,
     weight: float,
 ) -> float:
-    """The largest ``|entry|`` a bounded payload may encode, after checking every value against its bound: an array's
-    bound times ``scale`` (the weight of a ``"mean"``, 1 otherwise), a metric's times ``|weight|`` (every metric is
-    encoded weighted), and the weight entry itself.
+    """The largest ``|entry|`` a bounded payload may encode, after checking every value against its bound: each value
+    (before weighting) within its bound, and encoded at most its bound times ``scale`` (an array: the weight of a
+    ``"mean"``, 1 otherwise) or ``|weight|`` (a metric: every metric is encoded weighted); the weight entry itself.
 
+    :raises EncoderRefusal: a bound that is not finite (public numbers, before any value is read).
     :raises ValueError: a value not finite or beyond its bound (a relative 1e-9 of round-off allowed): the data left
         the domain the bound was computed for, or the computation failed; the caller stops (module docstring).
-    :raises EncoderRefusal: a bound that is not finite (public numbers, before any value is read).
     :raises RuntimeError: an array without a bound (the algorithm's ``payload_bound`` does not cover its reply).
     """
     missing = sorted(set(arrays) - set(bound))
     if missing:
         raise RuntimeError(f"the algorithm's payload bound names no bound for the reply's {missing}")
-    limit = abs(float(weight))
-    with np.errstate(over="ignore", invalid="ignore"):
-        entries = [*((n, a, float(bound[n]) * scale) for n, a in arrays.items()),
-                   *((n, v, float(bound[n]) * abs(float(weight))) for n, v in metrics.items())]  # fmt: skip
-    if not all(np.isfinite(allowed) for _, _, allowed in entries):  # before any value is looked at: public numbers
+    entries = [*((n, a, scale) for n, a in arrays.items()), *((n, v, abs(float(weight))) for n, v in metrics.items())]
+    if not all(np.isfinite(float(bound[n])) for n, _, _ in entries):  # before any value is looked at: public numbers
         raise EncoderRefusal("no finite bound of its payload for this broadcast; refused")
-    for name, value, allowed in entries:
+    limit = abs(float(weight))
+    for name, value, factor in entries:
+        allowed = float(bound[name])
         with np.errstate(invalid="ignore"):  # NaN compares False: refused too
             within = bool(np.all(np.abs(np.asarray(value, np.float64)) <= allowed * (1.0 + 1e-9)))
         if not within:
             raise ValueError(f"a value of {name!r} is beyond the bound its algorithm states for this broadcast")
-        limit = max(limit, allowed)
+        with np.errstate(over="ignore"):
+            limit = max(limit, allowed * factor)
     return limit
 
 

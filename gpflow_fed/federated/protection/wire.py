@@ -245,16 +245,20 @@ def _canonical_floats(array: np.ndarray) -> np.ndarray:
 
 def _canonical(value: Any) -> np.ndarray:
     """An array as its values, not its encoding: floats as native float64 (float32, float16 and big-endian values
-    exactly), complex as native complex128, with −0.0 as 0.0 and every NaN as one NaN; integers as native int64 where
-    they fit; anything else as it is, C-ordered. A fresh attacker sent one broadcast as float64, then as float32 or
-    ``'>f8'`` (the same values, other bytes) and had it answered twice (issue 43, seventh round)."""
+    exactly), complex as native complex128, with −0.0 as 0.0 and every NaN as one NaN; integers and booleans as float64
+    where every value is exact there (|v| ≤ 2^53), else as native int64 where they fit; anything else as it is,
+    C-ordered. A fresh attacker sent one broadcast as float64, then as float32 or ``'>f8'`` (the same values, other
+    bytes) and had it answered twice (issue 43, seventh round); the same numbers as integers are the same question too
+    (an update reads them as the same floats)."""
     array = np.asarray(value)
+    if array.dtype.kind in "iub" and (not array.size or int(np.max(np.abs(array.astype(object)))) <= 2**53):
+        array = array.astype(np.float64)
     if array.dtype.kind == "f":
         array = _canonical_floats(array)
     elif array.dtype.kind == "c":
         array = _canonical_floats(array.real) + 1j * _canonical_floats(array.imag)
     elif array.dtype.kind in "iu":
-        if not array.size or (int(array.min()) >= -(2**63) and int(array.max()) <= 2**63 - 1):
+        if int(array.min()) >= -(2**63) and int(array.max()) <= 2**63 - 1:
             array = array.astype(np.int64)
     if array.dtype.byteorder not in ("=", "|"):  # any other kind (text, another integer): native byte order
         array = array.astype(array.dtype.newbyteorder("="))

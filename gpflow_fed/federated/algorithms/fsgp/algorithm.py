@@ -294,7 +294,7 @@ class FSGP(Algorithm[FSGPState]):
         self._worker: Optional[SGPRClientWorker] = None
         self._clients: List[str] = []
         self._sizes: Optional[Dict[str, int]] = None
-        self._variance_at: Optional[Tuple[bytes, float]] = None  # (the parameters' bytes, σ_f² at them)
+        self._variance_at: Optional[Tuple[str, float]] = None  # (the parameters' values digest, σ_f² at them)
         #: (a broadcast's key, what payload_bound reads of it): see _broadcast_extent
         self._extent_at: Optional[Tuple[Any, Tuple[Dict[str, float], Tuple[float, ...]]]] = None
 
@@ -377,12 +377,15 @@ class FSGP(Algorithm[FSGPState]):
         """max_x k(x, x) at the hyperparameters ``params`` (a state's, or a broadcast's): σ_f² of a stationary kernel
         (else None: no bound).
 
-        Every reply of a phase is checked against the same state, so the last answer is kept under the exact bytes
-        of the parameters it was computed from (a new value of any parameter computes it again).
+        Every reply of a phase is checked against the same state, so the last answer is kept under the float64
+        values of the parameters it was computed from (``values_digest``; a new value of any parameter computes it
+        again). Raw bytes would not do: the same bytes as int64 are other numbers, and a
+        server that sent them after a float64 broadcast had a party bound its statistics by the other's variance
+        (issue 43, a fifteenth attacker: each party's statistics to 1e-10 under a DP clip that bound).
         """
         if not isinstance(self.kernel, gpflow.kernels.Stationary) or self._shared is None:
             return None
-        key = b"".join(np.ascontiguousarray(params[k]).tobytes() for k in self._shared.keys)
+        key = values_digest({k: params[k] for k in self._shared.keys})
         if self._variance_at is None or self._variance_at[0] != key:
             self._shared.assign(self._server_model, params)
             variance = float(self._server_model.kernel.variance.numpy())  # type: ignore[union-attr]  # bound with _shared
