@@ -47,6 +47,7 @@ from ..release.obfuscation import (
     obfuscate,
     protected_targets,
     release_inputs,
+    with_near_records,
 )
 from ..release.regions import Region, check_region, with_records
 from ..release.resolution import check_resolution, recording_resolution, resolution_noise
@@ -894,6 +895,8 @@ def _verify_region(
     """
     X = model.data[0].numpy()
     points = with_records(region.discretise(REGION_CHECK_FACTOR * density), X, region)
+    if protect == "records":  # the records a hair outside its edge too (with_near_records), under the published θ
+        points = with_near_records(points, X, model.kernel)
     targets = protected_targets(X, points, protect if protect == "records" else "latent")
     xi = kernel_diag(tolerance, targets.points)
     variance = np.concatenate(
@@ -1334,8 +1337,8 @@ def release(
     if region is not None:
         density = region_density(kernel) if density is None else float(density)
         S = region.discretise(density)
-        if protect == "records":  # every record inside the region is a sensitive input
-            S = with_records(S, X, region)
+        if protect == "records":  # every record inside the region, or a hair outside its edge, is a sensitive input
+            S = with_near_records(with_records(S, X, region), X, kernel)
     hashes = store.row_hashes(Y) if store is not None else None
     previous = store.find(hashes, Y) if store is not None and hashes is not None else None
     affine = store.affine_hashes(Y) if store is not None else None

@@ -159,25 +159,43 @@ def _smallest_lengthscales(kernel: gpflow.kernels.Kernel, D: int) -> Optional[np
     return np.min(np.stack(scales), axis=0) if scales else None
 
 
+@check_shapes("X: [N, D]", "S: [G, D]", "return: [N]")
+def records_near(kernel: gpflow.kernels.Kernel, X: np.ndarray, S: np.ndarray) -> np.ndarray:
+    """``[N]`` whether each row of X lies within :data:`NEAR_RECORD_LENGTHSCALES` of some point of S in every column
+    (scaled by the kernel's smallest lengthscale there) without being equal to it up to rounding
+    (:func:`~gpflow_fed.release.linalg.same_inputs`); all False for a kernel without lengthscales."""
+    near = np.zeros(X.shape[0], dtype=bool)
+    ell = _smallest_lengthscales(kernel, X.shape[1])
+    if ell is None or X.shape[0] == 0 or S.shape[0] == 0:
+        return near
+    radius = NEAR_RECORD_LENGTHSCALES * ell
+    order = np.argsort(S[:, 0], kind="stable")  # a dense region grid: each row looks at a window of it only
+    first = S[order, 0]
+    lo = np.searchsorted(first, X[:, 0] - radius[0], side="left")
+    hi = np.searchsorted(first, X[:, 0] + radius[0], side="right")
+    for j in np.flatnonzero(hi > lo):
+        candidates = S[order[lo[j] : hi[j]]]
+        close = np.all(np.abs(candidates - X[j][None, :]) <= radius[None, :], axis=1)
+        near[j] = bool(np.any(close & ~same_inputs(candidates, X[j])))
+    return near
+
+
 @check_shapes("X: [N, D]", "S: [G, D]")
 def check_near_records(kernel: gpflow.kernels.Kernel, X: np.ndarray, S: np.ndarray) -> None:
     """Refuse a sensitive input that misses a record by more than float rounding
     (:func:`~gpflow_fed.release.linalg.same_inputs`) but lies within :data:`NEAR_RECORD_LENGTHSCALES` of its input in
-    every column (scaled by the kernel's smallest lengthscale there).
+    every column (:func:`records_near`).
 
     Such a point protects ``f(s)`` only, and the record beside it need not be protected at all: a row the design
     leaves without synthetic noise is published as ``Y_j`` up to the resolution noise (issue 44, a fourteenth
     attacker: ``--sensitive 0.512820513`` for the record at ``0.5128205128205128`` gave ``Var[Y_j | W] = 0.006 ξ``,
-    the CLI saying "safe to publish"). A kernel without lengthscales is not checked.
+    the CLI saying "safe to publish"). A kernel without lengthscales is not checked. (A region protects such records
+    instead: :func:`with_near_records`.)
 
     :raises ValueError: naming the sensitive input and the record's row and input.
     """
-    ell = _smallest_lengthscales(kernel, X.shape[1])
-    if ell is None or X.shape[0] == 0:
-        return
     for s in S:
-        near = np.max(np.abs(X - s[None, :]) / ell[None, :], axis=1) <= NEAR_RECORD_LENGTHSCALES
-        missed = np.flatnonzero(near & ~same_inputs(X, s))
+        missed = np.flatnonzero(records_near(kernel, X, s[None, :]))
         if missed.size:
             j = int(missed[0])
             raise ValueError(
@@ -185,6 +203,20 @@ def check_near_records(kernel: gpflow.kernels.Kernel, X: np.ndarray, S: np.ndarr
                 f"row {j} ({X[j].tolist()}) but not equal to it: a point there protects f alone, not the recorded "
                 "value beside it; give the record's own input to protect it, or a point farther from it"
             )
+
+
+@check_shapes("S: [G, D]", "X: [N, D]", "return: [H, D]")
+def with_near_records(S: np.ndarray, X: np.ndarray, kernel: gpflow.kernels.Kernel) -> np.ndarray:
+    """A region's sensitive points ``S`` and every record within :data:`NEAR_RECORD_LENGTHSCALES` of one of them that
+    is not already among them (:func:`records_near`): a record a hair outside a region's edge (an interval typed to 10
+    decimals, a zero-width one) is the region's too (issue 44, a fifteenth attacker: such a record was published at
+    0.55 ξ, "safe to publish")."""
+    rows = np.flatnonzero(records_near(kernel, X, S))
+    new = [X[j] for j in rows if not np.any(same_inputs(S, X[j]))]
+    if not new:
+        return S
+    _, first = np.unique(np.asarray(new), axis=0, return_index=True)
+    return np.concatenate([S, np.asarray(new)[np.sort(first)]], axis=0)
 
 
 def target_blocks(
@@ -523,6 +555,8 @@ __all__ = [
     "PROTECT",
     "Targets",
     "check_near_records",
+    "records_near",
+    "with_near_records",
     "protected_covariance",
     "protected_targets",
     "SOLVERS",

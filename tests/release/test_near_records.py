@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from gpflow_fed.models.privacy_aware_gpr import release
-from gpflow_fed.release.obfuscation import NEAR_RECORD_LENGTHSCALES, check_near_records
+from gpflow_fed.release.obfuscation import NEAR_RECORD_LENGTHSCALES, check_near_records, with_near_records
+from gpflow_fed.release.regions import Interval, with_records
 from gpflow_fed.release.tolerance import ProportionalKernel
 
 
@@ -49,3 +50,18 @@ def test_the_smallest_lengthscale_of_a_sum_sets_the_scale_per_column():
     check_near_records(kernel, X, np.array([[0.0 + 2e-5, 0.0]]))  # 2e-3 of column 0's smallest ℓ: beyond
     with pytest.raises(ValueError, match="row 0"):
         check_near_records(kernel, X, np.array([[0.0 + 5e-6, 0.0]]))  # 5e-4 of it: within
+
+
+@pytest.mark.parametrize("interval", [(0.512820513, 0.512820513), (0.45, 0.5128205128), (0.512820513, 0.6)])
+def test_a_record_a_hair_outside_a_regions_edge_is_the_regions_too(interval):
+    """The attack (``/tmp/attack44k/region_edge.sh``): an interval ending 2e-11 short of a record, or a zero-width one
+    1.8e-10 off it, left the record outside the region (exact comparison) and unprotected: 0.55 ξ over 30 releases,
+    "safe to publish". Records within the threshold of a region's grid are now among its sensitive points."""
+    X, _ = _table()
+    kernel = gpflow.kernels.SquaredExponential(lengthscales=0.02)
+    grid = Interval(*interval).discretise(200.0)
+    inside = with_records(grid, X, Interval(*interval))
+    assert not np.any(np.all(inside == X[20], axis=1))  # the record is not inside the region: the code before
+    protected = with_near_records(inside, X, kernel)
+    assert np.any(np.all(protected == X[20], axis=1))
+    assert with_near_records(X[[3]], X, kernel).shape == (1, 1)  # control: nothing near, nothing added
