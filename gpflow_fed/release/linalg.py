@@ -190,7 +190,7 @@ MAX_CONDITION = 1.0 / FLOAT64_EPS
 PREDICTIVE_RTOL = 1e-6
 
 
-def _stationary_parts(kernel: gpflow.kernels.Kernel) -> "list[gpflow.kernels.Stationary]":
+def stationary_parts(kernel: gpflow.kernels.Kernel) -> "list[gpflow.kernels.Stationary]":
     """The kernel itself and every kernel inside it (sums, products) that has lengthscales and sees the inputs.
 
     A periodic kernel's base sees ``sin(π(x − x')/p)``, not ``x``: it is left out.
@@ -224,7 +224,7 @@ def check_kernel_numerics(
     """
     X = np.asarray(X, dtype=np.float64)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        for part in _stationary_parts(kernel):
+        for part in stationary_parts(kernel):
             scaled = np.asarray(part.scale(part.slice(X, None)[0]).numpy(), dtype=np.float64)
             norms = np.sqrt(np.sum(np.square(scaled / MAX_SCALED_INPUT), axis=-1)) * MAX_SCALED_INPUT
             largest = float(np.max(norms)) if norms.size else 0.0

@@ -47,6 +47,7 @@ from .linalg import (
     psd_check,
     psd_factor,
     same_inputs,
+    stationary_parts,
 )
 from .lowrank import CERTIFY_TOL, LowRankCovariance, krylov_positive_part
 from .sdp import solve_privacy_sdp
@@ -149,13 +150,9 @@ NEAR_RECORD_LENGTHSCALES = 1e-3
 
 
 def _smallest_lengthscales(kernel: gpflow.kernels.Kernel, D: int) -> Optional[np.ndarray]:
-    """``[D]`` each column's smallest lengthscale over the kernel's stationary parts (sums, products), or None."""
-    parts = [kernel, *getattr(kernel, "submodules", ())]
-    scales = [
-        np.broadcast_to(np.asarray(p.lengthscales.numpy(), dtype=np.float64), (D,))
-        for p in parts
-        if isinstance(p, gpflow.kernels.Stationary)
-    ]
+    """``[D]`` each column's smallest lengthscale over the kernel's stationary parts that see the inputs
+    (:func:`~gpflow_fed.release.linalg.stationary_parts`), or None."""
+    scales = [np.broadcast_to(np.asarray(p.lengthscales.numpy(), np.float64), (D,)) for p in stationary_parts(kernel)]
     return np.min(np.stack(scales), axis=0) if scales else None
 
 

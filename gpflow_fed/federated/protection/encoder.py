@@ -155,6 +155,13 @@ def _graph_record(run_id: bytes, cohort: FrozenSet[str], degree: int) -> bytes:
     return hashlib.sha256(b"".join(parts)).digest()
 
 
+def _check_covers(arrays: Mapping[str, np.ndarray], bound: Mapping[str, float]) -> None:
+    """:raises RuntimeError: an array without a bound (the algorithm's ``payload_bound`` does not cover its reply)."""
+    missing = sorted(set(arrays) - set(bound))
+    if missing:
+        raise RuntimeError(f"the algorithm's payload bound names no bound for the reply's {missing}")
+
+
 def _within_bound(
     arrays: Mapping[str, np.ndarray],
     metrics: Mapping[str, float],
@@ -171,9 +178,7 @@ def _within_bound(
         the domain the bound was computed for, or the computation failed; the caller stops (module docstring).
     :raises RuntimeError: an array without a bound (the algorithm's ``payload_bound`` does not cover its reply).
     """
-    missing = sorted(set(arrays) - set(bound))
-    if missing:
-        raise RuntimeError(f"the algorithm's payload bound names no bound for the reply's {missing}")
+    _check_covers(arrays, bound)
     entries = [*((n, a, scale) for n, a in arrays.items()), *((n, v, abs(float(weight))) for n, v in metrics.items())]
     if not all(np.isfinite(float(bound[n])) for n, _, _ in entries):  # before any value is looked at: public numbers
         raise EncoderRefusal("no finite bound of its payload for this broadcast; refused")
@@ -453,9 +458,7 @@ class ClientEncoder:
             return
         dp = distributed if distributed is not None else request.dp
         assert dp is not None
-        missing = sorted(set(arrays) - set(bound))
-        if missing:
-            raise RuntimeError(f"the algorithm's payload bound names no bound for the reply's {missing}")
+        _check_covers(arrays, bound)
         with np.errstate(over="ignore", invalid="ignore"):
             norm = float(np.sqrt(sum(float(bound[n]) ** 2 * np.size(a) for n, a in arrays.items())))
         if not dp.clip_norm >= norm * (1.0 + 1e-9):  # a NaN bound refuses too
