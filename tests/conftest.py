@@ -41,4 +41,16 @@ def _private_release_ledger(monkeypatch, tmp_path_factory):
     yield
 
 
+@pytest.fixture
+def nearest_rounding(monkeypatch):
+    """Secure aggregation's fixed point rounds to nearest (``ClientEncoder.INSECURE_NEAREST_ROUNDING``), so a
+    protected run is a deterministic function of the payloads: for tests that compare runs or runtimes bit for bit, or
+    a sum with the payloads' own encodings. The default (randomized rounding from the OS) is what every other test
+    runs."""
+    from gpflow_fed.federated.protection.encoder import ClientEncoder
+
+    monkeypatch.setattr(ClientEncoder, "INSECURE_NEAREST_ROUNDING", True)
+    yield
+
+
 from .skip_policy import pytest_make_collect_report, pytest_runtest_makereport  # noqa: E402,F401  (hooks)

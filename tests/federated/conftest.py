@@ -25,17 +25,23 @@ DISTRIBUTE_ONLY = ("placement", "threads")
 def run_local_job(name: str) -> Dict[str, Any]:
     """Job ``name`` of ``distribute_job.build_jobs()`` under ``LocalRuntime`` (its default protection, the job's
     own keywords less :data:`DISTRIBUTE_ONLY`), seed 3, summarised and through JSON as the subprocesses' summaries;
-    a ``ClientUpdateError`` is recorded as ``{"error": text}``."""
+    a ``ClientUpdateError`` is recorded as ``{"error": text}``. The fixed point rounds to nearest
+    (``ClientEncoder.INSECURE_NEAREST_ROUNDING``, as ``tests/conftest.py``'s ``nearest_rounding``): its callers compare
+    it bit for bit, and it is computed by whichever module-scoped fixture asks first."""
     from gpflow_fed.federated import ClientUpdateError, LocalRuntime, run
+    from gpflow_fed.federated.protection.encoder import ClientEncoder
 
     from tests.federated.runtimes.distribute_job import build_jobs, summarize
 
     factory, data, kwargs = build_jobs()[name]
     runtime = LocalRuntime(**{k: v for k, v in kwargs.items() if k not in DISTRIBUTE_ONLY})
+    default, ClientEncoder.INSECURE_NEAREST_ROUNDING = ClientEncoder.INSECURE_NEAREST_ROUNDING, True
     try:
         return json.loads(json.dumps(summarize(run(factory(), data, runtime=runtime, seed=3))))
     except ClientUpdateError as exc:
         return {"error": str(exc)}
+    finally:
+        ClientEncoder.INSECURE_NEAREST_ROUNDING = default
 
 
 @pytest.fixture(scope="session")

@@ -47,6 +47,7 @@ def _files(path):
     )
 
 
+@pytest.mark.usefixtures("nearest_rounding")  # compared with a run or encoding bit for bit
 def test_untampered_checkpoint_resumes(tmp_path):
     directory, path = _checkpointed(tmp_path)
     assert {"run.json", "arrays.npz", MANIFEST, "clients/client_0.json"} <= set(_files(path))

@@ -200,6 +200,7 @@ def _secure_sum(
     return reducer.finish(sums, context, masked=True), refusals, reducer
 
 
+@pytest.mark.usefixtures("nearest_rounding")  # compared with a run or encoding bit for bit
 def test_a_requests_cohort_size_no_longer_changes_the_encoding():
     """The same payloads for a request that names the cohort's real size and one that claims 3e17: the masked sums
     are bit-identical, the codes of FixedPoint(32, 3) (the party's bits, the 3 members it verified)."""
@@ -315,6 +316,7 @@ def test_a_final_phases_count_is_in_the_history_too():
     assert result.history[-1]["saturated"] == {"train": 1} and result.history[-1]["final_saturated"] == {"total": 1}
 
 
+@pytest.mark.usefixtures("nearest_rounding")  # compared with a run or encoding bit for bit
 def test_control_nothing_saturates_no_warning_and_the_sum_is_the_same_as_before():
     """In range: no warning, no ``saturated`` entry, and the masked sum is the one the fixed point always gave
     (``round(2^32 x)`` per party) within its resolution of the plain sum; plain

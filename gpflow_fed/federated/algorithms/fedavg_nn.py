@@ -22,10 +22,12 @@ from gpflow.keras import tf_keras
 
 from ..protocol.algorithm import TRAIN_PHASE, Aggregate, Algorithm, FederationInfo
 from ..protocol.client import Client
+from ..protocol.domain import DataDomain
 from ...training.adam import CompiledAdam, SharedWorker
 from ..protocol.messages import Message
 from ...training.state import SharedState
 from ...validation import integer, non_negative_float, positive_float
+from .bounds import fedavg_move, fedavg_value_bounds
 
 from ...models.neural_regression import NetworkMean, NeuralRegression
 
@@ -89,6 +91,27 @@ class FedAvgNN(Algorithm[FedAvgNNState]):
 
     def aggregation(self, phase: str) -> str:
         return "mean" if phase == TRAIN_PHASE else "sum"
+
+    def payload_bound(self, broadcast: Message, domain: DataDomain) -> Optional[Mapping[str, float]]:
+        """Public bounds of a ``"train"`` reply (``Algorithm.payload_bound``; issue 43, the clip leak): each weight
+        within ``max |broadcast value|`` plus the largest move of ``local_steps`` steps of the party's own ``tf_keras``
+        Adam in the broadcast's round (:func:`~.bounds.fedavg_value_bounds`,
+        :func:`~.fsgp.checks.adam_displacement_bound`), whatever the data and μ (the bound holds for any gradient; a
+        weight the optimiser does not train stays at its broadcast value), widened by ``4 P ε`` of the network's float
+        (``float32``'s before the worker is built: the steps' round-off in a narrower float than float64).
+
+        The metric ``loss`` (the MSE, a function of the network's outputs) has no public bound, so under secure
+        aggregation it is not sent (nothing reads it). The ``"noise"`` phase's residual sum has none either (the
+        network's outputs are not bounded by public numbers): None, as before (its clip is the threat model's open
+        gap).
+        """
+        if broadcast.phase != TRAIN_PHASE:
+            return None
+        built = self._worker.built
+        dtypes = [np.float32] if built is None else [w.dtype.as_numpy_dtype for w in built[0].trainable_variables]
+        epsilon = max((float(np.finfo(d).eps) for d in dtypes), default=float(np.finfo(np.float32).eps))
+        move = fedavg_move(self.learning_rate, self.local_steps, broadcast.round)
+        return fedavg_value_bounds(broadcast.arrays, move, relative_slack=4.0 * self.local_steps * epsilon)
 
     def initial_state(self, info: FederationInfo) -> FedAvgNNState:
         self._server = NeuralRegression(None, self._network(info.input_dim), num_outputs=info.output_dim)

@@ -15,11 +15,14 @@ import tensorflow as tf
 from ...models.experts import COMBINATION_RULES, ExpertCommittee
 from ..protocol.algorithm import TRAIN_PHASE, Aggregate, Algorithm, BroadcastRefused, FederationInfo, ReplySpec
 from ..protocol.client import Client
+from ..protocol.domain import DataDomain
+from ..protocol.fingerprint import values_digest
 from ..protocol.messages import Message
 from ...training.adam import AdamState, CompiledAdam, SharedWorker, per_point_loss
 from ...training.state import SharedState, resolve_path
 from ...training.stopping import Plateau
 from ...validation import integer, positive_float
+from .bounds import fedavg_move, fedavg_value_bounds, log_density_bound, variance_extremes
 from .fgp_batched import BatchedGPRWorker
 
 __all__ = ["EXPERTS_PHASE", "FGP", "FGPState"]
@@ -145,6 +148,8 @@ class FGP(Algorithm[FGPState]):
         self._worker: Optional[SharedWorker[_Worker]] = None
         #: each set-up client's expert (its ``client.model``): the committee of :meth:`result` queries them
         self._experts: Dict[str, gpflow.models.GPR] = {}
+        #: (a ``"train"`` broadcast's round and values digest, what :meth:`payload_bound` reads of it)
+        self._extent_at: Optional[Tuple[Any, Tuple[Dict[str, float], Optional[Tuple[float, float, float]]]]] = None
 
     # --- configuration -------------------------------------------------------------------------------
     def validate(self, dataset: Any) -> None:
@@ -170,6 +175,44 @@ class FGP(Algorithm[FGPState]):
     def expected_weight(self, phase: str, num_data: int) -> float:
         """Every FGP message is weighted by the client's registered N_k."""
         return float(num_data)
+
+    def payload_bound(self, broadcast: Message, domain: DataDomain) -> Optional[Mapping[str, float]]:
+        """Public bounds of a reply (``Algorithm.payload_bound``; issue 43, the clip leak), from the broadcast and
+        N = ``domain.rows``, Ȳ_p = ``domain.targets``:
+
+        * ``"train"``: each shared value within ``max |broadcast value|`` plus the largest move of ``local_steps`` Adam
+          steps in the broadcast's round (:func:`~.bounds.fedavg_value_bounds`,
+          :func:`~.fsgp.checks.adam_displacement_bound`), whatever the data. With ``stopping``, the metric
+          ``log_likelihood`` (``log p(y_k) / N_k`` at values within that box: the loss before the last step) is
+          bounded, for a ``gpflow.kernels.Stationary`` kernel with no prior on any parameter, from σ² ∈ [σ²₋, σ²₊] and
+          σ_f² ≤ v₊ over the box (:func:`~.bounds.variance_extremes`) by :func:`~.bounds.log_density_bound` (exact GP:
+          ``log det(K + σ² I) / N`` between ``log σ²`` and ``log(σ² + N v)``, ``yᵀ (K + σ² I)⁻¹ y ≤ N Σ_p Ȳ_p² / σ²``).
+          Another kernel (or a prior, whose log density the loss holds) states no bound for it, so under secure
+          aggregation it is not sent, and a ``stopping`` rule then meets a ``nan`` objective
+          (:class:`~gpflow_fed.training.stopping.Plateau` raises).
+        * ``"experts"``: ``{}`` (the reply is empty: its weight N_k alone).
+
+        None for another phase, or before the run's worker is built. What depends on the broadcast alone is computed
+        once per broadcast (every client of a cohort asks for the same one).
+        """
+        if broadcast.phase == EXPERTS_PHASE:
+            return {}
+        worker = None if self._worker is None else self._worker.built
+        if broadcast.phase != TRAIN_PHASE or worker is None:
+            return None
+        key = (broadcast.round, values_digest(broadcast.arrays))
+        if self._extent_at is None or self._extent_at[0] != key:
+            move = fedavg_move(self.learning_rate, self.local_steps, broadcast.round)
+            params = {k: np.asarray(v, np.float64) for k, v in broadcast.arrays.items() if k in worker.keys}
+            priors = any(p.prior is not None for p in worker.model.parameters)
+            box = None if priors else variance_extremes(worker.model, worker.shared, params, move)
+            self._extent_at = (key, (fedavg_value_bounds(params, move), box))
+        bounds, box = self._extent_at[1]
+        if self.stopping is None or box is None:
+            return dict(bounds)
+        noise_low, noise_high, variance_high = box
+        local = log_density_bound(domain.rows, domain.targets, noise_low, noise_high, variance_high, trace_term=False)
+        return {**bounds, "log_likelihood": local}
 
     # --- clients -------------------------------------------------------------------------------------
     def _gpr(self, data: Tuple[Any, Any]) -> gpflow.models.GPR:

@@ -98,7 +98,9 @@ class PhaseOwner:
             spec=algorithm.reply_spec(state, round, phase),
             expected_weight=self._expected_weights(phase, aggregation, cohort) if readable_weights else None,
             sizes=self.info.client_sizes,
-            verify=lambda cid, message: algorithm.check_reply(state, phase, message, self.info.client_sizes[cid]),
+            verify=lambda messages: algorithm.check_replies(
+                state, phase, messages, [self.info.client_sizes[m.sender] for m in messages]
+            ),
         )
         context = self.reducer.context(purpose, round, phase, aggregation, good)
         if protected and protection.secure is not None:

@@ -82,7 +82,7 @@ import hashlib
 import io
 import json
 import logging
-from typing import TYPE_CHECKING, Any, Dict, FrozenSet, Mapping, NamedTuple, Optional, Tuple, cast
+from typing import TYPE_CHECKING, Any, Callable, Dict, FrozenSet, Mapping, NamedTuple, Optional, Tuple, cast
 
 import numpy as np
 
@@ -223,6 +223,11 @@ class ClientEncoder:
         given again to :meth:`from_state`, never saved in the state.
     :raises ValueError: an identity whose roster does not hold ``client_id`` under its key.
     """
+
+    #: **Tests only.** True: the fixed point rounds to nearest, so a protected sum is a deterministic function of the
+    #: payloads (tests that compare runtimes bit for bit). A server that scales a payload continuously then reads every
+    #: client's entries from where the sum steps (:meth:`~.wire.FixedPoint.encode`): never set it in a deployment.
+    INSECURE_NEAREST_ROUNDING: bool = False
 
     def __init__(
         self,
@@ -527,7 +532,7 @@ class ClientEncoder:
             self._check_bounded_range(kept, fixed)
             saturated = 0
             for n in names:
-                codes[n], count = fixed.encode(arrays[n])
+                codes[n], count = fixed.encode(arrays[n], uniform=self._rounding())
                 saturated += count
         entries = sum(int(c.size) for c in codes.values())
         if entries > code_limit(members):  # the count of n members must not wrap either (a layout of ~2^63/n)
@@ -537,6 +542,12 @@ class ClientEncoder:
             )
         codes[SATURATED_KEY] = count_code(saturated)
         return np.concatenate([codes[n].ravel() for n in sorted(codes)]).astype(np.uint64)
+
+    def _rounding(self) -> Optional[Callable[[int], np.ndarray]]:
+        """The fixed point's rounding draws: the OS's (:class:`~.distributed_dp.NoiseSource`), unbiased randomized
+        rounding (:meth:`~.wire.FixedPoint.encode`); None (round to nearest) only under
+        :attr:`INSECURE_NEAREST_ROUNDING`."""
+        return None if self.INSECURE_NEAREST_ROUNDING else self._noise.uniform
 
     def _check_dp_range(self, kept: _Kept, fixed: FixedPoint) -> None:
         """Under central DP the range must hold the clipped payload, ``C`` (``"sum"``) or ``B C`` (``"mean"``, weights

@@ -28,7 +28,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -103,10 +103,18 @@ class FixedPoint:
         """``R = L_n / 2^f``: the largest magnitude encoded without saturation, in payload units (rounded down)."""
         return _float_at_most(self.limit) / self.scale
 
-    def encode(self, values: np.ndarray) -> Tuple[np.ndarray, int]:
+    def encode(
+        self, values: np.ndarray, uniform: Optional[Callable[[int], np.ndarray]] = None
+    ) -> Tuple[np.ndarray, int]:
         """``(codes, saturated)``: ``q = clip(round(2^f x), −L_n, L_n)`` as ``uint64`` (the shape of ``values``), with
         NaN encoded as 0 and ±inf as ±L_n, and the number of entries clipped (NaN and ±inf included).
 
+        :param uniform: ``uniform(n)``: ``n`` draws uniform on [0, 1) (a client's come from the operating system).
+            Given, the rounding is randomized and unbiased, ``q = ⌊2^f x⌋ + [u < 2^f x − ⌊2^f x⌋]`` (``E q = 2^f x``,
+            ``|q − 2^f x| < 1``), so a sum of codes is no staircase of the payload. Rounding to nearest is one: a
+            server that scales a payload continuously (FSGP's statistics by the kernel variance) read, from where the
+            rounded sum stepped, every client's entries to float precision (issue 43, a sixteenth attacker). None:
+            round to nearest.
         :raises TypeError: complex values (the payload's type, not its values: send real and imaginary parts).
         """
         if np.iscomplexobj(values):
@@ -117,7 +125,12 @@ class FixedPoint:
         with np.errstate(over="ignore", invalid="ignore"):
             scaled = x * self.scale  # exact (a power of two) unless it overflows to ±inf
             finite = np.isfinite(scaled)
-            rounded = np.rint(np.where(finite, scaled, 0.0))  # NaN → 0
+            kept = np.where(finite, scaled, 0.0)  # NaN → 0
+            if uniform is None:
+                rounded = np.rint(kept)
+            else:  # ⌊s⌋ and s − ⌊s⌋ are exact in float64; an integer-valued s stays itself
+                below = np.floor(kept)
+                rounded = below + (np.asarray(uniform(kept.size), np.float64).reshape(kept.shape) < kept - below)
             high = np.isposinf(scaled) | (rounded > bound)  # a float above the bound is above L_n
             low = np.isneginf(scaled) | (rounded < -bound)
         codes = np.where(high | low, 0.0, rounded).astype(np.int64)

@@ -230,6 +230,15 @@ class Algorithm(abc.ABC, Generic[StateT]):
         the check, never a value of the reply. Default: nothing beyond the generic checks."""
         return None
 
+    def check_replies(
+        self, state: StateT, phase: str, messages: Sequence[Message], sizes: Sequence[int]
+    ) -> List[Optional[str]]:
+        """:meth:`check_reply` of each of a cohort's readable replies of ``phase`` (``sizes``: each sender's
+        registered ``num_data``), in order; the runtime asks this once a phase. Default: one :meth:`check_reply` a
+        reply. An override checks them together (a large cohort's per-reply Python made small) and must give every
+        reply exactly :meth:`check_reply`'s verdict."""
+        return [self.check_reply(state, phase, message, size) for message, size in zip(messages, sizes)]
+
     def check_sum(self, state: StateT, aggregate: Aggregate) -> Optional[str]:
         """Why the server refuses the (un-noised) sum of a masked ``"sum"`` phase, or None: the same checks as
         :meth:`check_reply` on the total, when the server cannot see each client's reply."""

@@ -309,7 +309,7 @@ def screen(
     spec: Optional[Mapping[str, Tuple[Optional[int], ...]]] = None,
     expected_weight: Optional[Mapping[str, Optional[float]]] = None,
     sizes: Optional[Mapping[str, int]] = None,
-    verify: Optional[Callable[[str, Any], Optional[str]]] = None,
+    verify: Optional[Callable[[Sequence[Message]], Sequence[Optional[str]]]] = None,
 ) -> Tuple[List[str], Dict[str, str]]:
     """The one place a phase's replies are judged and the fault policy applied.
 
@@ -326,8 +326,8 @@ def screen(
     :param expected_weight: ``{client: weight the server expects}`` for the replies it can read (None: any weight up
         to the client's registered size); omitted, weights are not checked (protected replies hide them).
     :param sizes: the clients' registered sizes (with ``expected_weight``).
-    :param verify: ``verify(client, message)``: the algorithm's own check of a readable reply
-        (``Algorithm.check_reply``), run on replies that pass the others.
+    :param verify: ``verify(messages)``: the algorithm's own check of the readable replies that pass the others, one
+        verdict each in order (``Algorithm.check_replies``).
     :return: the clients whose replies are aggregated (in cohort order) and ``{client: reason}`` of the others.
     :raises ClientUpdateError: the first fault under ``on_error="raise"``.
     :raises RoundFailedError: fewer than ``min_clients`` good replies.
@@ -371,12 +371,11 @@ def screen(
             errors[cid] = response.error
     for cid, reason in spec_faults(readable, spec).items():
         excluded[cid] = reason
-    if verify is not None:
-        for message in readable:
-            if message.sender not in excluded and isinstance(message, Message):
-                verdict = verify(message.sender, message)
-                if verdict is not None:
-                    excluded[message.sender] = verdict
+    checked = [m for m in readable if isinstance(m, Message) and m.sender not in excluded]
+    if verify is not None and checked:
+        for message, verdict in zip(checked, verify(checked), strict=True):
+            if verdict is not None:
+                excluded[message.sender] = verdict
     if excluded and faults.on_error == "raise":
         cid = next(c for c in cohort if c in excluded)
         cause = errors.get(cid) or ValueError(excluded[cid])

@@ -30,6 +30,9 @@ from gpflow_fed.federated import DifferentialPrivacy
 from tests.federated.runtimes.distribute_job import MWMS_JOBS, build_jobs
 from tests.federated.helpers import FederatedMean
 
+#: runs and runtimes compared bit for bit: the fixed point rounds to nearest (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("nearest_rounding")
+
 ROOT = Path(__file__).resolve().parents[3]
 ENV = dict(
     os.environ, OMP_NUM_THREADS="1", TF_NUM_INTRAOP_THREADS="1", TF_NUM_INTEROP_THREADS="1", TF_CPP_MIN_LOG_LEVEL="2"

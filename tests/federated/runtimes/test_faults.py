@@ -17,6 +17,9 @@ from gpflow_fed.federated import (
 
 from tests.federated.helpers import FederatedMean, Faulty
 
+#: runs and runtimes compared bit for bit: the fixed point rounds to nearest (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("nearest_rounding")
+
 
 def _expected_mean(ds, bad):
     keep = [k for k in range(ds.num_clients) if f"client_{k}" not in bad]

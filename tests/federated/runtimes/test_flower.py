@@ -26,6 +26,9 @@ from gpflow_fed.federated.runtimes.flower.server_app import FederationShape, Flo
 from tests.federated.helpers import FACTORY, flower_dataset as dataset, fsgp  # noqa: E402
 from tests.federated.runtimes.flower_helpers import loopback as _loopback, task_identity  # noqa: E402,F401
 
+#: runs and runtimes compared bit for bit: the fixed point rounds to nearest (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("nearest_rounding")
+
 
 def _message():
     rng = np.random.default_rng(0)
@@ -343,7 +346,16 @@ def test_superlink_and_two_supernodes_on_loopback_match_local_runtime(tmp_path):
     )
 
 
-@pytest.mark.parametrize("job", ["fedbnr_fedavg", "fedbnr_kd", "pvi_dpo", "pvi_cpo", "recycle"])
+@pytest.mark.parametrize(
+    "job",
+    [
+        "fedbnr_fedavg",
+        pytest.param("fedbnr_kd", marks=pytest.mark.slow),  # FedBNR on Flower: fedbnr_fedavg in the default suite
+        "pvi_dpo",
+        pytest.param("pvi_cpo", marks=pytest.mark.slow),  # PVI on Flower: pvi_dpo in the default suite
+        "recycle",
+    ],
+)
 def test_in_process_flower_runs_every_algorithm_as_local_runtime(job, local_job_summary):
     """FedBNR (FedAvg and KD), PVI (DPO, CPO) and Recycle run unchanged through the Flower adapters (every
     message through RecordDict and back) and give LocalRuntime's run: history, ledger, predictions.

@@ -29,6 +29,9 @@ from gpflow_fed.federated.protection.wire import FixedPoint  # noqa: E402
 from tests.federated.helpers import FACTORY, Faulty, FederatedMean, flower_dataset as fsgp_dataset, fsgp  # noqa: E402
 from tests.federated.runtimes.flower_helpers import loopback as _loopback, task_identity  # noqa: E402,F401
 
+#: runs and runtimes compared bit for bit: the fixed point rounds to nearest (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("nearest_rounding")
+
 SECURE = Protection(secure_aggregation=True)
 
 

@@ -11,6 +11,9 @@ from gpflow_fed.federated.protection.wire import SATURATED_KEY, WEIGHT_KEY, Fixe
 
 from tests.federated.helpers import FederatedMean, Faulty, WeightedMean, secure_exchange
 
+#: runs and runtimes compared bit for bit: the fixed point rounds to nearest (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("nearest_rounding")
+
 
 class Collecting(FederatedMean):
     calls = 0

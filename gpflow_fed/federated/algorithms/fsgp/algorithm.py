@@ -33,7 +33,8 @@ from ...protocol.messages import Message
 from ....training.adam import AdamState
 from ....training.state import SharedState, resolve_path
 from ....training.stopping import Plateau
-from .checks import adam_displacement_bound, displacement_fault, statistics_fault
+from ..bounds import fedavg_move, fedavg_value_bounds, log_density_bound, variance_extremes
+from .checks import displacement_fault, displacement_faults, statistics_fault
 from .statistics import ADJOINT_NAMES, STATISTIC_NAMES
 from .worker import SGPRClientWorker, initial_inducing_inputs
 from ..inducing_inputs import STANDARDISED_BOX, inducing_grid
@@ -402,13 +403,13 @@ class FSGP(Algorithm[FSGPState]):
           ``√(N σ_f²) · √N max_p Ȳ_p``), ``‖y‖²`` ≤ N Σ_p Ȳ_p², ``tr K_ff`` ≤ N σ_f², ``N_k`` ≤ N;
         * a FedAvg update (``"train"``): each value within ``max |broadcast value|`` plus the largest move of
           ``local_steps`` Adam steps in the broadcast's round (:func:`~.checks.adam_displacement_bound`), whatever the
-          data; with σ² ∈ [σ²₋, σ²₊] and σ_f² ≤ v₊ over that box (positive transforms are increasing), its local
+          data; with σ² ∈ [σ²₋, σ²₊] and σ_f² ≤ v₊ over that box (the transforms at its corners), its local
           bound ``ELBO_k / N_k`` (a metric, FSGP eq. 9) within
 
               P/2 (log 2π + max(|log σ²₋|, |log(σ²₊ + N v₊)|)) + (Σ_p Ȳ_p² + P v₊) / (2σ²₋)
 
           (``log det(Q + σ² I) / N`` lies between ``log σ²`` and ``log(σ² + N v)`` as ``λ(Q) ≤ tr Q ≤ N v``;
-          ``y_pᵀ (Q + σ² I)⁻¹ y_p ≤ N Ȳ_p² / σ²``; ``0 ≤ tr(K − Q) ≤ N v``).
+          ``y_pᵀ (Q + σ² I)⁻¹ y_p ≤ N Ȳ_p² / σ²``; ``0 ≤ tr(K − Q) ≤ N v``; :mod:`..bounds`, shared with FGP).
 
         None for the exact mode's ``"gradient"`` (linear in the server's adjoints, no bound built), for a kernel that
         is not ``gpflow.kernels.Stationary``, and unwhitened for inducing features other than ``InducingPoints``.
@@ -418,13 +419,12 @@ class FSGP(Algorithm[FSGPState]):
         if extent is None:
             return None
         N, targets = float(domain.rows), np.asarray(domain.targets, np.float64)
-        P, squares = float(targets.size), float(np.sum(targets**2))
+        squares = float(np.sum(targets**2))
+        if broadcast.phase == TRAIN_PHASE:
+            bounds, (noise_low, noise_high, variance_high) = extent
+            local = log_density_bound(N, targets, noise_low, noise_high, variance_high, trace_term=True)
+            return {**bounds, "bound": local}
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            if broadcast.phase == TRAIN_PHASE:
-                bounds, (noise_low, noise_high, variance_high) = extent
-                log_det = max(abs(np.log(noise_low)), abs(np.log(noise_high + N * variance_high)))
-                local = 0.5 * P * (np.log(2 * np.pi) + log_det) + (squares + P * variance_high) / (2 * noise_low)
-                return {**bounds, "bound": float(local)}
             (variance,) = extent[1]
             largest = float(np.max(targets, initial=0.0))
             cross = N * (variance if self.whiten else variance**2)
@@ -452,15 +452,10 @@ class FSGP(Algorithm[FSGPState]):
         if statistics:
             extent: Tuple[Dict[str, float], Tuple[float, ...]] = ({}, (float(self._kernel_variance(params) or 0.0),))
         else:
-            move = adam_displacement_bound(self.learning_rate, self.local_steps, broadcast.round)
-            held = self._shared.read(model)  # restored after: the party's own copy of what a phase ignores lives there
-            corners = []
-            for sign in (-1.0, 1.0):  # the box's corners give the positive transforms' extremes
-                self._shared.assign(model, {k: np.asarray(v, np.float64) + sign * move for k, v in params.items()})
-                corners.append((float(model.likelihood.variance.numpy()), float(model.kernel.variance.numpy())))
-            self._shared.assign(model, held)
-            bounds = {k: float(np.max(np.abs(v), initial=0.0)) + move for k, v in params.items()}
-            extent = (bounds, (corners[0][0], corners[1][0], corners[1][1]))
+            move = fedavg_move(self.learning_rate, self.local_steps, broadcast.round)
+            box = variance_extremes(model, self._shared, params, move)  # the transforms at the box's corners
+            assert box is not None  # a stationary kernel and a Gaussian likelihood (checked above)
+            extent = (fedavg_value_bounds(params, move), box)
         self._extent_at = (key, extent)
         return extent
 
@@ -474,6 +469,17 @@ class FSGP(Algorithm[FSGPState]):
             variance = self._kernel_variance(state.params)
             return statistics_fault(message.arrays, num_data, kernel_variance=variance, whitened=self.whiten)
         return None
+
+    def check_replies(
+        self, state: FSGPState, phase: str, messages: Sequence[Message], sizes: Sequence[int]
+    ) -> List[Optional[str]]:
+        """:meth:`check_reply` of every reply; a cohort's FedAvg updates of one round checked together
+        (:func:`~.checks.displacement_faults`: the same verdicts)."""
+        rounds = {message.round for message in messages}
+        if phase != TRAIN_PHASE or len(rounds) != 1:
+            return super().check_replies(state, phase, messages, sizes)
+        arrays = [message.arrays for message in messages]
+        return displacement_faults(arrays, state.params, self.learning_rate, self.local_steps, rounds.pop())
 
     def check_sum(self, state: FSGPState, aggregate: Aggregate) -> Optional[str]:
         """The same checks on a masked sum (fixed-point round-off allowed: the cohort size times 1e-6): statistics
