@@ -68,16 +68,23 @@ def same_inputs(A: np.ndarray, s: np.ndarray) -> np.ndarray:
     r"""``[N]`` whether each row of ``A`` is the point ``s`` up to float rounding: in every column
     ``|a_j − s_j| ≤ SAME_INPUT_ULPS·(ulp(max(|a_j|, |s_j|)) + ulp(1))``, the rounding of the two values alone (a value
     read or converted twice), never a scale taken from other rows or columns. A point this misses by more than
-    rounding protects ``f(s)`` alone, which does not bound the record beside it: a miss within a small fraction of a
-    lengthscale is refused (:func:`~gpflow_fed.release.obfuscation.check_near_records`).
+    rounding protects ``f(s)`` alone, which does not bound the record beside it: a miss that leaves the two one input
+    to the model (the kernel's correlation ≥ 1 − 5e-7) is refused
+    (:func:`~gpflow_fed.release.obfuscation.check_near_records`).
     Issue 44: a tolerance of 1e-9 of a column's spread let one far row
     (x = 1e8) widen it to 0.1, so records 0.09 from a sensitive point with none were matched to it and f there was
     neither designed for nor checked (0.35 ξ); before that, 1e-9·max|X| over all columns did the same across columns.
     """
-    A, s = np.asarray(A, dtype=np.float64), np.asarray(s, dtype=np.float64)
-    scale = np.maximum(np.abs(A), np.abs(s)[None, :])
-    tolerance = SAME_INPUT_ULPS * (np.spacing(scale) + np.spacing(1.0))
-    return np.asarray(np.all(np.abs(A - s[None, :]) <= tolerance, axis=1))
+    A = np.asarray(A, dtype=np.float64)
+    return same_input_rows(A, np.broadcast_to(np.asarray(s, dtype=np.float64)[None, :], A.shape))
+
+
+def same_input_rows(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """``[P]`` whether row p of ``A`` is row p of ``B`` up to float rounding (the test of :func:`same_inputs`, pair by
+    pair: ``A`` and ``B`` are ``[P, D]``)."""
+    A, B = np.asarray(A, dtype=np.float64), np.asarray(B, dtype=np.float64)
+    tolerance = SAME_INPUT_ULPS * (np.spacing(np.maximum(np.abs(A), np.abs(B))) + np.spacing(1.0))
+    return np.asarray(np.all(np.abs(A - B) <= tolerance, axis=1))
 
 
 def input_window(values: np.ndarray) -> np.ndarray:
@@ -91,20 +98,22 @@ def kernel_matrix(kernel: gpflow.kernels.Kernel, A: np.ndarray, B: Optional[np.n
     """The Gram matrix ``k(A, B)`` as numpy, evaluated in row blocks so that large N fits in memory.
 
     For ``B = None`` only the blocks on and above the diagonal are evaluated and mirrored, so the result is
-    exactly symmetric at half the kernel evaluations.
+    exactly symmetric at half the kernel evaluations. The kernel is called (``kernel(A, B)``), not its ``K``: a kernel
+    with ``active_dims`` sees its own columns only, as in the model (``kernel.K`` skips the slicing of the top-level
+    kernel: with ``active_dims=[0]`` it read every column).
     """
     dtype = gpflow.default_float()
     if B is not None:
         out: np.ndarray = np.empty((A.shape[0], B.shape[0]), dtype=dtype)
         for start in range(0, A.shape[0], KERNEL_BLOCK_ROWS):
             stop = min(start + KERNEL_BLOCK_ROWS, A.shape[0])
-            out[start:stop] = kernel.K(A[start:stop], B).numpy()
+            out[start:stop] = kernel(A[start:stop], B).numpy()
         return out
     N = A.shape[0]
     out = np.empty((N, N), dtype=dtype)
     for start in range(0, N, KERNEL_BLOCK_ROWS):
         stop = min(start + KERNEL_BLOCK_ROWS, N)
-        block = kernel.K(A[start:stop], A[start:]).numpy()
+        block = kernel(A[start:stop], A[start:]).numpy()
         diagonal = block[:, : stop - start]
         block[:, : stop - start] = 0.5 * (diagonal + diagonal.T)
         out[start:stop, start:] = block
@@ -113,8 +122,8 @@ def kernel_matrix(kernel: gpflow.kernels.Kernel, A: np.ndarray, B: Optional[np.n
 
 
 def kernel_diag(kernel: gpflow.kernels.Kernel, A: np.ndarray) -> np.ndarray:
-    """``k(a, a)`` for each row of ``A``."""
-    return np.asarray(kernel.K_diag(A).numpy(), dtype=gpflow.default_float())
+    """``k(a, a)`` for each row of ``A`` (the kernel called with ``full_cov=False``, so ``active_dims`` applies)."""
+    return np.asarray(kernel(A, full_cov=False).numpy(), dtype=gpflow.default_float())
 
 
 def noise_vector(noise_variance: ArrayLike, num_data: int) -> np.ndarray:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Optional, Union
+from typing import Iterator, Optional, Union
 
 import gpflow
 import numpy as np
@@ -46,8 +46,8 @@ from .linalg import (
     noise_vector,
     psd_check,
     psd_factor,
+    same_input_rows,
     same_inputs,
-    stationary_parts,
 )
 from .lowrank import CERTIFY_TOL, LowRankCovariance, krylov_positive_part
 from .sdp import solve_privacy_sdp
@@ -143,71 +143,106 @@ def protected_targets(X: np.ndarray, S: np.ndarray, protect: str = "records") ->
     return Targets(np.asarray(points, dtype=S.dtype), np.asarray(records, dtype=int), np.asarray(source, dtype=int))
 
 
-#: a sensitive input within this many lengthscales of a record it does not equal up to rounding is refused
-#: (:func:`check_near_records`): there the kernel's correlation exceeds 1 − 5e-7, so the point and the record's input
-#: are one input to the model, and the user named the record
-NEAR_RECORD_LENGTHSCALES = 1e-3
+#: a record is one input to the model with a sensitive point ``s`` (:func:`records_near`) when it is not ``s`` up to
+#: rounding but the kernel's normalised distance ``d² = (k(s,s) + k(x,x) − 2k(s,x)) / √(k(s,s) k(x,x))`` is at most
+#: ``2·NEAR_RECORD_DECORRELATION``: for a stationary kernel (``k(s,s) = k(x,x)``) exactly a correlation
+#: ``k(s,x)/√(k(s,s)k(x,x)) ≥ 1 − 5e-7``, which for one squared exponential is ``1e-3`` lengthscales
+#: (``1 − exp(−½·1e-6) ≈ 5e-7``); for any other kernel (sums, products, ``active_dims``, periodic, linear) the same
+#: statement about f: ``Var[f(s) − f(x)] ≤ 1e-6 √(Var f(s) Var f(x))``, the two values one random variable to 1e-3
+#: of their prior standard deviation.
+NEAR_RECORD_DECORRELATION = 5e-7
+
+#: :func:`records_near` evaluates the kernel between blocks of S and X of at most this many ``rows × cols × D``
+#: elements (8 bytes each: 32 MB a block, and TensorFlow's temporaries a few times that).
+NEAR_RECORD_BLOCK = 1 << 22
 
 
-def _smallest_lengthscales(kernel: gpflow.kernels.Kernel, D: int) -> Optional[np.ndarray]:
-    """``[D]`` each column's smallest lengthscale over the kernel's stationary parts that see the inputs
-    (:func:`~gpflow_fed.release.linalg.stationary_parts`), or None."""
-    scales = [np.broadcast_to(np.asarray(p.lengthscales.numpy(), np.float64), (D,)) for p in stationary_parts(kernel)]
-    return np.min(np.stack(scales), axis=0) if scales else None
+def _near_blocks(
+    kernel: gpflow.kernels.Kernel, X: np.ndarray, S: np.ndarray
+) -> "Iterator[tuple[int, int, np.ndarray]]":
+    """``(start, stop, near)`` for blocks of S in order, one at a time: ``near`` ``[stop − start, N]`` is whether X's
+    row j is one input to the model with S's row i (the rule of :data:`NEAR_RECORD_DECORRELATION`) without being S's
+    row i up to rounding (:func:`~gpflow_fed.release.linalg.same_inputs`). Memory is bounded by
+    :data:`NEAR_RECORD_BLOCK` (the kernel's block) and ``N`` booleans per row of the block.
+
+    The rule is tested as ``k(s,s) + k(x,x) − 2k(s,x) ≤ 2δ·√(k(s,s) k(x,x))``, never as ``1 − ρ`` with a quotient:
+    the left side is ``Var[f(s) − f(x)]`` from the kernel's own three values (its round-off ``≈ ε·(k(s,s) + k(x,x))``,
+    far below ``2δ√(k(s,s)k(x,x))`` at δ = 5e-7 unless the variances differ by 1e9), and the product form decides
+    the zero-variance cases without 0/0: where ``k(s,s) = k(x,x) = 0`` (``Linear`` at 0, a part that sees neither
+    point) ``f(s) = f(x) = 0`` and the pair is near (one input to the model: nothing tells them apart); where only
+    one is 0 the left side is the other's variance > 0 and the pair is far (the model tells them apart).
+    """
+    N, D = X.shape
+    if N == 0 or S.shape[0] == 0:
+        return
+    dx = np.maximum(kernel_diag(kernel, X), 0.0)
+    ds = np.maximum(kernel_diag(kernel, S), 0.0)
+    cols = max(1, min(N, NEAR_RECORD_BLOCK // max(D, 1)))
+    rows = max(1, NEAR_RECORD_BLOCK // (cols * max(D, 1)))
+    delta = NEAR_RECORD_DECORRELATION
+    for start in range(0, S.shape[0], rows):
+        stop = min(start + rows, S.shape[0])
+        near = np.zeros((stop - start, N), dtype=bool)
+        for c0 in range(0, N, cols):
+            c1 = min(c0 + cols, N)
+            k = kernel_matrix(kernel, S[start:stop], X[c0:c1])
+            a, b = ds[start:stop, None], dx[None, c0:c1]
+            with np.errstate(invalid="ignore", over="ignore"):
+                near[:, c0:c1] = (a + b) - 2.0 * k <= 2.0 * delta * np.sqrt(a * b)
+        i, j = np.nonzero(near)
+        if i.size:  # equal up to rounding is the record itself, not a point beside it
+            same = same_input_rows(S[start + i], X[j])
+            near[i[same], j[same]] = False
+        yield start, stop, near
 
 
 @check_shapes("X: [N, D]", "S: [G, D]", "return: [N]")
 def records_near(kernel: gpflow.kernels.Kernel, X: np.ndarray, S: np.ndarray) -> np.ndarray:
-    """``[N]`` whether each row of X lies within :data:`NEAR_RECORD_LENGTHSCALES` of some point of S in every column
-    (scaled by the kernel's smallest lengthscale there) without being equal to it up to rounding
-    (:func:`~gpflow_fed.release.linalg.same_inputs`); all False for a kernel without lengthscales."""
+    """``[N]`` whether each row of X is one input to the model with some point of S (normalised distance
+    ``d² ≤ 2·``:data:`NEAR_RECORD_DECORRELATION`, for every kernel) without being equal to it up to rounding
+    (:func:`~gpflow_fed.release.linalg.same_inputs`). Costs ``G × N`` kernel evaluations, in blocks of bounded
+    memory."""
     near = np.zeros(X.shape[0], dtype=bool)
-    ell = _smallest_lengthscales(kernel, X.shape[1])
-    if ell is None or X.shape[0] == 0 or S.shape[0] == 0:
-        return near
-    radius = NEAR_RECORD_LENGTHSCALES * ell
-    order = np.argsort(S[:, 0], kind="stable")  # a dense region grid: each row looks at a window of it only
-    first = S[order, 0]
-    lo = np.searchsorted(first, X[:, 0] - radius[0], side="left")
-    hi = np.searchsorted(first, X[:, 0] + radius[0], side="right")
-    for j in np.flatnonzero(hi > lo):
-        candidates = S[order[lo[j] : hi[j]]]
-        close = np.all(np.abs(candidates - X[j][None, :]) <= radius[None, :], axis=1)
-        near[j] = bool(np.any(close & ~same_inputs(candidates, X[j])))
+    for _, _, block in _near_blocks(kernel, X, S):
+        near |= np.any(block, axis=0)
     return near
 
 
 @check_shapes("X: [N, D]", "S: [G, D]")
 def check_near_records(kernel: gpflow.kernels.Kernel, X: np.ndarray, S: np.ndarray) -> None:
     """Refuse a sensitive input that misses a record by more than float rounding
-    (:func:`~gpflow_fed.release.linalg.same_inputs`) but lies within :data:`NEAR_RECORD_LENGTHSCALES` of its input in
-    every column (:func:`records_near`).
+    (:func:`~gpflow_fed.release.linalg.same_inputs`) but is one input to the model with it: the kernel's correlation
+    at least ``1 −`` :data:`NEAR_RECORD_DECORRELATION` (:func:`records_near`), for every kernel.
 
     Such a point protects ``f(s)`` only, and the record beside it need not be protected at all: a row the design
     leaves without synthetic noise is published as ``Y_j`` up to the resolution noise (issue 44, a fourteenth
     attacker: ``--sensitive 0.512820513`` for the record at ``0.5128205128205128`` gave ``Var[Y_j | W] = 0.006 ξ``,
-    the CLI saying "safe to publish"). A kernel without lengthscales is not checked. (A region protects such records
-    instead: :func:`with_near_records`.)
+    the CLI saying "safe to publish"). The rule is the kernel's own, so a sum with a tiny second lengthscale, a part
+    seeing some columns only (``active_dims``) and a periodic kernel (a record one period away) are covered; the
+    earlier rule in lengthscales was not. (A region protects such records instead: :func:`with_near_records`.)
 
     :raises ValueError: naming the sensitive input and the record's row and input.
     """
-    for s in S:
-        missed = np.flatnonzero(records_near(kernel, X, s[None, :]))
-        if missed.size:
-            j = int(missed[0])
+    for start, _, block in _near_blocks(kernel, X, S):
+        hits = np.argwhere(block)
+        if hits.size:
+            i, j = int(start + hits[0, 0]), int(hits[0, 1])
             raise ValueError(
-                f"sensitive input {s.tolist()} is within {NEAR_RECORD_LENGTHSCALES:g} lengthscales of the record at "
-                f"row {j} ({X[j].tolist()}) but not equal to it: a point there protects f alone, not the recorded "
-                "value beside it; give the record's own input to protect it, or a point farther from it"
+                f"sensitive input {S[i].tolist()} is one input to the model with the record at row {j} "
+                f"({X[j].tolist()}) but not equal to it (the kernel's correlation there ≥ "
+                f"1 − {NEAR_RECORD_DECORRELATION:g}): "
+                "a point there protects f alone, not the recorded value beside it; give the record's own input to "
+                "protect it, or a point farther from it"
             )
 
 
 @check_shapes("S: [G, D]", "X: [N, D]", "return: [H, D]")
 def with_near_records(S: np.ndarray, X: np.ndarray, kernel: gpflow.kernels.Kernel) -> np.ndarray:
-    """A region's sensitive points ``S`` and every record within :data:`NEAR_RECORD_LENGTHSCALES` of one of them that
-    is not already among them (:func:`records_near`): a record a hair outside a region's edge (an interval typed to 10
-    decimals, a zero-width one) is the region's too (issue 44, a fifteenth attacker: such a record was published at
-    0.55 ξ, "safe to publish")."""
+    """A region's sensitive points ``S`` and every record that is one input to the model with one of them
+    (:func:`records_near`, :data:`NEAR_RECORD_DECORRELATION`) and not already among them: a record a hair outside a
+    region's edge (an interval typed to 10 decimals, a zero-width one), or one period away under a periodic kernel,
+    is the region's too (issue 44, a fifteenth attacker: such a record was published at 0.55 ξ, "safe to
+    publish")."""
     rows = np.flatnonzero(records_near(kernel, X, S))
     new = [X[j] for j in rows if not np.any(same_inputs(S, X[j]))]
     if not new:
@@ -548,7 +583,7 @@ def prior_variance(kernel: gpflow.kernels.Kernel, X: np.ndarray) -> np.ndarray:
 
 __all__ = [
     "METHODS",
-    "NEAR_RECORD_LENGTHSCALES",
+    "NEAR_RECORD_DECORRELATION",
     "PROTECT",
     "Targets",
     "check_near_records",

@@ -23,6 +23,46 @@ CLARABEL_TOL = 1e-9
 #: Largest violation (relative to the scale) that is repaired rather than rejected.
 MAX_REPAIR_RTOL = 1e-6
 
+#: The largest memory (bytes) a Clarabel SDP may be estimated to need before it is built (:func:`check_sdp_size`):
+#: 4 GiB. A weak region at N = 120 grew past 10 GB in one Clarabel solve (issue 44).
+MAX_SDP_BYTES = 4 * 2**30
+#: Clarabel's memory per squared entry of a PSD cone: a cone of side n has ``t = n(n+1)/2`` entries and its dense
+#: scaling block in the KKT system ``t²`` (8 bytes each). Measured (``/usr/bin/time -v``, maximum resident set minus
+#: the 0.75 GB of the imports) for the reduced weak LMI of side 60, 80, 100, 120 (k = γ = side/2): 195 MB, 600 MB,
+#: 1.45 GB, 2.98 GB, i.e. 7.3, 7.1, 7.1, 7.1 times ``8t²``: 56 bytes per ``t²`` (the scaling block, the KKT matrix
+#: and its LDLᵀ factor). The dense weak SDP's γ LMIs of side N share the variable Σ, whose fill in the factor counts
+#: as one more cone: measured 1.09 GB (N = 60, γ = 3) and 2.16 GB (N = 80, γ = 2), estimated with γ + 2 cones
+#: 0.94 GB and 2.35 GB.
+SDP_BYTES_PER_CONE_ENTRY_SQUARED = 56
+
+
+def sdp_bytes(cone_sides: "list[int]") -> int:
+    """The estimated memory (bytes) of a Clarabel solve with PSD cones of these sides:
+    ``SDP_BYTES_PER_CONE_ENTRY_SQUARED · Σ (n(n+1)/2)²``."""
+    return int(SDP_BYTES_PER_CONE_ENTRY_SQUARED * sum((n * (n + 1) // 2) ** 2 for n in cone_sides))
+
+
+def check_sdp_size(cone_sides: "list[int]", what: str, remedy: str) -> None:
+    """Refuse, before the problem is built, an SDP whose estimated memory (:func:`sdp_bytes`) exceeds
+    :data:`MAX_SDP_BYTES`.
+
+    :raises ValueError: naming ``what`` (the sizes), the estimate, the limit and ``remedy``.
+    """
+    need = sdp_bytes(cone_sides)
+    if need > MAX_SDP_BYTES:
+        raise ValueError(
+            f"{what}: Clarabel would need about {need / 2**30:.1f} GiB (PSD cones of side "
+            f"{_sides(cone_sides)}; the limit is {MAX_SDP_BYTES / 2**30:g} GiB, release.sdp.MAX_SDP_BYTES); {remedy}"
+        )
+
+
+def _sides(cone_sides: "list[int]") -> str:
+    """``"120 ×31"`` for 31 cones of side 120, ``"169"`` for one."""
+    counts: "dict[int, int]" = {}
+    for n in cone_sides:
+        counts[n] = counts.get(n, 0) + 1
+    return ", ".join(f"{n} ×{c}" if c > 1 else str(n) for n, c in counts.items())
+
 
 @dataclass(frozen=True)
 class SDPInfo:
@@ -58,12 +98,20 @@ def solve_privacy_sdp(
     :param diagonal: restrict Σ to diagonal matrices (the comparison method of Example 1).
     :param solver: ``"CLARABEL"`` (default) or ``"SCS"``.
     :return: ``(Σ, info)`` with Σ ``[N, N]`` PSD and exactly feasible.
-    :raises ValueError: unknown solver, or an infeasible/failed solve (the message names the status and the fix).
+    :raises ValueError: unknown solver, an infeasible/failed solve (the message names the status and the fix), or a
+        problem estimated to need more than :data:`MAX_SDP_BYTES` (:func:`check_sdp_size`; before it is built).
     """
     solver = (solver or "CLARABEL").upper()
     if solver not in ("CLARABEL", "SCS"):
         raise ValueError(f"unknown SDP solver {solver!r}; use 'CLARABEL' (default) or 'SCS'")
-    N = C.shape[0]
+    N, gamma = KXS.shape
+    check_sdp_size(  # Σ ⪰ 0 and the fill of the shared Σ in the KKT factor count as two more cones (measured)
+        [N] * (gamma + (0 if diagonal else 2)),
+        f"the dense {'diagonal' if diagonal else 'weak'} SDP has one N×N LMI per sensitive point (N = {N}, "
+        f"{gamma} sensitive points{'' if diagonal else ', and Σ ⪰ 0'})",
+        "use fewer sensitive points, method='weak' with the Krylov reduction (solver='krylov', the default), or "
+        "method='strong' (a closed form)",
+    )
     scale = float(max(np.max(np.diag(C)), np.finfo(float).tiny))
     Cs, Bs = C / scale, KXS / np.sqrt(scale)
     if diagonal:

@@ -64,6 +64,7 @@ from check_shapes import check_shapes
 from scipy.linalg import cho_factor, cho_solve, cholesky, solve_triangular
 
 from .lowrank import LowRankCovariance, orthonormal_block
+from .sdp import check_sdp_size
 
 #: Default certified relative optimality gap ``(tr Σ − lower bound) / tr Σ``.
 GAP_RTOL = 1e-6
@@ -120,8 +121,17 @@ def _small_weak_sdp(Ginv: np.ndarray, H: np.ndarray, m: np.ndarray) -> "tuple[np
 
     :return: ``(S [k, k] PSD, Y [k + γ, k + γ], ν [γ])``: the primal S and the duals of the LMI and of
         ``Zᵢᵢ ≤ mᵢ``.
+    :raises ValueError: a problem estimated to need more than :data:`~gpflow_fed.release.sdp.MAX_SDP_BYTES`
+        (:func:`~gpflow_fed.release.sdp.check_sdp_size`), before it is built.
     """
     k, gamma = H.shape
+    check_sdp_size(
+        [k + gamma, k],
+        f"the reduced weak SDP has one LMI of side k + γ = {k + gamma} (Krylov dimension k = {k}, γ = {gamma} "
+        "sensitive points: for a region, its grid points and records)",
+        "use fewer sensitive points (for a region a lower density= or a smaller region), or method='strong' "
+        "(a closed form)",
+    )
     S = cp.Variable((k, k), PSD=True)
     Z = cp.Variable((gamma, gamma), symmetric=True)
     lmi = cp.bmat([[S + 0.5 * (Ginv + Ginv.T), H], [H.T, Z]])

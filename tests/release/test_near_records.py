@@ -10,7 +10,13 @@ import numpy as np
 import pytest
 
 from gpflow_fed.models.privacy_aware_gpr import release
-from gpflow_fed.release.obfuscation import NEAR_RECORD_LENGTHSCALES, check_near_records, with_near_records
+from gpflow_fed.release import obfuscation
+from gpflow_fed.release.obfuscation import (
+    NEAR_RECORD_DECORRELATION,
+    check_near_records,
+    records_near,
+    with_near_records,
+)
 from gpflow_fed.release.regions import Interval, with_records
 from gpflow_fed.release.tolerance import ProportionalKernel
 
@@ -33,13 +39,15 @@ def test_a_sensitive_input_a_hair_off_a_record_is_refused_naming_the_record(offs
 
 def test_the_records_own_input_and_points_beyond_the_threshold_are_not_refused():
     """Control: the record's own input (also as text rounds it, the same float), and points 2 thresholds away in
-    either direction, pass the check; so do kernels without lengthscales."""
+    either direction, pass the check; so does a point 1% off a record under a linear kernel (correlation 1, but not
+    one input to the model: ``d² = 1e-4``)."""
     X, _ = _table()
     ell = 0.01
     kernel = gpflow.kernels.SquaredExponential(lengthscales=ell)
-    far = 2 * NEAR_RECORD_LENGTHSCALES * ell
+    far = 2 * np.sqrt(2 * NEAR_RECORD_DECORRELATION) * ell  # twice the radius of the rule for one RBF
     check_near_records(kernel, X, np.array([X[20], [float(repr(X[20, 0]))], X[20] + far, X[20] - far]))
-    check_near_records(gpflow.kernels.Linear(), X, X[[20]] + 1e-12)
+    # a linear kernel's correlation is 1 between any two points of one sign (1-D), yet 1% off is not one input
+    check_near_records(gpflow.kernels.Linear(), X, X[[20]] * 1.01)
 
 
 def test_the_smallest_lengthscale_of_a_sum_sets_the_scale_per_column():
@@ -65,3 +73,87 @@ def test_a_record_a_hair_outside_a_regions_edge_is_the_regions_too(interval):
     protected = with_near_records(inside, X, kernel)
     assert np.any(np.all(protected == X[20], axis=1))
     assert with_near_records(X[[3]], X, kernel).shape == (1, 1)  # control: nothing near, nothing added
+
+
+def _sum_with_a_tiny_lengthscale() -> gpflow.kernels.Kernel:
+    """The attacker's sum: ℓ = 0.01 carries the variance, a part with ℓ = 1e-9 and variance 1e-7 set the old
+    threshold (1e-3 of the smallest lengthscale: 1e-12) without changing the model near a record."""
+    return gpflow.kernels.SquaredExponential(lengthscales=0.01) + gpflow.kernels.SquaredExponential(
+        variance=1e-7, lengthscales=1e-9
+    )
+
+
+def _columns(N: int = 40) -> np.ndarray:
+    X, _ = _table(N)
+    return np.concatenate([X, np.random.default_rng(0).uniform(0.0, 1.0, (N, 1))], axis=1)
+
+
+def _case(case: str) -> "tuple[np.ndarray, gpflow.kernels.Kernel, np.ndarray, np.ndarray]":
+    """``(X, kernel, near, far)``: a point the kernel cannot tell from record 20, and one it can."""
+    X, _ = _table()
+    if case == "sum with a tiny lengthscale":  # 1e-9 off (the old radius 1e-12); 2e-5 off: 2 radii of the ℓ = 0.01 part
+        return X, _sum_with_a_tiny_lengthscale(), X[[20]] + 1e-9, X[[20]] + 2e-5
+    if case == "active_dims":  # 0.3 off in the column it does not see (the old radius 1e-5 in every column)
+        X = _columns()
+        kernel = gpflow.kernels.SquaredExponential(lengthscales=0.01, active_dims=[0])
+        return X, kernel, X[[20]] + [[0.0, 0.3]], X[[20]] + [[2e-5, 0.0]]
+    if case == "active_dims part":  # the same with a part of variance 1e-7 seeing column 1
+        X = _columns()
+        kernel = gpflow.kernels.SquaredExponential(lengthscales=0.01, active_dims=[0]) + (
+            gpflow.kernels.SquaredExponential(variance=1e-7, lengthscales=1.0, active_dims=[1])
+        )
+        return X, kernel, X[[20]] + [[0.0, 0.3]], X[[20]] + [[2e-5, 0.0]]
+    if case == "periodic":  # one period off (its base was not checked at all); 0.0123 off no record modulo the period
+        kernel = gpflow.kernels.Periodic(gpflow.kernels.SquaredExponential(lengthscales=0.5), period=0.1)
+        return X, kernel, X[[20]] + 0.1, X[[20]] + 0.0123
+    # linear: 1e-12 off (not checked before); 1% off has correlation 1 too (1-D) but d² = 1e-4: told apart
+    return X, gpflow.kernels.Linear(), X[[20]] + 1e-12, X[[20]] * 1.01
+
+
+@pytest.mark.parametrize(
+    "case", ["sum with a tiny lengthscale", "active_dims", "active_dims part", "periodic", "linear"]
+)
+def test_a_record_that_is_one_input_to_the_model_is_refused_for_every_kernel(case):
+    """The correlation rule (issue 44, h10-44near): a point the kernel cannot tell from record 20 is refused naming it,
+    where the lengthscale rule let it through (the attacker measured 0.73 ξ for the sum); a point the kernel tells
+    from every record is still accepted."""
+    X, kernel, near, far = _case(case)
+    with pytest.raises(ValueError, match=r"one input to the model with the record at row 20 "):
+        check_near_records(kernel, X, near)
+    check_near_records(kernel, X, far)
+    assert np.flatnonzero(records_near(kernel, X, np.concatenate([near, far]))).tolist() == [20]
+
+
+def test_zero_prior_variance_pairs_are_one_input_and_one_sided_zero_is_not():
+    """Linear on column 0: a point (0, z') beside a record (0, z) has f = 0 at both (k = 0 at both): one input to the
+    model, refused; a point with k(s, s) > 0 beside a record with k(x, x) = 0 is told apart, accepted."""
+    X = np.array([[0.0, 0.25], [1.0, 0.5]])
+    kernel = gpflow.kernels.Linear(active_dims=[0])
+    with pytest.raises(ValueError, match=r"record at row 0 "):
+        check_near_records(kernel, X, np.array([[0.0, 0.75]]))
+    check_near_records(kernel, X, np.array([[1e-12, 0.25]]))
+
+
+def test_the_near_records_rule_is_evaluated_in_bounded_blocks(monkeypatch):
+    """A grid of G points against N records in blocks of NEAR_RECORD_BLOCK elements: the answer does not depend on
+    the block size (here 7 elements: blocks of single rows and a few columns)."""
+    X, _ = _table()
+    kernel = _sum_with_a_tiny_lengthscale()
+    S = np.concatenate([X[[3, 20, 31]] + 1e-9, X[[10]] + 0.2])
+    whole = records_near(kernel, X, S)
+    monkeypatch.setattr(obfuscation, "NEAR_RECORD_BLOCK", 7)
+    assert np.array_equal(records_near(kernel, X, S), whole)
+    assert np.flatnonzero(whole).tolist() == [3, 20, 31]
+
+
+@pytest.mark.parametrize("interval", [(0.45, 0.5128205128), (0.512820513, 0.6)])
+def test_a_record_a_hair_outside_a_regions_edge_is_added_under_a_sum_kernel(interval):
+    """The region-edge attack with the attacker's sum kernel: the old radius (1e-12) missed the record 2e-11 or 5e-10
+    outside the interval; the correlation rule adds it."""
+    X, _ = _table()
+    kernel = _sum_with_a_tiny_lengthscale()
+    grid = Interval(*interval).discretise(200.0)
+    inside = with_records(grid, X, Interval(*interval))
+    assert not np.any(np.all(inside == X[20], axis=1))
+    protected = with_near_records(inside, X, kernel)
+    assert np.any(np.all(protected == X[20], axis=1))
