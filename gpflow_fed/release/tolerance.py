@@ -43,11 +43,11 @@ class ProportionalKernel(gpflow.kernels.Kernel):
 
     @inherit_check_shapes
     def K(self, X: tf.Tensor, X2: Optional[tf.Tensor] = None) -> tf.Tensor:
-        return self.alpha * self.base_kernel.K(X, X2)
+        return self.alpha * self.base_kernel(X, X2)  # through __call__: the base kernel's active_dims apply
 
     @inherit_check_shapes
     def K_diag(self, X: tf.Tensor) -> tf.Tensor:
-        return self.alpha * self.base_kernel.K_diag(X)
+        return self.alpha * self.base_kernel(X, full_cov=False)
 
 
 def _se_thetas(kernel: gpflow.kernels.SquaredExponential, input_dim: int) -> np.ndarray:
