@@ -38,7 +38,7 @@ import sys
 import unicodedata
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Tuple
 
 if TYPE_CHECKING:
     import numpy as np
@@ -500,6 +500,17 @@ def run(args: argparse.Namespace) -> int:
             variance=float(np.var(Yp)) or 1.0, lengthscales=float(np.std(Xp)) or 1.0
         )
     tolerance = ProportionalKernel(kernel, args.alpha) if args.alpha is not None else args.tolerance
+    if args.public_csv is None:  # the release checks it too (issue 44); here the message names the column
+        from ..models.privacy_aware_gpr import region_density
+        from ..release.precision import check_input_precision, range_kernels, region_corners
+        from ..release.regions import check_region_size
+
+        if args.interval is not None:  # a region too wide to design: that refusal (narrow it) comes first
+            density = region_density(kernel) if args.density is None else float(args.density)
+            check_region_size(sensitive.grid_size(density), density)
+        points = region_corners(sensitive) if args.interval is not None else sensitive
+        kernels = range_kernels(kernel, _theta_range(args), 3)
+        check_input_precision(kernels, X, [points], noise_variance=args.noise_variance, names=names[:-1])
     with tqdm(total=len(STAGES), desc="privacy", disable=args.json or args.no_progress) as bar:
         bar.set_postfix_str(STAGES[0])
         return _release(args, X, Y, names, sensitive, tolerance, kernel, bar)
@@ -519,29 +530,43 @@ def _release(
 
     Every number printed, saved in ``--out`` or written to TensorBoard comes from the released model (X, W, Σ,
     the public hyperparameters); the raw target only reaches W and the owner's raw-vs-released plot.
+
+    Everything that can refuse comes first (issue 44): the release (its ledger entry held back), the predictions of
+    both plots (:meth:`~gpflow_fed.models.PrivacyAwareGPR.predict_f` refuses predictions with no correct digit), the
+    figures and ``model.npz`` rendered in memory; only then is the release recorded in the ledger and written. A
+    refusal leaves ``--out``, ``--logdir`` and the ledger's entries as they were (a first use may have created the
+    ledger's key, which the release's row hashes need).
     """
+    import tempfile
+
     import numpy as np
 
     maxiter = args.maxiter if args.maxiter is not None else QUICK_MAXITER if args.quick else MAXITER
+    ledger = _deferred_ledger(args.ledger)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", UserWarning)
-        result = _call_release(args, X, Y, sensitive, tolerance, kernel, maxiter)
+        result = _call_release(args, X, Y, sensitive, tolerance, kernel, maxiter, ledger)
     for warning in caught:  # e.g. --refit kept within the tolerance: one line each, like the errors
         _warn(str(warning.message))
     _advance(bar, 1)
+    released_png = _plot(X, None, result, names)
+    comparison_png = _plot(X, Y, result, names)
+    with tempfile.TemporaryDirectory() as scratch:
+        model_npz = result.model.save(Path(scratch) / "model.npz").read_bytes()
+    ledger.commit()  # recorded before anything is written: a release on disk is always counted
     args.out.mkdir(parents=True, exist_ok=True)
     with open(args.out / "released.csv", "w", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(names)
         writer.writerows(np.concatenate([X, result.W], axis=1).tolist())
-    result.model.save(args.out / "model.npz")
-    _plot(X, None, result, args.out / "privacy.png", names)
+    (args.out / "model.npz").write_bytes(model_npz)
+    (args.out / "privacy.png").write_bytes(released_png)
     _advance(bar, 2)
     if args.logdir is None:
         args.logdir = args.out.with_name(args.out.name + "_owner")
     args.logdir.mkdir(parents=True, exist_ok=True)
     comparison = args.logdir / "privacy-raw-vs-released.png"
-    _plot(X, Y, result, comparison, names)
+    comparison.write_bytes(comparison_png)
     summary = {
         "released_points": int(X.shape[0]),
         "sensitive_points": int(result.sensitive.shape[0]),
@@ -644,6 +669,7 @@ def _call_release(
     tolerance: Any,
     kernel: Any,
     maxiter: int,
+    ledger: Any,
 ) -> Any:
     """:func:`~gpflow_fed.models.release` with the command's options (public design, post-processing)."""
     from ..models.privacy_aware_gpr import release
@@ -659,23 +685,48 @@ def _call_release(
         refit=args.refit,
         method=args.method,
         protect=args.protect,
-        ledger=True if args.ledger is None else args.ledger,
+        ledger=ledger,
         confirm_unprotected=args.confirm_unprotected,
         confirm_public=args.confirm_public,
         confirm_new_audience=args.confirm_new_audience,
         resolution=args.resolution,
         confirm_no_resolution=args.confirm_no_resolution,
-        theta_range=(
-            "design"
-            if args.design_theta_only
-            else "default"
-            if args.lengthscale_range is None
-            else {"lengthscales": args.lengthscale_range}
-        ),
+        theta_range=_theta_range(args),
         maxiter=maxiter,
         density=args.density,
         solver=args.solver,
     )
+
+
+def _theta_range(args: argparse.Namespace) -> Any:
+    """The public θ range of the command's options (``theta_range`` of :func:`~gpflow_fed.models.release`)."""
+    if args.design_theta_only:
+        return "design"
+    return "default" if args.lengthscale_range is None else {"lengthscales": args.lengthscale_range}
+
+
+def _deferred_ledger(folder: Optional[Path]) -> Any:
+    """The owner's :class:`~gpflow_fed.release.ReleaseLedger` in ``folder`` (None: the default folder), its entry
+    held back until ``commit()``: the CLI records a release only once everything that can refuse is computed."""
+    from ..release.ledger import ReleaseLedger, default_ledger_folder
+
+    class DeferredLedger(ReleaseLedger):
+        pending: Optional[Tuple[Tuple[Any, ...], Dict[str, Any]]] = None
+
+        def record(self, *args: Any, **kwargs: Any) -> str:
+            """Hold the entry back (``commit`` writes it)."""
+            self.pending = (args, kwargs)
+            return "(not yet recorded)"
+
+        def commit(self) -> Optional[str]:
+            """Write the held-back entry, if any; returns its name."""
+            if self.pending is None:
+                return None
+            args, kwargs = self.pending
+            self.pending = None
+            return ReleaseLedger.record(self, *args, **kwargs)
+
+    return DeferredLedger(default_ledger_folder() if folder is None else folder)
 
 
 def _advance(bar: Any, stage: int) -> None:
@@ -684,8 +735,11 @@ def _advance(bar: Any, stage: int) -> None:
     bar.set_postfix_str(STAGES[stage])
 
 
-def _plot(X: "np.ndarray", Y: "np.ndarray | None", result: Any, path: Path, names: List[str]) -> None:
-    """The released posterior (and, given the raw ``Y``, the raw-data posterior with the same hyperparameters)."""
+def _plot(X: "np.ndarray", Y: "np.ndarray | None", result: Any, names: List[str]) -> bytes:
+    """The released posterior (and, given the raw ``Y``, the raw-data posterior with the same hyperparameters) as
+    PNG bytes, computed before anything is written (its predictions may refuse)."""
+    import io
+
     import numpy as np
 
     from ..models import PrivacyAwareGPR
@@ -725,4 +779,6 @@ def _plot(X: "np.ndarray", Y: "np.ndarray | None", result: Any, path: Path, name
     ax.set_title("raw vs released posterior" if Y is not None else "released posterior")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", dpi=110)
+    return png.getvalue()

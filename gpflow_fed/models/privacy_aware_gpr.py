@@ -50,6 +50,7 @@ from ..release.obfuscation import (
     with_near_records,
 )
 from ..release.regions import Region, check_region, with_records
+from ..release.precision import check_input_precision, range_kernels
 from ..release.resolution import check_resolution, recording_resolution, resolution_noise
 from ..release.theta import DEFAULT_RANGE, ThetaRange, check_theta_range, describe_theta_range, theta_grid
 from ..release.tolerance import Tolerance
@@ -1346,6 +1347,10 @@ def release(
         store.check_unit_change(affine)  # a·Y + b of an earlier release's rows: refused (ledger module docstring)
     if store is not None and previous is None and not confirm_new_audience:
         store.check_same_inputs(X)  # another target on inputs released before: refused (log Y of the same rows)
+    # issue 44: inputs so far from zero in lengthscales that float64 computes the kernel in round-off, at every θ of
+    # the range and every point the kernel will see (X, the sensitive inputs or region grid), before any design (after
+    # the ledger's refusals, which compare inputs exactly)
+    check_input_precision(range_kernels(kernel, theta_range, theta_points), X, [S], noise_variance=sigma2)
     Sigma1 = None if previous is None else previous.factor @ previous.factor.T
 
     design = ReleaseDesign(

@@ -279,3 +279,53 @@ def test_privacy_cli_refit_quick_progress_and_maxiter(tmp_path, capsys):
     assert "--maxiter must be a finite number at least 1" in _one_error_line(capsys)
     assert main([*argv, "--quick", "--out", str(tmp_path / "z")]) == 2  # nothing to fit: refused, not ignored
     assert "--maxiter and --quick apply to a fit" in _one_error_line(capsys)
+
+
+def _entries(ledger: Path) -> "list[str]":
+    """The release entries of a ledger folder (its key, created on first use, is not an entry)."""
+    return sorted(p.name for p in ledger.iterdir() if p.name.startswith("release-")) if ledger.exists() else []
+
+
+def test_privacy_cli_refuses_timestamps_before_writing_anything(tmp_path, capsys):
+    # issue 44: Unix timestamps 40 s apart with a 300 s lengthscale (‖x/ℓ‖ = 5.7e6) used to write released.csv,
+    # model.npz, privacy.png and a ledger entry, then refuse in the owner's plot (a non-finite predicted mean, exit 2):
+    # the release was on disk and counted. Now it is refused before anything is written, naming the column
+    t = 1_700_000_000 + 40.0 * np.arange(40)
+    y = np.sin((t - t[0]) / 300.0)
+    path = _write(tmp_path / "ts.csv", [["t", "y"], *([repr(a), f"{b:.6f}"] for a, b in zip(t, y))])
+    out, ledger = tmp_path / "release", tmp_path / "ledger"
+    argv = ["privacy", "--csv", str(path), "--target", "y", "--sensitive", repr(t[20]), "--alpha", "0.5"]
+    design = ["--lengthscale", "300", "--variance", "1", "--noise-variance", "0.01"]
+    assert main([*argv, *design, "--out", str(out), "--ledger", str(ledger), "--no-progress"]) == 2
+    err = _one_error_line(capsys)
+    # at ℓ = 150 s, the smallest lengthscale of the default θ range (×½ … ×2): 1.7e9 / 150 = 1.13e7
+    assert "'t' (SquaredExponential): inputs up to 1.13e+07 lengthscales from zero (ℓ = 150)" in err
+    assert "subtract a reference value from the column" in err
+    assert not out.exists() and not (tmp_path / "release_owner").exists() and _entries(ledger) == []
+    centred = _write(tmp_path / "centred.csv", [["t", "y"], *([repr(a - t[0]), f"{b:.6f}"] for a, b in zip(t, y))])
+    argv = ["privacy", "--csv", str(centred), "--target", "y", "--sensitive", repr(t[20] - t[0]), "--alpha", "0.5"]
+    assert main([*argv, *design, "--out", str(out), "--ledger", str(ledger), "--no-progress"]) == 0  # the remedy
+    assert len(_entries(ledger)) == 1
+
+
+def test_privacy_cli_a_refusal_after_the_release_writes_nothing(tmp_path, capsys, monkeypatch):
+    # a refusal of the plots' predictions (after release() returned) used to leave released.csv, model.npz and the
+    # ledger entry behind; now the release is recorded and written only once everything that can refuse is done
+    path = _table(tmp_path / "d.csv", n=10)
+    ledger = tmp_path / "ledger"
+    argv = ["privacy", "--csv", str(path), "--target", "y", "--sensitive", "0.5", "--alpha", "0.5", *DESIGN]
+    argv += ["--ledger", str(ledger), "--no-progress"]
+
+    def refuse(self, Xnew, full_cov=False, full_output_cov=False):
+        raise ValueError("the model predicts a negative variance at the inputs given (test)")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(PrivacyAwareGPR, "predict_f", refuse)
+        assert main([*argv, "--out", str(tmp_path / "out")]) == 2
+    assert "negative variance" in _one_error_line(capsys)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "out_owner").exists()
+    assert _entries(ledger) == []
+    assert main([*argv, "--out", str(tmp_path / "again")]) == 0  # the same release then goes through, recorded once
+    assert {p.name for p in (tmp_path / "again").iterdir()} == {"released.csv", "model.npz", "privacy.png"}
+    assert len(_entries(ledger)) == 1
+    assert (tmp_path / "again_owner" / "privacy-raw-vs-released.png").stat().st_size > 0

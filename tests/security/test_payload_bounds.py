@@ -45,22 +45,29 @@ def test_a_domain_is_each_columns_largest_magnitude_rounded_up_to_a_power_of_two
     np.testing.assert_array_equal(domain.columns, [1.0, 512.0, 1.0])
 
 
-def _sweep(algorithm: Any, owner: Any, ids: List[str]) -> Tuple[List[float], Dict[float, Any]]:
-    """The malicious server's sweep of the kernel variance over ``SWEEP``, one ``"statistics"`` exchange a round over
-    every client; returns the variances refused and the aggregates of those answered."""
+def sweep(
+    algorithm: Any,
+    owner: Any,
+    ids: List[str],
+    name: str = "kernel.variance",
+    values: np.ndarray = SWEEP,
+    phase: str = "statistics",
+) -> Tuple[List[float], Dict[float, Any]]:
+    """The malicious server's sweep of the positive parameter ``name`` over ``values``, one ``phase`` exchange a round
+    over every client; returns the values refused and the aggregates of those answered."""
     state = algorithm.initial_state(owner.info)
     positive = gpflow.utilities.positive()
     refused, answered = [], {}
-    for r, variance in enumerate(SWEEP):
+    for r, value in enumerate(values):
         params = dict(state.params)
-        params["kernel.variance"] = np.asarray(positive.inverse(np.float64(variance)).numpy())
+        params[name] = np.asarray(positive.inverse(np.float64(value)).numpy())
         try:
-            _, aggregate, excluded = owner.run(dataclasses.replace(state, params=params), r, "statistics", ids, "train")
+            _, aggregate, excluded = owner.run(dataclasses.replace(state, params=params), r, phase, ids, "train")
         except REFUSED:
-            refused.append(float(variance))
+            refused.append(float(value))
             continue
         assert not excluded
-        answered[float(variance)] = aggregate
+        answered[float(value)] = aggregate
     return refused, answered
 
 
@@ -78,7 +85,7 @@ def test_fsgp_statistics_under_a_swept_kernel_variance_are_refused_past_the_rang
     algorithm, owner, runtime, ids = _federation(_fsgp(rounds=len(SWEEP)), Protection())
     with warnings.catch_warnings():
         warnings.simplefilter("error", FixedPointSaturationWarning)
-        refused, answered = _sweep(algorithm, owner, ids)
+        refused, answered = sweep(algorithm, owner, ids)
     assert not owner.reducer.saturated
     domains = [endpoint.domain for endpoint in runtime.endpoints.values()]
     limit = FixedPoint(ClientPolicy().fractional_bits, K).range
@@ -95,7 +102,7 @@ def test_control_without_the_bound_the_same_sweep_is_clipped(monkeypatch):
     algorithm, owner, _, ids = _federation(_fsgp(rounds=len(SWEEP)), Protection())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FixedPointSaturationWarning)
-        refused, answered = _sweep(algorithm, owner, ids)
+        refused, answered = sweep(algorithm, owner, ids)
     assert owner.reducer.saturated and len(refused) < len(SWEEP)
 
 
@@ -110,7 +117,7 @@ def test_the_refusals_depend_on_the_domain_not_on_the_values_within_it():
             Y[0, 0] = 3.9  # every party's targets within 4 (its power of two), whatever the scale
             endpoint.client._data = (X, np.clip(Y, -3.9, 3.9))
             endpoint._domain = None
-        return _sweep(algorithm, owner, ids)[0]
+        return sweep(algorithm, owner, ids)[0]
 
     assert refusals(0.5) == refusals(1.0)
 

@@ -10,7 +10,6 @@ range, before any value is read, and never clip.
 
 from __future__ import annotations
 
-import dataclasses
 import warnings
 from typing import Any, Dict, List, Tuple
 
@@ -31,10 +30,9 @@ from gpflow_fed.federated.protocol.domain import DataDomain
 from gpflow_fed.federated.protocol.messages import SERVER, Message
 from gpflow_fed.federated.runtimes.base import federation_info, make_clients
 from gpflow_fed.training.stopping import Plateau
-from tests.security.test_eleventh_attack_round import K, N, REFUSED, _federation
+from tests.security.test_eleventh_attack_round import K, N, _federation
+from tests.security.test_payload_bounds import SWEEP, sweep
 
-#: lengthscales the malicious server broadcasts (one a round), from honest to far beyond the range of K members
-SWEEP = np.geomspace(1.0, 1e17, 9)
 #: the broadcasts of the ratio test: unconstrained offsets from the initial values, per round (adversarial included)
 OFFSETS: List[Dict[str, float]] = [
     {},  # honest
@@ -114,25 +112,6 @@ def test_fgp_bound_at_a_later_round_and_the_experts_reply():
     assert set(without.payload_bound(Message(SERVER, 0, "train", state.params), domain)) == set(state.params)
 
 
-def _sweep(algorithm: Any, owner: Any, ids: List[str]) -> Tuple[List[float], Dict[float, Any]]:
-    """The malicious server's sweep of the lengthscale over ``SWEEP``, one ``"train"`` exchange a round over every
-    client; returns the lengthscales refused and the aggregates of those answered."""
-    state = algorithm.initial_state(owner.info)
-    positive = gpflow.utilities.positive()
-    refused, answered = [], {}
-    for r, lengthscale in enumerate(SWEEP):
-        params = dict(state.params)
-        params["kernel.lengthscales"] = np.asarray(positive.inverse(np.float64(lengthscale)).numpy())
-        try:
-            _, aggregate, excluded = owner.run(dataclasses.replace(state, params=params), r, "train", ids, "train")
-        except REFUSED:
-            refused.append(float(lengthscale))
-            continue
-        assert not excluded
-        answered[float(lengthscale)] = aggregate
-    return refused, answered
-
-
 def test_fgp_train_under_a_swept_lengthscale_is_refused_past_the_range_never_clipped():
     """Every party answers while its public bound (times its weight N_k) is within the range of the K members it
     masks over and refuses beyond (the refused lengthscales are the ones the public numbers give), and no answered sum
@@ -140,7 +119,7 @@ def test_fgp_train_under_a_swept_lengthscale_is_refused_past_the_range_never_cli
     algorithm, owner, runtime, ids = _federation(_fgp(rounds=len(SWEEP)), Protection())
     with warnings.catch_warnings():
         warnings.simplefilter("error", FixedPointSaturationWarning)
-        refused, answered = _sweep(algorithm, owner, ids)
+        refused, answered = sweep(algorithm, owner, ids, "kernel.lengthscales", SWEEP, "train")
     assert not owner.reducer.saturated
     domains = [endpoint.domain for endpoint in runtime.endpoints.values()]
     assert all(d.rows == N for d in domains) and len(domains) == K
@@ -164,7 +143,7 @@ def test_control_without_the_bound_the_same_sweep_is_clipped(monkeypatch):
     algorithm, owner, _, ids = _federation(_fgp(rounds=len(SWEEP)), Protection())
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FixedPointSaturationWarning)
-        refused, _ = _sweep(algorithm, owner, ids)
+        refused, _ = sweep(algorithm, owner, ids, "kernel.lengthscales", SWEEP, "train")
     assert owner.reducer.saturated and len(refused) < len(SWEEP)
 
 
