@@ -64,6 +64,9 @@ def make_fsgp() -> FSGP:
 
 # %% [markdown]
 # ## Flower in this process versus LocalRuntime
+# Both runs use secure aggregation (the default), where each party adds a Gaussian of a few fixed-point codes
+# (about 1e-9) from its own OS randomness and rounds at random: the two runs agree to those last digits, not bit for
+# bit (a server that could predict the rounding would read the parties' values from it; see the threat model).
 
 # %%
 local = run(make_fsgp(), dataset, runtime=LocalRuntime(), seed=SEED)
@@ -83,7 +86,7 @@ print(
     local.ledger.total_bytes(),
     ")",
 )
-assert np.allclose(mean_f, mean_l, rtol=1e-10, atol=1e-12) and np.allclose(var_f, var_l, rtol=1e-10, atol=1e-12)
+assert np.allclose(mean_f, mean_l, rtol=1e-6, atol=1e-6) and np.allclose(var_f, var_l, rtol=1e-6, atol=1e-6)
 
 # %%
 fig, ax = plt.subplots(figsize=(7, 3))

@@ -361,6 +361,7 @@ CHECK_SHAPES_EXCEPTIONS = {
     "federated/algorithms/fsgp/algorithm.py:ServerAdam.step": "sequences, one array per variable, any shapes",
     "federated/algorithms/fsgp/checks.py:statistics_fault": "screens untrusted replies: reports a shape as a fault",
     "federated/algorithms/fsgp/checks.py:displacement_fault": "screens untrusted replies: reports a shape as a fault",
+    "federated/algorithms/fsgp/checks.py:displacement_faults": "screens untrusted replies: reports a shape as a fault",
     "federated/algorithms/fsgp/worker.py:initial_inducing_inputs": "documents a ValueError for X not [N, D]",
     "federated/algorithms/postprocess.py:project_to_psd": "documents a ValueError for a non-square matrix",
     "federated/algorithms/postprocess.py:denoised_gram": "documents a ValueError for a non-square matrix",

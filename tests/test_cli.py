@@ -120,6 +120,7 @@ def test_value_errors_exit_2_before_training(tmp_path: Path, capsys: pytest.Capt
     assert not list(tmp_path.rglob("events.out.tfevents.*"))
 
 
+@pytest.mark.usefixtures("nearest_rounding")  # runs compared to the last digits: rounding to nearest
 def test_build_dataset_standardizes_with_pooled_statistics() -> None:
     # the CLI uses FederatedDataset.standardized(): pooled mean/std from client summaries, test set mapped alike
     settings = dict(dataset="synthetic1", partition="random_sizes", clients=3, test_fraction=0.2, seed=0, quick=True)

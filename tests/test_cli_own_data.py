@@ -47,6 +47,7 @@ def test_fedbnr_on_a_csv_json_events_and_plot(tmp_path, capsys):
     assert "needs server-side distillation data" in capsys.readouterr().err
 
 
+@pytest.mark.usefixtures("nearest_rounding")  # runs compared to the last digits: rounding to nearest
 def test_fsgp_on_a_csv_is_what_fit_returns(tmp_path, capsys):
     """One set of defaults and one code path: the CLI's headline row is fit's model on the same table and seed."""
     import gpflow_fed

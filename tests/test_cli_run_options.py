@@ -94,6 +94,7 @@ def test_bad_run_options_exit_2(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.usefixtures("nearest_rounding")  # runs compared to the last digits: rounding to nearest
 def test_pvi_runs_with_fault_and_checkpoint_options(tmp_path, capsys):
     """``--on-error exclude --min-clients 1 --checkpoint-dir`` reach the run: it writes its checkpoints, and
     ``--resume`` continues from them to the same model."""

@@ -111,6 +111,7 @@ QUICK = ("fsgp_fedavg", "fsgp_exact_secure", "fgp")
         )
     ],
 )
+@pytest.mark.usefixtures("nearest_rounding")  # runs compared to the last digits: rounding to nearest
 def test_runs_are_bit_identical_to_the_prerefactor_commit(reference, name):
     """(The name is kept for its test ids; the floating-point values match to round-off, :data:`RTOL`.)"""
     script = _script()

@@ -157,3 +157,18 @@ def test_a_record_a_hair_outside_a_regions_edge_is_added_under_a_sum_kernel(inte
     assert not np.any(np.all(inside == X[20], axis=1))
     protected = with_near_records(inside, X, kernel)
     assert np.any(np.all(protected == X[20], axis=1))
+
+
+def test_a_point_a_hair_off_a_record_far_from_zero_is_refused_for_a_kernel_not_smooth_in_r2():
+    """An eighteenth attacker: with a Matérn-1/2 kernel at x/ℓ ≈ 100, GPflow's r² round-off (≈ ε‖x/ℓ‖²) became
+    Var ≈ 2√(ε‖x/ℓ‖²) > 1e-6, so points 1e-10 lengthscales off a record were judged far (7 of 40 offsets) and the
+    record was released at 0.05–0.57 ξ. The rule is evaluated at the exact difference for a shift-invariant kernel."""
+    X = np.linspace(800.0, 1000.0, 40)[:, None]
+    kernel = gpflow.kernels.Matern12(lengthscales=10.0)
+    missed = []
+    for d in np.geomspace(2e-11, 4e-6, 40):
+        S = X[[20]] + d
+        if not records_near(kernel, X, S)[20]:
+            missed.append(float(d))
+    assert missed == [], missed
+    assert not records_near(kernel, X, X[[20]] + 1e-3)[20]  # 1e-4 lengthscales: correlation 1 − 1e-4, far

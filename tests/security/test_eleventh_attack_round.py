@@ -103,6 +103,7 @@ def test_fsgp_statistics_asked_again_as_predict_over_the_others_is_refused():
         owner.run(state, 0, "predict", ids[:-1], "evaluate")
 
 
+@pytest.mark.usefixtures("nearest_rounding")  # sums compared exactly: rounding to nearest
 def test_control_fsgp_predict_and_statistics_are_one_question():
     """The control: the same θ asked as ``"predict"`` over the *same* cohort is answered (a retry of one question,
     nothing new), and its sum is the statistics' sum; the digest both sides bind is the computation's, not the
@@ -179,6 +180,7 @@ def test_fedbnr_weights_asked_with_a_scaled_a_inverse_over_the_others_is_refused
         owner.run(dataclasses.replace(state, a_inverse=2 * np.eye(M)), 1, "weights", ids[:-1], "evaluate")
 
 
+@pytest.mark.usefixtures("nearest_rounding")  # sums compared exactly: rounding to nearest
 def test_fedbnr_weights_do_not_read_the_partys_noise_variance():
     """σ² is the server's, applied to the sum by the server: a server that steered the parties' σ² (a ``"kernel"``
     broadcast sets the worker's copy, which the scatter answer keeps) to 2σ² and asked ``2I`` would, were the answer
@@ -213,6 +215,7 @@ def test_fedbnr_two_step_gives_the_one_step_protocols_model_after_training():
         np.testing.assert_allclose(b.numpy(), a.numpy(), rtol=1e-9, atol=1e-9)
 
 
+@pytest.mark.usefixtures("nearest_rounding")  # sums compared exactly: rounding to nearest
 def test_control_fedbnr_weights_asked_again_with_the_same_a_inverse_is_answered():
     """The control: the same ``A⁻¹`` again (a retry, over the same cohort) is answered, with the same sum."""
     algorithm, owner, _, ids = _federation(_fedbnr(), Protection())

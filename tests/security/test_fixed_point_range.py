@@ -214,6 +214,7 @@ def test_a_requests_cohort_size_no_longer_changes_the_encoding():
     assert honest.total_weight == 3.0
 
 
+@pytest.mark.usefixtures("nearest_rounding")  # sums compared exactly: rounding to nearest
 @pytest.mark.parametrize("bits", [1, 20, 31, 33, 61])
 def test_a_requests_fractional_bits_are_refused_for_the_request_whatever_the_payload(bits):
     request = Protection(secure_aggregation=SecureAggregation(bits))
@@ -238,6 +239,7 @@ def test_a_partys_bits_come_from_its_node_config_strictly():
 
 
 # --- saturation: clipped, counted, summed, warned --------------------------------------------------------------------
+@pytest.mark.usefixtures("nearest_rounding")  # sums compared exactly: rounding to nearest
 def test_values_beyond_the_range_are_clipped_and_counted_not_refused():
     """Three parties; the range over 3 members at 32 bits is ⌊(2^63 − 1)/3⌋/2^32 ≈ 7.2e8. Two parties have entries
     beyond it (a NaN and an inf among them): every party answers, each clipped entry counts, and the server sees the
@@ -259,6 +261,7 @@ def _dataset(values: Sequence[float]) -> FederatedDataset:
     return FederatedDataset([(np.zeros((1, 1)), np.array([[v]])) for v in values])
 
 
+@pytest.mark.usefixtures("nearest_rounding")  # sums compared exactly: rounding to nearest
 def test_the_server_warns_and_the_history_carries_the_count():
     huge = _dataset([1e12, 2.0, -3e15])  # two parties beyond the range of 3 members
     with pytest.warns(FixedPointSaturationWarning, match="2 entries .* clipped") as caught:
@@ -277,6 +280,7 @@ class SumWithNaN(Sum):
         return self.reply(client, broadcast, {"y": np.array([np.nan])})
 
 
+@pytest.mark.usefixtures("nearest_rounding")  # sums compared exactly: rounding to nearest
 def test_a_non_finite_update_is_encoded_and_counted_not_refused():
     """Under secure aggregation without DP a NaN in a party's update made it refuse (DATA_FAULT, then no protected
     answer for the rest of the run): a refusal that depended on its data. Now it answers: the NaN is encoded as 0 and

@@ -118,6 +118,7 @@ def test_a_first_message_with_other_moments_does_not_standardise_later_answers(m
         assert not np.allclose(_victims_rows(sums), np.concatenate(VICTIM, 1), rtol=1e-3)
 
 
+@pytest.mark.usefixtures("nearest_rounding")  # sums compared exactly: rounding to nearest
 def test_control_the_same_moments_for_every_party_sum_exactly(monkeypatch):
     identity = _scaled(1.0)
     sums = _run_with_moments_per_party(monkeypatch, lambda cid: identity, identity)

@@ -42,6 +42,7 @@ def test_fsgp_gradient_with_scaled_adjoints_over_the_others_is_refused(batched):
         owner.run(doubled, 1, "gradient", ids[:-1], "train")
 
 
+@pytest.mark.usefixtures("nearest_rounding")  # sums compared exactly: rounding to nearest
 def test_control_the_same_adjoints_again_are_answered_with_the_same_sum():
     """A retry (the same parameters and adjoints, the same cohort, a later round) is answered: nothing new."""
     _, owner, runtime, ids, stats, first = _round_zero(False)

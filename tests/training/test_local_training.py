@@ -130,6 +130,7 @@ def test_shared_worker_is_built_once_used_under_its_lock_and_rebuilt_by_a_deep_c
     assert owner.worker.get() is first and owner.builds == 1
 
 
+@pytest.mark.usefixtures("nearest_rounding")  # runs compared to the last digits: rounding to nearest
 def test_an_algorithm_copied_after_a_run_runs_as_the_original() -> None:
     dataset = FederatedDataset(CLIENTS)
     algorithm = PersonalisedGP(

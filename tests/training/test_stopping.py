@@ -43,6 +43,7 @@ def test_plateau_rejects_a_non_finite_objective():
         Plateau(window=1).reached([1.0, float("nan")])
 
 
+@pytest.mark.usefixtures("nearest_rounding")  # runs compared to the last digits: rounding to nearest
 @pytest.mark.parametrize("make", [lambda s: FSGP(_kernel(), np.linspace(-2, 2, 5)[:, None], 0.1, 40, stopping=s),
                                   lambda s: FGP(_kernel(), 0.1, 40, stopping=s)])  # fmt: skip
 def test_algorithms_stop_at_the_plateau_and_still_predict(make):

@@ -211,6 +211,13 @@ class _Kept(NamedTuple):
     limit: Optional[float] = None
 
 
+#: σ, in codes, of the Gaussian a party adds to a fixed-point payload before rounding it at random
+#: (:meth:`~.wire.FixedPoint.encode`: the rounding error's law then does not depend on the payload's fine digits)
+DITHER_CODES = 4.0
+#: codes a bounded payload keeps free below the range for that Gaussian (16σ: beyond it with probability < 1e-57)
+DITHER_MARGIN = 64.0
+
+
 class ClientEncoder:
     """One client's protection: its policy, its per-run keys, and what it has prepared and answered.
 
@@ -532,7 +539,7 @@ class ClientEncoder:
             self._check_bounded_range(kept, fixed)
             saturated = 0
             for n in names:
-                codes[n], count = fixed.encode(arrays[n], uniform=self._rounding())
+                codes[n], count = fixed.encode(arrays[n], uniform=self._rounding(), dither=DITHER_CODES)
                 saturated += count
         entries = sum(int(c.size) for c in codes.values())
         if entries > code_limit(members):  # the count of n members must not wrap either (a layout of ~2^63/n)
@@ -544,9 +551,9 @@ class ClientEncoder:
         return np.concatenate([codes[n].ravel() for n in sorted(codes)]).astype(np.uint64)
 
     def _rounding(self) -> Optional[Callable[[int], np.ndarray]]:
-        """The fixed point's rounding draws: the OS's (:class:`~.distributed_dp.NoiseSource`), unbiased randomized
-        rounding (:meth:`~.wire.FixedPoint.encode`); None (round to nearest) only under
-        :attr:`INSECURE_NEAREST_ROUNDING`."""
+        """The fixed point's draws: the OS's (:class:`~.distributed_dp.NoiseSource`), for a Gaussian of
+        :data:`DITHER_CODES` and unbiased randomized rounding (:meth:`~.wire.FixedPoint.encode`); None (round to
+        nearest, no Gaussian) only under :attr:`INSECURE_NEAREST_ROUNDING`."""
         return None if self.INSECURE_NEAREST_ROUNDING else self._noise.uniform
 
     def _check_dp_range(self, kept: _Kept, fixed: FixedPoint) -> None:
@@ -568,7 +575,7 @@ class ClientEncoder:
         """A payload its algorithm bounds (``Algorithm.payload_bound``) is encoded only within the range of the
         members it is summed over, so no value is ever clipped: the refusal depends on the bound (the broadcast and
         the party's domain) and the cohort, never on a value."""
-        if kept.limit is not None and fixed.range < kept.limit * (1.0 + 1e-9):
+        if kept.limit is not None and fixed.range - DITHER_MARGIN / fixed.scale < kept.limit * (1.0 + 1e-9):
             raise EncoderRefusal(
                 f"secure aggregation: {self.client_id!r} refuses: over {fixed.members} members its fixed point "
                 f"({fixed.fractional_bits} fractional bits) holds |value| ≤ {fixed.range:.3g}, below the "
