@@ -181,14 +181,15 @@ print("figures in", OUT)
 # %% [markdown]
 # ## Key numbers
 # Checked at the end (the tests run this notebook with `GPFLOW_FED_SMALL=1`): the URK's distance to the SE
-# kernel shrinks as m grows; FedBNR without phase-1 rounds is the BLR on the pooled data (to a relative 1e-8:
-# its sums are masked by secure aggregation, the default, whose fixed point resolves 2⁻³²); and a new
+# kernel shrinks as m grows; FedBNR without phase-1 rounds is the BLR on the pooled data (to a relative 1e-6:
+# its sums are masked by secure aggregation, the default, where each party adds its own rounding noise of a few
+# codes of 2⁻³², about 1e-9, so that the sums reveal nothing of the parties' last digits); and a new
 # client on an unseen range gains from the federation (global test MSE under a tenth of its personalised MSE).
 
 # %%
 assert np.all(np.diff(errors) < 0), errors
 pooled = BayesianLinearRegression(two.pooled(), kernel, noise, prior)
 for a, b in zip(fedbnr.predict_f(X_test), pooled.predict_f(X_test)):
-    np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6, atol=1e-8)
 assert max(curves["FedBNR"]) < 0.1 * min(curves["personalised"]), curves
 print("key numbers hold:", np.round(errors, 4).tolist())

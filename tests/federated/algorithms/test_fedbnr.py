@@ -29,6 +29,7 @@ def _dataset(sizes=(20, 30, 40)) -> FederatedDataset:
     return FederatedDataset([(X[a:b], Y[a:b]) for a, b in zip(cuts[:-1], cuts[1:])], test=(X, Y))
 
 
+@pytest.mark.usefixtures("nearest_rounding")  # compared to the pooled model to 1e-7: rounding to nearest
 @pytest.mark.parametrize("protocol", ["statistics", "two_step"])
 def test_rounds_zero_equals_pooled_blr(protocol: str) -> None:
     net = tf_keras.Sequential([tf_keras.layers.Dense(4, activation="tanh")])
