@@ -22,10 +22,13 @@ counted; the count is one more entry of the masked payload (:data:`~.wire.SATURA
 cohort's total only, and warns on it. Without DP a non-finite entry is one of them (NaN encoded as 0, ±inf clipped to
 ±R, each counted), so no value of the payload makes the client refuse. A request's ``fractional_bits`` must name the
 client's own f: more bits would shrink the client's range (a saturation threshold of the server's choosing), fewer would
-coarsen the rounding, whose errors ``Σ_k e_k`` (``|e_k| ≤ 2^{-f-1}``) are all a fixed-point sum carries beyond the exact
-one; either is refused for the request's own value. A clipped sum swept over a scale the server broadcasts still gives
-each party's values (issue 43, the clip leak), so where the phase's algorithm bounds every entry of the reply from
-public numbers (``Algorithm.payload_bound``: the broadcast and the party's
+coarsen the rounding; either is refused for the request's own value. Without DP each entry is ``2^f x`` plus the party's
+own Gaussian of :data:`DITHER_CODES` codes, rounded at random without bias (:meth:`~.wire.FixedPoint.encode`, the OS's
+randomness): rounding to nearest made a sum a staircase of each party's values, and random rounding alone an error
+whose variance depended on their fine digits (issue 43); the sum's error beyond the exact one is that noise alone. A
+clipped sum swept over a scale the server broadcasts still gives each party's values (issue 43, the clip leak), so
+where the phase's algorithm bounds every entry of the reply from public numbers (``Algorithm.payload_bound``: the
+broadcast and the party's
 :class:`~gpflow_fed.federated.protocol.domain.DataDomain`, passed to :meth:`ClientEncoder.prepare`), nothing is clipped:
 a bound beyond the range of the members verified is refused when encoding, a value beyond its bound raises
 ``ValueError`` (the endpoint's :data:`DATA_FAULT`), a metric without a bound is not sent. Under DP the range holds the

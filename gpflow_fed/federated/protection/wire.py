@@ -136,12 +136,12 @@ class FixedPoint:
                 rounded = np.rint(kept)
             else:  # ⌊s⌋ and s − ⌊s⌋ are exact in float64; an integer-valued s stays itself
                 count = kept.size
-                draws = np.asarray(uniform(3 * count), np.float64)
+                draws = np.asarray(uniform((3 if dither > 0.0 else 1) * count), np.float64)
                 if dither > 0.0:  # 1 − u ∈ (0, 1]: the logarithm is finite
-                    radius = np.sqrt(-2.0 * np.log1p(-draws[:count]))
-                    kept = kept + (dither * radius * np.cos(2.0 * np.pi * draws[count : 2 * count])).reshape(kept.shape)
+                    radius = np.sqrt(-2.0 * np.log1p(-draws[count : 2 * count]))
+                    kept = kept + (dither * radius * np.cos(2.0 * np.pi * draws[2 * count :])).reshape(kept.shape)
                 below = np.floor(kept)
-                rounded = below + (draws[2 * count :].reshape(kept.shape) < kept - below)
+                rounded = below + (draws[:count].reshape(kept.shape) < kept - below)
             high = np.isposinf(scaled) | (rounded > bound)  # a float above the bound is above L_n
             low = np.isneginf(scaled) | (rounded < -bound)
         codes = np.where(high | low, 0.0, rounded).astype(np.int64)
