@@ -285,6 +285,7 @@ def party_command(args: argparse.Namespace) -> Tuple[List[str], str]:
         "target": table.target,
         **({} if getattr(args, "party_name", None) is None else {"party-name": args.party_name}),
         **(getattr(args, "identity", None) or _identity_settings(args)),
+        **({} if getattr(args, "worker", None) is None else {"worker": args.worker}),
     }
     command = supernode_command(args.superlink, args.port, data, args.client_index, root, policy)
     return [executable("flower-supernode"), *command[1:]], data
@@ -295,6 +296,13 @@ def _party(args: argparse.Namespace) -> int:
     from ..federated.runtimes.flower.lifetime import serve_party
     from ..federated.runtimes.flower.processes import Interrupted, ProcessFamily
 
+    import shutil
+    import tempfile
+
+    from ..federated.runtimes.flower.worker import worker_command
+
+    # the party's worker (its updates in one process, TensorFlow imported once): a private folder of its own
+    args.worker = tempfile.mkdtemp(prefix="gpflow-fed-party-")
     command, data = party_command(args)
     table = args.table
     who = f"party {args.client_index}"
@@ -318,12 +326,21 @@ def _party(args: argparse.Namespace) -> int:
         with family:
             environment = party_environment(command[0])
             status = serve_party(
-                family, command, environment, args.superlink, linger=args.linger, stay=args.stay, report=report
+                family,
+                command,
+                environment,
+                args.superlink,
+                linger=args.linger,
+                stay=args.stay,
+                report=report,
+                worker=worker_command(args.worker),
             )
     except Interrupted as stop:
         ended = family.ended
         print(f"{who}: stopped ({stop}); its SuperNode and the {ended} process(es) it ran have ended", flush=True)
         return stop.exit_status
+    finally:
+        shutil.rmtree(args.worker, ignore_errors=True)
     return status
 
 

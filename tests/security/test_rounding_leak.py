@@ -116,3 +116,74 @@ def test_a_party_encodes_with_its_gaussian(monkeypatch):
     state = algorithm.initial_state(owner.info)
     owner.run(state, 0, "statistics", ids, "train")
     assert calls and set(calls) == {(True, DITHER_CODES)}
+
+
+#: a party's entry at 2^59 codes: float64 holds multiples of 128 codes there
+LATTICE_TOP = 2.0**59.5
+LATTICE_DRAWS = 200_000
+
+
+def _first_harmonic(offset: float, dither: float) -> complex:
+    """``E exp(2πi·code/256)`` over LATTICE_DRAWS encodings of the float at 2^59 + ``offset`` codes (a multiple of
+    128): the signal an eighteenth attacker read from ``total mod 256`` (about +1 or −1 when the code mod 256 is the
+    party's lattice bit; sampling noise, ~1/√draws, for a law that does not depend on where the value sits)."""
+    fixed = FixedPoint(ClientPolicy().fractional_bits, 3)
+    x = np.full(LATTICE_DRAWS, (2.0**59 + offset) / fixed.scale)
+    codes, _ = fixed.encode(x, uniform=NoiseSource().uniform, dither=dither)
+    return complex(np.mean(np.exp(2j * np.pi * (codes.view(np.int64) % 256) / 256.0)))
+
+
+def test_control_a_four_code_gaussian_leaves_the_float_lattice_readable():
+    """The test can fail: with σ = 4 codes, a float of 2^59 codes (a multiple of 128) keeps its lattice bit in
+    ``code mod 256`` (σ ≪ 128); before the Gaussian was added as an integer, float64 rounded it away altogether."""
+    assert _first_harmonic(0.0, DITHER_CODES).real > 0.95 and _first_harmonic(128.0, DITHER_CODES).real < -0.95
+
+
+def test_the_gaussian_scaled_to_the_float_spacing_hides_the_lattice():
+    """σ = ``dither_codes(top)`` (4 spacings of the largest float the entry may be), added as an integer: ``code mod
+    256`` has the same law for a value on either lattice point (its first harmonic is sampling noise). Added in
+    float64 instead, the Gaussian near 2^59 lands on two lattices (64 codes apart below 2^59, 128 above): |harmonic|
+    0.026, five times this bound."""
+    from gpflow_fed.federated.protection.encoder import dither_codes, float_spread
+
+    assert float_spread(2.0**40) == 1.0 and float_spread(LATTICE_TOP) == 128.0
+    assert dither_codes(2.0**40) == DITHER_CODES and dither_codes(LATTICE_TOP) == 4 * 128.0
+    for offset in (0.0, 128.0):
+        assert abs(_first_harmonic(offset, dither_codes(LATTICE_TOP))) < 5.0 / np.sqrt(LATTICE_DRAWS)
+
+
+def test_a_party_widens_its_gaussian_with_its_public_bound(monkeypatch):
+    """On an ordinary secure exchange whose payload bound reaches past 2^56 codes (a kernel variance the server chose
+    so, as the attacker did), the party's Gaussian is ``dither_codes`` of that bound, not 4 codes."""
+    from gpflow_fed.federated.protection.encoder import dither_codes
+
+    calls = []
+    encode = FixedPoint.encode
+
+    def spy(self, values, uniform=None, dither=0.0):
+        calls.append(dither)
+        return encode(self, values, uniform=uniform, dither=dither)
+
+    algorithm, owner, runtime, ids = _federation(_fsgp(rounds=2), Protection())
+    state = algorithm.initial_state(owner.info)
+    fixed = FixedPoint(ClientPolicy().fractional_bits, len(ids))
+    positive = gpflow.utilities.positive()
+
+    def at(variance: float) -> tuple:
+        params = dict(state.params)
+        params["kernel.variance"] = np.asarray(positive.inverse(np.float64(variance)).numpy())
+        read = algorithm.read_broadcast(Message("server", 0, "statistics", params))
+        tops = [
+            max(float(np.max(np.abs(b))) for b in algorithm.payload_bound(read, e.domain).values()) * fixed.scale
+            for e in runtime.endpoints.values()
+        ]
+        return params, max(tops)
+
+    variance = 1.0
+    while at(variance * 2.0)[1] < 2.0**60:  # the largest power of two the range still holds (with its margin)
+        variance *= 2.0
+    params, top = at(variance)
+    assert 2.0**56 <= top
+    monkeypatch.setattr(FixedPoint, "encode", spy)
+    _, _, excluded = owner.run(dataclasses.replace(state, params=params), 0, "statistics", ids, "train")
+    assert not excluded and calls and max(calls) >= dither_codes(2.0**56) > DITHER_CODES

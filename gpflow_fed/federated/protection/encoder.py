@@ -215,10 +215,31 @@ class _Kept(NamedTuple):
 
 
 #: σ, in codes, of the Gaussian a party adds to a fixed-point payload before rounding it at random
-#: (:meth:`~.wire.FixedPoint.encode`: the rounding error's law then does not depend on the payload's fine digits)
+#: (:meth:`~.wire.FixedPoint.encode`: the rounding error's law then does not depend on the payload's fine digits),
+#: for entries below 2^53 codes (:func:`dither_codes` widens it above)
 DITHER_CODES = 4.0
 #: codes a bounded payload keeps free below the range for that Gaussian (16σ: beyond it with probability < 1e-57)
 DITHER_MARGIN = 64.0
+
+
+def float_spread(top: float) -> float:
+    """How many codes apart float64 numbers of magnitude up to ``top`` codes may be: ``max(1, spacing(top))``.
+
+    Above 2^53 codes a float64 holds only multiples of its spacing (16 codes at 2^56, 512 at 2^61): a party's own
+    value there is a multiple of that spacing, and a Gaussian of 4 codes added in float64 is rounded away. A masked
+    sum then showed a party's float lattice (``total mod 256`` told the binade of the smallest party's entry, and a
+    server that swept the kernel variance read FSGP's statistics to 2e-16: issue 43, an eighteenth attacker).
+    """
+    return max(1.0, float(np.spacing(np.float64(abs(top)))))
+
+
+def dither_codes(top: float) -> float:
+    """σ, in codes, of the Gaussian a party adds to entries of magnitude at most ``top`` codes, a public number (the
+    payload's bound, else the range): :data:`DITHER_CODES` times :func:`float_spread`, so σ is at least 4 spacings of
+    every float the entry may be and the error's law depends on where the value sits on its float lattice only
+    through terms ``e^{−2π²·16}`` (1e-137), as on the integer lattice. In payload units: ``4·2^-f`` below 2^53 codes,
+    about ``top·2^-f·9e-16`` above."""
+    return DITHER_CODES * float_spread(top)
 
 
 class ClientEncoder:
@@ -541,8 +562,12 @@ class ClientEncoder:
             self._check_dp_range(kept, fixed)
             self._check_bounded_range(kept, fixed)
             saturated = 0
+            # the largest |code| an entry may take, from public numbers: the payload's bound. A phase without one
+            # keeps 4 codes: its values reach the range only where they clip, which already shows them (the clip
+            # leak of the threat model), and a wider Gaussian would cost every such sum ~1e-6 at f = 32
+            top = 0.0 if kept.limit is None else min(float(fixed.limit), kept.limit * fixed.scale)
             for n in names:
-                codes[n], count = fixed.encode(arrays[n], uniform=self._rounding(), dither=DITHER_CODES)
+                codes[n], count = fixed.encode(arrays[n], uniform=self._rounding(), dither=dither_codes(top))
                 saturated += count
         entries = sum(int(c.size) for c in codes.values())
         if entries > code_limit(members):  # the count of n members must not wrap either (a layout of ~2^63/n)
@@ -578,7 +603,10 @@ class ClientEncoder:
         """A payload its algorithm bounds (``Algorithm.payload_bound``) is encoded only within the range of the
         members it is summed over, so no value is ever clipped: the refusal depends on the bound (the broadcast and
         the party's domain) and the cohort, never on a value."""
-        if kept.limit is not None and fixed.range - DITHER_MARGIN / fixed.scale < kept.limit * (1.0 + 1e-9):
+        if kept.limit is None:
+            return
+        margin = DITHER_MARGIN * float_spread(min(float(fixed.limit), kept.limit * fixed.scale))  # 16σ (dither_codes)
+        if fixed.range - margin / fixed.scale < kept.limit * (1.0 + 1e-9):
             raise EncoderRefusal(
                 f"secure aggregation: {self.client_id!r} refuses: over {fixed.members} members its fixed point "
                 f"({fixed.fractional_bits} fractional bits) holds |value| ≤ {fixed.range:.3g}, below the "

@@ -115,12 +115,16 @@ class FixedPoint:
             server that scales a payload continuously (FSGP's statistics by the kernel variance) read, from where the
             rounded sum stepped, every client's entries to float precision (issue 43, a sixteenth attacker). None:
             round to nearest.
-        :param dither: with ``uniform``, the standard deviation σ in codes of a zero-mean Gaussian added to ``2^f x``
-            before the rounding (Box–Muller from the same draws). Randomized rounding alone leaves the error's variance
-            ``φ(1 − φ)`` a function of the fraction φ of ``2^f x``, which a server that asks for many scales of one
-            number reads back (a seventeenth attacker: each party's statistic to 1e-8 in 60 exchanges); with the
-            Gaussian, the error's distribution depends on φ only through Fourier terms ``e^{−2π²σ²k²}`` (≈ 1e-137 at
-            σ = 4), so the code is ``2^f x`` plus noise whose law is the same for every x.
+        :param dither: with ``uniform``, the standard deviation σ in codes of a zero-mean Gaussian added to the
+            fraction ``2^f x − ⌊2^f x⌋`` before the rounding (Box–Muller from the same draws), the rounded result added
+            to ``⌊2^f x⌋`` as an integer (never in float64 at the size of ``2^f x``, which would round the Gaussian to
+            x's float lattice). Randomized rounding alone leaves the error's variance ``φ(1 − φ)`` a function of the
+            fraction φ of ``2^f x``, which a server that asks for many scales of one number reads back (a seventeenth
+            attacker: each party's statistic to 1e-8 in 60 exchanges); with the Gaussian, the error's distribution
+            depends on φ only through Fourier terms ``e^{−2π²σ²k²}`` (≈ 1e-137 at
+            σ = 4), so the code is ``2^f x`` plus noise whose law is the same for every x. Above 2^53 codes ``x``
+            itself is a multiple of its float spacing, which σ must exceed several times for that lattice not to show
+            in a sum (:func:`~.encoder.dither_codes`).
         :raises TypeError: complex values (the payload's type, not its values: send real and imaginary parts).
         """
         if np.iscomplexobj(values):
@@ -133,18 +137,28 @@ class FixedPoint:
             finite = np.isfinite(scaled)
             kept = np.where(finite, scaled, 0.0)  # NaN → 0
             if uniform is None:
-                rounded = np.rint(kept)
-            else:  # ⌊s⌋ and s − ⌊s⌋ are exact in float64; an integer-valued s stays itself
+                whole, step = np.rint(kept), np.zeros(kept.shape, np.int64)
+            else:  # ⌊s⌋ and s − ⌊s⌋ are exact in float64 (an integer-valued s stays itself)
+                whole = np.floor(kept)
+                fraction = kept - whole  # in [0, 1)
                 count = kept.size
                 draws = np.asarray(uniform((3 if dither > 0.0 else 1) * count), np.float64)
                 if dither > 0.0:  # 1 − u ∈ (0, 1]: the logarithm is finite
                     radius = np.sqrt(-2.0 * np.log1p(-draws[count : 2 * count]))
-                    kept = kept + (dither * radius * np.cos(2.0 * np.pi * draws[2 * count :])).reshape(kept.shape)
-                below = np.floor(kept)
-                rounded = below + (draws[:count].reshape(kept.shape) < kept - below)
-            high = np.isposinf(scaled) | (rounded > bound)  # a float above the bound is above L_n
-            low = np.isneginf(scaled) | (rounded < -bound)
-        codes = np.where(high | low, 0.0, rounded).astype(np.int64)
+                    fraction = fraction + (dither * radius * np.cos(2.0 * np.pi * draws[2 * count :])).reshape(
+                        kept.shape
+                    )
+                # the Gaussian and the rounding act on the fraction, a small number, and are added to the whole codes
+                # as integers: a float64 sum with 2^f x would round the Gaussian to x's float lattice (16 codes and
+                # more above 2^56), where a masked total showed each party's lattice (issue 43, an eighteenth attacker)
+                below = np.floor(fraction)
+                step = (below + (draws[:count].reshape(kept.shape) < fraction - below)).astype(np.int64)
+            inside = np.abs(whole) <= bound  # a float within the bound converts to int64 exactly
+            codes = np.where(inside, whole, 0.0).astype(np.int64)
+            # beyond ±L_n after the step: compared without forming the sum (L_n may be 2^63 − 1)
+            high = np.isposinf(scaled) | (~inside & (whole > 0)) | (inside & (step > 0) & (codes > limit - step))
+            low = np.isneginf(scaled) | (~inside & (whole < 0)) | (inside & (step < 0) & (codes < -limit - step))
+            codes = np.array(codes + np.where(high | low, 0, step), dtype=np.int64)  # an array, 0-d included
         codes[high] = limit
         codes[low] = -limit
         saturated = int(np.count_nonzero(high | low | np.isnan(scaled)))

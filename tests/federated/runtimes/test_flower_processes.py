@@ -162,14 +162,14 @@ def test_sigterm_on_a_party_ends_its_supernode_and_everything_below_it(tmp_path)
     try:
         # the party, its SuperNode and the SuperNode's flower-superexec (no SuperLink: it keeps retrying)
         _wait_for(lambda: any("flower-superexec" in n for n in _names(family)), 120, "the SuperNode starts")
-        assert len(family.look()) == 2  # the party's session and its SuperNode's
+        assert len(family.look()) == 3  # the party's session, its worker's and its SuperNode's
         party.send_signal(signal.SIGTERM)
         assert party.wait(timeout=30) == 128 + signal.SIGTERM
         assert family.alive() == []  # nothing left of either session
     finally:
         family.stop()
     out = (tmp_path / "cli.log").read_text()
-    assert "party 0: stopped (SIGTERM); its SuperNode and the 2 process(es) it ran have ended" in out
+    assert "party 0: stopped (SIGTERM); its SuperNode and the 3 process(es) it ran have ended" in out
 
 
 @pytest.mark.skipif(not LINUX, reason="the processes are read from /proc (Linux)")

@@ -24,7 +24,9 @@ one is a ``ValueError`` naming its key):
 * ``max-colluders`` (default: the protocol's c): the collusion bound that sets its consistency-round quorum;
 * ``trust-server-noise`` (default false): let a DP clip bind its bounded payload under central DP's (server's) noise;
 * ``dp-budget-epsilon`` and ``dp-budget-delta`` (both or neither): the (ε, δ) its distributed-DP answers may spend;
-* ``dp-ledger``: its DP ledger file, required with a budget (``gpflow-fed flower ledger create``).
+* ``dp-ledger``: its DP ledger file, required with a budget (``gpflow-fed flower ledger create``);
+* ``worker`` (optional): the folder of the party's worker (:mod:`.worker`), which computes its updates in one
+  process for the whole run (``gpflow-fed flower party`` starts it and sets this).
 
 The policy keys are :meth:`~gpflow_fed.federated.protection.policy.ClientPolicy.from_node_config`'s (what each
 means: :mod:`~gpflow_fed.federated.protection.policy`); no run config and no message can lower them.
@@ -54,7 +56,9 @@ party's algorithm, reads its data and restores its model, and so imports TensorF
 secure-aggregation stage (``advertise``, ``share``, ``store``, ``masked_input``, ``unmask``) is answered by the
 party's encoder alone, restored from and saved back to ``Context.state`` (:func:`_protocol_answer`), and ``describe``
 reads only its data's shapes: this module imports no TensorFlow, so a ClientApp process that handles such a message
-starts in about the time Flower's own imports take.
+starts in about the time Flower's own imports take. An update goes to the party's worker when its node config names
+one (:mod:`.worker`: TensorFlow imported once, the party's endpoint kept alive, its encoder still in
+``Context.state``), and is computed here only when the worker cannot be reached (:class:`ClientHost`).
 """
 
 from __future__ import annotations
@@ -100,6 +104,10 @@ Live = Dict[Tuple[int, int, str], ClientEndpoint]
 ENCODER_STATE = "gpflow-fed.encoder"
 #: ``Context.state`` record: per job, the request context (:func:`.records.request_context`) the party answers it with
 CONTEXTS = "gpflow-fed.contexts"
+#: ``Context.state`` record: per job, how many updates the party has answered (a worker's live endpoint must match it)
+UPDATES = "gpflow-fed.updates"
+#: the node config key naming the party's worker folder (:mod:`.worker`; set by ``gpflow-fed flower party``)
+WORKER = "worker"
 
 
 def _node_setting(context: Context, key: str) -> Any:
@@ -388,25 +396,88 @@ def _restore_client_after_setup(directory: str, endpoint: ClientEndpoint) -> boo
 class ClientHost:
     """What one ClientApp holds for its parties: the job's algorithm and, kept alive, their endpoints.
 
-    A deployed ClientApp process answers one message and exits, so it keeps nothing (``keep_alive=False``): every
-    update ends by writing the client's state to its ``state-dir`` and its encoder's to ``Context.state``, and the
-    next message restores them. An in-process transport (:class:`~.testing.LoopbackGrid`) keeps each party's
-    endpoint in :attr:`live` between messages instead. Nothing is held at module level: each host is one
-    federation's parties.
+    Three ways to hold a party between messages:
 
-    :param keep_alive: keep each party's endpoint in :attr:`live` between messages.
+    * **restarted** (the default, ``keep_alive=False``): a deployed ClientApp process answers one message and exits,
+      so it keeps nothing: every update ends by writing the client's state to its ``state-dir`` and its encoder's to
+      ``Context.state``, and the next message restores them. When the node config names a ``worker``
+      (:mod:`.worker`), an update is forwarded to the party's worker instead, and computed here only when the worker
+      cannot be reached.
+    * **resident** (``resident=True``): the party's worker (:mod:`.worker`). Each job's endpoint (its algorithm,
+      client, model and traced functions) stays in :attr:`live`, and is still saved after every update as a restarted
+      one is; its encoder is read from the forwarded ``Context.state`` for every update and written back to it, so
+      keys, answers and budget live where a restarted ClientApp keeps them. An endpoint that missed an update (one the
+      ClientApp answered without its worker: the count in ``Context.state`` differs) is rebuilt from its
+      ``state-dir``.
+    * **kept alive** (``keep_alive=True``): an in-process transport (:class:`~.testing.LoopbackGrid`) keeps each
+      party's endpoint, encoder included, in :attr:`live`; nothing is written.
+
+    Nothing is held at module level: each host is one federation's parties.
+
+    :param keep_alive: keep each party's endpoint and encoder in :attr:`live` between messages.
+    :param resident: keep each party's endpoint in :attr:`live`, and its state where a restarted one keeps it.
     :param job_algorithm: the algorithm of a job (default :func:`.records.job_algorithm`: the run config's registered
         factory, or the moments job's).
+    :raises ValueError: both ``keep_alive`` and ``resident``.
     """
 
-    def __init__(self, *, keep_alive: bool = False, job_algorithm: Optional[JobAlgorithm] = None) -> None:
+    def __init__(
+        self, *, keep_alive: bool = False, resident: bool = False, job_algorithm: Optional[JobAlgorithm] = None
+    ) -> None:
+        if keep_alive and resident:
+            raise ValueError("a ClientHost is kept alive (in process) or resident (a worker), not both")
         self.keep_alive = bool(keep_alive)
+        self.resident = bool(resident)
         self.job_algorithm: JobAlgorithm = job_algorithm or default_job_algorithm
-        #: the parties' endpoints by (run id, node id, job); empty unless ``keep_alive``
+        #: the parties' endpoints by (run id, node id, job); empty unless ``keep_alive`` or ``resident``
         self.live: Live = {}
+        #: a resident host's count of each live endpoint's updates (as ``Context.state`` counted them)
+        self._counts: Dict[Tuple[int, int, str], int] = {}
+
+    def answer(self, content: RecordDict, context: Context) -> RecordDict:
+        """The party's reply to one ``train`` message's ``content`` (one stage of an exchange), ``context.state``
+        updated in place."""
+        request, info = recorddict_to_request(content)
+        job, moments = job_moments(content, info)
+        current = request_context(info, job, moments)
+        refusal = _context_refusal(context, job, current, self.live)
+        if refusal:
+            response = Response(fault=refusal, error=PermissionError(refusal))
+            return response_to_recorddict(response, request.purpose)
+        if request.stage in PROTOCOL_STAGES and not self.keep_alive:  # no TensorFlow (module docstring)
+            return response_to_recorddict(_protocol_answer(info, context, request), request.purpose)
+        if not (self.keep_alive or self.resident) and context.node_config.get(WORKER):
+            from .worker import forward  # no TensorFlow
+
+            forwarded = forward(str(context.node_config[WORKER]), content, context)
+            if forwarded is not None:
+                return forwarded
+        key = (int(context.run_id), int(context.node_id), job)
+        if self.resident:  # a worker serves its party's runs one after another: it keeps the current run's only
+            for old in [k for k in self.live if k[0] != key[0]]:
+                del self.live[old]
+            if key in self.live and self._counts.get(key) != _updates(context, job):
+                del self.live[key]  # it missed an update answered without this worker: rebuilt from its state folder
+        endpoint, directory = _endpoint(info, context, job, moments, current, self.live, self.job_algorithm)
+        if self.resident:
+            _, client_id = _client_id(context, info)
+            endpoint.encoder = _encoder(context, client_id)  # Context.state is where the party's encoder lives
+            endpoint.encoder.sizes = info.client_sizes
+            directory = directory or _state_dir(context, client_id, job)
+        response = endpoint.handle(request)
+        if self.keep_alive:
+            self.live[key] = endpoint
+        else:
+            if directory is not None and endpoint.ready:
+                _save_client(directory, endpoint.client)
+            context.state.config_records[ENCODER_STATE] = ConfigRecord({"state": endpoint.encoder.to_state()})
+            count = _count_update(context, job)
+            if self.resident:
+                self.live[key], self._counts[key] = endpoint, count
+        return response_to_recorddict(response, request.purpose)
 
     def app(self) -> ClientApp:
-        """The ClientApp: ``query`` answers ``describe``, ``train`` one stage of an exchange."""
+        """The ClientApp: ``query`` answers ``describe``, ``train`` one stage of an exchange (:meth:`answer`)."""
         client_app = ClientApp()
 
         @client_app.query()
@@ -415,27 +486,28 @@ class ClientHost:
 
         @client_app.train()
         def train(msg: FlowerMessage, context: Context) -> FlowerMessage:
-            request, info = recorddict_to_request(msg.content)
-            job, moments = job_moments(msg.content, info)
-            current = request_context(info, job, moments)
-            refusal = _context_refusal(context, job, current, self.live)
-            if refusal:
-                response = Response(fault=refusal, error=PermissionError(refusal))
-                return FlowerMessage(response_to_recorddict(response, request.purpose), reply_to=msg)
-            if request.stage in PROTOCOL_STAGES and not self.keep_alive:  # no TensorFlow (module docstring)
-                response = _protocol_answer(info, context, request)
-                return FlowerMessage(response_to_recorddict(response, request.purpose), reply_to=msg)
-            endpoint, directory = _endpoint(info, context, job, moments, current, self.live, self.job_algorithm)
-            response = endpoint.handle(request)
-            if self.keep_alive:
-                self.live[(int(context.run_id), int(context.node_id), job)] = endpoint
-            else:
-                if directory is not None and endpoint.ready:
-                    _save_client(directory, endpoint.client)
-                context.state.config_records[ENCODER_STATE] = ConfigRecord({"state": endpoint.encoder.to_state()})
-            return FlowerMessage(response_to_recorddict(response, request.purpose), reply_to=msg)
+            return FlowerMessage(self.answer(msg.content, context), reply_to=msg)
 
         return client_app
+
+
+def _counts_of(context: Context) -> Dict[str, int]:
+    """``Context.state``'s count of updates answered, per job, in this run."""
+    record = context.state.config_records.get(UPDATES)
+    return {} if record is None else {str(job): int(str(count)) for job, count in record.items()}
+
+
+def _updates(context: Context, job: str) -> int:
+    """How many updates of ``job`` this party has answered in this run (``Context.state``'s count)."""
+    return _counts_of(context).get(job, 0)
+
+
+def _count_update(context: Context, job: str) -> int:
+    """Count one more update of ``job`` in ``Context.state``; the new count."""
+    counts = _counts_of(context)
+    counts[job] = counts.get(job, 0) + 1
+    context.state.config_records[UPDATES] = ConfigRecord(dict(counts))
+    return counts[job]
 
 
 def make_client_app(*, keep_alive: bool = False, job_algorithm: Optional[JobAlgorithm] = None) -> ClientApp:

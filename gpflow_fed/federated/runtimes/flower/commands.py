@@ -57,11 +57,18 @@ OFFLINE_ENV = {"FLWR_DISABLE_UPDATE_CHECK": "1", "FLWR_TELEMETRY_ENABLED": "0"}
 Setting = Union[str, int, float, bool]
 
 
+#: Flower 1.41's setting of how often a SuperNode's ``flower-superexec`` looks for a message to start a ClientApp for
+SUPEREXEC_POLL_ENV = "FLWR_SUPEREXEC_TASK_POLL_INTERVAL"
+#: a party's: every 0.2 s (Flower's default 1 s adds half a second to every exchange, on average)
+SUPEREXEC_POLL = "0.2"
+
+
 def party_environment(supernode: str, base: Optional[Mapping[str, str]] = None) -> Dict[str, str]:
     """The environment of a party's ``flower-supernode`` (the executable ``supernode``): ``base`` (default this
-    process's) kept offline (:data:`OFFLINE_ENV`), with the SuperNode's folder first on ``PATH`` (its
+    process's) kept offline (:data:`OFFLINE_ENV`), its SuperExec looking for work every :data:`SUPEREXEC_POLL`
+    seconds unless ``base`` sets :data:`SUPEREXEC_POLL_ENV`, with the SuperNode's folder first on ``PATH`` (its
     ``flower-superexec`` and ``flwr-clientapp`` are found beside it)."""
-    env = {**(os.environ if base is None else base), **OFFLINE_ENV}
+    env = {SUPEREXEC_POLL_ENV: SUPEREXEC_POLL, **(os.environ if base is None else base), **OFFLINE_ENV}
     env["PATH"] = os.path.dirname(supernode) + os.pathsep + env.get("PATH", "")
     return env
 

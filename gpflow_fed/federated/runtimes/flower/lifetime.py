@@ -16,7 +16,7 @@ from __future__ import annotations
 import subprocess
 import time
 import urllib.request
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 from .processes import ProcessFamily
 
@@ -44,6 +44,7 @@ def serve_party(
     stay: bool = False,
     poll: float = 1.0,
     report: Callable[[str], None] = print,
+    worker: Optional[Sequence[str]] = None,
 ) -> int:
     """Run a party's SuperNode ``command`` in ``family`` until the federation no longer needs it (module docstring).
 
@@ -55,11 +56,15 @@ def serve_party(
     :param stay: never stop because the SuperLink stopped (serve the next run).
     :param poll: seconds between looks.
     :param report: called with one line when the party decides to stop (or to stay).
+    :param worker: the command of the party's worker (:mod:`.worker`), started in ``family`` before the SuperNode,
+        with the same environment; the party does not depend on it (its ClientApps answer without it).
     :return: the exit status: 0 when the SuperLink stopped, else the SuperNode's own (it exited by itself).
     :raises ValueError: a negative ``linger`` or a ``poll`` that is not positive.
     """
     if not linger >= 0 or not poll > 0:
         raise ValueError(f"linger must be non-negative and poll positive seconds, got {linger!r}, {poll!r}")
+    if worker is not None:
+        family.start(list(worker), env=dict(env))
     supernode = family.start(list(command), env=dict(env))
     seen = False
     silent_since = None
