@@ -187,3 +187,52 @@ def test_a_party_widens_its_gaussian_with_its_public_bound(monkeypatch):
     monkeypatch.setattr(FixedPoint, "encode", spy)
     _, _, excluded = owner.run(dataclasses.replace(state, params=params), 0, "statistics", ids, "train")
     assert not excluded and calls and max(calls) >= dither_codes(2.0**56) > DITHER_CODES
+
+
+def test_a_central_dp_request_does_not_narrow_the_gaussian(monkeypatch):
+    """A nineteenth attacker: under central DP the payload's bound was not used (the clip decides the values), so σ
+    fell back to 4 codes, and a request with noise multiplier 1e-300 and a clip just below the range brought the
+    float-lattice leak back (a party's statistic to 3.6e-15 in 352 exchanges). σ now comes from the clip (times the
+    weight cap for a mean), the public top of what the party encodes under central DP."""
+    from gpflow_fed.federated import DifferentialPrivacy
+    from gpflow_fed.federated.protection.encoder import dither_codes
+
+    calls = []
+    encode = FixedPoint.encode
+
+    def spy(self, values, uniform=None, dither=0.0):
+        calls.append(dither)
+        return encode(self, values, uniform=uniform, dither=dither)
+
+    fixed = FixedPoint(ClientPolicy().fractional_bits, 8)
+    clip = 0.9 * fixed.range
+    protection = Protection(differential_privacy=DifferentialPrivacy(1e-300, clip_norm=clip, insecure_noise_seed=0))
+    algorithm, owner, _, ids = _federation(_fsgp(rounds=2), protection)
+    assert len(ids) == 8
+    monkeypatch.setattr(FixedPoint, "encode", spy)
+    state = algorithm.initial_state(owner.info)
+    _, _, excluded = owner.run(state, 0, "statistics", ids, "train")
+    assert not excluded and calls and set(calls) == {dither_codes(clip * fixed.scale)}
+    assert dither_codes(clip * fixed.scale) == 4 * 128  # 0.9 · 2^60 codes: floats 128 codes apart
+
+
+def test_a_distributed_dp_share_below_the_floor_is_refused():
+    """A nineteenth attacker: distributed DP adds its noise after the rounding, whose variance φ(1 − φ) reads the
+    payload's fine digits; a request with noise multiplier 6e-7 and a share variance just above 1/4 gave three
+    parties' statistics to 1e-5 in 600 exchanges. A party refuses a share below ``MIN_SHARE_VARIANCE`` (2^20 grid
+    steps²) before anything of its payload is encoded; at z = 1e-5 (default granularity) it answers."""
+    from gpflow_fed.federated import DistributedDP
+    from gpflow_fed.federated.protection.encoder import MIN_SHARE_VARIANCE, ClientEncoder, EncoderRefusal
+
+    message = Message("c0", 0, "p", {"y": np.array([3.0, -4.0])}, weight=1.0)
+    weak = DistributedDP(6e-7, clip_norm=10.0, honest_clients=1)
+    assert float(weak.share_variance(2)) < MIN_SHARE_VARIANCE
+    with pytest.raises(EncoderRefusal, match="share has variance"):
+        ClientEncoder("c0", ClientPolicy()).prepare(
+            message, Protection(differential_privacy=weak), "sum", 3, "t", bound={"y": 4.0}
+        )
+    enough = DistributedDP(1e-5, clip_norm=10.0, honest_clients=1)
+    assert float(enough.share_variance(2)) >= MIN_SHARE_VARIANCE
+    ClientEncoder("c0", ClientPolicy()).prepare(
+        message, Protection(differential_privacy=enough), "sum", 3, "t", bound={"y": 4.0}
+    )

@@ -91,7 +91,7 @@ import numpy as np
 
 from ..protocol.messages import Message
 from .budget import LedgerRefusal, MemoryLedger, Spend, open_ledger
-from .distributed_dp import NoiseSource, release_rho
+from .distributed_dp import DistributedDP, NoiseSource, release_rho
 from .dp import DifferentialPrivacy, clip_payload
 from .identity import PartyIdentity, members_digest
 from .masking import Exchange, length_prefixed, masking_graph
@@ -240,6 +240,28 @@ def dither_codes(top: float) -> float:
     through terms ``e^{−2π²·16}`` (1e-137), as on the integer lattice. In payload units: ``4·2^-f`` below 2^53 codes,
     about ``top·2^-f·9e-16`` above."""
     return DITHER_CODES * float_spread(top)
+
+
+#: the least variance, in grid steps², of a party's distributed-DP share: the share is added after the rounding,
+#: whose variance φ(1 − φ) ≤ 1/4 depends on the payload's fine digits; against 2^20 a server needs of the order of
+#: (4·2^20)² ≈ 10^13 draws to read it (a nineteenth attacker read three parties' statistics to 1e-5 in 600 exchanges
+#: of a request with noise multiplier 6e-7 and a share variance just above 1/4)
+MIN_SHARE_VARIANCE = float(2**20)
+
+
+def _dither_top(kept: _Kept, fixed: FixedPoint) -> float:
+    """The largest ``|code|`` an entry of ``kept`` may take, from public numbers, for :func:`dither_codes`: the
+    payload's bound; under central DP the clip (times the weight cap for a mean) or the weight entry, whichever is
+    larger; at most the range. 0 for a phase with neither: it keeps 4 codes, since its values reach the range only
+    where they clip, which already shows them (the clip leak of the threat model), and a wider Gaussian would cost
+    every such sum ~1e-6 at f = 32."""
+    tops = [] if kept.limit is None else [kept.limit]
+    dp = kept.request.dp
+    if isinstance(dp, DifferentialPrivacy) and kept.request.noised(kept.message.phase, kept.aggregation):
+        cap = dp.weight_bound if kept.aggregation == "mean" else 1.0
+        weight = abs(float(np.asarray(kept.message.arrays.get(WEIGHT_KEY, [0.0])).ravel()[0]))
+        tops.append(max(dp.clip_norm * cap, weight))
+    return min(float(fixed.limit), min(tops) * fixed.scale) if tops else 0.0
 
 
 class ClientEncoder:
@@ -445,6 +467,7 @@ class ClientEncoder:
                 self._check_clip_never_binds(arrays, bound, request, message.phase)
         distributed = request.distributed
         if distributed is not None and noised:
+            self._check_share(distributed, sum(int(np.size(v)) for v in arrays.values()))
             self._honest[(purpose, message.round, message.phase)] = int(distributed.honest_clients)
             # equal weights (the server divides a "mean" by the survivors); metrics dropped
             kept = Message(message.sender, message.round, message.phase, arrays, weight=0.0)
@@ -562,10 +585,7 @@ class ClientEncoder:
             self._check_dp_range(kept, fixed)
             self._check_bounded_range(kept, fixed)
             saturated = 0
-            # the largest |code| an entry may take, from public numbers: the payload's bound. A phase without one
-            # keeps 4 codes: its values reach the range only where they clip, which already shows them (the clip
-            # leak of the threat model), and a wider Gaussian would cost every such sum ~1e-6 at f = 32
-            top = 0.0 if kept.limit is None else min(float(fixed.limit), kept.limit * fixed.scale)
+            top = _dither_top(kept, fixed)
             for n in names:
                 codes[n], count = fixed.encode(arrays[n], uniform=self._rounding(), dither=dither_codes(top))
                 saturated += count
@@ -584,15 +604,32 @@ class ClientEncoder:
         nearest, no Gaussian) only under :attr:`INSECURE_NEAREST_ROUNDING`."""
         return None if self.INSECURE_NEAREST_ROUNDING else self._noise.uniform
 
+    def _check_share(self, distributed: DistributedDP, dimension: int) -> None:
+        """A distributed-DP share of variance below :data:`MIN_SHARE_VARIANCE` grid steps² is refused (public
+        numbers: the request and the payload's size)."""
+        try:
+            share = float(distributed.share_variance(max(dimension, 1)))
+        except ValueError as exc:
+            raise EncoderRefusal(f"secure aggregation: {self.client_id!r} refuses: {exc}") from None
+        if share < MIN_SHARE_VARIANCE:
+            raise EncoderRefusal(
+                f"secure aggregation: {self.client_id!r} refuses distributed DP whose share has variance {share:.3g} "
+                f"grid steps², below {MIN_SHARE_VARIANCE:g}: that noise would not hide the variance of its own "
+                "rounding, φ(1 − φ), which reads the payload's fine digits (a larger noise multiplier or a finer "
+                "granularity)"
+            )
+
     def _check_dp_range(self, kept: _Kept, fixed: FixedPoint) -> None:
         """Under central DP the range must hold the clipped payload, ``C`` (``"sum"``) or ``B C`` (``"mean"``, weights
-        capped at B), so that no value the clip bounds is saturated (the count stays a function of the public weights)
-        and the clipping is DP's alone. Public numbers only."""
+        capped at B), and 16σ of the party's Gaussian above it (:func:`dither_codes`), so that no value the clip
+        bounds is saturated (the count stays a function of the public weights) and the clipping is DP's alone. Public
+        numbers only."""
         dp = kept.request.dp
         if not isinstance(dp, DifferentialPrivacy) or not kept.request.noised(kept.message.phase, kept.aggregation):
             return
         bound = dp.clip_norm * (dp.weight_bound if kept.aggregation == "mean" else 1.0)
-        if fixed.range < bound * (1.0 + 1e-9):
+        margin = DITHER_MARGIN * float_spread(_dither_top(kept, fixed)) / fixed.scale
+        if fixed.range - margin < bound * (1.0 + 1e-9):
             raise EncoderRefusal(
                 f"secure aggregation: {self.client_id!r} refuses: over {fixed.members} members its fixed point "
                 f"({fixed.fractional_bits} fractional bits) holds |value| ≤ {fixed.range:.3g}, below the {bound:.3g} "

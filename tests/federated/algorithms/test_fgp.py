@@ -145,8 +145,8 @@ def test_secure_aggregation_masks_the_hyperparameters_and_keeps_the_result():
     for message in secure.ledger.messages:  # secure aggregation is the default: only protocol messages leave
         if message.sender != "server":
             assert message.weight == 0.0 and "/secagg/" in message.phase
-    for path in PARAMS:  # fixed-point encoding: equal to round-off
-        np.testing.assert_allclose(secure.state.params[path], plain.state.params[path], rtol=1e-9)
+    for path in PARAMS:  # fixed-point encoding with each party's Gaussian of 4 codes (5e-10 in the mean of 3)
+        np.testing.assert_allclose(secure.state.params[path], plain.state.params[path], rtol=0, atol=1e-8)
     Xs = dataset.test[0]
     np.testing.assert_allclose(secure.model.predict_y(Xs)[0].numpy(), plain.model.predict_y(Xs)[0].numpy(), rtol=1e-7)
 
