@@ -34,6 +34,7 @@ import collections
 import csv
 import json
 import math
+import os
 import sys
 import unicodedata
 import warnings
@@ -303,6 +304,7 @@ def check(args: argparse.Namespace) -> None:
     if args.design_theta_only and args.lengthscale_range is not None:
         raise ValueError("give --lengthscale-range (a range) or --design-theta-only (no range), not both")
     _check_numbers(args)
+    _folders(args)
     _check_out(args.out)
     header = getattr(args, "header", "auto")
     args.table = _read_csv(args.csv, args.features, args.target, header)
@@ -476,6 +478,44 @@ def _check_out(out: Path) -> None:
         )
 
 
+def _folders(args: argparse.Namespace) -> None:
+    """``--out`` as an absolute path, and ``--logdir`` by default its sibling ``<out>_owner`` (``--out .`` names the
+    current folder: its sibling is ``<folder>_owner``, not ``_owner`` of an empty name)."""
+    args.out = Path(os.path.abspath(args.out))
+    if args.logdir is None:
+        if not args.out.name:
+            raise ValueError(f"--out {args.out} has no name to derive the default --logdir <out>_owner; give --logdir")
+        args.logdir = args.out.with_name(args.out.name + "_owner")
+
+
+def _make_folders(folders: List[Path]) -> List[Path]:
+    """Create ``folders`` (and their missing parents); return every folder created, in order.
+
+    Called before anything is released or recorded (issue 44: ``--out`` below a regular file, or ``--logdir`` an
+    existing file, was refused only after the ledger entry, or the release too, had been written). When one cannot be
+    made, the ones made are removed and the ``OSError`` is raised (one line, exit 2, nothing written).
+    """
+    created: List[Path] = []
+    try:
+        for folder in folders:
+            missing = [p for p in [folder, *folder.parents] if not p.exists()]
+            folder.mkdir(parents=True, exist_ok=True)
+            created += [p for p in reversed(missing) if p not in created]
+    except OSError:
+        _remove_folders(created)
+        raise
+    return created
+
+
+def _remove_folders(created: List[Path]) -> None:
+    """Remove the folders :func:`_make_folders` created (last first), each only if still empty."""
+    for folder in reversed(created):
+        try:
+            folder.rmdir()
+        except OSError:
+            pass
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the release (options already validated by :func:`check`) and write its outputs."""
     import gpflow
@@ -535,26 +575,33 @@ def _release(
     both plots (:meth:`~gpflow_fed.models.PrivacyAwareGPR.predict_f` refuses predictions with no correct digit), the
     figures and ``model.npz`` rendered in memory; only then is the release recorded in the ledger and written. A
     refusal leaves ``--out``, ``--logdir`` and the ledger's entries as they were (a first use may have created the
-    ledger's key, which the release's row hashes need).
+    ledger's key, which the release's row hashes need). Both folders are made first, before the ledger is opened: one
+    that cannot be made (a file in the way) is refused with nothing written, and folders made for a release that is
+    then refused are removed.
     """
     import tempfile
 
     import numpy as np
 
     maxiter = args.maxiter if args.maxiter is not None else QUICK_MAXITER if args.quick else MAXITER
-    ledger = _deferred_ledger(args.ledger)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", UserWarning)
-        result = _call_release(args, X, Y, sensitive, tolerance, kernel, maxiter, ledger)
-    for warning in caught:  # e.g. --refit kept within the tolerance: one line each, like the errors
-        _warn(str(warning.message))
-    _advance(bar, 1)
-    released_png = _plot(X, None, result, names)
-    comparison_png = _plot(X, Y, result, names)
-    with tempfile.TemporaryDirectory() as scratch:
-        model_npz = result.model.save(Path(scratch) / "model.npz").read_bytes()
+    _folders(args)  # idempotent (check() made them absolute already)
+    created = _make_folders([args.out, args.logdir])  # before the ledger and the release: a folder refused first
+    try:
+        ledger = _deferred_ledger(args.ledger)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", UserWarning)
+            result = _call_release(args, X, Y, sensitive, tolerance, kernel, maxiter, ledger)
+        for warning in caught:  # e.g. --refit kept within the tolerance: one line each, like the errors
+            _warn(str(warning.message))
+        _advance(bar, 1)
+        released_png = _plot(X, None, result, names)
+        comparison_png = _plot(X, Y, result, names)
+        with tempfile.TemporaryDirectory() as scratch:
+            model_npz = result.model.save(Path(scratch) / "model.npz").read_bytes()
+    except BaseException:  # a refusal leaves no folder behind that this run made
+        _remove_folders(created)
+        raise
     ledger.commit()  # recorded before anything is written: a release on disk is always counted
-    args.out.mkdir(parents=True, exist_ok=True)
     with open(args.out / "released.csv", "w", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(names)
@@ -562,9 +609,6 @@ def _release(
     (args.out / "model.npz").write_bytes(model_npz)
     (args.out / "privacy.png").write_bytes(released_png)
     _advance(bar, 2)
-    if args.logdir is None:
-        args.logdir = args.out.with_name(args.out.name + "_owner")
-    args.logdir.mkdir(parents=True, exist_ok=True)
     comparison = args.logdir / "privacy-raw-vs-released.png"
     comparison.write_bytes(comparison_png)
     summary = {

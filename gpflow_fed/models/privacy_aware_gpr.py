@@ -36,7 +36,7 @@ from ..release.linalg import as_inputs
 from ..release.design import Floor, ReleaseDesign
 from ..release.lowrank import LowRankCovariance
 from ..release.ledger import EarlierRelease, ReleaseLedger, resolve_ledger
-from ..release.linalg import check_kernel_numerics, check_predictions
+from ..release.linalg import check_kernel_numerics, check_no_white, check_predictions
 from ..release.linalg import kernel_diag, numerically_positive, psd_factor
 from ..release.obfuscation import (
     Covariance,
@@ -106,7 +106,8 @@ class PrivacyAwareGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
     r"""GPR with observation covariance ``V + Σ``, ``V = σ²I`` and a fixed synthetic-noise covariance Σ (eq. 3–4).
 
     :param data: ``(X, W)``: ``[N, D]`` inputs and ``[N, 1]`` released (obfuscated) outputs.
-    :param kernel: K.
+    :param kernel: K; a ``White`` part is refused (observation noise belongs in ``noise_variance``:
+        :func:`~gpflow_fed.release.linalg.check_no_white`).
     :param Sigma: ``[N, N]`` PSD synthetic-noise covariance (dense or :class:`LowRankCovariance`); stored as a
         factor ``L`` (``Σ = LLᵀ``, ``[N, r]``), a non-trainable parameter.
     :param mean_function: m (GPflow's zero mean if None).
@@ -143,6 +144,7 @@ class PrivacyAwareGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
                 f"resolution must be finite, ≥ 0 and its square within noise_variance {noise_variance} (σ² + τ²), "
                 f"got {resolution}"
             )
+        check_no_white(kernel)  # a White part would be in K(X) but not in K(x*, X) (linalg.check_no_white)
         L = _noise_factor(Sigma)
         if L.shape[0] != X.shape[0]:
             raise ValueError(f"Sigma is {L.shape[0]}×{L.shape[0]} but X has {X.shape[0]} rows")
@@ -310,6 +312,10 @@ class PrivacyAwareGPR(gpflow.models.GPModel, InternalDataTrainingLossMixin):
                 tf.errors.InvalidArgumentError,  # an infinite value (JSON 1e999)
             ) as exc:
                 raise ValueError(f"{path}: corrupt kernel description ({type(exc).__name__}: {exc})") from exc
+        try:
+            check_no_white(kernel)
+        except ValueError as exc:
+            raise ValueError(f"{path}: {exc}") from exc
         if mean_function is None:
             if mean_name == "Zero":
                 mean_function = gpflow.mean_functions.Zero()
@@ -1279,13 +1285,16 @@ def release(
         noise and is refused unless ``confirm_no_resolution=True``.
     :param confirm_no_resolution: release without resolution noise (``resolution=0``): a target on a grid is then
         given back exactly by enumerating grid values (tests and full-precision data only).
-    :raises ValueError: bad data, a missing public design input or any of the tolerance errors
-        (all before any fitting); the refusals above; rows shared with several earlier releases; a grid θ whose
+    :raises ValueError: bad data, a missing public design input, a kernel with a ``White`` part (observation noise:
+        give it in ``noise_variance``; :func:`~gpflow_fed.release.linalg.check_no_white`) or any of the tolerance
+        errors (all before any fitting); the refusals above; rows shared with several earlier releases; a grid θ whose
         prior variance is at or below the tolerance (no noise can help there); a kernel without lengthscales under
         the default range; the refit check's refusal (step 3).
     """
     check_method(method)
     check_protect(protect)
+    if kernel is not None:  # before any fit on public_data: a White part is noise (linalg.check_no_white)
+        check_no_white(kernel)
     theta_range = check_theta_range(theta_range)
     store = resolve_ledger(ledger)
     region = sensitive if isinstance(sensitive, Region) else None

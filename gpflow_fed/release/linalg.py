@@ -94,6 +94,27 @@ def input_window(values: np.ndarray) -> np.ndarray:
     return np.asarray(4 * SAME_INPUT_ULPS * (np.spacing(np.abs(values)) + np.spacing(1.0)))
 
 
+def check_no_white(kernel: gpflow.kernels.Kernel, argument: str = "noise_variance") -> None:
+    """Refuse a kernel with a ``gpflow.kernels.White`` part anywhere in its tree (sums, products, change-points).
+
+    GPflow's White is ``σ²_w`` on the diagonal of ``k(X)`` but 0 whenever a second input is given (``k(A, B)``), so a
+    release would see it in some places and not in others: the near-record rule compared ``k(s, x)`` without it to
+    ``k(s, s)``, ``k(x, x)`` with it and judged every record far (``d² = 2w/(1 + w)``), and the design's ``K_XX``
+    left it out while the published model kept it (issue 44: a record a hair off a sensitive input was published at
+    ``5e-12 ξ``). A White part is observation noise: give it as the likelihood variance σ².
+
+    :param argument: the name of the σ² argument of the caller, for the message.
+    :raises ValueError: naming the argument.
+    """
+    parts = [kernel, *getattr(kernel, "submodules", ())]
+    if any(isinstance(part, gpflow.kernels.White) for part in parts):
+        raise ValueError(
+            "the kernel has a White part: a White (nugget) kernel is observation noise, which a privacy-aware "
+            f"release cannot use as part of the kernel (GPflow's White is 0 between two inputs); remove it and add "
+            f"its variance to the likelihood variance σ² ({argument}=)"
+        )
+
+
 def kernel_matrix(kernel: gpflow.kernels.Kernel, A: np.ndarray, B: Optional[np.ndarray] = None) -> np.ndarray:
     """The Gram matrix ``k(A, B)`` as numpy, evaluated in row blocks so that large N fits in memory.
 

@@ -37,7 +37,16 @@ import gpflow
 import numpy as np
 from scipy.linalg import solve_triangular
 
-from .linalg import as_inputs, column_tolerance, input_window, kernel_matrix, noise_vector, psd_factor, same_inputs
+from .linalg import (
+    as_inputs,
+    check_no_white,
+    column_tolerance,
+    input_window,
+    kernel_matrix,
+    noise_vector,
+    psd_factor,
+    same_inputs,
+)
 from .lowrank import LowRankCovariance
 from .obfuscation import Covariance, positive_part_of_difference
 from .tolerance import ProportionalKernel, check_tolerance_kernel
@@ -323,6 +332,7 @@ def _region_sigma(
 
 def _prepare(kernel: gpflow.kernels.Kernel, X: object, region: Region, tolerance: object, density: float) -> np.ndarray:
     """Validate the inputs shared by the region functions (before any heavy work); return X as ``[N, D]``."""
+    check_no_white(kernel)
     Xa = as_inputs(X, "X")
     check_region(region, Xa, tolerance)
     if not isinstance(tolerance, ProportionalKernel):
@@ -461,6 +471,7 @@ def uniform_privacy_covariance(
     alpha = float(alpha)
     if not 0.0 < alpha < 1.0:
         raise ValueError(f"the uniform solution needs H = αK with 0 < α < 1, got α = {alpha}")
+    check_no_white(kernel)
     Xa = as_inputs(X, "X")
     A = alpha / (1.0 - alpha) * kernel_matrix(kernel, Xa)
     A[np.diag_indices(Xa.shape[0])] -= noise_vector(noise_variance, Xa.shape[0])

@@ -329,3 +329,40 @@ def test_privacy_cli_a_refusal_after_the_release_writes_nothing(tmp_path, capsys
     assert {p.name for p in (tmp_path / "again").iterdir()} == {"released.csv", "model.npz", "privacy.png"}
     assert len(_entries(ledger)) == 1
     assert (tmp_path / "again_owner" / "privacy-raw-vs-released.png").stat().st_size > 0
+
+
+def test_privacy_cli_a_folder_that_cannot_be_made_is_refused_before_the_release(tmp_path, capsys):
+    # issue 44 (attack44n, cli/partial_write.sh): --out below a regular file passed _check_out, the ledger entry was
+    # committed and then mkdir failed; --logdir an existing file failed after released.csv, model.npz, privacy.png and
+    # the ledger entry were written. Both folders are now made first: one line, exit 2, nothing written (no ledger key)
+    path = _table(tmp_path / "d.csv", n=10)
+    (tmp_path / "blocker").touch()
+    (tmp_path / "logfile").touch()
+    argv = ["privacy", "--csv", str(path), "--target", "y", "--sensitive", "0.5", "--alpha", "0.5", *DESIGN]
+    argv += ["--no-progress"]
+    ledger_a, ledger_b = tmp_path / "ledA", tmp_path / "ledB"
+    assert main([*argv, "--ledger", str(ledger_a), "--out", str(tmp_path / "blocker" / "rel")]) == 2
+    assert "Not a directory" in _one_error_line(capsys)
+    assert not ledger_a.exists()
+    out = tmp_path / "outB"
+    assert main([*argv, "--ledger", str(ledger_b), "--out", str(out), "--logdir", str(tmp_path / "logfile")]) == 2
+    assert "File exists" in _one_error_line(capsys)
+    assert not ledger_b.exists() and not out.exists()
+    assert (tmp_path / "logfile").stat().st_size == 0
+
+
+def test_privacy_cli_out_dot_writes_the_owner_folder_beside_it(tmp_path, capsys, monkeypatch):
+    # issue 44 (attack44n, cli/out_dot.sh): --out . wrote and recorded the release, then the default --logdir
+    # (out.with_name(out.name + "_owner")) failed on Path('.'), exit 2. --out is made absolute first: the owner's
+    # folder is the sibling <folder>_owner
+    path = _table(tmp_path / "d.csv", n=10)
+    here = tmp_path / "dot"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    ledger = tmp_path / "ledger"
+    argv = ["privacy", "--csv", str(path), "--target", "y", "--sensitive", "0.5", "--alpha", "0.5", *DESIGN]
+    assert main([*argv, "--ledger", str(ledger), "--no-progress", "--out", "."]) == 0
+    assert {p.name for p in here.iterdir()} == {"released.csv", "model.npz", "privacy.png"}
+    assert (tmp_path / "dot_owner" / "privacy-raw-vs-released.png").stat().st_size > 0
+    assert len(_entries(ledger)) == 1
+    capsys.readouterr()
