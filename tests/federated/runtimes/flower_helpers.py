@@ -37,3 +37,18 @@ def loopback(tmp_path, ds, run_config, run_id):
         for k, p in enumerate(paths)
     ]
     return LoopbackGrid(make_client_app(), configs[::-1], run_config, run_id), test
+
+
+def assert_matches_local(out, local, X_test):
+    """A Flower run's ``result.json`` (``out``, as ``deploy.read_result`` reads it) equals ``local`` (a
+    ``FederatedResult``): predictions at ``X_test`` and parameters to 1e-10, the bounds' history exactly, the bytes."""
+    import gpflow
+    import numpy as np
+
+    mean, var = local.model.predict_f(X_test)
+    np.testing.assert_allclose(out["predictions"]["mean"], mean.numpy(), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(out["predictions"]["var"], var.numpy(), rtol=1e-10, atol=1e-12)
+    for key, value in gpflow.utilities.read_values(local.model).items():
+        np.testing.assert_allclose(out["parameters"][key], np.asarray(value), rtol=1e-10, atol=1e-12, err_msg=key)
+    assert [h["local_bound"] for h in out["record"]["history"]] == [h["local_bound"] for h in local.history]
+    assert sum(e["nbytes"] for e in out["record"]["ledger"]) == local.ledger.total_bytes()

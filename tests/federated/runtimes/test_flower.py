@@ -24,6 +24,7 @@ from gpflow_fed.federated.runtimes.flower.app_config import run_config_defaults 
 from gpflow_fed.federated.runtimes.flower.server_app import FederationShape, FlowerServer  # noqa: E402
 
 from tests.federated.helpers import FACTORY, flower_dataset as dataset, fsgp  # noqa: E402
+from tests.federated.runtimes.flower_helpers import assert_matches_local  # noqa: E402
 from tests.federated.runtimes.flower_helpers import loopback as _loopback, task_identity  # noqa: E402,F401
 
 #: runs and runtimes compared bit for bit: the fixed point rounds to nearest (tests/conftest.py)
@@ -258,14 +259,8 @@ def test_server_app_with_restarted_client_apps_matches_local_runtime(tmp_path, t
     config["test-data"] = test
     server_app(grid, Context(run_id=task_identity, node_id=1, node_config={}, state=RecordDict(), run_config=config))
     out = read_result(str(tmp_path / "out"))
-    mean, var = local.model.predict_f(ds.test[0])
-    np.testing.assert_allclose(out["predictions"]["mean"], mean.numpy(), rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(out["predictions"]["var"], var.numpy(), rtol=1e-10, atol=1e-12)
-    for key, value in gpflow.utilities.read_values(local.model).items():
-        np.testing.assert_allclose(out["parameters"][key], np.asarray(value), rtol=1e-10, atol=1e-12, err_msg=key)
-    assert [h["local_bound"] for h in out["record"]["history"]] == [h["local_bound"] for h in local.history]
+    assert_matches_local(out, local, ds.test[0])
     assert out["record"]["metrics"] == pytest.approx(local.metrics, rel=1e-10)
-    assert sum(e["nbytes"] for e in out["record"]["ledger"]) == local.ledger.total_bytes()
     assert sorted(os.listdir(tmp_path / "state" / f"run-{task_identity}")) == [
         "node-1001-client_1",
         "node-1002-client_0",

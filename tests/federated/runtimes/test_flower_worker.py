@@ -8,7 +8,6 @@ import stat
 import tempfile
 import threading
 
-import numpy as np
 import pytest
 
 pytest.importorskip("flwr")
@@ -20,7 +19,7 @@ from gpflow_fed.federated.runtimes.flower.client_app import WORKER, ClientHost  
 from gpflow_fed.federated.protocol.transport import UPDATE  # noqa: E402
 
 from tests.federated.helpers import FACTORY, flower_dataset as dataset  # noqa: E402
-from tests.federated.runtimes.flower_helpers import loopback, task_identity  # noqa: E402,F401
+from tests.federated.runtimes.flower_helpers import assert_matches_local, loopback, task_identity  # noqa: E402,F401
 
 pytestmark = pytest.mark.usefixtures("nearest_rounding")
 
@@ -95,16 +94,8 @@ def _run(tmp_path, task_identity, workers):
 
 
 def _same_run(ours, local):
-    import gpflow
-
     result, ds = local
-    mean, var = result.model.predict_f(ds.test[0])
-    np.testing.assert_allclose(ours["predictions"]["mean"], mean.numpy(), rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(ours["predictions"]["var"], var.numpy(), rtol=1e-10, atol=1e-12)
-    for key, value in gpflow.utilities.read_values(result.model).items():
-        np.testing.assert_allclose(ours["parameters"][key], np.asarray(value), rtol=1e-10, atol=1e-12, err_msg=key)
-    assert [h["local_bound"] for h in ours["record"]["history"]] == [h["local_bound"] for h in result.history]
-    assert sum(e["nbytes"] for e in ours["record"]["ledger"]) == result.ledger.total_bytes()
+    assert_matches_local(ours, result, ds.test[0])
 
 
 def _updates(ledger, client="client_0"):
