@@ -22,6 +22,8 @@ from gpflow_fed.release.weak import (
     solve_weak_krylov,
 )
 
+from tests.once import computed_once  # noqa: F401  (a fixture)
+
 X9 = (np.arange(1, 10) / 10.0)[:, None]
 
 
@@ -249,23 +251,36 @@ def test_weak_region_and_cli(tmp_path, capsys):
     assert "relative gap" in capsys.readouterr().out
 
 
-def _reduced_problem(steps, seed=3, N=40, gamma=4):
-    """A reduced weak SDP (G⁻¹, H, m, T) after ``steps`` Krylov blocks, and the full-dimensional oracle optimum."""
+def _full_problem(seed=3, N=40, gamma=4):
+    """The weak SDP (C, B, m) that :func:`_reduced_problem` reduces."""
     k = gpflow.kernels.SquaredExponential(lengthscales=0.15)
     X, S = problem(k, N, gamma, 1e-3, 0.5, seed=seed)
-    C = k.K(X).numpy() + 1e-3 * np.eye(N)
-    B, m = k.K(X, S).numpy(), np.full(gamma, 0.5)
+    return k.K(X).numpy() + 1e-3 * np.eye(N), k.K(X, S).numpy(), np.full(gamma, 0.5)
+
+
+def _reduced_problem(steps, seed=3, N=40, gamma=4):
+    """A reduced weak SDP (G⁻¹, H, m, T) after ``steps`` Krylov blocks."""
+    C, B, m = _full_problem(seed, N, gamma)
     Q = orthonormal_block(B, None, 1.0)
     for _ in range(steps - 1):
         Q = np.concatenate([Q, orthonormal_block(C @ Q[:, -gamma:], Q, 1.0)], axis=1)
     Ginv = _schur_inverse(np.linalg.cholesky(C), Q)
-    optimum = float(np.trace(solve_privacy_sdp(C, B, m)[0]))
-    return Ginv, Q.T @ B, m, Q.T @ C @ Q, optimum
+    return Ginv, Q.T @ B, m, Q.T @ C @ Q
+
+
+@pytest.fixture(scope="module")
+def full_optimum(computed_once) -> float:
+    """The full-dimensional oracle optimum of :func:`_full_problem` (a dense SDP solve, about 7 s of CPU): the same
+    for every number of Krylov steps, so solved once per session (``tests/once.py``), not once per step count."""
+    return computed_once(
+        "test_weak_krylov-full-optimum", lambda: float(np.trace(solve_privacy_sdp(*_full_problem())[0]))
+    )
 
 
 @pytest.mark.parametrize("steps", [1, 3])
-def test_barrier_matches_clarabel_on_the_reduced_sdp(steps):
-    Ginv, H, m, T, optimum = _reduced_problem(steps)
+def test_barrier_matches_clarabel_on_the_reduced_sdp(steps, full_optimum):
+    Ginv, H, m, T = _reduced_problem(steps)
+    optimum = full_optimum
     S_bar, U = _small_weak_barrier(Ginv, H, m)
     S_cla, _, _ = _small_weak_sdp(Ginv, H, m)
     assert float(np.trace(S_bar)) == pytest.approx(float(np.trace(S_cla)), rel=1e-7)

@@ -40,12 +40,20 @@ ENV = dict(
 ENV.pop("TF_CONFIG", None)
 
 
+#: ``python -m tests.federated.runtimes.distribute_job``, with check_shapes' docstring rewriting off before gpflow is
+#: imported (as ``test_notebooks.py``'s kernels: about a second of CPU per process; the shape checks stay on)
+_JOB_SCRIPT = (
+    "import runpy, check_shapes.config; check_shapes.config.set_rewrite_docstrings(None); "
+    "runpy.run_module('tests.federated.runtimes.distribute_job', run_name='__main__', alter_sys=True)"
+)
+
+
 def _launch(args: List[str]) -> subprocess.Popen:
     """The job script in a new process, its output in ``OUT.log`` beside its summary ``OUT`` (a file, not a
     pipe: the caller may do other work before it waits)."""
     with open(f"{args[1]}.log", "w") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "tests.federated.runtimes.distribute_job", *args],
+            [sys.executable, "-c", _JOB_SCRIPT, *args],
             cwd=ROOT,
             env=ENV,
             stdout=log,
@@ -94,7 +102,8 @@ def mirrored(computed_once, local_job_summary, tmp_path_factory) -> Dict[str, An
 
     def compute() -> Dict[str, Any]:
         out = tmp_path_factory.mktemp("mirrored") / "summary.json"
-        process = _launch(["mirrored", str(out)])
+        # the jobs the tests compare (an OS-random job's draw is compared with nothing here)
+        process = _launch(["mirrored", str(out), "--jobs", *[j for j in build_jobs() if j not in OS_RANDOM_JOBS]])
         try:
             for name in build_jobs():
                 local_job_summary(name)
@@ -184,17 +193,27 @@ def test_multi_worker_mirrored_strategy_reproduces_local_runtime(local_summaries
         assert all(f"/task:{i}/" in d for d in devices.values()), devices
 
 
-def test_two_mwms_workers_agree_on_secure_masks_and_os_random_dp(local_summaries, tmp_path):
+def test_two_mwms_workers_agree_on_secure_masks_and_os_random_dp(local_job_summary, tmp_path):
     """The default-suite version of the test above: two worker processes, two jobs.
 
     ``fsgp_exact_secure``: the workers share the chief's run id and relay each other's clients' public keys,
     so their masked sums cancel and equal ``LocalRuntime``'s. ``toy_dp_os``: DP noise and sampling come from the
     chief's OS-random server secret, so both workers draw the same (unpredictable) noise and sample.
+
+    The LocalRuntime oracle of these two jobs (not of every job, as ``local_summaries``) runs in this process while
+    the workers start and run.
     """
     ports = ",".join(str(p) for p in _free_ports(2))
     outs = [tmp_path / f"worker{i}.json" for i in range(2)]
     jobs = ["--jobs", "fsgp_exact_secure", "toy_dp_os"]
     processes = [_launch(["mwms", str(outs[i]), "--index", str(i), "--ports", ports, *jobs]) for i in range(2)]
+    try:
+        local_summaries = {name: local_job_summary(name) for name in jobs[1:]}
+    except BaseException:
+        for process in processes:
+            process.kill()
+            process.wait()
+        raise
     summaries = [_finish(p, o) for p, o in zip(processes, outs)]
     for summary in summaries:
         _assert_same(summary["fsgp_exact_secure"], local_summaries["fsgp_exact_secure"], "fsgp_exact_secure")
