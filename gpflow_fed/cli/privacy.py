@@ -480,12 +480,33 @@ def _check_out(out: Path) -> None:
 
 def _folders(args: argparse.Namespace) -> None:
     """``--out`` as an absolute path, and ``--logdir`` by default its sibling ``<out>_owner`` (``--out .`` names the
-    current folder: its sibling is ``<folder>_owner``, not ``_owner`` of an empty name)."""
+    current folder: its sibling is ``<folder>_owner``, not ``_owner`` of an empty name).
+
+    ``--logdir`` (the raw-vs-released plot) and ``--ledger`` equal to or inside ``--out`` are refused before anything
+    is written (issue 44, a twentieth attacker: ``--logdir`` equal to ``--out`` put the raw data's plot in the folder
+    the CLI calls safe to publish)."""
     args.out = Path(os.path.abspath(args.out))
     if args.logdir is None:
         if not args.out.name:
             raise ValueError(f"--out {args.out} has no name to derive the default --logdir <out>_owner; give --logdir")
         args.logdir = args.out.with_name(args.out.name + "_owner")
+    owner = [("--logdir", Path(args.logdir), "the raw data's plot")]
+    if getattr(args, "ledger", None) is not None:
+        owner.append(("--ledger", Path(args.ledger), "the owner's record of releases"))
+    for option, folder, what in owner:
+        if _inside(folder, args.out):
+            raise ValueError(
+                f"{option} {folder} is --out {args.out} or inside it: --out is the folder safe to publish, and "
+                f"{option} holds owner-only outputs ({what}); name a folder outside --out"
+            )
+
+
+def _inside(folder: Path, out: Path) -> bool:
+    """Whether ``folder`` is ``out`` or below it, as written (made absolute) or with symbolic links resolved."""
+    for a, b in ((os.path.abspath(folder), os.path.abspath(out)), (os.path.realpath(folder), os.path.realpath(out))):
+        if Path(a) == Path(b) or Path(b) in Path(a).parents:
+            return True
+    return False
 
 
 def _make_folders(folders: List[Path]) -> List[Path]:

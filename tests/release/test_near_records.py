@@ -255,3 +255,100 @@ def test_the_near_rule_neither_overflows_nor_underflows_with_the_kernel_variance
     assert np.flatnonzero(records_near(kernel, X, X[[20]] + 2e-6)).tolist() == [20]
     assert not records_near(kernel, X, X[[20]] + 0.05).any()
     check_near_records(kernel, X, X[[20]] + 0.05)
+
+
+def _matern12_parts():
+    return [gpflow.kernels.Matern12(lengthscales=1.0), gpflow.kernels.Matern12(lengthscales=1.0)]
+
+
+@pytest.mark.parametrize("kind", ["changepoints", "proportional", "sliced proportional"])
+def test_a_kernel_holding_kernels_keeps_the_exact_difference_of_its_parts(kind):
+    """Issue 44 (attack44p, ``a1_changepoints.py``): a ``ChangePoints`` of Matérn-1/2 parts, or ``ProportionalKernel``
+    used as K, was evaluated at the raw inputs near 1000, through GPflow's r² round-off, so a point 1e-9 off record 8
+    was judged far (the record released at 0.135 ξ). Its parts now see the exact difference: refused (on the code
+    before: records_near False, no refusal); a point 1e-3 lengthscales off stays far, and near 0 (where GPflow's r²
+    has no round-off) the part-by-part values are GPflow's own."""
+    X = 1000.0 + np.linspace(0.0, 10.0, 40)[:, None]
+    kernel = {
+        "changepoints": gpflow.kernels.ChangePoints(_matern12_parts(), locations=[1005.0], steepness=1.0),
+        "proportional": ProportionalKernel(gpflow.kernels.Matern12(variance=2.0, lengthscales=1.0), 0.5),
+        "sliced proportional": ProportionalKernel(
+            gpflow.kernels.Matern12(variance=2.0, lengthscales=1.0, active_dims=[0]), 0.5
+        ),
+    }[kind]
+    assert np.flatnonzero(records_near(kernel, X, X[[8]] + 1e-9)).tolist() == [8]
+    with pytest.raises(ValueError, match=r"record at row 8 "):
+        check_near_records(kernel, X, X[[8]] + 1e-9)
+    assert not records_near(kernel, X, X[[8]] + 1e-3).any()
+    if kind == "changepoints":  # two change points, mixed parts
+        kernel = gpflow.kernels.ChangePoints(
+            [
+                gpflow.kernels.SquaredExponential(0.5, 0.7),
+                gpflow.kernels.Linear(0.3),
+                gpflow.kernels.Matern32(2.0, 0.4),
+            ],
+            locations=[1.0, -0.5],
+            steepness=[3.0, 0.8],
+        )
+    X, S = np.linspace(-2.0, 3.0, 17)[:, None], np.array([[-1.3], [0.2], [2.9]])
+    steps = (X[None, :, :] - S[:, None, :]).reshape(-1, 1)
+    np.testing.assert_allclose(obfuscation._pair_values(kernel, S, X, steps), kernel(S, X).numpy(), rtol=1e-12)
+
+
+def test_another_kernel_holding_kernels_is_refused_by_type():
+    """A custom kernel holding kernels (its parts cannot be evaluated one by one) is one ValueError naming its type
+    (on the code before: evaluated at the raw inputs, records_near False for the point 1e-9 off)."""
+
+    class Wrapped(gpflow.kernels.Kernel):
+        def __init__(self, base):
+            super().__init__()
+            self.base = base
+
+        def K(self, X, X2=None):
+            return self.base(X, X2)
+
+        def K_diag(self, X):
+            return self.base(X, full_cov=False)
+
+    X = 1000.0 + np.linspace(0.0, 10.0, 40)[:, None]
+    with pytest.raises(ValueError, match=r"Wrapped part holds other kernels"):
+        records_near(Wrapped(gpflow.kernels.Matern12()), X, X[[8]] + 1e-9)
+
+
+class _Nugget(gpflow.kernels.Kernel):
+    """GPflow's White re-typed (attack44p, ``a2_custom_white.py``): ``w·I`` for ``k(X)``, 0 for ``k(X, X2)``."""
+
+    def __init__(self, variance: float) -> None:
+        super().__init__()
+        self.variance = gpflow.Parameter(variance)
+
+    def K(self, X, X2=None):
+        import tensorflow as tf
+
+        if X2 is None:
+            return tf.linalg.diag(tf.fill(tf.shape(X)[:-1], tf.squeeze(self.variance)))
+        return tf.zeros(tf.concat([tf.shape(X)[:-1], tf.shape(X2)[:-1]], 0), dtype=X.dtype)
+
+    def K_diag(self, X):
+        import tensorflow as tf
+
+        return tf.fill(tf.shape(X)[:-1], tf.squeeze(self.variance))
+
+
+def test_a_custom_kernel_that_behaves_like_white_is_refused():
+    """Issue 44 (attack44p, ``a2_custom_white.py``): SE + a re-typed White passed the class check; the near rule saw
+    ``d = w`` and released record 17, 1e-9 off a sensitive input, at 0.857 ξ. Its ``k(x, x)`` differs from ``k(x, x')``
+    at a copy: one ValueError naming σ² (on the code before: released). A kernel without such a part passes, and
+    ArcCosine's round-off (1.6e-8) is not taken for a nugget."""
+    X, Y = _table()
+    kernel = gpflow.kernels.SquaredExponential(lengthscales=0.1) + _Nugget(1e-3)
+    message = r"differs from its diagonal at row 0 .*noise-like \(White\) part; give it as σ²"
+    with pytest.raises(ValueError, match=message):
+        release((X, Y), X[[17]] + 1e-9, 0.6, kernel=kernel, noise_variance=1.0, ledger=None)
+    with pytest.raises(ValueError, match=message):
+        records_near(kernel, X, X[[17]] + 0.3)
+    for plain in (
+        gpflow.kernels.SquaredExponential(lengthscales=0.1),
+        gpflow.kernels.ArcCosine(order=0) + gpflow.kernels.Linear(),
+    ):
+        obfuscation.check_white_like(plain, np.random.default_rng(0).normal(size=(300, 1)) * 100)

@@ -366,3 +366,24 @@ def test_privacy_cli_out_dot_writes_the_owner_folder_beside_it(tmp_path, capsys,
     assert (tmp_path / "dot_owner" / "privacy-raw-vs-released.png").stat().st_size > 0
     assert len(_entries(ledger)) == 1
     capsys.readouterr()
+
+
+@pytest.mark.parametrize("where", ["logdir = out", "logdir inside out", "ledger inside out", "ledger = out"])
+def test_privacy_cli_owner_folders_inside_out_are_refused_before_anything_is_written(tmp_path, capsys, where):
+    # issue 44 (attack44p, cli1/): --logdir equal to --out wrote privacy-raw-vs-released.png (the raw data) into the
+    # folder the CLI calls safe to publish; --ledger inside --out would publish the owner's record. One line, exit 2,
+    # nothing written (on the code before: exit 0, the plot in --out)
+    path = _table(tmp_path / "d.csv", n=10)
+    out = tmp_path / "rel"
+    argv = ["privacy", "--csv", str(path), "--target", "y", "--sensitive", "0.5", "--alpha", "0.5", *DESIGN]
+    argv += ["--no-progress", "--out", str(out)]
+    logdir, ledger = {
+        "logdir = out": (out, tmp_path / "led"),
+        "logdir inside out": (out / "owner", tmp_path / "led"),
+        "ledger inside out": (tmp_path / "owner", out / "led"),
+        "ledger = out": (tmp_path / "owner", out),
+    }[where]
+    assert main([*argv, "--logdir", str(logdir), "--ledger", str(ledger)]) == 2
+    option = "--logdir" if where.startswith("logdir") else "--ledger"
+    assert f"{option} {logdir if option == '--logdir' else ledger} is --out" in _one_error_line(capsys)
+    assert not out.exists() and not (tmp_path / "led").exists() and not (tmp_path / "owner").exists()
