@@ -234,8 +234,8 @@ def float_spread(top: float) -> float:
 
 
 def dither_codes(top: float) -> float:
-    """σ, in codes, of the Gaussian a party adds to entries of magnitude at most ``top`` codes, a public number (the
-    payload's bound, else the range): :data:`DITHER_CODES` times :func:`float_spread`, so σ is at least 4 spacings of
+    """σ, in codes, of the Gaussian a party adds to entries of magnitude at most ``top`` codes, a public number
+    (:func:`_dither_top`): :data:`DITHER_CODES` times :func:`float_spread`, so σ is at least 4 spacings of
     every float the entry may be and the error's law depends on where the value sits on its float lattice only
     through terms ``e^{−2π²·16}`` (1e-137), as on the integer lattice. In payload units: ``4·2^-f`` below 2^53 codes,
     about ``top·2^-f·9e-16`` above."""
