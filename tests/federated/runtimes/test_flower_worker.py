@@ -16,6 +16,7 @@ from flwr.app import ConfigRecord, Context, RecordDict  # noqa: E402
 
 from gpflow_fed.federated.runtimes.flower import worker  # noqa: E402
 from gpflow_fed.federated.runtimes.flower.client_app import WORKER, ClientHost  # noqa: E402
+from gpflow_fed.federated.runtimes.flower.records import recorddict_to_bytes  # noqa: E402
 from gpflow_fed.federated.protocol.transport import UPDATE  # noqa: E402
 
 from tests.federated.helpers import FACTORY, flower_dataset as dataset  # noqa: E402
@@ -160,7 +161,7 @@ def _raw_request(folder, key):
         conn.sendall(key)
         context = Context(run_id=1, node_id=2, node_config={}, state=RecordDict(), run_config={})
         try:
-            worker._send_frames(conn, worker._context_bytes(context), worker._recorddict_bytes(RecordDict()))
+            worker._send_frames(conn, worker._context_bytes(context), recorddict_to_bytes(RecordDict()))
             conn.settimeout(5)
             return conn.recv(1024)
         except (BrokenPipeError, ConnectionResetError):  # closed unanswered
@@ -168,8 +169,9 @@ def _raw_request(folder, key):
 
 
 def test_the_worker_answers_only_its_key_in_a_private_folder(tmp_path, request):
-    """The socket and key file are 0600 in a 0700 folder; a request with another key gets nothing (the connection
-    closes unanswered); a folder others may enter, a link or a file is refused on both sides; no worker: None."""
+    """The socket and key file are 0600 in a 0700 folder; a request with another key, or with the key and frames it
+    cannot parse, gets nothing (the connection closes unanswered, the worker keeps serving); a folder others may
+    enter, a link or a file is refused on both sides; no worker: None."""
     calls = []
 
     def answer(content, context):
@@ -190,6 +192,16 @@ def test_the_worker_answers_only_its_key_in_a_private_folder(tmp_path, request):
             key = f.read()
         assert len(key) == worker.KEY_BYTES
         assert _raw_request(folder, bytes(b ^ 1 for b in key)) == b"" and calls == []
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:  # the key, then frames it cannot parse
+            conn.connect(os.path.join(folder, worker.SOCKET_FILE))
+            conn.sendall(key)
+            worker._send_frames(conn, b"\xff" * 7, b"not a record")
+            conn.settimeout(5)
+            try:
+                answered = conn.recv(1024)
+            except ConnectionResetError:  # closed with the second frame unread
+                answered = b""
+            assert answered == b""  # closed unanswered; the worker serves the next request
         assert _raw_request(folder, key) != b"" and calls == [1]
         context = Context(run_id=1, node_id=2, node_config={}, state=RecordDict(), run_config={})
         reply = worker.forward(folder, RecordDict(), context)

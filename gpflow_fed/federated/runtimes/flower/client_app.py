@@ -455,7 +455,7 @@ class ClientHost:
         key = (int(context.run_id), int(context.node_id), job)
         if self.resident:  # a worker serves its party's runs one after another: it keeps the current run's only
             for old in [k for k in self.live if k[0] != key[0]]:
-                del self.live[old]
+                del self.live[old], self._counts[old]
             if key in self.live and self._counts.get(key) != _updates(context, job):
                 del self.live[key]  # it missed an update answered without this worker: rebuilt from its state folder
         endpoint, directory = _endpoint(info, context, job, moments, current, self.live, self.job_algorithm)

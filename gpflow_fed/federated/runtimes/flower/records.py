@@ -49,6 +49,8 @@ __all__ = [
     "job_to_config",
     "load_factory",
     "message_to_recorddict",
+    "recorddict_from_bytes",
+    "recorddict_to_bytes",
     "recorddict_to_job",
     "recorddict_to_message",
     "recorddict_to_request",
@@ -324,3 +326,20 @@ def build_algorithm(spec: str, run_config: Mapping[str, Any]) -> Algorithm:
     if not isinstance(algorithm, Algorithm):
         raise TypeError(f"the algorithm factory {spec!r} returned a {type(algorithm).__name__}, not an Algorithm")
     return algorithm
+
+
+def recorddict_to_bytes(content: RecordDict) -> bytes:
+    """``content`` in Flower's protobuf wire form (what crosses a SuperLink)."""
+    from flwr.common.serde import recorddict_to_proto
+
+    return bytes(recorddict_to_proto(content).SerializeToString())
+
+
+def recorddict_from_bytes(data: bytes) -> RecordDict:
+    """The ``RecordDict`` of :func:`recorddict_to_bytes`'s bytes."""
+    from flwr.common.serde import recorddict_from_proto
+    from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict
+
+    proto = ProtoRecordDict()
+    proto.ParseFromString(data)
+    return recorddict_from_proto(proto)

@@ -13,11 +13,11 @@ from flwr.app import Context, Error, Metadata, RecordDict
 from flwr.app import Message as FlowerMessage
 from flwr.clientapp import ClientApp
 from flwr.common.constant import SUPERLINK_NODE_ID
-from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
-from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict
 from flwr.serverapp import Grid
 from flwr.supercore.run import Run
 from flwr.supercore.task_identity import TaskIdentity
+
+from .records import recorddict_from_bytes, recorddict_to_bytes
 
 __all__ = ["LoopbackGrid", "over_the_wire"]
 
@@ -29,9 +29,7 @@ TTL = 43200.0
 
 def over_the_wire(content: RecordDict) -> RecordDict:
     """``content`` after Flower's protobuf encoding and decoding."""
-    proto = ProtoRecordDict()
-    proto.ParseFromString(recorddict_to_proto(content).SerializeToString())
-    return recorddict_from_proto(proto)
+    return recorddict_from_bytes(recorddict_to_bytes(content))
 
 
 class LoopbackGrid(Grid):

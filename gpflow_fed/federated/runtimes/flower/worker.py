@@ -44,6 +44,8 @@ from typing import Callable, List, Optional
 
 from flwr.app import Context, RecordDict
 
+from .records import recorddict_from_bytes, recorddict_to_bytes
+
 __all__ = ["KEY_FILE", "SOCKET_FILE", "forward", "serve", "worker_command"]
 
 #: the worker's socket in its folder
@@ -114,21 +116,6 @@ def _context_of(data: bytes) -> Context:
     return context_from_proto(proto)
 
 
-def _recorddict_bytes(content: RecordDict) -> bytes:
-    from flwr.common.serde import recorddict_to_proto
-
-    return bytes(recorddict_to_proto(content).SerializeToString())
-
-
-def _recorddict_of(data: bytes) -> RecordDict:
-    from flwr.common.serde import recorddict_from_proto
-    from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict
-
-    proto = ProtoRecordDict()
-    proto.ParseFromString(data)
-    return recorddict_from_proto(proto)
-
-
 def _replace_state(context: Context, state: RecordDict) -> None:
     for name in list(context.state.keys()):
         del context.state[name]
@@ -181,11 +168,11 @@ def forward(folder: str, content: RecordDict, context: Context) -> Optional[Reco
             raise ValueError(f"node config worker={folder!r}: the process at its socket is another user's")
         try:
             conn.sendall(key)
-            _send_frames(conn, _context_bytes(context), _recorddict_bytes(content))
+            _send_frames(conn, _context_bytes(context), recorddict_to_bytes(content))
             status = json.loads(_read_frame(conn).decode("utf-8"))
             if status.get("error"):
                 raise RuntimeError(f"the party's worker: {status['error']}")
-            reply, state = _recorddict_of(_read_frame(conn)), _recorddict_of(_read_frame(conn))
+            reply, state = recorddict_from_bytes(_read_frame(conn)), recorddict_from_bytes(_read_frame(conn))
         except (ConnectionError, OSError):
             return None  # it exited mid-answer: answered here instead
     _replace_state(context, state)
@@ -200,13 +187,13 @@ def _serve_one(conn: socket.socket, key: bytes, answer: Answer) -> None:
     if not _same_user(conn) or not hmac.compare_digest(_read_exactly(conn, KEY_BYTES), key):
         return
     context = _context_of(_read_frame(conn))
-    content = _recorddict_of(_read_frame(conn))
+    content = recorddict_from_bytes(_read_frame(conn))
     try:
         reply = answer(content, context)
     except Exception as exc:  # noqa: BLE001 - the ClientApp raises it, as it would have raised it itself
         _send_frames(conn, json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode("utf-8"))
         return
-    _send_frames(conn, b"{}", _recorddict_bytes(reply), _recorddict_bytes(context.state))
+    _send_frames(conn, b"{}", recorddict_to_bytes(reply), recorddict_to_bytes(context.state))
 
 
 def serve(folder: str, answer: Answer, *, stop: Optional[Callable[[], bool]] = None, tick: float = 1.0) -> int:
@@ -221,7 +208,7 @@ def serve(folder: str, answer: Answer, *, stop: Optional[Callable[[], bool]] = N
     :return: the number of requests answered.
     :raises ValueError: ``folder`` is missing, a symbolic link, a file, another user's folder or open to others.
     """
-    from ....private_files import new_file
+    from ....private_files import replace_file
 
     if not _private(folder, "the worker's folder"):
         raise ValueError(f"the worker's folder {folder!r} does not exist")
@@ -233,8 +220,7 @@ def serve(folder: str, answer: Answer, *, stop: Optional[Callable[[], bool]] = N
         listener.bind(path)
         os.chmod(path, 0o600)
         listener.listen(8)
-        with new_file(os.path.join(folder, KEY_FILE), "wb") as f:  # 0600, never through a link
-            f.write(key)
+        replace_file(folder, KEY_FILE, key)  # 0600, whole or absent: a ClientApp never reads a key half written
         listener.settimeout(tick)
         try:
             while not (stop is not None and stop()) and os.getppid() == parent:
@@ -247,8 +233,8 @@ def serve(folder: str, answer: Answer, *, stop: Optional[Callable[[], bool]] = N
                     try:
                         _serve_one(conn, key, answer)
                         served += 1
-                    except (ConnectionError, OSError):
-                        pass  # the ClientApp went away: it answers itself
+                    except Exception:  # noqa: BLE001 - a request it cannot read or a ClientApp gone: that
+                        pass  # ClientApp answers itself; the worker serves the next
         finally:
             for name in (KEY_FILE, SOCKET_FILE):
                 with contextlib.suppress(FileNotFoundError):
