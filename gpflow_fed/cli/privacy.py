@@ -478,11 +478,12 @@ def _check_out(out: Path) -> None:
         )
 
 
-def _folders(args: argparse.Namespace) -> None:
+def _folders(args: argparse.Namespace, default_ledger: Optional[Path] = None) -> None:
     """``--out`` as an absolute path, and ``--logdir`` by default its sibling ``<out>_owner`` (``--out .`` names the
     current folder: its sibling is ``<folder>_owner``, not ``_owner`` of an empty name).
 
-    ``--logdir`` (the raw-vs-released plot) and ``--ledger`` equal to or inside ``--out`` are refused before anything
+    ``--logdir`` (the raw-vs-released plot) and ``--ledger`` (without it, ``default_ledger``: the default ledger
+    folder, which ``$GPFLOW_FED_PRIVACY_LEDGER`` may name) equal to or inside ``--out`` are refused before anything
     is written (issue 44, a twentieth attacker: ``--logdir`` equal to ``--out`` put the raw data's plot in the folder
     the CLI calls safe to publish)."""
     args.out = Path(os.path.abspath(args.out))
@@ -493,6 +494,8 @@ def _folders(args: argparse.Namespace) -> None:
     owner = [("--logdir", Path(args.logdir), "the raw data's plot")]
     if getattr(args, "ledger", None) is not None:
         owner.append(("--ledger", Path(args.ledger), "the owner's record of releases"))
+    elif default_ledger is not None:
+        owner.append(("the default ledger folder", default_ledger, "the owner's record of releases"))
     for option, folder, what in owner:
         if _inside(folder, args.out):
             raise ValueError(
@@ -605,7 +608,9 @@ def _release(
     import numpy as np
 
     maxiter = args.maxiter if args.maxiter is not None else QUICK_MAXITER if args.quick else MAXITER
-    _folders(args)  # idempotent (check() made them absolute already)
+    from ..release.ledger import default_ledger_folder
+
+    _folders(args, default_ledger_folder())  # idempotent (check() made them absolute), and the default ledger checked
     created = _make_folders([args.out, args.logdir])  # before the ledger and the release: a folder refused first
     try:
         ledger = _deferred_ledger(args.ledger)

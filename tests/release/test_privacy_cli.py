@@ -387,3 +387,16 @@ def test_privacy_cli_owner_folders_inside_out_are_refused_before_anything_is_wri
     option = "--logdir" if where.startswith("logdir") else "--ledger"
     assert f"{option} {logdir if option == '--logdir' else ledger} is --out" in _one_error_line(capsys)
     assert not out.exists() and not (tmp_path / "led").exists() and not (tmp_path / "owner").exists()
+
+
+def test_privacy_cli_refuses_a_default_ledger_folder_inside_out(tmp_path, capsys, monkeypatch):
+    # issue 44: only an explicit --ledger was checked against --out; $GPFLOW_FED_PRIVACY_LEDGER naming a folder inside
+    # --out put the owner's record of releases (its key, W and factors) in the folder the CLI calls safe to publish
+    path = _table(tmp_path / "d.csv", n=10)
+    out = tmp_path / "rel"
+    monkeypatch.setenv("GPFLOW_FED_PRIVACY_LEDGER", str(out / "ledger"))
+    argv = ["privacy", "--csv", str(path), "--target", "y", "--sensitive", "0.5", "--alpha", "0.5", *DESIGN]
+    argv += ["--no-progress", "--out", str(out), "--logdir", str(tmp_path / "owner")]
+    assert main(argv) == 2
+    assert f"the default ledger folder {out / 'ledger'} is --out" in _one_error_line(capsys)
+    assert not out.exists() and not (tmp_path / "owner").exists()
